@@ -1,0 +1,235 @@
+"""The HTTP front end: KServe v2 + Triton extensions over Starlette, a thin adapter on the core."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import orjson
+from nats.aio.client import Client as NATS
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from services.gateway import codec
+from services.gateway.core import InferenceCore
+from services.gateway.models import ModelRegistry
+from services.gateway.validation import raw_request, validate
+from shared import subjects
+from shared.errors import ShoalError, invalid, unavailable
+from shared.settings import GatewaySettings
+
+log = logging.getLogger("shoal.gateway")
+
+SERVER_VERSION = "2.73.0"  # the Triton protocol level Shoal answers as
+EXTENSIONS = [
+    "classification", "model_repository", "model_repository(unload_dependents)", "schedule_policy",
+    "model_configuration", "binary_tensor_data", "parameters", "statistics",
+]
+
+
+def json_response(doc: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(doc), status_code=status, media_type="application/json")
+
+
+def error_response(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps({"error": message}), status_code=status, media_type="application/json", headers=headers)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def triton_errors(handler: Handler) -> Handler:
+    """Every failure becomes Triton's `{"error": ...}` with the matching status."""
+
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except HTTPException:
+            raise
+        except ShoalError as exc:
+            headers = {"Accept-Encoding": "gzip, deflate"} if exc.message == "Unsupported compression type" else None
+            return error_response(exc.message, exc.http_status, headers)
+        except Exception as exc:  # a bug must still answer, and the server keeps serving
+            log.exception("unhandled error on %s", request.url.path)
+            return error_response(f"internal error: {exc}", 500)
+
+    return wrapped
+
+
+class Gateway:
+    def __init__(self, settings: GatewaySettings, nc: NATS, registry: ModelRegistry, core: InferenceCore) -> None:
+        self.settings = settings
+        self.nc = nc
+        self.registry = registry
+        self.core = core
+
+    # -- health and metadata --------------------------------------------------------
+    async def live(self, request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def ready(self, request: Request) -> Response:
+        ok = self.registry.synced.is_set() and (not self.settings.strict_readiness or self.registry.all_ready())
+        return Response(status_code=200 if ok else 400)
+
+    async def server_metadata(self, request: Request) -> Response:
+        return json_response({"name": self.settings.id, "version": SERVER_VERSION, "extensions": EXTENSIONS})
+
+    @staticmethod
+    def _model(request: Request) -> tuple[str, str]:
+        version = request.path_params.get("version", "")
+        if version and not version.isdigit():
+            raise HTTPException(404)
+        return request.path_params["model"], version
+
+    async def model_metadata(self, request: Request) -> Response:
+        name, version = self._model(request)
+        spec, resolved = self.registry.resolve(name, version)
+        versions = [str(resolved)] if version else [str(v) for v in self.registry.ready_versions(name)]
+        lead = [-1] if spec.max_batch_size > 0 else []
+
+        def io(tensors):
+            return [{"name": t.name, "datatype": t.datatype, "shape": lead + list(t.dims)} for t in tensors]
+
+        return json_response(
+            {"name": name, "versions": versions, "platform": spec.metadata_platform,
+             "inputs": io(spec.inputs), "outputs": io(spec.outputs)}
+        )
+
+    async def model_ready(self, request: Request) -> Response:
+        name, version = self._model(request)
+        if name not in self.registry.records:
+            return error_response(f"Request for unknown model: '{name}' is not found", 404)
+        return Response(status_code=200 if self.registry.is_ready(name, version) else 400)
+
+    async def model_config(self, request: Request) -> Response:
+        name, version = self._model(request)
+        spec, _ = self.registry.resolve(name, version)
+        return json_response(spec.config)
+
+    # -- inference ------------------------------------------------------------------
+    async def _body(self, request: Request) -> bytes:
+        limit = self.settings.http_max_input_size
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise codec.size_error(int(declared), limit)
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise codec.size_error(size, limit)
+            chunks.append(chunk)
+        body = b"".join(chunks)
+        return codec.decompress(body, request.headers.get("content-encoding"), limit)
+
+    async def infer(self, request: Request) -> Response:
+        name, version = self._model(request)
+        spec, resolved = self.registry.resolve(name, version)
+        body = await self._body(request)
+        header_length = request.headers.get("inference-header-content-length")
+        if header_length is not None and header_length.strip() == "0":
+            parsed = raw_request(spec, body)
+        else:
+            header, binary = codec.split_body(body, header_length)
+            parsed = codec.parse_request(header, binary, name)
+        valid = validate(spec, parsed)
+        outputs, parameters = await self.core.infer(spec, resolved, parsed, valid)
+        classify = {o.name: o.classification for o in parsed.outputs or [] if o.classification}
+        if classify:
+            outputs = [codec.classify(o, classify[o.name], spec.max_batch_size > 0) if o.name in classify else o
+                       for o in outputs]
+        content, json_length = codec.encode_response(name, resolved, parsed.id, outputs, parameters)
+        headers: dict[str, str] = {}
+        if json_length is not None:
+            headers["Inference-Header-Content-Length"] = str(json_length)
+        encoding = codec.choose_encoding(request.headers.get("accept-encoding"))
+        if encoding:
+            content = codec.compress(content, encoding)
+            headers["Content-Encoding"] = encoding
+        media = "application/octet-stream" if json_length is not None else "application/json"
+        return Response(content, media_type=media, headers=headers)
+
+    # -- repository and statistics -------------------------------------------------------
+    async def _ask(self, subject: str, payload: bytes, what: str) -> Any:
+        try:
+            reply = await self.nc.request(subject, payload, timeout=10)
+        except Exception as exc:
+            raise unavailable(f"{what} is not available: {type(exc).__name__}") from None
+        return msgspec.json.decode(reply.data)
+
+    async def repository_index(self, request: Request) -> Response:
+        body = await request.body()
+        payload = b""
+        if body.strip():
+            try:
+                doc = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+            ready = doc.get("ready", False) if isinstance(doc, dict) else None
+            if not isinstance(ready, bool):
+                raise invalid("Unable to parse 'ready': attempt to access JSON non-boolean as boolean")
+            payload = orjson.dumps({"ready": ready})
+        return json_response(await self._ask(subjects.REPOSITORY_INDEX, payload, "the repository service"))
+
+    async def repository_control(self, request: Request) -> Response:
+        raise unavailable("explicit model load / unload is not allowed if polling is enabled"
+                          if self.settings.model_control_mode != "explicit"
+                          else "explicit model load / unload is not supported by this Shoal version yet")
+
+    async def statistics(self, request: Request) -> Response:
+        name = request.path_params.get("model", "")
+        version = request.path_params.get("version", "")
+        if version and not version.isdigit():
+            raise HTTPException(404)
+        if name:
+            if not self.registry.ready_versions(name):
+                raise invalid(f"requested model '{name}' is not available")
+            if version and int(version) not in self.registry.ready_versions(name):
+                raise invalid(f"requested model version is not available for model '{name}'")
+        stats = await self._ask(subjects.SCHEDULER_STATS, b"", "the scheduler")
+        entries = []
+        for model in sorted(self.registry.records) if not name else [name]:
+            for v in self.registry.ready_versions(model):
+                if version and v != int(version):
+                    continue
+                entry = stats.get(f"{model}/{v}", {}).get("stats")
+                entries.append(entry or empty_stats(model, str(v)))
+        return json_response({"model_stats": entries})
+
+
+def empty_stats(model: str, version: str) -> dict[str, Any]:
+    from services.scheduler.stats import ModelStats
+
+    return ModelStats().json(model, version)
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    return error_response("Method Not Allowed" if status == 405 else "Not Found", status)
+
+
+def build_app(gateway: Gateway, lifespan=None) -> Starlette:
+    g = gateway
+    m, mv = "/v2/models/{model}", "/v2/models/{model}/versions/{version}"
+    routes = [
+        Route("/v2/health/live", triton_errors(g.live), methods=["GET"]),
+        Route("/v2/health/ready", triton_errors(g.ready), methods=["GET"]),
+        Route("/v2", triton_errors(g.server_metadata), methods=["GET"]),
+        Route("/v2/models/stats", triton_errors(g.statistics), methods=["GET"]),
+        Route("/v2/repository/index", triton_errors(g.repository_index), methods=["POST"]),
+        Route("/v2/repository/models/{model}/load", triton_errors(g.repository_control), methods=["POST"]),
+        Route("/v2/repository/models/{model}/unload", triton_errors(g.repository_control), methods=["POST"]),
+    ]
+    for base in (m, mv):
+        routes += [
+            Route(base, triton_errors(g.model_metadata), methods=["GET"]),
+            Route(base + "/ready", triton_errors(g.model_ready), methods=["GET"]),
+            Route(base + "/config", triton_errors(g.model_config), methods=["GET"]),
+            Route(base + "/infer", triton_errors(g.infer), methods=["POST"]),
+            Route(base + "/stats", triton_errors(g.statistics), methods=["GET"]),
+        ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: _not_found}, lifespan=lifespan)

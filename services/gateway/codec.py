@@ -1,0 +1,353 @@
+"""KServe v2 / Triton HTTP inference bodies: JSON, binary tensor extension, compression.
+
+Pure functions: bytes in, typed request out; outputs in, bytes out. Error texts and
+status codes follow Triton's (triton-spec §1.2, §1.7).
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from shared.datatypes import DATATYPES, element_count, element_size, numpy_dtype, serialize_bytes
+from shared.errors import Code, ShoalError, internal, invalid, unsupported
+
+RESERVED_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
+)
+
+
+@dataclass
+class InputTensor:
+    name: str
+    datatype: str
+    shape: list[int]
+    data: memoryview | bytes  # raw wire bytes (BYTES: length-prefixed)
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RequestedOutput:
+    name: str
+    binary: bool | None = None  # None = not stated
+    classification: int = 0
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ParsedRequest:
+    id: str
+    inputs: list[InputTensor]
+    outputs: list[RequestedOutput] | None  # None = all outputs
+    parameters: dict[str, Any]
+
+    @property
+    def binary_data_output(self) -> bool:
+        return bool(self.parameters.get("binary_data_output", False))
+
+
+def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
+    encoding = (encoding or "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise unsupported("Unsupported compression type")
+    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    inflater = zlib.decompressobj(wbits)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise invalid(f"failed to decompress the request body: {exc}") from None
+    if len(out) > limit:
+        raise size_error(len(out), limit)
+    return out
+
+
+def size_error(size: int, limit: int) -> ShoalError:
+    return invalid(
+        f"request JSON size of {size} bytes exceeds the maximum allowed input size of {limit} bytes. "
+        "Use --http-max-input-size to increase the limit."
+    )
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
+    """Split the JSON header from the binary section (`Inference-Header-Content-Length`)."""
+    if header_length is None:
+        return body, memoryview(b"")
+    try:
+        length = int(header_length)
+    except ValueError:
+        length = -1
+    if length < 0 or length > len(body):
+        raise invalid(f"inference header size should be in range (0, {len(body)}), got: {header_length}")
+    return body[:length], memoryview(body)[length:]
+
+
+def _json_error(what: str, detail: str) -> ShoalError:
+    # Triton tags every JSON parse/type error INTERNAL (500); kept for compatibility.
+    return internal(f"Unable to parse '{what}': {detail}")
+
+
+def _uint_list(value: Any, what: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise _json_error(what, "attempt to access JSON non-array or non-integer as unsigned-integer array")
+    if any(v < 0 for v in value):
+        raise _json_error(what, "attempt to access JSON non-unsigned-integer as unsigned-integer")
+    return value
+
+
+def parse_request(header: bytes, binary: memoryview, model: str) -> ParsedRequest:
+    try:
+        doc = orjson.loads(header)
+    except orjson.JSONDecodeError as exc:
+        raise internal(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(doc, dict):
+        raise internal("failed to parse the request JSON buffer: request must be a JSON object")
+    request_id = doc.get("id", "")
+    if not isinstance(request_id, str):
+        raise _json_error("id", "attempt to access JSON non-string as string")
+    parameters = _request_parameters(doc.get("parameters", {}))
+    raw_inputs = doc.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise _json_error("inputs", "attempt to access JSON non-array as array")
+    inputs, offset = [], 0
+    for raw in raw_inputs:
+        tensor, offset = _parse_input(raw, binary, offset)
+        inputs.append(tensor)
+    if offset != len(binary):
+        raise invalid(f"unexpected additional input data for model '{model}'")
+    outputs = None
+    if "outputs" in doc:
+        if not isinstance(doc["outputs"], list):
+            raise _json_error("outputs", "attempt to access JSON non-array as array")
+        outputs = [_parse_output(o) for o in doc["outputs"]]
+    return ParsedRequest(request_id, inputs, outputs, parameters)
+
+
+def _request_parameters(params: Any) -> dict[str, Any]:
+    if not isinstance(params, dict):
+        raise _json_error("parameters", "attempt to access JSON non-object as object")
+    for key, value in params.items():
+        if key.startswith("triton_"):
+            raise invalid(f"parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.")
+        if isinstance(value, (list, dict)) or value is None:
+            raise invalid(f"parameter '{key}' has invalid type. It should be either 'int', 'bool', 'double' or 'string'.")
+    return params
+
+
+def _parse_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTensor, int]:
+    if not isinstance(raw, dict):
+        raise _json_error("inputs", "attempt to access JSON non-object as object")
+    name = raw.get("name")
+    if not isinstance(name, str):
+        raise _json_error("name", "attempt to access JSON non-string as string")
+    datatype = raw.get("datatype")
+    if not isinstance(datatype, str):
+        raise _json_error("datatype", "attempt to access JSON non-string as string")
+    if datatype not in DATATYPES:
+        raise invalid(f"invalid datatype '{datatype}' for input '{name}'")
+    shape = _uint_list(raw.get("shape"), "shape")
+    params = raw.get("parameters", {})
+    if not isinstance(params, dict):
+        raise _json_error("parameters", "attempt to access JSON non-object as object")
+    sources = [k for k in ("data",) if k in raw] + [
+        k for k in ("binary_data_size", "shared_memory_region") if k in params
+    ]
+    if len(sources) != 1:
+        raise invalid(
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+            f"'shared_memory_region' in 'parameters'. But input '{name}' set {len(sources)}"
+        )
+    if sources[0] == "shared_memory_region":
+        raise ShoalError(
+            "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
+            Code.UNSUPPORTED,
+        )
+    if sources[0] == "binary_data_size":
+        size = params["binary_data_size"]
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise _json_error("binary_data_size", "attempt to access JSON non-unsigned-integer as unsigned-integer")
+        if offset + size > len(binary):
+            raise invalid(f"unexpected size for input '{name}', expecting {size} additional bytes")
+        return InputTensor(name, datatype, shape, binary[offset : offset + size], params), offset + size
+    return InputTensor(name, datatype, shape, json_tensor_bytes(name, datatype, shape, raw["data"]), params), offset
+
+
+def _flatten(data: Any, out: list) -> None:
+    if isinstance(data, list):
+        for item in data:
+            _flatten(item, out)
+    else:
+        out.append(data)
+
+
+def json_tensor_bytes(name: str, datatype: str, shape: list[int], data: Any) -> bytes:
+    """A JSON `data` array (flat or nested, row-major) -> wire bytes, checked against `shape`."""
+    if datatype in ("FP16", "BF16"):
+        raise invalid(f"receiving {datatype} data via JSON is not supported. Please use the binary data format for input {name}")
+    flat: list = []
+    _flatten(data, flat)
+    expected = element_count(shape)
+    if len(flat) != expected:
+        raise internal(
+            f"Unable to parse 'data': Shape does not match true shape of 'data' field for input '{name}'. "
+            f"Expected {expected} elements, got {len(flat)}"
+        )
+    if datatype == "BYTES":
+        if not all(isinstance(v, str) for v in flat):
+            raise _json_error("data", "attempt to access JSON non-string as string")
+        array = np.empty(len(flat), dtype=object)
+        array[:] = [v.encode("utf-8") for v in flat]
+        return serialize_bytes(array)
+    if datatype == "BOOL":
+        if not all(isinstance(v, bool) for v in flat):
+            raise _json_error("data", "attempt to access JSON non-boolean as boolean")
+    elif not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat):
+        raise _json_error("data", "attempt to access JSON non-number as number")
+    elif datatype.startswith(("INT", "UINT")) and not all(isinstance(v, int) for v in flat):
+        raise _json_error("data", "attempt to access JSON non-integer as integer")
+    try:
+        return np.array(flat, dtype=numpy_dtype(datatype)).tobytes()
+    except OverflowError as exc:
+        raise _json_error("data", f"value out of range for {datatype}: {exc}") from None
+
+
+def _parse_output(raw: Any) -> RequestedOutput:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        raise _json_error("name", "attempt to access JSON non-string as string")
+    params = raw.get("parameters", {})
+    if not isinstance(params, dict):
+        raise _json_error("parameters", "attempt to access JSON non-object as object")
+    if "shared_memory_region" in params:
+        raise ShoalError(
+            "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
+            Code.UNSUPPORTED,
+        )
+    binary = params.get("binary_data")
+    classification = params.get("classification", 0)
+    if not isinstance(classification, int) or classification < 0:
+        raise _json_error("classification", "attempt to access JSON non-unsigned-integer as unsigned-integer")
+    return RequestedOutput(raw["name"], None if binary is None else bool(binary), classification, params)
+
+
+def expected_byte_size(datatype: str, shape: list[int], data: memoryview | bytes) -> tuple[int, int]:
+    """(expected, actual) byte sizes; BYTES is checked by walking its length prefixes."""
+    actual = memoryview(data).nbytes
+    if datatype != "BYTES":
+        return element_count(shape) * element_size(datatype), actual
+    return actual if _bytes_elements(data) == element_count(shape) else -1, actual
+
+
+def _bytes_elements(data: memoryview | bytes) -> int:
+    view = memoryview(data).cast("B")
+    count = offset = 0
+    while offset + 4 <= len(view):
+        offset += 4 + int.from_bytes(view[offset : offset + 4], "little")
+        count += 1
+    return count if offset == len(view) else -1
+
+
+# -- responses ------------------------------------------------------------------------
+
+
+@dataclass
+class OutputTensor:
+    name: str
+    datatype: str
+    shape: list[int]
+    data: memoryview | bytes  # raw wire bytes
+    binary: bool
+
+
+def json_values(datatype: str, shape: list[int], data: memoryview | bytes) -> Any:
+    if datatype in ("FP16", "BF16"):
+        raise invalid(f"sending {datatype} data via JSON is not supported. Please use the binary data format")
+    if datatype == "BYTES":
+        from shared.datatypes import deserialize_bytes
+
+        return [item.decode("utf-8", errors="replace") for item in deserialize_bytes(data)]
+    return np.frombuffer(data, dtype=numpy_dtype(datatype))
+
+
+def encode_response(
+    model: str, version: int, request_id: str, outputs: list[OutputTensor], parameters: dict[str, Any] | None = None
+) -> tuple[bytes, int | None]:
+    """The response body and, when any output is binary, the JSON header length."""
+    doc: dict[str, Any] = {}
+    if request_id:
+        doc["id"] = request_id
+    doc["model_name"] = model
+    doc["model_version"] = str(version)
+    if parameters:
+        doc["parameters"] = parameters
+    entries, blobs = [], []
+    for out in outputs:
+        entry: dict[str, Any] = {"name": out.name, "datatype": out.datatype, "shape": out.shape}
+        if out.binary:
+            size = memoryview(out.data).nbytes
+            entry["parameters"] = {"binary_data_size": size}
+            blobs.append(out.data)
+        else:
+            entry["data"] = json_values(out.datatype, out.shape, out.data)
+        entries.append(entry)
+    doc["outputs"] = entries
+    header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not blobs:
+        return header, None
+    return b"".join([header, *blobs]), len(header)
+
+
+def choose_encoding(accept: str | None) -> str | None:
+    """Triton's pick from Accept-Encoding: highest q among identity/deflate/gzip, first on ties."""
+    if not accept:
+        return None
+    best, best_q = None, 0.0
+    for part in accept.split(","):
+        name, _, params = part.strip().partition(";")
+        name = name.strip().lower()
+        if name not in ("identity", "gzip", "deflate"):
+            continue
+        q = 1.0
+        params = params.strip()
+        if params.startswith("q="):
+            try:
+                q = float(params[2:])
+            except ValueError:
+                q = 0.0
+        if q > best_q:
+            best, best_q = name, q
+    return None if best == "identity" else best
+
+
+def compress(body: bytes, encoding: str) -> bytes:
+    if encoding == "gzip":
+        return gzip.compress(body, compresslevel=1)
+    return zlib.compress(body, 1)
+
+
+_CLASSIFIABLE = ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP32", "FP64")
+
+
+def classify(out: OutputTensor, count: int, batching: bool, labels: list[str] | None = None) -> OutputTensor:
+    """Triton's classification extension: top-`count` "value:index[:label]" strings per batch row."""
+    if out.datatype not in _CLASSIFIABLE:
+        raise invalid(f"class result not available for output '{out.name}' due to unsupported type '{out.datatype}'")
+    values = np.frombuffer(out.data, dtype=numpy_dtype(out.datatype)).reshape(out.shape)
+    rows = values.reshape(values.shape[0], -1) if batching and values.ndim else values.reshape(1, -1)
+    k = min(count, rows.shape[1])
+    result = []
+    for row in rows:
+        for index in np.argsort(-row.astype(np.float64), kind="stable")[:k]:
+            value = row[index]
+            text = f"{value:.6f}" if out.datatype.startswith("FP") else str(int(value))
+            label = f":{labels[index]}" if labels and index < len(labels) else ""
+            result.append(f"{text}:{index}{label}".encode())
+    array = np.empty(len(result), dtype=object)
+    array[:] = result
+    shape = [rows.shape[0], k] if batching else [k]
+    return OutputTensor(out.name, "BYTES", shape, serialize_bytes(array), out.binary)

@@ -1,0 +1,90 @@
+"""The gateway's view of the models: the repository's published records, watched live."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgspec
+from nats.aio.client import Client as NATS
+
+from shared import bus, subjects
+from shared.errors import ShoalError, not_found, unavailable
+from shared.messages import ModelRecord
+from shared.model_config import ModelSpec, spec_from_json
+
+log = logging.getLogger("shoal.gateway")
+_record_decoder = msgspec.msgpack.Decoder(ModelRecord)
+
+
+class ModelRegistry:
+    def __init__(self) -> None:
+        self.records: dict[str, ModelRecord] = {}
+        self.specs: dict[str, ModelSpec] = {}
+        self.synced = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    async def start(self, nc: NATS) -> None:
+        kv = await bus.bucket(nc, subjects.MODELS_BUCKET)
+        self._task = asyncio.create_task(self._watch(kv))
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+
+    async def _watch(self, kv) -> None:
+        watcher = await kv.watchall()
+        async for entry in watcher:
+            if entry is None:
+                self.synced.set()
+                continue
+            name = subjects.untoken(entry.key)
+            if entry.operation in ("DEL", "PURGE"):
+                self.records.pop(name, None)
+                self.specs.pop(name, None)
+                continue
+            record = _record_decoder.decode(entry.value)
+            self.records[name] = record
+            if record.config:
+                self.specs[name] = spec_from_json(record.config)
+            else:
+                self.specs.pop(name, None)
+            self.synced.set()
+
+    def ready_versions(self, name: str) -> list[int]:
+        record = self.records.get(name)
+        if record is None:
+            return []
+        return sorted(int(v) for v, s in record.versions.items() if s.state == "READY")
+
+    def resolve(self, name: str, version: str = "") -> tuple[ModelSpec, int]:
+        """The model and version a request goes to, or Triton's error for why not."""
+        record = self.records.get(name)
+        if record is None:
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        if not version:
+            ready = self.ready_versions(name)
+            if not ready or name not in self.specs:
+                raise not_found(f"Request for unknown model: '{name}' has no available versions")
+            return self.specs[name], ready[-1]
+        state = record.versions.get(str(int(version)))
+        if state is None:
+            raise not_found(f"Request for unknown model: '{name}' version {int(version)} is not found")
+        if state.state != "READY" or name not in self.specs:
+            raise unavailable(f"Request for unknown model: '{name}' version {int(version)} is not at ready state")
+        return self.specs[name], int(version)
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.resolve(name, version)
+        except ShoalError:
+            return False
+        return True
+
+    def all_ready(self) -> bool:
+        """Strict readiness: every version the repository tried to load is READY."""
+        return all(
+            s.state == "READY" or s.reason == "unloaded"
+            for record in self.records.values()
+            for s in record.versions.values()
+        )

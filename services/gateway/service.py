@@ -1,0 +1,69 @@
+"""Running the gateway: NATS connection, model registry, HTTP and metrics listeners."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import msgspec
+import uvicorn
+
+from services.gateway.app import Gateway, build_app
+from services.gateway.core import InferenceCore
+from services.gateway.dispatch import Dispatcher
+from services.gateway.metrics import build_metrics_app
+from services.gateway.models import ModelRegistry
+from shared import bus, subjects
+from shared.settings import GatewaySettings
+from shared.tensors import TensorStore
+
+log = logging.getLogger("shoal.gateway")
+
+
+class _Server(uvicorn.Server):
+    """Signals belong to the process (`shared.runtime`), not to each listener."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
+    nc = await bus.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
+    store = TensorStore(nc, settings.gateway_id, settings.inline_max_bytes, settings.tensor_transport)
+    await store.start()
+    registry = ModelRegistry()
+    await registry.start(nc)
+    dispatcher = Dispatcher(nc, settings.gateway_id, store)
+    await dispatcher.start()
+    gateway = Gateway(settings, nc, registry, InferenceCore(dispatcher, store, settings.request_timeout_s))
+
+    async def scheduler_stats() -> dict:
+        reply = await nc.request(subjects.SCHEDULER_STATS, b"", timeout=5)
+        return msgspec.json.decode(reply.data)
+
+    servers = [
+        _Server(uvicorn.Config(build_app(gateway), host=settings.http_address, port=settings.http_port,
+                                      log_level="warning", access_log=False, timeout_graceful_shutdown=5))
+    ]
+    if settings.allow_metrics:
+        servers.append(_Server(uvicorn.Config(
+            build_metrics_app(scheduler_stats), host=settings.http_address, port=settings.metrics_port,
+            log_level="warning", access_log=False)))
+    log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
+    if settings.allow_metrics:
+        log.info("Started Metrics Service at %s:%d", settings.http_address, settings.metrics_port)
+    async def stop_servers() -> None:
+        await stop.wait()
+        for server in servers:
+            server.should_exit = True
+
+    stopper = asyncio.create_task(stop_servers())
+    try:
+        await asyncio.gather(*(server.serve() for server in servers))
+    finally:
+        stopper.cancel()
+        await registry.stop()
+        await store.close()
+        await nc.drain()

@@ -1,0 +1,69 @@
+"""Backend auto-complete for ONNX models without (complete) inputs/outputs (triton-spec §2.4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+from tritonclient.grpc import model_config_pb2 as pb
+
+from shared.errors import invalid
+
+_ONNX_TO_CONFIG = {
+    onnx.TensorProto.BOOL: pb.TYPE_BOOL,
+    onnx.TensorProto.UINT8: pb.TYPE_UINT8,
+    onnx.TensorProto.UINT16: pb.TYPE_UINT16,
+    onnx.TensorProto.UINT32: pb.TYPE_UINT32,
+    onnx.TensorProto.UINT64: pb.TYPE_UINT64,
+    onnx.TensorProto.INT8: pb.TYPE_INT8,
+    onnx.TensorProto.INT16: pb.TYPE_INT16,
+    onnx.TensorProto.INT32: pb.TYPE_INT32,
+    onnx.TensorProto.INT64: pb.TYPE_INT64,
+    onnx.TensorProto.FLOAT16: pb.TYPE_FP16,
+    onnx.TensorProto.FLOAT: pb.TYPE_FP32,
+    onnx.TensorProto.DOUBLE: pb.TYPE_FP64,
+    onnx.TensorProto.STRING: pb.TYPE_STRING,
+    onnx.TensorProto.BFLOAT16: pb.TYPE_BF16,
+}
+
+
+def _shape(value: onnx.ValueInfoProto) -> list[int]:
+    dims = value.type.tensor_type.shape.dim
+    return [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
+
+
+def autocomplete_onnx(config: pb.ModelConfig, model_file: Path, default_max_batch_size: int = 4) -> None:
+    """Fill missing inputs/outputs and max_batch_size from the ONNX graph, as Triton's backend does."""
+    if config.input and config.output:
+        return
+    model = onnx.load(str(model_file), load_external_data=False)
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [v for v in model.graph.input if v.name not in initializers]
+    outputs = list(model.graph.output)
+    can_batch = all(_shape(v)[:1] == [-1] for v in inputs + outputs)
+    if can_batch and config.max_batch_size == 0:
+        config.max_batch_size = default_max_batch_size
+        if not config.HasField("dynamic_batching") and not config.HasField("sequence_batching"):
+            if config.max_batch_size > 1:
+                config.dynamic_batching.SetInParent()
+    elif not can_batch and config.max_batch_size != 0:
+        raise invalid(
+            f"autofill failed for model '{config.name}': model does not support batching "
+            "while non-zero max_batch_size is specified"
+        )
+    batching = config.max_batch_size > 0
+    for values, target in ((inputs, config.input), (outputs, config.output)):
+        if target:
+            continue
+        for value in values:
+            elem = value.type.tensor_type.elem_type
+            if elem not in _ONNX_TO_CONFIG:
+                raise invalid(f"unsupported ONNX element type {elem} for '{value.name}'")
+            dims = _shape(value)[1:] if batching else _shape(value)
+            io = target.add(name=value.name, data_type=_ONNX_TO_CONFIG[elem])
+            if dims:
+                io.dims.extend(dims)
+            else:
+                io.dims.append(1)
+                if batching:
+                    io.reshape.SetInParent()

@@ -1,0 +1,72 @@
+"""Reading one model directory: versions, version policy and the normalized config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as pb
+
+from services.repository.autocomplete import autocomplete_onnx
+from shared import model_config
+from shared.errors import invalid
+
+
+@dataclass
+class ScannedModel:
+    name: str
+    path: Path
+    config: pb.ModelConfig | None  # None when the config failed to load
+    versions: list[int]  # versions the policy selects
+    error: str = ""
+
+
+def list_models(repository: Path) -> list[str]:
+    return sorted(p.name for p in repository.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def version_dirs(model_dir: Path) -> list[int]:
+    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0)
+
+
+def select_versions(config: pb.ModelConfig, available: list[int]) -> list[int]:
+    policy = config.version_policy
+    which = policy.WhichOneof("policy_choice")
+    if which == "all":
+        return list(available)
+    if which == "specific":
+        return sorted(v for v in set(policy.specific.versions) if v in available)
+    count = policy.latest.num_versions if which == "latest" else 1
+    return sorted(available)[-max(count, 1):] if available else []
+
+
+def load_config(model_dir: Path, versions: list[int], auto_complete: bool = True) -> pb.ModelConfig:
+    path = model_dir / "config.pbtxt"
+    if path.exists():
+        config = model_config.parse_text(path.read_text(), path)
+    elif auto_complete:
+        config = pb.ModelConfig()
+    else:
+        raise invalid(f"failed to open text file for read {path}: No such file or directory")
+    if config.name and config.name != model_dir.name:
+        raise invalid(
+            f"unexpected directory name '{model_dir.name}' for model '{config.name}', "
+            "directory name must equal model name"
+        )
+    model_config.autofill_backend(config, model_dir, versions)
+    if auto_complete and config.backend == "onnxruntime" and versions:
+        onnx_file = model_dir / str(max(versions)) / config.default_model_filename
+        if onnx_file.exists():
+            autocomplete_onnx(config, onnx_file)
+    model_config.normalize(config)
+    model_config.validate(config)
+    return config
+
+
+def scan_model(model_dir: Path, auto_complete: bool = True) -> ScannedModel:
+    available = version_dirs(model_dir)
+    try:
+        config = load_config(model_dir, available, auto_complete)
+    except Exception as exc:  # a bad model is UNAVAILABLE; the others still load
+        return ScannedModel(model_dir.name, model_dir, None, available[-1:], model_config.load_error(model_dir.name, exc))
+    return ScannedModel(model_dir.name, model_dir, config, select_versions(config, available))

@@ -1,0 +1,71 @@
+"""Dynamic batch formation with Triton's rules (triton-spec §3.3), as pure logic.
+
+`next_batch` looks at the queue when an instance is free and says how many requests
+to send now, or until when to wait for a better batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class Queued(Protocol):
+    batch_size: int
+    shape_sig: str
+    arrived: float  # monotonic seconds
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    max_batch_size: int  # 0 = the model does not batch
+    preferred: tuple[int, ...] = ()  # sorted; empty = (max_batch_size,)
+    max_queue_delay_s: float = 0.0
+    dynamic: bool = False  # False = default scheduler: one request per execution
+
+    @property
+    def largest_preferred(self) -> int:
+        return self.preferred[-1] if self.preferred else self.max_batch_size
+
+
+@dataclass(frozen=True)
+class Decision:
+    take: int  # requests to send now (0 = wait)
+    reason: str = ""
+    wake_at: float | None = None  # when to look again if waiting
+
+
+def next_batch(queue: deque, policy: BatchPolicy, now: float) -> Decision:
+    if not queue:
+        return Decision(0)
+    if not policy.dynamic or policy.max_batch_size <= 1:
+        return Decision(1, "default scheduler")
+    preferred = set(policy.preferred or (policy.max_batch_size,))
+    total = count = preferred_count = 0
+    can_grow = True
+    shape_sig = queue[0].shape_sig
+    for request in queue:
+        size = max(1, request.batch_size)
+        if request.shape_sig != shape_sig:
+            can_grow, reason = False, "shape mismatch"
+            break
+        if total + size > policy.max_batch_size:
+            can_grow, reason = False, "max batch size"
+            break
+        total += size
+        count += 1
+        if total in preferred:
+            preferred_count = count
+        if total >= policy.largest_preferred:
+            can_grow, reason = False, "preferred batch size"
+            break
+    oldest = queue[0].arrived
+    expired = policy.max_queue_delay_s <= 0 or now - oldest >= policy.max_queue_delay_s
+    if not can_grow:
+        return Decision(count, reason)
+    if expired:
+        return Decision(count, "queue delay expired" if policy.max_queue_delay_s > 0 else "no queue delay")
+    if preferred_count:
+        return Decision(preferred_count, "preferred batch size")
+    return Decision(0, "waiting", oldest + policy.max_queue_delay_s)

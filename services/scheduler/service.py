@@ -1,0 +1,299 @@
+"""The scheduler: per-model-version queues, batch formation, dispatch on worker credits.
+
+Requests arrive from gateways on `shoal.infer.<model>`. Only their header is
+decoded; the original bytes are forwarded in the batch. A worker grants one credit
+per free instance (`InstanceFree`); when a queue has work and a credit, the batcher
+decides what to send. Completion messages carry the timings the statistics need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import msgspec
+from nats.aio.client import Client as NATS
+
+from services.scheduler.batcher import BatchPolicy, next_batch
+from services.scheduler.stats import ModelStats
+from shared import bus, subjects
+from shared.messages import (
+    ExecBatch, InferResponse, InstanceFree, ModelRecord, RequestHeader, WorkerHeartbeat, encode,
+)
+from shared.model_config import ModelSpec, spec_from_json
+from shared.settings import SchedulerSettings
+
+log = logging.getLogger("shoal.scheduler")
+
+_header_decoder = msgspec.msgpack.Decoder(RequestHeader)
+_free_decoder = msgspec.msgpack.Decoder(InstanceFree)
+_record_decoder = msgspec.msgpack.Decoder(ModelRecord)
+_heartbeat_decoder = msgspec.msgpack.Decoder(WorkerHeartbeat)
+
+
+@dataclass
+class Pending:
+    header: RequestHeader
+    raw: bytes
+    arrived: float  # monotonic
+
+    @property
+    def batch_size(self) -> int:
+        return self.header.batch_size
+
+    @property
+    def shape_sig(self) -> str:
+        return self.header.shape_sig
+
+
+@dataclass(frozen=True)
+class Slot:
+    worker: str
+    instance: int
+    subject: str
+
+
+@dataclass
+class InFlight:
+    key: tuple[str, int]
+    slot: Slot
+    requests: list[Pending]
+    dispatched: float
+
+
+def policy_for(spec: ModelSpec | None) -> BatchPolicy:
+    if spec is None or spec.dynamic_batching is None:
+        return BatchPolicy(spec.max_batch_size if spec else 0)
+    db = spec.dynamic_batching
+    return BatchPolicy(spec.max_batch_size, db.preferred_batch_sizes, db.max_queue_delay_us / 1e6, True)
+
+
+@dataclass
+class ModelQueue:
+    key: tuple[str, int]
+    spec: ModelSpec | None = None
+    policy: BatchPolicy = field(default_factory=lambda: BatchPolicy(0))
+    requests: deque[Pending] = field(default_factory=deque)
+    free: deque[Slot] = field(default_factory=deque)
+    timer: asyncio.TimerHandle | None = None
+    stats: ModelStats = field(default_factory=ModelStats)
+    # preserve_ordering: request ids in arrival order, and finished responses held back
+    order: deque[str] = field(default_factory=deque)
+    finished: dict[str, tuple[str, bytes | None]] = field(default_factory=dict)
+
+    @property
+    def preserve_ordering(self) -> bool:
+        return bool(self.spec and self.spec.dynamic_batching and self.spec.dynamic_batching.preserve_ordering)
+
+
+class SchedulerService:
+    def __init__(self, settings: SchedulerSettings, nc: NATS) -> None:
+        self.settings = settings
+        self.nc = nc
+        self.queues: dict[tuple[str, int], ModelQueue] = {}
+        self.in_flight: dict[tuple[str, int], InFlight] = {}  # (worker, batch_id) -> batch
+        self.worker_seen: dict[str, float] = {}
+        self._batch_ids = 0
+        self._tasks: list[asyncio.Task] = []
+        self._loop = asyncio.get_running_loop()
+
+    async def start(self) -> None:
+        self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
+        await self.nc.subscribe(subjects.INFER_ALL, queue=subjects.SCHEDULER_QUEUE, cb=self._on_request)
+        await self.nc.subscribe(subjects.INSTANCE_FREE, cb=self._on_free)
+        await self.nc.subscribe(subjects.WORKER_HEARTBEAT, cb=self._on_heartbeat)
+        await self.nc.subscribe(subjects.SCHEDULER_STATS, cb=self._on_stats)
+        self._tasks.append(asyncio.create_task(self._watch_models()))
+        self._tasks.append(asyncio.create_task(self._expire_workers()))
+        await self.nc.publish(subjects.RESYNC, b"")  # workers re-announce their free instances
+        log.info("scheduler %s started", self.settings.scheduler_id)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    def queue(self, model: str, version: int) -> ModelQueue:
+        key = (model, version)
+        queue = self.queues.get(key)
+        if queue is None:
+            queue = self.queues[key] = ModelQueue(key)
+        return queue
+
+    async def _watch_models(self) -> None:
+        async for key, value in bus.watch(self.models_kv):
+            name = subjects.untoken(key)
+            record = _record_decoder.decode(value) if value is not None else None
+            if record is None or not record.config:
+                continue
+            spec = spec_from_json(record.config)
+            for version in record.versions:
+                queue = self.queue(name, int(version))
+                queue.spec, queue.policy = spec, policy_for(spec)
+
+    # -- requests ---------------------------------------------------------------
+    async def _on_request(self, msg) -> None:
+        try:
+            header = _header_decoder.decode(msg.data)
+        except msgspec.DecodeError as exc:
+            log.error("undecodable request on %s: %s", msg.subject, exc)
+            return
+        queue = self.queue(header.model, header.version)
+        queue.requests.append(Pending(header, msg.data, time.monotonic()))
+        if queue.preserve_ordering:
+            queue.order.append(header.rid)
+        await self._pump(queue)
+
+    async def _pump(self, queue: ModelQueue) -> None:
+        if queue.timer is not None:
+            queue.timer.cancel()
+            queue.timer = None
+        while queue.free and queue.requests:
+            await self._drop_expired(queue)
+            now = time.monotonic()
+            decision = next_batch(queue.requests, queue.policy, now)
+            if decision.take == 0:
+                if decision.wake_at is not None:
+                    queue.timer = self._loop.call_at(
+                        self._loop.time() + (decision.wake_at - now),
+                        lambda q=queue: asyncio.ensure_future(self._pump(q)),
+                    )
+                return
+            batch = [queue.requests.popleft() for _ in range(decision.take)]
+            if self.settings.log_verbose:
+                log.info("batch of %d for '%s': %s", len(batch), queue.key[0], decision.reason)
+            await self._dispatch(queue, queue.free.popleft(), batch, now)
+
+    async def _drop_expired(self, queue: ModelQueue) -> None:
+        """Requests whose deadline passed are not worth running: nobody waits for them."""
+        now_ns = time.time_ns()
+        if not queue.requests or queue.requests[0].header.deadline_ns > now_ns:
+            return
+        alive: deque[Pending] = deque()
+        for pending in queue.requests:
+            if pending.header.deadline_ns > now_ns:
+                alive.append(pending)
+            else:
+                queue.stats.record_request(False, now_ns - pending.header.received_ns, "REJECTED")
+                await self._finish(queue, pending.header, None)
+        queue.requests = alive
+
+    async def _dispatch(self, queue: ModelQueue, slot: Slot, batch: list[Pending], now: float) -> None:
+        self._batch_ids += 1
+        queue_ns = [int((now - p.arrived) * 1e9) for p in batch]
+        for ns in queue_ns:
+            queue.stats.queue.add(ns)
+        message = ExecBatch(
+            self._batch_ids, queue.key[0], queue.key[1], slot.instance,
+            [msgspec.Raw(p.raw) for p in batch], queue_ns, queue.preserve_ordering,
+        )
+        self.in_flight[(slot.worker, self._batch_ids)] = InFlight(queue.key, slot, batch, now)
+        await self.nc.publish(slot.subject, encode(message))
+
+    # -- completions and credits -----------------------------------------------------
+    async def _on_free(self, msg) -> None:
+        try:
+            free = _free_decoder.decode(msg.data)
+        except msgspec.DecodeError:
+            return
+        self.worker_seen[free.worker] = time.monotonic()
+        queue = self.queue(free.model, free.version)
+        if free.batch_id >= 0:
+            await self._complete(queue, free)
+        if free.instance >= 0:
+            slot = Slot(free.worker, free.instance, free.subject)
+            busy = any(f.slot == slot for f in self.in_flight.values())
+            if slot not in queue.free and not busy:
+                queue.free.append(slot)
+        await self._pump(queue)
+
+    async def _complete(self, queue: ModelQueue, free: InstanceFree) -> None:
+        flight = self.in_flight.pop((free.worker, free.batch_id), None)
+        if flight is None:
+            return
+        now_ns = time.time_ns()
+        headers = {p.header.rid: p.header for p in flight.requests}
+        ok_count = sum(1 for d in free.done if d.ok)
+        if free.batch_size:
+            queue.stats.record_batch(
+                free.batch_size, ok_count, free.compute_input_ns, free.compute_infer_ns, free.compute_output_ns
+            )
+        for done in free.done:
+            header = headers.pop(done.rid, None)
+            if header is None:
+                continue
+            queue.stats.record_request(done.ok, now_ns - header.received_ns)
+            await self._finish(queue, header, bytes(done.response) if done.response is not None else None)
+        for header in headers.values():  # the worker did not report them: fail, never lose
+            await self._fail(queue, header, f"request was lost by worker {free.worker}")
+
+    async def _fail(self, queue: ModelQueue, header: RequestHeader, message: str) -> None:
+        queue.stats.record_request(False, time.time_ns() - header.received_ns, "OTHER")
+        response = encode(InferResponse(header.rid, error=message, code="UNAVAILABLE"))
+        if queue.preserve_ordering:
+            await self._finish(queue, header, response)
+        else:
+            await self.nc.publish(header.reply, response)
+
+    async def _finish(self, queue: ModelQueue, header: RequestHeader, response: bytes | None) -> None:
+        """Release a response now, or in arrival order for preserve_ordering models."""
+        if not queue.preserve_ordering:
+            if response is not None:
+                await self.nc.publish(header.reply, response)
+            return
+        queue.finished[header.rid] = (header.reply, response)
+        while queue.order and queue.order[0] in queue.finished:
+            reply, held = queue.finished.pop(queue.order.popleft())
+            if held is not None:
+                await self.nc.publish(reply, held)
+
+    # -- worker liveness ------------------------------------------------------------
+    async def _on_heartbeat(self, msg) -> None:
+        try:
+            beat = _heartbeat_decoder.decode(msg.data)
+        except msgspec.DecodeError:
+            return
+        self.worker_seen[beat.worker] = time.monotonic()
+
+    async def _expire_workers(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            cutoff = time.monotonic() - self.settings.worker_timeout_s
+            for worker in [w for w, seen in self.worker_seen.items() if seen < cutoff]:
+                del self.worker_seen[worker]
+                await self._drop_worker(worker)
+
+    async def _drop_worker(self, worker: str) -> None:
+        log.warning("worker %s is gone; failing its in-flight requests", worker)
+        for queue in self.queues.values():
+            queue.free = deque(s for s in queue.free if s.worker != worker)
+        for key in [k for k in self.in_flight if k[0] == worker]:
+            flight = self.in_flight.pop(key)
+            queue = self.queue(*flight.key)
+            for pending in flight.requests:
+                await self._fail(queue, pending.header, f"worker {worker} stopped responding while running the request")
+
+    # -- statistics ------------------------------------------------------------------
+    async def _on_stats(self, msg) -> None:
+        stats = {
+            f"{model}/{version}": {
+                "stats": q.stats.json(model, str(version)),
+                "fail_reasons": q.stats.fail_reasons,
+                "pending": len(q.requests),
+            }
+            for (model, version), q in self.queues.items()
+        }
+        await msg.respond(msgspec.json.encode(stats))
+
+
+async def run(settings: SchedulerSettings, stop: asyncio.Event) -> None:
+    nc = await bus.connect(settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}")
+    service = SchedulerService(settings, nc)
+    await service.start()
+    try:
+        await stop.wait()
+    finally:
+        await service.stop()
+        await nc.drain()

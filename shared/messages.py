@@ -1,0 +1,158 @@
+"""Wire messages: msgspec Structs encoded as MessagePack.
+
+The scheduler decodes only `RequestHeader` (a subset of `InferRequest`'s fields)
+and forwards each request's original bytes to the worker as `msgspec.Raw`, so
+tensor bytes are never decoded or re-encoded on the way (design.md §3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class TensorRef(msgspec.Struct, omit_defaults=True):
+    """A tensor and where its bytes are.
+
+    Exactly one location: `data` inline; or `shm` (a POSIX shared-memory segment on
+    host `host`); or `key` at `owner` (fetch over the bus in chunks). Shared-memory
+    tensors also name an owner so a consumer on another host can still fetch them.
+    """
+
+    name: str
+    datatype: str
+    shape: list[int]
+    data: bytes | None = None
+    shm: str = ""
+    offset: int = 0
+    nbytes: int = 0
+    host: str = ""
+    owner: str = ""
+    key: str = ""
+
+
+class InferRequest(msgspec.Struct, omit_defaults=True):
+    rid: str  # unique per request, assigned by the gateway
+    model: str
+    version: int
+    reply: str  # the gateway inbox the worker answers to
+    deadline_ns: int  # wall clock (time.time_ns) after which nobody waits
+    batch_size: int = 1
+    shape_sig: str = ""  # shapes of variable-dim inputs; only equal ones batch together
+    id: str = ""  # the client's request id, echoed
+    inputs: list[TensorRef] = []
+    outputs: list[str] = []  # requested output names; empty = all
+    parameters: dict[str, Any] = {}
+    priority: int = 0
+    received_ns: int = 0
+
+
+class RequestHeader(msgspec.Struct):
+    """What the scheduler reads of an `InferRequest`; the rest stays opaque."""
+
+    rid: str
+    model: str
+    version: int
+    reply: str
+    deadline_ns: int
+    batch_size: int = 1
+    shape_sig: str = ""
+    priority: int = 0
+    received_ns: int = 0
+
+
+class InferResponse(msgspec.Struct, omit_defaults=True):
+    rid: str
+    model: str = ""
+    version: int = 0
+    outputs: list[TensorRef] = []
+    error: str = ""
+    code: str = ""
+    parameters: dict[str, Any] = {}
+
+
+class ExecBatch(msgspec.Struct):
+    """Scheduler -> worker: run these requests as one batch on one instance."""
+
+    batch_id: int
+    model: str
+    version: int
+    instance: int
+    requests: list[msgspec.Raw]
+    queue_ns: list[int]
+    reply_via_scheduler: bool = False  # preserve_ordering: responses go back in `InstanceFree`
+
+
+class RequestDone(msgspec.Struct, omit_defaults=True):
+    rid: str
+    ok: bool
+    response: msgspec.Raw | None = None  # only with reply_via_scheduler
+
+
+class InstanceFree(msgspec.Struct, omit_defaults=True):
+    """Worker -> scheduler: an instance is free (a credit), maybe after finishing a batch."""
+
+    worker: str
+    model: str
+    version: int
+    instance: int
+    subject: str  # where ExecBatch messages for this worker go
+    batch_id: int = -1
+    batch_size: int = 0
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+    done: list[RequestDone] = []
+
+
+class WorkerHeartbeat(msgspec.Struct):
+    worker: str
+    subject: str
+    host: str
+    instances: dict[str, int]  # "model/version" -> instance count
+    interval_s: float
+
+
+class ModelVersionState(msgspec.Struct, omit_defaults=True):
+    state: str  # READY, LOADING, UNAVAILABLE, UNLOADING, UNKNOWN
+    reason: str = ""
+
+
+class ModelRecord(msgspec.Struct, omit_defaults=True):
+    """The repository's published view of one model (JetStream KV `shoal-models`)."""
+
+    name: str
+    path: str = ""
+    config: dict[str, Any] = {}  # normalized ModelConfig as Triton's JSON
+    versions: dict[str, ModelVersionState] = {}  # version -> state (loaded or attempted)
+    generation: int = 0  # bumps on every (re)load so workers reload
+    reason: str = ""  # model-level failure (bad config), shown for every version
+
+
+class InstanceRecord(msgspec.Struct, omit_defaults=True):
+    """A worker's report on its instances of one model version (KV `shoal-instances`)."""
+
+    worker: str
+    model: str
+    version: int
+    generation: int
+    state: str  # READY, LOADING, UNAVAILABLE
+    reason: str = ""
+    count: int = 0
+
+
+class ErrorReply(msgspec.Struct):
+    error: str
+    code: str = "INTERNAL"
+
+
+encoder = msgspec.msgpack.Encoder()
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    return encoder.encode(message)
+
+
+def decoder(kind: type) -> msgspec.msgpack.Decoder:
+    return msgspec.msgpack.Decoder(kind)

@@ -1,0 +1,40 @@
+"""Running one service process: logging, the event loop, and a clean stop on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+try:
+    import uvloop
+except ImportError:  # uvloop is not available on every platform
+    uvloop = None
+
+
+def configure_logging(service: str, verbose: int = 0) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose > 1 else logging.INFO,
+        format=f"%(asctime)s %(levelname).1s {service} %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if verbose <= 1:
+        logging.getLogger("nats").setLevel(logging.WARNING)
+
+
+def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    """Run `main(stop)`; SIGTERM/SIGINT set `stop`, and `main` shuts down its own way."""
+
+    async def wrapper() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await main(stop)
+
+    if uvloop is not None:
+        uvloop.run(wrapper())
+    else:
+        asyncio.run(wrapper())

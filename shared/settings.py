@@ -1,0 +1,112 @@
+"""One typed settings model per service; flags, env vars (SHOAL_<SERVICE>_*) and defaults.
+
+`add_arguments` builds argparse options from a model's fields and `to_argv` turns a
+settings object back into flags, so `shoal serve` starts each child service with
+exactly the settings it resolved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import uuid
+from typing import Any, Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+TRUE = {"true", "on", "1", "yes"}
+FALSE = {"false", "off", "0", "no"}
+
+
+def parse_bool(value: str) -> bool:
+    """tritonserver's boolean flag values: true/false/on/off/1/0, any case."""
+    lowered = value.strip().lower()
+    if lowered in TRUE:
+        return True
+    if lowered in FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean value '{value}' (use true/false/on/off/1/0)")
+
+
+class BusSettings(BaseSettings):
+    nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server URL(s), comma separated")
+    log_verbose: int = Field(0, description="verbose logging level (as tritonserver)")
+
+
+class GatewaySettings(BusSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_GATEWAY_")
+    gateway_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
+    id: str = Field("triton", description="server name in GET /v2")
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    metrics_port: int = 8002
+    allow_metrics: bool = True
+    http_max_input_size: int = 64 * 1024 * 1024
+    request_timeout_s: float = Field(60.0, description="deadline of a request with no timeout of its own")
+    inline_max_bytes: int = 65536
+    tensor_transport: Literal["auto", "shm", "bus"] = "auto"
+    strict_readiness: bool = True
+    model_control_mode: Literal["none", "poll", "explicit"] = "none"
+
+
+class SchedulerSettings(BusSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_SCHEDULER_")
+    scheduler_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
+    worker_timeout_s: float = Field(5.0, description="a worker silent this long is dropped")
+
+
+class WorkerSettings(BusSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_WORKER_")
+    worker_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+    inline_max_bytes: int = 65536
+    tensor_transport: Literal["auto", "shm", "bus"] = "auto"
+    intra_op_threads: int = Field(0, description="onnxruntime threads per instance (0 = its default)")
+    heartbeat_s: float = 1.0
+
+
+class RepositorySettings(BusSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_REPOSITORY_")
+    model_repository: str = Field("", description="model repository path")
+    model_control_mode: Literal["none", "poll", "explicit"] = "none"
+    load_model: list[str] = Field(default_factory=list)
+    disable_auto_complete_config: bool = False
+    strict_model_config: bool = False
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> None:
+    """One `--kebab-case` option per field; unset options fall back to env and defaults."""
+    for name, info in model.model_fields.items():
+        kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": info.description}
+        annotation = info.annotation
+        if annotation is bool:
+            kwargs["type"] = parse_bool
+            kwargs["metavar"] = "BOOL"
+        elif annotation in (int, float):
+            kwargs["type"] = annotation
+        elif getattr(annotation, "__origin__", None) is list:
+            kwargs["action"] = "append"
+        parser.add_argument(_flag(name), **kwargs)
+
+
+def from_namespace(model: type[BaseSettings], namespace: argparse.Namespace) -> Any:
+    given = {k: v for k, v in vars(namespace).items() if k in model.model_fields}
+    return model(**given)
+
+
+def to_argv(settings: BaseSettings) -> list[str]:
+    argv: list[str] = []
+    for name, value in settings.model_dump().items():
+        if isinstance(value, list):
+            for item in value:
+                argv += [_flag(name), str(item)]
+        elif isinstance(value, bool):
+            argv += [_flag(name), "true" if value else "false"]
+        else:
+            argv += [_flag(name), str(value)]
+    return argv

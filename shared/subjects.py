@@ -1,0 +1,72 @@
+"""Every NATS subject and KV name Shoal uses, built in one place."""
+
+from __future__ import annotations
+
+import re
+
+PREFIX = "shoal"
+
+MODELS_BUCKET = "shoal-models"
+INSTANCES_BUCKET = "shoal-instances"
+
+# gateway -> scheduler (queue group SCHEDULER_QUEUE); one subject per model
+SCHEDULER_QUEUE = "schedulers"
+INFER_ALL = f"{PREFIX}.infer.>"
+# worker -> scheduler: an instance is free / finished a batch
+INSTANCE_FREE = f"{PREFIX}.sched.free"
+# scheduler -> all workers: re-announce free instances (a scheduler (re)started)
+RESYNC = f"{PREFIX}.worker.resync"
+WORKER_HEARTBEAT = f"{PREFIX}.worker.heartbeat"
+SCHEDULER_STATS = f"{PREFIX}.sched.stats"
+REPOSITORY_INDEX = f"{PREFIX}.repository.index"
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def token(name: str) -> str:
+    """Encode a free-form name (model names may hold dots, spaces...) as one subject token."""
+    return _UNSAFE.sub(lambda m: "".join(f"={b:02X}" for b in m.group().encode()), name) or "=00"
+
+
+def untoken(encoded: str) -> str:
+    if encoded == "=00":
+        return ""
+    out = bytearray()
+    i = 0
+    while i < len(encoded):
+        if encoded[i] == "=":
+            out.append(int(encoded[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out += encoded[i].encode()
+            i += 1
+    return out.decode()
+
+
+def infer(model: str) -> str:
+    return f"{PREFIX}.infer.{token(model)}"
+
+
+def model_from_infer(subject: str) -> str:
+    return untoken(subject.split(".", 2)[2])
+
+
+def worker_exec(worker_id: str) -> str:
+    return f"{PREFIX}.worker.{worker_id}.exec"
+
+
+def gateway_inbox(gateway_id: str) -> str:
+    return f"{PREFIX}.gw.{gateway_id}.reply"
+
+
+def tensor_owner(owner_id: str) -> str:
+    """Where a process serves the tensors it holds (chunk fetch and release)."""
+    return f"{PREFIX}.tensors.{owner_id}"
+
+
+def model_key(model: str) -> str:
+    return token(model)
+
+
+def instance_key(worker_id: str, model: str, version: int) -> str:
+    return f"{worker_id}.{token(model)}.{version}"

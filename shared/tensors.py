@@ -1,0 +1,238 @@
+"""Tensor transport: inline bytes, POSIX shared memory, or chunks over the bus.
+
+Every process that produces large tensors (gateways for inputs, workers for
+outputs) has one `TensorStore`. Small tensors ride inline in the message. Large
+ones go into a `/dev/shm` segment (same host) or stay in the producer's memory
+(`transport="bus"`, or when the consumer is on another host) and are fetched in
+chunks below the server's `max_payload` from the producer's tensor subject.
+
+Ownership: input segments belong to the gateway that made them and are freed when
+the response is delivered or the request dies. Output segments are handed to the
+consumer (the gateway), which unlinks them after reading. Bus-held tensors are
+freed on a `release` message or when their deadline passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import mmap
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+import posix_ipc
+from nats.aio.client import Client as NATS
+
+from shared import subjects
+from shared.messages import TensorRef
+
+log = logging.getLogger(__name__)
+
+Transport = Literal["auto", "shm", "bus"]
+_HOST_FILE = "/dev/shm/shoal-host-id"
+_FETCH_WINDOW = 8
+
+
+def segment_prefix() -> str:
+    """Segments carry the run id so `shoal serve` can sweep its leftovers on exit."""
+    return f"shoal_{os.environ.get('SHOAL_RUN_ID', 'x')}_"
+
+
+def host_token() -> str:
+    """An id shared by every process that sees the same /dev/shm (same host or IPC namespace)."""
+    try:
+        with open(_HOST_FILE, "x") as f:
+            f.write(uuid.uuid4().hex)
+    except FileExistsError:
+        pass
+    except OSError:
+        return f"no-shm-{uuid.uuid4().hex}"
+    with open(_HOST_FILE) as f:
+        return f.read().strip()
+
+
+class ChunkRequest(msgspec.Struct):
+    op: str  # "get" | "release"
+    keys: list[str]
+    offset: int = 0
+    size: int = 0
+
+
+_chunk_decoder = msgspec.msgpack.Decoder(ChunkRequest)
+
+
+def map_segment(name: str, offset: int, nbytes: int, writable: bool = False) -> memoryview:
+    """Map `nbytes` of a shared-memory segment; the mapping lives as long as the view."""
+    if nbytes == 0:
+        return memoryview(b"")
+    flags = os.O_RDWR if writable else os.O_RDONLY
+    fd = os.open(f"/dev/shm/{name.lstrip('/')}", flags)
+    try:
+        page = offset - offset % mmap.ALLOCATIONGRANULARITY
+        access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+        mapped = mmap.mmap(fd, nbytes + offset - page, access=access, offset=page)
+    finally:
+        os.close(fd)
+    return memoryview(mapped)[offset - page : offset - page + nbytes]
+
+
+def unlink_segment(name: str) -> None:
+    try:
+        posix_ipc.unlink_shared_memory(name)
+    except posix_ipc.ExistentialError:
+        pass
+
+
+def create_segment(payload: memoryview | bytes) -> str:
+    name = f"/{segment_prefix()}{uuid.uuid4().hex}"
+    view = memoryview(payload).cast("B")
+    segment = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, size=len(view))
+    try:
+        with mmap.mmap(segment.fd, len(view)) as mapped:
+            mapped[:] = view
+    except BaseException:
+        segment.unlink()
+        raise
+    finally:
+        segment.close_fd()
+    return name
+
+
+@dataclass
+class _Held:
+    data: memoryview | None  # bus-held bytes, or None for a shared-memory segment
+    segment: str
+    expires: float
+
+
+class TensorStore:
+    def __init__(
+        self,
+        nc: NATS,
+        owner_id: str,
+        inline_max: int = 65536,
+        transport: Transport = "auto",
+    ) -> None:
+        self._nc = nc
+        self.owner = subjects.tensor_owner(owner_id)
+        self.inline_max = inline_max
+        self.transport = transport
+        self.host = host_token() if transport != "bus" else f"bus-{owner_id}"
+        self._held: dict[str, _Held] = {}
+        self._sub = None
+        self._sweeper: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self._sub = await self._nc.subscribe(self.owner, cb=self._serve)
+        self._sweeper = asyncio.create_task(self._sweep())
+
+    async def close(self) -> None:
+        if self._sweeper:
+            self._sweeper.cancel()
+        if self._sub:
+            await self._sub.unsubscribe()
+        self._drop(list(self._held))
+
+    # -- producing -------------------------------------------------------
+    def put(
+        self, name: str, datatype: str, shape: list[int], payload: memoryview | bytes, ttl_s: float
+    ) -> TensorRef:
+        nbytes = memoryview(payload).nbytes
+        if nbytes <= self.inline_max:
+            return TensorRef(name, datatype, shape, data=bytes(payload))
+        expires = time.monotonic() + ttl_s
+        if self.transport != "bus":
+            # Also served over the bus (key = segment) for a consumer on another host.
+            segment = create_segment(payload)
+            self._held[segment] = _Held(None, segment, expires)
+            return TensorRef(
+                name, datatype, shape, shm=segment, nbytes=nbytes, host=self.host,
+                owner=self.owner, key=segment,
+            )
+        key = uuid.uuid4().hex
+        self._held[key] = _Held(memoryview(payload).cast("B"), "", expires)
+        return TensorRef(name, datatype, shape, nbytes=nbytes, owner=self.owner, key=key)
+
+    def free(self, refs: list[TensorRef]) -> None:
+        """Free tensors this process produced (or was handed) and no longer needs."""
+        for ref in refs:
+            if ref.shm:
+                unlink_segment(ref.shm)
+            if ref.key:
+                self._held.pop(ref.key, None)
+
+    # -- consuming -------------------------------------------------------
+    async def get(self, ref: TensorRef, timeout: float) -> memoryview | bytes:
+        if ref.data is not None:
+            return ref.data
+        if ref.shm and ref.host == self.host:
+            return map_segment(ref.shm, ref.offset, ref.nbytes)
+        if not ref.key:
+            raise RuntimeError(f"tensor '{ref.name}' is in shared memory on another host")
+        return await self._fetch(ref, timeout)
+
+    async def release_remote(self, refs: list[TensorRef]) -> None:
+        """Tell owners that bus-held tensors were consumed; unlink handed-over segments."""
+        by_owner: dict[str, list[str]] = {}
+        for ref in refs:
+            if ref.shm and ref.host == self.host:
+                unlink_segment(ref.shm)
+            elif ref.key:
+                by_owner.setdefault(ref.owner, []).append(ref.key)
+        for owner, keys in by_owner.items():
+            await self._nc.publish(owner, msgspec.msgpack.encode(ChunkRequest("release", keys)))
+
+    async def _fetch(self, ref: TensorRef, timeout: float) -> bytearray:
+        chunk = max(1024, self._nc.max_payload - 4096)
+        out = bytearray(ref.nbytes)
+        view = memoryview(out)
+        limiter = asyncio.Semaphore(_FETCH_WINDOW)
+
+        async def one(offset: int) -> None:
+            size = min(chunk, ref.nbytes - offset)
+            request = msgspec.msgpack.encode(ChunkRequest("get", [ref.key], offset, size))
+            async with limiter:
+                reply = await self._nc.request(ref.owner, request, timeout=timeout)
+            if reply.headers and reply.headers.get("error"):
+                raise RuntimeError(f"tensor '{ref.name}': {reply.headers['error']}")
+            if len(reply.data) != size:
+                raise RuntimeError(f"tensor '{ref.name}': short chunk at {offset}")
+            view[offset : offset + size] = reply.data
+
+        await asyncio.gather(*(one(o) for o in range(0, ref.nbytes, chunk)))
+        return out
+
+    async def _serve(self, msg) -> None:
+        try:
+            request = _chunk_decoder.decode(msg.data)
+        except msgspec.DecodeError:
+            return
+        if request.op == "release":
+            self._drop(request.keys)
+            return
+        held = self._held.get(request.keys[0]) if request.keys else None
+        if held is None:
+            await msg.respond(b"", headers={"error": "tensor not found (released or expired)"})
+            return
+        if held.data is not None:
+            data = held.data
+        else:
+            data = map_segment(held.segment, request.offset, request.size)
+            request.offset = 0
+        await msg.respond(bytes(data[request.offset : request.offset + request.size]))
+
+    def _drop(self, keys: list[str]) -> None:
+        for key in keys:
+            held = self._held.pop(key, None)
+            if held is not None and held.segment:
+                unlink_segment(held.segment)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            self._drop([k for k, h in self._held.items() if h.expires < now])
