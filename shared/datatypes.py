@@ -107,7 +107,8 @@ def to_bytes(array: np.ndarray, datatype: str) -> bytes | memoryview:
     if datatype == "BYTES":
         return serialize_bytes(array)
     array = np.ascontiguousarray(array)
-    return memoryview(array).cast("B") if array.size else b""
+    # via uint8: memoryview cannot export extension dtypes such as bfloat16
+    return memoryview(array.reshape(-1).view(np.uint8)) if array.size else b""
 
 
 def from_bytes(buffer: memoryview | bytes, datatype: str, shape: list[int]) -> np.ndarray:

@@ -1,8 +1,10 @@
 """`/metrics` on the metrics port with Triton's metric names and labels (triton-spec §4).
 
 Counters live in the scheduler (where requests are queued and completed); each scrape
-asks it and renders them with prometheus-client. Counter samples carry no `_total`
-suffix, as Triton's prometheus-cpp exposition prints them.
+asks it and renders them. The text is written here rather than by prometheus-client
+because Triton's counters have no `_total` suffix in `# HELP`/`# TYPE` or samples
+(prometheus-cpp's exposition), and Grafana dashboards built for Triton query those
+exact names.
 """
 
 from __future__ import annotations
@@ -10,9 +12,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from prometheus_client.core import Metric
-from prometheus_client.exposition import generate_latest
-from prometheus_client.registry import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -39,36 +38,34 @@ _COUNTERS = (
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 
-class _Snapshot:
-    """A collector over one scrape's scheduler statistics."""
+def _labels(labels: dict[str, str]) -> str:
+    escaped = (f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"' for k, v in labels.items())
+    return "{" + ",".join(escaped) + "}"
 
-    def __init__(self, stats: dict[str, Any]) -> None:
-        self.stats = stats
 
-    def collect(self):
-        entries = [(key.rsplit("/", 1), value) for key, value in sorted(self.stats.items())]
-        for name, doc, pick in _COUNTERS:
-            metric = Metric(name, doc, "counter")
-            for (model, version), value in entries:
-                metric.add_sample(name, {"model": model, "version": version}, pick(value["stats"]))
-            yield metric
-        failure = Metric("nv_inference_request_failure", "Number of failed inference requests, all batch sizes", "counter")
-        for (model, version), value in entries:
-            for reason in FAILURE_REASONS:
-                count = value.get("fail_reasons", {}).get(reason, 0)
-                failure.add_sample(failure.name, {"model": model, "reason": reason, "version": version}, count)
-        yield failure
-        pending = Metric("nv_inference_pending_request_count",
-                         "Instantaneous number of pending requests awaiting execution per-model.", "gauge")
-        for (model, version), value in entries:
-            pending.add_sample(pending.name, {"model": model, "version": version}, value.get("pending", 0))
-        yield pending
+def _family(name: str, doc: str, kind: str, samples: list[tuple[dict[str, str], float]]) -> list[str]:
+    lines = [f"# HELP {name} {doc}", f"# TYPE {name} {kind}"]
+    lines += [f"{name}{_labels(labels)} {value:g}" for labels, value in samples]
+    return lines
 
 
 def render(stats: dict[str, Any]) -> bytes:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(stats))
-    return generate_latest(registry)
+    entries = [(key.rsplit("/", 1), value) for key, value in sorted(stats.items())]
+    lines: list[str] = []
+    for name, doc, pick in _COUNTERS:
+        samples = [({"model": m, "version": v}, pick(value["stats"])) for (m, v), value in entries]
+        lines += _family(name, doc, "counter", samples)
+    failures = [
+        ({"model": m, "reason": reason, "version": v}, value.get("fail_reasons", {}).get(reason, 0))
+        for (m, v), value in entries
+        for reason in FAILURE_REASONS
+    ]
+    lines += _family("nv_inference_request_failure", "Number of failed inference requests, all batch sizes",
+                     "counter", failures)
+    pending = [({"model": m, "version": v}, value.get("pending", 0)) for (m, v), value in entries]
+    lines += _family("nv_inference_pending_request_count",
+                     "Instantaneous number of pending requests awaiting execution per-model.", "gauge", pending)
+    return ("\n".join(lines) + "\n").encode()
 
 
 def build_metrics_app(fetch: Callable[[], Awaitable[dict[str, Any]]]) -> Starlette:

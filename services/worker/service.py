@@ -72,6 +72,7 @@ class WorkerService:
         self.store = TensorStore(nc, self.id, settings.inline_max_bytes, settings.tensor_transport)
         self.models: dict[tuple[str, int], LoadedModel] = {}
         self._loading: dict[tuple[str, int], asyncio.Task] = {}
+        self._attempted: dict[tuple[str, int], int] = {}  # generation last loaded or tried
         self._tasks: set[asyncio.Task] = set()
         self._loop = asyncio.get_running_loop()
 
@@ -109,15 +110,17 @@ class WorkerService:
         wanted: set[int] = set()
         if record is not None and not record.reason:
             wanted = {int(v) for v, s in record.versions.items() if s.state != "UNLOADING"}
-        for key in [k for k in self.models if k[0] == name and k[1] not in wanted]:
+        for key in [k for k in self._attempted if k[0] == name and k[1] not in wanted]:
+            self._attempted.pop(key, None)
             await self._unload(key)
         for version in wanted:
-            current = self.models.get((name, version))
-            if current is None or current.generation != record.generation:
-                key = (name, version)
-                if key in self._loading:
-                    self._loading[key].cancel()
-                self._loading[key] = self._spawn(self._load(record, version))
+            key = (name, version)
+            if self._attempted.get(key) == record.generation:
+                continue  # loaded, loading, or failed at this generation: a state change, not a reload
+            self._attempted[key] = record.generation
+            if key in self._loading:
+                self._loading[key].cancel()
+            self._loading[key] = self._spawn(self._load(record, version))
 
     async def _load(self, record: ModelRecord, version: int) -> None:
         key = (record.name, version)

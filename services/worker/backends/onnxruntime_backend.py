@@ -7,14 +7,29 @@ to load with that reason instead of silently running on the CPU.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import onnxruntime as ort
 
 from shared.errors import unavailable
 from shared.model_config import ModelSpec
+
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_ONNX_BFLOAT16 = 16
+
+
+def _to_numpy(value: ort.OrtValue) -> np.ndarray:
+    if value.element_type() != _ONNX_BFLOAT16:
+        return value.numpy()
+    shape = value.shape()
+    count = int(np.prod(shape)) if shape else 1
+    raw = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+    return np.ctypeslib.as_array(raw).copy().view(_BF16).reshape(shape)
 
 
 def _providers(kind: str, device: int) -> list:
@@ -49,14 +64,27 @@ class OnnxInstance:
                     f"unexpected inference input '{tensor.name}', allowed inputs are: {', '.join(sorted(names))}"
                 )
         self._string_inputs = {i.name for i in self.session.get_inputs() if i.type == "tensor(string)"}
+        # onnxruntime's numpy binding has no bfloat16: such models go through OrtValues
+        self._bf16 = any(t.type == "tensor(bfloat16)" for t in self.session.get_inputs() + self.session.get_outputs())
 
     def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
-        feed = {
-            name: (array.astype(str) if name in self._string_inputs and array.dtype == object else array)
-            for name, array in inputs.items()
+        feed = {name: self._feed(name, array) for name, array in inputs.items()}
+        if not self._bf16:
+            return dict(zip(output_names, self.session.run(output_names, feed)))
+        values = {
+            name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), _ONNX_BFLOAT16)
+            if array.dtype == _BF16 else ort.OrtValue.ortvalue_from_numpy(array)
+            for name, array in feed.items()
         }
-        results = self.session.run(output_names, feed)
-        return dict(zip(output_names, results))
+        results = self.session.run_with_ort_values(output_names, values)
+        return {name: _to_numpy(value) for name, value in zip(output_names, results)}
+
+    def _feed(self, name: str, array: np.ndarray) -> np.ndarray:
+        if name in self._string_inputs and array.dtype == object:
+            # onnxruntime takes str elements; Triton's BYTES are raw bytes (UTF-8 text here)
+            return np.array([x.decode("utf-8") if isinstance(x, bytes) else x for x in array.reshape(-1)],
+                            dtype=object).reshape(array.shape)
+        return array
 
     def close(self) -> None:
         del self.session

@@ -1,0 +1,102 @@
+"""Real services for tests: a nats-server on free ports and the Shoal services as processes."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from onnx import TensorProto
+
+from services.repository import examples
+from services.supervisor import Cluster
+from shared.natsserver import NatsServer, free_port
+from shared.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings
+
+DTYPES = {
+    "BOOL": TensorProto.BOOL, "UINT8": TensorProto.UINT8, "UINT16": TensorProto.UINT16,
+    "UINT32": TensorProto.UINT32, "UINT64": TensorProto.UINT64, "INT8": TensorProto.INT8,
+    "INT16": TensorProto.INT16, "INT32": TensorProto.INT32, "INT64": TensorProto.INT64,
+    "FP16": TensorProto.FLOAT16, "FP32": TensorProto.FLOAT, "FP64": TensorProto.DOUBLE,
+    "BF16": TensorProto.BFLOAT16, "BYTES": TensorProto.STRING,
+}
+
+
+def identity_config(name: str, datatype: str, max_batch_size: int = 8, extra: str = "") -> str:
+    config_type = "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
+    return (
+        f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: {max_batch_size}\n'
+        f'input [ {{ name: "INPUT0" data_type: {config_type} dims: [ -1 ] }} ]\n'
+        f'output [ {{ name: "OUTPUT0" data_type: {config_type} dims: [ -1 ] }} ]\n'
+        f"instance_group [ {{ count: 1 kind: KIND_CPU }} ]\n{extra}"
+    )
+
+
+def build_test_repository(root: Path) -> Path:
+    """The example models plus models that exercise datatypes, batching and failures."""
+    examples.write_examples(root)
+    for datatype, elem in DTYPES.items():
+        name = f"identity_{datatype.lower()}"
+        if datatype != "FP32":
+            examples.write_model(root, name, examples.identity_graph(elem, 2, name), identity_config(name, datatype))
+    # 8 requests within the 2 s delay fill the preferred batch of 8 and run as one execution
+    examples.write_model(
+        root, "batch_probe", examples.identity_graph(TensorProto.FLOAT, 2, "batch_probe"),
+        identity_config("batch_probe", "FP32", 8, "dynamic_batching { max_queue_delay_microseconds: 2000000 }\n"),
+    )
+    # no config.pbtxt at all: auto-completed from the ONNX file
+    examples.write_model(root, "autocomplete", examples.simple_graph(), None)
+    # a config that does not parse: UNAVAILABLE with the parser's reason; the rest still loads
+    examples.write_model(root, "broken_config", examples.simple_graph(), 'name: "broken_config"\nmax_batch_sze: 2\n')
+    # parses, but the model file is not a valid ONNX graph for the config: the backend's reason
+    bad = examples.write_model(root, "bad_io", examples.simple_graph(), identity_config("bad_io", "FP32"))
+    (bad / "1" / "model.onnx").write_bytes(b"not an onnx file")
+    # non-batching model (max_batch_size 0): full shapes in requests
+    examples.write_model(
+        root, "nobatch", examples.identity_graph(TensorProto.FLOAT, 2, "nobatch"),
+        'name: "nobatch"\nbackend: "onnxruntime"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2, -1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2, -1 ] } ]\n',
+    )
+    return root
+
+
+@dataclass
+class Running:
+    nats: NatsServer
+    cluster: Cluster
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.cluster.gateway.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.cluster.gateway.metrics_port}/metrics"
+
+
+@contextlib.contextmanager
+def running_cluster(
+    repository: Path,
+    workers: int = 1,
+    transport: str = "auto",
+    max_payload: int | None = None,
+    **gateway: object,
+) -> Iterator[Running]:
+    nats = NatsServer(max_payload=max_payload).start()
+    common = {"nats_url": nats.url}
+    cluster = Cluster(
+        GatewaySettings(**common, http_address="127.0.0.1", http_port=free_port(), metrics_port=free_port(),
+                        tensor_transport=transport, request_timeout_s=30, **gateway),
+        SchedulerSettings(**common, worker_timeout_s=3),
+        RepositorySettings(**common, model_repository=str(repository)),
+        [WorkerSettings(**common, tensor_transport=transport, heartbeat_s=0.5) for _ in range(workers)],
+    )
+    try:
+        cluster.start()
+        cluster.wait_ready(90)
+        yield Running(nats, cluster)
+    finally:
+        cluster.stop(timeout=10)
+        nats.stop()

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tritonclient.http as httpclient
+
+from tests.cluster import Running, build_test_repository, running_cluster
+
+
+@pytest.fixture(scope="session")
+def test_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_test_repository(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def shoal(test_repository: Path) -> Running:
+    """One real system (nats-server + every service) shared by the integration tests."""
+    with running_cluster(test_repository) as running:
+        yield running
+
+
+@pytest.fixture
+def client(shoal: Running) -> httpclient.InferenceServerClient:
+    c = httpclient.InferenceServerClient(shoal.url, network_timeout=60)
+    yield c
+    c.close()
