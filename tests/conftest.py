@@ -16,7 +16,7 @@ def test_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def shoal(test_repository: Path) -> Running:
     """One real system (nats-server + every service) shared by the integration tests."""
-    with running_cluster(test_repository) as running:
+    with running_cluster(test_repository, http_max_input_size=80 * 2**20) as running:
         yield running
 
 

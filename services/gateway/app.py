@@ -114,17 +114,19 @@ class Gateway:
     # -- inference ------------------------------------------------------------------
     async def _body(self, request: Request) -> bytes:
         limit = self.settings.http_max_input_size
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise codec.size_error(int(declared), limit)
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
-            if size > limit:
-                raise codec.size_error(size, limit)
-            chunks.append(chunk)
-        body = b"".join(chunks)
-        return codec.decompress(body, request.headers.get("content-encoding"), limit)
+            if size <= limit:
+                chunks.append(chunk)
+            elif size > 4 * limit:  # not worth reading further: the connection gets closed
+                break
+        if size > limit:
+            # the rest of an oversize body was read (and dropped) so the client gets this
+            # error rather than a connection reset
+            declared = request.headers.get("content-length", "")
+            raise codec.size_error(int(declared) if declared.isdigit() else size, limit)
+        return codec.decompress(b"".join(chunks), request.headers.get("content-encoding"), limit)
 
     async def infer(self, request: Request) -> Response:
         name, version = self._model(request)

@@ -1,0 +1,66 @@
+"""Large tensors: POSIX shared memory on one host, chunks over the bus otherwise; nothing leaks."""
+
+from __future__ import annotations
+
+import glob
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.cluster import running_cluster
+
+BIG = (1, 16 * 2**20)  # 64 MiB of FP32
+
+
+def leftover_segments(run_id: str, timeout: float = 5.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = glob.glob(f"/dev/shm/shoal_{run_id}_*")
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def round_trip(url: str, value: np.ndarray) -> np.ndarray:
+    client = httpclient.InferenceServerClient(url, network_timeout=120, connection_timeout=120)
+    try:
+        tensor = httpclient.InferInput("INPUT0", list(value.shape), "FP32")
+        tensor.set_data_from_numpy(value)
+        return client.infer("identity_fp32", [tensor]).as_numpy("OUTPUT0")
+    finally:
+        client.close()
+
+
+def test_64mib_through_shared_memory(shoal):
+    value = np.random.default_rng(3).standard_normal(BIG).astype(np.float32)
+    np.testing.assert_array_equal(round_trip(shoal.url, value), value)
+    assert leftover_segments(shoal.cluster.run_id) == []
+
+
+def test_medium_tensor_crosses_inline_threshold(shoal):
+    for width in (16383, 16384, 16385, 100_000):  # around and above the 64 KiB inline limit
+        value = np.arange(width, dtype=np.float32).reshape(1, width)
+        np.testing.assert_array_equal(round_trip(shoal.url, value), value)
+    assert leftover_segments(shoal.cluster.run_id) == []
+
+
+@pytest.fixture(scope="module")
+def bus_only(test_repository):
+    """Shared memory switched off and a small max_payload: tensors travel in many chunks."""
+    with running_cluster(test_repository, transport="bus", max_payload=256 * 1024,
+                         http_max_input_size=80 * 2**20) as running:
+        yield running
+
+
+def test_64mib_over_the_bus_in_chunks(bus_only):
+    value = np.random.default_rng(4).standard_normal(BIG).astype(np.float32)
+    np.testing.assert_array_equal(round_trip(bus_only.url, value), value)
+    assert glob.glob(f"/dev/shm/shoal_{bus_only.cluster.run_id}_*") == []
+
+
+def test_small_and_medium_over_the_bus(bus_only):
+    for width in (4, 70_000, 300_000):
+        value = np.arange(width, dtype=np.float32).reshape(1, width)
+        np.testing.assert_array_equal(round_trip(bus_only.url, value), value)
