@@ -204,8 +204,12 @@ class SchedulerService:
             await self._complete(queue, free)
         if free.instance >= 0:
             slot = Slot(free.worker, free.instance, free.subject)
-            busy = any(f.slot == slot for f in self.in_flight.values())
-            if slot not in queue.free and not busy:
+            for key in [k for k, f in self.in_flight.items() if f.slot == slot]:
+                # the worker says the instance is idle, so it no longer holds this batch
+                flight = self.in_flight.pop(key)
+                for pending in flight.requests:
+                    await self._fail(queue, pending.header, f"worker {free.worker} dropped the request")
+            if slot not in queue.free:
                 queue.free.append(slot)
         await self._pump(queue)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +68,9 @@ class WorkerService:
     def __init__(self, settings: WorkerSettings, nc: NATS) -> None:
         self.settings = settings
         self.nc = nc
-        self.id = settings.worker_id
+        # one id per process incarnation: a restarted worker must not inherit the
+        # batches its predecessor never finished
+        self.id = f"{settings.worker_id}-{uuid.uuid4().hex[:6]}"
         self.subject = subjects.worker_exec(self.id)
         self.store = TensorStore(nc, self.id, settings.inline_max_bytes, settings.tensor_transport)
         self.models: dict[tuple[str, int], LoadedModel] = {}
