@@ -106,6 +106,13 @@ class Cluster:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.gateway.http_port}"
 
+    def _get(self, path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"{self.base_url}{path}", timeout=2) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
     def wait_ready(self, timeout: float) -> list[dict]:
         """Block until the gateway answers and no model is still LOADING; returns the index."""
         deadline = time.monotonic() + timeout
@@ -115,9 +122,10 @@ class Cluster:
                 request = urllib.request.Request(f"{self.base_url}/v2/repository/index", data=b"", method="POST")
                 with urllib.request.urlopen(request, timeout=2) as response:
                     index = json.loads(response.read())
-                if all(e.get("state") not in ("LOADING", None) for e in index if "state" in e) and all(
-                    "state" in e for e in index if self.repository.model_control_mode != "explicit"
-                ):
+                loaded = all(e.get("state") != "LOADING" for e in index) and (
+                    self.repository.model_control_mode == "explicit" or all("state" in e for e in index))
+                # the statistics endpoint answers only once the scheduler is on the bus
+                if loaded and self._get("/v2/models/stats") == 200:
                     return index
             except (urllib.error.URLError, OSError, ValueError):
                 pass

@@ -216,14 +216,14 @@ class TensorStore:
             return
         held = self._held.get(request.keys[0]) if request.keys else None
         if held is None:
-            await msg.respond(b"", headers={"error": "tensor not found (released or expired)"})
+            await self._nc.publish(msg.reply, b"", headers={"error": "tensor not found (released or expired)"})
             return
         if held.data is not None:
             data = held.data
         else:
             data = map_segment(held.segment, request.offset, request.size)
             request.offset = 0
-        await msg.respond(bytes(data[request.offset : request.offset + request.size]))
+        await self._nc.publish(msg.reply, bytes(data[request.offset : request.offset + request.size]))
 
     def _drop(self, keys: list[str]) -> None:
         for key in keys:
