@@ -22,6 +22,11 @@ log = logging.getLogger("shoal.gateway")
 _response_decoder = msgspec.msgpack.Decoder(InferResponse)
 
 
+def _expire(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_exception(unavailable("Request timeout expired"))
+
+
 class Dispatcher:
     def __init__(self, nc: NATS, gateway_id: str, store: TensorStore) -> None:
         self.nc = nc
@@ -41,14 +46,16 @@ class Dispatcher:
         return f"{self.inbox}.{rid}"
 
     async def infer(self, request: InferRequest, timeout: float) -> InferResponse:
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self._pending[request.rid] = future
+        # a timer on the future itself: cheaper than asyncio.wait_for's wrapping per request
+        timer = loop.call_later(timeout, _expire, future)
         try:
             await self.nc.publish(subjects.infer(request.model), encode(request), reply=request.reply)
-            return await asyncio.wait_for(future, timeout)
-        except asyncio.TimeoutError:
-            raise unavailable("Request timeout expired") from None
+            return await future
         finally:
+            timer.cancel()
             self._pending.pop(request.rid, None)
 
     async def _on_reply(self, msg) -> None:

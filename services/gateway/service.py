@@ -12,6 +12,7 @@ import uvicorn
 from services.gateway.app import Gateway, build_app
 from services.gateway.core import InferenceCore
 from services.gateway.dispatch import Dispatcher
+from services.gateway.http_protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics import build_metrics_app
 from services.gateway.models import ModelRegistry
 from shared import bus, subjects
@@ -45,7 +46,8 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
 
     servers = [
         _Server(uvicorn.Config(build_app(gateway), host=settings.http_address, port=settings.http_port,
-                                      log_level="warning", access_log=False, timeout_graceful_shutdown=5))
+                               http=CorkedHttpToolsProtocol, log_level="warning", access_log=False,
+                               timeout_graceful_shutdown=5))
     ]
     if settings.allow_metrics:
         servers.append(_Server(uvicorn.Config(
