@@ -72,6 +72,18 @@ class InferResponse(msgspec.Struct, omit_defaults=True):
     parameters: dict[str, Any] = {}
 
 
+class ResponseBatch(msgspec.Struct):
+    """Worker -> gateway: the responses of one batch for that gateway."""
+
+    responses: list[InferResponse]
+
+
+class RequestBatch(msgspec.Struct):
+    """Gateway -> scheduler: requests for one model published in the same loop iteration."""
+
+    requests: list[msgspec.Raw]
+
+
 class ExecBatch(msgspec.Struct):
     """Scheduler -> worker: run these requests as one batch on one instance."""
 

@@ -59,6 +59,15 @@ def gateway_inbox(gateway_id: str) -> str:
     return f"{PREFIX}.gw.{gateway_id}.reply"
 
 
+def inbox_of(reply: str) -> str:
+    """The gateway inbox a per-request reply subject (`<inbox>.<rid>`) belongs to."""
+    return reply.rsplit(".", 1)[0]
+
+
+def response_batch(inbox: str) -> str:
+    return f"{inbox}.batch"
+
+
 def tensor_owner(owner_id: str) -> str:
     """Where a process serves the tensors it holds (chunk fetch and release)."""
     return f"{PREFIX}.tensors.{owner_id}"

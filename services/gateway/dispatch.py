@@ -15,11 +15,12 @@ from nats.aio.client import Client as NATS
 
 from shared import subjects
 from shared.errors import ShoalError, unavailable
-from shared.messages import InferRequest, InferResponse, encode
+from shared.messages import InferRequest, InferResponse, RequestBatch, ResponseBatch, encode
 from shared.tensors import TensorStore
 
 log = logging.getLogger("shoal.gateway")
 _response_decoder = msgspec.msgpack.Decoder(InferResponse)
+_batch_decoder = msgspec.msgpack.Decoder(ResponseBatch)
 
 
 def _expire(future: asyncio.Future) -> None:
@@ -34,6 +35,9 @@ class Dispatcher:
         self.store = store
         self._pending: dict[str, asyncio.Future] = {}
         self._ids = itertools.count()
+        self._outbox: dict[str, list[InferRequest]] = {}
+        self._flush_scheduled = False
+        self._groups: dict[str, list[str]] = {}
         self._prefix = gateway_id
 
     async def start(self) -> None:
@@ -52,28 +56,59 @@ class Dispatcher:
         # a timer on the future itself: cheaper than asyncio.wait_for's wrapping per request
         timer = loop.call_later(timeout, _expire, future)
         try:
-            await self.nc.publish(subjects.infer(request.model), encode(request), reply=request.reply)
+            self._enqueue(request)
             return await future
         finally:
             timer.cancel()
             self._pending.pop(request.rid, None)
 
-    async def _on_reply(self, msg) -> None:
-        rid = msg.subject.rsplit(".", 1)[1]
-        future = self._pending.get(rid)
-        if msg.headers and msg.headers.get("Status") == "503":
+    def _enqueue(self, request: InferRequest) -> None:
+        """Requests started in one event-loop iteration leave as one message per model."""
+        self._outbox.setdefault(request.model, []).append(request)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush()))
+
+    async def _flush(self) -> None:
+        self._flush_scheduled = False
+        outbox, self._outbox = self._outbox, {}
+        for model, requests in outbox.items():
+            batch_id = f"g{next(self._ids)}"
+            # the reply subject only carries NATS "no responders" back for the whole group
+            self._groups[batch_id] = [r.rid for r in requests]
+            payload = encode(RequestBatch([msgspec.Raw(encode(r)) for r in requests]))
+            try:
+                await self.nc.publish(subjects.infer(model), payload, reply=f"{self.inbox}.{batch_id}")
+            except Exception as exc:  # not connected, payload too large: fail these requests now
+                self._fail(self._groups.pop(batch_id), ShoalError(f"cannot reach the scheduler: {exc}", "UNAVAILABLE"))
+        if len(self._groups) > 4096:  # groups whose publish succeeded never hear back: forget old ones
+            for key in list(self._groups)[:2048]:
+                del self._groups[key]
+
+    def _fail(self, rids: list[str], exc: Exception) -> None:
+        for rid in rids:
+            future = self._pending.get(rid)
             if future is not None and not future.done():
-                future.set_exception(
-                    ShoalError("no scheduler is serving requests (is the scheduler running?)", "UNAVAILABLE")
-                )
+                future.set_exception(exc)
+
+    async def _on_reply(self, msg) -> None:
+        token = msg.subject.rsplit(".", 1)[1]
+        if msg.headers and msg.headers.get("Status") == "503":
+            self._fail(self._groups.pop(token, [token]),
+                       ShoalError("no scheduler is serving requests (is the scheduler running?)", "UNAVAILABLE"))
             return
         try:
-            response = _response_decoder.decode(msg.data)
+            if token == "batch":
+                responses = _batch_decoder.decode(msg.data).responses
+            else:
+                responses = [_response_decoder.decode(msg.data)]
         except msgspec.DecodeError as exc:
-            log.error("undecodable response for %s: %s", rid, exc)
+            log.error("undecodable response on %s: %s", msg.subject, exc)
             return
-        if future is None or future.done():
-            # Late (the client gave up): free the outputs nobody will read.
-            await self.store.release_remote(response.outputs)
-            return
-        future.set_result(response)
+        for response in responses:
+            future = self._pending.get(response.rid)
+            if future is None or future.done():
+                # Late (the client gave up): free the outputs nobody will read.
+                await self.store.release_remote(response.outputs)
+            else:
+                future.set_result(response)

@@ -21,7 +21,7 @@ from services.scheduler.batcher import BatchPolicy, next_batch
 from services.scheduler.stats import ModelStats
 from shared import bus, subjects
 from shared.messages import (
-    ExecBatch, InferResponse, InstanceFree, ModelRecord, RequestHeader, WorkerHeartbeat, encode,
+    ExecBatch, InferResponse, InstanceFree, ModelRecord, RequestBatch, RequestHeader, WorkerHeartbeat, encode,
 )
 from shared.model_config import ModelSpec, spec_from_json
 from shared.settings import SchedulerSettings
@@ -29,6 +29,7 @@ from shared.settings import SchedulerSettings
 log = logging.getLogger("shoal.scheduler")
 
 _header_decoder = msgspec.msgpack.Decoder(RequestHeader)
+_batch_decoder = msgspec.msgpack.Decoder(RequestBatch)
 _free_decoder = msgspec.msgpack.Decoder(InstanceFree)
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
 _heartbeat_decoder = msgspec.msgpack.Decoder(WorkerHeartbeat)
@@ -37,7 +38,7 @@ _heartbeat_decoder = msgspec.msgpack.Decoder(WorkerHeartbeat)
 @dataclass
 class Pending:
     header: RequestHeader
-    raw: bytes
+    raw: msgspec.Raw  # the request exactly as the gateway encoded it
     arrived: float  # monotonic
 
     @property
@@ -136,15 +137,21 @@ class SchedulerService:
     # -- requests ---------------------------------------------------------------
     async def _on_request(self, msg) -> None:
         try:
-            header = _header_decoder.decode(msg.data)
+            raws = _batch_decoder.decode(msg.data).requests
+            headers = [_header_decoder.decode(raw) for raw in raws]
         except msgspec.DecodeError as exc:
             log.error("undecodable request on %s: %s", msg.subject, exc)
             return
-        queue = self.queue(header.model, header.version)
-        queue.requests.append(Pending(header, msg.data, time.monotonic()))
-        if queue.preserve_ordering:
-            queue.order.append(header.rid)
-        await self._pump(queue)
+        now = time.monotonic()
+        touched = {}
+        for raw, header in zip(raws, headers):
+            queue = self.queue(header.model, header.version)
+            queue.requests.append(Pending(header, raw, now))
+            if queue.preserve_ordering:
+                queue.order.append(header.rid)
+            touched[queue.key] = queue
+        for queue in touched.values():
+            await self._pump(queue)
 
     async def _pump(self, queue: ModelQueue) -> None:
         if queue.timer is not None:
@@ -187,7 +194,7 @@ class SchedulerService:
             queue.stats.queue.add(ns)
         message = ExecBatch(
             self._batch_ids, queue.key[0], queue.key[1], slot.instance,
-            [msgspec.Raw(p.raw) for p in batch], queue_ns, queue.preserve_ordering,
+            [p.raw for p in batch], queue_ns, queue.preserve_ordering,
         )
         self.in_flight[(slot.worker, self._batch_ids)] = InFlight(queue.key, slot, batch, now)
         await self.nc.publish(slot.subject, encode(message))

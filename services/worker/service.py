@@ -23,12 +23,13 @@ from nats.aio.client import Client as NATS
 
 from services.worker import backends
 from services.worker.batch import gather, scatter
+from services.worker.replies import Replies
 from shared import bus, subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.errors import ShoalError
 from shared.messages import (
     ExecBatch, InferRequest, InferResponse, InstanceFree, InstanceRecord, ModelRecord,
-    RequestDone, TensorRef, WorkerHeartbeat, encode,
+    TensorRef, WorkerHeartbeat, encode,
 )
 from shared.model_config import ModelSpec, load_error, spec_from_json
 from shared.settings import WorkerSettings
@@ -221,41 +222,46 @@ class WorkerService:
         self._spawn(self._execute(loaded, instance, batch))
 
     async def _fail_batch(self, batch: ExecBatch, message: str) -> None:
-        done = []
+        replies = Replies(batch.reply_via_scheduler)
         for raw in batch.requests:
             request = _request_decoder.decode(raw)
-            await self._reply(request, InferResponse(request.rid, error=message, code="UNAVAILABLE"), batch, done)
-        free = InstanceFree(self.id, batch.model, batch.version, -1, self.subject, batch.batch_id, done=done)
-        # not a credit: the scheduler drops an instance it does not know
+            replies.add(request, InferResponse(request.rid, error=message, code="UNAVAILABLE"))
+        await replies.send(self.nc)
+        # instance -1: not a credit, the scheduler must not send here again
+        free = InstanceFree(self.id, batch.model, batch.version, -1, self.subject, batch.batch_id, done=replies.done)
         await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
 
     async def _execute(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch) -> None:
         free = InstanceFree(self.id, batch.model, batch.version, batch.instance, self.subject, batch.batch_id)
+        replies = Replies(batch.reply_via_scheduler)
         requests = [_request_decoder.decode(raw) for raw in batch.requests]
         try:
             now = time.time_ns()
             live = [r for r in requests if r.deadline_ns > now]
             for request in requests:
                 if request.deadline_ns <= now:
-                    free.done.append(RequestDone(request.rid, False))
+                    replies.skip(request)
             if live:
-                await self._run_batch(loaded, instance, live, batch, free)
+                await self._run_batch(loaded, instance, live, free, replies)
         except Exception as exc:  # never lose a request: every one gets an answer
             log.exception("batch %d of '%s' failed", batch.batch_id, batch.model)
-            answered = {d.rid for d in free.done}
+            answered = replies.answered()
             code = exc.code if isinstance(exc, ShoalError) else "INTERNAL"
             for request in requests:
                 if request.rid not in answered:
-                    await self._reply(request, InferResponse(request.rid, error=str(exc), code=code), batch, free.done)
+                    replies.add(request, InferResponse(request.rid, error=str(exc), code=code))
         finally:
             instance.busy = False
             if loaded.retired:
                 self._close_instance(instance)
                 free.instance = -1  # tells the scheduler this is not a credit
+            await replies.send(self.nc)
+            free.done = replies.done
             await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
 
     async def _run_batch(
-        self, loaded: LoadedModel, instance: Instance, requests: list[InferRequest], batch: ExecBatch, free: InstanceFree
+        self, loaded: LoadedModel, instance: Instance, requests: list[InferRequest], free: InstanceFree,
+        replies: Replies,
     ) -> None:
         spec = loaded.spec
         t0 = time.perf_counter_ns()
@@ -272,8 +278,7 @@ class WorkerService:
         free.compute_infer_ns = timings.compute_infer_ns
         t_out = time.perf_counter_ns()
         for request, piece in zip(requests, pieces):
-            response = self._respond(spec, loaded.version, request, piece)
-            await self._reply(request, response, batch, free.done)
+            replies.add(request, self._respond(spec, loaded.version, request, piece))
         free.compute_output_ns = time.perf_counter_ns() - t_out
 
     @staticmethod
@@ -303,14 +308,6 @@ class WorkerService:
                 )
             refs.append(self.store.put(name, datatype, list(array.shape), to_bytes(array, datatype), ttl))
         return InferResponse(request.rid, spec.name, version, refs)
-
-    async def _reply(self, request: InferRequest, response: InferResponse, batch: ExecBatch, done: list[RequestDone]) -> None:
-        ok = not response.error
-        if batch.reply_via_scheduler:
-            done.append(RequestDone(request.rid, ok, msgspec.Raw(encode(response))))
-        else:
-            await self.nc.publish(request.reply, encode(response))
-            done.append(RequestDone(request.rid, ok))
 
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
