@@ -93,7 +93,8 @@ class ExecBatch(msgspec.Struct):
     instance: int
     requests: list[msgspec.Raw]
     queue_ns: list[int]
-    reply_via_scheduler: bool = False  # preserve_ordering: responses go back in `InstanceFree`
+    reply_via_scheduler: bool = False
+    credit: int = 0  # which of the instance's credits this batch uses  # preserve_ordering: responses go back in `InstanceFree`
 
 
 class RequestDone(msgspec.Struct, omit_defaults=True):
@@ -110,6 +111,7 @@ class InstanceFree(msgspec.Struct, omit_defaults=True):
     version: int
     instance: int
     subject: str  # where ExecBatch messages for this worker go
+    credit: int = 0  # an instance grants a few credits so the next batch waits at the worker
     batch_id: int = -1
     batch_size: int = 0
     compute_input_ns: int = 0

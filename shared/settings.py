@@ -64,6 +64,9 @@ class WorkerSettings(BusSettings):
     tensor_transport: Literal["auto", "shm", "bus"] = "auto"
     intra_op_threads: int = Field(0, description="onnxruntime threads per instance (0 = its default)")
     heartbeat_s: float = 1.0
+    credits_per_instance: int = Field(
+        2, description="batches the scheduler may send an instance ahead: the next one waits at the worker "
+        "instead of a bus round trip after each batch")
 
 
 class RepositorySettings(BusSettings):

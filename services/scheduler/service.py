@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import msgspec
@@ -52,8 +52,11 @@ class Pending:
 
 @dataclass(frozen=True)
 class Slot:
+    """One credit of one instance: the right to send it one batch."""
+
     worker: str
     instance: int
+    credit: int
     subject: str
 
 
@@ -97,6 +100,7 @@ class SchedulerService:
         self.queues: dict[tuple[str, int], ModelQueue] = {}
         self.in_flight: dict[tuple[str, int], InFlight] = {}  # (worker, batch_id) -> batch
         self.worker_seen: dict[str, float] = {}
+        self.running: Counter[tuple[str, int]] = Counter()  # batches in flight per instance
         self._batch_ids = 0
         self._tasks: list[asyncio.Task] = []
         self._loop = asyncio.get_running_loop()
@@ -171,7 +175,7 @@ class SchedulerService:
             batch = [queue.requests.popleft() for _ in range(decision.take)]
             if self.settings.log_verbose:
                 log.info("batch of %d for '%s': %s", len(batch), queue.key[0], decision.reason)
-            await self._dispatch(queue, queue.free.popleft(), batch, now)
+            await self._dispatch(queue, self._take_slot(queue), batch, now)
 
     async def _drop_expired(self, queue: ModelQueue) -> None:
         """Requests whose deadline passed are not worth running: nobody waits for them."""
@@ -187,6 +191,14 @@ class SchedulerService:
                 await self._finish(queue, pending.header, None)
         queue.requests = alive
 
+    def _take_slot(self, queue: ModelQueue) -> Slot:
+        """The oldest credit of an instance with nothing running, else the oldest credit."""
+        for index, slot in enumerate(queue.free):
+            if not self.running[(slot.worker, slot.instance)]:
+                del queue.free[index]
+                return slot
+        return queue.free.popleft()
+
     async def _dispatch(self, queue: ModelQueue, slot: Slot, batch: list[Pending], now: float) -> None:
         self._batch_ids += 1
         queue_ns = [int((now - p.arrived) * 1e9) for p in batch]
@@ -194,9 +206,10 @@ class SchedulerService:
             queue.stats.queue.add(ns)
         message = ExecBatch(
             self._batch_ids, queue.key[0], queue.key[1], slot.instance,
-            [p.raw for p in batch], queue_ns, queue.preserve_ordering,
+            [p.raw for p in batch], queue_ns, queue.preserve_ordering, slot.credit,
         )
         self.in_flight[(slot.worker, self._batch_ids)] = InFlight(queue.key, slot, batch, now)
+        self.running[(slot.worker, slot.instance)] += 1
         await self.nc.publish(slot.subject, encode(message))
 
     # -- completions and credits -----------------------------------------------------
@@ -210,18 +223,24 @@ class SchedulerService:
         if free.batch_id >= 0:
             await self._complete(queue, free)
         if free.instance >= 0:
-            slot = Slot(free.worker, free.instance, free.subject)
+            slot = Slot(free.worker, free.instance, free.credit, free.subject)
             for key in [k for k, f in self.in_flight.items() if f.slot == slot]:
-                # the worker says the instance is idle, so it no longer holds this batch
-                flight = self.in_flight.pop(key)
+                # the worker says this credit is idle, so it no longer holds this batch
+                flight = self._finish_flight(key)
                 for pending in flight.requests:
                     await self._fail(queue, pending.header, f"worker {free.worker} dropped the request")
             if slot not in queue.free:
                 queue.free.append(slot)
         await self._pump(queue)
 
+    def _finish_flight(self, key: tuple[str, int]) -> InFlight | None:
+        flight = self.in_flight.pop(key, None)
+        if flight is not None:
+            self.running[(flight.slot.worker, flight.slot.instance)] -= 1
+        return flight
+
     async def _complete(self, queue: ModelQueue, free: InstanceFree) -> None:
-        flight = self.in_flight.pop((free.worker, free.batch_id), None)
+        flight = self._finish_flight((free.worker, free.batch_id))
         if flight is None:
             return
         now_ns = time.time_ns()
@@ -281,7 +300,7 @@ class SchedulerService:
         for queue in self.queues.values():
             queue.free = deque(s for s in queue.free if s.worker != worker)
         for key in [k for k in self.in_flight if k[0] == worker]:
-            flight = self.in_flight.pop(key)
+            flight = self._finish_flight(key)
             queue = self.queue(*flight.key)
             for pending in flight.requests:
                 await self._fail(queue, pending.header, f"worker {worker} stopped responding while running the request")

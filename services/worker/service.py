@@ -47,7 +47,15 @@ class Instance:
     index: int
     runner: Any
     executor: ThreadPoolExecutor
-    busy: bool = False
+    credits: int
+    idle: set[int] = field(default_factory=set)  # credits not held by a batch
+
+    def __post_init__(self) -> None:
+        self.idle = set(range(self.credits))
+
+    @property
+    def busy(self) -> bool:
+        return len(self.idle) < self.credits
 
 
 @dataclass
@@ -145,8 +153,7 @@ class WorkerService:
             self._retire(old)
         await self._report(record, version, "READY", count=len(loaded.instances))
         log.info("loaded '%s' version %d: %d instance(s)", record.name, version, len(loaded.instances))
-        for instance in loaded.instances:
-            await self._credit(loaded, instance)
+        await self._grant_idle(loaded)
 
     def _create(self, spec: ModelSpec, model_dir: Path, version: int, generation: int) -> LoadedModel:
         backend = backends.load_backend(spec.backend or "onnxruntime")
@@ -156,7 +163,7 @@ class WorkerService:
             for index in range(spec.instance_count):
                 runner = backend.create_instance(spec, model_dir, version, spec.instance_kind, 0, threads)
                 executor = ThreadPoolExecutor(1, thread_name_prefix=f"{spec.name}-{index}")
-                loaded.instances.append(Instance(index, runner, executor))
+                loaded.instances.append(Instance(index, runner, executor, max(1, self.settings.credits_per_instance)))
         except Exception:
             self._close(loaded)
             raise
@@ -190,15 +197,19 @@ class WorkerService:
         await self.instances_kv.put(subjects.instance_key(self.id, record.name, version), encode(report))
 
     # -- scheduling ----------------------------------------------------------
-    async def _credit(self, loaded: LoadedModel, instance: Instance, free: InstanceFree | None = None) -> None:
-        free = free or InstanceFree(self.id, loaded.spec.name, loaded.version, instance.index, self.subject)
-        await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
+    async def _grant_idle(self, loaded: LoadedModel) -> None:
+        """Announce every idle credit; first credits of all instances first, so batches spread."""
+        if loaded.retired:
+            return
+        for credit in range(max(i.credits for i in loaded.instances)):
+            for instance in loaded.instances:
+                if credit in instance.idle:
+                    free = InstanceFree(self.id, loaded.spec.name, loaded.version, instance.index, self.subject, credit)
+                    await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
 
     async def _on_resync(self, msg) -> None:
-        for loaded in self.models.values():
-            for instance in loaded.instances:
-                if not instance.busy and not loaded.retired:
-                    await self._credit(loaded, instance)
+        for loaded in list(self.models.values()):
+            await self._grant_idle(loaded)
 
     async def _heartbeat(self) -> None:
         while True:
@@ -218,7 +229,7 @@ class WorkerService:
             await self._fail_batch(batch, f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}")
             return
         instance = loaded.instances[batch.instance]
-        instance.busy = True
+        instance.idle.discard(batch.credit)
         self._spawn(self._execute(loaded, instance, batch))
 
     async def _fail_batch(self, batch: ExecBatch, message: str) -> None:
@@ -228,11 +239,13 @@ class WorkerService:
             replies.add(request, InferResponse(request.rid, error=message, code="UNAVAILABLE"))
         await replies.send(self.nc)
         # instance -1: not a credit, the scheduler must not send here again
-        free = InstanceFree(self.id, batch.model, batch.version, -1, self.subject, batch.batch_id, done=replies.done)
+        free = InstanceFree(self.id, batch.model, batch.version, -1, self.subject, batch.credit, batch.batch_id,
+                            done=replies.done)
         await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
 
     async def _execute(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch) -> None:
-        free = InstanceFree(self.id, batch.model, batch.version, batch.instance, self.subject, batch.batch_id)
+        free = InstanceFree(self.id, batch.model, batch.version, batch.instance, self.subject, batch.credit,
+                            batch.batch_id)
         replies = Replies(batch.reply_via_scheduler)
         requests = [_request_decoder.decode(raw) for raw in batch.requests]
         try:
@@ -251,9 +264,10 @@ class WorkerService:
                 if request.rid not in answered:
                     replies.add(request, InferResponse(request.rid, error=str(exc), code=code))
         finally:
-            instance.busy = False
-            if loaded.retired:
+            instance.idle.add(batch.credit)
+            if loaded.retired and not instance.busy:
                 self._close_instance(instance)
+            if loaded.retired:
                 free.instance = -1  # tells the scheduler this is not a credit
             await replies.send(self.nc)
             free.done = replies.done
