@@ -52,6 +52,7 @@ class Cluster:
     workers: list[WorkerSettings]
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     env: dict[str, str] = field(default_factory=dict)
+    supervise: bool = True  # restart services that exit (tests switch it off to see them gone)
     children: list[Child] = field(default_factory=list)
     _stopping: threading.Event = field(default_factory=threading.Event)
 
@@ -62,8 +63,17 @@ class Cluster:
         self.children.append(Child("gateway", "gateway", self.gateway))
         for child in self.children:
             self._spawn(child)
-        threading.Thread(target=self._supervise, daemon=True).start()
+        if self.supervise:
+            threading.Thread(target=self._supervise, daemon=True).start()
         return self
+
+    def restart(self, name: str) -> None:
+        """Start a service again (after it was stopped or killed)."""
+        child = self.child(name)
+        if child.process and child.process.poll() is None:
+            child.process.kill()
+            child.process.wait()
+        self._spawn(child)
 
     def _spawn(self, child: Child) -> None:
         env = {**os.environ, **self.env, "SHOAL_RUN_ID": self.run_id}

@@ -100,7 +100,7 @@ class ExecBatch(msgspec.Struct):
 class RequestDone(msgspec.Struct, omit_defaults=True):
     rid: str
     ok: bool
-    response: msgspec.Raw | None = None  # only with reply_via_scheduler
+    response: bytes = b""  # the encoded InferResponse, only with reply_via_scheduler
 
 
 class InstanceFree(msgspec.Struct, omit_defaults=True):

@@ -209,7 +209,8 @@ class TensorStore:
     async def _serve(self, msg) -> None:
         try:
             request = _chunk_decoder.decode(msg.data)
-        except msgspec.DecodeError:
+        except msgspec.DecodeError as exc:
+            log.error("undecodable message on %s: %s", msg.subject, exc)
             return
         if request.op == "release":
             self._drop(request.keys)

@@ -45,6 +45,12 @@ def build_test_repository(root: Path) -> Path:
         root, "batch_probe", examples.identity_graph(TensorProto.FLOAT, 2, "batch_probe"),
         identity_config("batch_probe", "FP32", 8, "dynamic_batching { max_queue_delay_microseconds: 2000000 }\n"),
     )
+    # two instances, responses released in arrival order
+    examples.write_model(
+        root, "ordered", examples.identity_graph(TensorProto.FLOAT, 2, "ordered"),
+        identity_config("ordered", "FP32", 8, "dynamic_batching { preserve_ordering: true }\n")
+        .replace("count: 1", "count: 2"),
+    )
     # no config.pbtxt at all: auto-completed from the ONNX file
     examples.write_model(root, "autocomplete", examples.simple_graph(), None)
     # a config that does not parse: UNAVAILABLE with the parser's reason; the rest still loads
@@ -82,16 +88,18 @@ def running_cluster(
     workers: int = 1,
     transport: str = "auto",
     max_payload: int | None = None,
+    supervise: bool = True,
     **gateway: object,
 ) -> Iterator[Running]:
     nats = NatsServer(max_payload=max_payload).start()
     common = {"nats_url": nats.url}
     cluster = Cluster(
-        GatewaySettings(**common, http_address="127.0.0.1", http_port=free_port(), metrics_port=free_port(),
-                        tensor_transport=transport, request_timeout_s=30, **gateway),
+        GatewaySettings(**{"request_timeout_s": 30, **gateway}, **common, http_address="127.0.0.1",
+                        http_port=free_port(), metrics_port=free_port(), tensor_transport=transport),
         SchedulerSettings(**common, worker_timeout_s=3),
         RepositorySettings(**common, model_repository=str(repository)),
         [WorkerSettings(**common, tensor_transport=transport, heartbeat_s=0.5) for _ in range(workers)],
+        supervise=supervise,
     )
     try:
         cluster.start()

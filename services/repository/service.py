@@ -131,7 +131,8 @@ class RepositoryService:
     async def _on_heartbeat(self, msg) -> None:
         try:
             beat = _heartbeat_decoder.decode(msg.data)
-        except msgspec.DecodeError:
+        except msgspec.DecodeError as exc:
+            log.error("undecodable message on %s: %s", msg.subject, exc)
             return
         self.worker_seen[beat.worker] = time.monotonic()
 

@@ -18,6 +18,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.scheduler.batcher import BatchPolicy, next_batch
+from services.scheduler.ordering import OrderedRelease
 from services.scheduler.stats import ModelStats
 from shared import bus, subjects
 from shared.messages import (
@@ -84,9 +85,7 @@ class ModelQueue:
     free: deque[Slot] = field(default_factory=deque)
     timer: asyncio.TimerHandle | None = None
     stats: ModelStats = field(default_factory=ModelStats)
-    # preserve_ordering: request ids in arrival order, and finished responses held back
-    order: deque[str] = field(default_factory=deque)
-    finished: dict[str, tuple[str, bytes | None]] = field(default_factory=dict)
+    ordering: OrderedRelease = field(default_factory=OrderedRelease)  # used with preserve_ordering
 
     @property
     def preserve_ordering(self) -> bool:
@@ -152,7 +151,7 @@ class SchedulerService:
             queue = self.queue(header.model, header.version)
             queue.requests.append(Pending(header, raw, now))
             if queue.preserve_ordering:
-                queue.order.append(header.rid)
+                queue.ordering.arrived(header.rid)
             touched[queue.key] = queue
         for queue in touched.values():
             await self._pump(queue)
@@ -216,7 +215,8 @@ class SchedulerService:
     async def _on_free(self, msg) -> None:
         try:
             free = _free_decoder.decode(msg.data)
-        except msgspec.DecodeError:
+        except msgspec.DecodeError as exc:
+            log.error("undecodable message on %s: %s", msg.subject, exc)
             return
         self.worker_seen[free.worker] = time.monotonic()
         queue = self.queue(free.model, free.version)
@@ -255,7 +255,7 @@ class SchedulerService:
             if header is None:
                 continue
             queue.stats.record_request(done.ok, now_ns - header.received_ns)
-            await self._finish(queue, header, bytes(done.response) if done.response is not None else None)
+            await self._finish(queue, header, done.response or None)
         for header in headers.values():  # the worker did not report them: fail, never lose
             await self._fail(queue, header, f"request was lost by worker {free.worker}")
 
@@ -273,17 +273,15 @@ class SchedulerService:
             if response is not None:
                 await self.nc.publish(header.reply, response)
             return
-        queue.finished[header.rid] = (header.reply, response)
-        while queue.order and queue.order[0] in queue.finished:
-            reply, held = queue.finished.pop(queue.order.popleft())
-            if held is not None:
-                await self.nc.publish(reply, held)
+        for reply, due in queue.ordering.finished(header.rid, header.reply, response):
+            await self.nc.publish(reply, due)
 
     # -- worker liveness ------------------------------------------------------------
     async def _on_heartbeat(self, msg) -> None:
         try:
             beat = _heartbeat_decoder.decode(msg.data)
-        except msgspec.DecodeError:
+        except msgspec.DecodeError as exc:
+            log.error("undecodable message on %s: %s", msg.subject, exc)
             return
         self.worker_seen[beat.worker] = time.monotonic()
 

@@ -7,7 +7,6 @@ routing and the gateway's message handling by the batch size.
 
 from __future__ import annotations
 
-import msgspec
 from nats.aio.client import Client as NATS
 
 from shared import subjects
@@ -26,7 +25,7 @@ class Replies:
     def add(self, request: InferRequest, response: InferResponse) -> None:
         ok = not response.error
         if self.via_scheduler:
-            self.done.append(RequestDone(request.rid, ok, msgspec.Raw(encode(response))))
+            self.done.append(RequestDone(request.rid, ok, encode(response)))
             return
         self._by_inbox.setdefault(subjects.inbox_of(request.reply), []).append(response)
         self.done.append(RequestDone(request.rid, ok))

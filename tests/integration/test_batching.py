@@ -72,3 +72,9 @@ async def test_default_scheduler_keeps_client_batches(shoal):
         await client.close()
     assert after["execution_count"] == before["execution_count"] + 4
     assert batch_counts({"model_stats": [after]})[3] == batch_counts({"model_stats": [before]}).get(3, 0) + 4
+
+
+async def test_preserve_ordering_model_answers_every_request(shoal):
+    results = await infer_many(shoal.url, "ordered", 24)
+    for i, result in enumerate(results):
+        np.testing.assert_array_equal(result, np.full((1, 4), i, np.float32))
