@@ -26,7 +26,12 @@ from pathlib import Path
 
 from shared.natsserver import NatsServer, default_cache_dir
 from shared.settings import (
-    BaseSettings, GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv,
+    BaseSettings,
+    GatewaySettings,
+    RepositorySettings,
+    SchedulerSettings,
+    WorkerSettings,
+    to_argv,
 )
 
 log = logging.getLogger("shoal.serve")

@@ -18,7 +18,7 @@ async def connect(url: str, name: str) -> NATS:
     """A named connection (visible in nats-server's /connz) that reconnects forever."""
 
     async def error_cb(exc: Exception) -> None:
-        log.warning("nats error: %s", exc)
+        log.error("nats error: %s", exc, exc_info=exc)
 
     async def disconnected_cb() -> None:
         log.warning("disconnected from nats")

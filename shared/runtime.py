@@ -38,3 +38,13 @@ def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
         uvloop.run(wrapper())
     else:
         asyncio.run(wrapper())
+
+
+async def serve_until(stop: asyncio.Event, nc, service) -> None:
+    """Start `service`, wait for `stop`, then stop it and drain the NATS connection."""
+    await service.start()
+    try:
+        await stop.wait()
+    finally:
+        await service.stop()
+        await nc.drain()

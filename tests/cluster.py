@@ -12,7 +12,12 @@ from onnx import TensorProto
 from services.repository import examples
 from services.supervisor import Cluster
 from shared.natsserver import NatsServer, free_port
-from shared.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings
+from shared.settings import (
+    GatewaySettings,
+    RepositorySettings,
+    SchedulerSettings,
+    WorkerSettings,
+)
 
 DTYPES = {
     "BOOL": TensorProto.BOOL, "UINT8": TensorProto.UINT8, "UINT16": TensorProto.UINT16,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import re
-from urllib.parse import unquote
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote
 
 import msgspec
 import orjson

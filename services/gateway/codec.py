@@ -14,7 +14,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from shared.datatypes import DATATYPES, element_count, element_size, numpy_dtype, serialize_bytes
+from shared.datatypes import (
+    DATATYPES,
+    element_count,
+    element_size,
+    numpy_dtype,
+    serialize_bytes,
+)
 from shared.errors import Code, ShoalError, internal, invalid, unsupported
 
 RESERVED_PARAMETERS = frozenset(
@@ -134,7 +140,7 @@ def _request_parameters(params: Any) -> dict[str, Any]:
         raise _json_error("parameters", "attempt to access JSON non-object as object")
     for key, value in params.items():
         if key.startswith("triton_"):
-            raise invalid(f"parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.")
+            raise invalid("parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.")
         if isinstance(value, (list, dict)) or value is None:
             raise invalid(f"parameter '{key}' has invalid type. It should be either 'int', 'bool', 'double' or 'string'.")
     return params

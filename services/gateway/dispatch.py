@@ -15,7 +15,13 @@ from nats.aio.client import Client as NATS
 
 from shared import subjects
 from shared.errors import ShoalError, unavailable
-from shared.messages import InferRequest, InferResponse, RequestBatch, ResponseBatch, encode
+from shared.messages import (
+    InferRequest,
+    InferResponse,
+    RequestBatch,
+    ResponseBatch,
+    encode,
+)
 from shared.tensors import TensorStore
 
 log = logging.getLogger("shoal.gateway")

@@ -19,13 +19,14 @@ from nats.aio.client import Client as NATS
 
 from services.repository.scan import list_models, scan_model
 from shared import bus, model_config, subjects
-from shared.messages import InstanceRecord, ModelRecord, ModelVersionState, WorkerHeartbeat, encode
+from shared.liveness import WorkerLiveness
+from shared.messages import InstanceRecord, ModelRecord, ModelVersionState, encode
+from shared.runtime import serve_until
 from shared.settings import RepositorySettings
 
 log = logging.getLogger("shoal.repository")
 
 _instance_decoder = msgspec.msgpack.Decoder(InstanceRecord)
-_heartbeat_decoder = msgspec.msgpack.Decoder(WorkerHeartbeat)
 
 
 def derive_state(reports: list[InstanceRecord], generation: int) -> ModelVersionState:
@@ -45,7 +46,7 @@ class RepositoryService:
         self.root = Path(settings.model_repository)
         self.records: dict[str, ModelRecord] = {}
         self.reports: dict[str, InstanceRecord] = {}  # instance key -> report
-        self.worker_seen: dict[str, float] = {}
+        self.liveness = WorkerLiveness(nc, 5.0, self._worker_gone)
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
@@ -56,12 +57,12 @@ class RepositoryService:
         for name in self._initial_models():
             await self.load(name)
         await self.nc.subscribe(subjects.REPOSITORY_INDEX, cb=self._on_index)
-        await self.nc.subscribe(subjects.WORKER_HEARTBEAT, cb=self._on_heartbeat)
+        await self.liveness.start()
         self._tasks.append(asyncio.create_task(self._watch_instances()))
-        self._tasks.append(asyncio.create_task(self._expire_workers()))
         log.info("repository %s: %d model(s) published", self.root, len(self.records))
 
     async def stop(self) -> None:
+        self.liveness.stop()
         for task in self._tasks:
             task.cancel()
 
@@ -109,7 +110,7 @@ class RepositoryService:
                 report = self.reports.pop(key, None)
             else:
                 report = self.reports[key] = _instance_decoder.decode(value)
-                self.worker_seen.setdefault(report.worker, time.monotonic())
+                self.liveness.seen.setdefault(report.worker, time.monotonic())
             if report is not None:
                 await self._refresh(report.model)
 
@@ -128,24 +129,11 @@ class RepositoryService:
         if changed:
             await self._publish(record)
 
-    async def _on_heartbeat(self, msg) -> None:
-        try:
-            beat = _heartbeat_decoder.decode(msg.data)
-        except msgspec.DecodeError as exc:
-            log.error("undecodable message on %s: %s", msg.subject, exc)
-            return
-        self.worker_seen[beat.worker] = time.monotonic()
-
-    async def _expire_workers(self) -> None:
+    async def _worker_gone(self, worker: str) -> None:
         """A worker that stopped beating (crashed, partitioned) no longer counts as an instance."""
-        while True:
-            await asyncio.sleep(1.0)
-            cutoff = time.monotonic() - 5.0
-            for worker in [w for w, seen in self.worker_seen.items() if seen < cutoff]:
-                del self.worker_seen[worker]
-                log.warning("worker %s stopped sending heartbeats; dropping its instances", worker)
-                for key in [k for k, r in self.reports.items() if r.worker == worker]:
-                    await self.instances_kv.delete(key)
+        log.warning("worker %s stopped sending heartbeats; dropping its instances", worker)
+        for key in [k for k, r in self.reports.items() if r.worker == worker]:
+            await self.instances_kv.delete(key)
 
     def index(self, ready_only: bool = False) -> list[dict]:
         entries: list[dict] = []
@@ -178,10 +166,4 @@ async def run(settings: RepositorySettings, stop: asyncio.Event) -> None:
     if not settings.model_repository or not Path(settings.model_repository).is_dir():
         raise SystemExit(f"model repository '{settings.model_repository}' is not a directory")
     nc = await bus.connect(settings.nats_url, "shoal-repository")
-    service = RepositoryService(settings, nc)
-    await service.start()
-    try:
-        await stop.wait()
-    finally:
-        await service.stop()
-        await nc.drain()
+    await serve_until(stop, nc, RepositoryService(settings, nc))

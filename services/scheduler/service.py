@@ -21,10 +21,18 @@ from services.scheduler.batcher import BatchPolicy, next_batch
 from services.scheduler.ordering import OrderedRelease
 from services.scheduler.stats import ModelStats
 from shared import bus, subjects
+from shared.liveness import WorkerLiveness
 from shared.messages import (
-    ExecBatch, InferResponse, InstanceFree, ModelRecord, RequestBatch, RequestHeader, WorkerHeartbeat, encode,
+    ExecBatch,
+    InferResponse,
+    InstanceFree,
+    ModelRecord,
+    RequestBatch,
+    RequestHeader,
+    encode,
 )
 from shared.model_config import ModelSpec, spec_from_json
+from shared.runtime import serve_until
 from shared.settings import SchedulerSettings
 
 log = logging.getLogger("shoal.scheduler")
@@ -33,7 +41,6 @@ _header_decoder = msgspec.msgpack.Decoder(RequestHeader)
 _batch_decoder = msgspec.msgpack.Decoder(RequestBatch)
 _free_decoder = msgspec.msgpack.Decoder(InstanceFree)
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
-_heartbeat_decoder = msgspec.msgpack.Decoder(WorkerHeartbeat)
 
 
 @dataclass
@@ -98,7 +105,7 @@ class SchedulerService:
         self.nc = nc
         self.queues: dict[tuple[str, int], ModelQueue] = {}
         self.in_flight: dict[tuple[str, int], InFlight] = {}  # (worker, batch_id) -> batch
-        self.worker_seen: dict[str, float] = {}
+        self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._drop_worker)
         self.running: Counter[tuple[str, int]] = Counter()  # batches in flight per instance
         self._batch_ids = 0
         self._tasks: list[asyncio.Task] = []
@@ -108,14 +115,14 @@ class SchedulerService:
         self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
         await self.nc.subscribe(subjects.INFER_ALL, queue=subjects.SCHEDULER_QUEUE, cb=self._on_request)
         await self.nc.subscribe(subjects.INSTANCE_FREE, cb=self._on_free)
-        await self.nc.subscribe(subjects.WORKER_HEARTBEAT, cb=self._on_heartbeat)
+        await self.liveness.start()
         await self.nc.subscribe(subjects.SCHEDULER_STATS, cb=self._on_stats)
         self._tasks.append(asyncio.create_task(self._watch_models()))
-        self._tasks.append(asyncio.create_task(self._expire_workers()))
         await self.nc.publish(subjects.RESYNC, b"")  # workers re-announce their free instances
         log.info("scheduler %s started", self.settings.scheduler_id)
 
     async def stop(self) -> None:
+        self.liveness.stop()
         for task in self._tasks:
             task.cancel()
 
@@ -218,7 +225,7 @@ class SchedulerService:
         except msgspec.DecodeError as exc:
             log.error("undecodable message on %s: %s", msg.subject, exc)
             return
-        self.worker_seen[free.worker] = time.monotonic()
+        self.liveness.heard(free.worker)
         queue = self.queue(free.model, free.version)
         if free.batch_id >= 0:
             await self._complete(queue, free)
@@ -277,22 +284,6 @@ class SchedulerService:
             await self.nc.publish(reply, due)
 
     # -- worker liveness ------------------------------------------------------------
-    async def _on_heartbeat(self, msg) -> None:
-        try:
-            beat = _heartbeat_decoder.decode(msg.data)
-        except msgspec.DecodeError as exc:
-            log.error("undecodable message on %s: %s", msg.subject, exc)
-            return
-        self.worker_seen[beat.worker] = time.monotonic()
-
-    async def _expire_workers(self) -> None:
-        while True:
-            await asyncio.sleep(0.5)
-            cutoff = time.monotonic() - self.settings.worker_timeout_s
-            for worker in [w for w, seen in self.worker_seen.items() if seen < cutoff]:
-                del self.worker_seen[worker]
-                await self._drop_worker(worker)
-
     async def _drop_worker(self, worker: str) -> None:
         log.warning("worker %s is gone; failing its in-flight requests", worker)
         for queue in self.queues.values():
@@ -318,10 +309,4 @@ class SchedulerService:
 
 async def run(settings: SchedulerSettings, stop: asyncio.Event) -> None:
     nc = await bus.connect(settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}")
-    service = SchedulerService(settings, nc)
-    await service.start()
-    try:
-        await stop.wait()
-    finally:
-        await service.stop()
-        await nc.drain()
+    await serve_until(stop, nc, SchedulerService(settings, nc))

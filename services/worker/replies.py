@@ -10,7 +10,13 @@ from __future__ import annotations
 from nats.aio.client import Client as NATS
 
 from shared import subjects
-from shared.messages import InferRequest, InferResponse, RequestDone, ResponseBatch, encode
+from shared.messages import (
+    InferRequest,
+    InferResponse,
+    RequestDone,
+    ResponseBatch,
+    encode,
+)
 
 
 class Replies:

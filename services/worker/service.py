@@ -28,10 +28,18 @@ from shared import bus, subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.errors import ShoalError
 from shared.messages import (
-    ExecBatch, InferRequest, InferResponse, InstanceFree, InstanceRecord, ModelRecord,
-    TensorRef, WorkerHeartbeat, encode,
+    ExecBatch,
+    InferRequest,
+    InferResponse,
+    InstanceFree,
+    InstanceRecord,
+    ModelRecord,
+    TensorRef,
+    WorkerHeartbeat,
+    encode,
 )
 from shared.model_config import ModelSpec, load_error, spec_from_json
+from shared.runtime import serve_until
 from shared.settings import WorkerSettings
 from shared.tensors import TensorStore
 
@@ -213,7 +221,7 @@ class WorkerService:
 
     async def _heartbeat(self) -> None:
         while True:
-            instances = {f"{m}/{v}": len(l.instances) for (m, v), l in self.models.items()}
+            instances = {f"{m}/{v}": len(loaded.instances) for (m, v), loaded in self.models.items()}
             beat = WorkerHeartbeat(self.id, self.subject, self.store.host, instances, self.settings.heartbeat_s)
             await self.nc.publish(subjects.WORKER_HEARTBEAT, encode(beat))
             await asyncio.sleep(self.settings.heartbeat_s)
@@ -326,10 +334,4 @@ class WorkerService:
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
     nc = await bus.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}")
-    service = WorkerService(settings, nc)
-    await service.start()
-    try:
-        await stop.wait()
-    finally:
-        await service.stop()
-        await nc.drain()
+    await serve_until(stop, nc, WorkerService(settings, nc))

@@ -18,7 +18,6 @@ import onnxruntime as ort
 from shared.errors import unavailable
 from shared.model_config import ModelSpec
 
-
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _ONNX_BFLOAT16 = 16
 
