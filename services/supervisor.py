@@ -175,12 +175,12 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         metrics_port=args.metrics_port, allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size, request_timeout_s=args.request_timeout_secs,
         tensor_transport=args.tensor_transport, strict_readiness=args.strict_readiness,
-        model_control_mode=args.model_control_mode,
     )
     repo = RepositorySettings(
         **common, model_repository=str(repository), model_control_mode=args.model_control_mode,
         load_model=args.load_model, disable_auto_complete_config=args.disable_auto_complete_config,
-        strict_model_config=args.strict_model_config,
+        strict_model_config=args.strict_model_config, repository_poll_secs=args.repository_poll_secs,
+        unload_timeout_s=args.exit_timeout_secs,
     )
     workers = [WorkerSettings(**common, tensor_transport=args.tensor_transport) for _ in range(args.workers)]
     return Cluster(gateway, SchedulerSettings(**common), repo, workers)

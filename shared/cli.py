@@ -46,7 +46,6 @@ UNSUPPORTED_FLAGS = {
     "--log-format": "log formats are not selectable yet",
     "--model-namespacing": "model namespacing is not implemented yet",
     "--model-config-name": "alternative config names are not implemented yet",
-    "--repository-poll-secs": "poll mode is not implemented yet",
     "--host-policy": "host policies are not implemented",
     "--pinned-memory-pool-byte-size": "Shoal has no pinned memory pool",
     "--cuda-memory-pool-byte-size": "Shoal has no CUDA memory pool",
@@ -78,6 +77,7 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none",
                    type=str.lower)
     p.add_argument("--load-model", action="append", default=[])
+    p.add_argument("--repository-poll-secs", type=int, default=15)
     _bool_flag(p, "--strict-readiness", True)
     _bool_flag(p, "--disable-auto-complete-config", False)
     _bool_flag(p, "--strict-model-config", False)
@@ -119,8 +119,6 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and allowed is not None and value != allowed:
             raise SystemExit(f"shoal serve: --{name.replace('_', '-')}={str(value).lower()} is not supported: {why}")
-    if args.model_control_mode == "poll":
-        raise SystemExit("shoal serve: --model-control-mode=poll is not supported yet (use none or explicit)")
     if args.load_model and args.model_control_mode != "explicit":
         raise SystemExit("shoal serve: --load-model is only allowed with --model-control-mode=explicit")
     if "*" in args.load_model and len(args.load_model) > 1:

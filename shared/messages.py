@@ -94,7 +94,8 @@ class ExecBatch(msgspec.Struct):
     requests: list[msgspec.Raw]
     queue_ns: list[int]
     reply_via_scheduler: bool = False
-    credit: int = 0  # which of the instance's credits this batch uses  # preserve_ordering: responses go back in `InstanceFree`
+    credit: int = 0  # which of the instance's credits this batch uses
+    generation: int = 0  # of the instance the credit belongs to  # preserve_ordering: responses go back in `InstanceFree`
 
 
 class RequestDone(msgspec.Struct, omit_defaults=True):
@@ -112,6 +113,7 @@ class InstanceFree(msgspec.Struct, omit_defaults=True):
     instance: int
     subject: str  # where ExecBatch messages for this worker go
     credit: int = 0  # an instance grants a few credits so the next batch waits at the worker
+    generation: int = 0
     batch_id: int = -1
     batch_size: int = 0
     compute_input_ns: int = 0
@@ -134,14 +136,25 @@ class ModelVersionState(msgspec.Struct, omit_defaults=True):
 
 
 class ModelRecord(msgspec.Struct, omit_defaults=True):
-    """The repository's published view of one model (JetStream KV `shoal-models`)."""
+    """The repository's published view of one model (JetStream KV `shoal-models`).
+
+    Workers host the `hosted` versions at `generation` with `config`. During a reload the
+    instances of the previous generation keep serving (`serving_config` is what they run,
+    what gateways validate against) until the new generation is ready.
+    """
 
     name: str
     path: str = ""
-    config: dict[str, Any] = {}  # normalized ModelConfig as Triton's JSON
-    versions: dict[str, ModelVersionState] = {}  # version -> state (loaded or attempted)
+    config: dict[str, Any] = {}  # normalized ModelConfig (Triton's JSON) of `generation`
+    versions: dict[str, ModelVersionState] = {}  # version -> state as clients see it
     generation: int = 0  # bumps on every (re)load so workers reload
+    hosted: list[int] = []  # versions workers should have instances of
+    serving_config: dict[str, Any] = {}  # config of the generation now serving (empty: `config`)
     reason: str = ""  # model-level failure (bad config), shown for every version
+
+    @property
+    def active_config(self) -> dict[str, Any]:
+        return self.serving_config or self.config
 
 
 class InstanceRecord(msgspec.Struct, omit_defaults=True):
@@ -150,10 +163,39 @@ class InstanceRecord(msgspec.Struct, omit_defaults=True):
     worker: str
     model: str
     version: int
-    generation: int
-    state: str  # READY, LOADING, UNAVAILABLE
+    generation: int  # the generation last loaded or tried
+    state: str  # of that generation: READY, LOADING, UNAVAILABLE
     reason: str = ""
     count: int = 0
+    serving_generation: int = 0  # generation of the instances serving now (0 = none)
+    warmup_ms: float = 0.0
+
+
+class DrainRequest(msgspec.Struct):
+    """Repository -> schedulers: answer once nothing is queued or running for this version."""
+
+    model: str
+    version: int
+
+
+class CreditsRevoked(msgspec.Struct):
+    """Worker -> schedulers: an instance generation was retired; drop its credits."""
+
+    worker: str
+    model: str
+    version: int
+    generation: int
+
+
+class LoadRequest(msgspec.Struct, omit_defaults=True):
+    name: str
+    config: str = ""  # a ModelConfig as protobuf JSON, replacing config.pbtxt
+    files: dict[str, bytes] = {}  # "<version>/<relative path>" -> content
+
+
+class UnloadRequest(msgspec.Struct):
+    name: str
+    unload_dependents: bool = False
 
 
 class ErrorReply(msgspec.Struct):

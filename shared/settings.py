@@ -48,7 +48,7 @@ class GatewaySettings(BusSettings):
     inline_max_bytes: int = 65536
     tensor_transport: Literal["auto", "shm", "bus"] = "auto"
     strict_readiness: bool = True
-    model_control_mode: Literal["none", "poll", "explicit"] = "none"
+    repository_timeout_s: float = Field(330.0, description="how long a load/unload request waits for the repository")
 
 
 class SchedulerSettings(BusSettings):
@@ -76,6 +76,10 @@ class RepositorySettings(BusSettings):
     load_model: list[str] = Field(default_factory=list)
     disable_auto_complete_config: bool = False
     strict_model_config: bool = False
+    repository_poll_secs: int = Field(15, description="poll mode: rescan interval (file events act sooner)")
+    load_timeout_s: float = Field(300.0, description="how long a load request waits for the workers")
+    unload_timeout_s: float = Field(30.0, description="how long an unload waits for queued requests to drain")
+    worker_timeout_s: float = Field(5.0, description="a worker silent this long no longer counts")
 
 
 def _flag(name: str) -> str:

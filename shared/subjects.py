@@ -18,7 +18,11 @@ INSTANCE_FREE = f"{PREFIX}.sched.free"
 RESYNC = f"{PREFIX}.worker.resync"
 WORKER_HEARTBEAT = f"{PREFIX}.worker.heartbeat"
 SCHEDULER_STATS = f"{PREFIX}.sched.stats"
+SCHEDULER_DRAIN = f"{PREFIX}.sched.drain"
+CREDITS_REVOKED = f"{PREFIX}.sched.revoke"
 REPOSITORY_INDEX = f"{PREFIX}.repository.index"
+REPOSITORY_LOAD = f"{PREFIX}.repository.load"
+REPOSITORY_UNLOAD = f"{PREFIX}.repository.unload"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 

@@ -34,7 +34,6 @@ def test_tritonserver_flag_forms():
     (["--allow-grpc=true"], "--allow-grpc=true is not supported"),
     (["--allow-client-shm=true"], "--allow-client-shm=true is not supported"),
     (["--load-model=simple"], "only allowed with --model-control-mode=explicit"),
-    (["--model-control-mode=poll"], "poll is not supported yet"),
     (["--model-control-mode=explicit", "--load-model=*", "--load-model=a"], "must be the only"),
 ])
 def test_unsupported_flags_are_refused(argv, message):

@@ -6,7 +6,6 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import unquote
 
 import msgspec
 import orjson
@@ -23,6 +22,7 @@ from services.gateway.models import ModelRegistry
 from services.gateway.validation import raw_request, validate
 from shared import subjects
 from shared.errors import ShoalError, invalid, unavailable
+from shared.messages import ErrorReply
 from shared.settings import GatewaySettings
 
 log = logging.getLogger("shoal.gateway")
@@ -164,10 +164,40 @@ class Gateway:
             payload = orjson.dumps({"ready": ready})
         return json_response(await self._ask(subjects.REPOSITORY_INDEX, payload, "the repository service"))
 
-    async def repository_control(self, request: Request) -> Response:
-        raise unavailable("explicit model load / unload is not allowed if polling is enabled"
-                          if self.settings.model_control_mode != "explicit"
-                          else "explicit model load / unload is not supported by this Shoal version yet")
+    async def _json_body(self, request: Request) -> dict:
+        body = await request.body()
+        if not body.strip():
+            return {}
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("parameters", {}), dict):
+            raise invalid("the request body must be a JSON object with an optional 'parameters' object")
+        return doc
+
+    async def _repository(self, subject: str, payload: dict) -> Response:
+        try:
+            reply = await self.nc.request(subject, orjson.dumps(payload), timeout=self.settings.repository_timeout_s)
+        except Exception as exc:
+            raise unavailable(f"the repository service is not available: {type(exc).__name__}") from None
+        if reply.data:
+            error = msgspec.msgpack.decode(reply.data, type=ErrorReply)
+            raise ShoalError(error.error, error.code)
+        return Response(status_code=200, media_type="application/json")
+
+    async def load(self, request: Request) -> Response:
+        doc = await self._json_body(request)
+        name = request.path_params["model"]
+        return await self._repository(subjects.REPOSITORY_LOAD, {"name": name, "parameters": doc.get("parameters", {})})
+
+    async def unload(self, request: Request) -> Response:
+        doc = await self._json_body(request)
+        dependents = doc.get("parameters", {}).get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise invalid("Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean")
+        name = request.path_params["model"]
+        return await self._repository(subjects.REPOSITORY_UNLOAD, {"name": name, "unload_dependents": dependents})
 
     async def statistics(self, request: Request) -> Response:
         name = request.path_params.get("model", "")
@@ -210,8 +240,8 @@ def build_app(gateway: Gateway, lifespan=None) -> Starlette:
         Route("/v2", triton_errors(g.server_metadata), methods=["GET"]),
         Route("/v2/models/stats", triton_errors(g.statistics), methods=["GET"]),
         Route("/v2/repository/index", triton_errors(g.repository_index), methods=["POST"]),
-        Route("/v2/repository/models/{model}/load", triton_errors(g.repository_control), methods=["POST"]),
-        Route("/v2/repository/models/{model}/unload", triton_errors(g.repository_control), methods=["POST"]),
+        Route("/v2/repository/models/{model}/load", triton_errors(g.load), methods=["POST"]),
+        Route("/v2/repository/models/{model}/unload", triton_errors(g.unload), methods=["POST"]),
     ]
     for base in (m, mv):
         routes += [
@@ -244,7 +274,7 @@ class InferFastPath:
         if match is None:
             await self.app(scope, receive, send)
             return
-        model, version = unquote(match.group(1)), match.group(2) or ""
+        model, version = match.group(1), match.group(2) or ""  # ASGI paths arrive percent-decoded
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
             if scope["method"] != "POST":

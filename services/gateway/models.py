@@ -45,8 +45,8 @@ class ModelRegistry:
                 continue
             record = _record_decoder.decode(entry.value)
             self.records[name] = record
-            if record.config:
-                self.specs[name] = spec_from_json(record.config)
+            if record.active_config:  # during a reload: the config of the instances still serving
+                self.specs[name] = spec_from_json(record.active_config)
             else:
                 self.specs.pop(name, None)
             self.synced.set()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as pb
 
+from services.repository.agents import run_agents
 from services.repository.autocomplete import autocomplete_onnx
 from shared import model_config
 from shared.errors import invalid
@@ -40,9 +42,13 @@ def select_versions(config: pb.ModelConfig, available: list[int]) -> list[int]:
     return sorted(available)[-max(count, 1):] if available else []
 
 
-def load_config(model_dir: Path, versions: list[int], auto_complete: bool = True) -> pb.ModelConfig:
+def load_config(
+    model_dir: Path, versions: list[int], auto_complete: bool = True, override: pb.ModelConfig | None = None
+) -> pb.ModelConfig:
     path = model_dir / "config.pbtxt"
-    if path.exists():
+    if override is not None:
+        config = override
+    elif path.exists():
         config = model_config.parse_text(path.read_text(), path)
     elif auto_complete:
         config = pb.ModelConfig()
@@ -63,10 +69,21 @@ def load_config(model_dir: Path, versions: list[int], auto_complete: bool = True
     return config
 
 
-def scan_model(model_dir: Path, auto_complete: bool = True) -> ScannedModel:
+def scan_model(model_dir: Path, auto_complete: bool = True, override: pb.ModelConfig | None = None) -> ScannedModel:
     available = version_dirs(model_dir)
     try:
-        config = load_config(model_dir, available, auto_complete)
+        config = load_config(model_dir, available, auto_complete, override)
+        run_agents(model_config.to_json(config), model_dir)
     except Exception as exc:  # a bad model is UNAVAILABLE; the others still load
         return ScannedModel(model_dir.name, model_dir, None, available[-1:], model_config.load_error(model_dir.name, exc))
     return ScannedModel(model_dir.name, model_dir, config, select_versions(config, available))
+
+
+def signature(model_dir: Path) -> str:
+    """Changes when the config or any file of the model changes (poll mode's reload trigger)."""
+    digest = hashlib.sha1()
+    for path in sorted(model_dir.rglob("*")):
+        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(model_dir).parts):
+            stat = path.stat()
+            digest.update(f"{path.relative_to(model_dir)}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()

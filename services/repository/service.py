@@ -1,10 +1,8 @@
-"""The repository service: scans the model repository and is the single writer of model states.
+"""The repository service: the bus side of the model manager.
 
-It publishes one `ModelRecord` per model in the `shoal-models` KV bucket (normalized
-config + per-version state). Workers load what is published and report their
-instances in `shoal-instances`; from those reports this service derives each
-version's state: READY once any instance is ready, UNAVAILABLE with the backend's
-reason when every worker failed, LOADING until then.
+It publishes `ModelRecord`s in the `shoal-models` KV bucket, reads the workers'
+reports from `shoal-instances`, answers index/load/unload requests, and in poll mode
+watches the repository directory.
 """
 
 from __future__ import annotations
@@ -15,39 +13,34 @@ import time
 from pathlib import Path
 
 import msgspec
+import watchfiles
 from nats.aio.client import Client as NATS
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 
-from services.repository.scan import list_models, scan_model
-from shared import bus, model_config, subjects
+from services.repository.manager import ModelManager
+from services.repository.overrides import check_parameters
+from shared import bus, subjects
+from shared.errors import Code, ShoalError, unavailable
 from shared.liveness import WorkerLiveness
-from shared.messages import InstanceRecord, ModelRecord, ModelVersionState, encode
+from shared.messages import DrainRequest, ErrorReply, InstanceRecord, ModelRecord, encode
 from shared.runtime import serve_until
 from shared.settings import RepositorySettings
 
 log = logging.getLogger("shoal.repository")
 
 _instance_decoder = msgspec.msgpack.Decoder(InstanceRecord)
-
-
-def derive_state(reports: list[InstanceRecord], generation: int) -> ModelVersionState:
-    current = [r for r in reports if r.generation == generation]
-    if any(r.state == "READY" for r in current):
-        return ModelVersionState("READY")
-    failed = [r for r in current if r.state == "UNAVAILABLE"]
-    if current and len(failed) == len(current):
-        return ModelVersionState("UNAVAILABLE", failed[0].reason)
-    return ModelVersionState("LOADING")
+NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
 
 
 class RepositoryService:
     def __init__(self, settings: RepositorySettings, nc: NATS) -> None:
         self.settings = settings
         self.nc = nc
-        self.root = Path(settings.model_repository)
-        self.records: dict[str, ModelRecord] = {}
-        self.reports: dict[str, InstanceRecord] = {}  # instance key -> report
-        self.liveness = WorkerLiveness(nc, 5.0, self._worker_gone)
+        self.manager = ModelManager(settings, self._publish, self._forget, self._drain)
+        self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._worker_gone)
         self._tasks: list[asyncio.Task] = []
+        self._stop_watch = asyncio.Event()
 
     async def start(self) -> None:
         self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
@@ -55,13 +48,22 @@ class RepositoryService:
         for key in await self._keys(self.models_kv):  # a previous run's records
             await self.models_kv.delete(key)
         for name in self._initial_models():
-            await self.load(name)
+            try:
+                await self.manager.load(name)
+            except ShoalError as exc:
+                log.error("%s", exc.message.strip())
         await self.nc.subscribe(subjects.REPOSITORY_INDEX, cb=self._on_index)
+        await self.nc.subscribe(subjects.REPOSITORY_LOAD, cb=self._on_load)
+        await self.nc.subscribe(subjects.REPOSITORY_UNLOAD, cb=self._on_unload)
         await self.liveness.start()
         self._tasks.append(asyncio.create_task(self._watch_instances()))
-        log.info("repository %s: %d model(s) published", self.root, len(self.records))
+        if self.settings.model_control_mode == "poll":
+            self._tasks.append(asyncio.create_task(self._poll()))
+        log.info("repository %s (%s mode): %d model(s) published", self.manager.root,
+                 self.settings.model_control_mode, len(self.manager.records))
 
     async def stop(self) -> None:
+        self._stop_watch.set()
         self.liveness.stop()
         for task in self._tasks:
             task.cancel()
@@ -74,83 +76,51 @@ class RepositoryService:
             return []
 
     def _initial_models(self) -> list[str]:
-        available = list_models(self.root)
+        available = self.manager.available()
         if self.settings.model_control_mode != "explicit":
             return available
         wanted = self.settings.load_model
         if "*" in wanted:
             return available
+        missing = [m for m in wanted if m not in available]
+        if missing:
+            log.error("--load-model: %s not in the repository", ", ".join(missing))
         return [m for m in wanted if m in available]
 
-    async def load(self, name: str) -> ModelRecord:
-        scanned = scan_model(self.root / name, auto_complete=not (
-            self.settings.disable_auto_complete_config or self.settings.strict_model_config))
-        previous = self.records.get(name)
-        generation = (previous.generation + 1) if previous else 1
-        if scanned.config is None:
-            log.error("failed to load '%s': %s", name, scanned.error)
-            versions = {str(v): ModelVersionState("UNAVAILABLE", scanned.error) for v in scanned.versions or [1]}
-            record = ModelRecord(name, str(scanned.path), {}, versions, generation, scanned.error)
-        else:
-            config = model_config.to_json(scanned.config)
-            versions = {str(v): ModelVersionState("LOADING") for v in scanned.versions}
-            record = ModelRecord(name, str(scanned.path), config, versions, generation)
-            if not versions:
-                record.reason = f"no version is available for model '{name}'"
-        self.records[name] = record
-        await self._publish(record)
-        return record
-
+    # -- the bus ------------------------------------------------------------------------
     async def _publish(self, record: ModelRecord) -> None:
         await self.models_kv.put(subjects.model_key(record.name), encode(record))
 
+    async def _forget(self, name: str) -> None:
+        await self.models_kv.delete(subjects.model_key(name))
+
+    async def _drain(self, model: str, version: int) -> None:
+        """Wait until the schedulers hold nothing for this version (bounded by the exit timeout)."""
+        try:
+            await self.nc.request(subjects.SCHEDULER_DRAIN, encode(DrainRequest(model, version)),
+                                  timeout=self.settings.unload_timeout_s)
+        except NoRespondersError:
+            pass  # no scheduler: nothing queued anywhere
+        except NatsTimeout:
+            log.warning("'%s' version %d did not drain in %ss; unloading anyway",
+                        model, version, self.settings.unload_timeout_s)
+
     async def _watch_instances(self) -> None:
         async for key, value in bus.watch(self.instances_kv):
-            if value is None:
-                report = self.reports.pop(key, None)
-            else:
-                report = self.reports[key] = _instance_decoder.decode(value)
-                self.liveness.seen.setdefault(report.worker, time.monotonic())
+            report = _instance_decoder.decode(value) if value is not None else None
             if report is not None:
-                await self._refresh(report.model)
-
-    async def _refresh(self, name: str) -> None:
-        record = self.records.get(name)
-        if record is None or record.reason:
-            return
-        changed = False
-        for version, old in record.versions.items():
-            reports = [r for r in self.reports.values() if r.model == name and str(r.version) == version]
-            new = derive_state(reports, record.generation)
-            if new != old:
-                record.versions[version] = new
-                changed = True
-                log.info("model '%s' version %s: %s %s", name, version, new.state, new.reason)
-        if changed:
-            await self._publish(record)
+                self.liveness.seen.setdefault(report.worker, time.monotonic())
+            await self.manager.on_report(key, report)
 
     async def _worker_gone(self, worker: str) -> None:
         """A worker that stopped beating (crashed, partitioned) no longer counts as an instance."""
         log.warning("worker %s stopped sending heartbeats; dropping its instances", worker)
-        for key in [k for k, r in self.reports.items() if r.worker == worker]:
+        for key in [k for k, r in self.manager.reports.items() if r.worker == worker]:
             await self.instances_kv.delete(key)
 
-    def index(self, ready_only: bool = False) -> list[dict]:
-        entries: list[dict] = []
-        for name in list_models(self.root):
-            record = self.records.get(name)
-            if record is None:
-                if not ready_only:
-                    entries.append({"name": name})
-                continue
-            for version, state in sorted(record.versions.items(), key=lambda kv: int(kv[0])):
-                if ready_only and state.state != "READY":
-                    continue
-                entry = {"name": name, "version": version, "state": state.state}
-                if state.reason:
-                    entry["reason"] = state.reason
-                entries.append(entry)
-        return entries
+    async def _reply(self, msg, error: ShoalError | None = None) -> None:
+        payload = encode(ErrorReply(error.message, str(error.code))) if error else b""
+        await self.nc.publish(msg.reply, payload)
 
     async def _on_index(self, msg) -> None:
         ready_only = False
@@ -159,7 +129,57 @@ class RepositoryService:
                 ready_only = bool(msgspec.json.decode(msg.data).get("ready", False))
             except (msgspec.DecodeError, AttributeError):
                 pass
-        await msg.respond(msgspec.json.encode(self.index(ready_only)))
+        await self.nc.publish(msg.reply, msgspec.json.encode(self.manager.index(ready_only)))
+
+    async def _on_load(self, msg) -> None:
+        asyncio.create_task(self._answer(msg, self._load(msg.data)))  # a load takes long: never block the others
+
+    async def _on_unload(self, msg) -> None:
+        asyncio.create_task(self._answer(msg, self._unload(msg.data)))
+
+    async def _answer(self, msg, work) -> None:
+        try:
+            await work
+            await self._reply(msg)
+        except ShoalError as exc:
+            await self._reply(msg, exc)
+        except Exception as exc:
+            log.exception("load/unload failed")
+            await self._reply(msg, ShoalError(f"internal error: {exc}", Code.INTERNAL))
+
+    async def _load(self, data: bytes) -> None:
+        if self.settings.model_control_mode != "explicit":
+            raise unavailable(NOT_EXPLICIT)
+        body = msgspec.json.decode(data)
+        name = body["name"]
+        config, files = check_parameters(body.get("parameters", {}))
+        async with self.manager.lock(name):
+            await self.manager.load(name, config, files)
+            await self.manager.wait_loaded(name, self.settings.load_timeout_s)
+
+    async def _unload(self, data: bytes) -> None:
+        if self.settings.model_control_mode != "explicit":
+            raise unavailable(NOT_EXPLICIT)
+        name = msgspec.json.decode(data)["name"]
+        async with self.manager.lock(name):
+            await self.manager.unload(name)
+
+    # -- poll mode ------------------------------------------------------------------------
+    async def _poll(self) -> None:
+        """React to file events (debounced), and rescan every --repository-poll-secs regardless."""
+        changes = watchfiles.awatch(self.manager.root, stop_event=self._stop_watch, debounce=500,
+                                    step=100, recursive=True, raise_interrupt=False)
+        ticker = asyncio.create_task(self._tick())
+        try:
+            async for _ in changes:
+                await self.manager.poll()
+        finally:
+            ticker.cancel()
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(max(1, self.settings.repository_poll_secs))
+            await self.manager.poll()
 
 
 async def run(settings: RepositorySettings, stop: asyncio.Event) -> None:

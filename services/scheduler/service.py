@@ -23,6 +23,8 @@ from services.scheduler.stats import ModelStats
 from shared import bus, subjects
 from shared.liveness import WorkerLiveness
 from shared.messages import (
+    CreditsRevoked,
+    DrainRequest,
     ExecBatch,
     InferResponse,
     InstanceFree,
@@ -39,6 +41,8 @@ log = logging.getLogger("shoal.scheduler")
 
 _header_decoder = msgspec.msgpack.Decoder(RequestHeader)
 _batch_decoder = msgspec.msgpack.Decoder(RequestBatch)
+_revoked_decoder = msgspec.msgpack.Decoder(CreditsRevoked)
+_drain_decoder = msgspec.msgpack.Decoder(DrainRequest)
 _free_decoder = msgspec.msgpack.Decoder(InstanceFree)
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
 
@@ -66,6 +70,7 @@ class Slot:
     instance: int
     credit: int
     subject: str
+    generation: int = 0
 
 
 @dataclass
@@ -108,7 +113,7 @@ class SchedulerService:
         self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._drop_worker)
         self.running: Counter[tuple[str, int]] = Counter()  # batches in flight per instance
         self._batch_ids = 0
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: set[asyncio.Task] = set()
         self._loop = asyncio.get_running_loop()
 
     async def start(self) -> None:
@@ -117,14 +122,21 @@ class SchedulerService:
         await self.nc.subscribe(subjects.INSTANCE_FREE, cb=self._on_free)
         await self.liveness.start()
         await self.nc.subscribe(subjects.SCHEDULER_STATS, cb=self._on_stats)
-        self._tasks.append(asyncio.create_task(self._watch_models()))
+        await self.nc.subscribe(subjects.CREDITS_REVOKED, cb=self._on_revoked)
+        await self.nc.subscribe(subjects.SCHEDULER_DRAIN, cb=self._on_drain)
+        self._spawn(self._watch_models())
         await self.nc.publish(subjects.RESYNC, b"")  # workers re-announce their free instances
         log.info("scheduler %s started", self.settings.scheduler_id)
 
     async def stop(self) -> None:
         self.liveness.stop()
-        for task in self._tasks:
+        for task in list(self._tasks):
             task.cancel()
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def queue(self, model: str, version: int) -> ModelQueue:
         key = (model, version)
@@ -137,11 +149,14 @@ class SchedulerService:
         async for key, value in bus.watch(self.models_kv):
             name = subjects.untoken(key)
             record = _record_decoder.decode(value) if value is not None else None
-            if record is None or not record.config:
+            hosted = set(record.hosted) if record is not None and record.active_config else set()
+            for key in [k for k in self.queues if k[0] == name and k[1] not in hosted]:
+                await self._abandon(self.queues[key], f"model '{name}' version {key[1]} was unloaded")
+            if not hosted:
                 continue
-            spec = spec_from_json(record.config)
-            for version in record.versions:
-                queue = self.queue(name, int(version))
+            spec = spec_from_json(record.active_config)
+            for version in hosted:
+                queue = self.queue(name, version)
                 queue.spec, queue.policy = spec, policy_for(spec)
 
     # -- requests ---------------------------------------------------------------
@@ -212,7 +227,7 @@ class SchedulerService:
             queue.stats.queue.add(ns)
         message = ExecBatch(
             self._batch_ids, queue.key[0], queue.key[1], slot.instance,
-            [p.raw for p in batch], queue_ns, queue.preserve_ordering, slot.credit,
+            [p.raw for p in batch], queue_ns, queue.preserve_ordering, slot.credit, slot.generation,
         )
         self.in_flight[(slot.worker, self._batch_ids)] = InFlight(queue.key, slot, batch, now)
         self.running[(slot.worker, slot.instance)] += 1
@@ -230,7 +245,7 @@ class SchedulerService:
         if free.batch_id >= 0:
             await self._complete(queue, free)
         if free.instance >= 0:
-            slot = Slot(free.worker, free.instance, free.credit, free.subject)
+            slot = Slot(free.worker, free.instance, free.credit, free.subject, free.generation)
             for key in [k for k, f in self.in_flight.items() if f.slot == slot]:
                 # the worker says this credit is idle, so it no longer holds this batch
                 flight = self._finish_flight(key)
@@ -293,6 +308,43 @@ class SchedulerService:
             queue = self.queue(*flight.key)
             for pending in flight.requests:
                 await self._fail(queue, pending.header, f"worker {worker} stopped responding while running the request")
+
+    async def _abandon(self, queue: ModelQueue, message: str) -> None:
+        """The version is gone: fail what still waits for it (a drain normally left nothing)."""
+        queue.free.clear()
+        while queue.requests:
+            await self._fail(queue, queue.requests.popleft().header, message)
+
+    async def _on_revoked(self, msg) -> None:
+        try:
+            revoked = _revoked_decoder.decode(msg.data)
+        except msgspec.DecodeError as exc:
+            log.error("undecodable message on %s: %s", msg.subject, exc)
+            return
+        queue = self.queues.get((revoked.model, revoked.version))
+        if queue is not None:
+            queue.free = deque(s for s in queue.free
+                               if not (s.worker == revoked.worker and s.generation == revoked.generation))
+            await self._pump(queue)
+
+    # -- draining (unload) ------------------------------------------------------------
+    def _idle(self, key: tuple[str, int]) -> bool:
+        queue = self.queues.get(key)
+        return (queue is None or not queue.requests) and not any(f.key == key for f in self.in_flight.values())
+
+    async def _on_drain(self, msg) -> None:
+        try:
+            request = _drain_decoder.decode(msg.data)
+        except msgspec.DecodeError as exc:
+            log.error("undecodable message on %s: %s", msg.subject, exc)
+            return
+        self._spawn(self._drain(request, msg.reply))
+
+    async def _drain(self, request: DrainRequest, reply: str) -> None:
+        key = (request.model, request.version)
+        while not self._idle(key):  # bounded by the repository's own timeout on the request
+            await asyncio.sleep(0.01)
+        await self.nc.publish(reply, b"{}")
 
     # -- statistics ------------------------------------------------------------------
     async def _on_stats(self, msg) -> None:

@@ -1,0 +1,265 @@
+"""Model lifecycle: what is loaded, at which generation, and each version's state.
+
+The manager is the single writer of `ModelRecord`s. Workers host what a record says
+and report their instances; from the reports the manager derives the state clients
+see. A reload publishes a new generation while the old instances keep serving, so
+clients see no errors; an unload first drains the schedulers, then frees instances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from services.repository import overrides
+from services.repository.scan import ScannedModel, list_models, scan_model, signature
+from shared import model_config
+from shared.errors import ShoalError, internal, invalid
+from shared.messages import InstanceRecord, ModelRecord, ModelVersionState
+from shared.settings import RepositorySettings
+
+log = logging.getLogger("shoal.repository")
+
+Publish = Callable[[ModelRecord], Awaitable[None]]
+Forget = Callable[[str], Awaitable[None]]
+Drain = Callable[[str, int], Awaitable[None]]
+
+NO_INSTANCES = "no worker hosts an instance of this model version any more"
+
+
+def derive_state(reports: list[InstanceRecord], generation: int, previous: ModelVersionState) -> ModelVersionState:
+    if any(r.serving_generation > 0 for r in reports):
+        return ModelVersionState("READY")
+    current = [r for r in reports if r.generation == generation]
+    failed = [r for r in current if r.state == "UNAVAILABLE"]
+    if current and len(failed) == len(current):
+        return ModelVersionState("UNAVAILABLE", failed[0].reason)
+    if not reports and (previous.state == "READY" or previous.reason == NO_INSTANCES):
+        return ModelVersionState("UNAVAILABLE", NO_INSTANCES)  # every instance died with its worker
+    return ModelVersionState("LOADING")
+
+
+class ModelManager:
+    def __init__(self, settings: RepositorySettings, publish: Publish, forget: Forget, drain: Drain) -> None:
+        self.settings = settings
+        self.root = Path(settings.model_repository)
+        self.publish = publish
+        self.forget = forget
+        self.drain = drain
+        self.records: dict[str, ModelRecord] = {}
+        self.reports: dict[str, InstanceRecord] = {}  # instance key -> report
+        self.signatures: dict[str, str] = {}
+        self.override_dirs: dict[str, Path] = {}
+        self.changed = asyncio.Condition()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._polling = asyncio.Lock()
+
+    def lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    @property
+    def auto_complete(self) -> bool:
+        return not (self.settings.disable_auto_complete_config or self.settings.strict_model_config)
+
+    def available(self) -> list[str]:
+        return list_models(self.root)
+
+    # -- load -------------------------------------------------------------------
+    def _scan(self, name: str, config: str, files: dict[str, str]) -> ScannedModel:
+        override = model_config.parse_json(config) if config else None
+        if files:
+            decoded: dict[str, bytes] = {}
+            for relative, text in files.items():
+                try:
+                    decoded[relative] = base64.b64decode(text, validate=True)
+                except (binascii.Error, ValueError):
+                    raise invalid(f"file override '{relative}' is not valid base64") from None
+            model_dir = overrides.write_override_dir(name, decoded)
+        else:
+            model_dir = self.root / name
+            if not model_dir.is_dir():
+                raise internal(f"failed to load '{name}', failed to poll from model repository")
+        scanned = scan_model(model_dir, self.auto_complete, override)
+        if files:
+            previous = self.override_dirs.pop(name, None)
+            self.override_dirs[name] = model_dir
+            if previous is not None:
+                overrides.remove_override_dir(previous)
+        elif name in self.override_dirs:  # a plain load reverts to the repository's files
+            overrides.remove_override_dir(self.override_dirs.pop(name))
+        return scanned
+
+    async def load(self, name: str, config: str = "", files: dict[str, str] | None = None) -> ModelRecord:
+        """Publish a new generation of `name`; old instances keep serving until it is ready."""
+        scanned = self._scan(name, config, files or {})
+        if not files and (self.root / name).is_dir():
+            self.signatures[name] = signature(self.root / name)
+        previous = self.records.get(name)
+        generation = previous.generation + 1 if previous else 1
+        if scanned.config is None:
+            if previous is not None and any(s.state == "READY" for s in previous.versions.values()):
+                raise invalid(f"load failed for model '{name}': {scanned.error}\n")  # keep serving the old one
+            log.error("failed to load '%s': %s", name, scanned.error)
+            versions = {str(v): ModelVersionState("UNAVAILABLE", scanned.error) for v in scanned.versions or [1]}
+            record = ModelRecord(name, str(scanned.path), {}, versions, generation, [], {}, scanned.error)
+        else:
+            hosted = list(scanned.versions)
+            versions = {}
+            for version in previous.versions if previous else []:
+                if int(version) not in hosted:
+                    versions[version] = ModelVersionState("UNAVAILABLE", "unloaded")
+            serving = previous.active_config if previous and previous.hosted else {}
+            for version in hosted:
+                old = previous.versions.get(str(version)) if previous else None
+                versions[str(version)] = old if old is not None and old.state == "READY" else ModelVersionState("LOADING")
+            record = ModelRecord(name, str(scanned.path), model_config.to_json(scanned.config), versions,
+                                 generation, hosted, serving)
+            if not hosted:
+                record.reason = f"no version is available for model '{name}'"
+        self.records[name] = record
+        await self.publish(record)
+        return record
+
+    def settled(self, name: str) -> bool:
+        """Every live worker has finished trying the record's generation (or none reported)."""
+        record = self.records.get(name)
+        if record is None or record.reason:
+            return True
+        for version in record.hosted:
+            reports = self._reports(name, version)
+            if not reports or any(r.generation != record.generation or r.state == "LOADING" for r in reports):
+                return False
+        return True
+
+    async def wait_loaded(self, name: str, timeout: float) -> None:
+        """Return once the new generation serves; raise with the backend's reason otherwise."""
+        deadline = time.monotonic() + timeout
+        async with self.changed:
+            while not self.settled(name):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise internal(f"load failed for model '{name}': timed out after {timeout:.0f}s waiting for a worker")
+                try:
+                    await asyncio.wait_for(self.changed.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+        record = self.records[name]
+        if record.reason:
+            raise invalid(f"load failed for model '{name}': {record.reason}\n")
+        for version in record.hosted:
+            reports = self._reports(name, version)
+            if not any(r.serving_generation == record.generation for r in reports):
+                reason = next((r.reason for r in reports if r.reason), "no instance could be created")
+                raise invalid(f"load failed for model '{name}': {reason}\n")
+
+    # -- unload ------------------------------------------------------------------
+    async def unload(self, name: str) -> None:
+        record = self.records.get(name)
+        if record is None or not record.hosted:
+            return
+        for version in record.hosted:
+            record.versions[str(version)] = ModelVersionState("UNLOADING")
+        await self.publish(record)  # gateways stop routing new requests to it
+        for version in record.hosted:
+            await self.drain(name, version)  # queued and running requests finish first
+        for version in record.hosted:
+            record.versions[str(version)] = ModelVersionState("UNAVAILABLE", "unloaded")
+        record.hosted = []
+        record.serving_config = {}
+        await self.publish(record)
+        if name in self.override_dirs:
+            overrides.remove_override_dir(self.override_dirs.pop(name))
+        log.info("unloaded '%s'", name)
+
+    # -- reports from workers ------------------------------------------------------
+    def _reports(self, name: str, version: int) -> list[InstanceRecord]:
+        return [r for r in self.reports.values() if r.model == name and r.version == version]
+
+    async def on_report(self, key: str, report: InstanceRecord | None) -> None:
+        previous = self.reports.pop(key, None)
+        if report is not None:
+            self.reports[key] = report
+        changed = report or previous
+        if changed is not None:
+            await self.refresh(changed.model)
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def refresh(self, name: str) -> None:
+        record = self.records.get(name)
+        if record is None or record.reason:
+            return
+        changed = False
+        for version in record.hosted:
+            old = record.versions.get(str(version), ModelVersionState("LOADING"))
+            if old.state == "UNLOADING":
+                continue
+            reports = self._reports(name, version)
+            new = derive_state(reports, record.generation, old)
+            if new != old:
+                record.versions[str(version)] = new
+                changed = True
+                log.info("model '%s' version %d: %s %s", name, version, new.state, new.reason)
+        if record.serving_config and self.settled(name) and all(
+            any(r.serving_generation == record.generation for r in self._reports(name, v)) for v in record.hosted
+        ):
+            record.serving_config = {}  # the new generation serves everywhere: its config is the one
+            changed = True
+        if changed:
+            await self.publish(record)
+
+    # -- the index -------------------------------------------------------------------
+    def index(self, ready_only: bool = False) -> list[dict]:
+        entries: list[dict] = []
+        for name in sorted(set(self.available()) | set(self.records)):
+            record = self.records.get(name)
+            if record is None:
+                if not ready_only:
+                    entries.append({"name": name})
+                continue
+            for version, state in sorted(record.versions.items(), key=lambda kv: int(kv[0])):
+                if ready_only and state.state != "READY":
+                    continue
+                entry = {"name": name, "version": version, "state": state.state}
+                if state.reason:
+                    entry["reason"] = state.reason
+                warmup = [r.warmup_ms for r in self._reports(name, int(version)) if r.warmup_ms]
+                if warmup:
+                    entry["warmup_ms"] = round(max(warmup), 3)
+                entries.append(entry)
+        return entries
+
+    # -- poll mode ---------------------------------------------------------------------
+    async def poll(self) -> None:
+        """Apply the repository's changes: new models load, removed ones unload, changed ones reload."""
+        async with self._polling:
+            await self._poll_once()
+
+    async def _poll_once(self) -> None:
+        on_disk = set(self.available())
+        for name in sorted(on_disk):
+            if name in self.override_dirs:
+                continue
+            current = signature(self.root / name)
+            if self.signatures.get(name) == current and name in self.records:
+                continue
+            log.info("repository change: %s '%s'", "reloading" if name in self.records else "loading", name)
+            try:
+                async with self.lock(name):
+                    await self.load(name)
+            except ShoalError as exc:  # a failed reload keeps the old version serving
+                self.signatures[name] = current
+                log.error("%s", exc.message.strip())
+        for name in sorted(set(self.records) - on_disk - set(self.override_dirs)):
+            if self.records[name].hosted:
+                log.info("repository change: '%s' removed, unloading", name)
+                async with self.lock(name):
+                    await self.unload(name)
+            self.records.pop(name, None)
+            self.signatures.pop(name, None)
+            await self.forget(name)

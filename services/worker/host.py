@@ -1,0 +1,144 @@
+"""Which model versions a worker hosts: load, warm up, swap generations, unload, report.
+
+The repository publishes what to host (`ModelRecord.hosted` at `generation`); this
+module makes it so and reports each version's state in the instances KV bucket. A
+reload loads the new generation next to the old one, swaps when it is ready (the old
+instances finish what they run, then close), and keeps the old one if the new fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import msgspec
+from nats.aio.client import Client as NATS
+
+from services.worker import backends
+from services.worker.instances import Instance, LoadedModel
+from services.worker.warmup import run_warmup
+from shared import bus, subjects
+from shared.messages import InstanceRecord, ModelRecord, encode
+from shared.model_config import ModelSpec, load_error, spec_from_json
+from shared.settings import WorkerSettings
+
+log = logging.getLogger("shoal.worker")
+_record_decoder = msgspec.msgpack.Decoder(ModelRecord)
+
+Key = tuple[str, int]
+Hook = Callable[[LoadedModel], Awaitable[None]]
+
+
+class ModelHost:
+    def __init__(self, worker_id: str, settings: WorkerSettings, nc: NATS, on_ready: Hook, on_retired: Hook) -> None:
+        self.worker_id = worker_id
+        self.settings = settings
+        self.nc = nc
+        self.on_ready = on_ready
+        self.on_retired = on_retired
+        self.models: dict[Key, LoadedModel] = {}
+        self._attempted: dict[Key, int] = {}  # generation last loaded or tried
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        self.instances_kv = await bus.bucket(self.nc, subjects.INSTANCES_BUCKET)
+        self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
+        self._spawn(self._watch())
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for key in list(self.models):
+            await self.unload(key)
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _watch(self) -> None:
+        async for key, value in bus.watch(self.models_kv):
+            record = _record_decoder.decode(value) if value is not None else None
+            await self.apply(subjects.untoken(key), record)
+
+    async def apply(self, name: str, record: ModelRecord | None) -> None:
+        wanted = set(record.hosted) if record is not None and not record.reason else set()
+        for key in [k for k in self._attempted if k[0] == name and k[1] not in wanted]:
+            self._attempted.pop(key, None)
+            await self.unload(key)
+        for version in wanted:
+            key = (name, version)
+            if self._attempted.get(key) == record.generation:
+                continue  # loaded, loading, or failed at this generation: a state change, not a reload
+            self._attempted[key] = record.generation
+            self._spawn(self._load(record, version))
+
+    async def _load(self, record: ModelRecord, version: int) -> None:
+        key = (record.name, version)
+        await self.report(record, version, "LOADING")
+        started = time.perf_counter()
+        try:
+            spec = spec_from_json(record.config)
+            loaded = await asyncio.to_thread(self._create, spec, record, version)
+        except Exception as exc:
+            reason = load_error(record.name, exc)
+            log.error("failed to load '%s' version %d: %s", record.name, version, reason)
+            await self.report(record, version, "UNAVAILABLE", reason)
+            return
+        if self._attempted.get(key) != record.generation:  # superseded or unloaded while loading
+            loaded.close()
+            return
+        old = self.models.get(key)
+        self.models[key] = loaded
+        if old is not None:
+            old.retire()
+            await self.on_retired(old)
+        await self.report(record, version, "READY", count=len(loaded.instances))
+        log.info("loaded '%s' version %d (generation %d): %d instance(s) in %.0f ms, warmup %.1f ms",
+                 record.name, version, record.generation, len(loaded.instances),
+                 (time.perf_counter() - started) * 1000, loaded.warmup_ms)
+        await self.on_ready(loaded)
+
+    def _create(self, spec: ModelSpec, record: ModelRecord, version: int) -> LoadedModel:
+        backend = backends.load_backend(spec.backend or "onnxruntime")
+        threads = self.settings.intra_op_threads or backend.default_threads(spec.instance_count)
+        loaded = LoadedModel(spec, version, record.generation)
+        model_dir = Path(record.path)
+        try:
+            for index in range(spec.instance_count):
+                runner = backend.create_instance(spec, model_dir, version, spec.instance_kind, 0, threads)
+                executor = ThreadPoolExecutor(1, thread_name_prefix=f"{spec.name}-{index}")
+                loaded.instances.append(Instance(index, runner, executor, max(1, self.settings.credits_per_instance)))
+            started = time.perf_counter()
+            run_warmup(loaded, record.config, model_dir)
+            loaded.warmup_ms = (time.perf_counter() - started) * 1000
+        except Exception:
+            loaded.close()
+            raise
+        return loaded
+
+    async def unload(self, key: Key) -> None:
+        loaded = self.models.pop(key, None)
+        if loaded is None:
+            await self.instances_kv.delete(subjects.instance_key(self.worker_id, *key))
+            return
+        loaded.retire()
+        await self.on_retired(loaded)
+        await self.instances_kv.delete(subjects.instance_key(self.worker_id, *key))
+        gc.collect()  # sessions hold large native buffers: return them now, not at some later GC
+        log.info("unloaded '%s' version %d", *key)
+
+    async def report(self, record: ModelRecord, version: int, state: str, reason: str = "", count: int = 0) -> None:
+        serving = self.models.get((record.name, version))
+        report = InstanceRecord(
+            self.worker_id, record.name, version, record.generation, state, reason, count,
+            serving_generation=serving.generation if serving else 0,
+            warmup_ms=serving.warmup_ms if serving else 0.0,
+        )
+        await self.instances_kv.put(subjects.instance_key(self.worker_id, record.name, version), encode(report))
