@@ -89,11 +89,12 @@ class Running:
 
 @contextlib.contextmanager
 def running_cluster(
-    repository: Path,
+    root: Path,
     workers: int = 1,
     transport: str = "auto",
     max_payload: int | None = None,
     supervise: bool = True,
+    repository: dict | None = None,
     **gateway: object,
 ) -> Iterator[Running]:
     nats = NatsServer(max_payload=max_payload).start()
@@ -102,7 +103,7 @@ def running_cluster(
         GatewaySettings(**{"request_timeout_s": 30, **gateway}, **common, http_address="127.0.0.1",
                         http_port=free_port(), metrics_port=free_port(), tensor_transport=transport),
         SchedulerSettings(**common, worker_timeout_s=3),
-        RepositorySettings(**common, model_repository=str(repository)),
+        RepositorySettings(**common, model_repository=str(root), **{"worker_timeout_s": 3, **(repository or {})}),
         [WorkerSettings(**common, tensor_transport=transport, heartbeat_s=0.5) for _ in range(workers)],
         supervise=supervise,
     )

@@ -229,7 +229,7 @@ class ModelManager:
                 if state.reason:
                     entry["reason"] = state.reason
                 warmup = [r.warmup_ms for r in self._reports(name, int(version)) if r.warmup_ms]
-                if warmup:
+                if warmup and state.state == "READY":
                     entry["warmup_ms"] = round(max(warmup), 3)
                 entries.append(entry)
         return entries

@@ -115,9 +115,10 @@ class ModelHost:
                 runner = backend.create_instance(spec, model_dir, version, spec.instance_kind, 0, threads)
                 executor = ThreadPoolExecutor(1, thread_name_prefix=f"{spec.name}-{index}")
                 loaded.instances.append(Instance(index, runner, executor, max(1, self.settings.credits_per_instance)))
-            started = time.perf_counter()
-            run_warmup(loaded, record.config, model_dir)
-            loaded.warmup_ms = (time.perf_counter() - started) * 1000
+            if record.config.get("model_warmup"):
+                started = time.perf_counter()
+                run_warmup(loaded, record.config, model_dir)
+                loaded.warmup_ms = (time.perf_counter() - started) * 1000
         except Exception:
             loaded.close()
             raise

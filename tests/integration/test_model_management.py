@@ -1,0 +1,309 @@
+"""Model control modes, load/unload, reload without downtime, warmup, agents, readiness."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from onnx import TensorProto
+from tritonclient.utils import InferenceServerException
+
+from services.repository import examples
+from tests.cluster import identity_config, running_cluster
+from tests.integration.test_endpoints import http
+
+WARMUP = """
+model_warmup [
+  { name: "zeros" batch_size: 2 count: 3 inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } },
+  { name: "random" batch_size: 1 inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 4 ] random_data: true } } },
+  { name: "file" batch_size: 1 inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 4 ] input_data_file: "in.bin" } } }
+]
+"""
+
+
+def wait_until(condition, timeout: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def identity(root: Path, name: str, extra: str = "", instances: int = 1) -> Path:
+    config = identity_config(name, "FP32", 8, extra).replace("count: 1", f"count: {instances}")
+    return examples.write_model(root, name, examples.identity_graph(TensorProto.FLOAT, 2, name), config)
+
+
+def infer_identity(client: httpclient.InferenceServerClient, model: str, width: int = 4) -> np.ndarray:
+    value = np.arange(width, dtype=np.float32).reshape(1, width)
+    tensor = httpclient.InferInput("INPUT0", [1, width], "FP32")
+    tensor.set_data_from_numpy(value)
+    result = client.infer(model, [tensor]).as_numpy("OUTPUT0")
+    np.testing.assert_array_equal(result, value)
+    return result
+
+
+@pytest.fixture(scope="module")
+def explicit_repo(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("explicit")
+    identity(root, "first")
+    identity(root, "second")
+    model_dir = identity(root, "warm", WARMUP)
+    (model_dir / "warmup").mkdir()
+    (model_dir / "warmup" / "in.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    bad = identity(root, "bad_warmup", WARMUP)  # no warmup/in.bin: warmup fails, model never READY
+    assert not (bad / "warmup").exists()
+    agent = 'model_repository_agents { agents [ { name: "checksum" parameters { key: "MD5:1/model.onnx" value: "%s" } } ] }\n'
+    ok = identity(root, "checksum_ok")
+    onnx_md5 = hashlib.md5((ok / "1" / "model.onnx").read_bytes()).hexdigest()
+    identity(root, "checksum_ok", agent % onnx_md5)
+    identity(root, "checksum_bad", agent % ("0" * 32))
+    return root
+
+
+@pytest.fixture(scope="module")
+def explicit(explicit_repo):
+    with running_cluster(explicit_repo, repository={"model_control_mode": "explicit", "load_model": ["first"]}) as r:
+        yield r
+
+
+@pytest.fixture
+def eclient(explicit):
+    client = httpclient.InferenceServerClient(explicit.url, network_timeout=120)
+    yield client
+    client.close()
+
+
+def index_of(client) -> dict[str, dict]:
+    return {e["name"]: e for e in client.get_model_repository_index()}
+
+
+def test_explicit_mode_loads_only_what_was_asked(eclient):
+    index = index_of(eclient)
+    assert index["first"]["state"] == "READY"
+    assert index["second"] == {"name": "second"}  # on disk, never loaded
+    assert eclient.is_server_ready()  # strict readiness counts only models asked for
+    assert not eclient.is_model_ready("second")
+
+
+def test_load_infer_unload(eclient):
+    eclient.load_model("second")
+    assert eclient.is_model_ready("second")
+    infer_identity(eclient, "second")
+    eclient.unload_model("second")
+    assert not eclient.is_model_ready("second")
+    assert index_of(eclient)["second"] == {"name": "second", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+    with pytest.raises(InferenceServerException) as err:
+        infer_identity(eclient, "second")
+    assert err.value.status() in ("404", "503")
+    eclient.load_model("second")  # and back
+    infer_identity(eclient, "second")
+
+
+def test_load_errors(eclient):
+    with pytest.raises(InferenceServerException) as err:
+        eclient.load_model("not_there")
+    assert err.value.status() == "500"
+    assert "failed to load 'not_there', failed to poll from model repository" in err.value.message()
+    with pytest.raises(InferenceServerException) as err:
+        eclient.load_model("first", config="{not json")
+    assert err.value.status() == "400" and "Invalid config override" in err.value.message()
+
+
+def test_config_override_reloads_and_plain_load_reverts(eclient):
+    config = eclient.get_model_config("first")
+    config["max_batch_size"] = 4
+    config["instance_group"][0]["count"] = 2
+    eclient.load_model("first", config=json.dumps(config))
+    new = eclient.get_model_config("first")
+    assert new["max_batch_size"] == 4 and new["instance_group"][0]["count"] == 2
+    infer_identity(eclient, "first")
+    eclient.load_model("first")
+    assert eclient.get_model_config("first")["max_batch_size"] == 8
+
+
+def test_file_override_makes_a_new_model(eclient, explicit_repo):
+    onnx_bytes = (explicit_repo / "first" / "1" / "model.onnx").read_bytes()
+    config = json.loads(json.dumps(eclient.get_model_config("first")))
+    config["name"] = "from_files"
+    config["instance_group"][0]["name"] = "from_files"
+    eclient.load_model("from_files", config=json.dumps(config), files={"file:1/model.onnx": onnx_bytes})
+    infer_identity(eclient, "from_files")
+    eclient.unload_model("from_files")
+
+
+def test_file_override_cannot_escape(explicit, explicit_repo):
+    evil = {"parameters": {"config": json.dumps({"name": "evil", "backend": "onnxruntime"}),
+                           "file:../../escaped.txt": base64.b64encode(b"x").decode()}}
+    status, _, raw = http(explicit.url, "/v2/repository/models/evil/load", "POST", json.dumps(evil).encode())
+    assert status == 400 and "outside the model directory" in json.loads(raw)["error"]
+    assert not list(explicit_repo.parent.rglob("escaped.txt"))
+    status, _, raw = http(explicit.url, "/v2/repository/models/first/load", "POST",
+                          json.dumps({"parameters": {"nonsense": "1"}}).encode())
+    assert status == 400 and json.loads(raw)["error"] == "Unrecognized load parameter 'nonsense'."
+
+
+def test_warmup_runs_before_ready(eclient):
+    eclient.load_model("warm")
+    entry = index_of(eclient)["warm"]
+    assert entry["state"] == "READY" and entry["warmup_ms"] > 0
+    with pytest.raises(InferenceServerException) as err:
+        eclient.load_model("bad_warmup")
+    assert err.value.status() == "400" and "in.bin" in err.value.message()
+    assert not eclient.is_model_ready("bad_warmup")
+
+
+def test_checksum_agent(eclient):
+    eclient.load_model("checksum_ok")
+    assert eclient.is_model_ready("checksum_ok")
+    with pytest.raises(InferenceServerException) as err:
+        eclient.load_model("checksum_bad")
+    assert err.value.status() == "400" and "checksum agent: MD5 of '1/model.onnx'" in err.value.message()
+
+
+def test_reload_under_load_loses_nothing(explicit, eclient):
+    failures: list[str] = []
+    done = threading.Event()
+    count = [0]
+
+    def load() -> None:
+        client = httpclient.InferenceServerClient(explicit.url, network_timeout=60)
+        while not done.is_set():
+            try:
+                infer_identity(client, "first")
+                count[0] += 1
+            except Exception as exc:  # any error during a reload is a failure
+                failures.append(repr(exc))
+        client.close()
+
+    threads = [threading.Thread(target=load) for _ in range(3)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: count[0] > 20, what="traffic")
+    config = eclient.get_model_config("first")
+    for instances in (2, 1, 3, 1):
+        config["instance_group"][0]["count"] = instances
+        eclient.load_model("first", config=json.dumps(config))
+    seen = count[0]
+    wait_until(lambda: count[0] > seen + 20, what="traffic after the reloads")
+    done.set()
+    for t in threads:
+        t.join(60)
+    assert failures == []
+    assert count[0] > 40
+
+
+def test_unload_drains_queued_requests(explicit, eclient, explicit_repo):
+    """Requests already accepted finish even though the unload starts while they wait."""
+    config = eclient.get_model_config("second") if eclient.is_model_ready("second") else None
+    if config is None:
+        eclient.load_model("second")
+        config = eclient.get_model_config("second")
+    config["dynamic_batching"] = {"max_queue_delay_microseconds": 1500000, "preferred_batch_size": [8]}
+    eclient.load_model("second", config=json.dumps(config))
+    results: list[object] = []
+
+    def one() -> None:
+        client = httpclient.InferenceServerClient(explicit.url, network_timeout=60)
+        try:
+            results.append(infer_identity(client, "second"))
+        except Exception as exc:
+            results.append(exc)
+        client.close()
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: pending(eclient, explicit, "second") == 3, what="3 queued requests")
+    eclient.unload_model("second")  # waits out the 1.5 s queue delay, the requests complete
+    for t in threads:
+        t.join(30)
+    assert all(isinstance(r, np.ndarray) for r in results), results
+    assert not eclient.is_model_ready("second")
+
+
+def pending(client, running, model: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+    import urllib.request
+
+    with urllib.request.urlopen(running.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "nv_inference_pending_request_count":
+            return sum(s.value for s in family.samples if s.labels["model"] == model)
+    return 0.0
+
+
+def test_load_unload_cycles_do_not_grow_memory(explicit, eclient):
+    worker = explicit.cluster.child("worker-0").process.pid
+
+    def rss() -> int:
+        with open(f"/proc/{worker}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) * 1024
+
+    for _ in range(10):  # settle allocator pools first
+        eclient.load_model("second")
+        eclient.unload_model("second")
+    before = rss()
+    for _ in range(100):
+        eclient.load_model("second")
+        eclient.unload_model("second")
+    after = rss()
+    growth = (after - before) / before
+    print(f"worker RSS over 100 load/unload cycles: {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB ({growth:+.2%})")
+    assert growth < 0.05
+
+
+@pytest.fixture
+def poll_repo(tmp_path) -> Path:
+    identity(tmp_path, "alpha")
+    return tmp_path
+
+
+def test_poll_mode_follows_the_repository(poll_repo):
+    with running_cluster(poll_repo, repository={"model_control_mode": "poll", "repository_poll_secs": 1}) as running:
+        client = httpclient.InferenceServerClient(running.url, network_timeout=60)
+        infer_identity(client, "alpha")
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model("alpha")
+        assert err.value.status() == "503" and "polling is enabled" in err.value.message()
+        identity(poll_repo, "beta")  # a new model appears
+        wait_until(lambda: client.is_model_ready("beta"), what="beta to load")
+        infer_identity(client, "beta")
+        config = (poll_repo / "alpha" / "config.pbtxt").read_text().replace("max_batch_size: 8", "max_batch_size: 2")
+        (poll_repo / "alpha" / "config.pbtxt").write_text(config)  # a changed config reloads
+        wait_until(lambda: client.get_model_config("alpha")["max_batch_size"] == 2, what="alpha to reload")
+        infer_identity(client, "alpha")
+        (poll_repo / "alpha" / "config.pbtxt").write_text("this is not a config {")  # a broken reload keeps the old
+        identity(poll_repo, "gamma")  # appears in the same pass, after alpha (passes go in name order)
+        wait_until(lambda: client.is_model_ready("gamma"), what="gamma to load")
+        assert client.is_model_ready("alpha")
+        infer_identity(client, "alpha")
+        import shutil
+
+        shutil.rmtree(poll_repo / "beta")  # a removed model unloads
+        wait_until(lambda: not client.is_model_ready("beta"), what="beta to unload")
+        assert "beta" not in {e["name"] for e in client.get_model_repository_index()}
+        client.close()
+
+
+def test_model_whose_instances_all_died_is_not_ready(tmp_path):
+    identity(tmp_path, "lonely")
+    with running_cluster(tmp_path, supervise=False) as running:
+        client = httpclient.InferenceServerClient(running.url, network_timeout=60)
+        assert client.is_model_ready("lonely")
+        running.cluster.child("worker-0").process.kill()
+        wait_until(lambda: not client.is_model_ready("lonely"), what="lonely to become not ready")
+        entry = {e["name"]: e for e in client.get_model_repository_index()}["lonely"]
+        assert entry["state"] == "UNAVAILABLE" and "no worker hosts" in entry["reason"]
+        assert not client.is_server_ready()
+        running.cluster.restart("worker-0")
+        wait_until(lambda: client.is_model_ready("lonely"), what="lonely to come back")
+        infer_identity(client, "lonely")
+        client.close()
