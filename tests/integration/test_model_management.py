@@ -229,8 +229,9 @@ def test_unload_drains_queued_requests(explicit, eclient, explicit_repo):
 
 
 def pending(client, running, model: str) -> float:
-    from prometheus_client.parser import text_string_to_metric_families
     import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(running.metrics_url, timeout=10) as response:
         text = response.read().decode()
