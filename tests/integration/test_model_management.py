@@ -308,3 +308,40 @@ def test_model_whose_instances_all_died_is_not_ready(tmp_path):
         wait_until(lambda: client.is_model_ready("lonely"), what="lonely to come back")
         infer_identity(client, "lonely")
         client.close()
+
+
+def test_version_policy_change_takes_effect_on_reload(eclient, explicit_repo):
+    model = identity(explicit_repo, "versioned")
+    examples.write_model(explicit_repo, "versioned", examples.identity_graph(TensorProto.FLOAT, 2, "versioned"),
+                         None, version=2)
+    eclient.load_model("versioned")
+    assert eclient.get_model_metadata("versioned")["versions"] == ["2"]
+    with pytest.raises(InferenceServerException) as err:
+        eclient.get_model_metadata("versioned", "1")
+    assert err.value.status() == "404" and "version 1 is not found" in err.value.message()
+    config = eclient.get_model_config("versioned")
+    config["version_policy"] = {"all": {}}
+    eclient.load_model("versioned", config=json.dumps(config))
+    assert eclient.get_model_metadata("versioned")["versions"] == ["1", "2"]
+    assert eclient.is_model_ready("versioned", "1")
+    eclient.load_model("versioned")  # back to the repository's config: latest only
+    assert not eclient.is_model_ready("versioned", "1")
+    assert eclient.is_model_ready("versioned", "2")
+    assert model.exists()
+
+
+def test_model_file_outside_the_repository_is_refused(eclient, explicit_repo, tmp_path):
+    config = eclient.get_model_config("first")
+    config["default_model_filename"] = "../../../../../../etc/hostname"
+    with pytest.raises(InferenceServerException) as err:
+        eclient.load_model("first", config=json.dumps(config))
+    assert err.value.status() == "400" and "outside the model directory" in err.value.message()
+    assert eclient.is_model_ready("first")  # the old version keeps serving
+    outside = tmp_path / "outside.onnx"
+    outside.write_bytes((explicit_repo / "first" / "1" / "model.onnx").read_bytes())
+    linked = identity(explicit_repo, "linked")
+    (linked / "1" / "model.onnx").unlink()
+    (linked / "1" / "model.onnx").symlink_to(outside)
+    with pytest.raises(InferenceServerException) as err:
+        eclient.load_model("linked")
+    assert "outside the model directory" in err.value.message()

@@ -16,6 +16,7 @@ import numpy as np
 import onnxruntime as ort
 
 from shared.errors import unavailable
+from shared.paths import inside
 from shared.model_config import ModelSpec
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -90,7 +91,8 @@ class OnnxInstance:
 
 
 def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int) -> OnnxInstance:
-    path = model_dir / str(version) / (spec.default_model_filename or "model.onnx")
+    # the file may be a symlink within the repository, never a path out of it
+    path = inside(model_dir.parent, f"{model_dir.name}/{version}/{spec.default_model_filename or 'model.onnx'}")
     if not path.exists():
         raise unavailable(f"unable to find '{path}' for model '{spec.name}'")
     return OnnxInstance(spec, path, kind, device, threads)
