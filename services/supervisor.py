@@ -159,8 +159,8 @@ def sweep_segments(run_id: str) -> int:
 
 
 def model_table(index: list[dict]) -> str:
-    rows = [(e["name"], e.get("version", "-"), e.get("state", "UNAVAILABLE") + (
-        f": {e['reason']}" if e.get("reason") else "")) for e in index]
+    rows = [(e["name"], e["version"], e["state"] + (f": {e['reason']}" if e.get("reason") else ""))
+            for e in index if "state" in e]  # models never loaded (explicit mode) are not listed, as in Triton
     heads = ("Model", "Version", "Status")
     widths = [max(len(str(x)) for x in col) for col in zip(heads, *rows)]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
