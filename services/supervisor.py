@@ -175,6 +175,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         metrics_port=args.metrics_port, allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size, request_timeout_s=args.request_timeout_secs,
         tensor_transport=args.tensor_transport, strict_readiness=args.strict_readiness,
+        allow_client_shm=args.allow_client_shm,
     )
     repo = RepositorySettings(
         **common, model_repository=str(repository), model_control_mode=args.model_control_mode,

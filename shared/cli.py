@@ -56,7 +56,6 @@ UNSUPPORTED_FLAGS = {
 FIXED_FLAGS = {
     "allow_grpc": (False, "Shoal has no gRPC endpoint yet; pass --allow-grpc=false"),
     "allow_http": (True, "the HTTP endpoint is Shoal's only front end"),
-    "allow_client_shm": (False, "client shared memory is not implemented yet"),
     "allow_gpu_metrics": (None, ""),
     "allow_cpu_metrics": (None, ""),
     "exit_on_error": (None, ""),
@@ -90,6 +89,7 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=8002)
     p.add_argument("--metrics-address", default=None)
     _bool_flag(p, "--allow-metrics", True)
+    _bool_flag(p, "--allow-client-shm", False)
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--model-load-thread-count", type=int, default=None)
     p.add_argument("--rate-limit", choices=["off", "execution_count"], default="off")

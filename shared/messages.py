@@ -30,6 +30,23 @@ class TensorRef(msgspec.Struct, omit_defaults=True):
     host: str = ""
     owner: str = ""
     key: str = ""
+    borrowed: bool = False  # a client's registered region: read or written in place, never freed
+    in_region: bool = False  # response: the output was written into the client's region, no data here
+    cuda_handle: bytes = b""  # a CUDA IPC handle (client CUDA shared memory) instead of `shm`
+    device_id: int = 0
+
+
+class ShmRegion(msgspec.Struct, omit_defaults=True):
+    """A client-registered shared-memory region (KV `shoal-shm-regions`), seen by every service."""
+
+    name: str
+    kind: str  # "system" or "cuda"
+    byte_size: int
+    key: str = ""  # system: the shm key the client created
+    offset: int = 0
+    host: str = ""  # system: the host token of the gateway that registered it
+    cuda_handle: bytes = b""
+    device_id: int = 0
 
 
 class InferRequest(msgspec.Struct, omit_defaults=True):
@@ -43,6 +60,7 @@ class InferRequest(msgspec.Struct, omit_defaults=True):
     id: str = ""  # the client's request id, echoed
     inputs: list[TensorRef] = []
     outputs: list[str] = []  # requested output names; empty = all
+    output_regions: dict[str, TensorRef] = {}  # outputs to write into client shared memory
     parameters: dict[str, Any] = {}
     priority: int = 0
     received_ns: int = 0

@@ -48,6 +48,7 @@ class GatewaySettings(BusSettings):
     inline_max_bytes: int = 65536
     tensor_transport: Literal["auto", "shm", "bus"] = "auto"
     strict_readiness: bool = True
+    allow_client_shm: bool = Field(False, description="client shared memory (off by default, as in Triton)")
     repository_timeout_s: float = Field(330.0, description="how long a load/unload request waits for the repository")
 
 

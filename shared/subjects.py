@@ -8,6 +8,7 @@ PREFIX = "shoal"
 
 MODELS_BUCKET = "shoal-models"
 INSTANCES_BUCKET = "shoal-instances"
+SHM_BUCKET = "shoal-shm-regions"
 
 # gateway -> scheduler (queue group SCHEDULER_QUEUE); one subject per model
 SCHEDULER_QUEUE = "schedulers"

@@ -102,6 +102,21 @@ def create_segment(payload: memoryview | bytes) -> str:
     return name
 
 
+def write_region(region: TensorRef, payload: memoryview | bytes, host: str) -> bool:
+    """Write into a client's registered region if this process can reach it; False if not."""
+    nbytes = memoryview(payload).nbytes
+    if region.cuda_handle:
+        from shared import cuda_shm
+
+        cuda_shm.write(region.cuda_handle, region.device_id, region.offset, payload)
+        return True
+    if region.host != host:
+        return False
+    if nbytes:
+        map_segment(region.shm, region.offset, nbytes, writable=True)[:] = memoryview(payload).cast("B")
+    return True
+
+
 @dataclass
 class _Held:
     data: memoryview | None  # bus-held bytes, or None for a shared-memory segment
@@ -160,6 +175,8 @@ class TensorStore:
     def free(self, refs: list[TensorRef]) -> None:
         """Free tensors this process produced (or was handed) and no longer needs."""
         for ref in refs:
+            if ref.borrowed:
+                continue  # the client's region: it is the client's to free
             if ref.shm:
                 unlink_segment(ref.shm)
             if ref.key:
@@ -169,6 +186,10 @@ class TensorStore:
     async def get(self, ref: TensorRef, timeout: float) -> memoryview | bytes:
         if ref.data is not None:
             return ref.data
+        if ref.cuda_handle:
+            from shared import cuda_shm
+
+            return cuda_shm.read(ref.cuda_handle, ref.device_id, ref.offset, ref.nbytes)
         if ref.shm and ref.host == self.host:
             return map_segment(ref.shm, ref.offset, ref.nbytes)
         if not ref.key:
@@ -179,6 +200,8 @@ class TensorStore:
         """Tell owners that bus-held tensors were consumed; unlink handed-over segments."""
         by_owner: dict[str, list[str]] = {}
         for ref in refs:
+            if ref.borrowed or ref.in_region:
+                continue
             if ref.shm and ref.host == self.host:
                 unlink_segment(ref.shm)
             elif ref.key:

@@ -32,7 +32,6 @@ def test_tritonserver_flag_forms():
     (["--grpc-port=8001"], "--grpc-port is not supported"),
     (["--cache-config", "local,size=1000"], "--cache-config is not supported"),
     (["--allow-grpc=true"], "--allow-grpc=true is not supported"),
-    (["--allow-client-shm=true"], "--allow-client-shm=true is not supported"),
     (["--load-model=simple"], "only allowed with --model-control-mode=explicit"),
     (["--model-control-mode=explicit", "--load-model=*", "--load-model=a"], "must be the only"),
 ])

@@ -19,9 +19,10 @@ from starlette.routing import Route
 from services.gateway import codec
 from services.gateway.core import InferenceCore
 from services.gateway.models import ModelRegistry
+from services.gateway.shm import DISABLED
 from services.gateway.validation import raw_request, validate
 from shared import subjects
-from shared.errors import ShoalError, invalid, unavailable
+from shared.errors import ShoalError, invalid, unavailable, unsupported
 from shared.messages import ErrorReply
 from shared.settings import GatewaySettings
 
@@ -30,7 +31,8 @@ log = logging.getLogger("shoal.gateway")
 SERVER_VERSION = "2.73.0"  # the Triton protocol level Shoal answers as
 EXTENSIONS = [
     "classification", "model_repository", "model_repository(unload_dependents)", "schedule_policy",
-    "model_configuration", "binary_tensor_data", "parameters", "statistics",
+    "model_configuration", "system_shared_memory", "cuda_shared_memory", "binary_tensor_data", "parameters",
+    "statistics",
 ]
 
 
@@ -69,6 +71,7 @@ class Gateway:
         self.nc = nc
         self.registry = registry
         self.core = core
+        self.shm = core.shm
 
     # -- health and metadata --------------------------------------------------------
     async def live(self, request: Request) -> Response:
@@ -125,6 +128,8 @@ class Gateway:
         else:
             header, binary = codec.split_body(body, header_length)
             parsed = codec.parse_request(header, binary, model)
+        if not self.shm.enabled and any(t.in_shared_memory for t in parsed.inputs + (parsed.outputs or [])):
+            raise unsupported(DISABLED)
         valid = validate(spec, parsed)
         outputs, parameters = await self.core.infer(spec, resolved, parsed, valid)
         classify = {o.name: o.classification for o in parsed.outputs or [] if o.classification}
@@ -220,6 +225,25 @@ class Gateway:
         return json_response({"model_stats": entries})
 
 
+    # -- client shared memory ----------------------------------------------------------------
+    async def shm_status(self, request: Request) -> Response:
+        kind = request.path_params["kind"]
+        return json_response(self.shm.status(kind, request.path_params.get("region", "")))
+
+    async def shm_register(self, request: Request) -> Response:
+        doc = await self._json_body(request)
+        name = request.path_params["region"]
+        if request.path_params["kind"] == "system":
+            await self.shm.register_system(name, doc)
+        else:
+            await self.shm.register_cuda(name, doc)
+        return Response(status_code=200, media_type="application/json")
+
+    async def shm_unregister(self, request: Request) -> Response:
+        await self.shm.unregister(request.path_params["kind"], request.path_params.get("region", ""))
+        return Response(status_code=200, media_type="application/json")
+
+
 def empty_stats(model: str, version: str) -> dict[str, Any]:
     from services.scheduler.stats import ModelStats
 
@@ -243,6 +267,20 @@ def build_app(gateway: Gateway, lifespan=None) -> Starlette:
         Route("/v2/repository/models/{model}/load", triton_errors(g.load), methods=["POST"]),
         Route("/v2/repository/models/{model}/unload", triton_errors(g.unload), methods=["POST"]),
     ]
+    for kind, prefix in (("system", "/v2/systemsharedmemory"), ("cuda", "/v2/cudasharedmemory")):
+        def bound(handler, kind=kind):
+            async def with_kind(request: Request) -> Response:
+                request.path_params["kind"] = kind
+                return await handler(request)
+            return triton_errors(with_kind)
+
+        routes += [
+            Route(prefix + "/status", bound(g.shm_status), methods=["GET"]),
+            Route(prefix + "/region/{region}/status", bound(g.shm_status), methods=["GET"]),
+            Route(prefix + "/region/{region}/register", bound(g.shm_register), methods=["POST"]),
+            Route(prefix + "/unregister", bound(g.shm_unregister), methods=["POST"]),
+            Route(prefix + "/region/{region}/unregister", bound(g.shm_unregister), methods=["POST"]),
+        ]
     for base in (m, mv):
         routes += [
             Route(base, triton_errors(g.model_metadata), methods=["GET"]),

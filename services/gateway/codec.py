@@ -21,7 +21,7 @@ from shared.datatypes import (
     numpy_dtype,
     serialize_bytes,
 )
-from shared.errors import Code, ShoalError, internal, invalid, unsupported
+from shared.errors import ShoalError, internal, invalid, unsupported
 
 RESERVED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
@@ -33,8 +33,12 @@ class InputTensor:
     name: str
     datatype: str
     shape: list[int]
-    data: memoryview | bytes  # raw wire bytes (BYTES: length-prefixed)
+    data: memoryview | bytes | None  # raw wire bytes (BYTES: length-prefixed); None: in shared memory
     parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def in_shared_memory(self) -> bool:
+        return self.data is None
 
 
 @dataclass
@@ -43,6 +47,10 @@ class RequestedOutput:
     binary: bool | None = None  # None = not stated
     classification: int = 0
     parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def in_shared_memory(self) -> bool:
+        return "shared_memory_region" in self.parameters
 
 
 @dataclass
@@ -170,10 +178,7 @@ def _parse_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTensor
             f"'shared_memory_region' in 'parameters'. But input '{name}' set {len(sources)}"
         )
     if sources[0] == "shared_memory_region":
-        raise ShoalError(
-            "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
-            Code.UNSUPPORTED,
-        )
+        return InputTensor(name, datatype, shape, None, params), offset
     if sources[0] == "binary_data_size":
         size = params["binary_data_size"]
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
@@ -229,15 +234,15 @@ def _parse_output(raw: Any) -> RequestedOutput:
     params = raw.get("parameters", {})
     if not isinstance(params, dict):
         raise _json_error("parameters", "attempt to access JSON non-object as object")
-    if "shared_memory_region" in params:
-        raise ShoalError(
-            "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
-            Code.UNSUPPORTED,
-        )
     binary = params.get("binary_data")
     classification = params.get("classification", 0)
     if not isinstance(classification, int) or classification < 0:
         raise _json_error("classification", "attempt to access JSON non-unsigned-integer as unsigned-integer")
+    if "shared_memory_region" in params:
+        if classification:
+            raise invalid(f"Output can't set both 'shared_memory_region' and 'classification' for output '{raw['name']}'")
+        if binary:
+            raise invalid(f"Output can't set both 'shared_memory_region' and 'binary_data' for output '{raw['name']}'")
     return RequestedOutput(raw["name"], None if binary is None else bool(binary), classification, params)
 
 
@@ -266,7 +271,7 @@ class OutputTensor:
     name: str
     datatype: str
     shape: list[int]
-    data: memoryview | bytes  # raw wire bytes
+    data: memoryview | bytes | None  # raw wire bytes; None: written into the client's shared memory
     binary: bool
 
 
@@ -294,7 +299,9 @@ def encode_response(
     entries, blobs = [], []
     for out in outputs:
         entry: dict[str, Any] = {"name": out.name, "datatype": out.datatype, "shape": out.shape}
-        if out.binary:
+        if out.data is None:
+            pass  # in the client's shared-memory region: no data, no parameters
+        elif out.binary:
             size = memoryview(out.data).nbytes
             entry["parameters"] = {"binary_data_size": size}
             blobs.append(out.data)

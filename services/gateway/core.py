@@ -6,18 +6,20 @@ import time
 
 from services.gateway.codec import OutputTensor, ParsedRequest
 from services.gateway.dispatch import Dispatcher
+from services.gateway.shm import ShmRegistry
 from services.gateway.validation import Validated
 from shared.errors import ShoalError
 from shared.messages import InferRequest, TensorRef
 from shared.model_config import ModelSpec
-from shared.tensors import TensorStore
+from shared.tensors import TensorStore, write_region
 
 
 class InferenceCore:
-    def __init__(self, dispatcher: Dispatcher, store: TensorStore, timeout_s: float) -> None:
+    def __init__(self, dispatcher: Dispatcher, store: TensorStore, timeout_s: float, shm: ShmRegistry) -> None:
         self.dispatcher = dispatcher
         self.store = store
         self.timeout_s = timeout_s
+        self.shm = shm
 
     async def infer(
         self, spec: ModelSpec, version: int, parsed: ParsedRequest, valid: Validated
@@ -27,7 +29,14 @@ class InferenceCore:
         inputs: list[TensorRef] = []
         try:
             for tensor in parsed.inputs:
-                inputs.append(self.store.put(tensor.name, tensor.datatype, tensor.shape, tensor.data, self.timeout_s))
+                if tensor.in_shared_memory:
+                    inputs.append(self.shm.reference(tensor.name, tensor.datatype, tensor.shape, tensor.parameters))
+                else:
+                    inputs.append(self.store.put(tensor.name, tensor.datatype, tensor.shape, tensor.data, self.timeout_s))
+            regions = {
+                o.name: self.shm.reference(o.name, spec.output(o.name).datatype, [], o.parameters)
+                for o in parsed.outputs or [] if o.in_shared_memory
+            }
             request = InferRequest(
                 rid=rid,
                 model=spec.name,
@@ -39,6 +48,7 @@ class InferenceCore:
                 id=parsed.id,
                 inputs=inputs,
                 outputs=valid.outputs,
+                output_regions=regions,
                 parameters={k: v for k, v in parsed.parameters.items() if k != "binary_data_output"},
                 received_ns=now,
             )
@@ -49,13 +59,17 @@ class InferenceCore:
             await self.store.release_remote(response.outputs)
             raise ShoalError(response.error, response.code or "INTERNAL")
         try:
-            outputs = [
-                OutputTensor(
-                    ref.name, ref.datatype, ref.shape,
-                    await self.store.get(ref, self.timeout_s), valid.binary.get(ref.name, False),
-                )
-                for ref in response.outputs
-            ]
+            outputs = [await self._output(ref, regions.get(ref.name), valid) for ref in response.outputs]
         finally:
             await self.store.release_remote(response.outputs)
         return outputs, response.parameters
+
+    async def _output(self, ref: TensorRef, region: TensorRef | None, valid: Validated) -> OutputTensor:
+        if ref.in_region:
+            return OutputTensor(ref.name, ref.datatype, ref.shape, None, False)
+        data = await self.store.get(ref, self.timeout_s)
+        if region is not None:  # the worker could not reach the client's region: write it here
+            if not write_region(region, data, self.store.host):
+                raise ShoalError(f"shared memory region of output '{ref.name}' is not reachable", "INTERNAL")
+            return OutputTensor(ref.name, ref.datatype, ref.shape, None, False)
+        return OutputTensor(ref.name, ref.datatype, ref.shape, data, valid.binary.get(ref.name, False))

@@ -15,6 +15,7 @@ from services.gateway.dispatch import Dispatcher
 from services.gateway.http_protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics import build_metrics_app
 from services.gateway.models import ModelRegistry
+from services.gateway.shm import ShmRegistry
 from shared import bus, subjects
 from shared.settings import GatewaySettings
 from shared.tensors import TensorStore
@@ -38,7 +39,9 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     await registry.start(nc)
     dispatcher = Dispatcher(nc, settings.gateway_id, store)
     await dispatcher.start()
-    gateway = Gateway(settings, nc, registry, InferenceCore(dispatcher, store, settings.request_timeout_s))
+    shm = ShmRegistry(nc, store.host, settings.allow_client_shm)
+    await shm.start()
+    gateway = Gateway(settings, nc, registry, InferenceCore(dispatcher, store, settings.request_timeout_s, shm))
 
     async def scheduler_stats() -> dict:
         reply = await nc.request(subjects.SCHEDULER_STATS, b"", timeout=5)
@@ -66,6 +69,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         await asyncio.gather(*(server.serve() for server in servers))
     finally:
         stopper.cancel()
+        await shm.stop()
         await registry.stop()
         await store.close()
         await nc.drain()

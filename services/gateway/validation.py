@@ -79,7 +79,13 @@ def validate(spec: ModelSpec, request: ParsedRequest) -> Validated:
                 f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
                 f"Expected {_fmt(shown)}, got {_fmt(shape)}.{note}"
             )
-        expected, actual = expected_byte_size(tensor.datatype, shape, tensor.data)
+        if tensor.in_shared_memory:
+            expected = expected_byte_size(tensor.datatype, shape, b"")[0]
+            actual = tensor.parameters.get("shared_memory_byte_size", 0)
+            if tensor.datatype == "BYTES":
+                expected = actual  # element count is checked where the bytes are read
+        else:
+            expected, actual = expected_byte_size(tensor.datatype, shape, tensor.data)
         if expected != actual:
             if tensor.datatype == "BYTES":
                 raise invalid(

@@ -38,7 +38,7 @@ from shared.messages import (
 from shared.model_config import ModelSpec
 from shared.runtime import serve_until
 from shared.settings import WorkerSettings
-from shared.tensors import TensorStore
+from shared.tensors import TensorStore, write_region
 
 log = logging.getLogger("shoal.worker")
 
@@ -197,7 +197,11 @@ class WorkerService:
         free.compute_infer_ns = timings.compute_infer_ns
         t_out = time.perf_counter_ns()
         for request, piece in zip(requests, pieces):
-            replies.add(request, self._respond(spec, loaded.version, request, piece))
+            try:
+                response = self._respond(spec, loaded.version, request, piece)
+            except ShoalError as exc:  # this request's problem (e.g. its output region is too small)
+                response = InferResponse(request.rid, error=exc.message, code=str(exc.code))
+            replies.add(request, response)
         free.compute_output_ns = time.perf_counter_ns() - t_out
 
     @staticmethod
@@ -214,8 +218,8 @@ class WorkerService:
         return scatter(spec, outputs, sizes)
 
     def _respond(self, spec: ModelSpec, version: int, request: InferRequest, piece: dict[str, np.ndarray]) -> InferResponse:
-        refs: list[TensorRef] = []
         ttl = max(1.0, (request.deadline_ns - time.time_ns()) / 1e9)
+        outputs = []
         for name in request.outputs or [o.name for o in spec.outputs]:
             array = piece[name]
             tensor = spec.output(name)
@@ -225,7 +229,20 @@ class WorkerService:
                     f"unexpected datatype {datatype} for inference output '{name}', expecting {tensor.datatype}",
                     "INTERNAL",
                 )
-            refs.append(self.store.put(name, datatype, list(array.shape), to_bytes(array, datatype), ttl))
+            outputs.append((name, datatype, list(array.shape), to_bytes(array, datatype)))
+        for name, _, _, payload in outputs:  # every region is checked before any is written
+            region = request.output_regions.get(name)
+            if region is not None and memoryview(payload).nbytes > region.nbytes:
+                raise ShoalError(
+                    f"shared memory size specified with the request for output '{name}' ({region.nbytes} bytes) "
+                    f"should be at least {memoryview(payload).nbytes} bytes to hold the results", "INTERNAL")
+        refs: list[TensorRef] = []
+        for name, datatype, shape, payload in outputs:
+            region = request.output_regions.get(name)
+            if region is not None and write_region(region, payload, self.store.host):
+                refs.append(TensorRef(name, datatype, shape, nbytes=memoryview(payload).nbytes, in_region=True))
+            else:  # no region, or one on another host: the gateway writes it
+                refs.append(self.store.put(name, datatype, shape, payload, ttl))
         return InferResponse(request.rid, spec.name, version, refs)
 
 

@@ -16,8 +16,8 @@ import numpy as np
 import onnxruntime as ort
 
 from shared.errors import unavailable
-from shared.paths import inside
 from shared.model_config import ModelSpec
+from shared.paths import inside
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _ONNX_BFLOAT16 = 16

@@ -1,0 +1,159 @@
+"""Client shared-memory regions (system and CUDA), registered through any gateway.
+
+Registrations live in a JetStream KV bucket so every gateway sees them; the worker
+reads inputs from and writes outputs into a region directly. Error texts and status
+codes follow Triton's (triton-spec §1.11).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import os
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.js.errors import KeyWrongLastSequenceError
+
+from shared import bus, subjects
+from shared.errors import Code, ShoalError, internal, invalid, not_found, unsupported
+from shared.messages import ShmRegion, TensorRef, encode
+
+DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+_decoder = msgspec.msgpack.Decoder(ShmRegion)
+
+
+class ShmRegistry:
+    def __init__(self, nc: NATS, host: str, enabled: bool) -> None:
+        self.nc = nc
+        self.host = host
+        self.enabled = enabled
+        self.regions: dict[str, ShmRegion] = {}
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self.kv = await bus.bucket(self.nc, subjects.SHM_BUCKET)
+        self._task = asyncio.create_task(self._watch())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+
+    async def _watch(self) -> None:
+        async for key, value in bus.watch(self.kv):
+            name = subjects.untoken(key)
+            if value is None:
+                self.regions.pop(name, None)
+            else:
+                self.regions[name] = _decoder.decode(value)
+
+    def _check_enabled(self) -> None:
+        if not self.enabled:
+            raise unsupported(DISABLED)
+
+    async def _store(self, region: ShmRegion) -> None:
+        try:
+            await self.kv.create(subjects.model_key(region.name), encode(region))
+        except KeyWrongLastSequenceError:
+            raise ShoalError(f"shared memory region '{region.name}' already in manager", Code.ALREADY_EXISTS) from None
+        self.regions[region.name] = region
+
+    # -- system ---------------------------------------------------------------------
+    async def register_system(self, name: str, body: dict) -> None:
+        self._check_enabled()
+        key, offset, byte_size = body.get("key"), body.get("offset", 0), body.get("byte_size")
+        if not isinstance(key, str):
+            raise invalid("Shared memory register request has no 'key' field")
+        if not isinstance(byte_size, int) or isinstance(byte_size, bool):
+            raise invalid("Shared memory register request has no 'byte_size' field")
+        if not isinstance(offset, int) or offset < 0 or byte_size < 0:
+            raise invalid(f"failed to register shared memory region '{name}': invalid args")
+        if key.lstrip("/").startswith("triton_python_backend_shm_region_"):
+            raise invalid(f"cannot register shared memory region '{name}' with key '{key}': the key is reserved")
+        if name in self.regions:
+            raise ShoalError(f"shared memory region '{name}' already in manager", Code.ALREADY_EXISTS)
+        path = f"/dev/shm/{key.lstrip('/')}"
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            raise internal(f"Unable to open shared memory region: '{key}'") from None
+        if offset + byte_size > size:
+            raise invalid(f"failed to register shared memory region '{name}': invalid args")
+        await self._store(ShmRegion(name, "system", byte_size, key=key, offset=offset, host=self.host))
+
+    def status(self, kind: str, name: str = "") -> list[dict]:
+        if name:
+            region = self.regions.get(name)
+            if region is None:
+                raise not_found(f"Unable to find {kind} shared memory region: '{name}'")
+            if region.kind != kind:
+                raise not_found(f"The region named '{name}' is registered as {region.kind} shared memory, "
+                                f"not {kind} shared memory")
+            regions = [region]
+        else:
+            regions = [r for r in self.regions.values() if r.kind == kind]
+        if kind == "system":
+            return [{"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size} for r in regions]
+        return [{"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size} for r in regions]
+
+    async def unregister(self, kind: str, name: str = "") -> None:
+        self._check_enabled()
+        names = [name] if name else [n for n, r in self.regions.items() if r.kind == kind]
+        for each in names:
+            region = self.regions.get(each)
+            if region is None or region.kind != kind:
+                continue  # unknown names are fine, as in Triton
+            self.regions.pop(each, None)
+            await self.kv.delete(subjects.model_key(each))
+
+    # -- CUDA -----------------------------------------------------------------------------
+    async def register_cuda(self, name: str, body: dict) -> None:
+        self._check_enabled()
+        raw = body.get("raw_handle")
+        byte_size, device_id = body.get("byte_size"), body.get("device_id", 0)
+        if not isinstance(raw, dict) or not isinstance(raw.get("b64"), str):
+            raise invalid("Shared memory register request has no 'raw_handle' field")
+        if not isinstance(byte_size, int) or not isinstance(device_id, int):
+            raise invalid(f"failed to register CUDA shared memory region '{name}': invalid args")
+        try:
+            handle = base64.b64decode(raw["b64"], validate=True)
+        except (binascii.Error, ValueError):
+            handle = b""
+        from shared import cuda_shm
+
+        if len(handle) != cuda_shm.HANDLE_SIZE:
+            raise invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+        if name in self.regions:
+            raise ShoalError(f"shared memory region '{name}' already in manager", Code.ALREADY_EXISTS)
+        try:
+            cuda_shm.open_handle(handle, device_id)  # proves the handle is usable here
+        except ShoalError as exc:
+            raise invalid(f"failed to register CUDA shared memory region: '{name}', {exc.message}") from None
+        await self._store(ShmRegion(name, "cuda", byte_size, cuda_handle=handle, device_id=device_id))
+
+    # -- use in inference ---------------------------------------------------------------------
+    def reference(self, tensor_name: str, datatype: str, shape: list[int], params: dict) -> TensorRef:
+        """A tensor inside a registered region, bounds checked (inputs and output destinations)."""
+        self._check_enabled()
+        name = params.get("shared_memory_region")
+        size = params.get("shared_memory_byte_size")
+        offset = params.get("shared_memory_offset", 0)
+        if not isinstance(name, str):
+            raise invalid(f"'shared_memory_region' of '{tensor_name}' must be a string")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise invalid(f"'shared_memory_byte_size' of '{tensor_name}' must be given with 'shared_memory_region'")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise invalid(f"'shared_memory_offset' of '{tensor_name}' must be a non-negative integer")
+        region = self.regions.get(name)
+        if region is None:
+            raise not_found(f"Unable to find shared memory region: '{name}'")
+        if offset >= region.byte_size and not (offset == 0 and size == 0):
+            raise invalid(f"Invalid offset for shared memory region: '{name}'")
+        if offset + size > region.byte_size:
+            raise invalid(f"Invalid offset + byte size for shared memory region: '{name}'")
+        if region.kind == "cuda":
+            return TensorRef(tensor_name, datatype, shape, nbytes=size, offset=offset, borrowed=True,
+                             cuda_handle=region.cuda_handle, device_id=region.device_id)
+        return TensorRef(tensor_name, datatype, shape, shm=region.key, offset=region.offset + offset, nbytes=size,
+                         host=region.host, borrowed=True)
