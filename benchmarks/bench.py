@@ -76,7 +76,8 @@ def in_process_onnxruntime(model_file: Path, shape: tuple[int, ...], dtype, inst
 def perf_analyzer(url: str, model: str, concurrency: int, seconds: float) -> dict:
     out = subprocess.run(
         [str(PERF_ANALYZER), "-m", model, "-u", url, "--concurrency-range", str(concurrency),
-         "--measurement-interval", str(int(seconds * 1000)), "--max-trials", "6"],
+         "--measurement-interval", str(int(seconds * 1000)), "--max-trials", "10",
+         "--stability-percentage", "25"],
         capture_output=True, text=True, timeout=300,
     )
     text = out.stdout + out.stderr
