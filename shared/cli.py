@@ -143,14 +143,33 @@ def _service(name: str, argv: list[str]) -> None:
     run_service(lambda stop: module.run(settings, stop))
 
 
+def _status(argv: list[str]) -> None:
+    import asyncio
+    import json
+
+    from shared import status
+
+    parser = argparse.ArgumentParser(prog="shoal status", description="The live topology of a running Shoal.")
+    parser.add_argument("--nats-url", default=None, help="default: the NATS of the last `shoal serve`")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    url = args.nats_url or status.default_nats_url()
+    try:
+        services = asyncio.run(status.collect(url))
+    except Exception as exc:
+        raise SystemExit(f"shoal status: cannot reach NATS at {url}: {exc}") from None
+    print(json.dumps(services, indent=2) if args.json else status.render(services))
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: shoal {serve|gateway|scheduler|worker|repository|example} [options]"
+    usage = "usage: shoal {serve|status|gateway|scheduler|worker|repository|example} [options]"
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         print("  serve       start nats-server (embedded) and every service; tritonserver's flags")
         print("  gateway     the HTTP front end       scheduler   queues and batching")
         print("  worker      model instances          repository  the model repository")
+        print("  status      the live topology: services, workers, models, queues")
         print("  example DIR write the example model repository into DIR")
         raise SystemExit(0)
     command, rest = argv[0], argv[1:]
@@ -160,6 +179,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(serve(parse_serve(rest)))
     if command in SERVICES:
         _service(command, rest)
+        return
+    if command == "status":
+        _status(rest)
         return
     if command == "example":
         if len(rest) != 1:

@@ -40,8 +40,11 @@ def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
         asyncio.run(wrapper())
 
 
-async def serve_until(stop: asyncio.Event, nc, service) -> None:
+async def serve_until(stop: asyncio.Event, nc, service, name: str) -> None:
     """Start `service`, wait for `stop`, then stop it and drain the NATS connection."""
+    from shared.logsettings import follow
+
+    await follow(nc, name)
     await service.start()
     try:
         await stop.wait()

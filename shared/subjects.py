@@ -19,6 +19,7 @@ INSTANCE_FREE = f"{PREFIX}.sched.free"
 RESYNC = f"{PREFIX}.worker.resync"
 WORKER_HEARTBEAT = f"{PREFIX}.worker.heartbeat"
 SCHEDULER_STATS = f"{PREFIX}.sched.stats"
+LOGGING = f"{PREFIX}.logging"  # runtime log settings, applied by every service
 SCHEDULER_DRAIN = f"{PREFIX}.sched.drain"
 CREDITS_REVOKED = f"{PREFIX}.sched.revoke"
 REPOSITORY_INDEX = f"{PREFIX}.repository.index"

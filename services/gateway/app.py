@@ -21,7 +21,7 @@ from services.gateway.core import InferenceCore
 from services.gateway.models import ModelRegistry
 from services.gateway.shm import DISABLED
 from services.gateway.validation import raw_request, validate
-from shared import subjects
+from shared import logsettings, subjects
 from shared.errors import ShoalError, invalid, unavailable, unsupported
 from shared.messages import ErrorReply
 from shared.settings import GatewaySettings
@@ -32,7 +32,7 @@ SERVER_VERSION = "2.73.0"  # the Triton protocol level Shoal answers as
 EXTENSIONS = [
     "classification", "model_repository", "model_repository(unload_dependents)", "schedule_policy",
     "model_configuration", "system_shared_memory", "cuda_shared_memory", "binary_tensor_data", "parameters",
-    "statistics",
+    "statistics", "logging",
 ]
 
 
@@ -72,6 +72,7 @@ class Gateway:
         self.registry = registry
         self.core = core
         self.shm = core.shm
+        self.log_settings = logsettings.LogSettings(log_verbose_level=settings.log_verbose)
 
     # -- health and metadata --------------------------------------------------------
     async def live(self, request: Request) -> Response:
@@ -225,6 +226,19 @@ class Gateway:
         return json_response({"model_stats": entries})
 
 
+    # -- logging extension ---------------------------------------------------------------------
+    async def logging_settings(self, request: Request) -> Response:
+        if request.method == "POST":
+            body = await request.body()
+            try:
+                doc = orjson.loads(body or b"{}")
+            except orjson.JSONDecodeError as exc:
+                raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+            self.log_settings = logsettings.update(self.log_settings, doc)
+            # every service (this gateway included) applies it from the bus
+            await self.nc.publish(subjects.LOGGING, msgspec.json.encode(self.log_settings))
+        return json_response(self.log_settings.json())
+
     # -- client shared memory ----------------------------------------------------------------
     async def shm_status(self, request: Request) -> Response:
         kind = request.path_params["kind"]
@@ -263,6 +277,7 @@ def build_app(gateway: Gateway, lifespan=None) -> Starlette:
         Route("/v2/health/ready", triton_errors(g.ready), methods=["GET"]),
         Route("/v2", triton_errors(g.server_metadata), methods=["GET"]),
         Route("/v2/models/stats", triton_errors(g.statistics), methods=["GET"]),
+        Route("/v2/logging", triton_errors(g.logging_settings), methods=["GET", "POST"]),
         Route("/v2/repository/index", triton_errors(g.repository_index), methods=["POST"]),
         Route("/v2/repository/models/{model}/load", triton_errors(g.load), methods=["POST"]),
         Route("/v2/repository/models/{model}/unload", triton_errors(g.unload), methods=["POST"]),

@@ -49,6 +49,10 @@ class Dispatcher:
     async def start(self) -> None:
         await self.nc.subscribe(f"{self.inbox}.*", cb=self._on_reply)
 
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
     def new_rid(self) -> str:
         return f"{self._prefix}-{next(self._ids)}"
 

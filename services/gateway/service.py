@@ -16,7 +16,8 @@ from services.gateway.http_protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics import build_metrics_app
 from services.gateway.models import ModelRegistry
 from services.gateway.shm import ShmRegistry
-from shared import bus, subjects
+from shared import bus, discovery, subjects
+from shared.logsettings import follow
 from shared.settings import GatewaySettings
 from shared.tensors import TensorStore
 
@@ -33,6 +34,7 @@ class _Server(uvicorn.Server):
 
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     nc = await bus.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
+    await follow(nc, "gateway")
     store = TensorStore(nc, settings.gateway_id, settings.inline_max_bytes, settings.tensor_transport)
     await store.start()
     registry = ModelRegistry()
@@ -42,6 +44,13 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     shm = ShmRegistry(nc, store.host, settings.allow_client_shm)
     await shm.start()
     gateway = Gateway(settings, nc, registry, InferenceCore(dispatcher, store, settings.request_timeout_s, shm))
+
+    def status() -> dict:
+        return {"http": f"{settings.http_address}:{settings.http_port}", "models": len(registry.records),
+                "requests_in_flight": dispatcher.in_flight, "shm_regions": len(shm.regions)}
+
+    micro = await discovery.register(nc, "gateway", settings.gateway_id, status,
+                                     http_port=str(settings.http_port), metrics_port=str(settings.metrics_port))
 
     async def scheduler_stats() -> dict:
         reply = await nc.request(subjects.SCHEDULER_STATS, b"", timeout=5)
@@ -69,6 +78,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         await asyncio.gather(*(server.serve() for server in servers))
     finally:
         stopper.cancel()
+        await micro.stop()
         await shm.stop()
         await registry.stop()
         await store.close()

@@ -20,7 +20,7 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from services.repository.manager import ModelManager
 from services.repository.overrides import check_parameters
-from shared import bus, subjects
+from shared import bus, discovery, subjects
 from shared.errors import Code, ShoalError, unavailable
 from shared.liveness import WorkerLiveness
 from shared.messages import DrainRequest, ErrorReply, InstanceRecord, ModelRecord, encode
@@ -59,10 +59,20 @@ class RepositoryService:
         self._tasks.append(asyncio.create_task(self._watch_instances()))
         if self.settings.model_control_mode == "poll":
             self._tasks.append(asyncio.create_task(self._poll()))
+        self.micro = await discovery.register(self.nc, "repository", "main", self.status,
+                                              repository=str(self.manager.root), mode=self.settings.model_control_mode)
         log.info("repository %s (%s mode): %d model(s) published", self.manager.root,
                  self.settings.model_control_mode, len(self.manager.records))
 
+    def status(self) -> dict:
+        return {
+            "repository": str(self.manager.root),
+            "mode": self.settings.model_control_mode,
+            "models": {name: {v: s.state for v, s in r.versions.items()} for name, r in self.manager.records.items()},
+        }
+
     async def stop(self) -> None:
+        await self.micro.stop()
         self._stop_watch.set()
         self.liveness.stop()
         for task in self._tasks:
@@ -186,4 +196,4 @@ async def run(settings: RepositorySettings, stop: asyncio.Event) -> None:
     if not settings.model_repository or not Path(settings.model_repository).is_dir():
         raise SystemExit(f"model repository '{settings.model_repository}' is not a directory")
     nc = await bus.connect(settings.nats_url, "shoal-repository")
-    await serve_until(stop, nc, RepositoryService(settings, nc))
+    await serve_until(stop, nc, RepositoryService(settings, nc), "repository")

@@ -20,7 +20,7 @@ from nats.aio.client import Client as NATS
 from services.scheduler.batcher import BatchPolicy, next_batch
 from services.scheduler.ordering import OrderedRelease
 from services.scheduler.stats import ModelStats
-from shared import bus, subjects
+from shared import bus, discovery, subjects
 from shared.liveness import WorkerLiveness
 from shared.messages import (
     CreditsRevoked,
@@ -125,10 +125,22 @@ class SchedulerService:
         await self.nc.subscribe(subjects.CREDITS_REVOKED, cb=self._on_revoked)
         await self.nc.subscribe(subjects.SCHEDULER_DRAIN, cb=self._on_drain)
         self._spawn(self._watch_models())
+        self.micro = await discovery.register(self.nc, "scheduler", self.settings.scheduler_id, self.status)
         await self.nc.publish(subjects.RESYNC, b"")  # workers re-announce their free instances
         log.info("scheduler %s started", self.settings.scheduler_id)
 
+    def status(self) -> dict:
+        return {
+            "queues": {
+                f"{m}/{v}": {"queued": len(q.requests), "free_credits": len(q.free),
+                             "running_batches": sum(1 for f in self.in_flight.values() if f.key == (m, v))}
+                for (m, v), q in self.queues.items()
+            },
+            "workers": sorted(self.liveness.seen),
+        }
+
     async def stop(self) -> None:
+        await self.micro.stop()
         self.liveness.stop()
         for task in list(self._tasks):
             task.cancel()
@@ -361,4 +373,4 @@ class SchedulerService:
 
 async def run(settings: SchedulerSettings, stop: asyncio.Event) -> None:
     nc = await bus.connect(settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}")
-    await serve_until(stop, nc, SchedulerService(settings, nc))
+    await serve_until(stop, nc, SchedulerService(settings, nc), "scheduler")

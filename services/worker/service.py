@@ -22,7 +22,7 @@ from services.worker.batch import gather, scatter
 from services.worker.host import ModelHost
 from services.worker.instances import Instance, LoadedModel
 from services.worker.replies import Replies
-from shared import bus, subjects
+from shared import bus, discovery, subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.errors import ShoalError
 from shared.messages import (
@@ -71,9 +71,20 @@ class WorkerService:
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.host.start()
         self._spawn(self._heartbeat())
+        self.micro = await discovery.register(self.nc, "worker", self.id, self.status, shm_host=self.store.host)
         log.info("worker %s started", self.id)
 
+    def status(self) -> dict:
+        return {
+            "models": {
+                f"{m}/{v}": {"generation": loaded.generation, "instances": len(loaded.instances),
+                             "busy_instances": sum(1 for i in loaded.instances if i.busy)}
+                for (m, v), loaded in self.host.models.items()
+            },
+        }
+
     async def stop(self) -> None:
+        await self.micro.stop()
         for task in list(self._tasks):
             task.cancel()
         await self.host.stop()
@@ -248,4 +259,4 @@ class WorkerService:
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
     nc = await bus.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}")
-    await serve_until(stop, nc, WorkerService(settings, nc))
+    await serve_until(stop, nc, WorkerService(settings, nc), "worker")

@@ -1,0 +1,88 @@
+"""Discovery over NATS micro, `shoal status`, the logging extension, exact metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
+from shared.status import collect
+from tests.integration.test_endpoints import http
+
+
+def test_every_service_answers_srv_info(shoal):
+    services = asyncio.run(collect(shoal.nats.url))
+    kinds = sorted(s["name"] for s in services)
+    assert kinds == ["shoal-gateway", "shoal-repository", "shoal-scheduler", "shoal-worker"]
+    for service in services:
+        assert service["metadata"]["host"] and service["metadata"]["pid"]
+        assert "error" not in service["status"]
+    worker = next(s for s in services if s["name"] == "shoal-worker")
+    assert worker["status"]["models"]["simple/1"]["instances"] == 1
+
+
+def test_connections_are_named(shoal):
+    url = f"http://127.0.0.1:{shoal.nats.monitor_port}/connz?limit=100"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        names = {c.get("name", "") for c in json.loads(response.read())["connections"]}
+    for prefix in ("shoal-gateway-", "shoal-scheduler-", "shoal-worker-", "shoal-repository"):
+        assert any(n.startswith(prefix) for n in names), (prefix, names)
+
+
+def test_shoal_status_command(shoal):
+    out = subprocess.run([sys.executable, "-m", "shared.cli", "status", "--nats-url", shoal.nats.url],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for kind in ("gateway", "scheduler", "worker", "repository"):
+        assert f"\n{kind} " in "\n" + out.stdout, out.stdout
+    assert "simple/1" in out.stdout
+
+
+def test_logging_extension(client, shoal):
+    settings = client.get_log_settings()
+    assert settings == {"log_file": "", "log_info": True, "log_warning": True, "log_error": True,
+                        "log_verbose_level": 0, "log_format": "default"}
+    updated = client.update_log_settings({"log_verbose_level": 1, "log_format": "ISO8601", "log_info": None})
+    assert updated["log_verbose_level"] == 1 and updated["log_format"] == "ISO8601" and updated["log_info"] is True
+    assert client.get_log_settings() == updated
+    with pytest.raises(InferenceServerException) as err:
+        client.update_log_settings({"log_file": "/tmp/x"})
+    assert err.value.status() == "501"
+    status, _, raw = http(shoal.url, "/v2/logging", "POST", b'{"log_format": "fancy"}')
+    assert status == 503 and "invalid argument for --log_format" in json.loads(raw)["error"]
+    client.update_log_settings({"log_verbose_level": 0, "log_format": "default"})
+
+
+def metric(url: str, name: str, model: str) -> float:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == name:  # the parser names counter samples `<name>_total`
+            return sum(s.value for s in family.samples if s.labels.get("model") == model)
+    return 0.0
+
+
+def test_metrics_and_stats_count_known_traffic_exactly(client, shoal):
+    names = ("nv_inference_request_success", "nv_inference_count", "nv_inference_exec_count")
+    before = {n: metric(shoal.metrics_url, n, "nobatch") for n in names}
+    stats_before = client.get_inference_statistics("nobatch")["model_stats"][0]
+    tensor = httpclient.InferInput("INPUT0", [2, 3], "FP32")
+    tensor.set_data_from_numpy(np.ones((2, 3), np.float32))
+    for _ in range(5):
+        client.infer("nobatch", [tensor])
+    after = {n: metric(shoal.metrics_url, n, "nobatch") for n in names}
+    assert {n: after[n] - before[n] for n in names} == {n: 5 for n in names}
+    stats = client.get_inference_statistics("nobatch")["model_stats"][0]
+    for key in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+        assert stats["inference_stats"][key]["count"] == stats_before["inference_stats"][key]["count"] + 5, key
+        assert stats["inference_stats"][key]["ns"] > stats_before["inference_stats"][key]["ns"], key
+    assert stats["inference_count"] == stats_before["inference_count"] + 5
+    assert stats["execution_count"] == stats_before["execution_count"] + 5
