@@ -175,7 +175,8 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         metrics_port=args.metrics_port, allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size, request_timeout_s=args.request_timeout_secs,
         tensor_transport=args.tensor_transport, strict_readiness=args.strict_readiness,
-        allow_client_shm=args.allow_client_shm,
+        allow_client_shm=args.allow_client_shm, trace_file=args.trace["file"], trace_level=args.trace["level"],
+        trace_rate=args.trace["rate"], trace_count=args.trace["count"], trace_log_frequency=args.trace["log-frequency"],
     )
     repo = RepositorySettings(
         **common, model_repository=str(repository), model_control_mode=args.model_control_mode,

@@ -32,12 +32,6 @@ UNSUPPORTED_FLAGS = {
     "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
     "--cache-config": "the response cache is not implemented yet",
     "--response-cache-byte-size": "the response cache is not implemented yet",
-    "--trace-config": "the trace extension is not implemented yet",
-    "--trace-file": "the trace extension is not implemented yet",
-    "--trace-level": "the trace extension is not implemented yet",
-    "--trace-rate": "the trace extension is not implemented yet",
-    "--trace-count": "the trace extension is not implemented yet",
-    "--trace-log-frequency": "the trace extension is not implemented yet",
     "--rate-limit-resource": "the rate limiter is not implemented yet",
     "--backend-config": "backend configuration settings are not implemented yet",
     "--backend-directory": "Shoal's backends are Python modules, not a directory of shared libraries",
@@ -93,6 +87,12 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--model-load-thread-count", type=int, default=None)
     p.add_argument("--rate-limit", choices=["off", "execution_count"], default="off")
+    p.add_argument("--trace-config", action="append", default=[], help="[triton,]<setting>=<value>")
+    p.add_argument("--trace-file", default=None)
+    p.add_argument("--trace-level", action="append", default=None)
+    p.add_argument("--trace-rate", type=int, default=None)
+    p.add_argument("--trace-count", type=int, default=None)
+    p.add_argument("--trace-log-frequency", type=int, default=None)
     for name in FIXED_FLAGS:
         _bool_flag(p, "--" + name.replace("_", "-"), None)
     # Shoal's own
@@ -127,9 +127,38 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         raise SystemExit("shoal serve: more than one --model-repository is not supported yet")
     if args.rate_limit != "off":
         raise SystemExit("shoal serve: --rate-limit=execution_count is not supported yet")
+    args.trace = trace_settings(args)
     if args.workers < 1:
         raise SystemExit("shoal serve: --workers must be at least 1")
     return args
+
+
+def trace_settings(args: argparse.Namespace) -> dict[str, object]:
+    """tritonserver's `--trace-config [mode,]key=value` and the older `--trace-*` flags."""
+    trace: dict[str, object] = {"file": "", "level": "OFF", "rate": 1000, "count": -1, "log-frequency": 0}
+    levels: list[str] = []
+    for entry in args.trace_config:
+        mode, _, setting = entry.rpartition(",") if "," in entry else ("", "", entry)
+        if mode and mode != "triton":
+            raise SystemExit(f"shoal serve: --trace-config mode '{mode}' is not supported (only 'triton')")
+        key, _, value = setting.partition("=")
+        if key == "mode":
+            if value != "triton":
+                raise SystemExit(f"shoal serve: trace mode '{value}' is not supported (only 'triton')")
+        elif key == "level":
+            levels.append(value.upper())
+        elif key in ("file", "rate", "count", "log-frequency"):
+            trace[key] = value if key == "file" else int(value)
+        else:
+            raise SystemExit(f"shoal serve: unknown --trace-config setting '{key}'")
+    for key, value in (("file", args.trace_file), ("rate", args.trace_rate), ("count", args.trace_count),
+                       ("log-frequency", args.trace_log_frequency)):
+        if value is not None:
+            trace[key] = value
+    levels += [level.upper() for level in args.trace_level or []]
+    if levels:
+        trace["level"] = ",".join(levels)
+    return trace
 
 
 def _service(name: str, argv: list[str]) -> None:

@@ -64,6 +64,7 @@ class InferRequest(msgspec.Struct, omit_defaults=True):
     parameters: dict[str, Any] = {}
     priority: int = 0
     received_ns: int = 0
+    trace: bool = False  # sampled for the trace file: services add their timestamps
 
 
 class RequestHeader(msgspec.Struct):
@@ -78,6 +79,7 @@ class RequestHeader(msgspec.Struct):
     shape_sig: str = ""
     priority: int = 0
     received_ns: int = 0
+    trace: bool = False
 
 
 class InferResponse(msgspec.Struct, omit_defaults=True):
@@ -88,6 +90,8 @@ class InferResponse(msgspec.Struct, omit_defaults=True):
     error: str = ""
     code: str = ""
     parameters: dict[str, Any] = {}
+    trace: dict[str, int] = {}  # traced requests: event name -> CLOCK_MONOTONIC ns
+    batch: dict[str, Any] = {}  # traced requests: the batch it ran in and why it was sent
 
 
 class ResponseBatch(msgspec.Struct):
@@ -111,9 +115,11 @@ class ExecBatch(msgspec.Struct):
     instance: int
     requests: list[msgspec.Raw]
     queue_ns: list[int]
-    reply_via_scheduler: bool = False
+    reply_via_scheduler: bool = False  # preserve_ordering: responses go back in `InstanceFree`
     credit: int = 0  # which of the instance's credits this batch uses
-    generation: int = 0  # of the instance the credit belongs to  # preserve_ordering: responses go back in `InstanceFree`
+    generation: int = 0  # of the instance the credit belongs to
+    reason: str = ""  # why the batcher sent it now (trace and --log-verbose)
+    enqueued_ns: list[int] = []  # per request (CLOCK_MONOTONIC), only in a batch with traced requests
 
 
 class RequestDone(msgspec.Struct, omit_defaults=True):

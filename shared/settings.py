@@ -49,6 +49,11 @@ class GatewaySettings(BusSettings):
     tensor_transport: Literal["auto", "shm", "bus"] = "auto"
     strict_readiness: bool = True
     allow_client_shm: bool = Field(False, description="client shared memory (off by default, as in Triton)")
+    trace_file: str = ""
+    trace_level: str = Field("OFF", description="comma separated: OFF, TIMESTAMPS, TENSORS")
+    trace_rate: int = 1000
+    trace_count: int = -1
+    trace_log_frequency: int = 0
     repository_timeout_s: float = Field(330.0, description="how long a load/unload request waits for the repository")
 
 

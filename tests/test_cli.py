@@ -41,6 +41,15 @@ def test_unsupported_flags_are_refused(argv, message):
     assert message in str(err.value)
 
 
+def test_trace_flags():
+    args = parse_serve(["--trace-config", "triton,file=/tmp/t.json", "--trace-config", "level=TIMESTAMPS",
+                        "--trace-config=rate=1", "--trace-count=5"])
+    assert args.trace == {"file": "/tmp/t.json", "level": "TIMESTAMPS", "rate": 1, "count": 5, "log-frequency": 0}
+    with pytest.raises(SystemExit) as err:
+        parse_serve(["--trace-config", "opentelemetry,url=localhost:4318"])
+    assert "only 'triton'" in str(err.value)
+
+
 def test_unknown_flag_is_an_error(capsys):
     with pytest.raises(SystemExit):
         parse_serve(["--no-such-flag=1"])

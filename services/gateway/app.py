@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from services.gateway import codec
+from services.gateway import codec, trace
 from services.gateway.core import InferenceCore
 from services.gateway.models import ModelRegistry
 from services.gateway.shm import DISABLED
@@ -32,7 +33,7 @@ SERVER_VERSION = "2.73.0"  # the Triton protocol level Shoal answers as
 EXTENSIONS = [
     "classification", "model_repository", "model_repository(unload_dependents)", "schedule_policy",
     "model_configuration", "system_shared_memory", "cuda_shared_memory", "binary_tensor_data", "parameters",
-    "statistics", "logging",
+    "statistics", "trace", "logging",
 ]
 
 
@@ -73,6 +74,9 @@ class Gateway:
         self.core = core
         self.shm = core.shm
         self.log_settings = logsettings.LogSettings(log_verbose_level=settings.log_verbose)
+        self.tracer = trace.Tracer(trace.TraceSettings(
+            tuple(level.strip().upper() for level in settings.trace_level.split(",")), settings.trace_rate,
+            settings.trace_count, settings.trace_log_frequency, settings.trace_file))
 
     # -- health and metadata --------------------------------------------------------
     async def live(self, request: Request) -> Response:
@@ -120,6 +124,7 @@ class Gateway:
     # -- inference ------------------------------------------------------------------
     async def infer(self, model: str, version: str, headers: dict[str, str], body: bytes) -> tuple[bytes, dict[str, str]]:
         """One inference: request bytes and headers in, response bytes and headers out."""
+        started = time.monotonic_ns()
         spec, resolved = self.registry.resolve(model, version)
         limit = self.settings.http_max_input_size
         body = codec.decompress(body, headers.get("content-encoding"), limit)
@@ -132,12 +137,16 @@ class Gateway:
         if not self.shm.enabled and any(t.in_shared_memory for t in parsed.inputs + (parsed.outputs or [])):
             raise unsupported(DISABLED)
         valid = validate(spec, parsed)
-        outputs, parameters = await self.core.infer(spec, resolved, parsed, valid)
+        traced = self.tracer.sample(model)
+        outputs, parameters, response = await self.core.infer(spec, resolved, parsed, valid, traced)
         classify = {o.name: o.classification for o in parsed.outputs or [] if o.classification}
         if classify:
             outputs = [codec.classify(o, classify[o.name], spec.max_batch_size > 0) if o.name in classify else o
                        for o in outputs]
         content, json_length = codec.encode_response(model, resolved, parsed.id, outputs, parameters)
+        if traced:
+            timestamps = {"REQUEST_START": started, **response.trace, "REQUEST_END": time.monotonic_ns()}
+            self.tracer.record(model, resolved, parsed.id, timestamps, response.batch)
         out_headers = {"content-type": "application/json"}
         if json_length is not None:
             out_headers = {"content-type": "application/octet-stream",
@@ -226,6 +235,22 @@ class Gateway:
         return json_response({"model_stats": entries})
 
 
+    # -- trace extension ------------------------------------------------------------------------
+    async def trace_settings(self, request: Request) -> Response:
+        model = request.path_params.get("model", "")
+        if model and not self.registry.ready_versions(model):
+            raise invalid(f"Request for unknown model : {model}")
+        if request.method == "POST":
+            body = await request.body()
+            try:
+                doc = orjson.loads(body or b"{}")
+            except orjson.JSONDecodeError as exc:
+                raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+            settings = self.tracer.update_model(model, doc) if model else self.tracer.update_global(doc)
+        else:
+            settings = self.tracer.for_model(model) if model else self.tracer.settings
+        return json_response(settings.json())
+
     # -- logging extension ---------------------------------------------------------------------
     async def logging_settings(self, request: Request) -> Response:
         if request.method == "POST":
@@ -278,6 +303,8 @@ def build_app(gateway: Gateway, lifespan=None) -> Starlette:
         Route("/v2", triton_errors(g.server_metadata), methods=["GET"]),
         Route("/v2/models/stats", triton_errors(g.statistics), methods=["GET"]),
         Route("/v2/logging", triton_errors(g.logging_settings), methods=["GET", "POST"]),
+        Route("/v2/trace/setting", triton_errors(g.trace_settings), methods=["GET", "POST"]),
+        Route("/v2/models/{model}/trace/setting", triton_errors(g.trace_settings), methods=["GET", "POST"]),
         Route("/v2/repository/index", triton_errors(g.repository_index), methods=["POST"]),
         Route("/v2/repository/models/{model}/load", triton_errors(g.load), methods=["POST"]),
         Route("/v2/repository/models/{model}/unload", triton_errors(g.unload), methods=["POST"]),

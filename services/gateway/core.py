@@ -9,7 +9,7 @@ from services.gateway.dispatch import Dispatcher
 from services.gateway.shm import ShmRegistry
 from services.gateway.validation import Validated
 from shared.errors import ShoalError
-from shared.messages import InferRequest, TensorRef
+from shared.messages import InferRequest, InferResponse, TensorRef
 from shared.model_config import ModelSpec
 from shared.tensors import TensorStore, write_region
 
@@ -22,8 +22,8 @@ class InferenceCore:
         self.shm = shm
 
     async def infer(
-        self, spec: ModelSpec, version: int, parsed: ParsedRequest, valid: Validated
-    ) -> tuple[list[OutputTensor], dict]:
+        self, spec: ModelSpec, version: int, parsed: ParsedRequest, valid: Validated, trace: bool = False
+    ) -> tuple[list[OutputTensor], dict, InferResponse]:
         now = time.time_ns()
         rid = self.dispatcher.new_rid()
         inputs: list[TensorRef] = []
@@ -51,6 +51,7 @@ class InferenceCore:
                 output_regions=regions,
                 parameters={k: v for k, v in parsed.parameters.items() if k != "binary_data_output"},
                 received_ns=now,
+                trace=trace,
             )
             response = await self.dispatcher.infer(request, self.timeout_s)
         finally:
@@ -62,7 +63,7 @@ class InferenceCore:
             outputs = [await self._output(ref, regions.get(ref.name), valid) for ref in response.outputs]
         finally:
             await self.store.release_remote(response.outputs)
-        return outputs, response.parameters
+        return outputs, response.parameters, response
 
     async def _output(self, ref: TensorRef, region: TensorRef | None, valid: Validated) -> OutputTensor:
         if ref.in_region:

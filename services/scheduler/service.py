@@ -52,6 +52,7 @@ class Pending:
     header: RequestHeader
     raw: msgspec.Raw  # the request exactly as the gateway encoded it
     arrived: float  # monotonic
+    enqueued_ns: int = 0  # CLOCK_MONOTONIC, for traces
 
     @property
     def batch_size(self) -> int:
@@ -183,7 +184,7 @@ class SchedulerService:
         touched = {}
         for raw, header in zip(raws, headers):
             queue = self.queue(header.model, header.version)
-            queue.requests.append(Pending(header, raw, now))
+            queue.requests.append(Pending(header, raw, now, time.monotonic_ns() if header.trace else 0))
             if queue.preserve_ordering:
                 queue.ordering.arrived(header.rid)
             touched[queue.key] = queue
@@ -208,7 +209,7 @@ class SchedulerService:
             batch = [queue.requests.popleft() for _ in range(decision.take)]
             if self.settings.log_verbose:
                 log.info("batch of %d for '%s': %s", len(batch), queue.key[0], decision.reason)
-            await self._dispatch(queue, self._take_slot(queue), batch, now)
+            await self._dispatch(queue, self._take_slot(queue), batch, now, decision.reason)
 
     async def _drop_expired(self, queue: ModelQueue) -> None:
         """Requests whose deadline passed are not worth running: nobody waits for them."""
@@ -232,14 +233,15 @@ class SchedulerService:
                 return slot
         return queue.free.popleft()
 
-    async def _dispatch(self, queue: ModelQueue, slot: Slot, batch: list[Pending], now: float) -> None:
+    async def _dispatch(self, queue: ModelQueue, slot: Slot, batch: list[Pending], now: float, reason: str) -> None:
         self._batch_ids += 1
         queue_ns = [int((now - p.arrived) * 1e9) for p in batch]
         for ns in queue_ns:
             queue.stats.queue.add(ns)
         message = ExecBatch(
             self._batch_ids, queue.key[0], queue.key[1], slot.instance,
-            [p.raw for p in batch], queue_ns, queue.preserve_ordering, slot.credit, slot.generation,
+            [p.raw for p in batch], queue_ns, queue.preserve_ordering, slot.credit, slot.generation, reason,
+            [p.enqueued_ns for p in batch] if any(p.header.trace for p in batch) else [],
         )
         self.in_flight[(slot.worker, self._batch_ids)] = InFlight(queue.key, slot, batch, now)
         self.running[(slot.worker, slot.instance)] += 1

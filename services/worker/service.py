@@ -168,7 +168,9 @@ class WorkerService:
                 if request.deadline_ns <= now:
                     replies.skip(request)
             if live:
-                await self._run_batch(loaded, instance, live, free, replies)
+                # the scheduler's enqueue times line up with all of the batch's requests
+                enqueued = dict(zip([r.rid for r in requests], batch.enqueued_ns)) if batch.enqueued_ns else {}
+                await self._run_batch(loaded, instance, live, free, replies, batch, enqueued)
         except Exception as exc:  # never lose a request: every one gets an answer
             log.exception("batch %d of '%s' failed", batch.batch_id, batch.model)
             answered = replies.answered()
@@ -189,12 +191,25 @@ class WorkerService:
             free.done = replies.done
             await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
 
+    @staticmethod
+    def _trace(response: InferResponse, request: InferRequest, batch: dict, t0: int, timings: _Timings, t_out: int) -> None:
+        response.trace = {
+            "COMPUTE_START": t0,
+            "COMPUTE_INPUT_END": t0 + timings.compute_input_ns,
+            "COMPUTE_OUTPUT_START": t_out,
+            "COMPUTE_END": time.monotonic_ns(),
+        }
+        enqueued = batch["enqueued"].get(request.rid, 0)
+        if enqueued:
+            response.trace["QUEUE_START"] = enqueued
+        response.batch = {k: v for k, v in batch.items() if k != "enqueued"}
+
     async def _run_batch(
         self, loaded: LoadedModel, instance: Instance, requests: list[InferRequest], free: InstanceFree,
-        replies: Replies,
+        replies: Replies, batch: ExecBatch, enqueued: dict[str, int],
     ) -> None:
         spec = loaded.spec
-        t0 = time.perf_counter_ns()
+        t0 = time.monotonic_ns()
         timeout = max(0.1, (min(r.deadline_ns for r in requests) - time.time_ns()) / 1e9)
         buffers = [[await self.store.get(ref, timeout) for ref in r.inputs] for r in requests]
         names = sorted({n for r in requests for n in (r.outputs or [o.name for o in spec.outputs])})
@@ -206,14 +221,19 @@ class WorkerService:
         free.batch_size = sum(sizes)
         free.compute_input_ns = timings.compute_input_ns
         free.compute_infer_ns = timings.compute_infer_ns
-        t_out = time.perf_counter_ns()
+        batch_info = {"batch_size": free.batch_size, "batch_requests": len(requests), "batch_reason": batch.reason,
+                      "worker": self.id, "instance": instance.index,
+                      "enqueued": enqueued}
+        t_out = time.monotonic_ns()
         for request, piece in zip(requests, pieces):
             try:
                 response = self._respond(spec, loaded.version, request, piece)
             except ShoalError as exc:  # this request's problem (e.g. its output region is too small)
                 response = InferResponse(request.rid, error=exc.message, code=str(exc.code))
+            if request.trace:
+                self._trace(response, request, batch_info, t0, timings, t_out)
             replies.add(request, response)
-        free.compute_output_ns = time.perf_counter_ns() - t_out
+        free.compute_output_ns = time.monotonic_ns() - t_out
 
     @staticmethod
     def _compute(spec, instance, requests, buffers, names, sizes, timings: _Timings, t0: int):
@@ -222,9 +242,9 @@ class WorkerService:
             for r, bufs in zip(requests, buffers)
         ]
         inputs = gather(spec, arrays)
-        t1 = time.perf_counter_ns()
+        t1 = time.monotonic_ns()
         outputs = instance.runner.run(inputs, names)
-        t2 = time.perf_counter_ns()
+        t2 = time.monotonic_ns()
         timings.compute_input_ns, timings.compute_infer_ns = t1 - t0, t2 - t1
         return scatter(spec, outputs, sizes)
 

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from shared.status import collect
+from tests.cluster import running_cluster
 from tests.integration.test_endpoints import http
 
 
@@ -86,3 +87,53 @@ def test_metrics_and_stats_count_known_traffic_exactly(client, shoal):
         assert stats["inference_stats"][key]["ns"] > stats_before["inference_stats"][key]["ns"], key
     assert stats["inference_count"] == stats_before["inference_count"] + 5
     assert stats["execution_count"] == stats_before["execution_count"] + 5
+
+
+@pytest.fixture(scope="module")
+def traced(test_repository, tmp_path_factory):
+    trace_file = tmp_path_factory.mktemp("trace") / "trace.json"
+    with running_cluster(test_repository, trace_file=str(trace_file), trace_level="TIMESTAMPS", trace_rate=1) as r:
+        yield r, trace_file
+
+
+def test_trace_file_spans_gateway_scheduler_and_worker(traced):
+    running, trace_file = traced
+    client = httpclient.InferenceServerClient(running.url)
+    tensor = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
+    client.infer("batch_probe", [tensor], request_id="traced-1")
+    records = json.loads(trace_file.read_text())
+    info = next(r for r in records if r.get("request_id") == "traced-1")
+    assert info["model_name"] == "batch_probe" and info["model_version"] == 1
+    assert info["batch_reason"] == "queue delay expired" and info["batch_size"] == 1
+    stamps = next(r for r in records if r["id"] == info["id"] and "timestamps" in r)["timestamps"]
+    names = [t["name"] for t in stamps]
+    assert names == ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
+                     "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"]
+    ns = [t["ns"] for t in stamps]
+    assert ns == sorted(ns)
+    queue_wait = ns[2] - ns[1]
+    assert queue_wait >= 2_000_000_000 * 0.9  # batch_probe waits out its 2 s queue delay for a lone request
+    client.close()
+
+
+def test_trace_settings_api(traced, shoal):
+    running, _ = traced
+    client = httpclient.InferenceServerClient(running.url)
+    settings = client.get_trace_settings()
+    assert settings["trace_level"] == ["TIMESTAMPS"] and settings["trace_rate"] == "1"
+    assert settings["trace_mode"] == "triton" and settings["trace_file"].endswith("trace.json")
+    model = client.update_trace_settings("simple", {"trace_rate": "5", "trace_level": ["OFF"]})
+    assert model["trace_rate"] == "5" and model["trace_level"] == ["OFF"]
+    assert client.get_trace_settings()["trace_rate"] == "1"  # the global setting is untouched
+    cleared = client.update_trace_settings("simple", {"trace_rate": None, "trace_level": None})
+    assert cleared["trace_rate"] == "1" and cleared["trace_level"] == ["TIMESTAMPS"]
+    for body, code in (({"trace_level": ["OFF", "TIMESTAMPS"]}, "400"), ({"trace_file": "/x"}, "501"),
+                       ({"trace_count": "-2"}, "400")):
+        with pytest.raises(InferenceServerException) as err:
+            client.update_trace_settings(settings=body)
+        assert err.value.status() == code, body
+    with pytest.raises(InferenceServerException) as err:
+        client.get_trace_settings("no_such_model")
+    assert err.value.status() == "400" and "Request for unknown model : no_such_model" in err.value.message()
+    client.close()
