@@ -28,7 +28,6 @@ UNSUPPORTED_FLAGS = {
     "--grpc-infer-thread-count": "Shoal has no gRPC endpoint yet",
     "--http-restricted-api": "restricted API categories are not implemented yet",
     "--grpc-restricted-protocol": "Shoal has no gRPC endpoint yet",
-    "--metrics-config": "metric latency summaries/histograms are not configurable yet",
     "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
     "--cache-config": "the response cache is not implemented yet",
     "--response-cache-byte-size": "the response cache is not implemented yet",
@@ -87,6 +86,7 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--model-load-thread-count", type=int, default=None)
     p.add_argument("--rate-limit", choices=["off", "execution_count"], default="off")
+    p.add_argument("--metrics-config", action="append", default=[], help="<key>=<value>, as tritonserver")
     p.add_argument("--trace-config", action="append", default=[], help="[triton,]<setting>=<value>")
     p.add_argument("--trace-file", default=None)
     p.add_argument("--trace-level", action="append", default=None)
@@ -128,9 +128,28 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     if args.rate_limit != "off":
         raise SystemExit("shoal serve: --rate-limit=execution_count is not supported yet")
     args.trace = trace_settings(args)
+    args.metrics = metrics_config(args.metrics_config)
     if args.workers < 1:
         raise SystemExit("shoal serve: --workers must be at least 1")
     return args
+
+
+def metrics_config(entries: list[str]) -> dict[str, object]:
+    """`--metrics-config counter_latencies=false|summary_latencies=true|histogram_latencies=true|summary_quantiles=..`"""
+    config: dict[str, object] = {}
+    for entry in entries:
+        key, _, value = entry.partition("=")
+        if key in ("counter_latencies", "summary_latencies", "histogram_latencies"):
+            try:
+                config[key] = s.parse_bool(value)
+            except argparse.ArgumentTypeError as exc:
+                raise SystemExit(f"shoal serve: --metrics-config {key}: {exc}") from None
+        elif key == "summary_quantiles":
+            config[key] = value
+        else:
+            raise SystemExit(f"shoal serve: --metrics-config '{key}' is not supported "
+                             "(counter_latencies, summary_latencies, histogram_latencies, summary_quantiles)")
+    return config
 
 
 def trace_settings(args: argparse.Namespace) -> dict[str, object]:

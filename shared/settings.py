@@ -43,6 +43,11 @@ class GatewaySettings(BusSettings):
     http_port: int = 8000
     metrics_port: int = 8002
     allow_metrics: bool = True
+    allow_cpu_metrics: bool = True
+    counter_latencies: bool = True
+    summary_latencies: bool = False
+    histogram_latencies: bool = False
+    summary_quantiles: str = Field("", description="q:error,... (default Triton's 0.5:0.05,0.9:0.01,...)")
     http_max_input_size: int = 64 * 1024 * 1024
     request_timeout_s: float = Field(60.0, description="deadline of a request with no timeout of its own")
     inline_max_bytes: int = 65536

@@ -10,12 +10,16 @@ exact names.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from services.gateway import system_metrics
+from services.gateway.system_metrics import CpuSampler
 
 _COUNTERS = (
     ("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
@@ -49,10 +53,98 @@ def _family(name: str, doc: str, kind: str, samples: list[tuple[dict[str, str], 
     return lines
 
 
-def render(stats: dict[str, Any]) -> bytes:
+@dataclass(frozen=True)
+class MetricsOptions:
+    """tritonserver's --metrics-config keys, and --allow-cpu-metrics."""
+
+    counter_latencies: bool = True
+    summary_latencies: bool = False
+    histogram_latencies: bool = False
+    quantiles: tuple[tuple[float, float], ...] = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001))
+    cpu_metrics: bool = True
+
+
+_SUMMARIES = (
+    ("nv_inference_request_summary_us", "Summary of inference request duration in microseconds (includes cached requests)",
+     "request"),
+    ("nv_inference_queue_summary_us", "Summary of inference queuing duration in microseconds (includes cached requests)",
+     "queue"),
+    ("nv_inference_compute_input_summary_us",
+     "Summary of compute input duration in microseconds (does not include cached requests)", "compute_input"),
+    ("nv_inference_compute_infer_summary_us",
+     "Summary of compute inference duration in microseconds (does not include cached requests)", "compute_infer"),
+    ("nv_inference_compute_output_summary_us",
+     "Summary of inference compute output duration in microseconds (does not include cached requests)", "compute_output"),
+)
+_SUMMARY_TOTALS = {"request": "success", "queue": "queue", "compute_input": "compute_input",
+                   "compute_infer": "compute_infer", "compute_output": "compute_output"}
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def _summaries(entries: list, options: MetricsOptions) -> list[str]:
+    lines: list[str] = []
+    for name, doc, kind in _SUMMARIES:
+        lines += [f"# HELP {name} {doc}", f"# TYPE {name} summary"]
+        for (model, version), value in entries:
+            labels = {"model": model, "version": version}
+            points = value.get("latency", {}).get("quantiles", {}).get(kind, {})
+            for q, _error in options.quantiles:
+                if str(q) in points:
+                    lines.append(f"{name}{_labels({**labels, 'quantile': str(q)})} {points[str(q)]:g}")
+            total = value["stats"]["inference_stats"][_SUMMARY_TOTALS[kind]]
+            lines.append(f"{name}_sum{_labels(labels)} {total['ns'] / 1000:g}")
+            lines.append(f"{name}_count{_labels(labels)} {total['count']}")
+    return lines
+
+
+def _histogram(name: str, doc: str, rows: list[tuple[dict[str, str], list[float], list[int], float]]) -> list[str]:
+    lines = [f"# HELP {name} {doc}", f"# TYPE {name} histogram"]
+    for labels, bounds, counts, total in rows:
+        cumulative = 0
+        for bound, count in zip(bounds, counts):
+            cumulative += count
+            lines.append(f"{name}_bucket{_labels({**labels, 'le': f'{bound:g}'})} {cumulative}")
+        cumulative += counts[-1] if len(counts) > len(bounds) else 0
+        lines.append(f"{name}_bucket{_labels({**labels, 'le': '+Inf'})} {cumulative}")
+        lines.append(f"{name}_sum{_labels(labels)} {total:g}")
+        lines.append(f"{name}_count{_labels(labels)} {cumulative}")
+    return lines
+
+
+def _batch_histogram(entries: list) -> list[str]:
+    rows = []
+    for (model, version), value in entries:
+        sizes = {b["batch_size"]: b["compute_infer"]["count"] for b in value["stats"]["batch_stats"]}
+        counts = [0] * (len(BATCH_BUCKETS) + 1)
+        for size, count in sizes.items():
+            index = next((i for i, bound in enumerate(BATCH_BUCKETS) if size <= bound), len(BATCH_BUCKETS))
+            counts[index] += count
+        total = sum(size * count for size, count in sizes.items())
+        rows.append(({"model": model, "version": version}, list(BATCH_BUCKETS), counts, total))
+    return _histogram("shoal_batch_size", "Sizes of the batches executed (rows per model execution)", rows)
+
+
+def _shoal_gauges(entries: list) -> list[str]:
+    lines = _family("shoal_queue_free_credits", "Batches the scheduler may send to idle instances now", "gauge",
+                    [({"model": m, "version": v}, value.get("free_credits", 0)) for (m, v), value in entries])
+    busy: dict[str, int] = {}
+    for _, value in entries:
+        for worker, ns in value.get("worker_compute_ns", {}).items():
+            busy[worker] = busy.get(worker, 0) + ns
+    lines += _family("shoal_worker_compute_seconds", "Seconds the instances of a worker spent running batches "
+                     "(its utilisation is the rate of this counter over its instance count)", "counter",
+                     [({"worker": w}, ns / 1e9) for w, ns in sorted(busy.items())])
+    lines += _family("shoal_shm_bytes_in_use", "Bytes of tensors in Shoal's shared-memory segments on this host",
+                     "gauge", [({}, system_metrics.shm_bytes_in_use())])
+    return lines
+
+
+def render(stats: dict[str, Any], options: MetricsOptions = MetricsOptions(), cpu: CpuSampler | None = None) -> bytes:
     entries = [(key.rsplit("/", 1), value) for key, value in sorted(stats.items())]
     lines: list[str] = []
     for name, doc, pick in _COUNTERS:
+        if not options.counter_latencies and name.endswith("_duration_us"):
+            continue
         samples = [({"model": m, "version": v}, pick(value["stats"])) for (m, v), value in entries]
         lines += _family(name, doc, "counter", samples)
     failures = [
@@ -65,19 +157,36 @@ def render(stats: dict[str, Any]) -> bytes:
     pending = [({"model": m, "version": v}, value.get("pending", 0)) for (m, v), value in entries]
     lines += _family("nv_inference_pending_request_count",
                      "Instantaneous number of pending requests awaiting execution per-model.", "gauge", pending)
+    if options.summary_latencies:
+        lines += _summaries(entries, options)
+    if options.histogram_latencies:
+        rows = [({"model": m, "version": v}, value["latency"]["first_response_buckets"],
+                 value["latency"]["first_response_counts"], value["latency"]["first_response_sum_ms"])
+                for (m, v), value in entries if "latency" in value]
+        lines += _histogram("nv_inference_first_response_histogram_ms",
+                            "Duration from request to first response in milliseconds", rows)
+    if options.cpu_metrics and cpu is not None:
+        total, used = system_metrics.memory()
+        lines += _family("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge", [({}, cpu.utilization())])
+        lines += _family("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge", [({}, total)])
+        lines += _family("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge", [({}, used)])
+    lines += _batch_histogram(entries)
+    lines += _shoal_gauges(entries)
     return ("\n".join(lines) + "\n").encode()
 
 
-def build_metrics_app(fetch: Callable[[], Awaitable[dict[str, Any]]]) -> Starlette:
+def build_metrics_app(fetch: Callable[[list[float]], Awaitable[dict[str, Any]]], options: MetricsOptions) -> Starlette:
+    cpu = CpuSampler()
+
     async def metrics(request: Request) -> Response:
         if request.method != "GET":
             return Response(status_code=405)
         if request.url.path.rstrip("/") != "/metrics":
             return Response(status_code=200)  # Triton's quirk: any other GET path is 200, empty
         try:
-            stats = await fetch()
+            stats = await fetch([q for q, _ in options.quantiles] if options.summary_latencies else [])
         except Exception:
             stats = {}
-        return Response(render(stats), media_type="text/plain; charset=utf-8")
+        return Response(render(stats, options, cpu), media_type="text/plain; charset=utf-8")
 
     return Starlette(routes=[Route("/{path:path}", metrics, methods=["GET", "POST", "PUT", "DELETE"])])

@@ -13,7 +13,7 @@ from services.gateway.app import Gateway, build_app
 from services.gateway.core import InferenceCore
 from services.gateway.dispatch import Dispatcher
 from services.gateway.http_protocol import CorkedHttpToolsProtocol
-from services.gateway.metrics import build_metrics_app
+from services.gateway.metrics import MetricsOptions, build_metrics_app
 from services.gateway.models import ModelRegistry
 from services.gateway.shm import ShmRegistry
 from shared import bus, discovery, subjects
@@ -30,6 +30,14 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self):
         yield
+
+
+def metrics_options(settings: GatewaySettings) -> MetricsOptions:
+    quantiles = tuple(
+        (float(q), float(e)) for q, _, e in (p.partition(":") for p in settings.summary_quantiles.split(",") if p)
+    )
+    return MetricsOptions(settings.counter_latencies, settings.summary_latencies, settings.histogram_latencies,
+                          quantiles or MetricsOptions().quantiles, settings.allow_cpu_metrics)
 
 
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
@@ -52,8 +60,9 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     micro = await discovery.register(nc, "gateway", settings.gateway_id, status,
                                      http_port=str(settings.http_port), metrics_port=str(settings.metrics_port))
 
-    async def scheduler_stats() -> dict:
-        reply = await nc.request(subjects.SCHEDULER_STATS, b"", timeout=5)
+    async def scheduler_stats(quantiles: list[float]) -> dict:
+        payload = msgspec.json.encode({"quantiles": quantiles}) if quantiles else b""
+        reply = await nc.request(subjects.SCHEDULER_STATS, payload, timeout=5)
         return msgspec.json.decode(reply.data)
 
     servers = [
@@ -63,7 +72,8 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     ]
     if settings.allow_metrics:
         servers.append(_Server(uvicorn.Config(
-            build_metrics_app(scheduler_stats), host=settings.http_address, port=settings.metrics_port,
+            build_metrics_app(scheduler_stats, metrics_options(settings)), host=settings.http_address,
+            port=settings.metrics_port,
             log_level="warning", access_log=False)))
     log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
     if settings.allow_metrics:

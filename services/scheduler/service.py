@@ -207,8 +207,10 @@ class SchedulerService:
                     )
                 return
             batch = [queue.requests.popleft() for _ in range(decision.take)]
-            if self.settings.log_verbose:
-                log.info("batch of %d for '%s': %s", len(batch), queue.key[0], decision.reason)
+            if log.isEnabledFor(logging.DEBUG):  # --log-verbose, or the logging extension at run time
+                log.debug("batch of %d request(s), %d row(s) for '%s' version %d: %s; %d still queued",
+                          len(batch), sum(p.batch_size for p in batch), queue.key[0], queue.key[1],
+                          decision.reason, len(queue.requests))
             await self._dispatch(queue, self._take_slot(queue), batch, now, decision.reason)
 
     async def _drop_expired(self, queue: ModelQueue) -> None:
@@ -237,7 +239,7 @@ class SchedulerService:
         self._batch_ids += 1
         queue_ns = [int((now - p.arrived) * 1e9) for p in batch]
         for ns in queue_ns:
-            queue.stats.queue.add(ns)
+            queue.stats.record_queue(ns)
         message = ExecBatch(
             self._batch_ids, queue.key[0], queue.key[1], slot.instance,
             [p.raw for p in batch], queue_ns, queue.preserve_ordering, slot.credit, slot.generation, reason,
@@ -283,6 +285,8 @@ class SchedulerService:
         headers = {p.header.rid: p.header for p in flight.requests}
         ok_count = sum(1 for d in free.done if d.ok)
         if free.batch_size:
+            busy = free.compute_input_ns + free.compute_infer_ns + free.compute_output_ns
+            queue.stats.worker_compute_ns[free.worker] = queue.stats.worker_compute_ns.get(free.worker, 0) + busy
             queue.stats.record_batch(
                 free.batch_size, ok_count, free.compute_input_ns, free.compute_infer_ns, free.compute_output_ns
             )
@@ -362,11 +366,21 @@ class SchedulerService:
 
     # -- statistics ------------------------------------------------------------------
     async def _on_stats(self, msg) -> None:
+        """Statistics per model version; a request may ask for latency quantiles (metrics summaries)."""
+        quantiles: list[float] = []
+        if msg.data:
+            try:
+                quantiles = [float(q) for q in msgspec.json.decode(msg.data).get("quantiles", [])]
+            except (msgspec.DecodeError, AttributeError, TypeError, ValueError):
+                quantiles = []
         stats = {
             f"{model}/{version}": {
                 "stats": q.stats.json(model, str(version)),
                 "fail_reasons": q.stats.fail_reasons,
                 "pending": len(q.requests),
+                "free_credits": len(q.free),
+                "latency": q.stats.latencies.json(quantiles),
+                "worker_compute_ns": q.stats.worker_compute_ns,
             }
             for (model, version), q in self.queues.items()
         }

@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.scheduler.latency import Latencies
+
 
 @dataclass
 class Duration:
@@ -42,6 +44,8 @@ class ModelStats:
     execution_count: int = 0
     last_inference_ms: int = 0
     fail_reasons: dict[str, int] = field(default_factory=dict)
+    latencies: Latencies = field(default_factory=Latencies)
+    worker_compute_ns: dict[str, int] = field(default_factory=dict)  # instance utilisation, per worker
 
     def record_batch(self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """One execution: each request in it is charged the batch's compute times, as Triton does."""
@@ -51,14 +55,22 @@ class ModelStats:
         self.compute_input.add(input_ns * requests, requests)
         self.compute_infer.add(infer_ns * requests, requests)
         self.compute_output.add(output_ns * requests, requests)
+        for kind, ns in (("compute_input", input_ns), ("compute_infer", infer_ns), ("compute_output", output_ns)):
+            for _ in range(requests):
+                self.latencies.add(kind, ns)
         stat = self.batches.setdefault(batch_size, BatchStat())
         stat.compute_input.add(input_ns)
         stat.compute_infer.add(infer_ns)
         stat.compute_output.add(output_ns)
 
+    def record_queue(self, ns: int) -> None:
+        self.queue.add(ns)
+        self.latencies.add("queue", ns)
+
     def record_request(self, ok: bool, duration_ns: int, reason: str = "BACKEND") -> None:
         if ok:
             self.success.add(duration_ns)
+            self.latencies.add("request", duration_ns)
         else:
             self.fail.add(duration_ns)
             self.fail_reasons[reason] = self.fail_reasons.get(reason, 0) + 1

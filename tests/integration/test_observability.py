@@ -137,3 +137,33 @@ def test_trace_settings_api(traced, shoal):
         client.get_trace_settings("no_such_model")
     assert err.value.status() == "400" and "Request for unknown model : no_such_model" in err.value.message()
     client.close()
+
+
+@pytest.fixture(scope="module")
+def detailed_metrics(test_repository):
+    with running_cluster(test_repository, summary_latencies=True, histogram_latencies=True) as running:
+        yield running
+
+
+def test_summaries_histograms_and_shoal_metrics(detailed_metrics):
+    client = httpclient.InferenceServerClient(detailed_metrics.url)
+    tensor = httpclient.InferInput("INPUT0", [2, 3], "FP32")
+    tensor.set_data_from_numpy(np.ones((2, 3), np.float32))
+    for _ in range(6):
+        client.infer("nobatch", [tensor])
+    client.close()
+    with urllib.request.urlopen(detailed_metrics.metrics_url, timeout=10) as response:
+        families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+    summary = [s for s in families["nv_inference_request_summary_us"].samples if s.labels.get("model") == "nobatch"]
+    quantiles = {s.labels["quantile"] for s in summary if "quantile" in s.labels}
+    assert quantiles == {"0.5", "0.9", "0.95", "0.99", "0.999"}
+    assert next(s for s in summary if s.name.endswith("_count")).value == 6
+    histogram = [s for s in families["nv_inference_first_response_histogram_ms"].samples
+                 if s.labels.get("model") == "nobatch"]
+    assert {s.labels.get("le") for s in histogram if s.name.endswith("_bucket")} == {"100", "500", "2000", "5000", "+Inf"}
+    assert next(s for s in histogram if s.labels.get("le") == "+Inf").value == 6
+    batches = [s for s in families["shoal_batch_size"].samples if s.labels.get("model") == "nobatch"]
+    assert next(s for s in batches if s.name.endswith("_count")).value == 6
+    assert 0.0 <= families["nv_cpu_utilization"].samples[0].value <= 1.0
+    assert families["nv_cpu_memory_total_bytes"].samples[0].value > 0
+    assert "shoal_shm_bytes_in_use" in families and "shoal_worker_compute_seconds" in families

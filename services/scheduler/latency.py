@@ -1,0 +1,41 @@
+"""Latency distributions for the metrics Triton offers behind `--metrics-config`:
+summaries (quantiles over recent requests) and the first-response histogram."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+WINDOW = 2048  # recent samples a summary's quantiles are computed over
+FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)  # Triton's defaults
+KINDS = ("request", "queue", "compute_input", "compute_infer", "compute_output")
+
+
+@dataclass
+class Latencies:
+    recent: dict[str, deque] = field(default_factory=lambda: {k: deque(maxlen=WINDOW) for k in KINDS})
+    first_response: list[int] = field(default_factory=lambda: [0] * (len(FIRST_RESPONSE_BUCKETS_MS) + 1))
+    first_response_sum_ms: float = 0.0
+
+    def add(self, kind: str, ns: int) -> None:
+        self.recent[kind].append(ns / 1000)  # microseconds, as Triton's *_summary_us
+        if kind == "request":
+            ms = ns / 1e6
+            self.first_response_sum_ms += ms
+            index = next((i for i, bound in enumerate(FIRST_RESPONSE_BUCKETS_MS) if ms <= bound),
+                         len(FIRST_RESPONSE_BUCKETS_MS))
+            self.first_response[index] += 1
+
+    def json(self, quantiles: list[float]) -> dict:
+        summaries = {}
+        for kind, values in self.recent.items():
+            points = np.quantile(np.fromiter(values, float), quantiles).tolist() if values and quantiles else []
+            summaries[kind] = {str(q): v for q, v in zip(quantiles, points)}
+        return {
+            "quantiles": summaries,
+            "first_response_buckets": list(FIRST_RESPONSE_BUCKETS_MS),
+            "first_response_counts": self.first_response,
+            "first_response_sum_ms": self.first_response_sum_ms,
+        }
