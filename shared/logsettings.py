@@ -10,10 +10,11 @@ from nats.aio.client import Client as NATS
 
 from shared import subjects
 from shared.errors import ShoalError, invalid, unsupported
+from shared.logcontext import JsonFormatter
 
 _FORMATS = {
-    "default": "%(asctime)s %(levelname).1s {service} %(name)s: %(message)s",
-    "ISO8601": "%(asctime)s %(levelname).1s {service} %(name)s: %(message)s",
+    "default": "%(asctime)s %(levelname).1s {service} %(name)s: %(request_tag)s%(message)s",
+    "ISO8601": "%(asctime)s %(levelname).1s {service} %(name)s: %(request_tag)s%(message)s",
 }
 _DATEFMT = {"default": None, "ISO8601": "%Y-%m-%dT%H:%M:%S%z"}
 
@@ -67,7 +68,8 @@ def apply(settings: LogSettings, service: str) -> None:
     root.setLevel(level)
     formatter = logging.Formatter(_FORMATS[settings.log_format].format(service=service), _DATEFMT[settings.log_format])
     for handler in root.handlers:
-        handler.setFormatter(formatter)
+        if not isinstance(handler.formatter, JsonFormatter):  # JSON lines stay JSON
+            handler.setFormatter(formatter)
 
 
 async def follow(nc: NATS, service: str) -> None:

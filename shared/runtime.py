@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+
+from shared.logcontext import JsonFormatter, RequestIdFilter
 
 try:
     import uvloop
@@ -15,13 +18,14 @@ except ImportError:  # uvloop is not available on every platform
 
 
 def configure_logging(service: str, verbose: int = 0) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose > 1 else logging.INFO,
-        format=f"%(asctime)s %(levelname).1s {service} %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    if verbose <= 1:
-        logging.getLogger("nats").setLevel(logging.WARNING)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RequestIdFilter())
+    if os.environ.get("SHOAL_LOG_JSON", "").lower() in ("1", "true"):
+        handler.setFormatter(JsonFormatter(service))
+    else:
+        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname).1s {service} %(name)s: %(request_tag)s%(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose > 0 else logging.INFO, handlers=[handler])
+    logging.getLogger("nats").setLevel(logging.WARNING)  # its debug chatter is not Triton's verbose log
 
 
 def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:

@@ -364,6 +364,7 @@ class InferFastPath:
             body = await self._body(receive, headers)
             content, out_headers = await self.gateway.infer(model, version, headers, body)
             status = 200
+            log.debug("infer '%s' done", model)
         except _HTTPError as exc:
             status, content, out_headers = exc.status, orjson.dumps({"error": exc.message}), _JSON
         except ShoalError as exc:
@@ -371,6 +372,7 @@ class InferFastPath:
             out_headers = dict(_JSON)
             if exc.message == "Unsupported compression type":
                 out_headers["accept-encoding"] = "gzip, deflate"
+            log.debug("infer '%s' failed with %d: %s", model, status, exc.message)
         except Exception as exc:  # a bug must still answer, and the server keeps serving
             log.exception("unhandled error on %s", scope["path"])
             status, content, out_headers = 500, orjson.dumps({"error": f"internal error: {exc}"}), _JSON

@@ -9,6 +9,7 @@ from services.gateway.dispatch import Dispatcher
 from services.gateway.shm import ShmRegistry
 from services.gateway.validation import Validated
 from shared.errors import ShoalError
+from shared.logcontext import request_ids
 from shared.messages import InferRequest, InferResponse, TensorRef
 from shared.model_config import ModelSpec
 from shared.tensors import TensorStore, write_region
@@ -26,6 +27,7 @@ class InferenceCore:
     ) -> tuple[list[OutputTensor], dict, InferResponse]:
         now = time.time_ns()
         rid = self.dispatcher.new_rid()
+        request_ids.set(f"{parsed.id}/{rid}" if parsed.id else rid)  # on every log line about this request
         inputs: list[TensorRef] = []
         try:
             for tensor in parsed.inputs:

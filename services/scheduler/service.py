@@ -22,6 +22,7 @@ from services.scheduler.ordering import OrderedRelease
 from services.scheduler.stats import ModelStats
 from shared import bus, discovery, subjects
 from shared.liveness import WorkerLiveness
+from shared.logcontext import request_ids
 from shared.messages import (
     CreditsRevoked,
     DrainRequest,
@@ -208,6 +209,7 @@ class SchedulerService:
                 return
             batch = [queue.requests.popleft() for _ in range(decision.take)]
             if log.isEnabledFor(logging.DEBUG):  # --log-verbose, or the logging extension at run time
+                request_ids.set(",".join(p.header.rid for p in batch))
                 log.debug("batch of %d request(s), %d row(s) for '%s' version %d: %s; %d still queued",
                           len(batch), sum(p.batch_size for p in batch), queue.key[0], queue.key[1],
                           decision.reason, len(queue.requests))

@@ -25,6 +25,7 @@ from services.worker.replies import Replies
 from shared import bus, discovery, subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.errors import ShoalError
+from shared.logcontext import request_ids
 from shared.messages import (
     CreditsRevoked,
     ExecBatch,
@@ -161,6 +162,9 @@ class WorkerService:
                             generation=batch.generation, batch_id=batch.batch_id)
         replies = Replies(batch.reply_via_scheduler)
         requests = [_request_decoder.decode(raw) for raw in batch.requests]
+        request_ids.set(",".join(f"{r.id}/{r.rid}" if r.id else r.rid for r in requests))  # this task's log lines
+        log.debug("batch %d of '%s' version %d: %d request(s) on instance %d (%s)", batch.batch_id, batch.model,
+                  batch.version, len(requests), instance.index, batch.reason)
         try:
             now = time.time_ns()
             live = [r for r in requests if r.deadline_ns > now]
