@@ -18,13 +18,19 @@ _decoder = msgspec.msgpack.Decoder(WorkerHeartbeat)
 
 
 class WorkerLiveness:
-    """Calls `on_gone(worker)` once for a worker silent for `timeout_s`."""
+    """Calls `on_gone(worker)` once for a worker silent for `timeout_s`, and `on_back(worker)`
+    when one declared gone is heard again (a paused process, a healed partition)."""
 
-    def __init__(self, nc: NATS, timeout_s: float, on_gone: Callable[[str], Awaitable[None]]) -> None:
+    def __init__(
+        self, nc: NATS, timeout_s: float, on_gone: Callable[[str], Awaitable[None]],
+        on_back: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         self.nc = nc
         self.timeout_s = timeout_s
         self.on_gone = on_gone
+        self.on_back = on_back
         self.seen: dict[str, float] = {}
+        self.gone: set[str] = set()
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -40,9 +46,16 @@ class WorkerLiveness:
 
     async def _on_heartbeat(self, msg) -> None:
         try:
-            self.heard(_decoder.decode(msg.data).worker)
+            worker = _decoder.decode(msg.data).worker
         except msgspec.DecodeError as exc:
             log.error("undecodable heartbeat on %s: %s", msg.subject, exc)
+            return
+        self.heard(worker)
+        if worker in self.gone:
+            self.gone.discard(worker)
+            log.warning("worker %s is back", worker)
+            if self.on_back is not None:
+                await self.on_back(worker)
 
     async def _expire(self) -> None:
         while True:
@@ -50,4 +63,5 @@ class WorkerLiveness:
             cutoff = time.monotonic() - self.timeout_s
             for worker in [w for w, seen in self.seen.items() if seen < cutoff]:
                 del self.seen[worker]
+                self.gone.add(worker)
                 await self.on_gone(worker)

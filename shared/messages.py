@@ -95,9 +95,9 @@ class InferResponse(msgspec.Struct, omit_defaults=True):
 
 
 class ResponseBatch(msgspec.Struct):
-    """Worker -> gateway: the responses of one batch for that gateway."""
+    """Worker -> gateway: the responses of one batch for that gateway (each an encoded InferResponse)."""
 
-    responses: list[InferResponse]
+    responses: list[msgspec.Raw]
 
 
 class RequestBatch(msgspec.Struct):
@@ -174,6 +174,7 @@ class ModelRecord(msgspec.Struct, omit_defaults=True):
     generation: int = 0  # bumps on every (re)load so workers reload
     hosted: list[int] = []  # versions workers should have instances of
     serving_config: dict[str, Any] = {}  # config of the generation now serving (empty: `config`)
+    serving_path: str = ""  # and its directory
     reason: str = ""  # model-level failure (bad config), shown for every version
 
     @property
@@ -200,6 +201,7 @@ class DrainRequest(msgspec.Struct):
 
     model: str
     version: int
+    timeout_s: float = 30.0
 
 
 class CreditsRevoked(msgspec.Struct):

@@ -61,6 +61,16 @@ def worker_exec(worker_id: str) -> str:
     return f"{PREFIX}.worker.{worker_id}.exec"
 
 
+def worker_resync(worker_id: str) -> str:
+    """One worker: announce your idle credits again."""
+    return f"{PREFIX}.worker.{worker_id}.resync"
+
+
+def worker_report(worker_id: str) -> str:
+    """One worker: report your instances again."""
+    return f"{PREFIX}.worker.{worker_id}.report"
+
+
 def gateway_inbox(gateway_id: str) -> str:
     return f"{PREFIX}.gw.{gateway_id}.reply"
 

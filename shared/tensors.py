@@ -69,9 +69,12 @@ def map_segment(name: str, offset: int, nbytes: int, writable: bool = False) -> 
     """Map `nbytes` of a shared-memory segment; the mapping lives as long as the view."""
     if nbytes == 0:
         return memoryview(b"")
-    flags = os.O_RDWR if writable else os.O_RDONLY
+    flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_NOFOLLOW
     fd = os.open(f"/dev/shm/{name.lstrip('/')}", flags)
     try:
+        # a segment shorter than asked (truncated by its owner) would SIGBUS on access
+        if os.fstat(fd).st_size < offset + nbytes:
+            raise ValueError(f"shared memory segment '{name}' is smaller than offset {offset} + {nbytes} bytes")
         page = offset - offset % mmap.ALLOCATIONGRANULARITY
         access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
         mapped = mmap.mmap(fd, nbytes + offset - page, access=access, offset=page)
@@ -92,6 +95,9 @@ def create_segment(payload: memoryview | bytes) -> str:
     view = memoryview(payload).cast("B")
     segment = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, size=len(view))
     try:
+        # reserve the pages now: a full /dev/shm must fail here (ENOSPC), not SIGBUS in the copy
+        if len(view):
+            os.posix_fallocate(segment.fd, 0, len(view))
         with mmap.mmap(segment.fd, len(view)) as mapped:
             mapped[:] = view
     except BaseException:
@@ -154,23 +160,32 @@ class TensorStore:
 
     # -- producing -------------------------------------------------------
     def put(
-        self, name: str, datatype: str, shape: list[int], payload: memoryview | bytes, ttl_s: float
+        self, name: str, datatype: str, shape: list[int], payload: memoryview | bytes, ttl_s: float,
+        inline: bool = True,
     ) -> TensorRef:
+        """`inline=False`: out of line even when small (the message's inline budget is spent)."""
         nbytes = memoryview(payload).nbytes
-        if nbytes <= self.inline_max:
+        if inline and nbytes <= self.inline_max:
             return TensorRef(name, datatype, shape, data=bytes(payload))
         expires = time.monotonic() + ttl_s
         if self.transport != "bus":
             # Also served over the bus (key = segment) for a consumer on another host.
-            segment = create_segment(payload)
+            try:
+                segment = create_segment(payload)
+            except OSError as exc:  # /dev/shm full: keep it in memory and serve it over the bus
+                log.warning("shared memory unavailable (%s); tensor '%s' goes over the bus", exc, name)
+                return self._hold(name, datatype, shape, payload, expires)
             self._held[segment] = _Held(None, segment, expires)
             return TensorRef(
                 name, datatype, shape, shm=segment, nbytes=nbytes, host=self.host,
                 owner=self.owner, key=segment,
             )
+        return self._hold(name, datatype, shape, payload, expires)
+
+    def _hold(self, name: str, datatype: str, shape: list[int], payload, expires: float) -> TensorRef:
         key = uuid.uuid4().hex
         self._held[key] = _Held(memoryview(payload).cast("B"), "", expires)
-        return TensorRef(name, datatype, shape, nbytes=nbytes, owner=self.owner, key=key)
+        return TensorRef(name, datatype, shape, nbytes=memoryview(payload).nbytes, owner=self.owner, key=key)
 
     def free(self, refs: list[TensorRef]) -> None:
         """Free tensors this process produced (or was handed) and no longer needs."""

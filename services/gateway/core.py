@@ -14,6 +14,8 @@ from shared.messages import InferRequest, InferResponse, TensorRef
 from shared.model_config import ModelSpec
 from shared.tensors import TensorStore, write_region
 
+INLINE_BUDGET = 256 * 1024
+
 
 class InferenceCore:
     def __init__(self, dispatcher: Dispatcher, store: TensorStore, timeout_s: float, shm: ShmRegistry) -> None:
@@ -30,11 +32,16 @@ class InferenceCore:
         request_ids.set(f"{parsed.id}/{rid}" if parsed.id else rid)  # on every log line about this request
         inputs: list[TensorRef] = []
         try:
+            budget = INLINE_BUDGET  # inline bytes per request, so requests group into bus messages
             for tensor in parsed.inputs:
                 if tensor.in_shared_memory:
                     inputs.append(self.shm.reference(tensor.name, tensor.datatype, tensor.shape, tensor.parameters))
-                else:
-                    inputs.append(self.store.put(tensor.name, tensor.datatype, tensor.shape, tensor.data, self.timeout_s))
+                    continue
+                nbytes = memoryview(tensor.data).nbytes
+                ref = self.store.put(tensor.name, tensor.datatype, tensor.shape, tensor.data, self.timeout_s,
+                                     inline=nbytes <= budget)
+                budget -= nbytes if ref.data is not None else 0
+                inputs.append(ref)
             regions = {
                 o.name: self.shm.reference(o.name, spec.output(o.name).datatype, [], o.parameters)
                 for o in parsed.outputs or [] if o.in_shared_memory
@@ -61,16 +68,21 @@ class InferenceCore:
         if response.error:
             await self.store.release_remote(response.outputs)
             raise ShoalError(response.error, response.code or "INTERNAL")
+        deadline = now + int(self.timeout_s * 1e9)
         try:
-            outputs = [await self._output(ref, regions.get(ref.name), valid) for ref in response.outputs]
+            outputs = [await self._output(ref, regions.get(ref.name), valid, deadline) for ref in response.outputs]
         finally:
             await self.store.release_remote(response.outputs)
         return outputs, response.parameters, response
 
-    async def _output(self, ref: TensorRef, region: TensorRef | None, valid: Validated) -> OutputTensor:
+    async def _output(self, ref: TensorRef, region: TensorRef | None, valid: Validated, deadline: int) -> OutputTensor:
         if ref.in_region:
             return OutputTensor(ref.name, ref.datatype, ref.shape, None, False)
-        data = await self.store.get(ref, self.timeout_s)
+        data = await self.store.get(ref, max(0.1, (deadline - time.time_ns()) / 1e9))
+        if region is not None and memoryview(data).nbytes > region.nbytes:
+            raise ShoalError(
+                f"shared memory size specified with the request for output '{ref.name}' ({region.nbytes} bytes) "
+                f"should be at least {memoryview(data).nbytes} bytes to hold the results", "INTERNAL")
         if region is not None:  # the worker could not reach the client's region: write it here
             if not write_region(region, data, self.store.host):
                 raise ShoalError(f"shared memory region of output '{ref.name}' is not reachable", "INTERNAL")

@@ -29,6 +29,20 @@ _response_decoder = msgspec.msgpack.Decoder(InferResponse)
 _batch_decoder = msgspec.msgpack.Decoder(ResponseBatch)
 
 
+def _groups(requests: list[tuple[str, bytes]], budget: int):
+    """Consecutive runs of encoded requests whose bytes fit one message."""
+    group: list[tuple[str, bytes]] = []
+    size = 0
+    for item in requests:
+        if group and size + len(item[1]) > budget:
+            yield group
+            group, size = [], 0
+        group.append(item)
+        size += len(item[1])
+    if group:
+        yield group
+
+
 def _expire(future: asyncio.Future) -> None:
     if not future.done():
         future.set_exception(unavailable("Request timeout expired"))
@@ -41,7 +55,7 @@ class Dispatcher:
         self.store = store
         self._pending: dict[str, asyncio.Future] = {}
         self._ids = itertools.count()
-        self._outbox: dict[str, list[InferRequest]] = {}
+        self._outbox: dict[str, list[tuple[str, bytes]]] = {}
         self._flush_scheduled = False
         self._groups: dict[str, list[str]] = {}
         self._prefix = gateway_id
@@ -74,7 +88,7 @@ class Dispatcher:
 
     def _enqueue(self, request: InferRequest) -> None:
         """Requests started in one event-loop iteration leave as one message per model."""
-        self._outbox.setdefault(request.model, []).append(request)
+        self._outbox.setdefault(request.model, []).append((request.rid, encode(request)))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush()))
@@ -82,18 +96,23 @@ class Dispatcher:
     async def _flush(self) -> None:
         self._flush_scheduled = False
         outbox, self._outbox = self._outbox, {}
+        budget = max(64 * 1024, self.nc.max_payload - 64 * 1024)
         for model, requests in outbox.items():
-            batch_id = f"g{next(self._ids)}"
-            # the reply subject only carries NATS "no responders" back for the whole group
-            self._groups[batch_id] = [r.rid for r in requests]
-            payload = encode(RequestBatch([msgspec.Raw(encode(r)) for r in requests]))
-            try:
-                await self.nc.publish(subjects.infer(model), payload, reply=f"{self.inbox}.{batch_id}")
-            except Exception as exc:  # not connected, payload too large: fail these requests now
-                self._fail(self._groups.pop(batch_id), ShoalError(f"cannot reach the scheduler: {exc}", "UNAVAILABLE"))
+            for group in _groups(requests, budget):
+                await self._publish_group(model, group)
         if len(self._groups) > 4096:  # groups whose publish succeeded never hear back: forget old ones
             for key in list(self._groups)[:2048]:
                 del self._groups[key]
+
+    async def _publish_group(self, model: str, requests: list[tuple[str, bytes]]) -> None:
+        batch_id = f"g{next(self._ids)}"
+        # the reply subject only carries NATS "no responders" back for the whole group
+        self._groups[batch_id] = [rid for rid, _ in requests]
+        payload = encode(RequestBatch([msgspec.Raw(raw) for _, raw in requests]))
+        try:
+            await self.nc.publish(subjects.infer(model), payload, reply=f"{self.inbox}.{batch_id}")
+        except Exception as exc:  # not connected, payload too large: fail these requests now
+            self._fail(self._groups.pop(batch_id), ShoalError(f"cannot reach the scheduler: {exc}", "UNAVAILABLE"))
 
     def _fail(self, rids: list[str], exc: Exception) -> None:
         for rid in rids:
@@ -109,7 +128,7 @@ class Dispatcher:
             return
         try:
             if token == "batch":
-                responses = _batch_decoder.decode(msg.data).responses
+                responses = [_response_decoder.decode(raw) for raw in _batch_decoder.decode(msg.data).responses]
             else:
                 responses = [_response_decoder.decode(msg.data)]
         except msgspec.DecodeError as exc:

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import binascii
 import os
+import stat
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -22,6 +23,22 @@ from shared.messages import ShmRegion, TensorRef, encode
 
 DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 _decoder = msgspec.msgpack.Decoder(ShmRegion)
+
+
+_RESERVED = ("triton_python_backend_shm_region_", "shoal_", "shoal-")
+
+
+def check_key(name: str, key: str) -> None:
+    """A POSIX shm name as shm_open takes it: one leading '/', no other '/', not '.'/'..'.
+
+    Anything else could name a file outside /dev/shm; Shoal's own segments are refused too,
+    so a client cannot read or write another client's tensors.
+    """
+    bare = key[1:] if key.startswith("/") else key
+    if not bare or "/" in bare or bare in (".", "..") or "\0" in bare:
+        raise invalid(f"failed to register shared memory region '{name}': invalid key '{key}'")
+    if bare.startswith(_RESERVED):
+        raise invalid(f"cannot register shared memory region '{name}' with key '{key}': the key is reserved")
 
 
 class ShmRegistry:
@@ -69,15 +86,17 @@ class ShmRegistry:
             raise invalid("Shared memory register request has no 'byte_size' field")
         if not isinstance(offset, int) or offset < 0 or byte_size < 0:
             raise invalid(f"failed to register shared memory region '{name}': invalid args")
-        if key.lstrip("/").startswith("triton_python_backend_shm_region_"):
-            raise invalid(f"cannot register shared memory region '{name}' with key '{key}': the key is reserved")
+        check_key(name, key)
         if name in self.regions:
             raise ShoalError(f"shared memory region '{name}' already in manager", Code.ALREADY_EXISTS)
         path = f"/dev/shm/{key.lstrip('/')}"
         try:
-            size = os.stat(path).st_size
+            info = os.stat(path, follow_symlinks=False)
         except OSError:
             raise internal(f"Unable to open shared memory region: '{key}'") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise internal(f"Unable to open shared memory region: '{key}'")
+        size = info.st_size
         if offset + byte_size > size:
             raise invalid(f"failed to register shared memory region '{name}': invalid args")
         await self._store(ShmRegion(name, "system", byte_size, key=key, offset=offset, host=self.host))
@@ -152,6 +171,8 @@ class ShmRegistry:
             raise invalid(f"Invalid offset for shared memory region: '{name}'")
         if offset + size > region.byte_size:
             raise invalid(f"Invalid offset + byte size for shared memory region: '{name}'")
+        if region.kind == "system" and region.host != self.host:
+            raise invalid(f"shared memory region '{name}' was registered on another host; register it on this one")
         if region.kind == "cuda":
             return TensorRef(tensor_name, datatype, shape, nbytes=size, offset=offset, borrowed=True,
                              cuda_handle=region.cuda_handle, device_id=region.device_id)

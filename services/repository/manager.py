@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from services.repository import overrides
-from services.repository.scan import ScannedModel, list_models, scan_model, signature
+from services.repository.scan import ScannedModel, check_model_name, list_models, scan_model, signature
 from shared import model_config
 from shared.errors import ShoalError, internal, invalid
 from shared.messages import InstanceRecord, ModelRecord, ModelVersionState
@@ -54,7 +54,9 @@ class ModelManager:
         self.records: dict[str, ModelRecord] = {}
         self.reports: dict[str, InstanceRecord] = {}  # instance key -> report
         self.signatures: dict[str, str] = {}
-        self.override_dirs: dict[str, Path] = {}
+        self.override_dirs: dict[str, Path] = {}  # model -> the override directory of its latest load
+        self._stale_dirs: dict[str, list[Path]] = {}  # override directories still serving an old generation
+        self._failures: dict[str, str] = {}  # model -> why its last reload failed
         self.changed = asyncio.Condition()
         self._locks: dict[str, asyncio.Lock] = {}
         self._polling = asyncio.Lock()
@@ -71,6 +73,7 @@ class ModelManager:
 
     # -- load -------------------------------------------------------------------
     def _scan(self, name: str, config: str, files: dict[str, str]) -> ScannedModel:
+        check_model_name(name)
         override = model_config.parse_json(config) if config else None
         if files:
             decoded: dict[str, bytes] = {}
@@ -85,20 +88,27 @@ class ModelManager:
             if not model_dir.is_dir():
                 raise internal(f"failed to load '{name}', failed to poll from model repository")
         scanned = scan_model(model_dir, self.auto_complete, override)
-        if files:
+        if files and scanned.config is None:
+            overrides.remove_override_dir(model_dir)  # the one serving (if any) stays
+        elif files or name in self.override_dirs:
+            # the previous override directory may still serve until the new generation is ready
             previous = self.override_dirs.pop(name, None)
-            self.override_dirs[name] = model_dir
             if previous is not None:
-                overrides.remove_override_dir(previous)
-        elif name in self.override_dirs:  # a plain load reverts to the repository's files
-            overrides.remove_override_dir(self.override_dirs.pop(name))
+                self._stale_dirs.setdefault(name, []).append(previous)
+            if files:
+                self.override_dirs[name] = model_dir
         return scanned
+
+    def _drop_stale_dirs(self, name: str) -> None:
+        for stale in self._stale_dirs.pop(name, []):
+            overrides.remove_override_dir(stale)
 
     async def load(self, name: str, config: str = "", files: dict[str, str] | None = None) -> ModelRecord:
         """Publish a new generation of `name`; old instances keep serving until it is ready."""
-        scanned = self._scan(name, config, files or {})
+        # reading configs and ONNX files takes time: off the event loop
+        scanned = await asyncio.to_thread(self._scan, name, config, files or {})
         if not files and (self.root / name).is_dir():
-            self.signatures[name] = signature(self.root / name)
+            self.signatures[name] = await asyncio.to_thread(signature, self.root / name)
         previous = self.records.get(name)
         generation = previous.generation + 1 if previous else 1
         if scanned.config is None:
@@ -106,7 +116,7 @@ class ModelManager:
                 raise invalid(f"load failed for model '{name}': {scanned.error}\n")  # keep serving the old one
             log.error("failed to load '%s': %s", name, scanned.error)
             versions = {str(v): ModelVersionState("UNAVAILABLE", scanned.error) for v in scanned.versions or [1]}
-            record = ModelRecord(name, str(scanned.path), {}, versions, generation, [], {}, scanned.error)
+            record = ModelRecord(name, str(scanned.path), versions=versions, generation=generation, reason=scanned.error)
         else:
             hosted = list(scanned.versions)
             versions = {}
@@ -114,11 +124,12 @@ class ModelManager:
                 if int(version) not in hosted:
                     versions[version] = ModelVersionState("UNAVAILABLE", "unloaded")
             serving = previous.active_config if previous and previous.hosted else {}
+            serving_path = (previous.serving_path or previous.path) if serving else ""
             for version in hosted:
                 old = previous.versions.get(str(version)) if previous else None
                 versions[str(version)] = old if old is not None and old.state == "READY" else ModelVersionState("LOADING")
             record = ModelRecord(name, str(scanned.path), model_config.to_json(scanned.config), versions,
-                                 generation, hosted, serving)
+                                 generation, hosted, serving_config=serving, serving_path=serving_path)
             if not hosted:
                 record.reason = f"no version is available for model '{name}'"
         self.records[name] = record
@@ -136,11 +147,11 @@ class ModelManager:
                 return False
         return True
 
-    async def wait_loaded(self, name: str, timeout: float) -> None:
-        """Return once the new generation serves; raise with the backend's reason otherwise."""
+    async def wait_loaded(self, name: str, generation: int, timeout: float) -> None:
+        """Return once `generation` serves; raise with the backend's reason otherwise."""
         deadline = time.monotonic() + timeout
         async with self.changed:
-            while not self.settled(name):
+            while self.records[name].generation == generation and not self.settled(name):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise internal(f"load failed for model '{name}': timed out after {timeout:.0f}s waiting for a worker")
@@ -151,6 +162,8 @@ class ModelManager:
         record = self.records[name]
         if record.reason:
             raise invalid(f"load failed for model '{name}': {record.reason}\n")
+        if record.generation != generation:  # reverted to the version still serving
+            raise invalid(f"load failed for model '{name}': {self._failures.get(name, 'the new version failed')}\n")
         for version in record.hosted:
             reports = self._reports(name, version)
             if not any(r.serving_generation == record.generation for r in reports):
@@ -170,10 +183,11 @@ class ModelManager:
         for version in record.hosted:
             record.versions[str(version)] = ModelVersionState("UNAVAILABLE", "unloaded")
         record.hosted = []
-        record.serving_config = {}
+        record.serving_config, record.serving_path = {}, ""
         await self.publish(record)
         if name in self.override_dirs:
             overrides.remove_override_dir(self.override_dirs.pop(name))
+        self._drop_stale_dirs(name)
         log.info("unloaded '%s'", name)
 
     # -- reports from workers ------------------------------------------------------
@@ -187,6 +201,10 @@ class ModelManager:
         changed = report or previous
         if changed is not None:
             await self.refresh(changed.model)
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def notify(self) -> None:
         async with self.changed:
             self.changed.notify_all()
 
@@ -205,10 +223,20 @@ class ModelManager:
                 record.versions[str(version)] = new
                 changed = True
                 log.info("model '%s' version %d: %s %s", name, version, new.state, new.reason)
-        if record.serving_config and self.settled(name) and all(
-            any(r.serving_generation == record.generation for r in self._reports(name, v)) for v in record.hosted
-        ):
-            record.serving_config = {}  # the new generation serves everywhere: its config is the one
+        if record.serving_config and self.settled(name):
+            if all(any(r.serving_generation == record.generation for r in self._reports(name, v))
+                   for v in record.hosted):
+                record.serving_config, record.serving_path = {}, ""  # the new generation serves: its config is the one
+                self._drop_stale_dirs(name)
+            else:
+                # the reload failed: the old generation keeps serving, and workers that join
+                # later must load it, not the failed one, so it becomes the current generation
+                reasons = [r.reason for v in record.hosted for r in self._reports(name, v) if r.reason]
+                self._failures[name] = reasons[0] if reasons else "the new version failed to load"
+                log.error("reload of '%s' failed (%s); the previous version keeps serving", name, self._failures[name])
+                record.config, record.path = record.serving_config, record.serving_path or record.path
+                record.serving_config, record.serving_path = {}, ""
+                record.generation += 1
             changed = True
         if changed:
             await self.publish(record)
@@ -245,7 +273,7 @@ class ModelManager:
         for name in sorted(on_disk):
             if name in self.override_dirs:
                 continue
-            current = signature(self.root / name)
+            current = await asyncio.to_thread(signature, self.root / name)
             if self.signatures.get(name) == current and name in self.records:
                 continue
             log.info("repository change: %s '%s'", "reloading" if name in self.records else "loading", name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from services.repository.agents import run_agents
 from services.repository.autocomplete import autocomplete_onnx
 from shared import model_config
 from shared.errors import invalid
+from shared.paths import inside
 
 
 @dataclass
@@ -25,6 +27,12 @@ class ScannedModel:
 
 def list_models(repository: Path) -> list[str]:
     return sorted(p.name for p in repository.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def check_model_name(name: str) -> None:
+    """A model name is one directory name: nothing that could lead out of the repository."""
+    if not name or "/" in name or "\\" in name or name in (".", "..") or name.startswith(".") or "\0" in name:
+        raise invalid(f"invalid model name '{name}'")
 
 
 def version_dirs(model_dir: Path) -> list[int]:
@@ -45,7 +53,8 @@ def select_versions(config: pb.ModelConfig, available: list[int]) -> list[int]:
 def load_config(
     model_dir: Path, versions: list[int], auto_complete: bool = True, override: pb.ModelConfig | None = None
 ) -> pb.ModelConfig:
-    path = model_dir / "config.pbtxt"
+    # a symlink may point elsewhere in the repository, never out of it
+    path = inside(model_dir.parent, f"{model_dir.name}/config.pbtxt")
     if override is not None:
         config = override
     elif path.exists():
@@ -61,8 +70,8 @@ def load_config(
         )
     model_config.autofill_backend(config, model_dir, versions)
     if auto_complete and config.backend == "onnxruntime" and versions:
-        onnx_file = model_dir / str(max(versions)) / config.default_model_filename
-        if onnx_file.exists():
+        onnx_file = inside(model_dir.parent, f"{model_dir.name}/{max(versions)}/{config.default_model_filename}")
+        if onnx_file.is_file():
             autocomplete_onnx(config, onnx_file)
     model_config.normalize(config)
     model_config.validate(config)
@@ -82,8 +91,13 @@ def scan_model(model_dir: Path, auto_complete: bool = True, override: pb.ModelCo
 def signature(model_dir: Path) -> str:
     """Changes when the config or any file of the model changes (poll mode's reload trigger)."""
     digest = hashlib.sha1()
-    for path in sorted(model_dir.rglob("*")):
-        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(model_dir).parts):
-            stat = path.stat()
+    for folder, dirs, files in sorted(os.walk(model_dir)):  # does not follow symlinked folders
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(f for f in files if not f.startswith(".")):
+            path = Path(folder) / name
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
             digest.update(f"{path.relative_to(model_dir)}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()

@@ -38,7 +38,7 @@ class RepositoryService:
         self.settings = settings
         self.nc = nc
         self.manager = ModelManager(settings, self._publish, self._forget, self._drain)
-        self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._worker_gone)
+        self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._worker_gone, self._worker_back)
         self._tasks: list[asyncio.Task] = []
         self._stop_watch = asyncio.Event()
 
@@ -107,7 +107,7 @@ class RepositoryService:
     async def _drain(self, model: str, version: int) -> None:
         """Wait until the schedulers hold nothing for this version (bounded by the exit timeout)."""
         try:
-            await self.nc.request(subjects.SCHEDULER_DRAIN, encode(DrainRequest(model, version)),
+            await self.nc.request(subjects.SCHEDULER_DRAIN, encode(DrainRequest(model, version, self.settings.unload_timeout_s)),
                                   timeout=self.settings.unload_timeout_s)
         except NoRespondersError:
             pass  # no scheduler: nothing queued anywhere
@@ -127,6 +127,9 @@ class RepositoryService:
         log.warning("worker %s stopped sending heartbeats; dropping its instances", worker)
         for key in [k for k, r in self.manager.reports.items() if r.worker == worker]:
             await self.instances_kv.delete(key)
+
+    async def _worker_back(self, worker: str) -> None:
+        await self.nc.publish(subjects.worker_report(worker), b"")  # its reports were deleted
 
     async def _reply(self, msg, error: ShoalError | None = None) -> None:
         payload = encode(ErrorReply(error.message, str(error.code))) if error else b""
@@ -164,8 +167,8 @@ class RepositoryService:
         name = body["name"]
         config, files = check_parameters(body.get("parameters", {}))
         async with self.manager.lock(name):
-            await self.manager.load(name, config, files)
-            await self.manager.wait_loaded(name, self.settings.load_timeout_s)
+            record = await self.manager.load(name, config, files)
+            await self.manager.wait_loaded(name, record.generation, self.settings.load_timeout_s)
 
     async def _unload(self, data: bytes) -> None:
         if self.settings.model_control_mode != "explicit":

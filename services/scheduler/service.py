@@ -40,6 +40,7 @@ from shared.settings import SchedulerSettings
 
 log = logging.getLogger("shoal.scheduler")
 
+FLIGHT_GRACE_S = 5.0  # past the deadline of its last request, a batch still running is given up
 _header_decoder = msgspec.msgpack.Decoder(RequestHeader)
 _batch_decoder = msgspec.msgpack.Decoder(RequestBatch)
 _revoked_decoder = msgspec.msgpack.Decoder(CreditsRevoked)
@@ -112,7 +113,7 @@ class SchedulerService:
         self.nc = nc
         self.queues: dict[tuple[str, int], ModelQueue] = {}
         self.in_flight: dict[tuple[str, int], InFlight] = {}  # (worker, batch_id) -> batch
-        self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._drop_worker)
+        self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._drop_worker, self._worker_back)
         self.running: Counter[tuple[str, int]] = Counter()  # batches in flight per instance
         self._batch_ids = 0
         self._tasks: set[asyncio.Task] = set()
@@ -127,6 +128,7 @@ class SchedulerService:
         await self.nc.subscribe(subjects.CREDITS_REVOKED, cb=self._on_revoked)
         await self.nc.subscribe(subjects.SCHEDULER_DRAIN, cb=self._on_drain)
         self._spawn(self._watch_models())
+        self._spawn(self._expire())
         self.micro = await discovery.register(self.nc, "scheduler", self.settings.scheduler_id, self.status)
         await self.nc.publish(subjects.RESYNC, b"")  # workers re-announce their free instances
         log.info("scheduler %s started", self.settings.scheduler_id)
@@ -196,8 +198,8 @@ class SchedulerService:
         if queue.timer is not None:
             queue.timer.cancel()
             queue.timer = None
+        await self._drop_expired(queue)
         while queue.free and queue.requests:
-            await self._drop_expired(queue)
             now = time.monotonic()
             decision = next_batch(queue.requests, queue.policy, now)
             if decision.take == 0:
@@ -207,27 +209,35 @@ class SchedulerService:
                         lambda q=queue: asyncio.ensure_future(self._pump(q)),
                     )
                 return
-            batch = [queue.requests.popleft() for _ in range(decision.take)]
+            batch = self._take_requests(queue, decision.take)
+            slot = self._take_slot(queue)  # both taken before any await: nothing else can interleave
             if log.isEnabledFor(logging.DEBUG):  # --log-verbose, or the logging extension at run time
                 request_ids.set(",".join(p.header.rid for p in batch))
                 log.debug("batch of %d request(s), %d row(s) for '%s' version %d: %s; %d still queued",
                           len(batch), sum(p.batch_size for p in batch), queue.key[0], queue.key[1],
                           decision.reason, len(queue.requests))
-            await self._dispatch(queue, self._take_slot(queue), batch, now, decision.reason)
+            await self._dispatch(queue, slot, batch, now, decision.reason)
+
+    def _take_requests(self, queue: ModelQueue, count: int) -> list[Pending]:
+        """Up to `count` requests, fewer if their bytes would not fit one bus message."""
+        budget = self.nc.max_payload - 64 * 1024 if self.nc.max_payload else 1 << 20
+        batch = [queue.requests.popleft()]
+        size = len(batch[0].raw)
+        while len(batch) < count and queue.requests and size + len(queue.requests[0].raw) <= budget:
+            size += len(queue.requests[0].raw)
+            batch.append(queue.requests.popleft())
+        return batch
 
     async def _drop_expired(self, queue: ModelQueue) -> None:
         """Requests whose deadline passed are not worth running: nobody waits for them."""
         now_ns = time.time_ns()
-        if not queue.requests or queue.requests[0].header.deadline_ns > now_ns:
+        if not queue.requests or min(p.header.deadline_ns for p in queue.requests) > now_ns:
             return
-        alive: deque[Pending] = deque()
-        for pending in queue.requests:
-            if pending.header.deadline_ns > now_ns:
-                alive.append(pending)
-            else:
-                queue.stats.record_request(False, now_ns - pending.header.received_ns, "REJECTED")
-                await self._finish(queue, pending.header, None)
-        queue.requests = alive
+        expired = [p for p in queue.requests if p.header.deadline_ns <= now_ns]
+        queue.requests = deque(p for p in queue.requests if p.header.deadline_ns > now_ns)  # before any await
+        for pending in expired:
+            queue.stats.record_request(False, now_ns - pending.header.received_ns, "REJECTED")
+            await self._finish(queue, pending.header, None)
 
     def _take_slot(self, queue: ModelQueue) -> Slot:
         """The oldest credit of an instance with nothing running, else the oldest credit."""
@@ -247,9 +257,16 @@ class SchedulerService:
             [p.raw for p in batch], queue_ns, queue.preserve_ordering, slot.credit, slot.generation, reason,
             [p.enqueued_ns for p in batch] if any(p.header.trace for p in batch) else [],
         )
+        try:
+            await self.nc.publish(slot.subject, encode(message))
+        except Exception as exc:  # not sent: the credit is still the worker's to use, the requests fail
+            log.error("cannot send a batch of '%s' to worker %s: %s", queue.key[0], slot.worker, exc)
+            queue.free.appendleft(slot)
+            for pending in batch:
+                await self._fail(queue, pending.header, f"cannot reach worker {slot.worker}: {type(exc).__name__}")
+            return
         self.in_flight[(slot.worker, self._batch_ids)] = InFlight(queue.key, slot, batch, now)
         self.running[(slot.worker, slot.instance)] += 1
-        await self.nc.publish(slot.subject, encode(message))
 
     # -- completions and credits -----------------------------------------------------
     async def _on_free(self, msg) -> None:
@@ -264,12 +281,10 @@ class SchedulerService:
             await self._complete(queue, free)
         if free.instance >= 0:
             slot = Slot(free.worker, free.instance, free.credit, free.subject, free.generation)
-            for key in [k for k, f in self.in_flight.items() if f.slot == slot]:
-                # the worker says this credit is idle, so it no longer holds this batch
-                flight = self._finish_flight(key)
-                for pending in flight.requests:
-                    await self._fail(queue, pending.header, f"worker {free.worker} dropped the request")
-            if slot not in queue.free:
+            # a bare announcement for a credit now in flight is stale (sent before the batch
+            # arrived): that batch's completion returns the credit
+            stale = free.batch_id < 0 and any(f.slot == slot for f in self.in_flight.values())
+            if not stale and slot not in queue.free:
                 queue.free.append(slot)
         await self._pump(queue)
 
@@ -319,6 +334,31 @@ class SchedulerService:
             await self.nc.publish(reply, due)
 
     # -- worker liveness ------------------------------------------------------------
+    async def _expire(self) -> None:
+        """Bounds for what at-most-once messaging can lose: queued requests past their deadline
+        leave even with no credit to wake the queue, and a batch whose completion never came is
+        failed (its requests are past their deadline by then) and its credit returned."""
+        while True:
+            await asyncio.sleep(1.0)
+            for queue in list(self.queues.values()):
+                if queue.requests and not queue.free:
+                    await self._drop_expired(queue)
+            cutoff = time.time_ns() - int(FLIGHT_GRACE_S * 1e9)
+            for key, flight in list(self.in_flight.items()):
+                if max(p.header.deadline_ns for p in flight.requests) < cutoff:
+                    self._finish_flight(key)
+                    queue = self.queue(*flight.key)
+                    log.warning("batch %d of '%s' on worker %s never completed; failing it", key[1],
+                                flight.key[0], key[0])
+                    for pending in flight.requests:
+                        await self._fail(queue, pending.header, "the request was lost on its way to or from a worker")
+                    if flight.slot not in queue.free:
+                        queue.free.append(flight.slot)
+                    await self._pump(queue)
+
+    async def _worker_back(self, worker: str) -> None:
+        await self.nc.publish(subjects.worker_resync(worker), b"")  # its idle credits were dropped
+
     async def _drop_worker(self, worker: str) -> None:
         log.warning("worker %s is gone; failing its in-flight requests", worker)
         for queue in self.queues.values():
@@ -362,7 +402,8 @@ class SchedulerService:
 
     async def _drain(self, request: DrainRequest, reply: str) -> None:
         key = (request.model, request.version)
-        while not self._idle(key):  # bounded by the repository's own timeout on the request
+        deadline = time.monotonic() + request.timeout_s
+        while not self._idle(key) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         await self.nc.publish(reply, b"{}")
 

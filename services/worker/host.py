@@ -43,6 +43,7 @@ class ModelHost:
         self.on_retired = on_retired
         self.models: dict[Key, LoadedModel] = {}
         self._attempted: dict[Key, int] = {}  # generation last loaded or tried
+        self._records: dict[str, ModelRecord] = {}
         self._tasks: set[asyncio.Task] = set()
 
     async def start(self) -> None:
@@ -62,10 +63,23 @@ class ModelHost:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    async def report_all(self) -> None:
+        """Report every hosted version again (the repository lost our reports, e.g. after a pause)."""
+        for key, loaded in list(self.models.items()):
+            record = self._records.get(key[0])
+            if record is not None and self._attempted.get(key) == record.generation:
+                state = "READY" if loaded.generation == record.generation else "LOADING"
+                await self.report(record, key[1], state, count=len(loaded.instances))
+
     async def _watch(self) -> None:
         async for key, value in bus.watch(self.models_kv):
             record = _record_decoder.decode(value) if value is not None else None
-            await self.apply(subjects.untoken(key), record)
+            name = subjects.untoken(key)
+            if record is None:
+                self._records.pop(name, None)
+            else:
+                self._records[name] = record
+            await self.apply(name, record)
 
     async def apply(self, name: str, record: ModelRecord | None) -> None:
         wanted = set(record.hosted) if record is not None and not record.reason else set()
@@ -89,7 +103,8 @@ class ModelHost:
         except Exception as exc:
             reason = load_error(record.name, exc)
             log.error("failed to load '%s' version %d: %s", record.name, version, reason)
-            await self.report(record, version, "UNAVAILABLE", reason)
+            if self._attempted.get(key) == record.generation:  # not superseded or unloaded meanwhile
+                await self.report(record, version, "UNAVAILABLE", reason)
             return
         if self._attempted.get(key) != record.generation:  # superseded or unloaded while loading
             loaded.close()

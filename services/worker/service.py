@@ -43,6 +43,7 @@ from shared.tensors import TensorStore, write_region
 
 log = logging.getLogger("shoal.worker")
 
+INLINE_BUDGET = 256 * 1024  # inline output bytes per response: many fit one bus message
 _batch_decoder = msgspec.msgpack.Decoder(ExecBatch)
 _request_decoder = msgspec.msgpack.Decoder(InferRequest)
 
@@ -70,6 +71,8 @@ class WorkerService:
         await self.store.start()
         await self.nc.subscribe(self.subject, cb=self._on_batch)
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
+        await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
+        await self.nc.subscribe(subjects.worker_report(self.id), cb=self._on_report_request)
         await self.host.start()
         self._spawn(self._heartbeat())
         self.micro = await discovery.register(self.nc, "worker", self.id, self.status, shm_host=self.store.host)
@@ -113,6 +116,9 @@ class WorkerService:
         revoked = CreditsRevoked(self.id, loaded.spec.name, loaded.version, loaded.generation)
         await self.nc.publish(subjects.CREDITS_REVOKED, encode(revoked))
 
+    async def _on_report_request(self, msg) -> None:
+        await self.host.report_all()
+
     async def _on_resync(self, msg) -> None:
         for loaded in list(self.host.models.values()):
             await self._grant_idle(loaded)
@@ -143,6 +149,10 @@ class WorkerService:
             self._spawn(self._execute(loaded, instance, batch, holds_credit=False))
             return
         instance = loaded.instances[batch.instance]
+        if batch.credit not in instance.idle:  # a duplicate credit: run it, but it returns no credit
+            instance.uncredited += 1
+            self._spawn(self._execute(loaded, instance, batch, holds_credit=False))
+            return
         instance.idle.discard(batch.credit)
         self._spawn(self._execute(loaded, instance, batch))
 
@@ -151,11 +161,10 @@ class WorkerService:
         for raw in batch.requests:
             request = _request_decoder.decode(raw)
             replies.add(request, InferResponse(request.rid, error=message, code="UNAVAILABLE"))
-        await replies.send(self.nc)
         # instance -1: not a credit, the scheduler must not send here again
         free = InstanceFree(self.id, batch.model, batch.version, -1, self.subject, credit=batch.credit,
-                            generation=batch.generation, batch_id=batch.batch_id, done=replies.done)
-        await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
+                            generation=batch.generation, batch_id=batch.batch_id)
+        await self._finish(replies, free)
 
     async def _execute(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool = True) -> None:
         free = InstanceFree(self.id, batch.model, batch.version, batch.instance, self.subject, credit=batch.credit,
@@ -191,9 +200,19 @@ class WorkerService:
                 instance.close()
             if loaded.retired or not holds_credit:
                 free.instance = -1  # tells the scheduler this is not a credit
-            await replies.send(self.nc)
-            free.done = replies.done
+            await self._finish(replies, free)
+
+    async def _finish(self, replies: Replies, free: InstanceFree) -> None:
+        """Send the answers, then the completion; a failure of one must not lose the other."""
+        try:
+            await replies.send(self.nc, self.nc.max_payload)
+        except Exception:
+            log.exception("could not send the responses of batch %d", free.batch_id)
+        free.done = replies.done
+        try:
             await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
+        except Exception:  # the scheduler expires the batch and returns the credit itself
+            log.exception("could not report batch %d as done", free.batch_id)
 
     @staticmethod
     def _trace(response: InferResponse, request: InferRequest, batch: dict, t0: int, timings: _Timings, t_out: int) -> None:
@@ -214,13 +233,22 @@ class WorkerService:
     ) -> None:
         spec = loaded.spec
         t0 = time.monotonic_ns()
-        timeout = max(0.1, (min(r.deadline_ns for r in requests) - time.time_ns()) / 1e9)
-        buffers = [[await self.store.get(ref, timeout) for ref in r.inputs] for r in requests]
+        arrays, readable = [], []
+        for request in requests:  # a request whose inputs cannot be read fails alone, not its batch
+            try:
+                arrays.append(await self._inputs(request))
+                readable.append(request)
+            except Exception as exc:
+                code = "INVALID_ARG" if isinstance(exc, ValueError) else "INTERNAL"
+                replies.add(request, InferResponse(request.rid, error=f"cannot read the inputs: {exc}", code=code))
+        requests = readable
+        if not requests:
+            return
         names = sorted({n for r in requests for n in (r.outputs or [o.name for o in spec.outputs])})
         sizes = [r.batch_size for r in requests]
         timings = _Timings()
         pieces = await self._loop.run_in_executor(
-            instance.executor, self._compute, spec, instance, requests, buffers, names, sizes, timings, t0
+            instance.executor, self._compute, spec, instance, arrays, names, sizes, timings, t0
         )
         free.batch_size = sum(sizes)
         free.compute_input_ns = timings.compute_input_ns
@@ -231,20 +259,23 @@ class WorkerService:
         t_out = time.monotonic_ns()
         for request, piece in zip(requests, pieces):
             try:
-                response = self._respond(spec, loaded.version, request, piece)
+                response = self._respond(spec, loaded.version, request, piece, batch.reply_via_scheduler)
             except ShoalError as exc:  # this request's problem (e.g. its output region is too small)
                 response = InferResponse(request.rid, error=exc.message, code=str(exc.code))
+            except Exception as exc:
+                response = InferResponse(request.rid, error=f"cannot deliver the outputs: {exc}", code="INTERNAL")
             if request.trace:
                 self._trace(response, request, batch_info, t0, timings, t_out)
             replies.add(request, response)
         free.compute_output_ns = time.monotonic_ns() - t_out
 
+    async def _inputs(self, request: InferRequest) -> dict[str, np.ndarray]:
+        timeout = max(0.1, (request.deadline_ns - time.time_ns()) / 1e9)
+        return {ref.name: from_bytes(await self.store.get(ref, timeout), ref.datatype, ref.shape)
+                for ref in request.inputs}
+
     @staticmethod
-    def _compute(spec, instance, requests, buffers, names, sizes, timings: _Timings, t0: int):
-        arrays = [
-            {ref.name: from_bytes(buf, ref.datatype, ref.shape) for ref, buf in zip(r.inputs, bufs)}
-            for r, bufs in zip(requests, buffers)
-        ]
+    def _compute(spec, instance, arrays, names, sizes, timings: _Timings, t0: int):
         inputs = gather(spec, arrays)
         t1 = time.monotonic_ns()
         outputs = instance.runner.run(inputs, names)
@@ -252,8 +283,13 @@ class WorkerService:
         timings.compute_input_ns, timings.compute_infer_ns = t1 - t0, t2 - t1
         return scatter(spec, outputs, sizes)
 
-    def _respond(self, spec: ModelSpec, version: int, request: InferRequest, piece: dict[str, np.ndarray]) -> InferResponse:
+    def _respond(
+        self, spec: ModelSpec, version: int, request: InferRequest, piece: dict[str, np.ndarray], small: bool
+    ) -> InferResponse:
+        """Outputs inline up to a per-response budget (all out of line when the response must
+        stay small: it rides in the scheduler's completion message)."""
         ttl = max(1.0, (request.deadline_ns - time.time_ns()) / 1e9)
+        budget = 0 if small else INLINE_BUDGET
         outputs = []
         for name in request.outputs or [o.name for o in spec.outputs]:
             array = piece[name]
@@ -276,8 +312,12 @@ class WorkerService:
             region = request.output_regions.get(name)
             if region is not None and write_region(region, payload, self.store.host):
                 refs.append(TensorRef(name, datatype, shape, nbytes=memoryview(payload).nbytes, in_region=True))
-            else:  # no region, or one on another host: the gateway writes it
-                refs.append(self.store.put(name, datatype, shape, payload, ttl))
+                continue
+            # no region, or one on another host (the gateway writes it)
+            nbytes = memoryview(payload).nbytes
+            ref = self.store.put(name, datatype, shape, payload, ttl, inline=nbytes <= budget)
+            budget -= nbytes if ref.data is not None else 0
+            refs.append(ref)
         return InferResponse(request.rid, spec.name, version, refs)
 
 

@@ -36,7 +36,7 @@ def regions():
     made = []
 
     def make(byte_size: int):
-        key = f"/shoal_test_{uuid.uuid4().hex[:8]}"
+        key = f"/client_test_{uuid.uuid4().hex[:8]}"
         handle = shm.create_shared_memory_region(key.lstrip("/"), key, byte_size)
         made.append(handle)
         return key, handle
@@ -170,3 +170,11 @@ def test_cuda_register_without_gpu(sclient):
     assert "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t" in err.value.message()
     assert sclient.get_cuda_shared_memory_status() == []
     sclient.unregister_cuda_shared_memory()
+
+
+@pytest.mark.parametrize("key", ["/../../etc/hostname", "/a/b", "..", "/", "/shoal_abc_segment", "/shoal-host-id"])
+def test_keys_outside_dev_shm_or_of_shoal_itself_are_refused(sclient, key):
+    with pytest.raises(InferenceServerException) as err:
+        sclient.register_system_shared_memory("evil", key, 8)
+    assert err.value.status() == "400", err.value.message()
+    assert sclient.get_system_shared_memory_status() == []
