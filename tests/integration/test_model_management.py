@@ -345,3 +345,26 @@ def test_model_file_outside_the_repository_is_refused(eclient, explicit_repo, tm
     with pytest.raises(InferenceServerException) as err:
         eclient.load_model("linked")
     assert "outside the model directory" in err.value.message()
+
+
+def test_model_names_cannot_leave_the_repository(explicit):
+    for name in ("..", ".hidden"):
+        status, _, raw = http(explicit.url, f"/v2/repository/models/{name}/load", "POST", b"")
+        assert status in (400, 404), (name, status, raw)
+
+
+def test_failed_reload_keeps_serving_even_for_a_restarted_worker(explicit, eclient):
+    eclient.load_model("first")
+    config = eclient.get_model_config("first")
+    broken = dict(config, default_model_filename="missing.onnx")
+    with pytest.raises(InferenceServerException) as err:
+        eclient.load_model("first", config=json.dumps(broken))
+    assert err.value.status() == "400" and "missing.onnx" in err.value.message()
+    infer_identity(eclient, "first")  # the old version never stopped
+    assert eclient.get_model_config("first").get("default_model_filename") == "model.onnx"
+    worker = explicit.cluster.child("worker-0")
+    pid = worker.process.pid
+    worker.process.kill()  # the supervisor starts a new worker: it must load the serving version
+    wait_until(lambda: worker.process.pid != pid, what="the worker restart")
+    wait_until(lambda: eclient.is_model_ready("first"), what="first to be served again")
+    infer_identity(eclient, "first")

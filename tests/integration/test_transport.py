@@ -64,3 +64,23 @@ def test_small_and_medium_over_the_bus(bus_only):
     for width in (4, 70_000, 300_000):
         value = np.arange(width, dtype=np.float32).reshape(1, width)
         np.testing.assert_array_equal(round_trip(bus_only.url, value), value)
+
+
+async def test_many_inline_sized_requests_batch_within_the_message_limit(shoal):
+    """32 requests of 60 KB each (under the inline limit) form batches bigger than NATS' 1 MiB."""
+    import asyncio
+
+    import tritonclient.http.aio as aioclient
+
+    client = aioclient.InferenceServerClient(shoal.url, conn_limit=32)
+    try:
+        async def one(i: int) -> None:
+            value = np.full((1, 15000), i, np.float32)
+            tensor = aioclient.InferInput("INPUT0", [1, 15000], "FP32")
+            tensor.set_data_from_numpy(value)
+            result = await client.infer("identity_fp32", [tensor])
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), value)
+
+        await asyncio.gather(*(one(i) for i in range(32)))
+    finally:
+        await client.close()
