@@ -175,6 +175,8 @@ def trace_settings(args: argparse.Namespace) -> dict[str, object]:
         if value is not None:
             trace[key] = value
     levels += [level.upper() for level in args.trace_level or []]
+    if "TENSORS" in levels:
+        raise SystemExit("shoal serve: trace level TENSORS is not supported yet (use TIMESTAMPS)")
     if levels:
         trace["level"] = ",".join(levels)
     return trace

@@ -44,6 +44,7 @@ class GatewaySettings(BusSettings):
     metrics_port: int = 8002
     allow_metrics: bool = True
     allow_cpu_metrics: bool = True
+    allow_gpu_metrics: bool = True
     counter_latencies: bool = True
     summary_latencies: bool = False
     histogram_latencies: bool = False

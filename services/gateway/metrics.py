@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from services.gateway import system_metrics
+from services.gateway.gpu_metrics import GpuMetrics
 from services.gateway.system_metrics import CpuSampler
 
 _COUNTERS = (
@@ -62,6 +63,7 @@ class MetricsOptions:
     histogram_latencies: bool = False
     quantiles: tuple[tuple[float, float], ...] = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001))
     cpu_metrics: bool = True
+    gpu_metrics: bool = True
 
 
 _SUMMARIES = (
@@ -139,7 +141,18 @@ def _shoal_gauges(entries: list) -> list[str]:
     return lines
 
 
-def render(stats: dict[str, Any], options: MetricsOptions = MetricsOptions(), cpu: CpuSampler | None = None) -> bytes:
+def _gpu(gpu: GpuMetrics) -> list[str]:
+    lines: list[str] = []
+    families: dict[str, tuple[str, str, list]] = {}
+    for name, doc, kind, labels, value in gpu.read():
+        families.setdefault(name, (doc, kind, []))[2].append((labels, value))
+    for name, (doc, kind, samples) in families.items():
+        lines += _family(name, doc, kind, samples)
+    return lines
+
+
+def render(stats: dict[str, Any], options: MetricsOptions = MetricsOptions(), cpu: CpuSampler | None = None,
+           gpu: GpuMetrics | None = None) -> bytes:
     entries = [(key.rsplit("/", 1), value) for key, value in sorted(stats.items())]
     lines: list[str] = []
     for name, doc, pick in _COUNTERS:
@@ -170,6 +183,8 @@ def render(stats: dict[str, Any], options: MetricsOptions = MetricsOptions(), cp
         lines += _family("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge", [({}, cpu.utilization())])
         lines += _family("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge", [({}, total)])
         lines += _family("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge", [({}, used)])
+    if options.gpu_metrics and gpu is not None:
+        lines += _gpu(gpu)
     lines += _batch_histogram(entries)
     lines += _shoal_gauges(entries)
     return ("\n".join(lines) + "\n").encode()
@@ -177,6 +192,7 @@ def render(stats: dict[str, Any], options: MetricsOptions = MetricsOptions(), cp
 
 def build_metrics_app(fetch: Callable[[list[float]], Awaitable[dict[str, Any]]], options: MetricsOptions) -> Starlette:
     cpu = CpuSampler()
+    gpu = GpuMetrics() if options.gpu_metrics else None
 
     async def metrics(request: Request) -> Response:
         if request.method != "GET":
@@ -187,6 +203,6 @@ def build_metrics_app(fetch: Callable[[list[float]], Awaitable[dict[str, Any]]],
             stats = await fetch([q for q, _ in options.quantiles] if options.summary_latencies else [])
         except Exception:
             stats = {}
-        return Response(render(stats, options, cpu), media_type="text/plain; charset=utf-8")
+        return Response(render(stats, options, cpu, gpu), media_type="text/plain; charset=utf-8")
 
     return Starlette(routes=[Route("/{path:path}", metrics, methods=["GET", "POST", "PUT", "DELETE"])])

@@ -37,7 +37,8 @@ def metrics_options(settings: GatewaySettings) -> MetricsOptions:
         (float(q), float(e)) for q, _, e in (p.partition(":") for p in settings.summary_quantiles.split(",") if p)
     )
     return MetricsOptions(settings.counter_latencies, settings.summary_latencies, settings.histogram_latencies,
-                          quantiles or MetricsOptions().quantiles, settings.allow_cpu_metrics)
+                          quantiles or MetricsOptions().quantiles, settings.allow_cpu_metrics,
+                          settings.allow_gpu_metrics)
 
 
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:

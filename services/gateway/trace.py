@@ -66,6 +66,8 @@ def updated(current: TraceSettings, body: dict[str, Any]) -> dict[str, Any]:
                 raise invalid(f"invalid trace level: {value}")
             if "OFF" in levels and len(levels) > 1:
                 raise invalid("trace level 'OFF' can not be combined with other levels")
+            if "TENSORS" in levels:
+                raise unsupported("trace level 'TENSORS' is not supported by Shoal yet (use TIMESTAMPS)")
             changes[key] = levels
         elif key == "trace_rate":
             changes[key] = _int(body, key, 1)
