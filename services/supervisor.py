@@ -190,6 +190,18 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
     return Cluster(gateway, SchedulerSettings(**common), repo, workers)
 
 
+def apply_log_flags(cluster: Cluster, args: argparse.Namespace) -> None:
+    """--log-info/--log-warning/--log-error/--log-format, applied in every service through the
+    logging extension (the same path `POST /v2/logging` takes)."""
+    body = {key: getattr(args, key) for key in ("log_info", "log_warning", "log_error", "log_format")
+            if getattr(args, key) is not None}
+    if not body:
+        return
+    request = urllib.request.Request(f"{cluster.base_url}/v2/logging", data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+
+
 def serve(args: argparse.Namespace) -> int:
     from shared.runtime import configure_logging
 
@@ -224,6 +236,12 @@ def serve(args: argparse.Namespace) -> int:
     try:
         index = cluster.wait_ready(args.ready_timeout_secs)
         print(model_table(index), flush=True)
+        apply_log_flags(cluster, args)
+        failed = [e for e in index if e.get("state") == "UNAVAILABLE"]
+        if args.exit_on_error and failed:
+            # Triton's --exit-on-error=true; without the flag Shoal keeps serving the models that loaded
+            log.error("exiting: %d model version(s) failed to load (--exit-on-error=true)", len(failed))
+            return 1
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_metrics:
             log.info("Started Metrics Service at %s:%d", args.http_address, args.metrics_port)

@@ -36,7 +36,8 @@ UNSUPPORTED_FLAGS = {
     "--backend-directory": "Shoal's backends are Python modules, not a directory of shared libraries",
     "--repoagent-directory": "repository agents are not implemented yet",
     "--log-file": "logs go to stderr; redirect them",
-    "--log-format": "log formats are not selectable yet",
+    "--http-thread-count": "the gateway is one event loop; scale out with more gateways instead",
+    "--model-load-thread-count": "each worker loads models concurrently on its own; add workers instead",
     "--model-namespacing": "model namespacing is not implemented yet",
     "--model-config-name": "alternative config names are not implemented yet",
     "--host-policy": "host policies are not implemented",
@@ -78,13 +79,12 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-address", default="0.0.0.0")
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024)
-    p.add_argument("--http-thread-count", type=int, default=None, help="accepted; the gateway is one event loop")
     p.add_argument("--metrics-port", type=int, default=8002)
     p.add_argument("--metrics-address", default=None)
     _bool_flag(p, "--allow-metrics", True)
     _bool_flag(p, "--allow-client-shm", False)
     p.add_argument("--log-verbose", type=int, default=0)
-    p.add_argument("--model-load-thread-count", type=int, default=None)
+    p.add_argument("--log-format", choices=["default", "ISO8601"], default=None)
     p.add_argument("--rate-limit", choices=["off", "execution_count"], default="off")
     p.add_argument("--metrics-config", action="append", default=[], help="<key>=<value>, as tritonserver")
     p.add_argument("--trace-config", action="append", default=[], help="[triton,]<setting>=<value>")

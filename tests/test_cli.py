@@ -32,6 +32,8 @@ def test_tritonserver_flag_forms():
     (["--grpc-port=8001"], "--grpc-port is not supported"),
     (["--cache-config", "local,size=1000"], "--cache-config is not supported"),
     (["--allow-grpc=true"], "--allow-grpc=true is not supported"),
+    (["--http-thread-count=4"], "--http-thread-count is not supported"),
+    (["--trace-config", "level=TENSORS"], "TENSORS is not supported"),
     (["--load-model=simple"], "only allowed with --model-control-mode=explicit"),
     (["--model-control-mode=explicit", "--load-model=*", "--load-model=a"], "must be the only"),
 ])
@@ -48,6 +50,20 @@ def test_trace_flags():
     with pytest.raises(SystemExit) as err:
         parse_serve(["--trace-config", "opentelemetry,url=localhost:4318"])
     assert "only 'triton'" in str(err.value)
+
+
+def test_exit_on_error_stops_serve_when_a_model_fails(tmp_path):
+    from services.repository import examples
+
+    examples.write_model(tmp_path, "good", examples.simple_graph(), examples.SIMPLE_CONFIG.replace("simple", "good"))
+    examples.write_model(tmp_path, "bad", examples.simple_graph(), 'name: "bad"\nmax_batch_sze: 1\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "shared.cli", "serve", f"--model-repository={tmp_path}", "--exit-on-error=true",
+         f"--http-port={free_port()}", f"--metrics-port={free_port()}", "--http-address=127.0.0.1",
+         "--log-info=false"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "c")})
+    assert out.returncode == 1
+    assert "--exit-on-error=true" in out.stderr
 
 
 def test_unknown_flag_is_an_error(capsys):
