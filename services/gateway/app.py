@@ -166,27 +166,28 @@ class Gateway:
         return msgspec.json.decode(reply.data)
 
     async def repository_index(self, request: Request) -> Response:
-        body = await request.body()
+        doc = await self._parse_json(request)
         payload = b""
-        if body.strip():
-            try:
-                doc = orjson.loads(body)
-            except orjson.JSONDecodeError as exc:
-                raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+        if doc != {}:
             ready = doc.get("ready", False) if isinstance(doc, dict) else None
             if not isinstance(ready, bool):
                 raise invalid("Unable to parse 'ready': attempt to access JSON non-boolean as boolean")
             payload = orjson.dumps({"ready": ready})
         return json_response(await self._ask(subjects.REPOSITORY_INDEX, payload, "the repository service"))
 
-    async def _json_body(self, request: Request) -> dict:
+    @staticmethod
+    async def _parse_json(request: Request) -> Any:
+        """A small control-API body (`{}` when empty); a parse error is Triton's 400."""
         body = await request.body()
         if not body.strip():
             return {}
         try:
-            doc = orjson.loads(body)
+            return orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+
+    async def _json_body(self, request: Request) -> dict:
+        doc = await self._parse_json(request)
         if not isinstance(doc, dict) or not isinstance(doc.get("parameters", {}), dict):
             raise invalid("the request body must be a JSON object with an optional 'parameters' object")
         return doc
@@ -241,11 +242,7 @@ class Gateway:
         if model and not self.registry.ready_versions(model):
             raise invalid(f"Request for unknown model : {model}")
         if request.method == "POST":
-            body = await request.body()
-            try:
-                doc = orjson.loads(body or b"{}")
-            except orjson.JSONDecodeError as exc:
-                raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+            doc = await self._parse_json(request)
             settings = self.tracer.update_model(model, doc) if model else self.tracer.update_global(doc)
         else:
             settings = self.tracer.for_model(model) if model else self.tracer.settings
@@ -254,12 +251,7 @@ class Gateway:
     # -- logging extension ---------------------------------------------------------------------
     async def logging_settings(self, request: Request) -> Response:
         if request.method == "POST":
-            body = await request.body()
-            try:
-                doc = orjson.loads(body or b"{}")
-            except orjson.JSONDecodeError as exc:
-                raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
-            self.log_settings = logsettings.update(self.log_settings, doc)
+            self.log_settings = logsettings.update(self.log_settings, await self._parse_json(request))
             # every service (this gateway included) applies it from the bus
             await self.nc.publish(subjects.LOGGING, msgspec.json.encode(self.log_settings))
         return json_response(self.log_settings.json())
