@@ -366,5 +366,14 @@ def test_failed_reload_keeps_serving_even_for_a_restarted_worker(explicit, eclie
     pid = worker.process.pid
     worker.process.kill()  # the supervisor starts a new worker: it must load the serving version
     wait_until(lambda: worker.process.pid != pid, what="the worker restart")
-    wait_until(lambda: eclient.is_model_ready("first"), what="first to be served again")
-    infer_identity(eclient, "first")
+
+    def served() -> bool:  # requests caught by the dead worker fail (503) until it is declared gone
+        try:
+            infer_identity(eclient, "first")
+            return True
+        except InferenceServerException as exc:
+            assert exc.status() == "503", exc
+            return False
+
+    wait_until(served, what="first to be served by the new worker")
+    assert eclient.get_model_config("first").get("default_model_filename") == "model.onnx"
