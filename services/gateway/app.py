@@ -197,9 +197,11 @@ class Gateway:
             reply = await self.nc.request(subject, orjson.dumps(payload), timeout=self.settings.repository_timeout_s)
         except Exception as exc:
             raise unavailable(f"the repository service is not available: {type(exc).__name__}") from None
-        if reply.data:
+        if reply.data[:1] != b"{":
             error = msgspec.msgpack.decode(reply.data, type=ErrorReply)
             raise ShoalError(error.error, error.code)
+        # answer only once this gateway sees the change, so the client's next call does too
+        await self.registry.seen(payload["name"], msgspec.json.decode(reply.data).get("revision", 0))
         return Response(status_code=200, media_type="application/json")
 
     async def load(self, request: Request) -> Response:

@@ -22,6 +22,8 @@ class ModelRegistry:
         self.records: dict[str, ModelRecord] = {}
         self.specs: dict[str, ModelSpec] = {}
         self.synced = asyncio.Event()
+        self.revisions: dict[str, int] = {}  # model -> KV revision of the record seen
+        self.changed = asyncio.Event()
         self._task: asyncio.Task | None = None
 
     async def start(self, nc: NATS) -> None:
@@ -39,6 +41,9 @@ class ModelRegistry:
                 self.synced.set()
                 continue
             name = subjects.untoken(entry.key)
+            self.revisions[name] = entry.revision or 0
+            self.changed.set()
+            self.changed = asyncio.Event()
             if entry.operation in ("DEL", "PURGE"):
                 self.records.pop(name, None)
                 self.specs.pop(name, None)
@@ -50,6 +55,18 @@ class ModelRegistry:
             else:
                 self.specs.pop(name, None)
             self.synced.set()
+
+    async def seen(self, name: str, revision: int, timeout: float = 10.0) -> None:
+        """Wait until this gateway has the repository's record `revision` of `name` (or newer)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.revisions.get(name, 0) < revision:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self.changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                return
 
     def ready_versions(self, name: str) -> list[int]:
         record = self.records.get(name)

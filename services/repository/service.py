@@ -41,6 +41,7 @@ class RepositoryService:
         self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._worker_gone, self._worker_back)
         self._tasks: list[asyncio.Task] = []
         self._stop_watch = asyncio.Event()
+        self.revisions: dict[str, int] = {}  # model -> KV revision of its latest record
 
     async def start(self) -> None:
         self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
@@ -99,7 +100,7 @@ class RepositoryService:
 
     # -- the bus ------------------------------------------------------------------------
     async def _publish(self, record: ModelRecord) -> None:
-        await self.models_kv.put(subjects.model_key(record.name), encode(record))
+        self.revisions[record.name] = await self.models_kv.put(subjects.model_key(record.name), encode(record))
 
     async def _forget(self, name: str) -> None:
         await self.models_kv.delete(subjects.model_key(name))
@@ -131,8 +132,9 @@ class RepositoryService:
     async def _worker_back(self, worker: str) -> None:
         await self.nc.publish(subjects.worker_report(worker), b"")  # its reports were deleted
 
-    async def _reply(self, msg, error: ShoalError | None = None) -> None:
-        payload = encode(ErrorReply(error.message, str(error.code))) if error else b""
+    async def _reply(self, msg, error: ShoalError | None = None, revision: int = 0) -> None:
+        """An error, or the KV revision a gateway must have seen before it answers the client."""
+        payload = encode(ErrorReply(error.message, str(error.code))) if error else msgspec.json.encode({"revision": revision})
         await self.nc.publish(msg.reply, payload)
 
     async def _on_index(self, msg) -> None:
@@ -152,15 +154,15 @@ class RepositoryService:
 
     async def _answer(self, msg, work) -> None:
         try:
-            await work
-            await self._reply(msg)
+            name = await work
+            await self._reply(msg, revision=self.revisions.get(name, 0))
         except ShoalError as exc:
             await self._reply(msg, exc)
         except Exception as exc:
             log.exception("load/unload failed")
             await self._reply(msg, ShoalError(f"internal error: {exc}", Code.INTERNAL))
 
-    async def _load(self, data: bytes) -> None:
+    async def _load(self, data: bytes) -> str:
         if self.settings.model_control_mode != "explicit":
             raise unavailable(NOT_EXPLICIT)
         body = msgspec.json.decode(data)
@@ -169,13 +171,15 @@ class RepositoryService:
         async with self.manager.lock(name):
             record = await self.manager.load(name, config, files)
             await self.manager.wait_loaded(name, record.generation, self.settings.load_timeout_s)
+        return name
 
-    async def _unload(self, data: bytes) -> None:
+    async def _unload(self, data: bytes) -> str:
         if self.settings.model_control_mode != "explicit":
             raise unavailable(NOT_EXPLICIT)
         name = msgspec.json.decode(data)["name"]
         async with self.manager.lock(name):
             await self.manager.unload(name)
+        return name
 
     # -- poll mode ------------------------------------------------------------------------
     async def _poll(self) -> None:
