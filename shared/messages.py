@@ -63,6 +63,7 @@ class InferRequest(msgspec.Struct, omit_defaults=True):
     output_regions: dict[str, TensorRef] = {}  # outputs to write into client shared memory
     parameters: dict[str, Any] = {}
     priority: int = 0
+    timeout_us: int = 0  # the request's `timeout` parameter (queue policy override)
     received_ns: int = 0
     trace: bool = False  # sampled for the trace file: services add their timestamps
 
@@ -78,6 +79,7 @@ class RequestHeader(msgspec.Struct):
     batch_size: int = 1
     shape_sig: str = ""
     priority: int = 0
+    timeout_us: int = 0
     received_ns: int = 0
     trace: bool = False
 
@@ -202,6 +204,14 @@ class DrainRequest(msgspec.Struct):
     model: str
     version: int
     timeout_s: float = 30.0
+
+
+class CancelRequest(msgspec.Struct):
+    """Gateway -> schedulers: the client of this request is gone."""
+
+    rid: str
+    model: str
+    version: int
 
 
 class CreditsRevoked(msgspec.Struct):

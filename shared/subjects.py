@@ -21,6 +21,7 @@ WORKER_HEARTBEAT = f"{PREFIX}.worker.heartbeat"
 SCHEDULER_STATS = f"{PREFIX}.sched.stats"
 LOGGING = f"{PREFIX}.logging"  # runtime log settings, applied by every service
 SCHEDULER_DRAIN = f"{PREFIX}.sched.drain"
+SCHEDULER_CANCEL = f"{PREFIX}.sched.cancel"
 CREDITS_REVOKED = f"{PREFIX}.sched.revoke"
 REPOSITORY_INDEX = f"{PREFIX}.repository.index"
 REPOSITORY_LOAD = f"{PREFIX}.repository.load"

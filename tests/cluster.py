@@ -95,6 +95,7 @@ def running_cluster(
     max_payload: int | None = None,
     supervise: bool = True,
     repository: dict | None = None,
+    worker: dict | None = None,
     **gateway: object,
 ) -> Iterator[Running]:
     nats = NatsServer(max_payload=max_payload).start()
@@ -104,7 +105,8 @@ def running_cluster(
                         http_port=free_port(), metrics_port=free_port(), tensor_transport=transport),
         SchedulerSettings(**common, worker_timeout_s=3),
         RepositorySettings(**common, model_repository=str(root), **{"worker_timeout_s": 3, **(repository or {})}),
-        [WorkerSettings(**common, tensor_transport=transport, heartbeat_s=0.5) for _ in range(workers)],
+        [WorkerSettings(**common, tensor_transport=transport, heartbeat_s=0.5, **(worker or {}))
+         for _ in range(workers)],
         supervise=supervise,
     )
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -356,7 +357,8 @@ class InferFastPath:
             if version and not version.isdigit():
                 raise _HTTPError(404, "Not Found")
             body = await self._body(receive, headers)
-            content, out_headers = await self.gateway.infer(model, version, headers, body)
+            content, out_headers = await self._until_disconnect(
+                self.gateway.infer(model, version, headers, body), receive)
             status = 200
             log.debug("infer '%s' done", model)
         except _HTTPError as exc:
@@ -374,6 +376,22 @@ class InferFastPath:
         raw_headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": raw_headers})
         await send({"type": "http.response.body", "body": content})
+
+    @staticmethod
+    async def _until_disconnect(work, receive):
+        """Run the inference, cancelling it end to end if the client goes away first."""
+        task = asyncio.ensure_future(work)
+        watcher = asyncio.ensure_future(receive())  # after the body, the next message is the disconnect
+        try:
+            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                message = watcher.result()
+                if message.get("type") == "http.disconnect":
+                    task.cancel()  # the dispatcher tells the scheduler; the request leaves its queue
+                    raise _HTTPError(499, "client disconnected")
+            return await task
+        finally:
+            watcher.cancel()
 
     async def _body(self, receive, headers: dict[str, str]) -> bytes:
         limit = self.gateway.settings.http_max_input_size

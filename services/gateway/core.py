@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import time
 
-from services.gateway.codec import OutputTensor, ParsedRequest
+from services.gateway.codec import RESERVED_PARAMETERS, OutputTensor, ParsedRequest
 from services.gateway.dispatch import Dispatcher
 from services.gateway.shm import ShmRegistry
 from services.gateway.validation import Validated
-from shared.errors import ShoalError
+from shared.errors import ShoalError, invalid
 from shared.logcontext import request_ids
 from shared.messages import InferRequest, InferResponse, TensorRef
 from shared.model_config import ModelSpec
 from shared.tensors import TensorStore, write_region
 
 INLINE_BUDGET = 256 * 1024
+
+
+def _uint(parameters: dict, key: str) -> int:
+    value = parameters.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise invalid(f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer")
+    return value
 
 
 class InferenceCore:
@@ -58,7 +65,9 @@ class InferenceCore:
                 inputs=inputs,
                 outputs=valid.outputs,
                 output_regions=regions,
-                parameters={k: v for k, v in parsed.parameters.items() if k != "binary_data_output"},
+                parameters={k: v for k, v in parsed.parameters.items() if k not in RESERVED_PARAMETERS},
+                priority=_uint(parsed.parameters, "priority"),
+                timeout_us=_uint(parsed.parameters, "timeout"),
                 received_ns=now,
                 trace=trace,
             )

@@ -16,6 +16,7 @@ from nats.aio.client import Client as NATS
 from shared import subjects
 from shared.errors import ShoalError, unavailable
 from shared.messages import (
+    CancelRequest,
     InferRequest,
     InferResponse,
     RequestBatch,
@@ -82,6 +83,10 @@ class Dispatcher:
         try:
             self._enqueue(request)
             return await future
+        except asyncio.CancelledError:  # the client went away: take the request out of its queue
+            cancel = CancelRequest(request.rid, request.model, request.version)
+            await self.nc.publish(subjects.SCHEDULER_CANCEL, encode(cancel))
+            raise
         finally:
             timer.cancel()
             self._pending.pop(request.rid, None)

@@ -19,11 +19,13 @@ from nats.aio.client import Client as NATS
 
 from services.scheduler.batcher import BatchPolicy, next_batch
 from services.scheduler.ordering import OrderedRelease
+from services.scheduler.queues import Priorities, RequestQueue
 from services.scheduler.stats import ModelStats
 from shared import bus, discovery, subjects
 from shared.liveness import WorkerLiveness
 from shared.logcontext import request_ids
 from shared.messages import (
+    CancelRequest,
     CreditsRevoked,
     DrainRequest,
     ExecBatch,
@@ -45,6 +47,7 @@ _header_decoder = msgspec.msgpack.Decoder(RequestHeader)
 _batch_decoder = msgspec.msgpack.Decoder(RequestBatch)
 _revoked_decoder = msgspec.msgpack.Decoder(CreditsRevoked)
 _drain_decoder = msgspec.msgpack.Decoder(DrainRequest)
+_cancel_decoder = msgspec.msgpack.Decoder(CancelRequest)
 _free_decoder = msgspec.msgpack.Decoder(InstanceFree)
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
 
@@ -55,6 +58,8 @@ class Pending:
     raw: msgspec.Raw  # the request exactly as the gateway encoded it
     arrived: float  # monotonic
     enqueued_ns: int = 0  # CLOCK_MONOTONIC, for traces
+    level: int = 0  # priority level (0: the model has one queue)
+    queue_deadline_ns: int = 0  # queue policy timeout, wall clock; 0 = none
 
     @property
     def batch_size(self) -> int:
@@ -96,7 +101,8 @@ class ModelQueue:
     key: tuple[str, int]
     spec: ModelSpec | None = None
     policy: BatchPolicy = field(default_factory=lambda: BatchPolicy(0))
-    requests: deque[Pending] = field(default_factory=deque)
+    requests: RequestQueue = field(default_factory=RequestQueue)
+    priorities: Priorities = field(default_factory=Priorities)
     free: deque[Slot] = field(default_factory=deque)
     timer: asyncio.TimerHandle | None = None
     stats: ModelStats = field(default_factory=ModelStats)
@@ -127,6 +133,7 @@ class SchedulerService:
         await self.nc.subscribe(subjects.SCHEDULER_STATS, cb=self._on_stats)
         await self.nc.subscribe(subjects.CREDITS_REVOKED, cb=self._on_revoked)
         await self.nc.subscribe(subjects.SCHEDULER_DRAIN, cb=self._on_drain)
+        await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
         self._spawn(self._watch_models())
         self._spawn(self._expire())
         self.micro = await discovery.register(self.nc, "scheduler", self.settings.scheduler_id, self.status)
@@ -174,6 +181,7 @@ class SchedulerService:
             for version in hosted:
                 queue = self.queue(name, version)
                 queue.spec, queue.policy = spec, policy_for(spec)
+                queue.priorities = Priorities.from_json(spec.config.get("dynamic_batching"))
 
     # -- requests ---------------------------------------------------------------
     async def _on_request(self, msg) -> None:
@@ -187,12 +195,28 @@ class SchedulerService:
         touched = {}
         for raw, header in zip(raws, headers):
             queue = self.queue(header.model, header.version)
-            queue.requests.append(Pending(header, raw, now, time.monotonic_ns() if header.trace else 0))
-            if queue.preserve_ordering:
-                queue.ordering.arrived(header.rid)
-            touched[queue.key] = queue
+            if await self._admit(queue, header, raw, now):
+                touched[queue.key] = queue
         for queue in touched.values():
             await self._pump(queue)
+
+    async def _admit(self, queue: ModelQueue, header: RequestHeader, raw: msgspec.Raw, now: float) -> bool:
+        """Queue a request at its priority level, or refuse it (queue full) at once."""
+        level = queue.priorities.level(header.priority)
+        policy = queue.priorities.policy(level)
+        if policy.max_queue_size and queue.requests.size(level) >= policy.max_queue_size:
+            await self._fail(queue, header, "Exceeds maximum queue size", "REJECTED")
+            return False
+        timeout_us = policy.timeout_us(header.timeout_us)
+        now_ns = time.time_ns()
+        pending = Pending(header, raw, now, time.monotonic_ns() if header.trace else 0, level,
+                          now_ns + timeout_us * 1000 if timeout_us else 0)
+        queue.requests.append(pending)
+        if queue.preserve_ordering:
+            queue.ordering.arrived(header.rid)
+        if pending.queue_deadline_ns:  # be there when it times out, credits or not
+            self._loop.call_later(timeout_us / 1e6, lambda q=queue: self._spawn(self._pump(q)))
+        return True
 
     async def _pump(self, queue: ModelQueue) -> None:
         if queue.timer is not None:
@@ -229,15 +253,17 @@ class SchedulerService:
         return batch
 
     async def _drop_expired(self, queue: ModelQueue) -> None:
-        """Requests whose deadline passed are not worth running: nobody waits for them."""
-        now_ns = time.time_ns()
-        if not queue.requests or min(p.header.deadline_ns for p in queue.requests) > now_ns:
+        """Requests nobody waits for (past their deadline) leave; queue timeouts apply their policy."""
+        if not queue.requests:
             return
-        expired = [p for p in queue.requests if p.header.deadline_ns <= now_ns]
-        queue.requests = deque(p for p in queue.requests if p.header.deadline_ns > now_ns)  # before any await
+        now_ns = time.time_ns()
+        expired = queue.requests.remove(lambda p: p.header.deadline_ns <= now_ns)  # before any await
+        timed_out = queue.requests.time_out(now_ns, queue.priorities)
         for pending in expired:
             queue.stats.record_request(False, now_ns - pending.header.received_ns, "REJECTED")
             await self._finish(queue, pending.header, None)
+        for pending in timed_out:
+            await self._fail(queue, pending.header, "Request timeout expired", "REJECTED")
 
     def _take_slot(self, queue: ModelQueue) -> Slot:
         """The oldest credit of an instance with nothing running, else the oldest credit."""
@@ -316,8 +342,9 @@ class SchedulerService:
         for header in headers.values():  # the worker did not report them: fail, never lose
             await self._fail(queue, header, f"request was lost by worker {free.worker}")
 
-    async def _fail(self, queue: ModelQueue, header: RequestHeader, message: str) -> None:
-        queue.stats.record_request(False, time.time_ns() - header.received_ns, "OTHER")
+    async def _fail(self, queue: ModelQueue, header: RequestHeader, message: str, reason: str = "OTHER") -> None:
+        """Answer a request with a 503 and count it as failed for `reason` (Triton's metric label)."""
+        queue.stats.record_request(False, time.time_ns() - header.received_ns, reason)
         response = encode(InferResponse(header.rid, error=message, code="UNAVAILABLE"))
         if queue.preserve_ordering:
             await self._finish(queue, header, response)
@@ -374,6 +401,21 @@ class SchedulerService:
         queue.free.clear()
         while queue.requests:
             await self._fail(queue, queue.requests.popleft().header, message)
+
+    async def _on_cancel(self, msg) -> None:
+        """A client went away: its request leaves the queue (a running batch finishes; the
+        gateway drops the late answer)."""
+        try:
+            cancel = _cancel_decoder.decode(msg.data)
+        except msgspec.DecodeError as exc:
+            log.error("undecodable message on %s: %s", msg.subject, exc)
+            return
+        queue = self.queues.get((cancel.model, cancel.version))
+        if queue is None:
+            return
+        for pending in queue.requests.remove(lambda p: p.header.rid == cancel.rid):
+            queue.stats.record_request(False, time.time_ns() - pending.header.received_ns, "CANCELED")
+            await self._finish(queue, pending.header, None)
 
     async def _on_revoked(self, msg) -> None:
         try:

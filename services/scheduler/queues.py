@@ -1,0 +1,142 @@
+"""A model's request queue with Triton's priority levels and queue policies (triton-spec §3.3).
+
+Levels are served highest first (1 is the highest), FIFO within a level. Each level has
+a `ModelQueuePolicy`: `max_queue_size` refuses requests at arrival; a request waiting past
+its queue timeout is rejected (REJECT) or moved behind the level's other requests (DELAY).
+The batcher reads the queue in serving order: `queue[0]`, iteration, `popleft()`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class Queued(Protocol):
+    level: int
+    queue_deadline_ns: int  # 0 = no queue timeout
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    timeout_action: str = "REJECT"  # or "DELAY"
+    default_timeout_us: int = 0
+    allow_timeout_override: bool = False
+    max_queue_size: int = 0
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any] | None) -> QueuePolicy:
+        doc = doc or {}
+        return cls(
+            timeout_action=doc.get("timeout_action", "REJECT"),
+            default_timeout_us=int(doc.get("default_timeout_microseconds", 0)),
+            allow_timeout_override=bool(doc.get("allow_timeout_override", False)),
+            max_queue_size=int(doc.get("max_queue_size", 0)),
+        )
+
+    def timeout_us(self, requested_us: int) -> int:
+        """Triton honours a request's `timeout` only to shorten the default, and only if allowed."""
+        if self.allow_timeout_override and 0 < requested_us and (
+                self.default_timeout_us == 0 or requested_us < self.default_timeout_us):
+            return requested_us
+        return self.default_timeout_us
+
+
+@dataclass(frozen=True)
+class Priorities:
+    levels: int = 0  # 0: one queue
+    default_level: int = 0
+    default_policy: QueuePolicy = QueuePolicy()
+    policies: dict[int, QueuePolicy] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, batching: dict[str, Any] | None) -> Priorities:
+        batching = batching or {}
+        return cls(
+            levels=int(batching.get("priority_levels", 0)),
+            default_level=int(batching.get("default_priority_level", 0)),
+            default_policy=QueuePolicy.from_json(batching.get("default_queue_policy")),
+            policies={int(k): QueuePolicy.from_json(v) for k, v in batching.get("priority_queue_policy", {}).items()},
+        )
+
+    def level(self, priority: int) -> int:
+        if self.levels == 0:
+            return 0
+        return priority if 1 <= priority <= self.levels else self.default_level
+
+    def policy(self, level: int) -> QueuePolicy:
+        return self.policies.get(level, self.default_policy)
+
+
+class RequestQueue:
+    def __init__(self) -> None:
+        self._levels: dict[int, deque] = {}
+        self._delayed: dict[int, deque] = {}
+
+    def _order(self) -> Iterator[deque]:
+        for level in sorted(set(self._levels) | set(self._delayed)):
+            yield self._levels.get(level, deque())
+            yield self._delayed.get(level, deque())
+
+    def __iter__(self) -> Iterator:
+        for part in self._order():
+            yield from part
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self._levels.values()) + sum(len(d) for d in self._delayed.values())
+
+    def __bool__(self) -> bool:
+        return any(self._levels.values()) or any(self._delayed.values())
+
+    def __getitem__(self, index: int):
+        if index != 0:
+            raise IndexError("only the head of the queue can be read")
+        for part in self._order():
+            if part:
+                return part[0]
+        raise IndexError("empty queue")
+
+    def popleft(self):
+        for part in self._order():
+            if part:
+                return part.popleft()
+        raise IndexError("empty queue")
+
+    def append(self, item: Queued) -> None:
+        self._levels.setdefault(item.level, deque()).append(item)
+
+    def size(self, level: int) -> int:
+        return len(self._levels.get(level, ())) + len(self._delayed.get(level, ()))
+
+    def remove(self, predicate) -> list:
+        """Take out every request `predicate` selects (cancelled, past its deadline)."""
+        removed = []
+        for queues in (self._levels, self._delayed):
+            for level, part in queues.items():
+                kept = deque()
+                for item in part:
+                    (removed if predicate(item) else kept).append(item)
+                queues[level] = kept
+        return removed
+
+    def time_out(self, now_ns: int, priorities: Priorities) -> list:
+        """Apply queue timeouts: REJECT returns them to be failed, DELAY moves them back."""
+        rejected = []
+        for level, part in self._levels.items():
+            expired = [i for i in part if i.queue_deadline_ns and i.queue_deadline_ns <= now_ns]
+            if not expired:
+                continue
+            self._levels[level] = deque(i for i in part if not (i.queue_deadline_ns and i.queue_deadline_ns <= now_ns))
+            if priorities.policy(level).timeout_action == "DELAY":
+                for item in expired:
+                    item.queue_deadline_ns = 0  # delayed once, then served in turn
+                self._delayed.setdefault(level, deque()).extend(expired)
+            else:
+                rejected.extend(expired)
+        return rejected
+
+    def next_timeout_ns(self) -> int:
+        deadlines = [i.queue_deadline_ns for part in self._levels.values() for i in part if i.queue_deadline_ns]
+        return min(deadlines) if deadlines else 0

@@ -1,0 +1,189 @@
+"""Priorities, queue policies (size, REJECT, DELAY, timeout override) and cancellation, on a
+model that takes ~40 ms per execution, with one instance and one credit so that requests
+really wait in the scheduler's queue."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
+from services.repository import examples
+from tests.cluster import running_cluster
+
+POLICIES = {
+    "slow_priority": "priority_levels: 2 default_priority_level: 2",
+    "slow_limited": "default_queue_policy { max_queue_size: 2 }",
+    "slow_reject": "default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 100000 }",
+    "slow_delay": "default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 60000000 "
+                  "allow_timeout_override: true }",
+    "slow_override": "default_queue_policy { default_timeout_microseconds: 60000000 allow_timeout_override: true }",
+    "slow_plain": "",
+}
+
+
+def config(name: str, batching: str) -> str:
+    return (f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: 1\n'
+            'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+            'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+            f"dynamic_batching {{ {batching} }}\ninstance_group [ {{ count: 1 kind: KIND_CPU }} ]\n")
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory):
+    root = tmp_path_factory.mktemp("slow")
+    for name, batching in POLICIES.items():
+        # the priority and delay tests queue requests behind one execution: it runs longer
+        size = 2048 if name in ("slow_priority", "slow_delay") else 1024
+        examples.write_model(root, name, examples.slow_graph(size), config(name, batching))
+    with running_cluster(root, worker={"credits_per_instance": 1, "intra_op_threads": 1}) as running:
+        yield running
+
+
+def gauge(running, name: str, model: str) -> float:
+    with urllib.request.urlopen(running.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == name:
+            return sum(s.value for s in family.samples if s.labels["model"] == model)
+    return 0.0
+
+
+def pending(running, model: str) -> float:
+    return gauge(running, "nv_inference_pending_request_count", model)
+
+
+def busy(running, model: str) -> bool:
+    """The model's only credit is taken: a batch is running and nothing else can start."""
+    return pending(running, model) == 0 and gauge(running, "shoal_queue_free_credits", model) == 0
+
+
+def failures(running, model: str, reason: str) -> float:
+    with urllib.request.urlopen(running.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "nv_inference_request_failure":
+            return sum(s.value for s in family.samples if s.labels["model"] == model and s.labels["reason"] == reason)
+    return 0.0
+
+
+def wait_until(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for a condition"
+        time.sleep(0.005)
+
+
+class Sender:
+    """Requests from threads, recording when each answer came and what it was."""
+
+    def __init__(self, running, model: str) -> None:
+        self.running, self.model = running, model
+        self.done: dict[str, tuple[float, object]] = {}
+        self.threads: list[threading.Thread] = []
+
+    def send(self, tag: str, value: float, **kwargs) -> None:
+        def run() -> None:
+            client = httpclient.InferenceServerClient(self.running.url, network_timeout=60)
+            tensor = httpclient.InferInput("INPUT0", [1, 1], "FP32")
+            tensor.set_data_from_numpy(np.full((1, 1), value, np.float32))
+            try:
+                outcome = client.infer(self.model, [tensor], **kwargs).as_numpy("OUTPUT0")[0, 0]
+            except InferenceServerException as exc:
+                outcome = exc
+            self.done[tag] = (time.monotonic(), outcome)
+            client.close()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        self.threads.append(thread)
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(60)
+
+
+def test_higher_priority_is_served_first(slow):
+    sender = Sender(slow, "slow_priority")
+    sender.send("running", 0)  # occupies the only instance
+    wait_until(lambda: busy(slow, "slow_priority") and "running" not in sender.done)
+    for i in range(3):
+        sender.send(f"low{i}", 1, priority=2)
+        wait_until(lambda i=i: pending(slow, "slow_priority") == i + 1)
+    sender.send("high", 2, priority=1)
+    sender.join()
+    order = sorted(sender.done, key=lambda tag: sender.done[tag][0])
+    assert order.index("high") < order.index("low0"), order
+    assert [t for t in order if t.startswith("low")] == ["low0", "low1", "low2"]  # FIFO within a level
+
+
+def test_max_queue_size_rejects_at_arrival(slow):
+    sender = Sender(slow, "slow_limited")
+    sender.send("running", 0)
+    wait_until(lambda: busy(slow, "slow_limited") and "running" not in sender.done)
+    for i in range(4):
+        sender.send(f"q{i}", i)
+    sender.join()
+    errors = [o for _, o in sender.done.values() if isinstance(o, InferenceServerException)]
+    assert len(errors) == 2, sender.done
+    assert all(e.status() == "503" and "Exceeds maximum queue size" in e.message() for e in errors)
+
+
+def test_reject_after_queue_timeout(slow):
+    before = failures(slow, "slow_reject", "REJECTED")
+    sender = Sender(slow, "slow_reject")
+    for i in range(6):  # ~40 ms each: the later ones wait past the 100 ms queue timeout
+        sender.send(f"r{i}", i)
+    sender.join()
+    errors = [o for _, o in sender.done.values() if isinstance(o, InferenceServerException)]
+    assert errors and all(e.status() == "503" and e.message() == "Request timeout expired" for e in errors)
+    assert failures(slow, "slow_reject", "REJECTED") == before + len(errors)
+
+
+def test_delay_serves_timed_out_requests_after_the_others(slow):
+    sender = Sender(slow, "slow_delay")
+    sender.send("running", 0)
+    wait_until(lambda: busy(slow, "slow_delay") and "running" not in sender.done)
+    sender.send("early", 1, timeout=1000)  # times out after 1 ms: delayed behind the requests that did not
+    wait_until(lambda: pending(slow, "slow_delay") == 1)
+    sender.send("late", 2)  # 60 s queue timeout: never times out here
+    wait_until(lambda: pending(slow, "slow_delay") == 2 or "early" in sender.done)
+    sender.join()
+    assert all(not isinstance(o, Exception) for _, o in sender.done.values()), sender.done
+    assert sender.done["late"][0] < sender.done["early"][0]
+
+
+def test_request_timeout_overrides_a_longer_default(slow):
+    sender = Sender(slow, "slow_override")
+    sender.send("running", 0)
+    wait_until(lambda: busy(slow, "slow_override") and "running" not in sender.done)
+    started = time.monotonic()
+    sender.send("short", 1, timeout=20000)  # 20 ms instead of the model's 60 s
+    sender.join()
+    outcome = sender.done["short"][1]
+    assert isinstance(outcome, InferenceServerException) and outcome.message() == "Request timeout expired"
+    assert sender.done["short"][0] - started < 5
+
+
+def test_client_disconnect_cancels_the_queued_request(slow):
+    before = failures(slow, "slow_plain", "CANCELED")
+    sender = Sender(slow, "slow_plain")
+    sender.send("running", 0)
+    wait_until(lambda: busy(slow, "slow_plain") and "running" not in sender.done)
+    body = b'{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"FP32","data":[5]}]}'
+    host, port = slow.url.split(":")
+    raw = socket.create_connection((host, int(port)))
+    raw.sendall(b"POST /v2/models/slow_plain/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body))
+    wait_until(lambda: pending(slow, "slow_plain") == 1)
+    raw.close()  # the client goes away while its request waits in the queue
+    wait_until(lambda: failures(slow, "slow_plain", "CANCELED") == before + 1)
+    assert pending(slow, "slow_plain") == 0
+    sender.join()
