@@ -177,7 +177,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         tensor_transport=args.tensor_transport, strict_readiness=args.strict_readiness,
         allow_client_shm=args.allow_client_shm, trace_file=args.trace["file"], trace_level=args.trace["level"],
         trace_rate=args.trace["rate"], trace_count=args.trace["count"], trace_log_frequency=args.trace["log-frequency"],
-        allow_cpu_metrics=args.allow_cpu_metrics is not False, allow_gpu_metrics=args.allow_gpu_metrics is not False,
+        cache_bytes=args.cache_bytes, allow_cpu_metrics=args.allow_cpu_metrics is not False, allow_gpu_metrics=args.allow_gpu_metrics is not False,
         **args.metrics,
     )
     repo = RepositorySettings(

@@ -29,8 +29,6 @@ UNSUPPORTED_FLAGS = {
     "--http-restricted-api": "restricted API categories are not implemented yet",
     "--grpc-restricted-protocol": "Shoal has no gRPC endpoint yet",
     "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
-    "--cache-config": "the response cache is not implemented yet",
-    "--response-cache-byte-size": "the response cache is not implemented yet",
     "--rate-limit-resource": "the rate limiter is not implemented yet",
     "--backend-config": "backend configuration settings are not implemented yet",
     "--backend-directory": "Shoal's backends are Python modules, not a directory of shared libraries",
@@ -87,6 +85,8 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", choices=["default", "ISO8601"], default=None)
     p.add_argument("--rate-limit", choices=["off", "execution_count"], default="off")
     p.add_argument("--metrics-config", action="append", default=[], help="<key>=<value>, as tritonserver")
+    p.add_argument("--cache-config", action="append", default=[], help="local,size=<bytes>")
+    p.add_argument("--response-cache-byte-size", type=int, default=None)
     p.add_argument("--trace-config", action="append", default=[], help="[triton,]<setting>=<value>")
     p.add_argument("--trace-file", default=None)
     p.add_argument("--trace-level", action="append", default=None)
@@ -129,9 +129,28 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         raise SystemExit("shoal serve: --rate-limit=execution_count is not supported yet")
     args.trace = trace_settings(args)
     args.metrics = metrics_config(args.metrics_config)
+    args.cache_bytes = cache_size(args)
     if args.workers < 1:
         raise SystemExit("shoal serve: --workers must be at least 1")
     return args
+
+
+def cache_size(args: argparse.Namespace) -> int:
+    """`--cache-config local,size=N` (or the older `--response-cache-byte-size=N`): bytes."""
+    if args.cache_config and args.response_cache_byte_size is not None:
+        raise SystemExit("shoal serve: --cache-config and --response-cache-byte-size can not be used together")
+    if args.response_cache_byte_size is not None:
+        return args.response_cache_byte_size
+    size = 0
+    for entry in args.cache_config:
+        kind, _, setting = entry.partition(",")
+        if kind != "local":
+            raise SystemExit(f"shoal serve: --cache-config '{kind}' is not supported (only the 'local' cache)")
+        key, _, value = setting.partition("=")
+        if key != "size" or not value.isdigit():
+            raise SystemExit(f"shoal serve: --cache-config local supports 'size=<bytes>', got '{setting}'")
+        size = int(value)
+    return size
 
 
 def metrics_config(entries: list[str]) -> dict[str, object]:

@@ -214,6 +214,16 @@ class CancelRequest(msgspec.Struct):
     version: int
 
 
+class CacheEvent(msgspec.Struct):
+    """Gateway -> schedulers: a response-cache lookup, for the model's statistics."""
+
+    model: str
+    version: int
+    hit: bool
+    ns: int  # lookup (hit) or lookup + insert (miss) time
+    duration_ns: int = 0  # a hit's whole request time
+
+
 class CreditsRevoked(msgspec.Struct):
     """Worker -> schedulers: an instance generation was retired; drop its credits."""
 

@@ -174,6 +174,10 @@ def validate(config: pb.ModelConfig) -> None:
             raise invalid(f"default priority level must be in range [1, {db.priority_levels}] for {name}")
         if db.preserve_ordering and db.priority_levels > 1:
             raise invalid(f"preserve_ordering is not supported with multiple priority levels for {name}")
+    if config.response_cache.enable and (
+            config.HasField("sequence_batching") or config.model_transaction_policy.decoupled):
+        raise invalid(f"response cache is not supported for model '{name}': it uses sequence batching "
+                      "or a decoupled transaction policy")
     for group in config.instance_group:
         if group.kind in (pb.ModelInstanceGroup.KIND_CPU, pb.ModelInstanceGroup.KIND_MODEL) and group.gpus:
             kind = pb.ModelInstanceGroup.Kind.Name(group.kind)
@@ -218,6 +222,7 @@ class ModelSpec:
     instance_kind: str
     decoupled: bool
     default_model_filename: str
+    response_cache: bool = False
     parameters: dict[str, str] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -266,6 +271,7 @@ def spec_from_json(config: dict[str, Any]) -> ModelSpec:
         instance_kind="KIND_GPU" if "KIND_GPU" in kinds else "KIND_CPU",
         decoupled=bool(config.get("model_transaction_policy", {}).get("decoupled", False)),
         default_model_filename=config.get("default_model_filename", ""),
+        response_cache=bool(config.get("response_cache", {}).get("enable", False)),
         parameters={k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()},
         config=config,
     )

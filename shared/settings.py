@@ -55,6 +55,7 @@ class GatewaySettings(BusSettings):
     tensor_transport: Literal["auto", "shm", "bus"] = "auto"
     strict_readiness: bool = True
     allow_client_shm: bool = Field(False, description="client shared memory (off by default, as in Triton)")
+    cache_bytes: int = Field(0, description="response cache size in bytes (0 = no cache)")
     trace_file: str = ""
     trace_level: str = Field("OFF", description="comma separated: OFF, TIMESTAMPS, TENSORS")
     trace_rate: int = 1000

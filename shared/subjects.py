@@ -22,6 +22,7 @@ SCHEDULER_STATS = f"{PREFIX}.sched.stats"
 LOGGING = f"{PREFIX}.logging"  # runtime log settings, applied by every service
 SCHEDULER_DRAIN = f"{PREFIX}.sched.drain"
 SCHEDULER_CANCEL = f"{PREFIX}.sched.cancel"
+SCHEDULER_CACHE = f"{PREFIX}.sched.cache"
 CREDITS_REVOKED = f"{PREFIX}.sched.revoke"
 REPOSITORY_INDEX = f"{PREFIX}.repository.index"
 REPOSITORY_LOAD = f"{PREFIX}.repository.load"

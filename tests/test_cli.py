@@ -30,7 +30,8 @@ def test_tritonserver_flag_forms():
 
 @pytest.mark.parametrize("argv, message", [
     (["--grpc-port=8001"], "--grpc-port is not supported"),
-    (["--cache-config", "local,size=1000"], "--cache-config is not supported"),
+    (["--cache-config", "redis,host=x"], "only the 'local' cache"),
+    (["--cache-config", "local,size=10", "--response-cache-byte-size=5"], "can not be used together"),
     (["--allow-grpc=true"], "--allow-grpc=true is not supported"),
     (["--http-thread-count=4"], "--http-thread-count is not supported"),
     (["--trace-config", "level=TENSORS"], "TENSORS is not supported"),

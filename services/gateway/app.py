@@ -19,13 +19,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from services.gateway import codec, trace
+from services.gateway.cache import ResponseCache, cache_key
 from services.gateway.core import InferenceCore
 from services.gateway.models import ModelRegistry
 from services.gateway.shm import DISABLED
 from services.gateway.validation import raw_request, validate
 from shared import logsettings, subjects
 from shared.errors import ShoalError, invalid, unavailable, unsupported
-from shared.messages import ErrorReply
+from shared.messages import CacheEvent, ErrorReply
 from shared.settings import GatewaySettings
 
 log = logging.getLogger("shoal.gateway")
@@ -75,6 +76,7 @@ class Gateway:
         self.core = core
         self.shm = core.shm
         self.log_settings = logsettings.LogSettings(log_verbose_level=settings.log_verbose)
+        self.cache = ResponseCache(settings.cache_bytes) if settings.cache_bytes > 0 else None
         self.tracer = trace.Tracer(trace.TraceSettings(
             tuple(level.strip().upper() for level in settings.trace_level.split(",")), settings.trace_rate,
             settings.trace_count, settings.trace_log_frequency, settings.trace_file))
@@ -138,8 +140,21 @@ class Gateway:
         if not self.shm.enabled and any(t.in_shared_memory for t in parsed.inputs + (parsed.outputs or [])):
             raise unsupported(DISABLED)
         valid = validate(spec, parsed)
-        traced = self.tracer.sample(model)
-        outputs, parameters, response = await self.core.infer(spec, resolved, parsed, valid, traced)
+        key = cache_key(model, resolved, parsed, valid) if self.cache is not None and spec.response_cache else None
+        cached = self.cache.get(key) if key is not None else None
+        traced = False
+        if cached is not None:
+            outputs = [codec.OutputTensor(o.name, o.datatype, o.shape, o.data, valid.binary.get(o.name, False))
+                       for o in cached]
+            parameters, response = {}, None
+            await self._cache_event(model, resolved, True, time.monotonic_ns() - started)
+        else:
+            traced = self.tracer.sample(model)
+            outputs, parameters, response = await self.core.infer(spec, resolved, parsed, valid, traced)
+            if key is not None:
+                inserted = time.monotonic_ns()
+                self.cache.put(key, outputs)
+                await self._cache_event(model, resolved, False, time.monotonic_ns() - inserted)
         classify = {o.name: o.classification for o in parsed.outputs or [] if o.classification}
         if classify:
             outputs = [codec.classify(o, classify[o.name], spec.max_batch_size > 0) if o.name in classify else o
@@ -157,6 +172,10 @@ class Gateway:
             content = codec.compress(content, encoding)
             out_headers["content-encoding"] = encoding
         return content, out_headers
+
+    async def _cache_event(self, model: str, version: int, hit: bool, ns: int) -> None:
+        event = CacheEvent(model, version, hit, ns, ns if hit else 0)
+        await self.nc.publish(subjects.SCHEDULER_CACHE, msgspec.msgpack.encode(event))
 
     # -- repository and statistics -------------------------------------------------------
     async def _ask(self, subject: str, payload: bytes, what: str) -> Any:

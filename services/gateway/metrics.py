@@ -183,6 +183,19 @@ def render(stats: dict[str, Any], options: MetricsOptions = MetricsOptions(), cp
         lines += _family("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge", [({}, cpu.utilization())])
         lines += _family("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge", [({}, total)])
         lines += _family("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge", [({}, used)])
+    cached = [(m, v, value) for (m, v), value in entries if value.get("cache_enabled")]
+    if cached:
+        for name, doc, key, field in (
+            ("nv_cache_num_hits_per_model", "Number of cache hits per model", "cache_hit", "count"),
+            ("nv_cache_num_misses_per_model", "Number of cache misses per model", "cache_miss", "count"),
+            ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds", "cache_hit", "ns"),
+            ("nv_cache_miss_duration_per_model",
+             "Total cache miss (insert+lookup) duration per model, in microseconds", "cache_miss", "ns"),
+        ):
+            samples = [({"model": m, "version": v},
+                        value["stats"]["inference_stats"][key][field] / (1000 if field == "ns" else 1))
+                       for m, v, value in cached]
+            lines += _family(name, doc, "counter", samples)
     if options.gpu_metrics and gpu is not None:
         lines += _gpu(gpu)
     lines += _batch_histogram(entries)

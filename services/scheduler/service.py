@@ -25,6 +25,7 @@ from shared import bus, discovery, subjects
 from shared.liveness import WorkerLiveness
 from shared.logcontext import request_ids
 from shared.messages import (
+    CacheEvent,
     CancelRequest,
     CreditsRevoked,
     DrainRequest,
@@ -48,6 +49,7 @@ _batch_decoder = msgspec.msgpack.Decoder(RequestBatch)
 _revoked_decoder = msgspec.msgpack.Decoder(CreditsRevoked)
 _drain_decoder = msgspec.msgpack.Decoder(DrainRequest)
 _cancel_decoder = msgspec.msgpack.Decoder(CancelRequest)
+_cache_decoder = msgspec.msgpack.Decoder(CacheEvent)
 _free_decoder = msgspec.msgpack.Decoder(InstanceFree)
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
 
@@ -134,6 +136,7 @@ class SchedulerService:
         await self.nc.subscribe(subjects.CREDITS_REVOKED, cb=self._on_revoked)
         await self.nc.subscribe(subjects.SCHEDULER_DRAIN, cb=self._on_drain)
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
+        await self.nc.subscribe(subjects.SCHEDULER_CACHE, cb=self._on_cache)
         self._spawn(self._watch_models())
         self._spawn(self._expire())
         self.micro = await discovery.register(self.nc, "scheduler", self.settings.scheduler_id, self.status)
@@ -402,6 +405,21 @@ class SchedulerService:
         while queue.requests:
             await self._fail(queue, queue.requests.popleft().header, message)
 
+    async def _on_cache(self, msg) -> None:
+        """Response-cache lookups done by gateways count in the model's statistics, as Triton's."""
+        try:
+            event = _cache_decoder.decode(msg.data)
+        except msgspec.DecodeError as exc:
+            log.error("undecodable message on %s: %s", msg.subject, exc)
+            return
+        stats = self.queue(event.model, event.version).stats
+        if event.hit:
+            stats.cache_hit.add(event.ns)
+            stats.record_request(True, event.duration_ns)
+            stats.queue.add(0)  # Triton's queue count includes cache hits
+        else:
+            stats.cache_miss.add(event.ns)
+
     async def _on_cancel(self, msg) -> None:
         """A client went away: its request leaves the queue (a running batch finishes; the
         gateway drops the late answer)."""
@@ -464,6 +482,7 @@ class SchedulerService:
                 "fail_reasons": q.stats.fail_reasons,
                 "pending": len(q.requests),
                 "free_credits": len(q.free),
+                "cache_enabled": bool(q.spec and q.spec.response_cache),
                 "latency": q.stats.latencies.json(quantiles),
                 "worker_compute_ns": q.stats.worker_compute_ns,
             }
