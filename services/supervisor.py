@@ -187,7 +187,8 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         unload_timeout_s=args.exit_timeout_secs,
     )
     workers = [WorkerSettings(**common, tensor_transport=args.tensor_transport) for _ in range(args.workers)]
-    return Cluster(gateway, SchedulerSettings(**common), repo, workers)
+    scheduler = SchedulerSettings(**common, rate_limit=args.rate_limit, rate_limit_resource=args.rate_limit_resource)
+    return Cluster(gateway, scheduler, repo, workers)
 
 
 def apply_log_flags(cluster: Cluster, args: argparse.Namespace) -> None:

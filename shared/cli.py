@@ -29,7 +29,6 @@ UNSUPPORTED_FLAGS = {
     "--http-restricted-api": "restricted API categories are not implemented yet",
     "--grpc-restricted-protocol": "Shoal has no gRPC endpoint yet",
     "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
-    "--rate-limit-resource": "the rate limiter is not implemented yet",
     "--backend-config": "backend configuration settings are not implemented yet",
     "--backend-directory": "Shoal's backends are Python modules, not a directory of shared libraries",
     "--repoagent-directory": "repository agents are not implemented yet",
@@ -84,6 +83,7 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--log-format", choices=["default", "ISO8601"], default=None)
     p.add_argument("--rate-limit", choices=["off", "execution_count"], default="off")
+    p.add_argument("--rate-limit-resource", action="append", default=[])
     p.add_argument("--metrics-config", action="append", default=[], help="<key>=<value>, as tritonserver")
     p.add_argument("--cache-config", action="append", default=[], help="local,size=<bytes>")
     p.add_argument("--response-cache-byte-size", type=int, default=None)
@@ -125,8 +125,12 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         raise SystemExit("shoal serve: --load-model=* must be the only --load-model")
     if args.model_repository and len(args.model_repository) > 1:
         raise SystemExit("shoal serve: more than one --model-repository is not supported yet")
-    if args.rate_limit != "off":
-        raise SystemExit("shoal serve: --rate-limit=execution_count is not supported yet")
+    try:
+        from services.scheduler.ratelimit import parse_resources
+
+        parse_resources(args.rate_limit_resource)
+    except ValueError as exc:
+        raise SystemExit(f"shoal serve: {exc}") from None
     args.trace = trace_settings(args)
     args.metrics = metrics_config(args.metrics_config)
     args.cache_bytes = cache_size(args)

@@ -68,6 +68,8 @@ class SchedulerSettings(BusSettings):
     model_config = SettingsConfigDict(env_prefix="SHOAL_SCHEDULER_")
     scheduler_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
     worker_timeout_s: float = Field(5.0, description="a worker silent this long is dropped")
+    rate_limit: Literal["off", "execution_count"] = "off"
+    rate_limit_resource: list[str] = Field(default_factory=list, description="<name>:<count>[:<device>]")
 
 
 class WorkerSettings(BusSettings):

@@ -96,6 +96,7 @@ def running_cluster(
     supervise: bool = True,
     repository: dict | None = None,
     worker: dict | None = None,
+    scheduler: dict | None = None,
     **gateway: object,
 ) -> Iterator[Running]:
     nats = NatsServer(max_payload=max_payload).start()
@@ -103,7 +104,7 @@ def running_cluster(
     cluster = Cluster(
         GatewaySettings(**{"request_timeout_s": 30, **gateway}, **common, http_address="127.0.0.1",
                         http_port=free_port(), metrics_port=free_port(), tensor_transport=transport),
-        SchedulerSettings(**common, worker_timeout_s=3),
+        SchedulerSettings(**common, **{"worker_timeout_s": 3, **(scheduler or {})}),
         RepositorySettings(**common, model_repository=str(root), **{"worker_timeout_s": 3, **(repository or {})}),
         [WorkerSettings(**common, tensor_transport=transport, heartbeat_s=0.5, **(worker or {}))
          for _ in range(workers)],

@@ -20,6 +20,7 @@ from nats.aio.client import Client as NATS
 from services.scheduler.batcher import BatchPolicy, next_batch
 from services.scheduler.ordering import OrderedRelease
 from services.scheduler.queues import Priorities, RequestQueue
+from services.scheduler.ratelimit import Need, RateLimiter, instance_needs, parse_resources
 from services.scheduler.stats import ModelStats
 from shared import bus, discovery, subjects
 from shared.liveness import WorkerLiveness
@@ -105,6 +106,10 @@ class ModelQueue:
     policy: BatchPolicy = field(default_factory=lambda: BatchPolicy(0))
     requests: RequestQueue = field(default_factory=RequestQueue)
     priorities: Priorities = field(default_factory=Priorities)
+    needs: list[Need] = field(default_factory=list)  # per instance, for the rate limiter
+
+    def need(self, instance: int) -> Need:
+        return self.needs[instance] if 0 <= instance < len(self.needs) else Need()
     free: deque[Slot] = field(default_factory=deque)
     timer: asyncio.TimerHandle | None = None
     stats: ModelStats = field(default_factory=ModelStats)
@@ -122,6 +127,7 @@ class SchedulerService:
         self.queues: dict[tuple[str, int], ModelQueue] = {}
         self.in_flight: dict[tuple[str, int], InFlight] = {}  # (worker, batch_id) -> batch
         self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._drop_worker, self._worker_back)
+        self.limiter = RateLimiter(settings.rate_limit == "execution_count", parse_resources(settings.rate_limit_resource))
         self.running: Counter[tuple[str, int]] = Counter()  # batches in flight per instance
         self._batch_ids = 0
         self._tasks: set[asyncio.Task] = set()
@@ -185,6 +191,8 @@ class SchedulerService:
                 queue = self.queue(name, version)
                 queue.spec, queue.policy = spec, policy_for(spec)
                 queue.priorities = Priorities.from_json(spec.config.get("dynamic_batching"))
+                queue.needs = instance_needs(spec.config)
+                self.limiter.learn(queue.needs)
 
     # -- requests ---------------------------------------------------------------
     async def _on_request(self, msg) -> None:
@@ -236,8 +244,10 @@ class SchedulerService:
                         lambda q=queue: asyncio.ensure_future(self._pump(q)),
                     )
                 return
-            batch = self._take_requests(queue, decision.take)
-            slot = self._take_slot(queue)  # both taken before any await: nothing else can interleave
+            slot = self._take_slot(queue)
+            if slot is None:  # the rate limiter holds every free instance back: a release pumps again
+                return
+            batch = self._take_requests(queue, decision.take)  # both taken before any await
             if log.isEnabledFor(logging.DEBUG):  # --log-verbose, or the logging extension at run time
                 request_ids.set(",".join(p.header.rid for p in batch))
                 log.debug("batch of %d request(s), %d row(s) for '%s' version %d: %s; %d still queued",
@@ -268,13 +278,21 @@ class SchedulerService:
         for pending in timed_out:
             await self._fail(queue, pending.header, "Request timeout expired", "REJECTED")
 
-    def _take_slot(self, queue: ModelQueue) -> Slot:
-        """The oldest credit of an instance with nothing running, else the oldest credit."""
-        for index, slot in enumerate(queue.free):
-            if not self.running[(slot.worker, slot.instance)]:
-                del queue.free[index]
-                return slot
-        return queue.free.popleft()
+    def _take_slot(self, queue: ModelQueue) -> Slot | None:
+        """A credit of an instance the rate limiter lets run: preferably one with nothing running,
+        then the fewest batches started for its priority, then the oldest credit."""
+        candidates = [
+            (self.running[(slot.worker, slot.instance)] > 0,
+             self.limiter.weight(queue.need(slot.instance), (slot.worker, queue.key, slot.instance)), index)
+            for index, slot in enumerate(queue.free)
+            if self.limiter.can_run(queue.need(slot.instance), slot.worker)
+        ]
+        if not candidates:
+            return None
+        index = min(candidates)[2]
+        slot = queue.free[index]
+        del queue.free[index]
+        return slot
 
     async def _dispatch(self, queue: ModelQueue, slot: Slot, batch: list[Pending], now: float, reason: str) -> None:
         self._batch_ids += 1
@@ -296,6 +314,7 @@ class SchedulerService:
             return
         self.in_flight[(slot.worker, self._batch_ids)] = InFlight(queue.key, slot, batch, now)
         self.running[(slot.worker, slot.instance)] += 1
+        self.limiter.acquire(queue.need(slot.instance), slot.worker, (slot.worker, queue.key, slot.instance))
 
     # -- completions and credits -----------------------------------------------------
     async def _on_free(self, msg) -> None:
@@ -316,12 +335,21 @@ class SchedulerService:
             if not stale and slot not in queue.free:
                 queue.free.append(slot)
         await self._pump(queue)
+        await self._pump_held_back()
 
     def _finish_flight(self, key: tuple[str, int]) -> InFlight | None:
         flight = self.in_flight.pop(key, None)
         if flight is not None:
             self.running[(flight.slot.worker, flight.slot.instance)] -= 1
+            self.limiter.release(self.queue(*flight.key).need(flight.slot.instance), flight.slot.worker)
         return flight
+
+    async def _pump_held_back(self) -> None:
+        """Resources were released: every queue the rate limiter held back may run now."""
+        if self.limiter.enabled:
+            for queue in list(self.queues.values()):
+                if queue.requests and queue.free:
+                    await self._pump(queue)
 
     async def _complete(self, queue: ModelQueue, free: InstanceFree) -> None:
         flight = self._finish_flight((free.worker, free.batch_id))
