@@ -130,12 +130,17 @@ def _shoal_gauges(entries: list) -> list[str]:
     lines = _family("shoal_queue_free_credits", "Batches the scheduler may send to idle instances now", "gauge",
                     [({"model": m, "version": v}, value.get("free_credits", 0)) for (m, v), value in entries])
     busy: dict[str, int] = {}
-    for _, value in entries:
+    executions: dict[tuple[str, str, str], int] = {}
+    for (model, version), value in entries:
         for worker, ns in value.get("worker_compute_ns", {}).items():
             busy[worker] = busy.get(worker, 0) + ns
+        for worker, count in value.get("worker_executions", {}).items():
+            executions[(worker, model, version)] = count
     lines += _family("shoal_worker_compute_seconds", "Seconds the instances of a worker spent running batches "
                      "(its utilisation is the rate of this counter over its instance count)", "counter",
                      [({"worker": w}, ns / 1e9) for w, ns in sorted(busy.items())])
+    lines += _family("shoal_worker_executions", "Model executions (batches) each worker ran, per model", "counter",
+                     [({"worker": w, "model": m, "version": v}, n) for (w, m, v), n in sorted(executions.items())])
     lines += _family("shoal_shm_bytes_in_use", "Bytes of tensors in Shoal's shared-memory segments on this host",
                      "gauge", [({}, system_metrics.shm_bytes_in_use())])
     return lines

@@ -361,6 +361,7 @@ class SchedulerService:
         if free.batch_size:
             busy = free.compute_input_ns + free.compute_infer_ns + free.compute_output_ns
             queue.stats.worker_compute_ns[free.worker] = queue.stats.worker_compute_ns.get(free.worker, 0) + busy
+            queue.stats.worker_executions[free.worker] = queue.stats.worker_executions.get(free.worker, 0) + 1
             queue.stats.record_batch(
                 free.batch_size, ok_count, free.compute_input_ns, free.compute_infer_ns, free.compute_output_ns
             )
@@ -513,6 +514,7 @@ class SchedulerService:
                 "cache_enabled": bool(q.spec and q.spec.response_cache),
                 "latency": q.stats.latencies.json(quantiles),
                 "worker_compute_ns": q.stats.worker_compute_ns,
+                "worker_executions": q.stats.worker_executions,
             }
             for (model, version), q in self.queues.items()
         }

@@ -46,6 +46,7 @@ class ModelStats:
     fail_reasons: dict[str, int] = field(default_factory=dict)
     latencies: Latencies = field(default_factory=Latencies)
     worker_compute_ns: dict[str, int] = field(default_factory=dict)  # instance utilisation, per worker
+    worker_executions: dict[str, int] = field(default_factory=dict)
 
     def record_batch(self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """One execution: each request in it is charged the batch's compute times, as Triton does."""
