@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import nats
 from nats.aio.client import Client as NATS
@@ -23,10 +24,14 @@ async def connect(url: str, name: str) -> NATS:
     async def disconnected_cb() -> None:
         log.warning("disconnected from nats")
 
+    holder: list[NATS] = []
+
     async def reconnected_cb() -> None:
         log.info("reconnected to nats")
+        if holder:  # watches restart: see `watch`
+            holder[0]._shoal_reconnects = reconnects(holder[0]) + 1
 
-    return await nats.connect(
+    nc = await nats.connect(
         servers=[u.strip() for u in url.split(",") if u.strip()],
         name=name,
         max_reconnect_attempts=-1,
@@ -38,17 +43,20 @@ async def connect(url: str, name: str) -> NATS:
         reconnected_cb=reconnected_cb,
         pending_size=8 * 1024 * 1024,
     )
+    holder.append(nc)
+    return nc
 
 
 async def bucket(nc: NATS, name: str) -> KeyValue:
-    """Open a KV bucket, creating it (in memory: it is rebuilt on restart) if needed."""
+    """Open a KV bucket, creating it if needed."""
     js = nc.jetstream()
     for _ in range(50):
         try:
             return await js.key_value(name)
         except BucketNotFoundError:
             try:
-                return await js.create_key_value(bucket=name, history=1, storage="memory")
+                # file storage: the control plane survives a nats-server restart
+                return await js.create_key_value(bucket=name, history=1, storage="file")
             except Exception as exc:  # created concurrently by another service
                 log.debug("create bucket %s: %s", name, exc)
         except Exception as exc:  # JetStream still starting
@@ -57,11 +65,46 @@ async def bucket(nc: NATS, name: str) -> KeyValue:
     raise RuntimeError(f"cannot open JetStream KV bucket '{name}'")
 
 
-async def watch(kv: KeyValue) -> AsyncIterator[tuple[str, bytes | None]]:
-    """Yield (key, value) for every current entry and every later change; value None = deleted."""
-    watcher = await kv.watchall()
-    async for entry in watcher:
-        if entry is None:  # end of the initial values
+@dataclass(frozen=True)
+class Change:
+    key: str  # "" marks the end of the current values (what existed when watching began)
+    value: bytes | None  # None: deleted
+    revision: int = 0
+
+
+async def watch(nc: NATS, kv: KeyValue) -> AsyncIterator[Change]:
+    """Every current entry, then every change, for ever: across NATS restarts too.
+
+    nats-py's KV watcher does not survive a server restart (its ordered consumer is not
+    recreated), so after a reconnect the watch starts again and replays the current
+    values; consumers apply them idempotently.
+    """
+    while True:
+        generation = reconnects(nc)
+        try:
+            watcher = await kv.watchall()
+        except Exception as exc:  # JetStream still recovering after a restart
+            log.debug("watch %s: %s", kv._name, exc)
+            await asyncio.sleep(0.2)
             continue
-        deleted = entry.operation in ("DEL", "PURGE")
-        yield entry.key, None if deleted else entry.value
+        try:
+            while reconnects(nc) == generation:
+                try:
+                    entry = await watcher.updates(timeout=1.0)
+                except nats.errors.TimeoutError:
+                    continue
+                if entry is None:
+                    yield Change("", None)
+                    continue
+                deleted = entry.operation in ("DEL", "PURGE")
+                yield Change(entry.key, None if deleted else entry.value, entry.revision or 0)
+        finally:
+            try:
+                await watcher.stop()
+            except Exception:
+                pass
+        log.info("watching %s again after a reconnect", kv._name)
+
+
+def reconnects(nc: NATS) -> int:
+    return getattr(nc, "_shoal_reconnects", 0)

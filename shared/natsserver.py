@@ -61,10 +61,18 @@ class NatsServer:
             config = Path(self.store_dir) / "nats.conf"
             config.write_text(f"max_payload: {self.max_payload}\n")
             args += ["-c", str(config)]
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for_port(self.port, timeout, self.process)
         return self
+
+    def restart(self, timeout: float = 15.0) -> None:
+        """Stop and start again on the same ports and store (JetStream keeps its data)."""
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+        self._log.close()
+        self.start(timeout)
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

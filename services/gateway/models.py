@@ -28,27 +28,26 @@ class ModelRegistry:
 
     async def start(self, nc: NATS) -> None:
         kv = await bus.bucket(nc, subjects.MODELS_BUCKET)
-        self._task = asyncio.create_task(self._watch(kv))
+        self._task = asyncio.create_task(self._watch(nc, kv))
 
     async def stop(self) -> None:
         if self._task:
             self._task.cancel()
 
-    async def _watch(self, kv) -> None:
-        watcher = await kv.watchall()
-        async for entry in watcher:
-            if entry is None:
+    async def _watch(self, nc: NATS, kv) -> None:
+        async for change in bus.watch(nc, kv):
+            if not change.key:
                 self.synced.set()
                 continue
-            name = subjects.untoken(entry.key)
-            self.revisions[name] = entry.revision or 0
+            name = subjects.untoken(change.key)
+            self.revisions[name] = change.revision
             self.changed.set()
             self.changed = asyncio.Event()
-            if entry.operation in ("DEL", "PURGE"):
+            if change.value is None:
                 self.records.pop(name, None)
                 self.specs.pop(name, None)
                 continue
-            record = _record_decoder.decode(entry.value)
+            record = _record_decoder.decode(change.value)
             self.records[name] = record
             if record.active_config:  # during a reload: the config of the instances still serving
                 self.specs[name] = spec_from_json(record.active_config)

@@ -58,12 +58,14 @@ class ShmRegistry:
             self._task.cancel()
 
     async def _watch(self) -> None:
-        async for key, value in bus.watch(self.kv):
-            name = subjects.untoken(key)
-            if value is None:
+        async for change in bus.watch(self.nc, self.kv):
+            if not change.key:
+                continue
+            name = subjects.untoken(change.key)
+            if change.value is None:
                 self.regions.pop(name, None)
             else:
-                self.regions[name] = _decoder.decode(value)
+                self.regions[name] = _decoder.decode(change.value)
 
     def _check_enabled(self) -> None:
         if not self.enabled:

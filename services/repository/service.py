@@ -117,11 +117,13 @@ class RepositoryService:
                         model, version, self.settings.unload_timeout_s)
 
     async def _watch_instances(self) -> None:
-        async for key, value in bus.watch(self.instances_kv):
-            report = _instance_decoder.decode(value) if value is not None else None
+        async for change in bus.watch(self.nc, self.instances_kv):
+            if not change.key:
+                continue
+            report = _instance_decoder.decode(change.value) if change.value is not None else None
             if report is not None:
                 self.liveness.seen.setdefault(report.worker, time.monotonic())
-            await self.manager.on_report(key, report)
+            await self.manager.on_report(change.key, report)
 
     async def _worker_gone(self, worker: str) -> None:
         """A worker that stopped beating (crashed, partitioned) no longer counts as an instance."""

@@ -178,9 +178,11 @@ class SchedulerService:
         return queue
 
     async def _watch_models(self) -> None:
-        async for key, value in bus.watch(self.models_kv):
-            name = subjects.untoken(key)
-            record = _record_decoder.decode(value) if value is not None else None
+        async for change in bus.watch(self.nc, self.models_kv):
+            if not change.key:
+                continue
+            name = subjects.untoken(change.key)
+            record = _record_decoder.decode(change.value) if change.value is not None else None
             hosted = set(record.hosted) if record is not None and record.active_config else set()
             for key in [k for k in self.queues if k[0] == name and k[1] not in hosted]:
                 await self._abandon(self.queues[key], f"model '{name}' version {key[1]} was unloaded")

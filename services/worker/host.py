@@ -72,9 +72,11 @@ class ModelHost:
                 await self.report(record, key[1], state, count=len(loaded.instances))
 
     async def _watch(self) -> None:
-        async for key, value in bus.watch(self.models_kv):
-            record = _record_decoder.decode(value) if value is not None else None
-            name = subjects.untoken(key)
+        async for change in bus.watch(self.nc, self.models_kv):
+            if not change.key:
+                continue
+            record = _record_decoder.decode(change.value) if change.value is not None else None
+            name = subjects.untoken(change.key)
             if record is None:
                 self._records.pop(name, None)
             else:
