@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import msgspec
 import nats
 from nats.aio.client import Client as NATS
 from nats.js.errors import BucketNotFoundError
@@ -104,6 +105,16 @@ async def watch(nc: NATS, kv: KeyValue) -> AsyncIterator[Change]:
             except Exception:
                 pass
         log.info("watching %s again after a reconnect", kv._name)
+
+
+def decode(decoder, msg, logger: logging.Logger = log):
+    """A message's payload decoded, or None (logged) when it does not decode: a bad message
+    must never take a subscription down."""
+    try:
+        return decoder.decode(msg.data)
+    except msgspec.DecodeError as exc:
+        logger.error("undecodable message on %s: %s", msg.subject, exc)
+        return None
 
 
 def reconnects(nc: NATS) -> int:

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 import msgspec
 from nats.aio.client import Client as NATS
 
-from shared import subjects
+from shared import bus, subjects
 from shared.messages import WorkerHeartbeat
 
 log = logging.getLogger(__name__)
@@ -45,11 +45,10 @@ class WorkerLiveness:
         self.seen[worker] = time.monotonic()
 
     async def _on_heartbeat(self, msg) -> None:
-        try:
-            worker = _decoder.decode(msg.data).worker
-        except msgspec.DecodeError as exc:
-            log.error("undecodable heartbeat on %s: %s", msg.subject, exc)
+        beat = bus.decode(_decoder, msg, log)
+        if beat is None:
             return
+        worker = beat.worker
         self.heard(worker)
         if worker in self.gone:
             self.gone.discard(worker)

@@ -27,7 +27,7 @@ import msgspec
 import posix_ipc
 from nats.aio.client import Client as NATS
 
-from shared import subjects
+from shared import bus, subjects
 from shared.messages import TensorRef
 
 log = logging.getLogger(__name__)
@@ -245,10 +245,8 @@ class TensorStore:
         return out
 
     async def _serve(self, msg) -> None:
-        try:
-            request = _chunk_decoder.decode(msg.data)
-        except msgspec.DecodeError as exc:
-            log.error("undecodable message on %s: %s", msg.subject, exc)
+        request = bus.decode(_chunk_decoder, msg, log)
+        if request is None:
             return
         if request.op == "release":
             self._drop(request.keys)

@@ -320,10 +320,8 @@ class SchedulerService:
 
     # -- completions and credits -----------------------------------------------------
     async def _on_free(self, msg) -> None:
-        try:
-            free = _free_decoder.decode(msg.data)
-        except msgspec.DecodeError as exc:
-            log.error("undecodable message on %s: %s", msg.subject, exc)
+        free = bus.decode(_free_decoder, msg, log)
+        if free is None:
             return
         self.liveness.heard(free.worker)
         queue = self.queue(free.model, free.version)
@@ -438,10 +436,8 @@ class SchedulerService:
 
     async def _on_cache(self, msg) -> None:
         """Response-cache lookups done by gateways count in the model's statistics, as Triton's."""
-        try:
-            event = _cache_decoder.decode(msg.data)
-        except msgspec.DecodeError as exc:
-            log.error("undecodable message on %s: %s", msg.subject, exc)
+        event = bus.decode(_cache_decoder, msg, log)
+        if event is None:
             return
         stats = self.queue(event.model, event.version).stats
         if event.hit:
@@ -454,10 +450,8 @@ class SchedulerService:
     async def _on_cancel(self, msg) -> None:
         """A client went away: its request leaves the queue (a running batch finishes; the
         gateway drops the late answer)."""
-        try:
-            cancel = _cancel_decoder.decode(msg.data)
-        except msgspec.DecodeError as exc:
-            log.error("undecodable message on %s: %s", msg.subject, exc)
+        cancel = bus.decode(_cancel_decoder, msg, log)
+        if cancel is None:
             return
         queue = self.queues.get((cancel.model, cancel.version))
         if queue is None:
@@ -467,10 +461,8 @@ class SchedulerService:
             await self._finish(queue, pending.header, None)
 
     async def _on_revoked(self, msg) -> None:
-        try:
-            revoked = _revoked_decoder.decode(msg.data)
-        except msgspec.DecodeError as exc:
-            log.error("undecodable message on %s: %s", msg.subject, exc)
+        revoked = bus.decode(_revoked_decoder, msg, log)
+        if revoked is None:
             return
         queue = self.queues.get((revoked.model, revoked.version))
         if queue is not None:
@@ -484,10 +476,8 @@ class SchedulerService:
         return (queue is None or not queue.requests) and not any(f.key == key for f in self.in_flight.values())
 
     async def _on_drain(self, msg) -> None:
-        try:
-            request = _drain_decoder.decode(msg.data)
-        except msgspec.DecodeError as exc:
-            log.error("undecodable message on %s: %s", msg.subject, exc)
+        request = bus.decode(_drain_decoder, msg, log)
+        if request is None:
             return
         self._spawn(self._drain(request, msg.reply))
 

@@ -132,10 +132,8 @@ class WorkerService:
 
     # -- batches ----------------------------------------------------------------
     async def _on_batch(self, msg) -> None:
-        try:
-            batch = _batch_decoder.decode(msg.data)
-        except msgspec.DecodeError as exc:
-            log.error("undecodable batch: %s", exc)
+        batch = bus.decode(_batch_decoder, msg, log)
+        if batch is None:
             return
         loaded = self.host.models.get((batch.model, batch.version))
         if loaded is None or not loaded.instances:
