@@ -58,6 +58,7 @@ class Cluster:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     env: dict[str, str] = field(default_factory=dict)
     supervise: bool = True  # restart services that exit (tests switch it off to see them gone)
+    more_gateways: list[GatewaySettings] = field(default_factory=list)  # behind a load balancer
     children: list[Child] = field(default_factory=list)
     _stopping: threading.Event = field(default_factory=threading.Event)
 
@@ -66,6 +67,7 @@ class Cluster:
                          Child("scheduler", "scheduler", self.scheduler)]
         self.children += [Child(f"worker-{i}", "worker", w) for i, w in enumerate(self.workers)]
         self.children.append(Child("gateway", "gateway", self.gateway))
+        self.children += [Child(f"gateway-{i + 1}", "gateway", g) for i, g in enumerate(self.more_gateways)]
         for child in self.children:
             self._spawn(child)
         if self.supervise:
@@ -104,7 +106,9 @@ class Cluster:
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stopping.set()
-        order = ["gateway", "scheduler"] + [c.name for c in self.children if c.service == "worker"] + ["repository"]
+        # gateways first (they finish their in-flight requests while the rest still runs)
+        order = [c.name for c in self.children if c.service == "gateway"] + ["scheduler"]
+        order += [c.name for c in self.children if c.service == "worker"] + ["repository"]
         for name in order:
             child = self.child(name)
             if child.process and child.process.poll() is None:
@@ -175,7 +179,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         metrics_port=args.metrics_port, allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size, request_timeout_s=args.request_timeout_secs,
         tensor_transport=args.tensor_transport, strict_readiness=args.strict_readiness,
-        allow_client_shm=args.allow_client_shm, trace_file=args.trace["file"], trace_level=args.trace["level"],
+        allow_client_shm=args.allow_client_shm, exit_timeout_s=args.exit_timeout_secs, trace_file=args.trace["file"], trace_level=args.trace["level"],
         trace_rate=args.trace["rate"], trace_count=args.trace["count"], trace_log_frequency=args.trace["log-frequency"],
         cache_bytes=args.cache_bytes, allow_cpu_metrics=args.allow_cpu_metrics is not False, allow_gpu_metrics=args.allow_gpu_metrics is not False,
         **args.metrics,

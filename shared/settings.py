@@ -61,6 +61,7 @@ class GatewaySettings(BusSettings):
     trace_rate: int = 1000
     trace_count: int = -1
     trace_log_frequency: int = 0
+    exit_timeout_s: float = Field(30.0, description="on shutdown, how long in-flight requests may finish")
     repository_timeout_s: float = Field(330.0, description="how long a load/unload request waits for the repository")
 
 
@@ -79,6 +80,8 @@ class WorkerSettings(BusSettings):
     tensor_transport: Literal["auto", "shm", "bus"] = "auto"
     intra_op_threads: int = Field(0, description="onnxruntime threads per instance (0 = its default)")
     heartbeat_s: float = 1.0
+    models: list[str] = Field(default_factory=list, description="host only models matching these globs "
+                              "(default: every model)")
     credits_per_instance: int = Field(
         2, description="batches the scheduler may send an instance ahead: the next one waits at the worker "
         "instead of a bus round trip after each batch")

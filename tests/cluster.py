@@ -97,18 +97,24 @@ def running_cluster(
     repository: dict | None = None,
     worker: dict | None = None,
     scheduler: dict | None = None,
+    gateways: int = 1,
+    workers_settings: list[dict] | None = None,
     **gateway: object,
 ) -> Iterator[Running]:
     nats = NatsServer(max_payload=max_payload).start()
     common = {"nats_url": nats.url}
+    def gateway_settings() -> GatewaySettings:
+        return GatewaySettings(**{"request_timeout_s": 30, **gateway}, **common, http_address="127.0.0.1",
+                               http_port=free_port(), metrics_port=free_port(), tensor_transport=transport)
+
     cluster = Cluster(
-        GatewaySettings(**{"request_timeout_s": 30, **gateway}, **common, http_address="127.0.0.1",
-                        http_port=free_port(), metrics_port=free_port(), tensor_transport=transport),
+        gateway_settings(),
         SchedulerSettings(**common, **{"worker_timeout_s": 3, **(scheduler or {})}),
         RepositorySettings(**common, model_repository=str(root), **{"worker_timeout_s": 3, **(repository or {})}),
-        [WorkerSettings(**common, tensor_transport=transport, heartbeat_s=0.5, **(worker or {}))
-         for _ in range(workers)],
+        [WorkerSettings(**common, tensor_transport=transport, heartbeat_s=0.5, **(worker or {}), **extra)
+         for extra in (workers_settings or [{}] * workers)],
         supervise=supervise,
+        more_gateways=[gateway_settings() for _ in range(gateways - 1)],
     )
     try:
         cluster.start()

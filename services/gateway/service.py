@@ -69,7 +69,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     servers = [
         _Server(uvicorn.Config(build_app(gateway), host=settings.http_address, port=settings.http_port,
                                http=CorkedHttpToolsProtocol, log_level="warning", access_log=False,
-                               timeout_graceful_shutdown=5))
+                               timeout_graceful_shutdown=settings.exit_timeout_s))
     ]
     if settings.allow_metrics:
         servers.append(_Server(uvicorn.Config(

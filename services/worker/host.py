@@ -9,6 +9,7 @@ instances finish what they run, then close), and keeps the old one if the new fa
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import gc
 import logging
 import time
@@ -83,8 +84,13 @@ class ModelHost:
                 self._records[name] = record
             await self.apply(name, record)
 
+    def hosts(self, name: str) -> bool:
+        """This worker's selector (`--models` globs): by default it hosts every model."""
+        return not self.settings.models or any(fnmatch.fnmatchcase(name, p) for p in self.settings.models)
+
     async def apply(self, name: str, record: ModelRecord | None) -> None:
-        wanted = set(record.hosted) if record is not None and not record.reason else set()
+        hosted = record is not None and not record.reason and self.hosts(name)
+        wanted = set(record.hosted) if hosted else set()
         for key in [k for k in self._attempted if k[0] == name and k[1] not in wanted]:
             self._attempted.pop(key, None)
             await self.unload(key)

@@ -54,3 +54,65 @@ def test_three_workers_share_the_load(test_repository):
         shares = [v / sum(runs.values()) for v in runs.values()]
         print("executions share per worker:", json.dumps({k[-6:]: round(v, 3) for k, v in zip(runs, shares)}))
         assert min(shares) > 0.2, shares  # a fair share is 1/3; none starves
+
+
+def test_two_gateways_answer_alike(tmp_path):
+    import tritonclient.http as httpclient
+
+    from services.repository.examples import write_examples
+
+    write_examples(tmp_path)
+    # two workers: one hosts simple and mlp (its selector), the other identity_fp32
+    selectors = [{"models": ["simple", "mlp*"]}, {"models": ["identity_*"]}]
+    with running_cluster(tmp_path, gateways=2, workers_settings=selectors) as running:
+        urls = [running.url, f"127.0.0.1:{running.cluster.more_gateways[0].http_port}"]
+        clients = [httpclient.InferenceServerClient(url) for url in urls]
+        value = np.arange(16, dtype=np.int32).reshape(1, 16)
+        answers = []
+        for client in clients:
+            inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(value)
+            answers.append(client.infer("simple", inputs).as_numpy("OUTPUT0"))
+        np.testing.assert_array_equal(answers[0], answers[1])
+        assert clients[0].get_model_metadata("mlp") == clients[1].get_model_metadata("mlp")
+        assert clients[0].get_model_config("simple") == clients[1].get_model_config("simple")
+        # each worker hosts only what its selector names
+        from shared.status import collect
+
+        hosted = sorted(sorted(s["status"]["models"]) for s in asyncio.run(collect(running.nats.url))
+                        if s["name"] == "shoal-worker")
+        assert hosted == [["identity_fp32/1"], ["mlp/1", "simple/1"]]
+        for client in clients:
+            client.close()
+
+
+def test_shutdown_lets_in_flight_requests_finish(tmp_path):
+    import threading
+
+    import tritonclient.http as httpclient
+
+    from services.repository import examples
+    from tests.integration.test_scheduling_policies import busy, config
+
+    examples.write_model(tmp_path, "slow", examples.slow_graph(2048), config("slow", ""))
+    outcome: list[object] = []
+    with running_cluster(tmp_path, worker={"credits_per_instance": 1, "intra_op_threads": 1}) as running:
+        def call() -> None:
+            client = httpclient.InferenceServerClient(running.url, network_timeout=60)
+            tensor = httpclient.InferInput("INPUT0", [1, 1], "FP32")
+            tensor.set_data_from_numpy(np.full((1, 1), 7, np.float32))
+            try:
+                outcome.append(client.infer("slow", [tensor]).as_numpy("OUTPUT0")[0, 0])
+            except Exception as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=call)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not busy(running, "slow"):
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        # leaving the block stops the cluster (SIGTERM, gateway first) while the request runs
+    thread.join(60)
+    assert outcome == [7.0], outcome
