@@ -59,12 +59,14 @@ class Cluster:
     env: dict[str, str] = field(default_factory=dict)
     supervise: bool = True  # restart services that exit (tests switch it off to see them gone)
     more_gateways: list[GatewaySettings] = field(default_factory=list)  # behind a load balancer
+    more_schedulers: list[SchedulerSettings] = field(default_factory=list)  # replicas sharing the models
     children: list[Child] = field(default_factory=list)
     _stopping: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> "Cluster":
         self.children = [Child("repository", "repository", self.repository),
                          Child("scheduler", "scheduler", self.scheduler)]
+        self.children += [Child(f"scheduler-{i + 1}", "scheduler", s) for i, s in enumerate(self.more_schedulers)]
         self.children += [Child(f"worker-{i}", "worker", w) for i, w in enumerate(self.workers)]
         self.children.append(Child("gateway", "gateway", self.gateway))
         self.children += [Child(f"gateway-{i + 1}", "gateway", g) for i, g in enumerate(self.more_gateways)]
@@ -107,8 +109,8 @@ class Cluster:
     def stop(self, timeout: float = 30.0) -> None:
         self._stopping.set()
         # gateways first (they finish their in-flight requests while the rest still runs)
-        order = [c.name for c in self.children if c.service == "gateway"] + ["scheduler"]
-        order += [c.name for c in self.children if c.service == "worker"] + ["repository"]
+        order = [c.name for kind in ("gateway", "scheduler", "worker") for c in self.children if c.service == kind]
+        order.append("repository")
         for name in order:
             child = self.child(name)
             if child.process and child.process.poll() is None:

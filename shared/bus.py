@@ -48,8 +48,8 @@ async def connect(url: str, name: str) -> NATS:
     return nc
 
 
-async def bucket(nc: NATS, name: str) -> KeyValue:
-    """Open a KV bucket, creating it if needed."""
+async def bucket(nc: NATS, name: str, ttl: float | None = None) -> KeyValue:
+    """Open a KV bucket, creating it if needed (`ttl`: entries not renewed expire)."""
     js = nc.jetstream()
     for _ in range(50):
         try:
@@ -57,7 +57,7 @@ async def bucket(nc: NATS, name: str) -> KeyValue:
         except BucketNotFoundError:
             try:
                 # file storage: the control plane survives a nats-server restart
-                return await js.create_key_value(bucket=name, history=1, storage="file")
+                return await js.create_key_value(bucket=name, history=1, storage="file", ttl=ttl)
             except Exception as exc:  # created concurrently by another service
                 log.debug("create bucket %s: %s", name, exc)
         except Exception as exc:  # JetStream still starting
@@ -115,6 +115,40 @@ def decode(decoder, msg, logger: logging.Logger = log):
     except msgspec.DecodeError as exc:
         logger.error("undecodable message on %s: %s", msg.subject, exc)
         return None
+
+
+async def gather(
+    nc: NATS, subject: str, payload: bytes = b"", expected: int = 0, timeout: float = 5.0, settle: float = 0.015
+) -> list[bytes]:
+    """Ask every responder (scheduler replicas) and collect their answers.
+
+    Returns as soon as `expected` answers are in; otherwise, after the first answer, once
+    `settle` seconds pass without another. No answer within `timeout`: an empty list."""
+    inbox = nc.new_inbox()
+    replies: list[bytes] = []
+    arrived = asyncio.Event()
+
+    async def collect(msg) -> None:
+        if not (msg.headers and msg.headers.get("Status") == "503"):  # no responders
+            replies.append(msg.data)
+        arrived.set()
+
+    sub = await nc.subscribe(inbox, cb=collect)
+    try:
+        await nc.publish(subject, payload, reply=inbox)
+        try:
+            await asyncio.wait_for(arrived.wait(), timeout)
+        except asyncio.TimeoutError:
+            return replies
+        while not (expected and len(replies) >= expected):
+            arrived.clear()
+            try:
+                await asyncio.wait_for(arrived.wait(), settle)
+            except asyncio.TimeoutError:
+                break
+        return replies
+    finally:
+        await sub.unsubscribe()
 
 
 def reconnects(nc: NATS) -> int:

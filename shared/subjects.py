@@ -9,10 +9,10 @@ PREFIX = "shoal"
 MODELS_BUCKET = "shoal-models"
 INSTANCES_BUCKET = "shoal-instances"
 SHM_BUCKET = "shoal-shm-regions"
+LEASES_BUCKET = "shoal-leases"  # which scheduler replica serves which model
 
-# gateway -> scheduler (queue group SCHEDULER_QUEUE); one subject per model
+# gateway -> scheduler: one subject per model, subscribed by the replica holding its lease
 SCHEDULER_QUEUE = "schedulers"
-INFER_ALL = f"{PREFIX}.infer.>"
 # worker -> scheduler: an instance is free / finished a batch
 INSTANCE_FREE = f"{PREFIX}.sched.free"
 # scheduler -> all workers: re-announce free instances (a scheduler (re)started)

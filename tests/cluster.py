@@ -98,6 +98,7 @@ def running_cluster(
     worker: dict | None = None,
     scheduler: dict | None = None,
     gateways: int = 1,
+    schedulers: int = 1,
     workers_settings: list[dict] | None = None,
     **gateway: object,
 ) -> Iterator[Running]:
@@ -115,6 +116,8 @@ def running_cluster(
          for extra in (workers_settings or [{}] * workers)],
         supervise=supervise,
         more_gateways=[gateway_settings() for _ in range(gateways - 1)],
+        more_schedulers=[SchedulerSettings(**common, **{"worker_timeout_s": 3, **(scheduler or {})})
+                         for _ in range(schedulers - 1)],
     )
     try:
         cluster.start()

@@ -24,7 +24,7 @@ from services.gateway.core import InferenceCore
 from services.gateway.models import ModelRegistry
 from services.gateway.shm import DISABLED
 from services.gateway.validation import raw_request, validate
-from shared import logsettings, subjects
+from shared import bus, logsettings, subjects
 from shared.errors import ShoalError, invalid, unavailable, unsupported
 from shared.messages import CacheEvent, ErrorReply
 from shared.settings import GatewaySettings
@@ -247,7 +247,7 @@ class Gateway:
                 raise invalid(f"requested model '{name}' is not available")
             if version and int(version) not in self.registry.ready_versions(name):
                 raise invalid(f"requested model version is not available for model '{name}'")
-        stats = await self._ask(subjects.SCHEDULER_STATS, b"", "the scheduler")
+        stats = await scheduler_stats(self.nc)
         entries = []
         for model in sorted(self.registry.records) if not name else [name]:
             for v in self.registry.ready_versions(model):
@@ -295,6 +295,54 @@ class Gateway:
     async def shm_unregister(self, request: Request) -> Response:
         await self.shm.unregister(request.path_params["kind"], request.path_params.get("region", ""))
         return Response(status_code=200, media_type="application/json")
+
+
+_replicas = {"count": 0, "learned": 0.0}  # scheduler replicas that answered a full gather, and when
+
+
+async def scheduler_stats(nc: NATS, payload: bytes = b"") -> dict[str, Any]:
+    """Every scheduler replica's statistics for the models it serves, merged.
+
+    Waiting for a quiet moment costs a few ms per call, so the replica count from the last
+    full gather (renewed every second, so new replicas are seen) ends the wait early."""
+    fresh = time.monotonic() - _replicas["learned"] < 1.0
+    replies = await bus.gather(nc, subjects.SCHEDULER_STATS, payload, expected=_replicas["count"] if fresh else 0)
+    if not replies:
+        raise unavailable("the scheduler is not available")
+    if not fresh:
+        _replicas.update(count=len(replies), learned=time.monotonic())
+    merged: dict[str, Any] = {}
+    for reply in replies:
+        for key, value in msgspec.json.decode(reply).items():
+            merged[key] = merge_stats(merged[key], value) if key in merged else value
+    return merged
+
+
+_NOT_ADDED = {"quantiles", "first_response_buckets", "free_credits", "cache_enabled"}
+
+
+def merge_stats(a: Any, b: Any, key: str = "") -> Any:
+    """Two replicas' statistics of one model version (a model served by one, then another):
+    counts and durations add up, `last_inference` is the later, quantiles are not added."""
+    if key in _NOT_ADDED:
+        return a or b
+    if key == "last_inference":
+        return max(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {k: merge_stats(a[k], b[k], k) if k in a and k in b else a.get(k, b.get(k)) for k in {**a, **b}}
+    if isinstance(a, list) and isinstance(b, list):
+        if all(isinstance(x, dict) and "batch_size" in x for x in a + b):  # batch_stats: by size
+            sizes: dict[int, Any] = {}
+            for entry in a + b:
+                size = entry["batch_size"]
+                sizes[size] = merge_stats(sizes[size], entry) if size in sizes else entry
+            return [dict(v, batch_size=k) for k, v in sorted(sizes.items())]
+        if len(a) == len(b) and all(isinstance(x, (int, float)) for x in a + b):  # histogram counts
+            return [x + y for x, y in zip(a, b)]
+        return a if len(a) >= len(b) else b
+    if isinstance(a, bool) or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return a or b
+    return a + b
 
 
 def empty_stats(model: str, version: str) -> dict[str, Any]:

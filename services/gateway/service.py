@@ -9,14 +9,14 @@ import logging
 import msgspec
 import uvicorn
 
-from services.gateway.app import Gateway, build_app
+from services.gateway.app import Gateway, build_app, scheduler_stats
 from services.gateway.core import InferenceCore
 from services.gateway.dispatch import Dispatcher
 from services.gateway.http_protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics import MetricsOptions, build_metrics_app
 from services.gateway.models import ModelRegistry
 from services.gateway.shm import ShmRegistry
-from shared import bus, discovery, subjects
+from shared import bus, discovery
 from shared.logsettings import follow
 from shared.settings import GatewaySettings
 from shared.tensors import TensorStore
@@ -61,10 +61,8 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     micro = await discovery.register(nc, "gateway", settings.gateway_id, status,
                                      http_port=str(settings.http_port), metrics_port=str(settings.metrics_port))
 
-    async def scheduler_stats(quantiles: list[float]) -> dict:
-        payload = msgspec.json.encode({"quantiles": quantiles}) if quantiles else b""
-        reply = await nc.request(subjects.SCHEDULER_STATS, payload, timeout=5)
-        return msgspec.json.decode(reply.data)
+    async def metrics_stats(quantiles: list[float]) -> dict:
+        return await scheduler_stats(nc, msgspec.json.encode({"quantiles": quantiles}) if quantiles else b"")
 
     servers = [
         _Server(uvicorn.Config(build_app(gateway), host=settings.http_address, port=settings.http_port,
@@ -73,7 +71,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     ]
     if settings.allow_metrics:
         servers.append(_Server(uvicorn.Config(
-            build_metrics_app(scheduler_stats, metrics_options(settings)), host=settings.http_address,
+            build_metrics_app(metrics_stats, metrics_options(settings)), host=settings.http_address,
             port=settings.metrics_port,
             log_level="warning", access_log=False)))
     log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)

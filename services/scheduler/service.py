@@ -18,6 +18,8 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.scheduler.batcher import BatchPolicy, next_batch
+from services.scheduler.leases import TTL_S as LEASE_TTL_S
+from services.scheduler.leases import Leases
 from services.scheduler.ordering import OrderedRelease
 from services.scheduler.queues import Priorities, RequestQueue
 from services.scheduler.ratelimit import Need, RateLimiter, instance_needs, parse_resources
@@ -44,6 +46,8 @@ from shared.settings import SchedulerSettings
 
 log = logging.getLogger("shoal.scheduler")
 
+HANDOVER_S = 2.0  # a model changing replicas is served by both for this long
+HANDOVER_DRAIN_S = 10.0  # then the old owner finishes what it queued, for at most this long
 FLIGHT_GRACE_S = 5.0  # past the deadline of its last request, a batch still running is given up
 _header_decoder = msgspec.msgpack.Decoder(RequestHeader)
 _batch_decoder = msgspec.msgpack.Decoder(RequestBatch)
@@ -127,6 +131,8 @@ class SchedulerService:
         self.queues: dict[tuple[str, int], ModelQueue] = {}
         self.in_flight: dict[tuple[str, int], InFlight] = {}  # (worker, batch_id) -> batch
         self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._drop_worker, self._worker_back)
+        self._subs: dict[str, object] = {}  # model -> its infer subscription, while we hold its lease
+        self._stats_sub = None
         self.limiter = RateLimiter(settings.rate_limit == "execution_count", parse_resources(settings.rate_limit_resource))
         self.running: Counter[tuple[str, int]] = Counter()  # batches in flight per instance
         self._batch_ids = 0
@@ -135,15 +141,16 @@ class SchedulerService:
 
     async def start(self) -> None:
         self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
-        await self.nc.subscribe(subjects.INFER_ALL, queue=subjects.SCHEDULER_QUEUE, cb=self._on_request)
+        self.leases = Leases(await bus.bucket(self.nc, subjects.LEASES_BUCKET, ttl=LEASE_TTL_S),
+                             self.settings.scheduler_id, self._gain, self._lose, self._model_idle)
         await self.nc.subscribe(subjects.INSTANCE_FREE, cb=self._on_free)
         await self.liveness.start()
-        await self.nc.subscribe(subjects.SCHEDULER_STATS, cb=self._on_stats)
         await self.nc.subscribe(subjects.CREDITS_REVOKED, cb=self._on_revoked)
         await self.nc.subscribe(subjects.SCHEDULER_DRAIN, cb=self._on_drain)
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
         await self.nc.subscribe(subjects.SCHEDULER_CACHE, cb=self._on_cache)
         self._spawn(self._watch_models())
+        self._spawn(self.leases.run())
         self._spawn(self._expire())
         self.micro = await discovery.register(self.nc, "scheduler", self.settings.scheduler_id, self.status)
         await self.nc.publish(subjects.RESYNC, b"")  # workers re-announce their free instances
@@ -157,9 +164,11 @@ class SchedulerService:
                 for (m, v), q in self.queues.items()
             },
             "workers": sorted(self.liveness.seen),
+            "owned": sorted(self.leases.held),
         }
 
     async def stop(self) -> None:
+        await self.leases.release_all()
         await self.micro.stop()
         self.liveness.stop()
         for task in list(self._tasks):
@@ -180,6 +189,9 @@ class SchedulerService:
     async def _watch_models(self) -> None:
         async for change in bus.watch(self.nc, self.models_kv):
             if not change.key:
+                if self._stats_sub is None:  # answer statistics (a liveness probe too) once the
+                    # models known at start are claimed
+                    self._stats_sub = await self.nc.subscribe(subjects.SCHEDULER_STATS, cb=self._on_stats)
                 continue
             name = subjects.untoken(change.key)
             record = _record_decoder.decode(change.value) if change.value is not None else None
@@ -187,6 +199,7 @@ class SchedulerService:
             for key in [k for k in self.queues if k[0] == name and k[1] not in hosted]:
                 await self._abandon(self.queues[key], f"model '{name}' version {key[1]} was unloaded")
             if not hosted:
+                await self.leases.drop(name)
                 continue
             spec = spec_from_json(record.active_config)
             for version in hosted:
@@ -195,6 +208,7 @@ class SchedulerService:
                 queue.priorities = Priorities.from_json(spec.config.get("dynamic_batching"))
                 queue.needs = instance_needs(spec.config)
                 self.limiter.learn(queue.needs)
+            await self.leases.want(name)
 
     # -- requests ---------------------------------------------------------------
     async def _on_request(self, msg) -> None:
@@ -428,6 +442,36 @@ class SchedulerService:
             for pending in flight.requests:
                 await self._fail(queue, pending.header, f"worker {worker} stopped responding while running the request")
 
+    # -- leases: which models this replica serves ----------------------------------------
+    def _model_idle(self, model: str) -> bool:
+        return all(self._idle(key) for key in self.queues if key[0] == model)
+
+    async def _gain(self, model: str) -> None:
+        # one queue group for every replica: while a model changes hands, both the old and
+        # the new owner are subscribed and each request reaches exactly one of them
+        self._subs[model] = await self.nc.subscribe(subjects.infer(model), queue=subjects.SCHEDULER_QUEUE,
+                                                    cb=self._on_request)
+        await self.nc.publish(subjects.RESYNC, b"")  # workers announce their idle credits again
+
+    async def _lose(self, model: str) -> None:
+        """Stop taking requests for `model` once its new owner had time to subscribe, serve what
+        is already queued, and only then give up what is left."""
+        self._spawn(self._hand_over(model))
+
+    async def _hand_over(self, model: str) -> None:
+        await asyncio.sleep(HANDOVER_S)
+        if self.leases.owns(model):  # claimed back meanwhile
+            return
+        sub = self._subs.pop(model, None)
+        if sub is not None:
+            await sub.unsubscribe()
+        deadline = time.monotonic() + HANDOVER_DRAIN_S
+        while not self._model_idle(model) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for key in [k for k in self.queues if k[0] == model]:
+            await self._abandon(self.queues[key], f"scheduler {self.settings.scheduler_id} no longer serves "
+                                                  f"model '{model}'; retry")
+
     async def _abandon(self, queue: ModelQueue, message: str) -> None:
         """The version is gone: fail what still waits for it (a drain normally left nothing)."""
         queue.free.clear()
@@ -439,6 +483,8 @@ class SchedulerService:
         event = bus.decode(_cache_decoder, msg, log)
         if event is None:
             return
+        if not self.leases.owns(event.model):
+            return  # its owner counts it (gateways merge every replica's counts)
         stats = self.queue(event.model, event.version).stats
         if event.hit:
             stats.cache_hit.add(event.ns)
@@ -477,8 +523,8 @@ class SchedulerService:
 
     async def _on_drain(self, msg) -> None:
         request = bus.decode(_drain_decoder, msg, log)
-        if request is None:
-            return
+        if request is None or not self.leases.owns(request.model):
+            return  # the model's owner answers
         self._spawn(self._drain(request, msg.reply))
 
     async def _drain(self, request: DrainRequest, reply: str) -> None:
@@ -509,6 +555,7 @@ class SchedulerService:
                 "worker_executions": q.stats.worker_executions,
             }
             for (model, version), q in self.queues.items()
+            if self.leases.owns(model) or q.stats.success.count or q.stats.fail.count or q.stats.cache_miss.count
         }
         await msg.respond(msgspec.json.encode(stats))
 

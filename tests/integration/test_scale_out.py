@@ -116,3 +116,64 @@ def test_shutdown_lets_in_flight_requests_finish(tmp_path):
         # leaving the block stops the cluster (SIGTERM, gateway first) while the request runs
     thread.join(60)
     assert outcome == [7.0], outcome
+
+
+def test_scheduler_replicas_divide_the_models_and_take_over(tmp_path):
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    from services.repository.examples import write_examples
+    from shared.status import collect
+
+    write_examples(tmp_path)
+    with running_cluster(tmp_path, schedulers=2, supervise=False, request_timeout_s=5) as running:
+        client = httpclient.InferenceServerClient(running.url, network_timeout=30)
+
+        def infer(model: str) -> None:
+            shape = [1, 16] if model == "simple" else [1, 256] if model == "mlp" else [1, 4]
+            names = ["INPUT0", "INPUT1"] if model == "simple" else ["INPUT0"]
+            dtype = np.int32 if model == "simple" else np.float32
+            inputs = []
+            for name in names:
+                tensor = httpclient.InferInput(name, shape, "INT32" if model == "simple" else "FP32")
+                tensor.set_data_from_numpy(np.ones(shape, dtype))
+                inputs.append(tensor)
+            client.infer(model, inputs)
+
+        def owners() -> dict[str, list[str]]:
+            found = {}
+            for service in asyncio.run(collect(running.nats.url)):
+                if service["name"] == "shoal-scheduler":
+                    found[service["metadata"]["instance"]] = sorted(service["status"]["owned"])
+            return found
+
+        models = ("simple", "mlp", "identity_fp32")
+        deadline = time.monotonic() + 30
+        while not (len(owners()) == 2 and all(owners().values())):  # the models spread over both
+            assert time.monotonic() < deadline, owners()
+            time.sleep(0.2)
+        for model in models:
+            infer(model)
+        stats = client.get_inference_statistics()["model_stats"]
+        assert {s["name"] for s in stats if s["inference_count"]} == set(models)  # merged from both replicas
+        # kill the replica that serves `simple`; the other takes it over within the lease TTL
+        serving = {running.cluster.child("scheduler").settings.scheduler_id: "scheduler",
+                   running.cluster.more_schedulers[0].scheduler_id: "scheduler-1"}
+        owner = next(name for sid, name in serving.items()
+                     if "simple" in owners().get(sid, []) and
+                     running.cluster.child(name))
+        running.cluster.child(owner).process.kill()
+        deadline = time.monotonic() + 30
+        while True:
+            started = time.monotonic()
+            try:
+                infer("simple")
+                break
+            except InferenceServerException as exc:
+                assert exc.status() == "503", exc  # clear errors while the lease moves
+            assert time.monotonic() - started < 10, "a request outlived its deadline"
+            assert time.monotonic() < deadline, "no replica took the model over"
+            time.sleep(0.2)
+        for model in models:
+            infer(model)
+        client.close()

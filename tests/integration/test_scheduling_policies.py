@@ -1,5 +1,5 @@
 """Priorities, queue policies (size, REJECT, DELAY, timeout override) and cancellation, on a
-model that takes ~40 ms per execution, with one instance and one credit so that requests
+model that takes ~0.3 s per execution, with one instance and one credit so that requests
 really wait in the scheduler's queue."""
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ def config(name: str, batching: str) -> str:
 def slow(tmp_path_factory):
     root = tmp_path_factory.mktemp("slow")
     for name, batching in POLICIES.items():
-        # the priority and delay tests queue requests behind one execution: it runs longer
-        size = 2048 if name in ("slow_priority", "slow_delay") else 1024
+        size = 2048  # ~0.3 s an execution: long enough to queue requests behind it, whatever the machine
         examples.write_model(root, name, examples.slow_graph(size), config(name, batching))
     with running_cluster(root, worker={"credits_per_instance": 1, "intra_op_threads": 1}) as running:
         yield running

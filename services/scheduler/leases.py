@@ -1,0 +1,124 @@
+"""Which scheduler replica serves which model: per-model leases in a JetStream KV bucket.
+
+A lease is a key (the model) holding the owner's id, created atomically (`create` fails if
+it exists) and kept alive by compare-and-set updates every `refresh_s`. The bucket's TTL
+expires the leases of a replica that died, and another replica claims them on its next
+round. Replicas holding fewer models try first, so models spread across replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from nats.js.kv import KeyValue
+
+from shared import subjects
+
+log = logging.getLogger("shoal.scheduler")
+
+REFRESH_S = 1.0
+TTL_S = 4.0  # a dead owner's models move after this long
+
+Hook = Callable[[str], Awaitable[None]]
+PRESENCE = "replica."  # keys of the live replicas (model keys never contain '.')
+
+
+class Leases:
+    def __init__(self, kv: KeyValue, owner: str, on_gain: Hook, on_loss: Hook,
+                 idle: Callable[[str], bool] = lambda model: True) -> None:
+        self.kv = kv
+        self.owner = owner
+        self.on_gain = on_gain
+        self.on_loss = on_loss
+        self.idle = idle  # a model with nothing queued or running can move without failing anything
+        self._presence_revision = 0
+        self.fair = 1 << 30  # models this replica may hold: set from the live replicas each round
+        self.wanted: set[str] = set()  # models some worker hosts
+        self.held: dict[str, int] = {}  # model -> revision of our lease
+        self._lock = asyncio.Lock()
+
+    def owns(self, model: str) -> bool:
+        return model in self.held
+
+    async def want(self, model: str) -> None:
+        self.wanted.add(model)
+        await self.claim(model)
+
+    async def drop(self, model: str) -> None:
+        """No longer served by anyone (unloaded): give the lease back."""
+        self.wanted.discard(model)
+        async with self._lock:
+            if self.held.pop(model, None) is not None:
+                await self._delete(model)
+                await self.on_loss(model)
+
+    async def claim(self, model: str) -> None:
+        async with self._lock:
+            if model in self.held or model not in self.wanted:
+                return
+            try:
+                self.held[model] = await self.kv.create(subjects.model_key(model), self.owner.encode())
+            except Exception:  # held by another replica (or the bus is away): try next round
+                return
+        log.info("scheduler %s serves model '%s'", self.owner, model)
+        await self.on_gain(model)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_S)
+            await self.refresh()
+            await self.rebalance()
+            # replicas with fewer models claim first: the models spread across replicas
+            await asyncio.sleep(0.05 * len(self.held))
+            for model in sorted(self.wanted - set(self.held)):
+                if len(self.held) >= self.fair:  # the others take the rest
+                    break
+                await self.claim(model)
+
+    async def rebalance(self) -> None:
+        """Announce this replica; hand idle models above a fair share to the others."""
+        try:
+            self._presence_revision = await self.kv.put(f"{PRESENCE}{self.owner}", b"")
+            keys = await self.kv.keys()
+        except Exception:  # an empty bucket raises; the bus may be away
+            return
+        replicas = max(1, sum(1 for k in keys if k.startswith(PRESENCE)))
+        self.fair = fair = -(-len(self.wanted) // replicas)
+        for model in sorted(self.held)[: max(0, len(self.held) - fair)]:
+            if self.idle(model):
+                log.info("scheduler %s hands model '%s' to another replica", self.owner, model)
+                async with self._lock:
+                    self.held.pop(model, None)
+                    await self._delete(model)
+                await self.on_loss(model)
+
+    async def refresh(self) -> None:
+        for model, revision in list(self.held.items()):
+            try:
+                async with self._lock:
+                    if model in self.held:
+                        self.held[model] = await self.kv.update(
+                            subjects.model_key(model), self.owner.encode(), last=revision)
+            except Exception as exc:  # expired and taken, or the bus is away too long
+                log.warning("scheduler %s lost model '%s': %s", self.owner, model, exc)
+                async with self._lock:
+                    self.held.pop(model, None)
+                await self.on_loss(model)
+
+    async def release_all(self) -> None:
+        """On shutdown: let another replica take over at once instead of after the TTL."""
+        for model in list(self.held):
+            await self._delete(model)
+        self.held.clear()
+        try:
+            await self.kv.delete(f"{PRESENCE}{self.owner}")
+        except Exception:
+            pass
+
+    async def _delete(self, model: str) -> None:
+        try:
+            await self.kv.delete(subjects.model_key(model))
+        except Exception as exc:
+            log.debug("release lease of '%s': %s", model, exc)
