@@ -446,17 +446,24 @@ class InferFastPath:
 
     @staticmethod
     async def _until_disconnect(work, receive):
-        """Run the inference, cancelling it end to end if the client goes away first."""
-        task = asyncio.ensure_future(work)
-        watcher = asyncio.ensure_future(receive())  # after the body, the next message is the disconnect
+        """Run the inference in this task, cancelling it end to end if the client goes away first
+        (one watcher task per request: the inference itself needs no task of its own)."""
+        handler = asyncio.current_task()
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            message = await receive()  # after the body, the next message is the disconnect
+            if message.get("type") == "http.disconnect":
+                gone.set()
+                handler.cancel()  # the dispatcher tells the scheduler; the request leaves its queue
+
+        watcher = asyncio.ensure_future(watch())
         try:
-            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if not task.done():
-                message = watcher.result()
-                if message.get("type") == "http.disconnect":
-                    task.cancel()  # the dispatcher tells the scheduler; the request leaves its queue
-                    raise _HTTPError(499, "client disconnected")
-            return await task
+            return await work
+        except asyncio.CancelledError:
+            if gone.is_set():
+                raise _HTTPError(499, "client disconnected") from None
+            raise
         finally:
             watcher.cancel()
 

@@ -74,21 +74,26 @@ class RequestQueue:
     def __init__(self) -> None:
         self._levels: dict[int, deque] = {}
         self._delayed: dict[int, deque] = {}
+        self._parts: list[deque] = []  # serving order; rebuilt only when the deques change
 
-    def _order(self) -> Iterator[deque]:
+    def _reorder(self) -> None:
+        self._parts = []
         for level in sorted(set(self._levels) | set(self._delayed)):
-            yield self._levels.get(level, deque())
-            yield self._delayed.get(level, deque())
+            self._parts.append(self._levels.setdefault(level, deque()))
+            self._parts.append(self._delayed.setdefault(level, deque()))
+
+    def _order(self) -> list[deque]:
+        return self._parts
 
     def __iter__(self) -> Iterator:
         for part in self._order():
             yield from part
 
     def __len__(self) -> int:
-        return sum(len(d) for d in self._levels.values()) + sum(len(d) for d in self._delayed.values())
+        return sum(len(part) for part in self._parts)
 
     def __bool__(self) -> bool:
-        return any(self._levels.values()) or any(self._delayed.values())
+        return any(self._parts)
 
     def __getitem__(self, index: int):
         if index != 0:
@@ -105,7 +110,11 @@ class RequestQueue:
         raise IndexError("empty queue")
 
     def append(self, item: Queued) -> None:
-        self._levels.setdefault(item.level, deque()).append(item)
+        part = self._levels.get(item.level)
+        if part is None:
+            self._levels[item.level] = part = deque()
+            self._reorder()
+        part.append(item)
 
     def size(self, level: int) -> int:
         return len(self._levels.get(level, ())) + len(self._delayed.get(level, ()))
@@ -119,6 +128,7 @@ class RequestQueue:
                 for item in part:
                     (removed if predicate(item) else kept).append(item)
                 queues[level] = kept
+        self._reorder()
         return removed
 
     def time_out(self, now_ns: int, priorities: Priorities) -> list:
@@ -135,6 +145,7 @@ class RequestQueue:
                 self._delayed.setdefault(level, deque()).extend(expired)
             else:
                 rejected.extend(expired)
+        self._reorder()
         return rejected
 
     def next_timeout_ns(self) -> int:

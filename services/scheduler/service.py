@@ -286,6 +286,8 @@ class SchedulerService:
         if not queue.requests:
             return
         now_ns = time.time_ns()
+        if all(p.header.deadline_ns > now_ns and not 0 < p.queue_deadline_ns <= now_ns for p in queue.requests):
+            return  # the common case: nothing to do, and no queue rebuilt
         expired = queue.requests.remove(lambda p: p.header.deadline_ns <= now_ns)  # before any await
         timed_out = queue.requests.time_out(now_ns, queue.priorities)
         for pending in expired:
