@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from services.gateway.codec import RESERVED_PARAMETERS, OutputTensor, ParsedRequest
+from services.gateway.codec import OutputTensor, ParsedRequest
 from services.gateway.dispatch import Dispatcher
 from services.gateway.shm import ShmRegistry
 from services.gateway.validation import Validated
@@ -15,6 +15,7 @@ from shared.model_config import ModelSpec
 from shared.tensors import TensorStore, write_region
 
 INLINE_BUDGET = 256 * 1024
+GATEWAY_PARAMETERS = frozenset({"binary_data_output", "priority", "timeout", "headers"})  # used up here
 
 
 def _uint(parameters: dict, key: str) -> int:
@@ -65,7 +66,8 @@ class InferenceCore:
                 inputs=inputs,
                 outputs=valid.outputs,
                 output_regions=regions,
-                parameters={k: v for k, v in parsed.parameters.items() if k not in RESERVED_PARAMETERS},
+                # the sequence ones stay: backends read them (correlation id, start/end flags)
+                parameters={k: v for k, v in parsed.parameters.items() if k not in GATEWAY_PARAMETERS},
                 priority=_uint(parsed.parameters, "priority"),
                 timeout_us=_uint(parsed.parameters, "timeout"),
                 received_ns=now,

@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 from nats.aio.client import Client as NATS
 
+from services.worker.backends.python_backend import ModelError
 from services.worker.batch import gather, scatter
 from services.worker.host import ModelHost
 from services.worker.instances import Instance, LoadedModel
@@ -245,9 +246,12 @@ class WorkerService:
         names = sorted({n for r in requests for n in (r.outputs or [o.name for o in spec.outputs])})
         sizes = [r.batch_size for r in requests]
         timings = _Timings()
-        pieces = await self._loop.run_in_executor(
-            instance.executor, self._compute, spec, instance, arrays, names, sizes, timings, t0
-        )
+        if hasattr(instance.runner, "run_requests"):  # python models take the requests one by one
+            pieces = await self._loop.run_in_executor(
+                instance.executor, self._compute_requests, spec, instance, requests, arrays, timings, t0)
+        else:
+            pieces = await self._loop.run_in_executor(
+                instance.executor, self._compute, spec, instance, arrays, names, sizes, timings, t0)
         free.batch_size = sum(sizes)
         free.compute_input_ns = timings.compute_input_ns
         free.compute_infer_ns = timings.compute_infer_ns
@@ -257,6 +261,8 @@ class WorkerService:
         t_out = time.monotonic_ns()
         for request, piece in zip(requests, pieces):
             try:
+                if isinstance(piece, ModelError):  # the model answered this request with an error
+                    raise ShoalError(piece.message, piece.code)
                 response = self._respond(spec, loaded.version, request, piece, batch.reply_via_scheduler)
             except ShoalError as exc:  # this request's problem (e.g. its output region is too small)
                 response = InferResponse(request.rid, error=exc.message, code=str(exc.code))
@@ -280,6 +286,15 @@ class WorkerService:
         t2 = time.monotonic_ns()
         timings.compute_input_ns, timings.compute_infer_ns = t1 - t0, t2 - t1
         return scatter(spec, outputs, sizes)
+
+    @staticmethod
+    def _compute_requests(spec, instance, requests, arrays, timings: _Timings, t0: int):
+        names = [r.outputs or [o.name for o in spec.outputs] for r in requests]
+        metadata = [_request_metadata(r) for r in requests]
+        t1 = time.monotonic_ns()
+        results = instance.runner.run_requests(arrays, names, metadata)
+        timings.compute_input_ns, timings.compute_infer_ns = t1 - t0, time.monotonic_ns() - t1
+        return results
 
     def _respond(
         self, spec: ModelSpec, version: int, request: InferRequest, piece: dict[str, np.ndarray], small: bool
@@ -317,6 +332,15 @@ class WorkerService:
             budget -= nbytes if ref.data is not None else 0
             refs.append(ref)
         return InferResponse(request.rid, spec.name, version, refs)
+
+
+def _request_metadata(request: InferRequest) -> dict:
+    """What a python model can ask of a request besides its tensors."""
+    params = request.parameters
+    flags = (1 if params.get("sequence_start") else 0) | (2 if params.get("sequence_end") else 0)
+    custom = {k: v for k, v in params.items() if k not in ("sequence_id", "sequence_start", "sequence_end")}
+    return {"request_id": request.id, "correlation_id": params.get("sequence_id", 0), "flags": flags,
+            "parameters": custom, "timeout": request.timeout_us}
 
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:

@@ -15,6 +15,7 @@ from shared.errors import unavailable
 
 _MODULES = {
     "onnxruntime": "services.worker.backends.onnxruntime_backend",
+    "python": "services.worker.backends.python_backend",
 }
 _EXTRAS = {
     "tensorrt": "shoal[gpu]",

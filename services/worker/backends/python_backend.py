@@ -1,0 +1,115 @@
+"""Triton python-backend models (`model.py` with `TritonPythonModel`), run unchanged.
+
+Each instance imports its own copy of `model.py` and runs in the worker process, on the
+instance's thread: numpy inputs are handed over without the copies Triton's stub process
+makes. The cost is isolation: a model that crashes the interpreter takes its worker down
+(the supervisor restarts it); a model that raises only fails its requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from services.worker import pb_utils
+from shared.errors import ShoalError, unavailable
+from shared.model_config import ModelSpec
+from shared.paths import inside
+
+
+class ModelError(Exception):
+    """A request the model answered with a `TritonError` (or by raising)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
+def _import(path: Path):
+    sys.modules.setdefault("triton_python_backend_utils", pb_utils)
+    name = f"shoal_python_model_{uuid.uuid4().hex}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))  # models import their sibling files
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+class PythonInstance:
+    def __init__(self, spec: ModelSpec, path: Path, version: int, index: int) -> None:
+        module = _import(path)
+        if not hasattr(module, "TritonPythonModel"):
+            raise unavailable(f"{path} does not define TritonPythonModel")
+        self.spec = spec
+        self.model = module.TritonPythonModel()
+        args = {
+            "model_config": json.dumps(spec.config),
+            "model_instance_kind": "CPU",
+            "model_instance_name": f"{spec.name}_{index}",
+            "model_instance_device_id": "0",
+            "model_repository": str(path.parent.parent),
+            "model_version": str(version),
+            "model_name": spec.name,
+        }
+        if hasattr(self.model, "initialize"):
+            self.model.initialize(args)
+
+    def run_requests(self, requests: list[dict[str, np.ndarray]], output_names: list[list[str]],
+                     metadata: list[dict]) -> list[dict[str, np.ndarray] | ModelError]:
+        """One `execute` call for the batch's requests; a result or an error per request."""
+        batch = [
+            pb_utils.InferenceRequest([pb_utils.Tensor(n, a) for n, a in arrays.items()],
+                                      requested_output_names=names, **meta)
+            for arrays, names, meta in zip(requests, output_names, metadata)
+        ]
+        try:
+            responses = self.model.execute(batch)
+            if inspect.isawaitable(responses):
+                responses = asyncio.run(responses)
+        except pb_utils.TritonError as exc:
+            return [ModelError(exc.message(), exc.code_name())] * len(batch)
+        except Exception as exc:  # the model raised: its requests fail, the worker goes on
+            return [ModelError(f"{type(exc).__name__}: {exc}", "INTERNAL")] * len(batch)
+        if not isinstance(responses, list) or len(responses) != len(batch):
+            got = len(responses) if isinstance(responses, list) else type(responses).__name__
+            return [ModelError(f"execute returned {got} responses for {len(batch)} requests", "INTERNAL")] * len(batch)
+        results: list[dict[str, np.ndarray] | ModelError] = []
+        for response in responses:
+            if response.has_error():
+                error = response.error()
+                results.append(ModelError(error.message(), error.code_name()))
+            else:
+                results.append({t.name(): t.as_numpy() for t in response.output_tensors()})
+        return results
+
+    def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
+        result = self.run_requests([inputs], [output_names], [{}])[0]
+        if isinstance(result, ModelError):
+            raise ShoalError(result.message, result.code)
+        return result
+
+    def close(self) -> None:
+        if hasattr(self.model, "finalize"):
+            self.model.finalize()
+
+
+def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,
+                    index: int = 0) -> PythonInstance:
+    path = inside(model_dir.parent, f"{model_dir.name}/{version}/{spec.default_model_filename or 'model.py'}")
+    if not path.is_file():
+        raise unavailable(f"unable to find '{path}' for model '{spec.name}'")
+    return PythonInstance(spec, path, version, index)
+
+
+def default_threads(instances: int) -> int:
+    return 1
