@@ -40,15 +40,6 @@ def open_handle(handle: bytes, device_id: int) -> int:
         return pointer
 
 
-def close_handle(handle: bytes, device_id: int) -> None:
-    with _lock:
-        pointer = _opened.pop((handle, device_id), None)
-    if pointer is not None:
-        cupy = _cupy()
-        with cupy.cuda.Device(device_id):
-            cupy.cuda.runtime.ipcCloseMemHandle(pointer)
-
-
 def read(handle: bytes, device_id: int, offset: int, nbytes: int) -> bytes:
     cupy = _cupy()
     pointer = open_handle(handle, device_id)

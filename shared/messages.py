@@ -254,7 +254,3 @@ encoder = msgspec.msgpack.Encoder()
 
 def encode(message: msgspec.Struct) -> bytes:
     return encoder.encode(message)
-
-
-def decoder(kind: type) -> msgspec.msgpack.Decoder:
-    return msgspec.msgpack.Decoder(kind)

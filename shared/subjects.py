@@ -55,10 +55,6 @@ def infer(model: str) -> str:
     return f"{PREFIX}.infer.{token(model)}"
 
 
-def model_from_infer(subject: str) -> str:
-    return untoken(subject.split(".", 2)[2])
-
-
 def worker_exec(worker_id: str) -> str:
     return f"{PREFIX}.worker.{worker_id}.exec"
 

@@ -147,7 +147,3 @@ class RequestQueue:
                 rejected.extend(expired)
         self._reorder()
         return rejected
-
-    def next_timeout_ns(self) -> int:
-        deadlines = [i.queue_deadline_ns for part in self._levels.values() for i in part if i.queue_deadline_ns]
-        return min(deadlines) if deadlines else 0
