@@ -94,6 +94,8 @@ class InferResponse(msgspec.Struct, omit_defaults=True):
     parameters: dict[str, Any] = {}
     trace: dict[str, int] = {}  # traced requests: event name -> CLOCK_MONOTONIC ns
     batch: dict[str, Any] = {}  # traced requests: the batch it ran in and why it was sent
+    more: bool = False  # decoupled models: more responses to this request follow
+    empty: bool = False  # decoupled models: only the final flag, no response to show the client
 
 
 class ResponseBatch(msgspec.Struct):

@@ -15,12 +15,13 @@ from nats.aio.client import Client as NATS
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from services.gateway import codec, trace
 from services.gateway.cache import ResponseCache, cache_key
 from services.gateway.core import InferenceCore
+from services.gateway.generate import event, parse_generate, render_generate
 from services.gateway.models import ModelRegistry
 from services.gateway.shm import DISABLED
 from services.gateway.validation import raw_request, validate
@@ -35,7 +36,7 @@ SERVER_VERSION = "2.73.0"  # the Triton protocol level Shoal answers as
 EXTENSIONS = [
     "classification", "model_repository", "model_repository(unload_dependents)", "schedule_policy",
     "model_configuration", "system_shared_memory", "cuda_shared_memory", "binary_tensor_data", "parameters",
-    "statistics", "trace", "logging",
+    "statistics", "trace", "logging", "generate",
 ]
 
 
@@ -172,6 +173,58 @@ class Gateway:
             content = codec.compress(content, encoding)
             out_headers["content-encoding"] = encoding
         return content, out_headers
+
+    # -- generate extension --------------------------------------------------------------
+    async def _generate_request(self, request: Request):
+        name, version = self._model(request)
+        spec, resolved = self.registry.resolve(name, version)
+        parsed = parse_generate(spec, await self._parse_json(request))
+        valid = validate(spec, parsed, streaming=True)
+        return spec, resolved, parsed, valid
+
+    async def generate(self, request: Request) -> Response:
+        """Exactly one response, as flat JSON (decoupled models included)."""
+        spec, resolved, parsed, valid = await self._generate_request(request)
+        answers = []
+        async for item in self.core.stream(spec, resolved, parsed, valid):
+            if isinstance(item, ShoalError):
+                raise item
+            answers.append(item)
+        if len(answers) != 1:
+            raise invalid(f"generate expects exactly one response from model '{spec.name}', got {len(answers)}; "
+                          "use generate_stream")
+        outputs, parameters, _ = answers[0]
+        return Response(render_generate(spec.name, resolved, parsed.id, outputs, parameters),
+                        media_type="application/json")
+
+    async def generate_stream(self, request: Request) -> Response:
+        """Server-sent events, one per response. An error before the first response is a plain
+        JSON error with its status; after it, an `{"error": ...}` event (the status is sent)."""
+        spec, resolved, parsed, valid = await self._generate_request(request)
+        stream = self.core.stream(spec, resolved, parsed, valid)
+        first = await anext(stream, None)
+        if isinstance(first, ShoalError):
+            await stream.aclose()
+            raise first
+
+        def render(item) -> bytes:
+            if isinstance(item, ShoalError):
+                return event(orjson.dumps({"error": item.message}))
+            outputs, parameters, _ = item
+            return event(render_generate(spec.name, resolved, parsed.id, outputs, parameters))
+
+        async def events():
+            try:
+                if first is not None:
+                    yield render(first)
+                async for item in stream:
+                    yield render(item)
+            except ShoalError as exc:
+                yield render(exc)
+            finally:
+                await stream.aclose()
+
+        return StreamingResponse(events(), media_type="text/event-stream")
 
     async def _cache_event(self, model: str, version: int, hit: bool, ns: int) -> None:
         event = CacheEvent(model, version, hit, ns, ns if hit else 0)
@@ -391,6 +444,8 @@ def build_app(gateway: Gateway, lifespan=None) -> Starlette:
             Route(base + "/ready", triton_errors(g.model_ready), methods=["GET"]),
             Route(base + "/config", triton_errors(g.model_config), methods=["GET"]),
             Route(base + "/stats", triton_errors(g.statistics), methods=["GET"]),
+            Route(base + "/generate", triton_errors(g.generate), methods=["POST"]),
+            Route(base + "/generate_stream", triton_errors(g.generate_stream), methods=["POST"]),
         ]
     return InferFastPath(gateway, Starlette(routes=routes, exception_handlers={HTTPException: _not_found},
                                             lifespan=lifespan))

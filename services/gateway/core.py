@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 
 from services.gateway.codec import OutputTensor, ParsedRequest
 from services.gateway.dispatch import Dispatcher
@@ -33,8 +34,40 @@ class InferenceCore:
         self.shm = shm
 
     async def infer(
-        self, spec: ModelSpec, version: int, parsed: ParsedRequest, valid: Validated, trace: bool = False
+        self, spec: ModelSpec, version: int, parsed: ParsedRequest, valid: Validated, trace: bool = False,
+        timeout_s: float | None = None,
     ) -> tuple[list[OutputTensor], dict, InferResponse]:
+        timeout_s = timeout_s or self.timeout_s
+        request, regions = self._request(spec, version, parsed, valid, trace, timeout_s)
+        try:
+            response = await self.dispatcher.infer(request, timeout_s)
+        finally:
+            self.store.free(request.inputs)
+        return await self._outputs(response, regions, valid, request.deadline_ns), response.parameters, response
+
+    async def stream(
+        self, spec: ModelSpec, version: int, parsed: ParsedRequest, valid: Validated, timeout_s: float | None = None,
+    ) -> AsyncIterator[tuple[list[OutputTensor], dict, InferResponse] | ShoalError]:
+        """A model's responses as they come (many for decoupled models); an error response is
+        yielded as a `ShoalError`, and the stream goes on if the model said more will follow."""
+        timeout_s = timeout_s or self.timeout_s
+        request, regions = self._request(spec, version, parsed, valid, False, timeout_s)
+        try:
+            async for response in self.dispatcher.stream(request, timeout_s):
+                if response.empty and not response.error:
+                    continue  # the final flag alone: nothing to show
+                try:
+                    outputs = await self._outputs(response, regions, valid, request.deadline_ns)
+                except ShoalError as exc:
+                    yield exc
+                    continue
+                yield outputs, response.parameters, response
+        finally:
+            self.store.free(request.inputs)
+
+    def _request(
+        self, spec: ModelSpec, version: int, parsed: ParsedRequest, valid: Validated, trace: bool, timeout_s: float
+    ) -> tuple[InferRequest, dict[str, TensorRef]]:
         now = time.time_ns()
         rid = self.dispatcher.new_rid()
         request_ids.set(f"{parsed.id}/{rid}" if parsed.id else rid)  # on every log line about this request
@@ -46,7 +79,7 @@ class InferenceCore:
                     inputs.append(self.shm.reference(tensor.name, tensor.datatype, tensor.shape, tensor.parameters))
                     continue
                 nbytes = memoryview(tensor.data).nbytes
-                ref = self.store.put(tensor.name, tensor.datatype, tensor.shape, tensor.data, self.timeout_s,
+                ref = self.store.put(tensor.name, tensor.datatype, tensor.shape, tensor.data, timeout_s,
                                      inline=nbytes <= budget)
                 budget -= nbytes if ref.data is not None else 0
                 inputs.append(ref)
@@ -59,7 +92,7 @@ class InferenceCore:
                 model=spec.name,
                 version=version,
                 reply=self.dispatcher.reply_subject(rid),
-                deadline_ns=now + int(self.timeout_s * 1e9),
+                deadline_ns=now + int(timeout_s * 1e9),
                 batch_size=valid.batch_size,
                 shape_sig=valid.shape_sig,
                 id=parsed.id,
@@ -73,18 +106,21 @@ class InferenceCore:
                 received_ns=now,
                 trace=trace,
             )
-            response = await self.dispatcher.infer(request, self.timeout_s)
-        finally:
+        except BaseException:
             self.store.free(inputs)
+            raise
+        return request, regions
+
+    async def _outputs(
+        self, response: InferResponse, regions: dict[str, TensorRef], valid: Validated, deadline: int
+    ) -> list[OutputTensor]:
         if response.error:
             await self.store.release_remote(response.outputs)
             raise ShoalError(response.error, response.code or "INTERNAL")
-        deadline = now + int(self.timeout_s * 1e9)
         try:
-            outputs = [await self._output(ref, regions.get(ref.name), valid, deadline) for ref in response.outputs]
+            return [await self._output(ref, regions.get(ref.name), valid, deadline) for ref in response.outputs]
         finally:
             await self.store.release_remote(response.outputs)
-        return outputs, response.parameters, response
 
     async def _output(self, ref: TensorRef, region: TensorRef | None, valid: Validated, deadline: int) -> OutputTensor:
         if ref.in_region:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import AsyncIterator
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -54,7 +55,7 @@ class Dispatcher:
         self.nc = nc
         self.inbox = subjects.gateway_inbox(gateway_id)
         self.store = store
-        self._pending: dict[str, asyncio.Future] = {}
+        self._pending: dict[str, asyncio.Future | asyncio.Queue] = {}  # rid -> one answer, or a stream
         self._ids = itertools.count()
         self._outbox: dict[str, list[tuple[str, bytes]]] = {}
         self._flush_scheduled = False
@@ -91,6 +92,30 @@ class Dispatcher:
             timer.cancel()
             self._pending.pop(request.rid, None)
 
+    async def stream(self, request: InferRequest, timeout: float) -> AsyncIterator[InferResponse]:
+        """The responses of a decoupled model's request, until the one flagged final."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[InferResponse] = asyncio.Queue()
+        self._pending[request.rid] = queue
+        deadline = loop.time() + timeout
+        finished = False
+        try:
+            self._enqueue(request)
+            while not finished:
+                try:
+                    response = await asyncio.wait_for(queue.get(), max(0.0, deadline - loop.time()))
+                except asyncio.TimeoutError:
+                    raise unavailable("Request timeout expired") from None
+                finished = not response.more
+                yield response
+        finally:
+            self._pending.pop(request.rid, None)
+            if not finished:  # the client went away or gave up: stop the model's work
+                cancel = CancelRequest(request.rid, request.model, request.version)
+                await self.nc.publish(subjects.SCHEDULER_CANCEL, encode(cancel))
+            while not queue.empty():  # answers nobody will read
+                await self.store.release_remote(queue.get_nowait().outputs)
+
     def _enqueue(self, request: InferRequest) -> None:
         """Requests started in one event-loop iteration leave as one message per model."""
         self._outbox.setdefault(request.model, []).append((request.rid, encode(request)))
@@ -119,11 +144,13 @@ class Dispatcher:
         except Exception as exc:  # not connected, payload too large: fail these requests now
             self._fail(self._groups.pop(batch_id), ShoalError(f"cannot reach the scheduler: {exc}", "UNAVAILABLE"))
 
-    def _fail(self, rids: list[str], exc: Exception) -> None:
+    def _fail(self, rids: list[str], exc: ShoalError) -> None:
         for rid in rids:
-            future = self._pending.get(rid)
-            if future is not None and not future.done():
-                future.set_exception(exc)
+            waiter = self._pending.get(rid)
+            if isinstance(waiter, asyncio.Queue):
+                waiter.put_nowait(InferResponse(rid, error=exc.message, code=str(exc.code)))
+            elif waiter is not None and not waiter.done():
+                waiter.set_exception(exc)
 
     async def _on_reply(self, msg) -> None:
         token = msg.subject.rsplit(".", 1)[1]
@@ -141,7 +168,9 @@ class Dispatcher:
             return
         for response in responses:
             future = self._pending.get(response.rid)
-            if future is None or future.done():
+            if isinstance(future, asyncio.Queue):
+                future.put_nowait(response)
+            elif future is None or future.done():
                 # Late (the client gave up): free the outputs nobody will read.
                 await self.store.release_remote(response.outputs)
             else:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -67,3 +70,27 @@ def autocomplete_onnx(config: pb.ModelConfig, model_file: Path, default_max_batc
                 io.dims.append(1)
                 if batching:
                     io.reshape.SetInParent()
+
+
+PYTHON_AUTOCOMPLETE_TIMEOUT_S = 60.0
+
+
+def autocomplete_python(config: pb.ModelConfig, model_file: Path) -> pb.ModelConfig:
+    """The model's own `auto_complete_config(config)`, run in a separate process (it runs the
+    model's module); models that do not define it are not imported at all."""
+    if "auto_complete_config" not in model_file.read_text(errors="replace"):
+        return config
+    from shared.model_config import from_json, to_json
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "services.worker.python_autocomplete", str(model_file)],
+            input=json.dumps(to_json(config)), capture_output=True, text=True, timeout=PYTHON_AUTOCOMPLETE_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise invalid(f"auto_complete_config of model '{config.name}' did not return within "
+                      f"{PYTHON_AUTOCOMPLETE_TIMEOUT_S:.0f} s") from None
+    if done.returncode != 0:
+        detail = (done.stderr.strip().splitlines() or ["the process exited with status %d" % done.returncode])[-1]
+        raise invalid(f"auto_complete_config of model '{config.name}' failed: {detail}")
+    return from_json(json.loads(done.stdout))

@@ -10,7 +10,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as pb
 
 from services.repository.agents import run_agents
-from services.repository.autocomplete import autocomplete_onnx
+from services.repository.autocomplete import autocomplete_onnx, autocomplete_python
 from shared import model_config
 from shared.errors import invalid
 from shared.paths import inside
@@ -73,6 +73,10 @@ def load_config(
         onnx_file = inside(model_dir.parent, f"{model_dir.name}/{max(versions)}/{config.default_model_filename}")
         if onnx_file.is_file():
             autocomplete_onnx(config, onnx_file)
+    if auto_complete and config.backend == "python" and versions:
+        model_file = inside(model_dir.parent, f"{model_dir.name}/{max(versions)}/{config.default_model_filename or 'model.py'}")
+        if model_file.is_file():
+            config = autocomplete_python(config, model_file)
     model_config.normalize(config)
     model_config.validate(config)
     return config

@@ -32,6 +32,7 @@ log = logging.getLogger("shoal.worker")
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
 
 Key = tuple[str, int]
+NOT_READY = "the model's is_ready() returned False"
 Hook = Callable[[LoadedModel], Awaitable[None]]
 
 
@@ -70,7 +71,28 @@ class ModelHost:
             record = self._records.get(key[0])
             if record is not None and self._attempted.get(key) == record.generation:
                 state = "READY" if loaded.generation == record.generation else "LOADING"
+                if state == "READY" and not loaded.ready:
+                    await self.report(record, key[1], "UNAVAILABLE", NOT_READY, count=len(loaded.instances))
+                    continue
                 await self.report(record, key[1], state, count=len(loaded.instances))
+
+    async def check_readiness(self) -> None:
+        """Models with their own `is_ready()` (python backend) are reported UNAVAILABLE while any
+        instance says it is not ready, and READY again when all say they are."""
+        loop = asyncio.get_running_loop()
+        for key, loaded in list(self.models.items()):
+            checked = [i for i in loaded.instances if getattr(i.runner, "checks_readiness", False) and not i.closed]
+            record = self._records.get(key[0])
+            if not checked or loaded.retired or record is None or record.generation != loaded.generation:
+                continue
+            answers = await asyncio.gather(*(loop.run_in_executor(i.executor, i.runner.is_ready) for i in checked),
+                                           return_exceptions=True)
+            ready = all(answer is True for answer in answers)
+            if ready != loaded.ready and self.models.get(key) is loaded:
+                loaded.ready = ready
+                log.warning("'%s' version %d: is_ready() says %s", key[0], key[1], "ready" if ready else "not ready")
+                await self.report(record, key[1], "READY" if ready else "UNAVAILABLE", "" if ready else NOT_READY,
+                                  count=len(loaded.instances))
 
     async def _watch(self) -> None:
         async for change in bus.watch(self.nc, self.models_kv):
@@ -160,6 +182,8 @@ class ModelHost:
 
     async def report(self, record: ModelRecord, version: int, state: str, reason: str = "", count: int = 0) -> None:
         serving = self.models.get((record.name, version))
+        if serving is not None and not serving.ready:
+            serving = None  # its is_ready() said no: nothing here serves it
         report = InstanceRecord(
             self.worker_id, record.name, version, record.generation, state, reason, count,
             serving_generation=serving.generation if serving else 0,

@@ -41,6 +41,7 @@ class LoadedModel:
     instances: list[Instance] = field(default_factory=list)
     retired: bool = False
     warmup_ms: float = 0.0
+    ready: bool = True  # what the model's own `is_ready()` said last (python backend)
 
     def retire(self) -> None:
         """No more credits; each instance closes once its running batches end."""

@@ -4,15 +4,20 @@ A pure-Python module with the names `model.py` files use (triton-spec Appendix A
 models run unchanged inside a Shoal worker. Registered in `sys.modules` under Triton's name
 by the python backend before a model is imported.
 
-Not here yet: BLS (`InferenceRequest(...).exec()`), decoupled response senders, DLPack,
-metrics families and model control from inside a model.
+The worker plugs itself in through `install_runtime` (BLS requests go through the
+scheduler like any client's) and through the per-request response senders and
+cancellation checks it hands to `InferenceRequest`. Not here: metrics families
+(`MetricFamily`) and model control from inside a model (`load_model`/`unload_model`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from typing import Any
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -21,6 +26,8 @@ from shared.datatypes import config_to_protocol, deserialize_bytes, numpy_dtype,
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
 _log = logging.getLogger("shoal.python_model")
 
@@ -39,6 +46,11 @@ class TritonError(Exception):
 
     def code(self) -> int:
         return self._code
+
+    @classmethod
+    def code_of(cls, name: str) -> int:
+        """The code for one of Shoal's error code names (INTERNAL for any other)."""
+        return cls._NAMES.index(name) if name in cls._NAMES else cls.INTERNAL
 
     def code_name(self) -> str:
         return self._NAMES[self._code] if 0 <= self._code < len(self._NAMES) else "INTERNAL"
@@ -62,23 +74,141 @@ class Tensor:
     def is_cpu(self) -> bool:
         return True
 
+    def shape(self) -> list[int]:
+        return list(self._array.shape)
+
+    def to_dlpack(self) -> Any:
+        return self._array.__dlpack__()
+
+    @staticmethod
+    def from_dlpack(name: str, capsule: Any) -> Tensor:
+        """From a DLPack capsule or any object with `__dlpack__` (torch, cupy: copied to host)."""
+        if hasattr(capsule, "__dlpack__"):
+            device = getattr(capsule, "__dlpack_device__", lambda: (1, 0))()
+            if device[0] != 1 and hasattr(capsule, "cpu"):  # a GPU tensor: this shim keeps tensors on the host
+                capsule = capsule.cpu()
+            return Tensor(name, np.from_dlpack(capsule))
+        return Tensor(name, np.from_dlpack(_Capsule(capsule)))
+
+
+class _Capsule:
+    """A bare DLPack capsule, wrapped so `np.from_dlpack` accepts it."""
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, **_: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+class PreferredMemory:
+    """Where BLS outputs should land; this shim always gives host (numpy) tensors."""
+
+    def __init__(self, preferred_memory_type: int = 0, preferred_device_id: int = 0) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+TRITONSERVER_MEMORY_CPU, TRITONSERVER_MEMORY_CPU_PINNED, TRITONSERVER_MEMORY_GPU = 0, 1, 2
+
+
+class Runtime(Protocol):
+    """What the hosting worker provides: BLS requests into the server."""
+
+    def infer(self, request: InferenceRequest, deadline_ns: int) -> InferenceResponse: ...
+
+    async def async_infer(self, request: InferenceRequest, deadline_ns: int) -> InferenceResponse: ...
+
+    def stream(self, request: InferenceRequest, deadline_ns: int) -> Iterator[InferenceResponse]: ...
+
+    def is_model_ready(self, model_name: str, model_version: str) -> bool: ...
+
+
+_runtime: Runtime | None = None
+_context = threading.local()  # per instance thread: the request deadline and model directory
+
+
+def install_runtime(runtime: Runtime) -> None:
+    global _runtime
+    _runtime = runtime
+
+
+def set_context(deadline_ns: int = 0, model_dir: str | None = None) -> None:
+    """Called by the backend on an instance's thread before it runs model code."""
+    _context.deadline_ns = deadline_ns
+    if model_dir is not None:
+        _context.model_dir = model_dir
+
+
+def get_model_dir() -> str:
+    return getattr(_context, "model_dir", "")
+
+
+def _bls_runtime() -> Runtime:
+    if _runtime is None:
+        raise TritonModelException("BLS requests need a running Shoal worker")
+    return _runtime
+
+
+class InferenceResponseSender:
+    """`request.get_response_sender()` of a decoupled model: responses go out as they are sent."""
+
+    def __init__(self, send: Callable[[InferenceResponse | None, int], None], cancelled: Callable[[], bool]) -> None:
+        self._send, self._cancelled = send, cancelled
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        with self._lock:
+            if self._closed:
+                raise TritonModelException("Unable to send response. Response sender has been closed.")
+            if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                raise TritonModelException("Inference Response object must be provided when the response flags "
+                                           "is not set to TRITONSERVER_RESPONSE_COMPLETE_FINAL.")
+            self._closed = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            self._send(response, flags)
+
+    def is_cancelled(self) -> bool:
+        return self._cancelled()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
 
 class InferenceRequest:
-    """A request as `execute` receives it."""
+    """A request as `execute` receives it, or a BLS request a model builds and runs with `exec()`."""
 
-    def __init__(self, inputs: list[Tensor], request_id: str = "", correlation_id: int | str = 0,
-                 requested_output_names: list[str] | None = None, parameters: dict | None = None,
-                 flags: int = 0, timeout: int = 0, **_: Any) -> None:
-        self._inputs = inputs
+    def __init__(self, model_name: str = "", inputs: list[Tensor] | None = None,
+                 requested_output_names: list[str] | None = None, correlation_id: int | str = 0,
+                 request_id: str = "", flags: int = 0, timeout: int = 0, model_version: int = -1,
+                 preferred_memory: PreferredMemory | None = None, trace: Any = None,
+                 parameters: dict | str | None = None, *, response_sender: InferenceResponseSender | None = None,
+                 cancelled: Callable[[], bool] | None = None, **_: Any) -> None:
+        self._model_name = model_name
+        self._model_version = model_version
+        self._inputs = inputs or []
         self._request_id = request_id
         self._correlation_id = correlation_id
-        self._outputs = requested_output_names or []
-        self._parameters = parameters or {}
+        self._outputs = list(requested_output_names or [])
+        self._parameters = json.loads(parameters) if isinstance(parameters, str) else dict(parameters or {})
         self._flags = flags
         self._timeout = timeout
+        self._sender = response_sender
+        self._cancelled = cancelled
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
+
+    def model_name(self) -> str:
+        return self._model_name
+
+    def model_version(self) -> int:
+        return self._model_version
 
     def requested_output_names(self) -> list[str]:
         return list(self._outputs)
@@ -99,13 +229,49 @@ class InferenceRequest:
         return json.dumps(self._parameters)
 
     def is_cancelled(self) -> bool:
-        return False
+        return self._cancelled() if self._cancelled is not None else False
 
-    def exec(self, *args: Any, **kwargs: Any):
-        raise TritonModelException("BLS requests (InferenceRequest.exec) are not supported by Shoal yet")
+    def get_response_sender(self) -> InferenceResponseSender:
+        if self._sender is None:
+            raise TritonModelException("get_response_sender is only available to models with a decoupled "
+                                       "transaction policy")
+        return self._sender
 
-    async def async_exec(self, *args: Any, **kwargs: Any):
-        raise TritonModelException("BLS requests (InferenceRequest.async_exec) are not supported by Shoal yet")
+    def set_release_flags(self, flags: int) -> None:
+        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            raise TritonModelException("request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
+                                       "supported by Shoal")
+        self._release_flags = flags
+
+    def _deadline_ns(self) -> int:
+        return getattr(_context, "deadline_ns", 0)
+
+    def exec(self, decoupled: bool = False) -> InferenceResponse | Iterator[InferenceResponse]:
+        """Run this request on another model (BLS) and wait for its response."""
+        runtime = _bls_runtime()
+        if decoupled:
+            return runtime.stream(self, self._deadline_ns())
+        return runtime.infer(self, self._deadline_ns())
+
+    async def async_exec(self, decoupled: bool = False) -> InferenceResponse | Any:
+        runtime = _bls_runtime()
+        if decoupled:  # an async iterator over the responses, fed from a thread
+            return _aiter(runtime.stream(self, self._deadline_ns()))
+        return await runtime.async_infer(self, self._deadline_ns())
+
+
+async def _aiter(responses: Iterator[InferenceResponse]):
+    loop = asyncio.get_running_loop()
+    done = object()
+    while True:
+        item = await loop.run_in_executor(None, next, responses, done)
+        if item is done:
+            return
+        yield item
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    return _bls_runtime().is_model_ready(model_name, model_version)
 
 
 class InferenceResponse:
@@ -123,6 +289,61 @@ class InferenceResponse:
 
     def error(self) -> TritonError | None:
         return self._error
+
+    def parameters(self) -> str:
+        return json.dumps(self._parameters)
+
+
+class ModelConfig:
+    """The config handed to `TritonPythonModel.auto_complete_config` (Triton's JSON form)."""
+
+    def __init__(self, model_config: dict) -> None:
+        self._config = model_config
+
+    def as_dict(self) -> dict:
+        return self._config
+
+    def set_max_batch_size(self, max_batch_size: int) -> None:
+        current = int(self._config.get("max_batch_size", 0) or 0)
+        if current not in (0, max_batch_size):
+            raise ValueError(f"configuration specified max_batch_size {current}, but in auto-complete-config "
+                             f"function for model '{self._config.get('name', '')}' specified max_batch_size "
+                             f"{max_batch_size}")
+        self._config["max_batch_size"] = max_batch_size
+
+    def set_dynamic_batching(self) -> None:
+        if self._config.get("sequence_batching"):
+            raise ValueError(f"Configuration specified scheduling_choice as 'sequence_batching', but "
+                             f"auto-complete-config function for model '{self._config.get('name', '')}' tries to "
+                             "set scheduling_choice as 'dynamic_batching'")
+        self._config.setdefault("dynamic_batching", {})
+
+    def set_model_transaction_policy(self, transaction_policy_dict: dict) -> None:
+        self._config["model_transaction_policy"] = dict(transaction_policy_dict)
+
+    def add_input(self, input: dict) -> None:
+        self._add("input", input)
+
+    def add_output(self, output: dict) -> None:
+        self._add("output", output)
+
+    def _add(self, kind: str, tensor: dict) -> None:
+        model = self._config.get("name", "")
+        for key in ("name", "data_type", "dims"):
+            if key not in tensor:
+                raise ValueError(f"{kind} '{tensor.get('name', '')}' in auto-complete-config function for model "
+                                 f"'{model}' is missing '{key}' property.")
+        existing = next((t for t in self._config.setdefault(kind, []) if t.get("name") == tensor["name"]), None)
+        if existing is None:
+            self._config[kind].append(dict(tensor))
+            return
+        for key in ("data_type", "dims"):  # what config.pbtxt states wins, but must agree
+            stated = existing.get(key)
+            if stated in (None, "", "TYPE_INVALID", []):
+                existing[key] = tensor[key]
+            elif list(stated) != list(tensor[key]) if key == "dims" else stated != tensor[key]:
+                raise ValueError(f"unable to load model '{model}', configuration expects {key} {stated} for "
+                                 f"{kind} '{tensor['name']}', model provides {tensor[key]}")
 
 
 class Logger:

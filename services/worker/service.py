@@ -20,6 +20,8 @@ from nats.aio.client import Client as NATS
 
 from services.worker.backends.python_backend import ModelError
 from services.worker.batch import gather, scatter
+from services.worker.bls import BlsRuntime
+from services.worker.decoupled import Cancellations, DecoupledSenders
 from services.worker.host import ModelHost
 from services.worker.instances import Instance, LoadedModel
 from services.worker.replies import Replies
@@ -28,11 +30,13 @@ from shared.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.errors import ShoalError
 from shared.logcontext import request_ids
 from shared.messages import (
+    CancelRequest,
     CreditsRevoked,
     ExecBatch,
     InferRequest,
     InferResponse,
     InstanceFree,
+    RequestDone,
     TensorRef,
     WorkerHeartbeat,
     encode,
@@ -47,6 +51,7 @@ log = logging.getLogger("shoal.worker")
 INLINE_BUDGET = 256 * 1024  # inline output bytes per response: many fit one bus message
 _batch_decoder = msgspec.msgpack.Decoder(ExecBatch)
 _request_decoder = msgspec.msgpack.Decoder(InferRequest)
+_cancel_decoder = msgspec.msgpack.Decoder(CancelRequest)
 
 
 @dataclass
@@ -67,9 +72,16 @@ class WorkerService:
         self.host = ModelHost(self.id, settings, nc, on_ready=self._grant_idle, on_retired=self._revoke)
         self._tasks: set[asyncio.Task] = set()
         self._loop = asyncio.get_running_loop()
+        self.cancellations = Cancellations()
+        self.decoupled = DecoupledSenders(nc, self._stream_piece, self.cancellations)
+        self.bls = BlsRuntime(nc, self.store, self.id)
+        self._readiness: asyncio.Task | None = None
 
     async def start(self) -> None:
         await self.store.start()
+        await self.bls.start()
+        self._spawn(self.decoupled.run())
+        await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
         await self.nc.subscribe(self.subject, cb=self._on_batch)
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
@@ -93,6 +105,7 @@ class WorkerService:
         for task in list(self._tasks):
             task.cancel()
         await self.host.stop()
+        await self.bls.stop()
         await self.store.close()
 
     def _spawn(self, coro) -> asyncio.Task:
@@ -129,7 +142,16 @@ class WorkerService:
             instances = {f"{m}/{v}": len(loaded.instances) for (m, v), loaded in self.host.models.items()}
             beat = WorkerHeartbeat(self.id, self.subject, self.store.host, instances, self.settings.heartbeat_s)
             await self.nc.publish(subjects.WORKER_HEARTBEAT, encode(beat))
+            self.decoupled.expire()
+            if self._readiness is None or self._readiness.done():
+                self._readiness = self._spawn(self.host.check_readiness())
             await asyncio.sleep(self.settings.heartbeat_s)
+
+    async def _on_cancel(self, msg) -> None:
+        """A client went away: a python model running its request sees `is_cancelled()`."""
+        cancel = bus.decode(_cancel_decoder, msg, log)
+        if cancel is not None:
+            self.cancellations.cancel(cancel.rid)
 
     # -- batches ----------------------------------------------------------------
     async def _on_batch(self, msg) -> None:
@@ -247,8 +269,14 @@ class WorkerService:
         sizes = [r.batch_size for r in requests]
         timings = _Timings()
         if hasattr(instance.runner, "run_requests"):  # python models take the requests one by one
-            pieces = await self._loop.run_in_executor(
-                instance.executor, self._compute_requests, spec, instance, requests, arrays, timings, t0)
+            metadata = [self._request_metadata(spec, loaded.version, r) for r in requests]
+            try:
+                pieces = await self._loop.run_in_executor(
+                    instance.executor, self._compute_requests, spec, instance, requests, arrays, metadata, timings, t0)
+            finally:
+                for request in requests:
+                    if request.rid not in self.decoupled.open:
+                        self.cancellations.ended(request.rid)
         else:
             pieces = await self._loop.run_in_executor(
                 instance.executor, self._compute, spec, instance, arrays, names, sizes, timings, t0)
@@ -260,6 +288,11 @@ class WorkerService:
                       "enqueued": enqueued}
         t_out = time.monotonic_ns()
         for request, piece in zip(requests, pieces):
+            if spec.decoupled:  # the model's sender answers; an error ends its stream unless it did already
+                if isinstance(piece, ModelError):
+                    self.decoupled.fail(request, piece.message, piece.code)
+                replies.done.append(RequestDone(rid=request.rid, ok=not isinstance(piece, ModelError)))
+                continue
             try:
                 if isinstance(piece, ModelError):  # the model answered this request with an error
                     raise ShoalError(piece.message, piece.code)
@@ -287,24 +320,38 @@ class WorkerService:
         timings.compute_input_ns, timings.compute_infer_ns = t1 - t0, t2 - t1
         return scatter(spec, outputs, sizes)
 
+    def _request_metadata(self, spec: ModelSpec, version: int, request: InferRequest) -> dict:
+        """What a python model can ask of a request besides its tensors."""
+        metadata = _request_metadata(request)
+        self.cancellations.started(request)
+        metadata["cancelled"] = lambda: self.cancellations.is_cancelled(request.rid)
+        if spec.decoupled:
+            metadata["response_sender"] = self.decoupled.sender(spec, version, request)
+        return metadata
+
     @staticmethod
-    def _compute_requests(spec, instance, requests, arrays, timings: _Timings, t0: int):
+    def _compute_requests(spec, instance, requests, arrays, metadata, timings: _Timings, t0: int):
         names = [r.outputs or [o.name for o in spec.outputs] for r in requests]
-        metadata = [_request_metadata(r) for r in requests]
         t1 = time.monotonic_ns()
-        results = instance.runner.run_requests(arrays, names, metadata)
+        results = instance.runner.run_requests(arrays, names, metadata, min(r.deadline_ns for r in requests))
         timings.compute_input_ns, timings.compute_infer_ns = t1 - t0, time.monotonic_ns() - t1
         return results
 
+    def _stream_piece(self, spec: ModelSpec, version: int, request: InferRequest, piece: dict) -> InferResponse:
+        """One response of a decoupled model: the outputs it sent (a stream may send a few)."""
+        return self._respond(spec, version, request, piece, small=False, partial=True)
+
     def _respond(
-        self, spec: ModelSpec, version: int, request: InferRequest, piece: dict[str, np.ndarray], small: bool
+        self, spec: ModelSpec, version: int, request: InferRequest, piece: dict[str, np.ndarray], small: bool,
+        partial: bool = False,
     ) -> InferResponse:
         """Outputs inline up to a per-response budget (all out of line when the response must
         stay small: it rides in the scheduler's completion message)."""
         ttl = max(1.0, (request.deadline_ns - time.time_ns()) / 1e9)
         budget = 0 if small else INLINE_BUDGET
         outputs = []
-        for name in request.outputs or [o.name for o in spec.outputs]:
+        names = request.outputs or [o.name for o in spec.outputs]
+        for name in [n for n in names if n in piece] if partial else names:
             array = piece[name]
             tensor = spec.output(name)
             datatype = protocol_dtype(array.dtype)

@@ -23,6 +23,8 @@ from shared.errors import ShoalError, unavailable
 from shared.model_config import ModelSpec
 from shared.paths import inside
 
+DECOUPLED = "decoupled"  # a request whose responses the model sends itself, through its response sender
+
 
 class ModelError(Exception):
     """A request the model answered with a `TritonError` (or by raising)."""
@@ -46,32 +48,51 @@ def _import(path: Path):
 
 
 class PythonInstance:
-    def __init__(self, spec: ModelSpec, path: Path, version: int, index: int) -> None:
+    def __init__(self, spec: ModelSpec, path: Path, version: int, index: int, kind: str = "KIND_CPU",
+                 device: int = 0) -> None:
         module = _import(path)
         if not hasattr(module, "TritonPythonModel"):
             raise unavailable(f"{path} does not define TritonPythonModel")
         self.spec = spec
+        self.model_dir = str(path.parent)
         self.model = module.TritonPythonModel()
         args = {
             "model_config": json.dumps(spec.config),
-            "model_instance_kind": "CPU",
+            "model_instance_kind": kind.removeprefix("KIND_") if kind != "KIND_AUTO" else "CPU",
             "model_instance_name": f"{spec.name}_{index}",
-            "model_instance_device_id": "0",
+            "model_instance_device_id": str(device),
             "model_repository": str(path.parent.parent),
             "model_version": str(version),
             "model_name": spec.name,
         }
+        pb_utils.set_context(model_dir=self.model_dir)
         if hasattr(self.model, "initialize"):
             self.model.initialize(args)
 
+    @property
+    def checks_readiness(self) -> bool:
+        return hasattr(self.model, "is_ready")
+
+    def is_ready(self) -> bool:
+        """The model's own `is_ready()`, if it has one (a raising model is not ready)."""
+        check = getattr(self.model, "is_ready", None)
+        if check is None:
+            return True
+        try:
+            return bool(check())
+        except Exception:
+            return False
+
     def run_requests(self, requests: list[dict[str, np.ndarray]], output_names: list[list[str]],
-                     metadata: list[dict]) -> list[dict[str, np.ndarray] | ModelError]:
-        """One `execute` call for the batch's requests; a result or an error per request."""
+                     metadata: list[dict], deadline_ns: int = 0) -> list[dict[str, np.ndarray] | ModelError | str]:
+        """One `execute` call for the batch's requests; a result or an error per request, or
+        `DECOUPLED` for a request whose responses the model sends through its sender."""
         batch = [
-            pb_utils.InferenceRequest([pb_utils.Tensor(n, a) for n, a in arrays.items()],
+            pb_utils.InferenceRequest(inputs=[pb_utils.Tensor(n, a) for n, a in arrays.items()],
                                       requested_output_names=names, **meta)
             for arrays, names, meta in zip(requests, output_names, metadata)
         ]
+        pb_utils.set_context(deadline_ns, self.model_dir)  # BLS requests inherit the batch's deadline
         try:
             responses = self.model.execute(batch)
             if inspect.isawaitable(responses):
@@ -80,6 +101,8 @@ class PythonInstance:
             return [ModelError(exc.message(), exc.code_name())] * len(batch)
         except Exception as exc:  # the model raised: its requests fail, the worker goes on
             return [ModelError(f"{type(exc).__name__}: {exc}", "INTERNAL")] * len(batch)
+        if self.spec.decoupled:
+            return [DECOUPLED] * len(batch)  # what execute returns is ignored, as in Triton
         if not isinstance(responses, list) or len(responses) != len(batch):
             got = len(responses) if isinstance(responses, list) else type(responses).__name__
             return [ModelError(f"execute returned {got} responses for {len(batch)} requests", "INTERNAL")] * len(batch)
@@ -94,6 +117,8 @@ class PythonInstance:
 
     def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
         result = self.run_requests([inputs], [output_names], [{}])[0]
+        if isinstance(result, str):  # decoupled: warmup does not read the responses
+            return {}
         if isinstance(result, ModelError):
             raise ShoalError(result.message, result.code)
         return result
@@ -108,7 +133,7 @@ def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, d
     path = inside(model_dir.parent, f"{model_dir.name}/{version}/{spec.default_model_filename or 'model.py'}")
     if not path.is_file():
         raise unavailable(f"unable to find '{path}' for model '{spec.name}'")
-    return PythonInstance(spec, path, version, index)
+    return PythonInstance(spec, path, version, index, kind, device)
 
 
 def default_threads(instances: int) -> int:
