@@ -73,11 +73,11 @@ def in_process_onnxruntime(model_file: Path, shape: tuple[int, ...], dtype, inst
             "p99_us": percentile(latencies, 0.99) * 1e6}
 
 
-def perf_analyzer(url: str, model: str, concurrency: int, seconds: float) -> dict:
+def perf_analyzer(url: str, model: str, concurrency: int, seconds: float, stability: int = 25) -> dict:
     out = subprocess.run(
         [str(PERF_ANALYZER), "-m", model, "-u", url, "--concurrency-range", str(concurrency),
          "--measurement-interval", str(int(seconds * 1000)), "--max-trials", "10",
-         "--stability-percentage", "25"],
+         "--stability-percentage", str(stability)],
         capture_output=True, text=True, timeout=300,
     )
     text = out.stdout + out.stderr

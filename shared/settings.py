@@ -82,6 +82,9 @@ class WorkerSettings(BusSettings):
     heartbeat_s: float = 1.0
     models: list[str] = Field(default_factory=list, description="host only models matching these globs "
                               "(default: every model)")
+    python_isolation: Literal["process", "none"] = Field(
+        "process", description="python-backend models: each in a worker process of its own (a crash takes "
+        "down only that model, which is restarted), or 'none': in this worker's process")
     credits_per_instance: int = Field(
         2, description="batches the scheduler may send an instance ahead: the next one waits at the worker "
         "instead of a bus round trip after each batch")

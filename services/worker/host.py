@@ -22,6 +22,7 @@ from nats.aio.client import Client as NATS
 
 from services.worker import backends
 from services.worker.instances import Instance, LoadedModel
+from services.worker.isolation import ModelProcesses, isolated
 from services.worker.warmup import run_warmup
 from shared import bus, subjects
 from shared.messages import InstanceRecord, ModelRecord, encode
@@ -47,6 +48,7 @@ class ModelHost:
         self._attempted: dict[Key, int] = {}  # generation last loaded or tried
         self._records: dict[str, ModelRecord] = {}
         self._tasks: set[asyncio.Task] = set()
+        self.processes = ModelProcesses(settings, worker_id)
 
     async def start(self) -> None:
         self.instances_kv = await bus.bucket(self.nc, subjects.INSTANCES_BUCKET)
@@ -58,6 +60,7 @@ class ModelHost:
             task.cancel()
         for key in list(self.models):
             await self.unload(key)
+        await self.processes.stop_all()
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -112,6 +115,11 @@ class ModelHost:
 
     async def apply(self, name: str, record: ModelRecord | None) -> None:
         hosted = record is not None and not record.reason and self.hosts(name)
+        if hosted and isolated(self.settings, record.config):
+            self.processes.ensure(name)  # a worker process of its own hosts it
+            hosted = False
+        elif name in self.processes.children:
+            await self.processes.stop(name)
         wanted = set(record.hosted) if hosted else set()
         for key in [k for k in self._attempted if k[0] == name and k[1] not in wanted]:
             self._attempted.pop(key, None)

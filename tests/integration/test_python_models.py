@@ -179,6 +179,20 @@ class TritonPythonModel:
             pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
 '''
 
+CRASHER = '''
+import ctypes
+import json
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        if any(json.loads(r.parameters()).get("crash") for r in requests):
+            ctypes.string_at(0)  # a segfault: the interpreter dies, not just this call
+        return [pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
+'''
+
 FP32_IO = """
 max_batch_size: 4
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
@@ -203,6 +217,7 @@ def cluster(tmp_path_factory):
     _python_model(root, "bls_stream", BLS_STREAM, BLS_STREAM_CONFIG)
     _python_model(root, "auto", AUTO, 'backend: "python"\n')
     _python_model(root, "flaky_ready", FLAKY_READY, f'name: "flaky_ready"\nbackend: "python"\n{FP32_IO}')
+    _python_model(root, "crasher", CRASHER, f'name: "crasher"\nbackend: "python"\n{FP32_IO}')
     with running_cluster(root) as running:
         running.root = root
         yield running
@@ -343,4 +358,26 @@ def test_is_ready_drives_model_readiness(cluster):
     finally:
         flag.unlink()
     assert wait(True)
+    client.close()
+
+
+def test_a_crashing_python_model_takes_down_only_itself(cluster):
+    client = httpclient.InferenceServerClient(cluster.url, network_timeout=60)
+    tensor = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("crasher", [tensor], parameters={"crash": True})
+    assert err.value.status() == "503" and "stopped responding" in err.value.message()
+    a = np.ones((1, 16), np.int32)  # the other models, python ones included, never stopped
+    np.testing.assert_array_equal(client.infer("bls_sync", simple_inputs(a, a)).as_numpy("OUTPUT0"), 2 * a)
+    np.testing.assert_array_equal(client.infer("auto", [tensor]).as_numpy("OUTPUT0"), 2 * np.ones((1, 4)))
+    deadline = time.monotonic() + 30  # its process is restarted and the model loads again
+    while time.monotonic() < deadline:
+        try:
+            np.testing.assert_array_equal(client.infer("crasher", [tensor]).as_numpy("OUTPUT0"), np.ones((1, 4)))
+            break
+        except InferenceServerException:
+            time.sleep(0.2)
+    else:
+        pytest.fail("the crashed python model never came back")
     client.close()
