@@ -83,3 +83,24 @@ def test_plan_applies_to_onnxruntime_session_options():
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     assert options.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
     assert options.get_session_config_entry("session.use_env_allocators") == "1"
+
+
+def test_gpu_instance_on_cpu_onnxruntime_logs_one_fallback_line(tmp_path, caplog):
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    from services.repository import examples
+    from services.worker.backends import onnxruntime_backend
+    from shared.model_config import spec_from_json
+
+    if CUDA in ort.get_available_providers():
+        pytest.skip("this onnxruntime has the CUDA provider: no fallback to see")
+    model_dir = examples.write_model(tmp_path, "m", examples.identity_graph(TensorProto.FLOAT, 2, "m"), None)
+    spec = spec_from_json({"name": "m", "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+                           "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}]})
+    with caplog.at_level("WARNING", logger="shoal.worker"):
+        instance = onnxruntime_backend.create_instance(spec, model_dir, 1, "KIND_GPU", 0, 1, name="m_0")
+    assert instance.providers == [CPU]
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("model 'm' instance 'm_0' (KIND_GPU, device 0): onnxruntime has no CUDAExecutionProvider")
+    assert line.endswith("running on the CPU")
