@@ -21,26 +21,29 @@ from services.worker.gpus import available_gpus
 from shared.status import collect
 from tests.cluster import Running, identity_config, running_cluster
 
-torch = pytest.importorskip("torch", reason="the TorchScript backend needs torch: pip install 'shoal[torch]'")
+try:  # torch is optional (the `torch` extra): without it the TorchScript models must fail clearly
+    import torch
+except ImportError:
+    torch = None
 NO_GPU = "needs a CUDA device (this host has none): KIND_GPU instances cannot load here"
+needs_torch = pytest.mark.skipif(torch is None, reason="the TorchScript backend needs torch: pip install 'shoal[torch]'")
+TORCH_MODELS = ("torch_indexed", "torch_named", "torch_strings")
 
+if torch is not None:
+    class AddSub(torch.nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor):
+            return a + b, a - b
 
-class AddSub(torch.nn.Module):
-    def forward(self, a: torch.Tensor, b: torch.Tensor):
-        return a + b, a - b
+    class Scaled(torch.nn.Module):
+        """Named inputs in forward()'s order; `scale` may be left out; outputs by name."""
 
+        def forward(self, x: torch.Tensor, scale: Optional[torch.Tensor] = None):
+            factor = scale if scale is not None else torch.full_like(x, 10.0)
+            return {"y": x * factor, "count": torch.tensor([x.numel()], dtype=torch.int64)}
 
-class Scaled(torch.nn.Module):
-    """Named inputs in forward()'s order; `scale` may be left out; outputs by name."""
-
-    def forward(self, x: torch.Tensor, scale: Optional[torch.Tensor] = None):
-        factor = scale if scale is not None else torch.full_like(x, 10.0)
-        return {"y": x * factor, "count": torch.tensor([x.numel()], dtype=torch.int64)}
-
-
-class Upper(torch.nn.Module):
-    def forward(self, words: list[str]) -> list[str]:
-        return [w.upper() for w in words]
+    class Upper(torch.nn.Module):
+        def forward(self, words: list[str]) -> list[str]:
+            return [w.upper() for w in words]
 
 
 TORCH_INDEXED = """
@@ -116,18 +119,21 @@ class TritonPythonModel:
 '''
 
 
-def _torch_model(root: Path, name: str, module: torch.nn.Module, config: str) -> None:
+def _torch_model(root: Path, name: str, module_class: str, config: str) -> None:
     (root / name / "1").mkdir(parents=True)
-    torch.jit.script(module).save(str(root / name / "1" / "model.pt"))
+    if torch is None:
+        (root / name / "1" / "model.pt").write_bytes(b"a TorchScript archive needs torch to be written")
+    else:
+        torch.jit.script(globals()[module_class]()).save(str(root / name / "1" / "model.pt"))
     (root / name / "config.pbtxt").write_text(config)
 
 
 @pytest.fixture(scope="module")
 def backends_cluster(tmp_path_factory: pytest.TempPathFactory) -> Running:
     root = tmp_path_factory.mktemp("backend_models")
-    _torch_model(root, "torch_indexed", AddSub(), TORCH_INDEXED)
-    _torch_model(root, "torch_named", Scaled(), TORCH_NAMED)
-    _torch_model(root, "torch_strings", Upper(), TORCH_STRINGS)
+    _torch_model(root, "torch_indexed", "AddSub", TORCH_INDEXED)
+    _torch_model(root, "torch_named", "Scaled", TORCH_NAMED)
+    _torch_model(root, "torch_strings", "Upper", TORCH_STRINGS)
     examples.write_model(root, "onnx_groups", examples.identity_graph(TensorProto.FLOAT, 2, "onnx_groups"), GROUPS)
     examples.write_model(root, "onnx_gpu", examples.identity_graph(TensorProto.FLOAT, 2, "onnx_gpu"), GPU_ONNX)
     (root / "trt_plan" / "1").mkdir(parents=True)
@@ -153,6 +159,7 @@ def tensor(name: str, value: np.ndarray, datatype: str) -> httpclient.InferInput
     return t
 
 
+@needs_torch
 def test_torchscript_input_index_convention_with_reshape(client):
     assert client.get_model_metadata("torch_indexed")["platform"] == "pytorch_libtorch"
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -166,6 +173,7 @@ def test_torchscript_input_index_convention_with_reshape(client):
     assert only.as_numpy("OUTPUT__0") is None
 
 
+@needs_torch
 def test_torchscript_named_inputs_and_optional_input(client):
     x = np.array([1.0, 2.0, 3.0], np.float32)
     scale = np.array([2.0, 3.0, 4.0], np.float32)
@@ -177,6 +185,7 @@ def test_torchscript_named_inputs_and_optional_input(client):
     np.testing.assert_array_equal(without.as_numpy("y"), x * 10)
 
 
+@needs_torch
 def test_torchscript_bytes_as_list_of_str(client):
     words = np.array([[b"ab", b"cd"], [b"ef", b"gh"]], dtype=object)
     result = client.infer("torch_strings", [tensor("INPUT__0", words, "BYTES")])
@@ -212,10 +221,22 @@ def test_tensorrt_plan_fails_with_reason_and_the_rest_loads(client):
         assert "TensorRT backend needs an NVIDIA GPU and the 'tensorrt' package: pip install 'shoal[gpu]'" in index["trt_plan"]["reason"]
     else:  # a GPU and maybe tensorrt here: the bytes are still not an engine
         assert index["trt_plan"]["reason"]
-    for good in ("torch_indexed", "torch_named", "torch_strings", "onnx_groups", "py_optional"):
+    good_models = ["onnx_groups", "py_optional"] + (list(TORCH_MODELS) if torch is not None else [])
+    for good in good_models:
         assert index[good]["state"] == "READY", index[good]
         assert client.is_model_ready(good)
     assert not client.is_model_ready("trt_plan")
+
+
+def test_without_torch_torchscript_models_fail_clearly(client):
+    if torch is not None:
+        pytest.skip("torch is installed: the TorchScript models load (the tests above)")
+    index = {entry["name"]: entry for entry in client.get_model_repository_index()}
+    for name in TORCH_MODELS:
+        assert index[name]["state"] == "UNAVAILABLE"
+        assert "backend 'pytorch' cannot be imported" in index[name]["reason"]
+        assert "pip install 'shoal[torch]'" in index[name]["reason"]
+    assert index["onnx_groups"]["state"] == "READY"
 
 
 def test_optional_and_bytes_inputs_reach_a_python_model(client):
@@ -248,10 +269,11 @@ def test_kind_gpu_onnx_model_serves(client, backends_cluster):
 
 
 @pytest.mark.gpu
+@needs_torch
 def test_kind_gpu_torchscript_model_runs_on_cuda(tmp_path):
     if not available_gpus() or not torch.cuda.is_available():
         pytest.skip(NO_GPU + " (or torch is a CPU build)")
-    _torch_model(tmp_path, "torch_gpu", AddSub(), TORCH_INDEXED.replace("torch_indexed", "torch_gpu")
+    _torch_model(tmp_path, "torch_gpu", "AddSub", TORCH_INDEXED.replace("torch_indexed", "torch_gpu")
                  .replace("count: 2 kind: KIND_CPU", "count: 1 kind: KIND_GPU gpus: [ 0 ]"))
     with running_cluster(tmp_path) as running:
         c = httpclient.InferenceServerClient(running.url)
