@@ -73,6 +73,11 @@ def _numpy_dtype(trt: Any, dtype: Any) -> np.dtype:
     return np.dtype(trt.nptype(dtype))
 
 
+def _device_view(array: np.ndarray) -> np.ndarray:
+    """CuPy has no bfloat16: BF16 bytes travel as uint16 and are viewed back on the host."""
+    return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
+
+
 class TensorRTInstance:
     def __init__(self, spec: ModelSpec, path: Path, kind: str, device: int, name: str = "") -> None:
         trt, cp = _modules()
@@ -129,7 +134,7 @@ class TensorRTInstance:
             for name, array in inputs.items():
                 if not context.set_input_shape(name, shapes[name]):
                     raise invalid(f"TensorRT refused shape {list(shapes[name])} for input '{name}'")
-                host = np.ascontiguousarray(array, dtype=self.dtypes[name])
+                host = _device_view(np.ascontiguousarray(array, dtype=self.dtypes[name]))
                 device = cp.empty(host.shape, dtype=host.dtype)
                 device.set(host, stream=self.stream)
                 buffers[name] = device
@@ -137,12 +142,12 @@ class TensorRTInstance:
                 shape = tuple(context.get_tensor_shape(name))
                 if any(d < 0 for d in shape):
                     raise ShoalError(f"output '{name}' has a data-dependent shape {list(shape)}: not supported yet", "UNSUPPORTED")
-                buffers[name] = cp.empty(shape, dtype=self.dtypes[name])
+                buffers[name] = cp.empty(shape, dtype=_device_view(np.empty(0, self.dtypes[name])).dtype)
             for name, buffer in buffers.items():
                 context.set_tensor_address(name, buffer.data.ptr)
             if not context.execute_async_v3(self.stream.ptr):
                 raise ShoalError(f"TensorRT failed to run model '{self.spec.name}'", "INTERNAL")
-            outputs = {name: buffers[name].get(stream=self.stream) for name in output_names}
+            outputs = {name: buffers[name].get(stream=self.stream).view(self.dtypes[name]) for name in output_names}
             self.stream.synchronize()
         return outputs
 
