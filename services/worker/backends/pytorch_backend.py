@@ -66,6 +66,9 @@ class TorchInstance:
         self.device = self._device(kind, device)
         parameters = spec.parameters
         self.threads = int(parameters.get("INTRA_OP_THREAD_COUNT", "0") or 0) or threads
+        # torch's intra-op pool size is process-wide (checked: a set in one thread applies to all):
+        # the latest model loaded sets it, to its per-instance share of the worker's cores
+        torch.set_num_threads(max(1, self.threads))
         self._set_inter_op(int(parameters.get("INTER_OP_THREAD_COUNT", "0") or 0))
         self.inference_mode = _flag(parameters.get("INFERENCE_MODE", ""), True)
         self.optimized = not _flag(parameters.get("DISABLE_OPTIMIZED_EXECUTION", ""), False)
@@ -77,7 +80,6 @@ class TorchInstance:
         arguments = [a.name for a in self.module.forward.schema.arguments][1:]  # without `self`
         self.inputs = bind_inputs(spec.name, [t.name for t in spec.inputs], arguments)
         self.outputs = bind_outputs([t.name for t in spec.outputs])
-        self._thread_set = False
         log.info("model '%s' instance '%s' on %s: inputs by %s (forward%s)", spec.name, name or spec.name, self.device,
                  self.inputs.convention, tuple(arguments))
 
@@ -103,10 +105,6 @@ class TorchInstance:
                 log.warning("INTER_OP_THREAD_COUNT %d not applied: %s", count, exc)
 
     def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
-        if not self._thread_set:
-            # the intra-op pool size is per calling thread with OpenMP: set it on the instance's own thread
-            torch.set_num_threads(max(1, self.threads))
-            self._thread_set = True
         tensors = {name: to_torch(array, self.device) for name, array in inputs.items()}
         args, kwargs = self.inputs.arguments(tensors)
         grad = torch.inference_mode() if self.inference_mode else torch.no_grad()
