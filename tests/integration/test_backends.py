@@ -256,7 +256,7 @@ def test_kind_gpu_without_a_gpu_fails_like_triton(client):
         pytest.skip("this host has a GPU: test_kind_gpu_onnx_model_serves covers it")
     index = {entry["name"]: entry for entry in client.get_model_repository_index()}
     assert index["onnx_gpu"]["state"] == "UNAVAILABLE"
-    assert "instance group onnx_gpu of model onnx_gpu has kind KIND_GPU but no GPUs are available" in index["onnx_gpu"]["reason"]
+    assert "instance group onnx_gpu_0 of model onnx_gpu has kind KIND_GPU but no GPUs are available" in index["onnx_gpu"]["reason"]
 
 
 @pytest.mark.gpu
