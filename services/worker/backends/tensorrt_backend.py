@@ -115,7 +115,9 @@ class TensorRTInstance:
                 raise unavailable(f"unexpected tensor '{tensor.name}' for model '{self.spec.name}': the engine has "
                                   f"{', '.join(names)}")
             engine_type = self.dtypes[tensor.name]
-            if tensor.datatype != "BYTES" and numpy_dtype(tensor.datatype) != engine_type:
+            if tensor.datatype == "BYTES":
+                raise unavailable(f"tensor '{tensor.name}' of model '{self.spec.name}' is BYTES: TensorRT has no string tensors")
+            if numpy_dtype(tensor.datatype) != engine_type:
                 raise unavailable(f"tensor '{tensor.name}' of model '{self.spec.name}' is {tensor.datatype} in the config "
                                   f"but {engine_type} in the engine")
 
