@@ -133,10 +133,10 @@ def normalize(config: pb.ModelConfig, default_count: int = 2) -> None:
     config.optimization.input_pinned_memory.enable = True
     config.optimization.output_pinned_memory.enable = True
     if not config.instance_group:
-        config.instance_group.add()
+        config.instance_group.add(name=config.name)  # Triton names only the group it creates after the model
     for index, group in enumerate(config.instance_group):
-        if not group.name:
-            group.name = config.name if len(config.instance_group) == 1 else f"{config.name}_{index}"
+        if not group.name:  # a group the config lists without a name: `<model>_<index>`, even a lone one
+            group.name = f"{config.name}_{index}"
         if group.kind == pb.ModelInstanceGroup.KIND_AUTO:
             group.kind = pb.ModelInstanceGroup.KIND_GPU if group.gpus else pb.ModelInstanceGroup.KIND_CPU
         if group.count < 1:

@@ -78,7 +78,7 @@ class WorkerSettings(BusSettings):
     worker_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
     inline_max_bytes: int = 65536
     tensor_transport: Literal["auto", "shm", "bus"] = "auto"
-    intra_op_threads: int = Field(0, description="onnxruntime threads per instance (0 = its default)")
+    intra_op_threads: int = Field(0, description="onnxruntime/torch intra-op threads per instance (0 = cores / instances)")
     heartbeat_s: float = 1.0
     models: list[str] = Field(default_factory=list, description="host only models matching these globs "
                               "(default: every model)")

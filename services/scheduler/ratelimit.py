@@ -30,7 +30,10 @@ def instance_needs(config: dict[str, Any]) -> list[Need]:
         resources = tuple((r["name"], bool(r.get("global", False)), int(r.get("count", 0)))
                           for r in limiter.get("resources", []))
         need = Need(resources, max(1, int(limiter.get("priority", 0)) or 1))
-        needs += [need] * int(group.get("count", 1))
+        # a KIND_GPU group has `count` instances per listed GPU (services/worker/placement.py); with
+        # no GPUs listed the worker uses all of its own, unknown here: later indices get no needs
+        per_gpu = len(group.get("gpus", [])) if group.get("kind") == "KIND_GPU" else 0
+        needs += [need] * (int(group.get("count", 1)) * max(1, per_gpu))
     return needs
 
 

@@ -21,8 +21,10 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.worker import backends
+from services.worker.gpus import available_gpus
 from services.worker.instances import Instance, LoadedModel
 from services.worker.isolation import ModelProcesses, isolated
+from services.worker.placement import plan_instances
 from services.worker.warmup import run_warmup
 from shared import bus, subjects
 from shared.messages import InstanceRecord, ModelRecord, encode
@@ -160,14 +162,17 @@ class ModelHost:
 
     def _create(self, spec: ModelSpec, record: ModelRecord, version: int) -> LoadedModel:
         backend = backends.load_backend(spec.backend or "onnxruntime")
-        threads = self.settings.intra_op_threads or backend.default_threads(spec.instance_count)
+        # every group's instances, each with its own kind and device (Triton's instance_group)
+        plans = plan_instances(record.config, available_gpus())
+        threads = self.settings.intra_op_threads or backend.default_threads(len(plans))
         loaded = LoadedModel(spec, version, record.generation)
         model_dir = Path(record.path)
         try:
-            for index in range(spec.instance_count):
-                runner = backend.create_instance(spec, model_dir, version, spec.instance_kind, 0, threads)
+            for index, plan in enumerate(plans):
+                runner = backend.create_instance(spec, model_dir, version, plan.kind, plan.device, threads, name=plan.name)
                 executor = ThreadPoolExecutor(1, thread_name_prefix=f"{spec.name}-{index}")
-                loaded.instances.append(Instance(index, runner, executor, max(1, self.settings.credits_per_instance)))
+                loaded.instances.append(Instance(index, runner, executor, max(1, self.settings.credits_per_instance),
+                                                 name=plan.name, kind=plan.kind, device=plan.device))
             if record.config.get("model_warmup"):
                 started = time.perf_counter()
                 run_warmup(loaded, record.config, model_dir)

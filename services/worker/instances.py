@@ -18,6 +18,10 @@ class Instance:
     idle: set[int] = field(default_factory=set)  # credits not held by a batch
     uncredited: int = 0  # batches running outside the credits (sent to a retired generation)
     closed: bool = False
+    name: str = ""  # Triton's instance name (`<group>` or `<group>_<c>`)
+    kind: str = "KIND_CPU"
+    device: int = 0  # CUDA device of a KIND_GPU instance
+    executions: int = 0  # batches run: shows which instances of which groups serve
 
     def __post_init__(self) -> None:
         self.idle = set(range(self.credits))

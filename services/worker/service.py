@@ -95,7 +95,9 @@ class WorkerService:
         return {
             "models": {
                 f"{m}/{v}": {"generation": loaded.generation, "instances": len(loaded.instances),
-                             "busy_instances": sum(1 for i in loaded.instances if i.busy)}
+                             "busy_instances": sum(1 for i in loaded.instances if i.busy),
+                             "instance_list": [{"name": i.name, "kind": i.kind, "device": i.device, "executions": i.executions}
+                                               for i in loaded.instances]}
                 for (m, v), loaded in self.host.models.items()
             },
         }
@@ -315,6 +317,7 @@ class WorkerService:
     def _compute(spec, instance, arrays, names, sizes, timings: _Timings, t0: int):
         inputs = gather(spec, arrays)
         t1 = time.monotonic_ns()
+        instance.executions += 1
         outputs = instance.runner.run(inputs, names)
         t2 = time.monotonic_ns()
         timings.compute_input_ns, timings.compute_infer_ns = t1 - t0, t2 - t1
@@ -333,6 +336,7 @@ class WorkerService:
     def _compute_requests(spec, instance, requests, arrays, metadata, timings: _Timings, t0: int):
         names = [r.outputs or [o.name for o in spec.outputs] for r in requests]
         t1 = time.monotonic_ns()
+        instance.executions += 1
         results = instance.runner.run_requests(arrays, names, metadata, min(r.deadline_ns for r in requests))
         timings.compute_input_ns, timings.compute_infer_ns = t1 - t0, time.monotonic_ns() - t1
         return results

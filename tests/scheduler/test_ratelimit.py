@@ -10,6 +10,14 @@ def test_instance_needs_follow_the_groups():
     assert needs == [Need((("R", False, 2),), 2), Need((("R", False, 2),), 2), Need((), 1)]
 
 
+def test_gpu_groups_have_count_instances_per_listed_gpu():
+    config = {"instance_group": [
+        {"kind": "KIND_GPU", "count": 2, "gpus": [0, 1], "rate_limiter": {"resources": [{"name": "R", "count": 1}]}},
+        {"kind": "KIND_CPU", "count": 1},
+    ]}
+    assert instance_needs(config) == [Need((("R", False, 1),))] * 4 + [Need()]
+
+
 def test_per_device_pools_default_to_the_largest_need():
     limiter = RateLimiter(True)
     need = Need((("R", False, 2),))

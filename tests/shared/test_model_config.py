@@ -65,3 +65,12 @@ def test_json_override_parse():
     with pytest.raises(ShoalError) as err:
         mc.parse_json('{"inputs": []}')
     assert err.value.message.startswith("Invalid config override")
+
+
+def test_instance_group_default_names_follow_triton():
+    listed = mc.parse_text('name: "m"\nbackend: "onnxruntime"\ninstance_group [ { count: 1 } ]\n')
+    mc.normalize(listed)
+    assert [g.name for g in listed.instance_group] == ["m_0"]  # listed without a name
+    created = mc.parse_text('name: "m"\nbackend: "onnxruntime"\n')
+    mc.normalize(created)
+    assert [g.name for g in created.instance_group] == ["m"]  # created by normalization

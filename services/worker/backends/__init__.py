@@ -1,6 +1,6 @@
 """Backend registry: backend name -> module, imported only when a model needs it.
 
-A backend module exposes `create_instance(spec, model_dir, version, device, settings)`
+A backend module exposes `create_instance(spec, model_dir, version, kind, device, threads, name=...)`
 returning an object with `run(inputs, output_names) -> dict[str, ndarray]` and
 `close()`. A missing optional dependency becomes a model-load error naming the extra
 to install; it never breaks the worker or other models.
@@ -16,6 +16,8 @@ from shared.errors import unavailable
 _MODULES = {
     "onnxruntime": "services.worker.backends.onnxruntime_backend",
     "python": "services.worker.backends.python_backend",
+    "pytorch": "services.worker.backends.pytorch_backend",
+    "tensorrt": "services.worker.backends.tensorrt_backend",
 }
 _EXTRAS = {
     "tensorrt": "shoal[gpu]",

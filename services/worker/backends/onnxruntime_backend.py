@@ -1,13 +1,17 @@
 """The onnxruntime backend: one InferenceSession per model instance.
 
-KIND_GPU instances use the TensorRT or CUDA execution provider when the installed
-onnxruntime has them (the `gpu` extra); a GPU instance on a host without them fails
-to load with that reason instead of silently running on the CPU.
+Session options and execution providers come from the config as Triton's onnxruntime
+backend reads them (`onnxruntime_options`). A KIND_GPU instance runs on its own device
+(`device_id`) with the CUDA provider, and the TensorRT provider first when the config's
+`gpu_execution_accelerator` asks for it. When the installed onnxruntime lacks a provider
+the instance falls back (TensorRT -> CUDA -> CPU) and says so in one warning line naming
+the model, the instance and the reason: the design's "CPU otherwise" choice, made visible.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 from pathlib import Path
 
@@ -15,11 +19,13 @@ import ml_dtypes
 import numpy as np
 import onnxruntime as ort
 
-from shared.errors import unavailable
+from services.worker.backends.onnxruntime_options import CPU, SessionPlan, build_session_plan
+from shared.errors import invalid, unavailable
 from shared.model_config import ModelSpec
 from shared.paths import inside
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+log = logging.getLogger("shoal.worker")
 _ONNX_BFLOAT16 = 16
 
 
@@ -32,31 +38,39 @@ def _to_numpy(value: ort.OrtValue) -> np.ndarray:
     return np.ctypeslib.as_array(raw).copy().view(_BF16).reshape(shape)
 
 
-def _providers(kind: str, device: int) -> list:
-    if kind != "KIND_GPU":
-        return ["CPUExecutionProvider"]
-    available = ort.get_available_providers()
-    chosen: list = []
-    if "TensorrtExecutionProvider" in available:
-        chosen.append(("TensorrtExecutionProvider", {"device_id": device}))
-    if "CUDAExecutionProvider" in available:
-        chosen.append(("CUDAExecutionProvider", {"device_id": device}))
-    if not chosen:
-        raise unavailable(
-            "instance group kind KIND_GPU needs onnxruntime with CUDA "
-            f"(available providers: {', '.join(available)}); install `pip install 'shoal[gpu]'`"
-        )
-    return chosen + ["CPUExecutionProvider"]
+def session_options(plan: SessionPlan) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    for name, value in plan.options.items():
+        if name == "execution_mode":
+            value = getattr(ort.ExecutionMode, value)
+        elif name == "graph_optimization_level":
+            value = getattr(ort.GraphOptimizationLevel, value)
+        setattr(options, name, value)
+    for key, value in plan.config_entries.items():
+        options.add_session_config_entry(key, value)
+    return options
 
 
 class OnnxInstance:
-    def __init__(self, spec: ModelSpec, path: Path, kind: str, device: int, threads: int) -> None:
-        options = ort.SessionOptions()
-        if threads > 0:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self.session = ort.InferenceSession(str(path), sess_options=options, providers=_providers(kind, device))
+    def __init__(self, spec: ModelSpec, path: Path, kind: str, device: int, threads: int, name: str = "") -> None:
+        try:
+            plan = build_session_plan(spec.config, kind, device, threads, ort.get_available_providers())
+        except ValueError as exc:
+            raise invalid(f"model '{spec.name}': {exc}") from None
+        where = f"model '{spec.name}' instance '{name or spec.name}' ({kind}, device {device})"
+        for reason in plan.fallbacks:
+            log.warning("%s: %s", where, reason)
+        self.session = ort.InferenceSession(str(path), sess_options=session_options(plan),
+                                            providers=[p for p, _ in plan.providers],
+                                            provider_options=[o for _, o in plan.providers])
+        # onnxruntime itself drops a provider it cannot start (e.g. TensorRT libraries missing)
+        dropped = [p for p, _ in plan.providers if p not in self.session.get_providers()]
+        if dropped:
+            log.warning("%s: onnxruntime could not start %s; running on %s", where, ", ".join(dropped),
+                        ", ".join(self.session.get_providers()))
+        self.providers = self.session.get_providers()
+        if kind == "KIND_GPU" and self.providers != [CPU]:
+            log.info("%s runs on %s", where, ", ".join(self.providers))
         names = {i.name for i in self.session.get_inputs()}
         for tensor in spec.inputs:
             if tensor.name not in names:
@@ -90,12 +104,13 @@ class OnnxInstance:
         del self.session
 
 
-def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int) -> OnnxInstance:
+def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,
+                    name: str = "") -> OnnxInstance:
     # the file may be a symlink within the repository, never a path out of it
     path = inside(model_dir.parent, f"{model_dir.name}/{version}/{spec.default_model_filename or 'model.onnx'}")
     if not path.exists():
         raise unavailable(f"unable to find '{path}' for model '{spec.name}'")
-    return OnnxInstance(spec, path, kind, device, threads)
+    return OnnxInstance(spec, path, kind, device, threads, name)
 
 
 def default_threads(instances: int) -> int:

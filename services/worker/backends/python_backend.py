@@ -48,8 +48,7 @@ def _import(path: Path):
 
 
 class PythonInstance:
-    def __init__(self, spec: ModelSpec, path: Path, version: int, index: int, kind: str = "KIND_CPU",
-                 device: int = 0) -> None:
+    def __init__(self, spec: ModelSpec, path: Path, version: int, name: str, kind: str = "KIND_CPU", device: int = 0) -> None:
         module = _import(path)
         if not hasattr(module, "TritonPythonModel"):
             raise unavailable(f"{path} does not define TritonPythonModel")
@@ -58,8 +57,9 @@ class PythonInstance:
         self.model = module.TritonPythonModel()
         args = {
             "model_config": json.dumps(spec.config),
+            # Triton's python backend hands over "CPU"/"GPU"/"MODEL" and the instance's device
             "model_instance_kind": kind.removeprefix("KIND_") if kind != "KIND_AUTO" else "CPU",
-            "model_instance_name": f"{spec.name}_{index}",
+            "model_instance_name": name,
             "model_instance_device_id": str(device),
             "model_repository": str(path.parent.parent),
             "model_version": str(version),
@@ -129,11 +129,11 @@ class PythonInstance:
 
 
 def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,
-                    index: int = 0) -> PythonInstance:
+                    name: str = "") -> PythonInstance:
     path = inside(model_dir.parent, f"{model_dir.name}/{version}/{spec.default_model_filename or 'model.py'}")
     if not path.is_file():
         raise unavailable(f"unable to find '{path}' for model '{spec.name}'")
-    return PythonInstance(spec, path, version, index, kind, device)
+    return PythonInstance(spec, path, version, name or f"{spec.name}_0", kind, device)
 
 
 def default_threads(instances: int) -> int:

@@ -1,0 +1,164 @@
+"""The PyTorch backend: TorchScript `model.pt` files (`platform: "pytorch_libtorch"`, `backend: "pytorch"`).
+
+One `torch.jit.load`ed module per instance, run under `torch.inference_mode()` on the
+instance's own thread. KIND_CPU instances run on the CPU, KIND_GPU instances on
+`cuda:<gpu>` (inputs copied to the device, outputs back to the host); KIND_MODEL leaves
+placement to the model. Names bind as Triton's libtorch backend binds them (`torch_names`).
+BYTES inputs reach the model as `List[str]` (flattened, UTF-8), a `List[str]` result
+comes back as BYTES, as in Triton.
+
+Config `parameters` read, as Triton names them: INTRA_OP_THREAD_COUNT,
+INTER_OP_THREAD_COUNT, INFERENCE_MODE (default true), DISABLE_OPTIMIZED_EXECUTION.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from services.worker.backends.torch_names import bind_inputs, bind_outputs
+from shared.errors import ShoalError, invalid, unavailable
+from shared.model_config import ModelSpec
+from shared.paths import inside
+
+log = logging.getLogger("shoal.worker")
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_inter_op_set = False  # torch allows setting the inter-op pool size once per process
+
+
+def _flag(value: str, default: bool) -> bool:
+    return default if not value else value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def to_torch(array: np.ndarray, device: torch.device) -> Any:
+    if array.dtype == object:  # BYTES: TorchScript takes List[str]
+        return [x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in array.reshape(-1)]
+    if array.dtype == _BF16:
+        tensor = torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
+    else:
+        # inputs read from a request buffer are read-only: a model may write into its inputs
+        tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
+    return tensor.to(device) if device.type != "cpu" else tensor
+
+
+def to_numpy(value: Any, name: str) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        if value.device.type != "cpu":
+            value = value.cpu()
+        if value.dtype == torch.bfloat16:
+            return value.contiguous().view(torch.int16).numpy().view(_BF16)
+        return value.contiguous().numpy()
+    if isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
+        return np.array([x.encode("utf-8") for x in value], dtype=object)
+    raise ShoalError(f"output '{name}' of the model is a {type(value).__name__}, not a tensor or a list of strings", "INTERNAL")
+
+
+class TorchInstance:
+    def __init__(self, spec: ModelSpec, path: Path, kind: str, device: int, threads: int, name: str = "") -> None:
+        self.spec = spec
+        self.device = self._device(kind, device)
+        parameters = spec.parameters
+        self.threads = int(parameters.get("INTRA_OP_THREAD_COUNT", "0") or 0) or threads
+        # torch's intra-op pool size is process-wide (checked: a set in one thread applies to all):
+        # the latest model loaded sets it, to its per-instance share of the worker's cores
+        torch.set_num_threads(max(1, self.threads))
+        self._set_inter_op(int(parameters.get("INTER_OP_THREAD_COUNT", "0") or 0))
+        self.inference_mode = _flag(parameters.get("INFERENCE_MODE", ""), True)
+        self.optimized = not _flag(parameters.get("DISABLE_OPTIMIZED_EXECUTION", ""), False)
+        try:
+            self.module = torch.jit.load(str(path), map_location=self.device if kind != "KIND_MODEL" else None)
+        except Exception as exc:  # not a TorchScript archive, or saved from an incompatible torch
+            raise unavailable(f"unable to load TorchScript model '{spec.name}' from {path}: {exc}") from None
+        self.module.eval()
+        arguments = [a.name for a in self.module.forward.schema.arguments][1:]  # without `self`
+        self.inputs = bind_inputs(spec.name, [t.name for t in spec.inputs], arguments)
+        self.outputs = bind_outputs([t.name for t in spec.outputs])
+        log.info("model '%s' instance '%s' on %s: inputs by %s (forward%s)", spec.name, name or spec.name, self.device,
+                 self.inputs.convention, tuple(arguments))
+
+    @staticmethod
+    def _device(kind: str, device: int) -> torch.device:
+        if kind != "KIND_GPU":
+            return torch.device("cpu")
+        if not torch.cuda.is_available():
+            raise unavailable("instance kind KIND_GPU needs a CUDA build of torch and an NVIDIA GPU "
+                              f"(this torch {torch.__version__} sees none)")
+        if device >= torch.cuda.device_count():
+            raise unavailable(f"GPU {device} is not visible to torch ({torch.cuda.device_count()} device(s))")
+        return torch.device(f"cuda:{device}")
+
+    @staticmethod
+    def _set_inter_op(count: int) -> None:
+        global _inter_op_set
+        if count > 0 and not _inter_op_set:
+            try:
+                torch.set_num_interop_threads(count)
+                _inter_op_set = True
+            except RuntimeError as exc:  # already started: the first model's setting stays
+                log.warning("INTER_OP_THREAD_COUNT %d not applied: %s", count, exc)
+
+    def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
+        tensors = {name: to_torch(array, self.device) for name, array in inputs.items()}
+        args, kwargs = self.inputs.arguments(tensors)
+        grad = torch.inference_mode() if self.inference_mode else torch.no_grad()
+        with grad, torch.jit.optimized_execution(self.optimized):
+            if self.device.type == "cuda":
+                with torch.cuda.device(self.device):
+                    result = self.module(*args, **kwargs)
+                    torch.cuda.current_stream().synchronize()
+            else:
+                result = self.module(*args, **kwargs)
+            outputs = {name: to_numpy(self._pick(result, name), name) for name in output_names}
+        return {name: self._shape_strings(name, array, inputs) if array.dtype == object else array
+                for name, array in outputs.items()}
+
+    def _shape_strings(self, name: str, array: np.ndarray, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        """A `List[str]` result is flat: give it the config's shape (with the batch), as Triton does."""
+        tensor = self.spec.output(name)
+        if tensor is None or tensor.variable:
+            return array
+        lead = [next(iter(inputs.values())).shape[0]] if self.spec.max_batch_size > 0 and inputs else []
+        shape = lead + list(tensor.reshape if tensor.reshape is not None else tensor.dims)
+        if int(np.prod(shape)) != array.size:
+            raise ShoalError(f"output '{name}' has {array.size} strings, expected shape {shape}", "INTERNAL")
+        return array.reshape(shape)
+
+    def _pick(self, result: Any, name: str) -> Any:
+        if isinstance(result, dict):
+            if name not in result:
+                raise ShoalError(f"the model returned no output '{name}' (it returned {', '.join(map(str, result))})", "INTERNAL")
+            return result[name]
+        index = self.outputs.get(name)
+        if index is None:
+            raise invalid(f"unexpected inference output '{name}' for model '{self.spec.name}'")
+        if isinstance(result, torch.Tensor) or (isinstance(result, list) and result and isinstance(result[0], str)):
+            result = (result,)  # a lone tensor (or string list) is output 0
+        if not isinstance(result, (tuple, list)) or index >= len(result):
+            count = len(result) if isinstance(result, (tuple, list)) else 1
+            raise ShoalError(f"output '{name}' maps to index {index} but the model returned {count} output(s)", "INTERNAL")
+        return result[index]
+
+    def close(self) -> None:
+        del self.module
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,
+                    name: str = "") -> TorchInstance:
+    path = inside(model_dir.parent, f"{model_dir.name}/{version}/{spec.default_model_filename or 'model.pt'}")
+    if not path.exists():
+        raise unavailable(f"unable to find '{path}' for model '{spec.name}'")
+    return TorchInstance(spec, path, kind, device, threads, name)
+
+
+def default_threads(instances: int) -> int:
+    # the same per-instance budget as onnxruntime: instances together use the cores once
+    return max(1, (os.cpu_count() or 1) // max(1, instances))
