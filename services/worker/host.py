@@ -89,7 +89,9 @@ class ModelHost:
         return not self.settings.models or any(fnmatch.fnmatchcase(name, p) for p in self.settings.models)
 
     async def apply(self, name: str, record: ModelRecord | None) -> None:
-        hosted = record is not None and not record.reason and self.hosts(name)
+        # an ensemble has no instances: the scheduler runs it (services/scheduler/ensemble.py)
+        hosted = (record is not None and not record.reason and self.hosts(name)
+                  and record.active_config.get("platform") != "ensemble")
         wanted = set(record.hosted) if hosted else set()
         for key in [k for k in self._attempted if k[0] == name and k[1] not in wanted]:
             self._attempted.pop(key, None)

@@ -1,0 +1,163 @@
+"""Ensembles (`platform: "ensemble"`) run as a dataflow in the scheduler, through real services."""
+
+from __future__ import annotations
+
+import glob
+import json
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.cluster import running_cluster
+from tests.integration import ensemble_models
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = ensemble_models.build(tmp_path_factory.mktemp("ensembles"))
+    with running_cluster(root) as running:
+        yield running
+
+
+def fp32(name: str, value: np.ndarray) -> httpclient.InferInput:
+    tensor = httpclient.InferInput(name, list(value.shape), "FP32")
+    tensor.set_data_from_numpy(value)
+    return tensor
+
+
+def segments() -> int:
+    return len(glob.glob("/dev/shm/shoal_*"))
+
+
+def index(running) -> dict[str, dict]:
+    request = urllib.request.Request(f"http://{running.url}/v2/repository/index", data=b"", method="POST")
+    with urllib.request.urlopen(request) as response:
+        return {e["name"]: e for e in json.loads(response.read())}
+
+
+def test_pipeline_branches_run_in_parallel(cluster):
+    client = httpclient.InferenceServerClient(cluster.url)
+    assert client.is_model_ready("pipeline")
+    assert client.get_model_metadata("pipeline")["platform"] == "ensemble"
+    raw = np.arange(8, dtype=np.float32).reshape(2, 4)
+    result = client.infer("pipeline", [fp32("RAW", raw)], request_id="abc")
+    np.testing.assert_array_equal(result.as_numpy("SCORES"), (raw * 2).sum(axis=1, keepdims=True))
+    np.testing.assert_array_equal(result.as_numpy("MASK"), raw * 6)
+    assert result.get_response()["id"] == "abc"
+    # every step sleeps `delay_ms` (the parameter reaches each member): two in series plus two
+    # in parallel take 2 delays, not 3
+    delay = 400
+    started = time.monotonic()
+    result = client.infer("pipeline", [fp32("RAW", raw)], parameters={"delay_ms": delay})
+    elapsed = time.monotonic() - started
+    np.testing.assert_array_equal(result.as_numpy("MASK"), raw * 6)
+    assert 2 * delay / 1000 <= elapsed < 2.8 * delay / 1000, elapsed
+    client.close()
+
+
+def test_only_requested_outputs_run(cluster):
+    client = httpclient.InferenceServerClient(cluster.url)
+    before = client.get_inference_statistics("segment")["model_stats"][0]["inference_stats"]["success"]["count"]
+    raw = np.ones((1, 4), np.float32)
+    result = client.infer("pipeline", [fp32("RAW", raw)], outputs=[httpclient.InferRequestedOutput("SCORES")])
+    np.testing.assert_array_equal(result.as_numpy("SCORES"), [[8.0]])
+    assert result.as_numpy("MASK") is None
+    after = client.get_inference_statistics("segment")["model_stats"][0]["inference_stats"]["success"]["count"]
+    assert after == before  # the segment step fed nothing requested: pruned
+    client.close()
+
+
+def test_nested_ensemble_with_onnx_step(cluster):
+    client = httpclient.InferenceServerClient(cluster.url)
+    x = np.array([[1, 2, 3]], np.float32)
+    result = client.infer("nested", [fp32("IN", x)])
+    np.testing.assert_array_equal(result.as_numpy("OUT"), x * 6)
+    np.testing.assert_array_equal(result.as_numpy("SCORE"), [[12.0]])
+    client.close()
+
+
+def test_bytes_between_steps(cluster):
+    client = httpclient.InferenceServerClient(cluster.url)
+    text = np.array([[b"hello", b"ensemble"]], dtype=object)
+    tensor = httpclient.InferInput("TEXT", [1, 2], "BYTES")
+    tensor.set_data_from_numpy(text)
+    result = client.infer("text", [tensor])
+    assert result.as_numpy("OUT").tolist() == [[b"OLLEH", b"ELBMESNE"]]
+    client.close()
+
+
+def test_large_intermediates_go_through_shared_memory_and_are_freed(cluster):
+    client = httpclient.InferenceServerClient(cluster.url)
+    client.infer("pipeline", [fp32("RAW", np.ones((1, 4), np.float32))])  # warm
+    baseline = segments()
+    raw = np.random.default_rng(0).random((2, 50_000), dtype=np.float32)  # 400 KB: out of line at every step
+    for _ in range(3):
+        result = client.infer("pipeline", [fp32("RAW", raw)])
+        np.testing.assert_allclose(result.as_numpy("MASK"), raw * 6, rtol=1e-6)
+        np.testing.assert_allclose(result.as_numpy("SCORES"), (raw * 2).sum(axis=1, keepdims=True), rtol=1e-4)
+    assert segments() == baseline
+    client.close()
+
+
+def test_failing_step_fails_the_request_with_its_status(cluster):
+    client = httpclient.InferenceServerClient(cluster.url)
+    ok = client.infer("failing", [fp32("RAW", np.ones((1, 70_000), np.float32))])  # large: shm segments
+    np.testing.assert_array_equal(ok.as_numpy("OUT"), np.full((1, 70_000), 2, np.float32))
+    baseline = segments()
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("failing", [fp32("RAW", -np.ones((1, 70_000), np.float32))])
+    assert err.value.status() == "400"
+    assert err.value.message() == "in ensemble 'failing', negative input"
+    assert segments() == baseline  # the preprocess output was freed
+    ok = client.infer("failing", [fp32("RAW", np.ones((1, 3), np.float32))])  # still serving
+    np.testing.assert_array_equal(ok.as_numpy("OUT"), [[2, 2, 2]])
+    stats = client.get_inference_statistics("failing")["model_stats"][0]["inference_stats"]
+    assert stats["fail"]["count"] == 1 and stats["success"]["count"] == 2
+    client.close()
+
+
+def test_bad_graphs_are_unavailable_with_the_reason(cluster):
+    entries = index(cluster)
+    assert entries["bad_unknown"]["state"] == "UNAVAILABLE"
+    assert entries["bad_unknown"]["reason"] == "ensemble 'bad_unknown' depends on 'no_such_model' which has no loaded version"
+    assert entries["bad_unwritten"]["state"] == "UNAVAILABLE"
+    assert entries["bad_unwritten"]["reason"] == (
+        "output 'OTHER' for ensemble 'bad_unwritten' is not written: at least one of its depending tensors, "
+        "'missing', is not connected")
+    assert entries["bad_cycle"]["state"] == "UNAVAILABLE"
+    assert entries["bad_cycle"]["reason"] == "ensemble tensor 'a' is unused in ensemble 'bad_cycle'"
+    assert entries["bad_dtype"]["state"] == "UNAVAILABLE"
+    assert entries["bad_dtype"]["reason"] == (
+        "in ensemble bad_dtype, ensemble tensor pre: inconsistent data type: TYPE_FP32 is inferred from model "
+        "preprocess while TYPE_STRING is inferred from model upper")
+    client = httpclient.InferenceServerClient(cluster.url)
+    assert not client.is_model_ready("bad_unknown")
+    client.close()
+
+
+def test_concurrent_requests_batch_in_members(cluster):
+    client = httpclient.InferenceServerClient(cluster.url, concurrency=8)
+    raws = [np.full((1, 4), i, np.float32) for i in range(16)]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda r: client.infer("pipeline", [fp32("RAW", r)]), raws))
+    for raw, result in zip(raws, results):
+        np.testing.assert_array_equal(result.as_numpy("MASK"), raw * 6)
+    client.close()
+
+
+def test_statistics_and_metrics_show_the_ensemble(cluster):
+    client = httpclient.InferenceServerClient(cluster.url)
+    client.infer("pipeline", [fp32("RAW", np.ones((1, 4), np.float32))])
+    stats = client.get_inference_statistics("pipeline")["model_stats"][0]
+    assert stats["name"] == "pipeline" and stats["inference_stats"]["success"]["count"] >= 1
+    assert set(stats["ensemble_steps"]) == {"preprocess", "classify", "segment"}
+    assert stats["ensemble_steps"]["preprocess"]["success"]["count"] >= 1
+    with urllib.request.urlopen(cluster.metrics_url) as response:
+        metrics = response.read().decode()
+    assert 'nv_inference_request_success{model="pipeline",version="1"}' in metrics
+    client.close()
