@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from tests.cluster import running_cluster
@@ -20,7 +21,14 @@ from tests.integration import ensemble_models
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     root = ensemble_models.build(tmp_path_factory.mktemp("ensembles"))
-    with running_cluster(root) as running:
+    with running_cluster(root, allow_client_shm=True) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def explicit(tmp_path_factory):
+    root = ensemble_models.build(tmp_path_factory.mktemp("explicit_ensembles"), bad=False)
+    with running_cluster(root, repository={"model_control_mode": "explicit"}, request_timeout_s=3) as running:
         yield running
 
 
@@ -160,4 +168,69 @@ def test_statistics_and_metrics_show_the_ensemble(cluster):
     with urllib.request.urlopen(cluster.metrics_url) as response:
         metrics = response.read().decode()
     assert 'nv_inference_request_success{model="pipeline",version="1"}' in metrics
+    client.close()
+
+
+def test_client_shared_memory_inputs_and_outputs(cluster):
+    client = httpclient.InferenceServerClient(cluster.url)
+    raw = np.arange(8, dtype=np.float32).reshape(2, 4)
+    handles = []
+    try:
+        for name, size in (("ens_in", raw.nbytes), ("ens_out", 8 + raw.nbytes)):
+            key = f"/ens_test_{name}_{time.monotonic_ns()}"
+            handles.append(shm.create_shared_memory_region(key.lstrip("/"), key, size))
+            client.register_system_shared_memory(name, key, size)
+        shm.set_shared_memory_region(handles[0], [raw])
+        tensor = httpclient.InferInput("RAW", [2, 4], "FP32")
+        tensor.set_shared_memory("ens_in", raw.nbytes)
+        outputs = [httpclient.InferRequestedOutput("SCORES"), httpclient.InferRequestedOutput("MASK")]
+        outputs[0].set_shared_memory("ens_out", 8)
+        outputs[1].set_shared_memory("ens_out", raw.nbytes, offset=8)
+        result = client.infer("pipeline", [tensor], outputs=outputs)
+        assert [o["name"] for o in result.get_response()["outputs"]] == ["SCORES", "MASK"]
+        assert all("data" not in o for o in result.get_response()["outputs"])
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handles[1], np.float32, [2, 1]),
+                                      (raw * 2).sum(axis=1, keepdims=True))
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handles[1], np.float32, [2, 4], offset=8), raw * 6)
+    finally:
+        client.unregister_system_shared_memory()
+        for handle in handles:
+            shm.destroy_shared_memory_region(handle)
+        client.close()
+
+
+def test_explicit_load_pulls_in_members_and_readiness_follows_them(explicit):
+    client = httpclient.InferenceServerClient(explicit.url, network_timeout=120)
+    assert not client.is_model_ready("preprocess")
+    client.load_model("nested")  # an ensemble of an ensemble: everything below it loads
+    for name in ("nested", "pipeline", "preprocess", "classify", "segment", "identity"):
+        assert client.is_model_ready(name), name
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_array_equal(client.infer("nested", [fp32("IN", x)]).as_numpy("OUT"), x * 6)
+    client.unload_model("segment")
+    assert not client.is_model_ready("pipeline") and not client.is_model_ready("nested")
+    entries = index(explicit)
+    assert entries["pipeline"]["reason"] == "ensemble 'pipeline' depends on 'segment' which has no loaded version"
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("pipeline", [fp32("RAW", x)])
+    assert err.value.status() in ("400", "404", "503")
+    client.load_model("segment")
+    assert client.is_model_ready("pipeline") and client.is_model_ready("nested")
+    np.testing.assert_array_equal(client.infer("nested", [fp32("IN", x)]).as_numpy("OUT"), x * 6)
+    client.unload_model("nested", unload_dependents=True)
+    assert not client.is_model_ready("nested")
+    assert not client.is_model_ready("identity")  # only nested used it
+    client.close()
+
+
+def test_a_step_past_the_deadline_does_not_hang(explicit):
+    client = httpclient.InferenceServerClient(explicit.url, network_timeout=60)
+    client.load_model("pipeline")
+    x = np.ones((1, 4), np.float32)
+    started = time.monotonic()
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("pipeline", [fp32("RAW", x)], parameters={"delay_ms": 4000})  # the gateway waits 3 s
+    assert err.value.status() == "503" and time.monotonic() - started < 6
+    result = client.infer("pipeline", [fp32("RAW", x)])  # queued behind the sleeping step, then served
+    np.testing.assert_array_equal(result.as_numpy("MASK"), x * 6)
     client.close()
