@@ -55,6 +55,19 @@ class _Outcome:
     error: str = ""
     code: str = ""
     handed: list[TensorRef] = field(default_factory=list)  # the step outputs they are: the gateway frees them
+    compute: list[int] = field(default_factory=lambda: [0, 0, 0])  # the steps' compute input/infer/output ns
+
+
+_PHASES = ("COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END")
+
+
+def compute_phases(trace: dict[str, int]) -> tuple[int, int, int]:
+    """A step's compute input/infer/output durations from the timestamps its worker (or inner
+    ensemble) put in the response."""
+    start, input_end, output_start, end = (trace.get(k, 0) for k in _PHASES)
+    if not start or not end:
+        return 0, 0, 0
+    return input_end - start, output_start - input_end, end - output_start
 
 
 class EnsembleRunner:
@@ -95,13 +108,14 @@ class EnsembleRunner:
         return any(k == key for k, _ in self.running.values())
 
     def submit(self, raw: msgspec.Raw, stats: ModelStats) -> None:
+        arrived = time.monotonic_ns()
         try:
             request = _request_decoder.decode(raw)
         except msgspec.DecodeError as exc:
             log.error("undecodable ensemble request: %s", exc)
             return
         key = (request.model, request.version)
-        task = asyncio.create_task(self._run(request, stats))
+        task = asyncio.create_task(self._run(request, stats, arrived))
         self.running[request.rid] = (key, task)
         task.add_done_callback(lambda _t, rid=request.rid: self.running.pop(rid, None))
 
@@ -123,7 +137,8 @@ class EnsembleRunner:
                     member: {"success": s.success.json(), "fail": s.fail.json()} for member, s in steps.items()}
 
     # -- one request ---------------------------------------------------------------------------
-    async def _run(self, request: InferRequest, stats: ModelStats) -> None:
+    async def _run(self, request: InferRequest, stats: ModelStats, arrived: int) -> None:
+        started = time.monotonic_ns()
         request_ids.set(f"{request.id}/{request.rid}" if request.id else request.rid)
         owned: list[TensorRef] = []  # every step output: freed at the end unless handed to the gateway
         handed: set[int] = set()
@@ -146,10 +161,18 @@ class EnsembleRunner:
             stats.record_request(False, duration, "OTHER")
             response = InferResponse(rid=request.rid, error=outcome.error, code=str(outcome.code))
         else:
+            # as Triton counts an ensemble: one execution of the request's batch size, whose
+            # compute times are the sums of its steps'
+            stats.record_queue(started - arrived)
             stats.record_request(True, duration)
-            stats.last_inference_ms = int(time.time() * 1000)
+            stats.record_batch(max(1, request.batch_size), 1, *outcome.compute)
             response = InferResponse(rid=request.rid, model=request.model, version=request.version,
                                      outputs=outcome.outputs)
+            if request.trace:  # a traced request, or a step of an outer ensemble that sums compute times
+                end = time.monotonic_ns()
+                response.trace = {"QUEUE_START": arrived, "COMPUTE_START": started,
+                                  "COMPUTE_INPUT_END": started + outcome.compute[0],
+                                  "COMPUTE_OUTPUT_START": end - outcome.compute[2], "COMPUTE_END": end}
         try:
             await self.nc.publish(request.reply, encode(response))
         except Exception:  # the gateway times out; the outputs expire with the request's deadline
@@ -166,6 +189,7 @@ class EnsembleRunner:
         pending = list(steps)
         running: dict[asyncio.Task, tuple[Step, float]] = {}
         error: tuple[str, str] | None = None
+        compute = [0, 0, 0]
         latencies = self.steps.setdefault((request.model, request.version), {})
         try:
             while True:
@@ -191,6 +215,8 @@ class EnsembleRunner:
                     if response.error:
                         error = error or (response.error, response.code or Code.INTERNAL)
                         continue
+                    for i, ns in enumerate(compute_phases(response.trace)):
+                        compute[i] += ns
                     for ref in response.outputs:
                         tensor = step.output_map.get(ref.name)
                         if tensor is not None:
@@ -205,7 +231,7 @@ class EnsembleRunner:
         # the ensemble's outputs under the ensemble's names; the handles are the workers' own
         handed = [tensors[name] for name in requested]
         return _Outcome([msgspec.structs.replace(ref, name=name) for ref, name in zip(handed, requested)],
-                        handed=handed)
+                        handed=handed, compute=compute)
 
     async def _call(self, request: InferRequest) -> InferResponse:
         timeout = max(0.001, (request.deadline_ns - time.time_ns()) / 1e9)

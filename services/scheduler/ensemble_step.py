@@ -108,4 +108,5 @@ def step_request(
         priority=request.priority,
         timeout_us=request.timeout_us,
         received_ns=time.time_ns(),
+        trace=True,  # the member's compute timestamps come back: the ensemble's statistics sum them
     )

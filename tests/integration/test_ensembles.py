@@ -6,7 +6,6 @@ import glob
 import json
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -151,10 +150,19 @@ def test_bad_graphs_are_unavailable_with_the_reason(cluster):
 def test_concurrent_requests_batch_in_members(cluster):
     client = httpclient.InferenceServerClient(cluster.url, concurrency=8)
     raws = [np.full((1, 4), i, np.float32) for i in range(16)]
-    with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda r: client.infer("pipeline", [fp32("RAW", r)]), raws))
+    def preprocess() -> tuple[int, int]:
+        stats = client.get_inference_statistics("preprocess")["model_stats"][0]
+        return stats["inference_count"], stats["execution_count"]
+
+    before = preprocess()
+    # 8 in flight (gevent); each step sleeps 50 ms, so the requests behind the first one queue up
+    pending = [client.async_infer("pipeline", [fp32("RAW", r)], parameters={"delay_ms": 50}) for r in raws]
+    results = [p.get_result() for p in pending]
     for raw, result in zip(raws, results):
         np.testing.assert_array_equal(result.as_numpy("MASK"), raw * 6)
+    after = preprocess()
+    assert after[0] - before[0] == 16
+    assert after[1] - before[1] < 16  # the preprocess step batched requests of different ensemble requests
     client.close()
 
 
@@ -164,6 +172,10 @@ def test_statistics_and_metrics_show_the_ensemble(cluster):
     stats = client.get_inference_statistics("pipeline")["model_stats"][0]
     assert stats["name"] == "pipeline" and stats["inference_stats"]["success"]["count"] >= 1
     assert set(stats["ensemble_steps"]) == {"preprocess", "classify", "segment"}
+    # Triton's accounting: one execution per successful request, compute times summed over the steps
+    assert stats["execution_count"] == stats["inference_stats"]["success"]["count"]
+    assert stats["inference_stats"]["compute_infer"]["ns"] > 0
+    assert stats["batch_stats"][0]["batch_size"] >= 1
     assert stats["ensemble_steps"]["preprocess"]["success"]["count"] >= 1
     with urllib.request.urlopen(cluster.metrics_url) as response:
         metrics = response.read().decode()
