@@ -29,6 +29,7 @@ from services.gateway.dispatch import Dispatcher
 from services.scheduler.ensemble_graph import EnsembleGraph, Step, graph_from_config, is_ensemble
 from services.scheduler.ensemble_step import step_request
 from services.scheduler.stats import Duration, ModelStats
+from shared import subjects
 from shared.errors import Code, ShoalError
 from shared.logcontext import request_ids
 from shared.messages import InferRequest, InferResponse, ModelRecord, TensorRef, encode
@@ -74,8 +75,9 @@ class EnsembleRunner:
     def __init__(self, nc: NATS, scheduler_id: str) -> None:
         self.nc = nc
         # never produces tensors: it only frees the intermediates workers produced
-        self.store = TensorStore(nc, f"ensemble-{scheduler_id}")
-        self.dispatcher = Dispatcher(nc, f"ensemble-{scheduler_id}", self.store)
+        self.store = TensorStore(nc, f"ensemble-{subjects.token(scheduler_id)}")
+        # one subject token: a request's reply subject is `<inbox>.<rid>` and rids carry this prefix
+        self.dispatcher = Dispatcher(nc, f"ensemble-{subjects.token(scheduler_id)}", self.store)
         self.graphs: dict[str, EnsembleGraph] = {}
         self.specs: dict[str, ModelSpec] = {}  # every model's serving spec (steps are checked against it)
         self.ready: dict[str, list[int]] = {}  # model -> its READY versions
