@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import json
+import socket
 import time
 import urllib.request
 
@@ -245,4 +246,41 @@ def test_a_step_past_the_deadline_does_not_hang(explicit):
     assert err.value.status() == "503" and time.monotonic() - started < 6
     result = client.infer("pipeline", [fp32("RAW", x)])  # queued behind the sleeping step, then served
     np.testing.assert_array_equal(result.as_numpy("MASK"), x * 6)
+    client.close()
+
+
+def wait_until(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for a condition"
+        time.sleep(0.005)
+
+
+def canceled(running, model: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(running.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "nv_inference_request_failure":
+            return sum(s.value for s in family.samples if s.labels["model"] == model and s.labels["reason"] == "CANCELED")
+    return 0.0
+
+
+def test_client_disconnect_cancels_the_ensemble_and_frees_its_tensors(cluster):
+    client = httpclient.InferenceServerClient(cluster.url)
+    client.infer("pipeline", [fp32("RAW", np.ones((1, 4), np.float32))])
+    baseline, before = segments(), canceled(cluster, "pipeline")
+    data = ",".join(["1.5"] * 70_000)  # out of line at the gateway and at every step
+    body = ('{"inputs":[{"name":"RAW","shape":[1,70000],"datatype":"FP32","data":[%s]}],'
+            '"parameters":{"delay_ms":800}}' % data).encode()
+    host, port = cluster.url.split(":")
+    raw = socket.create_connection((host, int(port)))
+    raw.sendall(b"POST /v2/models/pipeline/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    wait_until(lambda: segments() > baseline)  # the gateway sent it on
+    raw.close()  # the client goes away while the first step runs
+    wait_until(lambda: canceled(cluster, "pipeline") == before + 1)
+    wait_until(lambda: segments() == baseline)  # the step that finished late had its output freed
+    result = client.infer("pipeline", [fp32("RAW", np.ones((1, 4), np.float32))])
+    np.testing.assert_array_equal(result.as_numpy("MASK"), np.full((1, 4), 6, np.float32))
     client.close()
