@@ -225,7 +225,10 @@ class EnsembleRunner:
                             tensors[tensor] = ref
         finally:
             for task in running:  # cancelled: the steps' requests leave their queues too
-                task.cancel()
+                if task.done() and not task.cancelled():
+                    owned.extend(task.result().outputs)  # answered just now: free its outputs too
+                else:
+                    task.cancel()
         if error is not None:
             return _Outcome([], f"in ensemble '{request.model}', {error[0]}", error[1])
         if any(name not in tensors for name in requested):
