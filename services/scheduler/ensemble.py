@@ -27,7 +27,7 @@ from nats.aio.client import Client as NATS
 
 from services.gateway.dispatch import Dispatcher
 from services.scheduler.ensemble_graph import EnsembleGraph, Step, graph_from_config, is_ensemble
-from services.scheduler.ensemble_step import step_request
+from services.scheduler.ensemble_step import fit_batching, step_request
 from services.scheduler.stats import Duration, ModelStats
 from shared import subjects
 from shared.errors import Code, ShoalError
@@ -188,6 +188,9 @@ class EnsembleRunner:
         steps = graph.needed_steps(requested)
         readers = graph.consumers(steps)
         tensors: dict[str, TensorRef] = {ref.name: ref for ref in request.inputs}
+        spec = self.specs.get(request.model)
+        # whether each tensor carries a batch dimension (it came from a model with max_batch_size > 0)
+        batched = {name: bool(spec and spec.max_batch_size > 0) for name in tensors}
         pending = list(steps)
         running: dict[asyncio.Task, tuple[Step, float]] = {}
         error: tuple[str, str] | None = None
@@ -199,8 +202,8 @@ class EnsembleRunner:
                     for step in [s for s in pending if all(t in tensors for t in s.input_map.values())]:
                         pending.remove(step)
                         try:
-                            sub = step_request(request, step, tensors, requested, readers, self.specs, self.ready,
-                                               self.dispatcher)
+                            sub = step_request(request, step, tensors, batched, requested, readers, self.specs,
+                                               self.ready, self.dispatcher)
                         except ShoalError as exc:
                             error = (exc.message, str(exc.code))
                             break
@@ -219,10 +222,12 @@ class EnsembleRunner:
                         continue
                     for i, ns in enumerate(compute_phases(response.trace)):
                         compute[i] += ns
+                    member = self.specs.get(step.model)
                     for ref in response.outputs:
                         tensor = step.output_map.get(ref.name)
                         if tensor is not None:
                             tensors[tensor] = ref
+                            batched[tensor] = bool(member and member.max_batch_size > 0)
         finally:
             for task in running:  # cancelled: the steps' requests leave their queues too
                 if task.done() and not task.cancelled():
@@ -235,8 +240,13 @@ class EnsembleRunner:
             return _Outcome([], f"in ensemble '{request.model}', {DEADLOCK}", Code.INVALID_ARG)
         # the ensemble's outputs under the ensemble's names; the handles are the workers' own
         handed = [tensors[name] for name in requested]
-        return _Outcome([msgspec.structs.replace(ref, name=name) for ref, name in zip(handed, requested)],
-                        handed=handed, compute=compute)
+        outputs = []
+        for ref, name in zip(handed, requested):
+            config = spec.output(name) if spec is not None else None
+            shape = (fit_batching(config.dims, spec.max_batch_size > 0, ref.shape, batched[name])
+                     if config is not None else ref.shape)
+            outputs.append(msgspec.structs.replace(ref, name=name, shape=shape))
+        return _Outcome(outputs, handed=handed, compute=compute)
 
     async def _call(self, request: InferRequest) -> InferResponse:
         timeout = max(0.001, (request.deadline_ns - time.time_ns()) / 1e9)

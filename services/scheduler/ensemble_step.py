@@ -37,6 +37,23 @@ def resolve_version(model: str, version: int, ready: dict[str, list[int]]) -> in
     return version
 
 
+def _matches(dims, shape: list[int]) -> bool:
+    return len(dims) == len(shape) and all(d == -1 or d == s for d, s in zip(dims, shape))
+
+
+def fit_batching(dims, batching: bool, shape: list[int], source_batched: bool) -> list[int]:
+    """Triton's `ReshapeTensorDims`: a tensor from a non-batching model going to a batching one
+    gets a batch dimension of 1; a batch of 1 going to a non-batching model loses it, when
+    that is what makes the shape fit (only the shape changes: same bytes)."""
+    if batching == source_batched:
+        return list(shape)
+    if batching and _matches(dims, shape):
+        return [1] + list(shape)
+    if not batching and not _matches(dims, shape) and shape[:1] == [1] and _matches(dims, shape[1:]):
+        return list(shape[1:])
+    return list(shape)
+
+
 def _check(spec: ModelSpec, ref: TensorRef, prefix: str) -> tuple[int, list[int]]:
     """(batch size, per-item shape) of one input, or the member's validation error."""
     config = spec.input(ref.name)
@@ -58,6 +75,7 @@ def step_request(
     request: InferRequest,
     step: Step,
     tensors: dict[str, TensorRef],
+    batched: dict[str, bool],
     requested: list[str],
     readers: dict[str, int],
     specs: dict[str, ModelSpec],
@@ -73,12 +91,15 @@ def step_request(
     batch_size = 0
     sig: list[str] = []
     for model_input, tensor in step.input_map.items():
-        ref = msgspec.structs.replace(tensors[tensor], name=model_input)  # same bytes, the member's name
+        config = spec.input(model_input)
+        source = tensors[tensor]
+        dims = config.reshape if (config.reshape is not None and not config.dims) else config.dims
+        shape = fit_batching(dims, spec.max_batch_size > 0, source.shape, batched.get(tensor, True))
+        ref = msgspec.structs.replace(source, name=model_input, shape=shape)  # same bytes, the member's name
         size, item = _check(spec, ref, prefix)
         if batch_size and size != batch_size:
             raise invalid(f"{prefix}input '{model_input}' batch size does not match other inputs for '{spec.name}'")
         batch_size = size
-        config = spec.input(model_input)
         if config.variable and not config.allow_ragged_batch:
             sig.append(f"{model_input}{item}")  # the gateway's format: equal shapes batch together
         inputs.append(ref)

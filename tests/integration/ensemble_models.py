@@ -54,7 +54,7 @@ class TritonPythonModel:
 PY_CONFIG = """
 name: "{name}"
 backend: "python"
-max_batch_size: 8
+max_batch_size: {max_batch_size}
 input [ {{ name: "X" data_type: {dtype} dims: [ -1 ] }} ]
 output [ {{ name: "Y" data_type: {dtype} dims: [ {out_dims} ] }} ]
 {batching}
@@ -79,11 +79,11 @@ def ensemble_config(name: str, inputs: list[tuple[str, str, str]], outputs: list
 
 
 def write_python(root: Path, name: str, op: str, dtype: str = "TYPE_FP32", out_dims: str = "-1",
-                 batching: str = "dynamic_batching { max_queue_delay_microseconds: 500 }") -> None:
+                 batching: str = "dynamic_batching { max_queue_delay_microseconds: 500 }", max_batch_size: int = 8) -> None:
     (root / name / "1").mkdir(parents=True)
     (root / name / "1" / "model.py").write_text(textwrap.dedent(PY_MODEL.format(op=op)))
     (root / name / "config.pbtxt").write_text(PY_CONFIG.format(name=name, dtype=dtype, out_dims=out_dims,
-                                                               batching=batching))
+                                                               batching=batching, max_batch_size=max_batch_size))
 
 
 def write_ensemble(root: Path, name: str, config: str) -> None:
@@ -101,6 +101,7 @@ def build(root: Path, bad: bool = True) -> Path:
     write_python(root, "checker", "fail")
     write_python(root, "upper", "upper", dtype="TYPE_STRING")
     write_python(root, "reverse", "reverse", dtype="TYPE_STRING")
+    write_python(root, "flat", "triple", batching="", max_batch_size=0)  # no batch dimension
     examples.write_model(
         root, "identity", examples.identity_graph(TensorProto.FLOAT, 2, "identity"),
         'name: "identity"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
@@ -125,6 +126,10 @@ def build(root: Path, bad: bool = True) -> Path:
     write_ensemble(root, "text", ensemble_config(
         "text", [("TEXT", "TYPE_STRING", "-1")], [("OUT", "TYPE_STRING", "-1")],
         [("upper", {"X": "TEXT"}, {"Y": "up"}), ("reverse", {"X": "up"}, {"Y": "OUT"})]))
+    # batching -> non-batching -> out of a batching ensemble: the batch dimension of 1 comes and goes
+    write_ensemble(root, "mixed", ensemble_config(
+        "mixed", [("RAW", F, "-1")], [("OUT", F, "-1")],
+        [("preprocess", {"X": "RAW"}, {"Y": "pre"}), ("flat", {"X": "pre"}, {"Y": "OUT"})]))
     if bad:
         write_ensemble(root, "bad_unknown", ensemble_config(
             "bad_unknown", [("RAW", F, "-1")], [("OUT", F, "-1")], [("no_such_model", {"X": "RAW"}, {"Y": "OUT"})]))

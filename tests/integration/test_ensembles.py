@@ -89,6 +89,15 @@ def test_nested_ensemble_with_onnx_step(cluster):
     client.close()
 
 
+def test_batch_dimension_between_batching_and_non_batching_steps(cluster):
+    client = httpclient.InferenceServerClient(cluster.url)
+    x = np.array([[1, 2, 3]], np.float32)
+    result = client.infer("mixed", [fp32("RAW", x)])
+    assert result.get_output("OUT")["shape"] == [1, 3]
+    np.testing.assert_array_equal(result.as_numpy("OUT"), x * 6)
+    client.close()
+
+
 def test_bytes_between_steps(cluster):
     client = httpclient.InferenceServerClient(cluster.url)
     text = np.array([[b"hello", b"ensemble"]], dtype=object)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from services.scheduler.ensemble_graph import check_members, check_structure, graph_from_config
+from services.scheduler.ensemble_step import fit_batching
 
 
 def step(model: str, inputs: dict[str, str], outputs: dict[str, str], version: int = -1) -> dict:
@@ -80,3 +81,10 @@ def test_pruning_keeps_only_steps_feeding_requested_outputs():
     assert [s.model for s in graph.needed_steps([])] == ["pre", "cls", "seg"]
     assert graph.consumers(graph.needed_steps(["A"])) == {"RAW": 1, "p": 1}
     assert graph.members == ["pre", "cls", "seg"]
+
+
+def test_batch_dimension_follows_the_receiving_model():
+    assert fit_batching((-1,), True, [4], source_batched=False) == [1, 4]  # gains a batch of 1
+    assert fit_batching((-1,), False, [1, 4], source_batched=True) == [4]  # loses it
+    assert fit_batching((-1, -1), True, [2, 4], source_batched=True) == [2, 4]  # both batch: as is
+    assert fit_batching((-1,), False, [2, 4], source_batched=True) == [2, 4]  # a batch of 2 cannot lose it
