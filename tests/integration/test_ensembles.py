@@ -293,3 +293,17 @@ def test_client_disconnect_cancels_the_ensemble_and_frees_its_tensors(cluster):
     result = client.infer("pipeline", [fp32("RAW", np.ones((1, 4), np.float32))])
     np.testing.assert_array_equal(result.as_numpy("MASK"), np.full((1, 4), 6, np.float32))
     client.close()
+
+
+def test_intermediates_over_the_bus_when_there_is_no_shared_memory(tmp_path):
+    """Workers on other hosts: a large intermediate stays with the worker that made it and the
+    next step fetches it in chunks; the ensemble frees it with a release message."""
+    root = ensemble_models.build(tmp_path, bad=False)
+    with running_cluster(root, transport="bus") as running:
+        client = httpclient.InferenceServerClient(running.url)
+        raw = np.random.default_rng(1).random((1, 40_000), dtype=np.float32)
+        baseline = segments()
+        result = client.infer("pipeline", [fp32("RAW", raw)])
+        np.testing.assert_allclose(result.as_numpy("MASK"), raw * 6, rtol=1e-6)
+        assert segments() == baseline
+        client.close()
