@@ -307,3 +307,16 @@ def test_intermediates_over_the_bus_when_there_is_no_shared_memory(tmp_path):
         np.testing.assert_allclose(result.as_numpy("MASK"), raw * 6, rtol=1e-6)
         assert segments() == baseline
         client.close()
+
+
+def test_ensembles_across_scheduler_replicas(tmp_path):
+    """The ensemble and its members may be served by different scheduler replicas."""
+    root = ensemble_models.build(tmp_path, bad=False)
+    with running_cluster(root, schedulers=2) as running:
+        client = httpclient.InferenceServerClient(running.url)
+        x = np.array([[1, 2, 3]], np.float32)
+        for _ in range(5):
+            result = client.infer("nested", [fp32("IN", x)])
+            np.testing.assert_array_equal(result.as_numpy("OUT"), x * 6)
+        assert client.get_inference_statistics("nested")["model_stats"][0]["inference_stats"]["success"]["count"] == 5
+        client.close()
