@@ -7,9 +7,10 @@ batches with everything else sent to it. Steps without a data dependency run in
 parallel. Answers come back to this scheduler's inbox (the gateway's `Dispatcher`,
 reused: grouped publishes, per-request reply subjects, "no responders", timeouts).
 
-Zero copies: a step's outputs stay where its worker put them (inline bytes, or a
-shared-memory / bus handle) and the next step gets the same `TensorRef` under its own
-input name. This process never reads or writes tensor bytes. Intermediate tensors are
+Zero copies: a step's outputs stay where its worker put them (a shared-memory segment, or
+held for a bus fetch) and the next step gets the same `TensorRef` under its own input name;
+this process never maps, reads or writes them. Small tensors (<= 64 KiB) ride inline in the
+messages, as they do everywhere (re-encoding them is cheaper than a segment). Intermediates are
 freed when the request ends, whatever the outcome; the ones that are ensemble outputs
 are handed to the gateway in the ensemble's response, which frees them after reading,
 exactly as it does a worker's response.
