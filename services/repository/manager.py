@@ -16,8 +16,9 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from services.repository import overrides
+from services.repository import ensembles, overrides
 from services.repository.scan import ScannedModel, check_model_name, list_models, scan_model, signature
+from services.scheduler.ensemble_graph import check_structure, is_ensemble
 from shared import model_config
 from shared.errors import ShoalError, internal, invalid
 from shared.messages import InstanceRecord, ModelRecord, ModelVersionState
@@ -60,6 +61,7 @@ class ModelManager:
         self.changed = asyncio.Condition()
         self._locks: dict[str, asyncio.Lock] = {}
         self._polling = asyncio.Lock()
+        self._refreshing: set[str] = set()  # ensembles being refreshed (guards nested refreshes)
 
     def lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -88,6 +90,12 @@ class ModelManager:
             if not model_dir.is_dir():
                 raise internal(f"failed to load '{name}', failed to poll from model repository")
         scanned = scan_model(model_dir, self.auto_complete, override)
+        if scanned.config is not None and is_ensemble(model_config.to_json(scanned.config)):
+            config = model_config.to_json(scanned.config)
+            # a bad graph is a load failure, like a bad config; member checks come with readiness
+            error = check_structure(config) or ensembles.cycle(name, self.records, config)
+            if error:
+                scanned = ScannedModel(scanned.name, scanned.path, None, scanned.versions, error)
         if files and scanned.config is None:
             overrides.remove_override_dir(model_dir)  # the one serving (if any) stays
         elif files or name in self.override_dirs:
@@ -132,15 +140,41 @@ class ModelManager:
                                  generation, hosted, serving_config=serving, serving_path=serving_path)
             if not hosted:
                 record.reason = f"no version is available for model '{name}'"
+        if is_ensemble(record.config):  # nothing to swap: an ensemble's new graph serves at once
+            record.serving_config, record.serving_path = {}, ""
         self.records[name] = record
         await self.publish(record)
+        if ensembles.record_is_ensemble(record) and record.hosted:
+            await self._load_members(record)
+            await self.refresh(name)
+        await self._refresh_dependents(name)
         return record
+
+    async def _load_members(self, record: ModelRecord) -> None:
+        """Explicit mode: loading an ensemble loads the composing models not loaded yet (Triton's
+        rule); in the other modes every model of the repository loads anyway."""
+        if self.settings.model_control_mode != "explicit":
+            return
+        for member in ensembles.members_of(record):
+            current = self.records.get(member)
+            if (current is None or not current.hosted) and member in self.available():
+                try:
+                    await self.load(member)
+                except ShoalError as exc:  # the ensemble shows the member's failure as its reason
+                    log.error("%s", exc.message.strip())
+
+    async def _refresh_dependents(self, name: str) -> None:
+        for dependent in ensembles.dependents(name, self.records):
+            if dependent != name:
+                await self.refresh(dependent)
 
     def settled(self, name: str) -> bool:
         """Every live worker has finished trying the record's generation (or none reported)."""
         record = self.records.get(name)
         if record is None or record.reason:
             return True
+        if ensembles.record_is_ensemble(record):
+            return all(s.state != "LOADING" for s in record.versions.values())
         for version in record.hosted:
             reports = self._reports(name, version)
             if not reports or any(r.generation != record.generation or r.state == "LOADING" for r in reports):
@@ -164,6 +198,11 @@ class ModelManager:
             raise invalid(f"load failed for model '{name}': {record.reason}\n")
         if record.generation != generation:  # reverted to the version still serving
             raise invalid(f"load failed for model '{name}': {self._failures.get(name, 'the new version failed')}\n")
+        if ensembles.record_is_ensemble(record):
+            failed = [s.reason for s in record.versions.values() if s.state != "READY"]
+            if failed:
+                raise invalid(f"load failed for model '{name}': {failed[0]}\n")
+            return
         for version in record.hosted:
             reports = self._reports(name, version)
             if not any(r.serving_generation == record.generation for r in reports):
@@ -189,6 +228,7 @@ class ModelManager:
             overrides.remove_override_dir(self.override_dirs.pop(name))
         self._drop_stale_dirs(name)
         log.info("unloaded '%s'", name)
+        await self._refresh_dependents(name)
 
     # -- reports from workers ------------------------------------------------------
     def _reports(self, name: str, version: int) -> list[InstanceRecord]:
@@ -211,6 +251,9 @@ class ModelManager:
     async def refresh(self, name: str) -> None:
         record = self.records.get(name)
         if record is None or record.reason:
+            return
+        if ensembles.record_is_ensemble(record):
+            await self._refresh_ensemble(record)
             return
         changed = False
         for version in record.hosted:
@@ -240,6 +283,29 @@ class ModelManager:
             changed = True
         if changed:
             await self.publish(record)
+            await self._refresh_dependents(name)
+
+    async def _refresh_ensemble(self, record: ModelRecord) -> None:
+        """An ensemble follows its members: READY when they all are, UNAVAILABLE (why) when not."""
+        if record.name in self._refreshing:  # nested ensembles naming each other: refused at load
+            return
+        self._refreshing.add(record.name)
+        try:
+            new = ensembles.ensemble_state(record, self.records, set(self.available()))
+            changed = False
+            for version in record.hosted:
+                old = record.versions.get(str(version))
+                if old is not None and old.state == "UNLOADING":
+                    continue
+                if new != old:
+                    record.versions[str(version)] = new
+                    changed = True
+                    log.info("ensemble '%s' version %d: %s %s", record.name, version, new.state, new.reason)
+            if changed:
+                await self.publish(record)
+                await self._refresh_dependents(record.name)
+        finally:
+            self._refreshing.discard(record.name)
 
     # -- the index -------------------------------------------------------------------
     def index(self, ready_only: bool = False) -> list[dict]:
@@ -291,3 +357,4 @@ class ModelManager:
             self.records.pop(name, None)
             self.signatures.pop(name, None)
             await self.forget(name)
+            await self._refresh_dependents(name)

@@ -18,6 +18,7 @@ from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from services.repository import ensembles
 from services.repository.manager import ModelManager
 from services.repository.overrides import check_parameters
 from shared import bus, discovery, subjects
@@ -178,9 +179,17 @@ class RepositoryService:
     async def _unload(self, data: bytes) -> str:
         if self.settings.model_control_mode != "explicit":
             raise unavailable(NOT_EXPLICIT)
-        name = msgspec.json.decode(data)["name"]
+        body = msgspec.json.decode(data)
+        name = body["name"]
         async with self.manager.lock(name):
+            record = self.manager.records.get(name)
             await self.manager.unload(name)
+        if body.get("unload_dependents") and ensembles.record_is_ensemble(record):
+            # the composing models go too, unless another loaded ensemble still uses them
+            for member in ensembles.members_of(record):
+                if not [d for d in ensembles.dependents(member, self.manager.records) if d != name]:
+                    async with self.manager.lock(member):
+                        await self.manager.unload(member)
         return name
 
     # -- poll mode ------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.scheduler.batcher import BatchPolicy, next_batch
+from services.scheduler.ensemble import EnsembleRunner
 from services.scheduler.leases import TTL_S as LEASE_TTL_S
 from services.scheduler.leases import Leases
 from services.scheduler.ordering import OrderedRelease
@@ -138,6 +139,7 @@ class SchedulerService:
         self._batch_ids = 0
         self._tasks: set[asyncio.Task] = set()
         self._loop = asyncio.get_running_loop()
+        self.ensembles = EnsembleRunner(nc, settings.scheduler_id)  # ensembles run here, not on workers
 
     async def start(self) -> None:
         self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
@@ -145,6 +147,7 @@ class SchedulerService:
                              self.settings.scheduler_id, self._gain, self._lose, self._model_idle)
         await self.nc.subscribe(subjects.INSTANCE_FREE, cb=self._on_free)
         await self.liveness.start()
+        await self.ensembles.start()
         await self.nc.subscribe(subjects.CREDITS_REVOKED, cb=self._on_revoked)
         await self.nc.subscribe(subjects.SCHEDULER_DRAIN, cb=self._on_drain)
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
@@ -195,6 +198,7 @@ class SchedulerService:
                 continue
             name = subjects.untoken(change.key)
             record = _record_decoder.decode(change.value) if change.value is not None else None
+            self.ensembles.on_record(name, record)
             hosted = set(record.hosted) if record is not None and record.active_config else set()
             for key in [k for k in self.queues if k[0] == name and k[1] not in hosted]:
                 await self._abandon(self.queues[key], f"model '{name}' version {key[1]} was unloaded")
@@ -222,6 +226,9 @@ class SchedulerService:
         touched = {}
         for raw, header in zip(raws, headers):
             queue = self.queue(header.model, header.version)
+            if self.ensembles.handles(header.model):  # a dataflow over its steps, no queue of its own
+                self.ensembles.submit(raw, queue.stats)
+                continue
             if await self._admit(queue, header, raw, now):
                 touched[queue.key] = queue
         for queue in touched.values():
@@ -499,7 +506,7 @@ class SchedulerService:
         """A client went away: its request leaves the queue (a running batch finishes; the
         gateway drops the late answer)."""
         cancel = bus.decode(_cancel_decoder, msg, log)
-        if cancel is None:
+        if cancel is None or self.ensembles.cancel(cancel.rid):
             return
         queue = self.queues.get((cancel.model, cancel.version))
         if queue is None:
@@ -521,7 +528,8 @@ class SchedulerService:
     # -- draining (unload) ------------------------------------------------------------
     def _idle(self, key: tuple[str, int]) -> bool:
         queue = self.queues.get(key)
-        return (queue is None or not queue.requests) and not any(f.key == key for f in self.in_flight.values())
+        return ((queue is None or not queue.requests) and not any(f.key == key for f in self.in_flight.values())
+                and not self.ensembles.busy(key))
 
     async def _on_drain(self, msg) -> None:
         request = bus.decode(_drain_decoder, msg, log)
@@ -559,6 +567,7 @@ class SchedulerService:
             for (model, version), q in self.queues.items()
             if self.leases.owns(model) or q.stats.success.count or q.stats.fail.count or q.stats.cache_miss.count
         }
+        self.ensembles.annotate(stats)
         await msg.respond(msgspec.json.encode(stats))
 
 

@@ -116,7 +116,9 @@ class ModelHost:
         return not self.settings.models or any(fnmatch.fnmatchcase(name, p) for p in self.settings.models)
 
     async def apply(self, name: str, record: ModelRecord | None) -> None:
-        hosted = record is not None and not record.reason and self.hosts(name)
+        # an ensemble has no instances: the scheduler runs it (services/scheduler/ensemble.py)
+        hosted = (record is not None and not record.reason and self.hosts(name)
+                  and record.active_config.get("platform") != "ensemble")
         if hosted and isolated(self.settings, record.config):
             self.processes.ensure(name)  # a worker process of its own hosts it
             hosted = False
