@@ -22,10 +22,12 @@ from nats.aio.client import Client as NATS
 
 from services.worker import backends
 from services.worker.instances import Instance, LoadedModel
+from services.worker.sequence_state import StateStore
 from services.worker.warmup import run_warmup
 from shared import bus, subjects
 from shared.messages import InstanceRecord, ModelRecord, encode
 from shared.model_config import ModelSpec, load_error, spec_from_json
+from shared.sequence_config import sequence_config
 from shared.settings import WorkerSettings
 
 log = logging.getLogger("shoal.worker")
@@ -133,6 +135,9 @@ class ModelHost:
         threads = self.settings.intra_op_threads or backend.default_threads(spec.instance_count)
         loaded = LoadedModel(spec, version, record.generation)
         model_dir = Path(record.path)
+        loaded.sequence = sequence_config(record.config)
+        if loaded.sequence is not None:
+            loaded.states = StateStore(loaded.sequence, model_dir / str(version) / "initial_state")
         try:
             for index in range(spec.instance_count):
                 runner = backend.create_instance(spec, model_dir, version, spec.instance_kind, 0, threads)

@@ -41,6 +41,8 @@ class LoadedModel:
     instances: list[Instance] = field(default_factory=list)
     retired: bool = False
     warmup_ms: float = 0.0
+    sequence: Any = None  # SequenceConfig of a sequence-batched model
+    states: Any = None  # its implicit-state StateStore
 
     def retire(self) -> None:
         """No more credits; each instance closes once its running batches end."""

@@ -23,6 +23,7 @@ from services.worker.batch import gather, scatter
 from services.worker.host import ModelHost
 from services.worker.instances import Instance, LoadedModel
 from services.worker.replies import Replies
+from services.worker.sequence_controls import control_arrays, flags
 from shared import bus, discovery, subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.errors import ShoalError
@@ -33,6 +34,8 @@ from shared.messages import (
     InferRequest,
     InferResponse,
     InstanceFree,
+    SeqControl,
+    SequenceEnded,
     TensorRef,
     WorkerHeartbeat,
     encode,
@@ -47,6 +50,7 @@ log = logging.getLogger("shoal.worker")
 INLINE_BUDGET = 256 * 1024  # inline output bytes per response: many fit one bus message
 _batch_decoder = msgspec.msgpack.Decoder(ExecBatch)
 _request_decoder = msgspec.msgpack.Decoder(InferRequest)
+_ended_decoder = msgspec.msgpack.Decoder(SequenceEnded)
 
 
 @dataclass
@@ -74,6 +78,7 @@ class WorkerService:
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_report(self.id), cb=self._on_report_request)
+        await self.nc.subscribe(subjects.worker_sequence(self.id), cb=self._on_sequence_ended)
         await self.host.start()
         self._spawn(self._heartbeat())
         self.micro = await discovery.register(self.nc, "worker", self.id, self.status, shm_host=self.store.host)
@@ -119,6 +124,25 @@ class WorkerService:
 
     async def _on_report_request(self, msg) -> None:
         await self.host.report_all()
+
+    async def _on_sequence_ended(self, msg) -> None:
+        """A sequence ended without END (idle timeout, cancelled END): free its implicit state and
+        tell a python model that defines the (Shoal-only, optional) `sequence_ended(correlation_id,
+        reason)` method, on the instance's own thread so it never overlaps an `execute`."""
+        ended = bus.decode(_ended_decoder, msg, log)
+        loaded = self.host.models.get((ended.model, ended.version)) if ended is not None else None
+        if loaded is None:
+            return
+        if loaded.states is not None:
+            loaded.states.drop(ended.corrid, ended.seq)
+        if 0 <= ended.instance < len(loaded.instances):
+            instance = loaded.instances[ended.instance]
+            hook = getattr(getattr(instance.runner, "model", None), "sequence_ended", None)
+            if callable(hook) and not instance.closed:
+                try:
+                    await self._loop.run_in_executor(instance.executor, hook, ended.corrid, ended.reason)
+                except Exception:
+                    log.exception("sequence_ended of '%s' failed", ended.model)
 
     async def _on_resync(self, msg) -> None:
         for loaded in list(self.host.models.values()):
@@ -182,7 +206,8 @@ class WorkerService:
             if live:
                 # the scheduler's enqueue times line up with all of the batch's requests
                 enqueued = dict(zip([r.rid for r in requests], batch.enqueued_ns)) if batch.enqueued_ns else {}
-                await self._run_batch(loaded, instance, live, free, replies, batch, enqueued)
+                controls = dict(zip([r.rid for r in requests], batch.controls)) if batch.controls else {}
+                await self._run_batch(loaded, instance, live, free, replies, batch, enqueued, controls)
         except Exception as exc:  # never lose a request: every one gets an answer
             log.exception("batch %d of '%s' failed", batch.batch_id, batch.model)
             answered = replies.answered()
@@ -228,14 +253,19 @@ class WorkerService:
 
     async def _run_batch(
         self, loaded: LoadedModel, instance: Instance, requests: list[InferRequest], free: InstanceFree,
-        replies: Replies, batch: ExecBatch, enqueued: dict[str, int],
+        replies: Replies, batch: ExecBatch, enqueued: dict[str, int], controls: dict[str, SeqControl],
     ) -> None:
         spec = loaded.spec
         t0 = time.monotonic_ns()
         arrays, readable = [], []
         for request in requests:  # a request whose inputs cannot be read fails alone, not its batch
             try:
-                arrays.append(await self._inputs(request))
+                inputs = await self._inputs(request)
+                control = controls.get(request.rid)
+                if control is not None:  # sequence models: control tensors and implicit state join the inputs
+                    inputs.update(control_arrays(loaded.sequence, control))
+                    inputs.update(loaded.states.inputs(control))
+                arrays.append(inputs)
                 readable.append(request)
             except Exception as exc:
                 code = "INVALID_ARG" if isinstance(exc, ValueError) else "INTERNAL"
@@ -243,12 +273,13 @@ class WorkerService:
         requests = readable
         if not requests:
             return
-        names = sorted({n for r in requests for n in (r.outputs or [o.name for o in spec.outputs])})
+        names = sorted({n for r in requests for n in (r.outputs or [o.name for o in spec.outputs])}
+                       | set(loaded.states.output_names if controls and loaded.states is not None else ()))
         sizes = [r.batch_size for r in requests]
         timings = _Timings()
         if hasattr(instance.runner, "run_requests"):  # python models take the requests one by one
             pieces = await self._loop.run_in_executor(
-                instance.executor, self._compute_requests, spec, instance, requests, arrays, timings, t0)
+                instance.executor, self._compute_requests, spec, instance, requests, arrays, timings, t0, controls)
         else:
             pieces = await self._loop.run_in_executor(
                 instance.executor, self._compute, spec, instance, arrays, names, sizes, timings, t0)
@@ -260,6 +291,9 @@ class WorkerService:
                       "enqueued": enqueued}
         t_out = time.monotonic_ns()
         for request, piece in zip(requests, pieces):
+            control = controls.get(request.rid)
+            if control is not None and isinstance(piece, dict):
+                loaded.states.keep(control, piece)
             try:
                 if isinstance(piece, ModelError):  # the model answered this request with an error
                     raise ShoalError(piece.message, piece.code)
@@ -288,9 +322,9 @@ class WorkerService:
         return scatter(spec, outputs, sizes)
 
     @staticmethod
-    def _compute_requests(spec, instance, requests, arrays, timings: _Timings, t0: int):
+    def _compute_requests(spec, instance, requests, arrays, timings: _Timings, t0: int, controls: dict[str, SeqControl]):
         names = [r.outputs or [o.name for o in spec.outputs] for r in requests]
-        metadata = [_request_metadata(r) for r in requests]
+        metadata = [_request_metadata(r, controls.get(r.rid)) for r in requests]
         t1 = time.monotonic_ns()
         results = instance.runner.run_requests(arrays, names, metadata)
         timings.compute_input_ns, timings.compute_infer_ns = t1 - t0, time.monotonic_ns() - t1
@@ -334,12 +368,13 @@ class WorkerService:
         return InferResponse(request.rid, spec.name, version, refs)
 
 
-def _request_metadata(request: InferRequest) -> dict:
+def _request_metadata(request: InferRequest, control: SeqControl | None = None) -> dict:
     """What a python model can ask of a request besides its tensors."""
     params = request.parameters
-    flags = (1 if params.get("sequence_start") else 0) | (2 if params.get("sequence_end") else 0)
     custom = {k: v for k, v in params.items() if k not in ("sequence_id", "sequence_start", "sequence_end")}
-    return {"request_id": request.id, "correlation_id": params.get("sequence_id", 0), "flags": flags,
+    if control is None:  # not sequence-batched: the flags as the client sent them, as Triton passes them on
+        control = SeqControl(corrid=request.sequence_id, seq=0, start=request.sequence_start, end=request.sequence_end)
+    return {"request_id": request.id, "correlation_id": control.corrid, "flags": flags(control),
             "parameters": custom, "timeout": request.timeout_us}
 
 
