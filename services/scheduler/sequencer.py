@@ -19,7 +19,7 @@ from services.scheduler.sequence_batch import decide
 from services.scheduler.sequences import Sequence, SequenceBook, SlotKey
 from shared import subjects
 from shared.messages import InferResponse, RequestHeader, SeqControl, SequenceEnded, encode
-from shared.sequence_config import SequenceConfig, sequence_config
+from shared.sequence_config import CORRID, SequenceConfig, sequence_config
 
 if TYPE_CHECKING:
     from services.scheduler.service import InFlight, ModelQueue, Pending, SchedulerService
@@ -59,6 +59,12 @@ class Sequencer:
         if header.sequence_id in (0, ""):
             await self._error(queue, header, f"inference request to model '{model}' must specify a non-zero or "
                                              "non-empty correlation ID", "INVALID_ARG")
+            return False
+        corrid = queue.seq.config.control(CORRID)
+        if corrid is not None and (corrid.datatype == "BYTES") != isinstance(header.sequence_id, str):
+            wanted = "a string" if corrid.datatype == "BYTES" else "an unsigned integer"
+            await self._error(queue, header, f"inference request to model '{model}' must specify {wanted} correlation "
+                                             f"ID: its CORRID control is {corrid.datatype}", "INVALID_ARG")
             return False
         admission = queue.seq.book.admit(header.sequence_id, header.sequence_start, header.sequence_end, pending,
                                          pending.arrived)

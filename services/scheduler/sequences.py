@@ -115,7 +115,7 @@ class SequenceBook:
         seq.active_at = now
         if end:
             seq.closing = True
-            del self.live[corrid]
+            self.live.pop(corrid, None)  # a START+END sequence was never live
         else:
             self.live[corrid] = seq
         return Admission(seq, conflict=conflict)

@@ -3,6 +3,9 @@ on a real cluster with two workers, driven by tritonclient.http."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import textwrap
 import time
 import urllib.request
@@ -231,6 +234,9 @@ def test_onnx_controls_and_implicit_state(seq_cluster, model):
         results = dict(zip(range(1, 7), pool.map(run, range(1, 7))))
     for corrid, out in results.items():
         assert out == [(1.0 * corrid, corrid), (3.0 * corrid, corrid), (6.0 * corrid, corrid), (10.0 * corrid, corrid)]
+    with pytest.raises(InferenceServerException) as err:  # the CORRID control is UINT64
+        client.infer(model, _fp_input(1), sequence_id="text", sequence_start=True)
+    assert err.value.status() == "400" and "must specify an unsigned integer correlation ID" in err.value.message()
     # a reused id starts from the initial state again; the state output never reaches the client
     r = client.infer(model, _fp_input(7), sequence_id=1, sequence_start=True)
     assert float(r.as_numpy("OUTPUT")[0, 0]) == 7.0 and r.as_numpy("STATE_OUT") is None
@@ -310,4 +316,78 @@ def test_idle_timeout_frees_the_slot_and_fails_queued_requests(seq_cluster):
     with pytest.raises(InferenceServerException) as err:
         client.infer("py_idle", _int_input(1), sequence_id=200)
     assert err.value.status() == "400" and "must specify the START flag" in err.value.message()
+    client.close()
+
+
+def _raw_infer(running, model: str, body: bytes) -> socket.socket:
+    host, port = running.url.split(":")
+    raw = socket.create_connection((host, int(port)))
+    raw.sendall(b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                % (model.encode(), len(body), body))
+    return raw
+
+
+def _failures(running, model: str, reason: str) -> float:
+    with urllib.request.urlopen(running.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "nv_inference_request_failure":
+            return sum(s.value for s in family.samples if s.labels["model"] == model and s.labels["reason"] == reason)
+    return 0.0
+
+
+def test_cancelled_backlogged_sequence_releases_nothing_twice(seq_cluster):
+    """A client that disconnects while its sequence waits in the backlog: the request is cancelled,
+    and the model still has exactly its two slots (a double release would serve a third sequence)."""
+    client = httpclient.InferenceServerClient(seq_cluster.url, concurrency=4)
+    pending = lambda: _gauge(seq_cluster, "nv_inference_pending_request_count", "py_one")  # noqa: E731
+    for corrid in (11, 12):
+        client.infer("py_one", _nobatch_input(1), sequence_id=corrid, sequence_start=True)
+    before = _failures(seq_cluster, "py_one", "CANCELED")
+    body = (b'{"inputs":[{"name":"INPUT","shape":[1],"datatype":"INT32","data":[5]}],'
+            b'"parameters":{"sequence_id":13,"sequence_start":true,"sequence_end":true}}')
+    raw = _raw_infer(seq_cluster, "py_one", body)
+    wait_until(lambda: pending() == 1)
+    raw.close()
+    wait_until(lambda: _failures(seq_cluster, "py_one", "CANCELED") == before + 1)
+    assert pending() == 0
+    client.infer("py_one", _nobatch_input(1), sequence_id=11, sequence_end=True)  # frees one slot
+    client.infer("py_one", _nobatch_input(1), sequence_id=14, sequence_start=True)  # takes it
+    waiting = client.async_infer("py_one", _nobatch_input(7), sequence_id=15, sequence_start=True)
+    wait_until(lambda: pending() == 1)  # no third slot: it waits
+    client.infer("py_one", _nobatch_input(1), sequence_id=12, sequence_end=True)
+    assert int(waiting.get_result().as_numpy("OUTPUT")[0]) == 7
+    for corrid in (14, 15):
+        client.infer("py_one", _nobatch_input(0), sequence_id=corrid, sequence_end=True)
+    client.close()
+
+
+def test_a_dead_worker_fails_its_sequences_clearly_and_the_others_go_on(seq_cluster):
+    """Runs last: it kills a worker (the supervisor restarts it)."""
+    client = httpclient.InferenceServerClient(seq_cluster.url, network_timeout=60)
+    ids = list(range(500, 508))
+    for corrid in ids:
+        client.infer("py_acc", _int_input(1), sequence_id=corrid, sequence_start=True)
+    os.kill(seq_cluster.cluster.child("worker-0").process.pid, signal.SIGKILL)
+    outcomes = {}
+    for corrid in ids:
+        try:
+            outcomes[corrid] = int(client.infer("py_acc", _int_input(2), sequence_id=corrid).as_numpy("OUTPUT")[0, 0])
+        except InferenceServerException as exc:
+            # 503 for the request that was running on the worker, 400 for those that came after
+            assert exc.status() in ("400", "503") and "stopped responding" in exc.message(), exc.message()
+            outcomes[corrid] = exc.message()
+    survived = [c for c, o in outcomes.items() if o == 3]
+    lost = [c for c, o in outcomes.items() if isinstance(o, str)]
+    assert survived and lost and len(survived) + len(lost) == len(ids), outcomes
+    for corrid in lost:  # later requests say why, until the sequence is started again
+        with pytest.raises(InferenceServerException) as err:
+            client.infer("py_acc", _int_input(2), sequence_id=corrid)
+        assert err.value.message() == (f"sequence {corrid} to model 'py_acc' was lost: worker "
+                                       f"{err.value.message().split('worker ')[1].split(' ')[0]} stopped responding; "
+                                       "start it again with the START flag")
+        client.infer("py_acc", _int_input(2), sequence_id=corrid, sequence_start=True, sequence_end=True)
+    for corrid in survived:
+        assert int(client.infer("py_acc", _int_input(3), sequence_id=corrid, sequence_end=True)
+                   .as_numpy("OUTPUT")[0, 0]) == 6
     client.close()

@@ -135,3 +135,12 @@ def test_oldest_uses_preferred_sizes_and_delay():
     decision = decide(config, b.ready("w1", 0), 0.0)
     assert len(decision.take) == 2 and decision.reason == "preferred batch size"
     assert len(decide(config, b.ready("w1", 0), 0.02).take) == 3
+
+
+def test_a_one_request_sequence_is_never_live():
+    b = book(slots=1)
+    s1 = b.admit(1, True, True, Req("only"), 0.0).sequence
+    assert 1 not in b.live and s1.closing
+    b.started(s1, s1.queue[0], 0.0)
+    b.finished(s1, 0.1)
+    assert b.free == [("w1", 0, 0)]
