@@ -69,14 +69,30 @@ class Sequencer:
         admission = queue.seq.book.admit(header.sequence_id, header.sequence_start, header.sequence_end, pending,
                                          pending.arrived)
         if admission.sequence is None:
+            log.info("DEBUGSEQ refused %r for '%s': live=%s backlog=%s bound=%s", header.sequence_id, model,
+                     list(queue.seq.book.live), [s.corrid for s in queue.seq.book.backlog],
+                     {k: v.corrid for k, v in queue.seq.book.bound.items()})
             await self._error(queue, header, admission.error, "INVALID_ARG")
             return False
         if admission.conflict:
             log.warning("sequence %s for model '%s' has a conflict. The previous sequence did not end before this "
                         "sequence start. Previous sequence will be terminated early.", header.sequence_id, model)
         pending.sequence = admission.sequence
+        if header.timeout_us and admission.sequence.slot is None and queue.seq.config.strategy == "direct":
+            # the request `timeout` applies while the sequence waits in the backlog (Triton, direct)
+            pending.queue_deadline_ns = time.time_ns() + header.timeout_us * 1000
+            self.service._loop.call_later(header.timeout_us / 1e6 + 0.001,
+                                          lambda q=queue: self.service._spawn(self._expire_backlog(q)))
         self._arm_reaper(queue)
         return True
+
+    async def _expire_backlog(self, queue: ModelQueue) -> None:
+        if queue.seq is None:
+            return
+        now_ns = time.time_ns()
+        for seq in queue.seq.book.expire_backlog(lambda p: 0 < p.queue_deadline_ns <= now_ns):
+            while seq.queue:
+                await self.service._fail(queue, seq.queue.popleft().header, "Request timeout expired", "REJECTED")
 
     # -- dispatch -------------------------------------------------------------------
     async def pump(self, queue: ModelQueue) -> None:

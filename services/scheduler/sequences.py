@@ -184,6 +184,16 @@ class SequenceBook:
         else:
             self.free.append(slot)
 
+    def expire_backlog(self, expired) -> list[Sequence]:
+        """Backlogged sequences with a request `expired(item)` selects (its `timeout` ran out
+        before the sequence got a slot) leave with everything they queued (Triton, direct)."""
+        gone = [seq for seq in self.backlog if any(expired(item) for item in seq.queue)]
+        for seq in gone:
+            self.backlog.remove(seq)
+            if self.live.get(seq.corrid) is seq:
+                del self.live[seq.corrid]
+        return gone
+
     # -- idle timeout -----------------------------------------------------------------
     def idle(self, now: float) -> list[tuple[Sequence, SlotKey]]:
         """Sequences past their idle time: their slot is released; the caller answers what

@@ -362,6 +362,25 @@ def test_cancelled_backlogged_sequence_releases_nothing_twice(seq_cluster):
     client.close()
 
 
+def test_request_timeout_rejects_a_backlogged_sequence(seq_cluster):
+    """Triton (direct): a request's `timeout` applies while its sequence waits for a slot."""
+    client = httpclient.InferenceServerClient(seq_cluster.url, concurrency=4)
+    for corrid in (21, 22):
+        client.infer("py_one", _nobatch_input(1), sequence_id=corrid, sequence_start=True)
+    started = time.monotonic()
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("py_one", _nobatch_input(1), sequence_id=23, sequence_start=True, timeout=200_000)
+    assert err.value.status() == "503" and err.value.message() == "Request timeout expired"
+    assert time.monotonic() - started < 5
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("py_one", _nobatch_input(1), sequence_id=23)
+    assert "must specify the START flag" in err.value.message()
+    for corrid in (21, 22):  # a timeout on a sequence that has its slot changes nothing
+        assert int(client.infer("py_one", _nobatch_input(1), sequence_id=corrid, sequence_end=True, timeout=1)
+                   .as_numpy("OUTPUT")[0]) == 2
+    client.close()
+
+
 def test_a_dead_worker_fails_its_sequences_clearly_and_the_others_go_on(seq_cluster):
     """Runs last: it kills a worker (the supervisor restarts it)."""
     client = httpclient.InferenceServerClient(seq_cluster.url, network_timeout=60)

@@ -144,3 +144,12 @@ def test_a_one_request_sequence_is_never_live():
     b.started(s1, s1.queue[0], 0.0)
     b.finished(s1, 0.1)
     assert b.free == [("w1", 0, 0)]
+
+
+def test_request_timeout_rejects_a_backlogged_sequence_only():
+    b = book(slots=1)
+    b.admit(1, True, False, Req("a"), 0.0)
+    waiting = b.admit(2, True, False, Req("b"), 0.0).sequence
+    b.admit(2, False, False, Req("late"), 0.0)
+    assert b.expire_backlog(lambda item: item.name == "b") == [waiting]
+    assert not b.backlog and 2 not in b.live and [r.name for r in waiting.queue] == ["b", "late"]
