@@ -69,9 +69,8 @@ class Sequencer:
         admission = queue.seq.book.admit(header.sequence_id, header.sequence_start, header.sequence_end, pending,
                                          pending.arrived)
         if admission.sequence is None:
-            log.info("DEBUGSEQ refused %r for '%s': live=%s backlog=%s bound=%s", header.sequence_id, model,
-                     list(queue.seq.book.live), [s.corrid for s in queue.seq.book.backlog],
-                     {k: v.corrid for k, v in queue.seq.book.bound.items()})
+            log.debug("refused a request of sequence %r for '%s': %d live sequence(s), %d backlogged",
+                      header.sequence_id, model, len(queue.seq.book.live), len(queue.seq.book.backlog))
             await self._error(queue, header, admission.error, "INVALID_ARG")
             return False
         if admission.conflict:
@@ -102,6 +101,8 @@ class Sequencer:
             book.learn(credit.worker, credit.instance, now)
         wake: float | None = None
         for credit in list(queue.free):
+            if credit not in queue.free:  # taken by a pump that ran while this one awaited a dispatch
+                continue
             ready = book.ready(credit.worker, credit.instance)
             if not ready:
                 continue
@@ -146,8 +147,9 @@ class Sequencer:
                 await self._tell_worker(queue, seq, slot, "cancelled")
         await self.service._pump(queue)
 
-    async def worker_lost(self, queue: ModelQueue, worker: str) -> None:
-        reason = f"worker {worker} stopped responding"
+    async def worker_lost(self, queue: ModelQueue, worker: str, reason: str = "") -> None:
+        """The worker died, or retired the instances (reload, unload): their sequences are lost."""
+        reason = reason or f"worker {worker} stopped responding"
         for seq in queue.seq.book.forget_worker(worker, reason):
             while seq.queue:
                 pending = seq.queue.popleft()

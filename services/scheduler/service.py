@@ -546,6 +546,9 @@ class SchedulerService:
         if queue is not None:
             queue.free = deque(s for s in queue.free
                                if not (s.worker == revoked.worker and s.generation == revoked.generation))
+            if queue.seq is not None:  # the instances holding the sequences' state are gone
+                await self.sequencer.worker_lost(queue, revoked.worker, f"its instances on worker {revoked.worker} "
+                                                                        "were reloaded or unloaded")
             await self._pump(queue)
 
     # -- draining (unload) ------------------------------------------------------------
