@@ -61,3 +61,12 @@ def test_implicit_state_carries_over_and_resets():
     store.keep(middle, {"SOUT": np.zeros((1, 2), np.float32)})
     store.drop(1, 1)
     assert len(store) == 0
+
+
+def test_initial_state_from_a_data_file(tmp_path):
+    config = {**CONFIG, "sequence_batching": {**CONFIG["sequence_batching"], "state": [
+        {"input_name": "SIN", "output_name": "SOUT", "data_type": "TYPE_INT32", "dims": [-1],
+         "initial_state": [{"data_type": "TYPE_INT32", "dims": [3], "data_file": "init.bin", "name": "f"}]}]}}
+    np.array([4, 5, 6], np.int32).tofile(tmp_path / "init.bin")
+    store = StateStore(sequence_config(config), tmp_path)
+    assert store.inputs(SeqControl(corrid="a", seq=1, start=True))["SIN"].tolist() == [[4, 5, 6]]
