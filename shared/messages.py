@@ -122,7 +122,8 @@ class SeqControl(msgspec.Struct, omit_defaults=True):
     seq: int  # the scheduler's number for this sequence (a reused correlation id gets a new one)
     start: bool = False
     end: bool = False
-    slot: int = 0  # the sequence's slot on its instance
+    slot: int = 0  # the sequence's slot on its instance (direct: its batch row)
+    ready: bool = True  # False only for the worker's padding rows of empty direct slots
 
 
 class SequenceEnded(msgspec.Struct):

@@ -7,9 +7,8 @@ oldest: the ready sequences' head requests are batched with the dynamic batcher'
 (preferred sizes, delay), oldest first; one request per sequence per batch by construction.
 
 Both only batch requests whose variable input shapes match (the worker concatenates them).
-Deviation from Triton: a direct batch holds only ready slots, packed; Triton pads it with
-not-ready rows so that batch row == slot index. Models must key their state on the CORRID
-control (or implicit state), not on the row; `SeqControl.slot` still names the slot.
+The scheduler only chooses requests; for direct the worker places each in the batch row of
+its slot (`SeqControl.slot`) and pads the gaps with not-ready rows, as Triton does.
 """
 
 from __future__ import annotations

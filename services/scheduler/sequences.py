@@ -217,6 +217,11 @@ class SequenceBook:
         return [seq for key, seq in sorted(self.bound.items(), key=lambda kv: kv[0]) if key[:2] == (worker, instance)
                 and seq.ready]
 
+    def summary(self) -> dict[str, int]:
+        """For `shoal status`: how the slots are used."""
+        return {"instances": len(self.instances), "free_slots": len(self.free), "bound": len(self.bound),
+                "live": len(self.live), "backlog": len(self.backlog)}
+
     def queued(self) -> int:
         return sum(len(s.queue) for s in self.bound.values()) + sum(len(s.queue) for s in self.backlog)
 

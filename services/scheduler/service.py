@@ -172,6 +172,7 @@ class SchedulerService:
                              "running_batches": sum(1 for f in self.in_flight.values() if f.key == (m, v))}
                 for (m, v), q in self.queues.items()
             },
+            "sequences": {f"{m}/{v}": q.seq.book.summary() for (m, v), q in self.queues.items() if q.seq},
             "workers": sorted(self.liveness.seen),
             "owned": sorted(self.leases.held),
         }

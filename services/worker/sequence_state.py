@@ -46,13 +46,16 @@ class StateStore:
     def output_names(self) -> list[str]:
         return [s.output_name for s in self.states]
 
+    def initial(self) -> dict[str, np.ndarray]:
+        return {s.input_name: initial_value(s, self.batched, self.state_dir) for s in self.states}
+
     def inputs(self, seq: SeqControl) -> dict[str, np.ndarray]:
         if not self.states:
             return {}
         key = (seq.corrid, seq.seq)
         held = None if seq.start else self._held.get(key)
         if held is None:
-            held = {s.input_name: initial_value(s, self.batched, self.state_dir) for s in self.states}
+            held = self.initial()
         return dict(held)
 
     def keep(self, seq: SeqControl, outputs: dict[str, np.ndarray]) -> None:

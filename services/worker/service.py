@@ -23,7 +23,7 @@ from services.worker.batch import gather, scatter
 from services.worker.host import ModelHost
 from services.worker.instances import Instance, LoadedModel
 from services.worker.replies import Replies
-from services.worker.sequence_controls import control_arrays, flags
+from services.worker.sequence_controls import control_arrays, flags, pad_slots
 from shared import bus, discovery, subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.errors import ShoalError
@@ -280,6 +280,13 @@ class WorkerService:
         if hasattr(instance.runner, "run_requests"):  # python models take the requests one by one
             pieces = await self._loop.run_in_executor(
                 instance.executor, self._compute_requests, spec, instance, requests, arrays, timings, t0, controls)
+        elif controls and loaded.sequence.strategy == "direct" and spec.max_batch_size > 0:
+            # direct: request i runs in the batch row of its slot; empty slots below are not-ready rows
+            rows, where = pad_slots(loaded.sequence, [controls[r.rid] for r in requests], arrays,
+                                    loaded.states.initial())
+            pieces = await self._loop.run_in_executor(
+                instance.executor, self._compute, spec, instance, rows, names, [1] * len(rows), timings, t0)
+            pieces = [pieces[row] for row in where]
         else:
             pieces = await self._loop.run_in_executor(
                 instance.executor, self._compute, spec, instance, arrays, names, sizes, timings, t0)

@@ -70,3 +70,16 @@ def test_initial_state_from_a_data_file(tmp_path):
     np.array([4, 5, 6], np.int32).tofile(tmp_path / "init.bin")
     store = StateStore(sequence_config(config), tmp_path)
     assert store.inputs(SeqControl(corrid="a", seq=1, start=True))["SIN"].tolist() == [[4, 5, 6]]
+
+
+def test_direct_rows_follow_slots_with_not_ready_padding():
+    from services.worker.sequence_controls import pad_slots
+
+    config = sequence_config(CONFIG)
+    controls = [SeqControl(corrid=7, seq=1, slot=2), SeqControl(corrid=9, seq=2, slot=0, start=True)]
+    rows = [{"IN": np.full((1, 2), float(c.corrid), np.float32), **control_arrays(config, c)} for c in controls]
+    padded, where = pad_slots(config, controls, rows, {"SIN": np.zeros((1, 2), np.float32)})
+    assert where == [2, 0] and len(padded) == 3
+    assert padded[2] is rows[0] and padded[0] is rows[1]
+    assert padded[1]["R"].tolist() == [[-1.0]] and padded[1]["C"].tolist() == [[0]]  # not ready
+    assert padded[1]["IN"].tolist() == [[0.0, 0.0]] and padded[1]["SIN"].shape == (1, 2)
