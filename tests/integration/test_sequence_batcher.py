@@ -149,6 +149,10 @@ def seq_cluster(tmp_path_factory):
     examples.write_model(root, "onnx_acc", onnx_accumulator(), ONNX_CONFIG.format(name="onnx_acc", strategy=DIRECT))
     examples.write_model(root, "onnx_oldest", onnx_accumulator(), ONNX_CONFIG.format(name="onnx_oldest", strategy=OLDEST))
     with running_cluster(root, workers=2, worker={"credits_per_instance": 1}) as running:
+        # ready means one instance is; these tests count slots, so wait for every instance of both workers
+        instances = {"py_acc": 4, "py_oldest": 2, "py_one": 2, "py_idle": 2, "onnx_acc": 2, "onnx_oldest": 2}
+        wait_until(lambda: all(_gauge(running, "shoal_queue_free_credits", m) == n for m, n in instances.items()),
+                   timeout=60)
         yield running
 
 
