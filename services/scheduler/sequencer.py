@@ -198,5 +198,7 @@ class Sequencer:
             log.warning("cannot tell worker %s that sequence %s ended: %s", slot[0], seq.corrid, exc)
 
     async def _error(self, queue: ModelQueue, header: RequestHeader, message: str, code: str) -> None:
-        queue.stats.record_request(False, time.time_ns() - header.received_ns, "REJECTED")
+        # Triton's failure reasons: a refused request is OTHER, one the server gave up on REJECTED
+        reason = "OTHER" if code == "INVALID_ARG" else "REJECTED"
+        queue.stats.record_request(False, time.time_ns() - header.received_ns, reason)
         await self.service.nc.publish(header.reply, encode(InferResponse(header.rid, error=message, code=code)))
