@@ -54,7 +54,7 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def initialize(self, args):
         self.sums = {}
-        self.ended = []
+        self.model_dir = args["model_repository"]
 
     def execute(self, requests):
         responses = []
@@ -81,8 +81,9 @@ class TritonPythonModel:
                 pb_utils.Tensor("OUTPUT", np.full(given.shape, total, dtype=np.int32))]))
         return responses
 
-    def sequence_ended(self, correlation_id, reason):
+    def sequence_ended(self, correlation_id, reason):  # Shoal's optional hook: a sequence ended without END
         self.sums.pop(correlation_id, None)
+        open(f"{self.model_dir}/ended-{correlation_id}-{reason.replace(' ', '_')}", "w").close()
 '''
 
 
@@ -153,6 +154,7 @@ def seq_cluster(tmp_path_factory):
         instances = {"py_acc": 4, "py_oldest": 2, "py_one": 2, "py_idle": 2, "onnx_acc": 2, "onnx_oldest": 2}
         wait_until(lambda: all(_gauge(running, "shoal_queue_free_credits", m) == n for m, n in instances.items()),
                    timeout=60)
+        running.root = root
         yield running
 
 
@@ -305,6 +307,8 @@ def test_idle_timeout_frees_the_slot_and_fails_queued_requests(seq_cluster):
         client.infer("py_idle", _int_input(1), sequence_id="gone")
     assert err.value.message() == ("inference request for sequence gone to model 'py_idle' must specify the START "
                                    "flag on the first request of the sequence")
+    # the model was told (server#3652: Triton tells the backend nothing)
+    wait_until(lambda: (seq_cluster.root / "py_idle" / "ended-gone-idle_timeout").exists(), timeout=10)
     # two slow sequences keep both instances busy (one credit each); a third sequence's START waits
     # for a credit longer than the idle time: it is answered with an error, not dropped
     slow = [client.async_infer("py_idle", _int_input(1), sequence_id=100 + i, sequence_start=True,
