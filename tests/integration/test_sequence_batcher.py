@@ -3,6 +3,7 @@ on a real cluster with two workers, driven by tritonclient.http."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -387,6 +388,25 @@ def test_request_timeout_rejects_a_backlogged_sequence(seq_cluster):
         assert int(client.infer("py_one", _nobatch_input(1), sequence_id=corrid, sequence_end=True, timeout=1)
                    .as_numpy("OUTPUT")[0]) == 2
     client.close()
+
+
+def test_reloading_the_model_loses_its_sequences_with_a_clear_error(tmp_path):
+    """A reload replaces the instances (and the state they held): live sequences end with a clear
+    error instead of continuing on instances that never saw their START."""
+    _python_model(tmp_path, "py_reload")
+    with running_cluster(tmp_path, repository={"model_control_mode": "explicit", "load_model": ["py_reload"]}) as r:
+        client = httpclient.InferenceServerClient(r.url)
+        assert int(client.infer("py_reload", _int_input(5), sequence_id=1, sequence_start=True)
+                   .as_numpy("OUTPUT")[0, 0]) == 5
+        config = client.get_model_config("py_reload")
+        config["sequence_batching"]["max_sequence_idle_microseconds"] = 6_000_000
+        client.load_model("py_reload", config=json.dumps(config))
+        with pytest.raises(InferenceServerException) as err:
+            client.infer("py_reload", _int_input(1), sequence_id=1)
+        assert err.value.status() == "400" and "was lost" in err.value.message() and "reloaded" in err.value.message()
+        assert int(client.infer("py_reload", _int_input(2), sequence_id=1, sequence_start=True)
+                   .as_numpy("OUTPUT")[0, 0]) == 2
+        client.close()
 
 
 def test_a_dead_worker_fails_its_sequences_clearly_and_the_others_go_on(seq_cluster):
