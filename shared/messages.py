@@ -66,6 +66,9 @@ class InferRequest(msgspec.Struct, omit_defaults=True):
     timeout_us: int = 0  # the request's `timeout` parameter (queue policy override)
     received_ns: int = 0
     trace: bool = False  # sampled for the trace file: services add their timestamps
+    sequence_id: int | str = 0  # correlation id (uint64 or string); 0 / "" = not in a sequence
+    sequence_start: bool = False
+    sequence_end: bool = False
 
 
 class RequestHeader(msgspec.Struct):
@@ -82,6 +85,9 @@ class RequestHeader(msgspec.Struct):
     timeout_us: int = 0
     received_ns: int = 0
     trace: bool = False
+    sequence_id: int | str = 0
+    sequence_start: bool = False
+    sequence_end: bool = False
 
 
 class InferResponse(msgspec.Struct, omit_defaults=True):
@@ -110,6 +116,29 @@ class RequestBatch(msgspec.Struct):
     requests: list[msgspec.Raw]
 
 
+class SeqControl(msgspec.Struct, omit_defaults=True):
+    """A sequence request's controls, per request of an `ExecBatch`: the worker builds the
+    model's control tensors (and implicit state) from these, so the scheduler never touches tensors."""
+
+    corrid: int | str
+    seq: int  # the scheduler's number for this sequence (a reused correlation id gets a new one)
+    start: bool = False
+    end: bool = False
+    slot: int = 0  # the sequence's slot on its instance (direct: its batch row)
+    ready: bool = True  # False only for the worker's padding rows of empty direct slots
+
+
+class SequenceEnded(msgspec.Struct):
+    """Scheduler -> worker: a sequence ended without an END request (idle timeout, lost): free its state."""
+
+    model: str
+    version: int
+    instance: int
+    corrid: int | str
+    seq: int
+    reason: str = ""
+
+
 class ExecBatch(msgspec.Struct):
     """Scheduler -> worker: run these requests as one batch on one instance."""
 
@@ -124,6 +153,7 @@ class ExecBatch(msgspec.Struct):
     generation: int = 0  # of the instance the credit belongs to
     reason: str = ""  # why the batcher sent it now (trace and --log-verbose)
     enqueued_ns: list[int] = []  # per request (CLOCK_MONOTONIC), only in a batch with traced requests
+    controls: list[SeqControl] = []  # per request, only for sequence-batched models
 
 
 class RequestDone(msgspec.Struct, omit_defaults=True):

@@ -85,6 +85,8 @@ class WorkerSettings(BusSettings):
     python_isolation: Literal["process", "none"] = Field(
         "process", description="python-backend models: each in a worker process of its own (a crash takes "
         "down only that model, which is restarted), or 'none': in this worker's process")
+    parent_pid: int = Field(0, description="set for the worker process of one python model: the worker that "
+                            "started it (it dies with that worker)")
     credits_per_instance: int = Field(
         2, description="batches the scheduler may send an instance ahead: the next one waits at the worker "
         "instead of a bus round trip after each batch")

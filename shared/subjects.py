@@ -59,6 +59,11 @@ def worker_exec(worker_id: str) -> str:
     return f"{PREFIX}.worker.{worker_id}.exec"
 
 
+def worker_sequence(worker_id: str) -> str:
+    """One worker: a sequence ended without END (timeout, lost); free what it holds for it."""
+    return f"{PREFIX}.worker.{worker_id}.seqend"
+
+
 def worker_resync(worker_id: str) -> str:
     """One worker: announce your idle credits again."""
     return f"{PREFIX}.worker.{worker_id}.resync"

@@ -178,7 +178,20 @@ class Gateway:
     async def _generate_request(self, request: Request):
         name, version = self._model(request)
         spec, resolved = self.registry.resolve(name, version)
-        parsed = parse_generate(spec, await self._parse_json(request))
+        if request.headers.get("content-encoding", "identity").strip().lower() not in ("", "identity"):
+            raise invalid("Unsupported content-encoding, only 'identity' is supported.")
+        limit = self.settings.http_max_input_size
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise codec.size_error(int(declared), limit)
+        body = await request.body()
+        if len(body) > limit:
+            raise codec.size_error(len(body), limit)
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+        parsed = parse_generate(spec, document)
         valid = validate(spec, parsed, streaming=True)
         return spec, resolved, parsed, valid
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from services.gateway.codec import OutputTensor, ParsedRequest
 from services.gateway.dispatch import Dispatcher
+from services.gateway.sequence_params import sequence_params
 from services.gateway.shm import ShmRegistry
 from services.gateway.validation import Validated
 from shared.errors import ShoalError, invalid
@@ -72,6 +73,7 @@ class InferenceCore:
         rid = self.dispatcher.new_rid()
         request_ids.set(f"{parsed.id}/{rid}" if parsed.id else rid)  # on every log line about this request
         inputs: list[TensorRef] = []
+        sequence = sequence_params(parsed.parameters)
         try:
             budget = INLINE_BUDGET  # inline bytes per request, so requests group into bus messages
             for tensor in parsed.inputs:
@@ -105,6 +107,9 @@ class InferenceCore:
                 timeout_us=_uint(parsed.parameters, "timeout"),
                 received_ns=now,
                 trace=trace,
+                sequence_id=sequence.sequence_id,
+                sequence_start=sequence.start,
+                sequence_end=sequence.end,
             )
         except BaseException:
             self.store.free(inputs)

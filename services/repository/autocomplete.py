@@ -93,4 +93,7 @@ def autocomplete_python(config: pb.ModelConfig, model_file: Path) -> pb.ModelCon
     if done.returncode != 0:
         detail = (done.stderr.strip().splitlines() or ["the process exited with status %d" % done.returncode])[-1]
         raise invalid(f"auto_complete_config of model '{config.name}' failed: {detail}")
-    return from_json(json.loads(done.stdout))
+    try:
+        return from_json(json.loads(done.stdout))
+    except Exception as exc:  # not JSON, or not a ModelConfig
+        raise invalid(f"auto_complete_config of model '{config.name}' returned an unusable config: {exc}") from None

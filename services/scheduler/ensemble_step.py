@@ -128,6 +128,9 @@ def step_request(
         parameters=request.parameters,
         priority=request.priority,
         timeout_us=request.timeout_us,
+        sequence_id=request.sequence_id,  # a step on a sequence model continues the client's sequence
+        sequence_start=request.sequence_start,
+        sequence_end=request.sequence_end,
         received_ns=time.time_ns(),
         trace=True,  # the member's compute timestamps come back: the ensemble's statistics sum them
     )

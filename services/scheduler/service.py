@@ -13,6 +13,7 @@ import logging
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -24,6 +25,7 @@ from services.scheduler.leases import Leases
 from services.scheduler.ordering import OrderedRelease
 from services.scheduler.queues import Priorities, RequestQueue
 from services.scheduler.ratelimit import Need, RateLimiter, instance_needs, parse_resources
+from services.scheduler.sequencer import SequenceQueue, Sequencer
 from services.scheduler.stats import ModelStats
 from shared import bus, discovery, subjects
 from shared.liveness import WorkerLiveness
@@ -68,6 +70,7 @@ class Pending:
     enqueued_ns: int = 0  # CLOCK_MONOTONIC, for traces
     level: int = 0  # priority level (0: the model has one queue)
     queue_deadline_ns: int = 0  # queue policy timeout, wall clock; 0 = none
+    sequence: Any = None  # sequence-batched models: the `Sequence` it belongs to
 
     @property
     def batch_size(self) -> int:
@@ -119,6 +122,11 @@ class ModelQueue:
     timer: asyncio.TimerHandle | None = None
     stats: ModelStats = field(default_factory=ModelStats)
     ordering: OrderedRelease = field(default_factory=OrderedRelease)  # used with preserve_ordering
+    seq: SequenceQueue | None = None  # sequence-batched models: slots, backlog, idle timeouts
+
+    @property
+    def pending_count(self) -> int:
+        return len(self.requests) + (self.seq.book.queued() if self.seq else 0)
 
     @property
     def preserve_ordering(self) -> bool:
@@ -140,6 +148,7 @@ class SchedulerService:
         self._tasks: set[asyncio.Task] = set()
         self._loop = asyncio.get_running_loop()
         self.ensembles = EnsembleRunner(nc, settings.scheduler_id)  # ensembles run here, not on workers
+        self.sequencer = Sequencer(self)
 
     async def start(self) -> None:
         self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
@@ -162,10 +171,11 @@ class SchedulerService:
     def status(self) -> dict:
         return {
             "queues": {
-                f"{m}/{v}": {"queued": len(q.requests), "free_credits": len(q.free),
+                f"{m}/{v}": {"queued": q.pending_count, "free_credits": len(q.free),
                              "running_batches": sum(1 for f in self.in_flight.values() if f.key == (m, v))}
                 for (m, v), q in self.queues.items()
             },
+            "sequences": {f"{m}/{v}": q.seq.book.summary() for (m, v), q in self.queues.items() if q.seq},
             "workers": sorted(self.liveness.seen),
             "owned": sorted(self.leases.held),
         }
@@ -212,6 +222,7 @@ class SchedulerService:
                 queue.priorities = Priorities.from_json(spec.config.get("dynamic_batching"))
                 queue.needs = instance_needs(spec.config)
                 self.limiter.learn(queue.needs)
+                self.sequencer.configure(queue)
             await self.leases.want(name)
 
     # -- requests ---------------------------------------------------------------
@@ -245,6 +256,8 @@ class SchedulerService:
         now_ns = time.time_ns()
         pending = Pending(header, raw, now, time.monotonic_ns() if header.trace else 0, level,
                           now_ns + timeout_us * 1000 if timeout_us else 0)
+        if queue.seq is not None:
+            return await self.sequencer.admit(queue, pending)
         queue.requests.append(pending)
         if queue.preserve_ordering:
             queue.ordering.arrived(header.rid)
@@ -256,6 +269,9 @@ class SchedulerService:
         if queue.timer is not None:
             queue.timer.cancel()
             queue.timer = None
+        if queue.seq is not None:
+            await self.sequencer.pump(queue)
+            return
         await self._drop_expired(queue)
         while queue.free and queue.requests:
             now = time.monotonic()
@@ -319,15 +335,18 @@ class SchedulerService:
         del queue.free[index]
         return slot
 
-    async def _dispatch(self, queue: ModelQueue, slot: Slot, batch: list[Pending], now: float, reason: str) -> None:
+    async def _dispatch(self, queue: ModelQueue, slot: Slot, batch: list[Pending], now: float, reason: str,
+                        controls: list | None = None) -> bool:
         self._batch_ids += 1
         queue_ns = [int((now - p.arrived) * 1e9) for p in batch]
         for ns in queue_ns:
             queue.stats.record_queue(ns)
         message = ExecBatch(
-            self._batch_ids, queue.key[0], queue.key[1], slot.instance,
-            [p.raw for p in batch], queue_ns, queue.preserve_ordering, slot.credit, slot.generation, reason,
-            [p.enqueued_ns for p in batch] if any(p.header.trace for p in batch) else [],
+            batch_id=self._batch_ids, model=queue.key[0], version=queue.key[1], instance=slot.instance,
+            requests=[p.raw for p in batch], queue_ns=queue_ns, reply_via_scheduler=queue.preserve_ordering,
+            credit=slot.credit, generation=slot.generation, reason=reason,
+            enqueued_ns=[p.enqueued_ns for p in batch] if any(p.header.trace for p in batch) else [],
+            controls=controls or [],
         )
         try:
             await self.nc.publish(slot.subject, encode(message))
@@ -336,10 +355,11 @@ class SchedulerService:
             queue.free.appendleft(slot)
             for pending in batch:
                 await self._fail(queue, pending.header, f"cannot reach worker {slot.worker}: {type(exc).__name__}")
-            return
+            return False
         self.in_flight[(slot.worker, self._batch_ids)] = InFlight(queue.key, slot, batch, now)
         self.running[(slot.worker, slot.instance)] += 1
         self.limiter.acquire(queue.need(slot.instance), slot.worker, (slot.worker, queue.key, slot.instance))
+        return True
 
     # -- completions and credits -----------------------------------------------------
     async def _on_free(self, msg) -> None:
@@ -364,7 +384,10 @@ class SchedulerService:
         flight = self.in_flight.pop(key, None)
         if flight is not None:
             self.running[(flight.slot.worker, flight.slot.instance)] -= 1
-            self.limiter.release(self.queue(*flight.key).need(flight.slot.instance), flight.slot.worker)
+            queue = self.queue(*flight.key)
+            self.limiter.release(queue.need(flight.slot.instance), flight.slot.worker)
+            if queue.seq is not None:
+                self.sequencer.finished(queue, flight)
         return flight
 
     async def _pump_held_back(self) -> None:
@@ -445,6 +468,9 @@ class SchedulerService:
         log.warning("worker %s is gone; failing its in-flight requests", worker)
         for queue in self.queues.values():
             queue.free = deque(s for s in queue.free if s.worker != worker)
+        for queue in list(self.queues.values()):
+            if queue.seq is not None:  # before its flights end: freed slots must not go to backlogged sequences
+                await self.sequencer.worker_lost(queue, worker)
         for key in [k for k in self.in_flight if k[0] == worker]:
             flight = self._finish_flight(key)
             queue = self.queue(*flight.key)
@@ -484,6 +510,8 @@ class SchedulerService:
     async def _abandon(self, queue: ModelQueue, message: str) -> None:
         """The version is gone: fail what still waits for it (a drain normally left nothing)."""
         queue.free.clear()
+        if queue.seq is not None:
+            await self.sequencer.abandon(queue, message)
         while queue.requests:
             await self._fail(queue, queue.requests.popleft().header, message)
 
@@ -511,6 +539,9 @@ class SchedulerService:
         queue = self.queues.get((cancel.model, cancel.version))
         if queue is None:
             return
+        if queue.seq is not None:
+            await self.sequencer.cancel(queue, cancel.rid)
+            return
         for pending in queue.requests.remove(lambda p: p.header.rid == cancel.rid):
             queue.stats.record_request(False, time.time_ns() - pending.header.received_ns, "CANCELED")
             await self._finish(queue, pending.header, None)
@@ -523,12 +554,15 @@ class SchedulerService:
         if queue is not None:
             queue.free = deque(s for s in queue.free
                                if not (s.worker == revoked.worker and s.generation == revoked.generation))
+            if queue.seq is not None:  # the instances holding the sequences' state are gone
+                await self.sequencer.worker_lost(queue, revoked.worker, f"its instances on worker {revoked.worker} "
+                                                                        "were reloaded or unloaded")
             await self._pump(queue)
 
     # -- draining (unload) ------------------------------------------------------------
     def _idle(self, key: tuple[str, int]) -> bool:
         queue = self.queues.get(key)
-        return ((queue is None or not queue.requests) and not any(f.key == key for f in self.in_flight.values())
+        return ((queue is None or not queue.pending_count) and not any(f.key == key for f in self.in_flight.values())
                 and not self.ensembles.busy(key))
 
     async def _on_drain(self, msg) -> None:
@@ -557,7 +591,7 @@ class SchedulerService:
             f"{model}/{version}": {
                 "stats": q.stats.json(model, str(version)),
                 "fail_reasons": q.stats.fail_reasons,
-                "pending": len(q.requests),
+                "pending": q.pending_count,
                 "free_credits": len(q.free),
                 "cache_enabled": bool(q.spec and q.spec.response_cache),
                 "latency": q.stats.latencies.json(quantiles),

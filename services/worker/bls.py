@@ -63,7 +63,8 @@ class BlsRuntime:
         return await asyncio.wrap_future(future)
 
     def stream(self, request: pb_utils.InferenceRequest, deadline_ns: int) -> Iterator[pb_utils.InferenceResponse]:
-        """A decoupled target's responses, in order, as a blocking iterator for model code."""
+        """A decoupled target's responses, in order, as a blocking iterator for model code. A model
+        that stops reading early cancels the rest (the target is told, as for a client disconnect)."""
         answers: queue.Queue = queue.Queue()
         done = object()
 
@@ -71,12 +72,17 @@ class BlsRuntime:
             try:
                 async for response in self._stream(request, deadline_ns):
                     answers.put(response)
+            except Exception as exc:  # a bug here must end the model's loop, not hang it
+                answers.put(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"BLS stream failed: {exc}")))
             finally:
                 answers.put(done)
 
-        asyncio.run_coroutine_threadsafe(pump(), self.loop)
-        while (item := answers.get()) is not done:
-            yield item
+        future = asyncio.run_coroutine_threadsafe(pump(), self.loop)
+        try:
+            while (item := answers.get()) is not done:
+                yield item
+        finally:
+            future.cancel()  # closes the stream, whose cleanup sends the cancel
 
     def is_model_ready(self, model_name: str, model_version: str = "") -> bool:
         return self.registry.is_ready(model_name, str(model_version or ""))

@@ -45,8 +45,9 @@ class Cancellations:
         if rid in self.running:
             self.cancelled.add(rid)
 
-    def is_cancelled(self, rid: str) -> bool:
-        return rid in self.cancelled
+    def is_cancelled(self, request: InferRequest) -> bool:
+        """Cancelled by the client, or past its deadline (nobody waits for it any more)."""
+        return request.rid in self.cancelled or request.deadline_ns < time.time_ns()
 
     def expire(self) -> list[str]:
         """Forget requests past their deadline (a decoupled model that never sent its final flag)."""
@@ -71,7 +72,7 @@ class DecoupledSenders:
             final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             self.loop.call_soon_threadsafe(self.queue.put_nowait, (spec, version, request, response, final))
 
-        sender = pb_utils.InferenceResponseSender(send, lambda: self.cancellations.is_cancelled(request.rid))
+        sender = pb_utils.InferenceResponseSender(send, lambda: self.cancellations.is_cancelled(request))
         self.open[request.rid] = sender
         return sender
 
@@ -108,6 +109,9 @@ class DecoupledSenders:
             message = self.respond(spec, version, request, {t.name(): t.as_numpy() for t in response.output_tensors()})
         except ShoalError as exc:
             return InferResponse(rid=request.rid, error=exc.message, code=str(exc.code), more=not final)
+        except Exception as exc:  # e.g. an output dtype with no Triton datatype: the client must still hear
+            return InferResponse(rid=request.rid, error=f"cannot deliver the outputs: {exc}", code="INTERNAL",
+                                 more=not final)
         message.parameters = json.loads(response.parameters())
         message.more = not final
         return message

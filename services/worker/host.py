@@ -9,6 +9,7 @@ instances finish what they run, then close), and keeps the old one if the new fa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import gc
 import logging
@@ -25,10 +26,12 @@ from services.worker.gpus import available_gpus
 from services.worker.instances import Instance, LoadedModel
 from services.worker.isolation import ModelProcesses, isolated
 from services.worker.placement import plan_instances
+from services.worker.sequence_state import StateStore
 from services.worker.warmup import run_warmup
 from shared import bus, subjects
 from shared.messages import InstanceRecord, ModelRecord, encode
 from shared.model_config import ModelSpec, load_error, spec_from_json
+from shared.sequence_config import sequence_config
 from shared.settings import WorkerSettings
 
 log = logging.getLogger("shoal.worker")
@@ -50,7 +53,8 @@ class ModelHost:
         self._attempted: dict[Key, int] = {}  # generation last loaded or tried
         self._records: dict[str, ModelRecord] = {}
         self._tasks: set[asyncio.Task] = set()
-        self.processes = ModelProcesses(settings, worker_id)
+        self.processes = ModelProcesses(settings, worker_id, self._child_crashed)
+        self._crash_reports: set[Key] = set()  # python models whose process died loading them
 
     async def start(self) -> None:
         self.instances_kv = await bus.bucket(self.nc, subjects.INSTANCES_BUCKET)
@@ -80,6 +84,51 @@ class ModelHost:
                     await self.report(record, key[1], "UNAVAILABLE", NOT_READY, count=len(loaded.instances))
                     continue
                 await self.report(record, key[1], state, count=len(loaded.instances))
+
+    async def _reports_of(self, worker_prefix: str, model: str) -> list[tuple[int, InstanceRecord]]:
+        reports = []
+        try:
+            keys = await self.instances_kv.keys()
+        except Exception:  # no keys at all
+            return reports
+        for key in keys:
+            if not key.startswith(worker_prefix + "-"):
+                continue
+            with contextlib.suppress(Exception):
+                entry = await self.instances_kv.get(key)
+                report = msgspec.msgpack.decode(entry.value, type=InstanceRecord)
+                if report.model == model:
+                    reports.append((entry.revision or 0, report))
+        return reports
+
+    async def _forget_crash_reports(self, model: str) -> None:
+        for key in [k for k in self._crash_reports if k[0] == model]:
+            self._crash_reports.discard(key)
+            with contextlib.suppress(Exception):
+                await self.instances_kv.delete(subjects.instance_key(self.worker_id, *key))
+
+    async def _child_crashed(self, model: str, child_id: str, code: int) -> bool:
+        """A python model's process died. If it died while loading the model (no READY report of
+        the current generation), the load fails with the exit status, reported by this worker
+        (the child's own reports go when its heartbeats stop)."""
+        record = self._records.get(model)
+        if record is None:
+            return False
+        crashed_loading = False
+        reports = await self._reports_of(child_id, model)  # each incarnation of the child has its own id
+        for version in record.hosted:
+            # the last report written (highest KV revision): the incarnation that just died
+            report = max(((rev, r) for rev, r in reports if r.version == version), key=lambda x: x[0],
+                         default=(0, None))[1]
+            if report is not None and (report.state == "READY" or report.generation != record.generation):
+                continue
+            crashed_loading = True
+            failed = InstanceRecord(
+                worker=self.worker_id, model=model, version=version, generation=record.generation, state="UNAVAILABLE",
+                reason=f"the process of python model '{model}' exited with code {code} while loading it")
+            await self.instances_kv.put(subjects.instance_key(self.worker_id, model, version), encode(failed))
+            self._crash_reports.add((model, version))
+        return crashed_loading
 
     async def check_readiness(self) -> None:
         """Models with their own `is_ready()` (python backend) are reported UNAVAILABLE while any
@@ -120,10 +169,12 @@ class ModelHost:
         hosted = (record is not None and not record.reason and self.hosts(name)
                   and record.active_config.get("platform") != "ensemble")
         if hosted and isolated(self.settings, record.config):
-            self.processes.ensure(name)  # a worker process of its own hosts it
+            if self.processes.ensure(name, record.generation):  # a worker process of its own hosts it
+                await self._forget_crash_reports(name)
             hosted = False
         elif name in self.processes.children:
             await self.processes.stop(name)
+            await self._forget_crash_reports(name)
         wanted = set(record.hosted) if hosted else set()
         for key in [k for k in self._attempted if k[0] == name and k[1] not in wanted]:
             self._attempted.pop(key, None)
@@ -169,6 +220,9 @@ class ModelHost:
         threads = self.settings.intra_op_threads or backend.default_threads(len(plans))
         loaded = LoadedModel(spec, version, record.generation)
         model_dir = Path(record.path)
+        loaded.sequence = sequence_config(record.config)
+        if loaded.sequence is not None:
+            loaded.states = StateStore(loaded.sequence, model_dir / str(version) / "initial_state")
         try:
             for index, plan in enumerate(plans):
                 runner = backend.create_instance(spec, model_dir, version, plan.kind, plan.device, threads, name=plan.name)

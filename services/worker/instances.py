@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from shared.model_config import ModelSpec
+
+log = logging.getLogger("shoal.worker")
+
+
+def _close_quietly(runner: Any, name: str) -> None:
+    try:
+        runner.close()
+    except Exception:
+        log.exception("closing instance %s failed", name)
 
 
 @dataclass
@@ -31,10 +41,13 @@ class Instance:
         return len(self.idle) < self.credits or self.uncredited > 0
 
     def close(self) -> None:
+        """Close the backend instance on its own thread, after the batches queued there: model
+        code (a python model's `finalize`, which may wait on its threads or make BLS calls)
+        must never run on the worker's event loop."""
         if not self.closed:
             self.closed = True
+            self.executor.submit(_close_quietly, self.runner, self.name)
             self.executor.shutdown(wait=False)
-            self.runner.close()
 
 
 @dataclass
@@ -46,6 +59,8 @@ class LoadedModel:
     retired: bool = False
     warmup_ms: float = 0.0
     ready: bool = True  # what the model's own `is_ready()` said last (python backend)
+    sequence: Any = None  # SequenceConfig of a sequence-batched model
+    states: Any = None  # its implicit-state StateStore
 
     def retire(self) -> None:
         """No more credits; each instance closes once its running batches end."""

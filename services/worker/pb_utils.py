@@ -85,8 +85,8 @@ class Tensor:
         """From a DLPack capsule or any object with `__dlpack__` (torch, cupy: copied to host)."""
         if hasattr(capsule, "__dlpack__"):
             device = getattr(capsule, "__dlpack_device__", lambda: (1, 0))()
-            if device[0] != 1 and hasattr(capsule, "cpu"):  # a GPU tensor: this shim keeps tensors on the host
-                capsule = capsule.cpu()
+            if device[0] != 1:  # a GPU tensor: this shim keeps tensors on the host
+                capsule = capsule.get() if hasattr(capsule, "get") else capsule.cpu()  # cupy / torch
             return Tensor(name, np.from_dlpack(capsule))
         return Tensor(name, np.from_dlpack(_Capsule(capsule)))
 
@@ -136,15 +136,20 @@ def install_runtime(runtime: Runtime) -> None:
     _runtime = runtime
 
 
+_model_dir = ""  # the last model initialized: right for threads a model starts itself when its
+# worker hosts only that model (the default isolation)
+
+
 def set_context(deadline_ns: int = 0, model_dir: str | None = None) -> None:
     """Called by the backend on an instance's thread before it runs model code."""
+    global _model_dir
     _context.deadline_ns = deadline_ns
     if model_dir is not None:
-        _context.model_dir = model_dir
+        _context.model_dir = _model_dir = model_dir
 
 
 def get_model_dir() -> str:
-    return getattr(_context, "model_dir", "")
+    return getattr(_context, "model_dir", _model_dir)
 
 
 def _bls_runtime() -> Runtime:

@@ -27,12 +27,14 @@ def complete(model_file: Path, config: dict) -> dict:
 
 def main() -> None:
     config = json.load(sys.stdin)
+    result = sys.stdout
+    sys.stdout = sys.stderr  # what the model prints must not mix with the result
     try:
         completed = complete(Path(sys.argv[1]), config)
     except Exception as exc:
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(1)
-    json.dump(completed, sys.stdout)
+    json.dump(completed, result)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ from services.worker.bls import BlsRuntime
 from services.worker.decoupled import Cancellations, DecoupledSenders
 from services.worker.host import ModelHost
 from services.worker.instances import Instance, LoadedModel
+from services.worker.isolation import die_with_parent
 from services.worker.replies import Replies
+from services.worker.sequence_controls import control_arrays, flags, pad_slots
 from shared import bus, discovery, subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.errors import ShoalError
@@ -37,6 +39,8 @@ from shared.messages import (
     InferResponse,
     InstanceFree,
     RequestDone,
+    SeqControl,
+    SequenceEnded,
     TensorRef,
     WorkerHeartbeat,
     encode,
@@ -52,6 +56,7 @@ INLINE_BUDGET = 256 * 1024  # inline output bytes per response: many fit one bus
 _batch_decoder = msgspec.msgpack.Decoder(ExecBatch)
 _request_decoder = msgspec.msgpack.Decoder(InferRequest)
 _cancel_decoder = msgspec.msgpack.Decoder(CancelRequest)
+_ended_decoder = msgspec.msgpack.Decoder(SequenceEnded)
 
 
 @dataclass
@@ -86,6 +91,7 @@ class WorkerService:
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_report(self.id), cb=self._on_report_request)
+        await self.nc.subscribe(subjects.worker_sequence(self.id), cb=self._on_sequence_ended)
         await self.host.start()
         self._spawn(self._heartbeat())
         self.micro = await discovery.register(self.nc, "worker", self.id, self.status, shm_host=self.store.host)
@@ -134,6 +140,25 @@ class WorkerService:
 
     async def _on_report_request(self, msg) -> None:
         await self.host.report_all()
+
+    async def _on_sequence_ended(self, msg) -> None:
+        """A sequence ended without END (idle timeout, cancelled END): free its implicit state and
+        tell a python model that defines the (Shoal-only, optional) `sequence_ended(correlation_id,
+        reason)` method, on the instance's own thread so it never overlaps an `execute`."""
+        ended = bus.decode(_ended_decoder, msg, log)
+        loaded = self.host.models.get((ended.model, ended.version)) if ended is not None else None
+        if loaded is None:
+            return
+        if loaded.states is not None:
+            loaded.states.drop(ended.corrid, ended.seq)
+        if 0 <= ended.instance < len(loaded.instances):
+            instance = loaded.instances[ended.instance]
+            hook = getattr(getattr(instance.runner, "model", None), "sequence_ended", None)
+            if callable(hook) and not instance.closed:
+                try:
+                    await self._loop.run_in_executor(instance.executor, hook, ended.corrid, ended.reason)
+                except Exception:
+                    log.exception("sequence_ended of '%s' failed", ended.model)
 
     async def _on_resync(self, msg) -> None:
         for loaded in list(self.host.models.values()):
@@ -206,7 +231,8 @@ class WorkerService:
             if live:
                 # the scheduler's enqueue times line up with all of the batch's requests
                 enqueued = dict(zip([r.rid for r in requests], batch.enqueued_ns)) if batch.enqueued_ns else {}
-                await self._run_batch(loaded, instance, live, free, replies, batch, enqueued)
+                controls = dict(zip([r.rid for r in requests], batch.controls)) if batch.controls else {}
+                await self._run_batch(loaded, instance, live, free, replies, batch, enqueued, controls)
         except Exception as exc:  # never lose a request: every one gets an answer
             log.exception("batch %d of '%s' failed", batch.batch_id, batch.model)
             answered = replies.answered()
@@ -252,14 +278,19 @@ class WorkerService:
 
     async def _run_batch(
         self, loaded: LoadedModel, instance: Instance, requests: list[InferRequest], free: InstanceFree,
-        replies: Replies, batch: ExecBatch, enqueued: dict[str, int],
+        replies: Replies, batch: ExecBatch, enqueued: dict[str, int], controls: dict[str, SeqControl],
     ) -> None:
         spec = loaded.spec
         t0 = time.monotonic_ns()
         arrays, readable = [], []
         for request in requests:  # a request whose inputs cannot be read fails alone, not its batch
             try:
-                arrays.append(await self._inputs(request))
+                inputs = await self._inputs(request)
+                control = controls.get(request.rid)
+                if control is not None:  # sequence models: control tensors and implicit state join the inputs
+                    inputs.update(control_arrays(loaded.sequence, control))
+                    inputs.update(loaded.states.inputs(control))
+                arrays.append(inputs)
                 readable.append(request)
             except Exception as exc:
                 code = "INVALID_ARG" if isinstance(exc, ValueError) else "INTERNAL"
@@ -267,11 +298,12 @@ class WorkerService:
         requests = readable
         if not requests:
             return
-        names = sorted({n for r in requests for n in (r.outputs or [o.name for o in spec.outputs])})
+        names = sorted({n for r in requests for n in (r.outputs or [o.name for o in spec.outputs])}
+                       | set(loaded.states.output_names if controls and loaded.states is not None else ()))
         sizes = [r.batch_size for r in requests]
         timings = _Timings()
         if hasattr(instance.runner, "run_requests"):  # python models take the requests one by one
-            metadata = [self._request_metadata(spec, loaded.version, r) for r in requests]
+            metadata = [self._request_metadata(spec, loaded.version, r, controls.get(r.rid)) for r in requests]
             try:
                 pieces = await self._loop.run_in_executor(
                     instance.executor, self._compute_requests, spec, instance, requests, arrays, metadata, timings, t0)
@@ -279,6 +311,13 @@ class WorkerService:
                 for request in requests:
                     if request.rid not in self.decoupled.open:
                         self.cancellations.ended(request.rid)
+        elif controls and loaded.sequence.strategy == "direct" and spec.max_batch_size > 0:
+            # direct: request i runs in the batch row of its slot; empty slots below are not-ready rows
+            rows, where = pad_slots(loaded.sequence, [controls[r.rid] for r in requests], arrays,
+                                    loaded.states.initial())
+            pieces = await self._loop.run_in_executor(
+                instance.executor, self._compute, spec, instance, rows, names, [1] * len(rows), timings, t0)
+            pieces = [pieces[row] for row in where]
         else:
             pieces = await self._loop.run_in_executor(
                 instance.executor, self._compute, spec, instance, arrays, names, sizes, timings, t0)
@@ -290,6 +329,9 @@ class WorkerService:
                       "enqueued": enqueued}
         t_out = time.monotonic_ns()
         for request, piece in zip(requests, pieces):
+            control = controls.get(request.rid)
+            if control is not None and isinstance(piece, dict):
+                loaded.states.keep(control, piece)
             if spec.decoupled:  # the model's sender answers; an error ends its stream unless it did already
                 if isinstance(piece, ModelError):
                     self.decoupled.fail(request, piece.message, piece.code)
@@ -323,11 +365,12 @@ class WorkerService:
         timings.compute_input_ns, timings.compute_infer_ns = t1 - t0, t2 - t1
         return scatter(spec, outputs, sizes)
 
-    def _request_metadata(self, spec: ModelSpec, version: int, request: InferRequest) -> dict:
+    def _request_metadata(self, spec: ModelSpec, version: int, request: InferRequest,
+                          control: SeqControl | None) -> dict:
         """What a python model can ask of a request besides its tensors."""
-        metadata = _request_metadata(request)
+        metadata = _request_metadata(request, control)
         self.cancellations.started(request)
-        metadata["cancelled"] = lambda: self.cancellations.is_cancelled(request.rid)
+        metadata["cancelled"] = lambda: self.cancellations.is_cancelled(request)
         if spec.decoupled:
             metadata["response_sender"] = self.decoupled.sender(spec, version, request)
         return metadata
@@ -385,15 +428,17 @@ class WorkerService:
         return InferResponse(request.rid, spec.name, version, refs)
 
 
-def _request_metadata(request: InferRequest) -> dict:
+def _request_metadata(request: InferRequest, control: SeqControl | None = None) -> dict:
     """What a python model can ask of a request besides its tensors."""
     params = request.parameters
-    flags = (1 if params.get("sequence_start") else 0) | (2 if params.get("sequence_end") else 0)
     custom = {k: v for k, v in params.items() if k not in ("sequence_id", "sequence_start", "sequence_end")}
-    return {"request_id": request.id, "correlation_id": params.get("sequence_id", 0), "flags": flags,
+    if control is None:  # not sequence-batched: the flags as the client sent them, as Triton passes them on
+        control = SeqControl(corrid=request.sequence_id, seq=0, start=request.sequence_start, end=request.sequence_end)
+    return {"request_id": request.id, "correlation_id": control.corrid, "flags": flags(control),
             "parameters": custom, "timeout": request.timeout_us}
 
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
+    die_with_parent(settings.parent_pid)
     nc = await bus.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}")
     await serve_until(stop, nc, WorkerService(settings, nc), "worker")

@@ -76,6 +76,7 @@ model_transaction_policy { decoupled: true }
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
+model_warmup [ { name: "w" batch_size: 1 inputs { key: "IN" value: { data_type: TYPE_INT32 dims: [ 2 ] zero_data: true } } } ]
 """
 
 REPEAT = '''
@@ -147,6 +148,8 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 AUTO = '''
 import triton_python_backend_utils as pb_utils
 
+print("importing the auto model")  # models print; auto-complete must not read this as its result
+
 
 class TritonPythonModel:
     @staticmethod
@@ -193,6 +196,39 @@ class TritonPythonModel:
             pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
 '''
 
+ASYNC_REPEAT = '''
+import asyncio
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        for request in requests:  # answered by tasks that outlive execute
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            asyncio.get_running_loop().create_task(self.stream(request.get_response_sender(), values))
+        return None
+
+    async def stream(self, sender, values):
+        for i, value in enumerate(values):
+            await asyncio.sleep(0.01)
+            sender.send(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUT", np.array([value], np.int32)), pb_utils.Tensor("IDX", np.array([i], np.uint32))]))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+'''
+
+LOAD_CRASHER = '''
+import ctypes
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        ctypes.string_at(0)
+
+    def execute(self, requests):
+        return []
+'''
+
 FP32_IO = """
 max_batch_size: 4
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
@@ -218,6 +254,8 @@ def cluster(tmp_path_factory):
     _python_model(root, "auto", AUTO, 'backend: "python"\n')
     _python_model(root, "flaky_ready", FLAKY_READY, f'name: "flaky_ready"\nbackend: "python"\n{FP32_IO}')
     _python_model(root, "crasher", CRASHER, f'name: "crasher"\nbackend: "python"\n{FP32_IO}')
+    _python_model(root, "async_repeat", ASYNC_REPEAT, REPEAT_CONFIG.replace('"repeat"', '"async_repeat"'))
+    _python_model(root, "load_crasher", LOAD_CRASHER, f'name: "load_crasher"\nbackend: "python"\n{FP32_IO}')
     with running_cluster(root) as running:
         running.root = root
         yield running
@@ -277,6 +315,20 @@ def test_decoupled_model_streams_over_sse(cluster):
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
     assert events(body) == [{"id": "r1", "model_name": "repeat", "model_version": "1", "OUT": v, "IDX": i}
                             for i, v in enumerate([4, 5, 6])]
+
+
+def test_async_decoupled_model_answers_from_its_tasks(cluster):
+    status, _, body = post(cluster.url, "/v2/models/async_repeat/generate_stream", {"IN": [1, 2]})
+    assert status == 200
+    assert [e["OUT"] for e in events(body)] == [1, 2]
+
+
+def test_a_python_model_crashing_while_loading_fails_its_load(cluster):
+    client = httpclient.InferenceServerClient(cluster.url)
+    index = {m["name"]: m for m in client.get_model_repository_index()}
+    assert index["load_crasher"]["state"] == "UNAVAILABLE"
+    assert index["load_crasher"]["reason"] == "the process of python model 'load_crasher' exited with code -11 while loading it"
+    client.close()
 
 
 def test_decoupled_errors(cluster):

@@ -1,9 +1,13 @@
 """Triton python-backend models (`model.py` with `TritonPythonModel`), run unchanged.
 
-Each instance imports its own copy of `model.py` and runs in the worker process, on the
-instance's thread: numpy inputs are handed over without the copies Triton's stub process
-makes. The cost is isolation: a model that crashes the interpreter takes its worker down
-(the supervisor restarts it); a model that raises only fails its requests.
+Each instance imports its own copy of `model.py` and runs in the hosting worker process, on
+the instance's thread: numpy inputs are handed over without the copies Triton's stub process
+makes. Isolation comes from the worker itself (`services/worker/isolation.py`: by default a
+python model's worker hosts nothing else). A model that raises only fails its requests.
+
+An `async def execute` runs on one event loop per instance, kept running in a thread of its
+own like the loop of Triton's stub: tasks the model starts (a decoupled model answering from
+`asyncio.create_task`, say) go on after `execute` returns.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import importlib.util
 import inspect
 import json
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -65,9 +70,23 @@ class PythonInstance:
             "model_version": str(version),
             "model_name": spec.name,
         }
+        self._loop: asyncio.AbstractEventLoop | None = None
         pb_utils.set_context(model_dir=self.model_dir)
         if hasattr(self.model, "initialize"):
             self.model.initialize(args)
+
+    def _await(self, coroutine) -> object:
+        """Run a coroutine of the model's on the instance's long-lived event loop."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            threading.Thread(target=self._loop.run_forever, name=f"{self.spec.name}-asyncio", daemon=True).start()
+        deadline_ns = getattr(pb_utils._context, "deadline_ns", 0)
+
+        async def with_context():
+            pb_utils.set_context(deadline_ns, self.model_dir)  # BLS deadline for the loop's thread too
+            return await coroutine
+
+        return asyncio.run_coroutine_threadsafe(with_context(), self._loop).result()
 
     @property
     def checks_readiness(self) -> bool:
@@ -96,7 +115,7 @@ class PythonInstance:
         try:
             responses = self.model.execute(batch)
             if inspect.isawaitable(responses):
-                responses = asyncio.run(responses)
+                responses = self._await(responses)
         except pb_utils.TritonError as exc:
             return [ModelError(exc.message(), exc.code_name())] * len(batch)
         except Exception as exc:  # the model raised: its requests fail, the worker goes on
@@ -116,16 +135,26 @@ class PythonInstance:
         return results
 
     def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
-        result = self.run_requests([inputs], [output_names], [{}])[0]
-        if isinstance(result, str):  # decoupled: warmup does not read the responses
+        """One request outside the scheduler (warmup); a decoupled model's responses are dropped."""
+        meta: dict = {}
+        if self.spec.decoupled:
+            meta["response_sender"] = pb_utils.InferenceResponseSender(lambda response, flags: None, lambda: False)
+        result = self.run_requests([inputs], [output_names], [meta])[0]
+        if isinstance(result, str):
             return {}
         if isinstance(result, ModelError):
             raise ShoalError(result.message, result.code)
         return result
 
     def close(self) -> None:
-        if hasattr(self.model, "finalize"):
-            self.model.finalize()
+        try:
+            if hasattr(self.model, "finalize"):
+                result = self.model.finalize()
+                if inspect.isawaitable(result):
+                    self._await(result)
+        finally:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
 
 
 def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,

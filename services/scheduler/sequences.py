@@ -1,0 +1,229 @@
+"""Sequence slots, backlog and idle timeouts of one sequence-batched model (triton-spec §3.4), as pure logic.
+
+A *slot* is one of an instance's `slots_per_instance` places for a live sequence, named
+(worker, instance, index). A sequence keeps its slot from START to END (or idle timeout),
+so every request of it runs on the same instance of the same worker, in arrival order.
+START with no free slot puts the sequence in the backlog; a released slot goes to the
+oldest backlogged sequence, with all its queued requests (Triton's `ReleaseSequenceSlot`).
+
+Order is kept by construction: a sequence has at most one request executing at a time,
+so whatever the worker's credits and threads, request i+1 starts after request i ended
+(and after the implicit state it wrote). This costs nothing Triton does not also pay: a
+sequence's requests cannot share a batch anyway.
+
+Idle timeout: a sequence is idle when nothing of it executes and no request has arrived
+or finished for `max_sequence_idle_microseconds`. Unlike Triton the clock restarts when a
+backlogged sequence gets its slot (Triton can reap it at once), a sequence never times out
+while one of its requests executes, and requests still queued for a timed-out sequence
+are answered with an error instead of being dropped (server#4178, #3652).
+
+Every slot is released through `_release`, which is idempotent: a cancelled request, a
+lost worker and an END cannot free the same slot twice (core#341).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+SlotKey = tuple[str, int, int]  # (worker, instance, slot index)
+CorrId = int | str
+
+
+@dataclass(eq=False)  # identity: two sequences are never the same one
+class Sequence:
+    corrid: CorrId
+    seq: int  # unique per sequence: a reused correlation id is another sequence
+    slot: SlotKey | None = None  # None: in the backlog
+    queue: deque = field(default_factory=deque)  # requests waiting (scheduler `Pending`s)
+    running: Any = None  # the request executing now, if any
+    closing: bool = False  # its END arrived: no more requests join it
+    active_at: float = 0.0  # monotonic: last arrival, dispatch, completion or slot grant
+
+    @property
+    def instance(self) -> tuple[str, int] | None:
+        return None if self.slot is None else (self.slot[0], self.slot[1])
+
+    @property
+    def ready(self) -> bool:
+        """Has a request to run and nothing running: may take part in the next batch."""
+        return self.slot is not None and self.running is None and bool(self.queue)
+
+
+@dataclass(frozen=True)
+class Admission:
+    sequence: Sequence | None  # None: refused
+    error: str = ""
+    conflict: bool = False  # START for a live id: Triton warns, the old sequence ends early
+
+
+class SequenceBook:
+    def __init__(self, model: str, slots_per_instance: int, idle_s: float) -> None:
+        self.model = model
+        self.slots_per_instance = slots_per_instance
+        self.idle_s = idle_s
+        self.live: dict[CorrId, Sequence] = {}  # ids requests can still join (no END yet)
+        self.bound: dict[SlotKey, Sequence] = {}  # slot -> the sequence holding it
+        self.free: list[SlotKey] = []
+        self.backlog: deque[Sequence] = deque()
+        self.instances: set[tuple[str, int]] = set()
+        self.lost: dict[CorrId, str] = {}  # ids whose sequence died with its worker -> why (bounded)
+        self._numbers = itertools.count(1)
+
+    # -- instances --------------------------------------------------------------------
+    def learn(self, worker: str, instance: int, now: float) -> None:
+        """An instance granted a credit: its slots exist (and may take backlogged sequences)."""
+        if (worker, instance) in self.instances:
+            return
+        self.instances.add((worker, instance))
+        for index in range(self.slots_per_instance):
+            self._release_slot((worker, instance, index), now)
+
+    def forget_worker(self, worker: str, reason: str) -> list[Sequence]:
+        """The worker is gone: its slots vanish and the sequences on them are lost."""
+        self.instances = {i for i in self.instances if i[0] != worker}
+        self.free = [s for s in self.free if s[0] != worker]
+        lost = [seq for key, seq in self.bound.items() if key[0] == worker]
+        for seq in lost:
+            del self.bound[seq.slot]
+            seq.slot = None
+            if self.live.get(seq.corrid) is seq:
+                del self.live[seq.corrid]
+                self.lost[seq.corrid] = reason
+        while len(self.lost) > 10_000:  # a tombstone per lost id, for a clearer error; bounded
+            del self.lost[next(iter(self.lost))]
+        return lost
+
+    # -- requests ---------------------------------------------------------------------
+    def admit(self, corrid: CorrId, start: bool, end: bool, item: Any, now: float) -> Admission:
+        """Queue one request of a sequence (Triton's `SequenceBatchScheduler::Enqueue`)."""
+        seq = self.live.get(corrid)
+        if seq is None and not start:
+            if corrid in self.lost:
+                return Admission(None, f"sequence {corrid} to model '{self.model}' was lost: {self.lost[corrid]}; "
+                                       "start it again with the START flag")
+            return Admission(None, f"inference request for sequence {corrid} to model '{self.model}' must specify "
+                                   "the START flag on the first request of the sequence")
+        conflict = seq is not None and start
+        if seq is None:
+            self.lost.pop(corrid, None)
+            seq = Sequence(corrid, next(self._numbers), active_at=now)
+            self._place(seq, now)
+        seq.queue.append(item)
+        seq.active_at = now
+        if end:
+            seq.closing = True
+            self.live.pop(corrid, None)  # a START+END sequence was never live
+        else:
+            self.live[corrid] = seq
+        return Admission(seq, conflict=conflict)
+
+    def _place(self, seq: Sequence, now: float) -> None:
+        if self.free:
+            # spread sequences over instances: the one with the fewest bound sequences first
+            load = {i: 0 for i in self.instances}
+            for key in self.bound:
+                load[key[:2]] = load.get(key[:2], 0) + 1
+            slot = min(self.free, key=lambda s: (load.get(s[:2], 0), s))
+            self.free.remove(slot)
+            self._bind(seq, slot, now)
+        else:
+            self.backlog.append(seq)
+
+    def _bind(self, seq: Sequence, slot: SlotKey, now: float) -> None:
+        seq.slot = slot
+        seq.active_at = now  # a backlogged sequence's idle clock starts when it can run
+        self.bound[slot] = seq
+
+    def started(self, seq: Sequence, item: Any, now: float) -> None:
+        """`item`, the head of the sequence's queue, was sent to run."""
+        seq.queue.popleft()
+        seq.running = item
+        seq.active_at = now
+
+    def finished(self, seq: Sequence, now: float) -> None:
+        seq.running = None
+        seq.active_at = now
+        if seq.closing and not seq.queue:
+            self._release(seq, now)
+
+    def remove(self, seq: Sequence, item: Any, now: float) -> None:
+        """A queued request left (cancelled, past its deadline). A cancelled END still ends
+        the sequence: it never reopens, and its slot is freed once nothing else is queued."""
+        try:
+            seq.queue.remove(item)
+        except ValueError:
+            return
+        if seq.closing and not seq.queue and seq.running is None:
+            self._release(seq, now)
+        elif not seq.queue and seq.running is None and seq.slot is None and seq in self.backlog:
+            self.backlog.remove(seq)  # an empty backlog entry waits for nothing
+            if self.live.get(seq.corrid) is seq:
+                del self.live[seq.corrid]
+
+    # -- slots ------------------------------------------------------------------------
+    def _release(self, seq: Sequence, now: float) -> None:
+        """Idempotent: only the sequence's first release frees its slot."""
+        if self.live.get(seq.corrid) is seq:
+            del self.live[seq.corrid]
+        if seq in self.backlog:
+            self.backlog.remove(seq)
+        slot, seq.slot = seq.slot, None
+        if slot is None or self.bound.get(slot) is not seq:
+            return
+        del self.bound[slot]
+        self._release_slot(slot, now)
+
+    def _release_slot(self, slot: SlotKey, now: float) -> None:
+        if slot[:2] not in self.instances:
+            return
+        if self.backlog:
+            self._bind(self.backlog.popleft(), slot, now)
+        else:
+            self.free.append(slot)
+
+    def expire_backlog(self, expired) -> list[Sequence]:
+        """Backlogged sequences with a request `expired(item)` selects (its `timeout` ran out
+        before the sequence got a slot) leave with everything they queued (Triton, direct)."""
+        gone = [seq for seq in self.backlog if any(expired(item) for item in seq.queue)]
+        for seq in gone:
+            self.backlog.remove(seq)
+            if self.live.get(seq.corrid) is seq:
+                del self.live[seq.corrid]
+        return gone
+
+    # -- idle timeout -----------------------------------------------------------------
+    def idle(self, now: float) -> list[tuple[Sequence, SlotKey]]:
+        """Sequences past their idle time: their slot is released; the caller answers what
+        they still had queued and tells the worker. Backlogged sequences wait for a slot."""
+        expired = [(seq, seq.slot) for seq in self.bound.values()
+                   if seq.running is None and now - seq.active_at >= self.idle_s]
+        for seq, _ in expired:
+            queued = list(seq.queue)
+            seq.queue.clear()
+            seq.closing = True
+            self._release(seq, now)
+            seq.queue.extend(queued)  # handed back to the caller to fail
+        return expired
+
+    def next_idle_at(self) -> float | None:
+        times = [seq.active_at + self.idle_s for seq in self.bound.values() if seq.running is None]
+        return min(times) if times else None
+
+    def ready(self, worker: str, instance: int) -> list[Sequence]:
+        """Sequences of this instance that have a request to run now, in slot order."""
+        return [seq for key, seq in sorted(self.bound.items(), key=lambda kv: kv[0]) if key[:2] == (worker, instance)
+                and seq.ready]
+
+    def summary(self) -> dict[str, int]:
+        """For `shoal status`: how the slots are used."""
+        return {"instances": len(self.instances), "free_slots": len(self.free), "bound": len(self.bound),
+                "live": len(self.live), "backlog": len(self.backlog)}
+
+    def queued(self) -> int:
+        return sum(len(s.queue) for s in self.bound.values()) + sum(len(s.queue) for s in self.backlog)
+
+    def all_queued(self) -> list[tuple[Sequence, Any]]:
+        return [(s, item) for s in list(self.bound.values()) + list(self.backlog) for item in s.queue]
