@@ -6,10 +6,10 @@ import time
 from collections.abc import AsyncIterator
 
 from services.gateway.codec import OutputTensor, ParsedRequest
-from services.gateway.dispatch import Dispatcher
 from services.gateway.sequence_params import sequence_params
 from services.gateway.shm import ShmRegistry
 from services.gateway.validation import Validated
+from shared.dispatch import Dispatcher
 from shared.errors import ShoalError, invalid
 from shared.logcontext import request_ids
 from shared.messages import InferRequest, InferResponse, TensorRef

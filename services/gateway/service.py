@@ -11,12 +11,12 @@ import uvicorn
 
 from services.gateway.app import Gateway, build_app, scheduler_stats
 from services.gateway.core import InferenceCore
-from services.gateway.dispatch import Dispatcher
 from services.gateway.http_protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics import MetricsOptions, build_metrics_app
 from services.gateway.models import ModelRegistry
 from services.gateway.shm import ShmRegistry
 from shared import bus, discovery
+from shared.dispatch import Dispatcher
 from shared.logsettings import follow
 from shared.settings import GatewaySettings
 from shared.tensors import TensorStore

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 import msgspec
 from nats.aio.client import Client as NATS
 
-from services.gateway.dispatch import Dispatcher
 from services.scheduler.ensemble_graph import EnsembleGraph, Step, graph_from_config, is_ensemble
 from services.scheduler.ensemble_step import fit_batching, step_request
 from services.scheduler.stats import Duration, ModelStats
 from shared import subjects
+from shared.dispatch import Dispatcher
 from shared.errors import Code, ShoalError
 from shared.logcontext import request_ids
 from shared.messages import InferRequest, InferResponse, ModelRecord, TensorRef, encode

@@ -14,8 +14,8 @@ import time
 
 import msgspec
 
-from services.gateway.dispatch import Dispatcher
 from services.scheduler.ensemble_graph import Step
+from shared.dispatch import Dispatcher
 from shared.errors import invalid, not_found, unavailable
 from shared.messages import InferRequest, TensorRef
 from shared.model_config import ModelSpec

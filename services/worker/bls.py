@@ -21,12 +21,12 @@ from nats.aio.client import Client as NATS
 
 from services.gateway.codec import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
 from services.gateway.core import InferenceCore
-from services.gateway.dispatch import Dispatcher
 from services.gateway.models import ModelRegistry
 from services.gateway.validation import validate
 from services.worker import pb_utils
 from shared import subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes
+from shared.dispatch import Dispatcher
 from shared.errors import ShoalError
 from shared.tensors import TensorStore
 

@@ -129,6 +129,16 @@ sequence_batching {{
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 """
 
+ENSEMBLE_CONFIG = """
+name: "acc_pipeline"
+platform: "ensemble"
+max_batch_size: 4
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+ensemble_scheduling { step [ { model_name: "onnx_acc" model_version: -1
+  input_map { key: "INPUT" value: "X" } output_map { key: "OUTPUT" value: "Y" } } ] }
+"""
+
 OLDEST = "oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 5000 }"
 DIRECT = "direct { }"
 
@@ -150,6 +160,8 @@ def seq_cluster(tmp_path_factory):
     _python_model(root, "py_idle", mbs=2, idle=400_000)  # short idle timeout
     examples.write_model(root, "onnx_acc", onnx_accumulator(), ONNX_CONFIG.format(name="onnx_acc", strategy=DIRECT))
     examples.write_model(root, "onnx_oldest", onnx_accumulator(), ONNX_CONFIG.format(name="onnx_oldest", strategy=OLDEST))
+    (root / "acc_pipeline" / "1").mkdir(parents=True)  # an ensemble whose step is a sequence model
+    (root / "acc_pipeline" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
     with running_cluster(root, workers=2, worker={"credits_per_instance": 1}) as running:
         # ready means one instance is; these tests count slots, so wait for every instance of both workers
         instances = {"py_acc": 4, "py_oldest": 2, "py_one": 2, "py_idle": 2, "onnx_acc": 2, "onnx_oldest": 2}
@@ -409,6 +421,25 @@ def test_reloading_the_model_loses_its_sequences_with_a_clear_error(tmp_path):
         client.close()
 
 
+def test_an_ensemble_step_continues_the_clients_sequence(seq_cluster):
+    """The ensemble passes its request's sequence id and flags to a sequence-batched step."""
+    def run(corrid: int, values: list[float]) -> list[float]:
+        client = httpclient.InferenceServerClient(seq_cluster.url, network_timeout=60)
+        out = []
+        for i, value in enumerate(values):
+            tensor = httpclient.InferInput("X", [1, 1], "FP32")
+            tensor.set_data_from_numpy(np.array([[value]], np.float32))
+            result = client.infer("acc_pipeline", [tensor], sequence_id=corrid, sequence_start=i == 0,
+                                  sequence_end=i == len(values) - 1)
+            out.append(float(result.as_numpy("Y")[0, 0]))
+        client.close()
+        return out
+
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(lambda args: run(*args), [(9001, [1, 2, 3]), (9002, [10, 20, 30])])
+    assert first == [1, 3, 6] and second == [10, 30, 60]
+
+
 def test_a_dead_worker_fails_its_sequences_clearly_and_the_others_go_on(seq_cluster):
     """Runs last: it kills a worker (the supervisor restarts it)."""
     client = httpclient.InferenceServerClient(seq_cluster.url, network_timeout=60)
@@ -438,3 +469,4 @@ def test_a_dead_worker_fails_its_sequences_clearly_and_the_others_go_on(seq_clus
         assert int(client.infer("py_acc", _int_input(3), sequence_id=corrid, sequence_end=True)
                    .as_numpy("OUTPUT")[0, 0]) == 6
     client.close()
+

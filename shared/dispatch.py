@@ -1,7 +1,8 @@
-"""The gateway's side of the data path: send a request on the bus, await its response.
+"""A client's side of the data path: send a request on the bus, await its response(s).
 
-Each request gets its own reply subject under this gateway's inbox, so a missing
-scheduler shows up at once as NATS "no responders" instead of a silent timeout.
+Used by the gateway for HTTP clients, by workers for BLS requests and by schedulers for
+ensemble steps. Each request gets its own reply subject under the caller's inbox, so a
+missing scheduler shows up at once as NATS "no responders" instead of a silent timeout.
 """
 
 from __future__ import annotations
