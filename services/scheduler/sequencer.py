@@ -40,6 +40,7 @@ class Sequencer:
 
     def configure(self, queue: ModelQueue) -> None:
         config = sequence_config(queue.spec.config) if queue.spec is not None else None
+        old = queue.seq
         if config is None:
             queue.seq = None
         elif queue.seq is None or queue.seq.config.slots_per_instance != config.slots_per_instance:
@@ -47,6 +48,27 @@ class Sequencer:
         else:  # a reload with the same slots keeps the live sequences
             queue.seq.config = config
             queue.seq.book.idle_s = config.idle_us / 1e6
+        if old is not None and queue.seq is not old:
+            self.service._spawn(self._retire(queue, old))
+
+    async def _retire(self, queue: ModelQueue, old: SequenceQueue) -> None:
+        """The model's slots changed (a reload): its live sequences end; what they queued is
+        answered, and workers free what they held for them."""
+        if old.reaper is not None:
+            old.reaper.cancel()
+        for seq, pending in old.book.all_queued():
+            seq.queue.remove(pending)
+            await self._error(queue, pending.header, f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: the "
+                                                     "model was reloaded; start it again with the START flag", "UNAVAILABLE")
+        for slot, seq in list(old.book.bound.items()):
+            await self._tell_worker(queue, seq, slot, "model reloaded")
+
+    async def expire(self, queue: ModelQueue) -> None:
+        """Requests past their deadline leave their sequence (the gateway gave up on them): dead
+        STARTs must not hold slots or places in the backlog."""
+        now_ns = time.time_ns()
+        for _, pending in queue.seq.book.expire(lambda p: p.header.deadline_ns <= now_ns, time.monotonic()):
+            queue.stats.record_request(False, now_ns - pending.header.received_ns, "REJECTED")
 
     # -- arrivals -------------------------------------------------------------------
     async def admit(self, queue: ModelQueue, pending: Pending) -> bool:
@@ -103,6 +125,8 @@ class Sequencer:
         for credit in list(queue.free):
             if credit not in queue.free:  # taken by a pump that ran while this one awaited a dispatch
                 continue
+            if not self.service.limiter.can_run(queue.need(credit.instance), credit.worker):
+                continue  # the rate limiter holds this instance back; a release pumps again
             ready = book.ready(credit.worker, credit.instance)
             if not ready:
                 continue
@@ -161,6 +185,8 @@ class Sequencer:
         for seq, pending in queue.seq.book.all_queued():
             seq.queue.remove(pending)
             await self.service._fail(queue, pending.header, message)
+        for slot, seq in list(queue.seq.book.bound.items()):  # workers free what they hold for them
+            await self._tell_worker(queue, seq, slot, "no longer served by this scheduler")
 
     def _arm_reaper(self, queue: ModelQueue) -> None:
         seq_queue = queue.seq

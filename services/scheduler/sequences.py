@@ -12,7 +12,9 @@ so whatever the worker's credits and threads, request i+1 starts after request i
 sequence's requests cannot share a batch anyway.
 
 Idle timeout: a sequence is idle when nothing of it executes and no request has arrived
-or finished for `max_sequence_idle_microseconds`. Unlike Triton the clock restarts when a
+or finished for `max_sequence_idle_microseconds`. As in Triton, a request that waits longer
+than that for its instance (every credit busy) does not keep its sequence alive: size the
+idle time above the queueing delay you expect. Unlike Triton the clock restarts when a
 backlogged sequence gets its slot (Triton can reap it at once), a sequence never times out
 while one of its requests executes, and requests still queued for a timed-out sequence
 are answered with an error instead of being dropped (server#4178, #3652).
@@ -192,6 +194,14 @@ class SequenceBook:
             self.backlog.remove(seq)
             if self.live.get(seq.corrid) is seq:
                 del self.live[seq.corrid]
+        return gone
+
+    def expire(self, expired, now: float) -> list[tuple[Sequence, Any]]:
+        """Queued requests `expired(item)` selects (nobody waits for them any more) leave; a
+        backlogged sequence left with nothing queued gives up its place in the backlog."""
+        gone = [(seq, item) for seq, item in self.all_queued() if expired(item)]
+        for seq, item in gone:
+            self.remove(seq, item, now)
         return gone
 
     # -- idle timeout -----------------------------------------------------------------

@@ -394,7 +394,7 @@ class SchedulerService:
         """Resources were released: every queue the rate limiter held back may run now."""
         if self.limiter.enabled:
             for queue in list(self.queues.values()):
-                if queue.requests and queue.free:
+                if queue.free and (queue.requests or (queue.seq is not None and queue.seq.book.queued())):
                     await self._pump(queue)
 
     async def _complete(self, queue: ModelQueue, free: InstanceFree) -> None:
@@ -448,6 +448,9 @@ class SchedulerService:
             for queue in list(self.queues.values()):
                 if queue.requests and not queue.free:
                     await self._drop_expired(queue)
+                if queue.seq is not None:
+                    await self.sequencer.expire(queue)
+                    await self._pump(queue)
             cutoff = time.time_ns() - int(FLIGHT_GRACE_S * 1e9)
             for key, flight in list(self.in_flight.items()):
                 if max(p.header.deadline_ns for p in flight.requests) < cutoff:

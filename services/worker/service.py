@@ -241,6 +241,10 @@ class WorkerService:
                 if request.rid not in answered:
                     replies.add(request, InferResponse(request.rid, error=str(exc), code=code))
         finally:
+            if loaded.states is not None:  # an END that failed or was skipped still ends the sequence here
+                for control in batch.controls:
+                    if control.end:
+                        loaded.states.drop(control.corrid, control.seq)
             if holds_credit:
                 instance.idle.add(batch.credit)
             else:

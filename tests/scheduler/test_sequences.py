@@ -153,3 +153,19 @@ def test_request_timeout_rejects_a_backlogged_sequence_only():
     b.admit(2, False, False, Req("late"), 0.0)
     assert b.expire_backlog(lambda item: item.name == "b") == [waiting]
     assert not b.backlog and 2 not in b.live and [r.name for r in waiting.queue] == ["b", "late"]
+
+
+def test_requests_past_their_deadline_leave_the_backlog():
+    b = book(slots=1)
+    live = b.admit(1, True, False, Req("live"), 0.0).sequence
+    dead = [b.admit(100 + i, True, False, Req(f"dead{i}"), 0.1).sequence for i in range(3)]
+    assert len(b.backlog) == 3
+    gone = b.expire(lambda item: item.name.startswith("dead"), 0.2)
+    assert [item.name for _, item in gone] == ["dead0", "dead1", "dead2"]
+    assert not b.backlog and set(b.live) == {1} and all(s.slot is None for s in dead)
+    b.started(live, live.queue[0], 0.3)
+    b.admit(1, False, True, Req("end"), 0.4)
+    b.finished(live, 0.5)
+    b.started(live, live.queue[0], 0.5)
+    b.finished(live, 0.6)
+    assert b.free == [("w1", 0, 0)]  # the slot went back to the pool, not to a dead sequence
