@@ -27,7 +27,8 @@ from services.gateway.shm import DISABLED
 from services.gateway.validation import raw_request, validate
 from shared import bus, logsettings, subjects
 from shared.errors import ShoalError, invalid, unavailable, unsupported
-from shared.messages import CacheEvent, ErrorReply
+from shared.messages import CacheEvent
+from shared.repository_client import repository_call
 from shared.settings import GatewaySettings
 
 log = logging.getLogger("shoal.gateway")
@@ -279,15 +280,9 @@ class Gateway:
         return doc
 
     async def _repository(self, subject: str, payload: dict) -> Response:
-        try:
-            reply = await self.nc.request(subject, orjson.dumps(payload), timeout=self.settings.repository_timeout_s)
-        except Exception as exc:
-            raise unavailable(f"the repository service is not available: {type(exc).__name__}") from None
-        if reply.data[:1] != b"{":
-            error = msgspec.msgpack.decode(reply.data, type=ErrorReply)
-            raise ShoalError(error.error, error.code)
+        revision = await repository_call(self.nc, subject, payload, self.settings.repository_timeout_s)
         # answer only once this gateway sees the change, so the client's next call does too
-        await self.registry.seen(payload["name"], msgspec.json.decode(reply.data).get("revision", 0))
+        await self.registry.seen(payload["name"], revision)
         return Response(status_code=200, media_type="application/json")
 
     async def load(self, request: Request) -> Response:

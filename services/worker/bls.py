@@ -12,6 +12,7 @@ runs in on that thread); the request itself runs on the worker's event loop.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import queue
 import time
@@ -28,9 +29,11 @@ from shared import subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.dispatch import Dispatcher
 from shared.errors import ShoalError
+from shared.repository_client import repository_call
 from shared.tensors import TensorStore
 
 DEFAULT_TIMEOUT_S = 60.0  # a BLS request made outside any request's deadline (e.g. in initialize)
+REPOSITORY_TIMEOUT_S = 330.0  # a load waits for the workers, as an HTTP load request does
 
 
 def triton_error(exc: ShoalError) -> pb_utils.TritonError:
@@ -86,6 +89,27 @@ class BlsRuntime:
 
     def is_model_ready(self, model_name: str, model_version: str = "") -> bool:
         return self.registry.is_ready(model_name, str(model_version or ""))
+
+    def load_model(self, model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+        """Load (or reload) a model, with a config and files as an HTTP client could give them."""
+        parameters: dict = {"config": config} if config else {}
+        for path, content in (files or {}).items():
+            key = path if path.startswith("file:") else f"file:{path}"
+            parameters[key] = base64.b64encode(content).decode()
+        self._control(subjects.REPOSITORY_LOAD, {"name": model_name, "parameters": parameters})
+
+    def unload_model(self, model_name: str, unload_dependents: bool = False) -> None:
+        self._control(subjects.REPOSITORY_UNLOAD, {"name": model_name, "unload_dependents": unload_dependents})
+
+    def _control(self, subject: str, payload: dict) -> None:
+        async def call() -> None:
+            revision = await repository_call(self.nc, subject, payload, REPOSITORY_TIMEOUT_S)
+            await self.registry.seen(payload["name"], revision)  # the model's next BLS call sees it
+
+        try:
+            asyncio.run_coroutine_threadsafe(call(), self.loop).result()
+        except ShoalError as exc:
+            raise pb_utils.TritonModelException(exc.message) from None
 
     # -- on the worker's loop ------------------------------------------------------------
     def _prepare(self, request: pb_utils.InferenceRequest, deadline_ns: int, streaming: bool):

@@ -7,7 +7,7 @@ by the python backend before a model is imported.
 The worker plugs itself in through `install_runtime` (BLS requests go through the
 scheduler like any client's) and through the per-request response senders and
 cancellation checks it hands to `InferenceRequest`. Not here: metrics families
-(`MetricFamily`) and model control from inside a model (`load_model`/`unload_model`).
+(`MetricFamily`).
 """
 
 from __future__ import annotations
@@ -125,6 +125,10 @@ class Runtime(Protocol):
     def stream(self, request: InferenceRequest, deadline_ns: int) -> Iterator[InferenceResponse]: ...
 
     def is_model_ready(self, model_name: str, model_version: str) -> bool: ...
+
+    def load_model(self, model_name: str, config: str, files: dict[str, bytes] | None) -> None: ...
+
+    def unload_model(self, model_name: str, unload_dependents: bool) -> None: ...
 
 
 _runtime: Runtime | None = None
@@ -277,6 +281,15 @@ async def _aiter(responses: Iterator[InferenceResponse]):
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
     return _bls_runtime().is_model_ready(model_name, model_version)
+
+
+def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+    """Load or reload a model from inside a model (Triton's model control API; explicit mode)."""
+    _bls_runtime().load_model(model_name, config, files)
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    _bls_runtime().unload_model(model_name, unload_dependents)
 
 
 class InferenceResponse:

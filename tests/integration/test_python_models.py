@@ -433,3 +433,42 @@ def test_a_crashing_python_model_takes_down_only_itself(cluster):
     else:
         pytest.fail("the crashed python model never came back")
     client.close()
+
+
+CONTROLLER = '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            action = json.loads(request.parameters())["action"]
+            if action == "load":
+                pb_utils.load_model("simple")
+            elif action == "unload":
+                pb_utils.unload_model("simple")
+            ready = pb_utils.is_model_ready("simple")
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", np.full((1, 4), float(ready), np.float32))]))
+        return responses
+'''
+
+
+def test_a_python_model_loads_and_unloads_models(tmp_path):
+    examples.write_model(tmp_path, "simple", examples.simple_graph(), examples.SIMPLE_CONFIG)
+    _python_model(tmp_path, "controller", CONTROLLER, f'name: "controller"\nbackend: "python"\n{FP32_IO}')
+    with running_cluster(tmp_path, repository={"model_control_mode": "explicit", "load_model": ["controller"]}) as running:
+        client = httpclient.InferenceServerClient(running.url)
+        tensor = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+        tensor.set_data_from_numpy(np.zeros((1, 4), np.float32))
+
+        def act(action: str) -> float:
+            return float(client.infer("controller", [tensor], parameters={"action": action}).as_numpy("OUTPUT0")[0, 0])
+
+        assert not client.is_model_ready("simple") and act("check") == 0.0
+        assert act("load") == 1.0 and client.is_model_ready("simple")
+        assert act("unload") == 0.0 and not client.is_model_ready("simple")
+        client.close()
