@@ -9,6 +9,7 @@ exact names.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from starlette.routing import Route
 
 from services.gateway import system_metrics
 from services.gateway.gpu_metrics import GpuMetrics
+from services.gateway.metrics_text import family_lines, histogram_lines, label_text
 from services.gateway.system_metrics import CpuSampler
 
 _COUNTERS = (
@@ -41,17 +43,6 @@ _COUNTERS = (
      lambda s: s["inference_stats"]["compute_output"]["ns"] // 1000),
 )
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
-
-
-def _labels(labels: dict[str, str]) -> str:
-    escaped = (f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"' for k, v in labels.items())
-    return "{" + ",".join(escaped) + "}"
-
-
-def _family(name: str, doc: str, kind: str, samples: list[tuple[dict[str, str], float]]) -> list[str]:
-    lines = [f"# HELP {name} {doc}", f"# TYPE {name} {kind}"]
-    lines += [f"{name}{_labels(labels)} {value:g}" for labels, value in samples]
-    return lines
 
 
 @dataclass(frozen=True)
@@ -92,24 +83,10 @@ def _summaries(entries: list, options: MetricsOptions) -> list[str]:
             points = value.get("latency", {}).get("quantiles", {}).get(kind, {})
             for q, _error in options.quantiles:
                 if str(q) in points:
-                    lines.append(f"{name}{_labels({**labels, 'quantile': str(q)})} {points[str(q)]:g}")
+                    lines.append(f"{name}{label_text({**labels, 'quantile': str(q)})} {points[str(q)]:g}")
             total = value["stats"]["inference_stats"][_SUMMARY_TOTALS[kind]]
-            lines.append(f"{name}_sum{_labels(labels)} {total['ns'] / 1000:g}")
-            lines.append(f"{name}_count{_labels(labels)} {total['count']}")
-    return lines
-
-
-def _histogram(name: str, doc: str, rows: list[tuple[dict[str, str], list[float], list[int], float]]) -> list[str]:
-    lines = [f"# HELP {name} {doc}", f"# TYPE {name} histogram"]
-    for labels, bounds, counts, total in rows:
-        cumulative = 0
-        for bound, count in zip(bounds, counts):
-            cumulative += count
-            lines.append(f"{name}_bucket{_labels({**labels, 'le': f'{bound:g}'})} {cumulative}")
-        cumulative += counts[-1] if len(counts) > len(bounds) else 0
-        lines.append(f"{name}_bucket{_labels({**labels, 'le': '+Inf'})} {cumulative}")
-        lines.append(f"{name}_sum{_labels(labels)} {total:g}")
-        lines.append(f"{name}_count{_labels(labels)} {cumulative}")
+            lines.append(f"{name}_sum{label_text(labels)} {total['ns'] / 1000:g}")
+            lines.append(f"{name}_count{label_text(labels)} {total['count']}")
     return lines
 
 
@@ -123,11 +100,11 @@ def _batch_histogram(entries: list) -> list[str]:
             counts[index] += count
         total = sum(size * count for size, count in sizes.items())
         rows.append(({"model": model, "version": version}, list(BATCH_BUCKETS), counts, total))
-    return _histogram("shoal_batch_size", "Sizes of the batches executed (rows per model execution)", rows)
+    return histogram_lines("shoal_batch_size", "Sizes of the batches executed (rows per model execution)", rows)
 
 
 def _shoal_gauges(entries: list) -> list[str]:
-    lines = _family("shoal_queue_free_credits", "Batches the scheduler may send to idle instances now", "gauge",
+    lines = family_lines("shoal_queue_free_credits", "Batches the scheduler may send to idle instances now", "gauge",
                     [({"model": m, "version": v}, value.get("free_credits", 0)) for (m, v), value in entries])
     busy: dict[str, int] = {}
     executions: dict[tuple[str, str, str], int] = {}
@@ -136,12 +113,12 @@ def _shoal_gauges(entries: list) -> list[str]:
             busy[worker] = busy.get(worker, 0) + ns
         for worker, count in value.get("worker_executions", {}).items():
             executions[(worker, model, version)] = count
-    lines += _family("shoal_worker_compute_seconds", "Seconds the instances of a worker spent running batches "
+    lines += family_lines("shoal_worker_compute_seconds", "Seconds the instances of a worker spent running batches "
                      "(its utilisation is the rate of this counter over its instance count)", "counter",
                      [({"worker": w}, ns / 1e9) for w, ns in sorted(busy.items())])
-    lines += _family("shoal_worker_executions", "Model executions (batches) each worker ran, per model", "counter",
+    lines += family_lines("shoal_worker_executions", "Model executions (batches) each worker ran, per model", "counter",
                      [({"worker": w, "model": m, "version": v}, n) for (w, m, v), n in sorted(executions.items())])
-    lines += _family("shoal_shm_bytes_in_use", "Bytes of tensors in Shoal's shared-memory segments on this host",
+    lines += family_lines("shoal_shm_bytes_in_use", "Bytes of tensors in Shoal's shared-memory segments on this host",
                      "gauge", [({}, system_metrics.shm_bytes_in_use())])
     return lines
 
@@ -152,28 +129,29 @@ def _gpu(gpu: GpuMetrics) -> list[str]:
     for name, doc, kind, labels, value in gpu.read():
         families.setdefault(name, (doc, kind, []))[2].append((labels, value))
     for name, (doc, kind, samples) in families.items():
-        lines += _family(name, doc, kind, samples)
+        lines += family_lines(name, doc, kind, samples)
     return lines
 
 
 def render(stats: dict[str, Any], options: MetricsOptions = MetricsOptions(), cpu: CpuSampler | None = None,
-           gpu: GpuMetrics | None = None) -> bytes:
+           gpu: GpuMetrics | None = None, custom: list[str] | None = None) -> bytes:
+    """Triton's metrics from the schedulers' statistics, then Shoal's, then python models' own (`custom`)."""
     entries = [(key.rsplit("/", 1), value) for key, value in sorted(stats.items())]
     lines: list[str] = []
     for name, doc, pick in _COUNTERS:
         if not options.counter_latencies and name.endswith("_duration_us"):
             continue
         samples = [({"model": m, "version": v}, pick(value["stats"])) for (m, v), value in entries]
-        lines += _family(name, doc, "counter", samples)
+        lines += family_lines(name, doc, "counter", samples)
     failures = [
         ({"model": m, "reason": reason, "version": v}, value.get("fail_reasons", {}).get(reason, 0))
         for (m, v), value in entries
         for reason in FAILURE_REASONS
     ]
-    lines += _family("nv_inference_request_failure", "Number of failed inference requests, all batch sizes",
+    lines += family_lines("nv_inference_request_failure", "Number of failed inference requests, all batch sizes",
                      "counter", failures)
     pending = [({"model": m, "version": v}, value.get("pending", 0)) for (m, v), value in entries]
-    lines += _family("nv_inference_pending_request_count",
+    lines += family_lines("nv_inference_pending_request_count",
                      "Instantaneous number of pending requests awaiting execution per-model.", "gauge", pending)
     if options.summary_latencies:
         lines += _summaries(entries, options)
@@ -181,13 +159,13 @@ def render(stats: dict[str, Any], options: MetricsOptions = MetricsOptions(), cp
         rows = [({"model": m, "version": v}, value["latency"]["first_response_buckets"],
                  value["latency"]["first_response_counts"], value["latency"]["first_response_sum_ms"])
                 for (m, v), value in entries if "latency" in value]
-        lines += _histogram("nv_inference_first_response_histogram_ms",
+        lines += histogram_lines("nv_inference_first_response_histogram_ms",
                             "Duration from request to first response in milliseconds", rows)
     if options.cpu_metrics and cpu is not None:
         total, used = system_metrics.memory()
-        lines += _family("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge", [({}, cpu.utilization())])
-        lines += _family("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge", [({}, total)])
-        lines += _family("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge", [({}, used)])
+        lines += family_lines("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge", [({}, cpu.utilization())])
+        lines += family_lines("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge", [({}, total)])
+        lines += family_lines("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge", [({}, used)])
     cached = [(m, v, value) for (m, v), value in entries if value.get("cache_enabled")]
     if cached:
         for name, doc, key, field in (
@@ -200,15 +178,21 @@ def render(stats: dict[str, Any], options: MetricsOptions = MetricsOptions(), cp
             samples = [({"model": m, "version": v},
                         value["stats"]["inference_stats"][key][field] / (1000 if field == "ns" else 1))
                        for m, v, value in cached]
-            lines += _family(name, doc, "counter", samples)
+            lines += family_lines(name, doc, "counter", samples)
     if options.gpu_metrics and gpu is not None:
         lines += _gpu(gpu)
     lines += _batch_histogram(entries)
     lines += _shoal_gauges(entries)
+    lines += custom or []
     return ("\n".join(lines) + "\n").encode()
 
 
-def build_metrics_app(fetch: Callable[[list[float]], Awaitable[dict[str, Any]]], options: MetricsOptions) -> Starlette:
+async def _nothing() -> list[str]:
+    return []
+
+
+def build_metrics_app(fetch: Callable[[list[float]], Awaitable[dict[str, Any]]], options: MetricsOptions,
+                      fetch_custom: Callable[[], Awaitable[list[str]]] | None = None) -> Starlette:
     cpu = CpuSampler()
     gpu = GpuMetrics() if options.gpu_metrics else None
 
@@ -217,10 +201,11 @@ def build_metrics_app(fetch: Callable[[list[float]], Awaitable[dict[str, Any]]],
             return Response(status_code=405)
         if request.url.path.rstrip("/") != "/metrics":
             return Response(status_code=200)  # Triton's quirk: any other GET path is 200, empty
-        try:
-            stats = await fetch([q for q, _ in options.quantiles] if options.summary_latencies else [])
-        except Exception:
-            stats = {}
-        return Response(render(stats, options, cpu, gpu), media_type="text/plain; charset=utf-8")
+        quantiles = [q for q, _ in options.quantiles] if options.summary_latencies else []
+        stats, custom = await asyncio.gather(fetch(quantiles), fetch_custom() if fetch_custom else _nothing(),
+                                             return_exceptions=True)
+        stats = {} if isinstance(stats, BaseException) else stats
+        custom = [] if isinstance(custom, BaseException) else custom
+        return Response(render(stats, options, cpu, gpu, custom), media_type="text/plain; charset=utf-8")
 
     return Starlette(routes=[Route("/{path:path}", metrics, methods=["GET", "POST", "PUT", "DELETE"])])

@@ -11,6 +11,7 @@ import uvicorn
 
 from services.gateway.app import Gateway, build_app, scheduler_stats
 from services.gateway.core import InferenceCore
+from services.gateway.custom_metrics import gather_custom, merge, render_custom
 from services.gateway.http_protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics import MetricsOptions, build_metrics_app
 from services.gateway.models import ModelRegistry
@@ -64,6 +65,9 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     async def metrics_stats(quantiles: list[float]) -> dict:
         return await scheduler_stats(nc, msgspec.json.encode({"quantiles": quantiles}) if quantiles else b"")
 
+    async def custom_metrics() -> list[str]:
+        return render_custom(merge(await gather_custom(nc)))
+
     servers = [
         _Server(uvicorn.Config(build_app(gateway), host=settings.http_address, port=settings.http_port,
                                http=CorkedHttpToolsProtocol, log_level="warning", access_log=False,
@@ -71,7 +75,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     ]
     if settings.allow_metrics:
         servers.append(_Server(uvicorn.Config(
-            build_metrics_app(metrics_stats, metrics_options(settings)), host=settings.http_address,
+            build_metrics_app(metrics_stats, metrics_options(settings), custom_metrics), host=settings.http_address,
             port=settings.metrics_port,
             log_level="warning", access_log=False)))
     log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)

@@ -6,8 +6,8 @@ by the python backend before a model is imported.
 
 The worker plugs itself in through `install_runtime` (BLS requests go through the
 scheduler like any client's) and through the per-request response senders and
-cancellation checks it hands to `InferenceRequest`. Not here: metrics families
-(`MetricFamily`).
+cancellation checks it hands to `InferenceRequest`. Custom metrics (`MetricFamily`) are
+kept here and collected by the gateways' `/metrics` over the bus.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -362,6 +363,87 @@ class ModelConfig:
             elif list(stated) != list(tensor[key]) if key == "dims" else stated != tensor[key]:
                 raise ValueError(f"unable to load model '{model}', configuration expects {key} {stated} for "
                                  f"{kind} '{tensor['name']}', model provides {tensor[key]}")
+
+
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_families: dict[str, MetricFamily] = {}
+_metrics_lock = threading.Lock()
+
+
+class MetricFamily:
+    """A custom metric family, shown on `/metrics` next to Triton's (summed over workers)."""
+
+    COUNTER, GAUGE, HISTOGRAM = 0, 1, 2
+    _KINDS = {0: "counter", 1: "gauge", 2: "histogram"}
+
+    def __init__(self, name: str, description: str, kind: int) -> None:
+        if not _METRIC_NAME.match(name):
+            raise TritonModelException(f"invalid metric family name '{name}'")
+        if kind not in self._KINDS:
+            raise TritonModelException(f"unknown metric family kind {kind}")
+        self.name, self.description, self.kind = name, description, kind
+        self._metrics: dict[tuple, Metric] = {}
+        with _metrics_lock:
+            existing = _families.get(name)
+            if existing is not None and existing.kind != kind:
+                raise TritonModelException(f"metric family '{name}' already exists with another kind")
+            if existing is not None:  # another instance of the model: the same family
+                self._metrics = existing._metrics
+            _families[name] = self
+
+    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:  # noqa: N802
+        if self.kind == self.HISTOGRAM and not buckets:
+            raise TritonModelException("a histogram metric needs buckets")
+        key = tuple(sorted((labels or {}).items()))
+        with _metrics_lock:
+            metric = self._metrics.get(key)
+            if metric is None:
+                metric = self._metrics[key] = Metric(self.kind, dict(key), sorted(buckets or []))
+            return metric
+
+
+class Metric:
+    def __init__(self, kind: int, labels: dict[str, str], buckets: list[float]) -> None:
+        self._kind, self.labels, self.buckets = kind, labels, buckets
+        self._value = 0.0
+        self._counts = [0] * (len(buckets) + 1)
+        self._sum = 0.0
+
+    def increment(self, value: float) -> None:
+        if self._kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("increment is not supported for histograms; use observe")
+        if self._kind == MetricFamily.COUNTER and value < 0:
+            raise TritonModelException("a counter cannot be decremented")
+        with _metrics_lock:
+            self._value += value
+
+    def set(self, value: float) -> None:
+        if self._kind != MetricFamily.GAUGE:
+            raise TritonModelException("set is only supported for gauges")
+        with _metrics_lock:
+            self._value = value
+
+    def observe(self, value: float) -> None:
+        if self._kind != MetricFamily.HISTOGRAM:
+            raise TritonModelException("observe is only supported for histograms")
+        with _metrics_lock:
+            index = next((i for i, bound in enumerate(self.buckets) if value <= bound), len(self.buckets))
+            self._counts[index] += 1
+            self._sum += value
+
+    def value(self) -> float:
+        if self._kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("value is not supported for histograms")
+        return self._value
+
+
+def metrics_snapshot() -> list[dict]:
+    """Every custom family and its samples, for the gateways' `/metrics`."""
+    with _metrics_lock:
+        return [{"name": f.name, "description": f.description, "kind": MetricFamily._KINDS[f.kind],
+                 "samples": [{"labels": m.labels, "value": m._value, "buckets": m.buckets, "counts": list(m._counts),
+                              "sum": m._sum} for m in f._metrics.values()]}
+                for f in _families.values()]
 
 
 class Logger:

@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 from nats.aio.client import Client as NATS
 
+from services.worker import pb_utils
 from services.worker.backends.python_backend import ModelError
 from services.worker.batch import gather, scatter
 from services.worker.bls import BlsRuntime
@@ -87,6 +88,7 @@ class WorkerService:
         await self.bls.start()
         self._spawn(self.decoupled.run())
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
+        await self.nc.subscribe(subjects.WORKER_METRICS, cb=self._on_metrics)
         await self.nc.subscribe(self.subject, cb=self._on_batch)
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
@@ -173,6 +175,11 @@ class WorkerService:
             if self._readiness is None or self._readiness.done():
                 self._readiness = self._spawn(self.host.check_readiness())
             await asyncio.sleep(self.settings.heartbeat_s)
+
+    async def _on_metrics(self, msg) -> None:
+        """Custom metrics of the python models here (`pb_utils.MetricFamily`); always answered, so a
+        gateway gathering them does not wait for silent workers."""
+        await msg.respond(msgspec.json.encode(pb_utils.metrics_snapshot()))
 
     async def _on_cancel(self, msg) -> None:
         """A client went away: a python model running its request sees `is_cancelled()`."""

@@ -7,6 +7,7 @@ import http.client
 import json
 import textwrap
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -229,6 +230,27 @@ class TritonPythonModel:
         return []
 '''
 
+METERED = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.requests = pb_utils.MetricFamily("custom_requests_total", "Requests seen by the model",
+                                              pb_utils.MetricFamily.COUNTER).Metric(labels={"model": args["model_name"]})
+        self.sizes = pb_utils.MetricFamily("custom_input_sum", "Sum of each request's input",
+                                           pb_utils.MetricFamily.HISTOGRAM).Metric(buckets=[1, 10])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            self.requests.increment(1)
+            self.sizes.observe(float(value.sum()))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", value)]))
+        return responses
+'''
+
 FP32_IO = """
 max_batch_size: 4
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
@@ -255,6 +277,7 @@ def cluster(tmp_path_factory):
     _python_model(root, "flaky_ready", FLAKY_READY, f'name: "flaky_ready"\nbackend: "python"\n{FP32_IO}')
     _python_model(root, "crasher", CRASHER, f'name: "crasher"\nbackend: "python"\n{FP32_IO}')
     _python_model(root, "async_repeat", ASYNC_REPEAT, REPEAT_CONFIG.replace('"repeat"', '"async_repeat"'))
+    _python_model(root, "metered", METERED, f'name: "metered"\nbackend: "python"\n{FP32_IO}')
     _python_model(root, "load_crasher", LOAD_CRASHER, f'name: "load_crasher"\nbackend: "python"\n{FP32_IO}')
     with running_cluster(root) as running:
         running.root = root
@@ -378,6 +401,21 @@ def test_client_disconnect_reaches_is_cancelled(cluster):
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker.exists(), "the model never saw is_cancelled()"
+
+
+def test_custom_metrics_reach_the_metrics_endpoint(cluster):
+    client = httpclient.InferenceServerClient(cluster.url)
+    for value in (0.1, 2.0):
+        tensor = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+        tensor.set_data_from_numpy(np.full((1, 4), value, np.float32))
+        client.infer("metered", [tensor])
+    client.close()
+    with urllib.request.urlopen(cluster.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    assert "# TYPE custom_requests_total counter" in text
+    assert 'custom_requests_total{model="metered"} 2' in text
+    assert 'custom_input_sum_bucket{le="1"} 1' in text and 'custom_input_sum_bucket{le="10"} 2' in text
+    assert "custom_input_sum_count{} 2" in text and "custom_input_sum_sum{} 8.4" in text
 
 
 def test_auto_complete_config(cluster):
