@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+import math
+
+
+def _escape(text: str, quote: bool = True) -> str:
+    text = text.replace("\\", "\\\\").replace("\n", "\\n")
+    return text.replace('"', '\\"') if quote else text
+
 
 def label_text(labels: dict[str, str]) -> str:
-    escaped = (f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"' for k, v in labels.items())
-    return "{" + ",".join(escaped) + "}"
+    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + "}"
+
+
+def _value(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return f"{value:g}"
 
 
 def family_lines(name: str, doc: str, kind: str, samples: list[tuple[dict[str, str], float]]) -> list[str]:
-    lines = [f"# HELP {name} {doc}", f"# TYPE {name} {kind}"]
-    lines += [f"{name}{label_text(labels)} {value:g}" for labels, value in samples]
+    lines = [f"# HELP {name} {_escape(doc, quote=False)}", f"# TYPE {name} {kind}"]
+    lines += [f"{name}{label_text(labels)} {_value(value)}" for labels, value in samples]
     return lines
 
 
 def histogram_lines(name: str, doc: str, rows: list[tuple[dict[str, str], list[float], list[int], float]]) -> list[str]:
-    lines = [f"# HELP {name} {doc}", f"# TYPE {name} histogram"]
+    lines = [f"# HELP {name} {_escape(doc, quote=False)}", f"# TYPE {name} histogram"]
     for labels, bounds, counts, total in rows:
         cumulative = 0
         for bound, count in zip(bounds, counts):
@@ -23,6 +37,6 @@ def histogram_lines(name: str, doc: str, rows: list[tuple[dict[str, str], list[f
             lines.append(f"{name}_bucket{label_text({**labels, 'le': f'{bound:g}'})} {cumulative}")
         cumulative += counts[-1] if len(counts) > len(bounds) else 0
         lines.append(f"{name}_bucket{label_text({**labels, 'le': '+Inf'})} {cumulative}")
-        lines.append(f"{name}_sum{label_text(labels)} {total:g}")
+        lines.append(f"{name}_sum{label_text(labels)} {_value(total)}")
         lines.append(f"{name}_count{label_text(labels)} {cumulative}")
     return lines

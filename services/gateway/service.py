@@ -11,7 +11,7 @@ import uvicorn
 
 from services.gateway.app import Gateway, build_app, scheduler_stats
 from services.gateway.core import InferenceCore
-from services.gateway.custom_metrics import gather_custom, merge, render_custom
+from services.gateway.custom_metrics import CustomMetrics
 from services.gateway.http_protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics import MetricsOptions, build_metrics_app
 from services.gateway.models import ModelRegistry
@@ -65,8 +65,11 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     async def metrics_stats(quantiles: list[float]) -> dict:
         return await scheduler_stats(nc, msgspec.json.encode({"quantiles": quantiles}) if quantiles else b"")
 
+    custom = CustomMetrics()
+    await custom.start(nc)
+
     async def custom_metrics() -> list[str]:
-        return render_custom(merge(await gather_custom(nc)))
+        return custom.lines()
 
     servers = [
         _Server(uvicorn.Config(build_app(gateway), host=settings.http_address, port=settings.http_port,

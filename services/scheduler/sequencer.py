@@ -67,8 +67,10 @@ class Sequencer:
         """Requests past their deadline leave their sequence (the gateway gave up on them): dead
         STARTs must not hold slots or places in the backlog."""
         now_ns = time.time_ns()
-        for _, pending in queue.seq.book.expire(lambda p: p.header.deadline_ns <= now_ns, time.monotonic()):
+        for seq, pending, slot in queue.seq.book.expire(lambda p: p.header.deadline_ns <= now_ns, time.monotonic()):
             queue.stats.record_request(False, now_ns - pending.header.received_ns, "REJECTED")
+            if slot is not None and seq.slot is None and seq.ran:  # ended here: the worker frees its state
+                await self._tell_worker(queue, seq, slot, "expired")
 
     # -- arrivals -------------------------------------------------------------------
     async def admit(self, queue: ModelQueue, pending: Pending) -> bool:

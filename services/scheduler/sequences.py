@@ -42,6 +42,7 @@ class Sequence:
     queue: deque = field(default_factory=deque)  # requests waiting (scheduler `Pending`s)
     running: Any = None  # the request executing now, if any
     closing: bool = False  # its END arrived: no more requests join it
+    ran: bool = False  # one of its requests was sent to run (its START reached the worker)
     active_at: float = 0.0  # monotonic: last arrival, dispatch, completion or slot grant
 
     @property
@@ -143,6 +144,7 @@ class SequenceBook:
         """`item`, the head of the sequence's queue, was sent to run."""
         seq.queue.popleft()
         seq.running = item
+        seq.ran = True
         seq.active_at = now
 
     def finished(self, seq: Sequence, now: float) -> None:
@@ -160,6 +162,8 @@ class SequenceBook:
             return
         if seq.closing and not seq.queue and seq.running is None:
             self._release(seq, now)
+        elif not seq.queue and seq.running is None and seq.slot is not None and not seq.ran:
+            self._release(seq, now)  # its START left before it ran: the sequence never began
         elif not seq.queue and seq.running is None and seq.slot is None and seq in self.backlog:
             self.backlog.remove(seq)  # an empty backlog entry waits for nothing
             if self.live.get(seq.corrid) is seq:
@@ -196,12 +200,15 @@ class SequenceBook:
                 del self.live[seq.corrid]
         return gone
 
-    def expire(self, expired, now: float) -> list[tuple[Sequence, Any]]:
-        """Queued requests `expired(item)` selects (nobody waits for them any more) leave; a
+    def expire(self, expired, now: float) -> list[tuple[Sequence, Any, SlotKey | None]]:
+        """Queued requests `expired(item)` selects (nobody waits for them any more) leave, with
+        the slot their sequence held before (a caller tells its worker if it was released); a
         backlogged sequence left with nothing queued gives up its place in the backlog."""
-        gone = [(seq, item) for seq, item in self.all_queued() if expired(item)]
-        for seq, item in gone:
+        gone = []
+        for seq, item in [(seq, item) for seq, item in self.all_queued() if expired(item)]:
+            slot = seq.slot
             self.remove(seq, item, now)
+            gone.append((seq, item, slot))
         return gone
 
     # -- idle timeout -----------------------------------------------------------------

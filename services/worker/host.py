@@ -9,7 +9,6 @@ instances finish what they run, then close), and keeps the old one if the new fa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fnmatch
 import gc
 import logging
@@ -22,6 +21,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.worker import backends
+from services.worker.child_reports import ChildReports
 from services.worker.gpus import available_gpus
 from services.worker.instances import Instance, LoadedModel
 from services.worker.isolation import ModelProcesses, isolated
@@ -54,19 +54,19 @@ class ModelHost:
         self._records: dict[str, ModelRecord] = {}
         self._tasks: set[asyncio.Task] = set()
         self.processes = ModelProcesses(settings, worker_id, self._child_crashed)
-        self._crash_reports: set[Key] = set()  # python models whose process died loading them
 
     async def start(self) -> None:
         self.instances_kv = await bus.bucket(self.nc, subjects.INSTANCES_BUCKET)
+        self.child_reports = ChildReports(self.instances_kv, self.worker_id)
         self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
         self._spawn(self._watch())
 
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        await self.processes.stop_all()  # first: a child exiting now is not a crash to restart
         for key in list(self.models):
             await self.unload(key)
-        await self.processes.stop_all()
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -85,49 +85,15 @@ class ModelHost:
                     continue
                 await self.report(record, key[1], state, count=len(loaded.instances))
 
-    async def _reports_of(self, worker_prefix: str, model: str) -> list[tuple[int, InstanceRecord]]:
-        reports = []
-        try:
-            keys = await self.instances_kv.keys()
-        except Exception:  # no keys at all
-            return reports
-        for key in keys:
-            if not key.startswith(worker_prefix + "-"):
-                continue
-            with contextlib.suppress(Exception):
-                entry = await self.instances_kv.get(key)
-                report = msgspec.msgpack.decode(entry.value, type=InstanceRecord)
-                if report.model == model:
-                    reports.append((entry.revision or 0, report))
-        return reports
-
-    async def _forget_crash_reports(self, model: str) -> None:
-        for key in [k for k in self._crash_reports if k[0] == model]:
-            self._crash_reports.discard(key)
-            with contextlib.suppress(Exception):
-                await self.instances_kv.delete(subjects.instance_key(self.worker_id, *key))
-
-    async def _child_crashed(self, model: str, child_id: str, code: int) -> bool:
-        """A python model's process died. If it died while loading the model (no READY report of
-        the current generation), the load fails with the exit status, reported by this worker
-        (the child's own reports go when its heartbeats stop)."""
+    async def _child_crashed(self, model: str, child_id: str, code: int, lived_s: float) -> bool:
         record = self._records.get(model)
         if record is None:
             return False
-        crashed_loading = False
-        reports = await self._reports_of(child_id, model)  # each incarnation of the child has its own id
-        for version in record.hosted:
-            # the last report written (highest KV revision): the incarnation that just died
-            report = max(((rev, r) for rev, r in reports if r.version == version), key=lambda x: x[0],
-                         default=(0, None))[1]
-            if report is not None and (report.state == "READY" or report.generation != record.generation):
-                continue
-            crashed_loading = True
-            failed = InstanceRecord(
-                worker=self.worker_id, model=model, version=version, generation=record.generation, state="UNAVAILABLE",
-                reason=f"the process of python model '{model}' exited with code {code} while loading it")
-            await self.instances_kv.put(subjects.instance_key(self.worker_id, model, version), encode(failed))
-            self._crash_reports.add((model, version))
+        crashed_loading = await self.child_reports.crashed(record, child_id, code, lived_s)
+        current = self._records.get(model)
+        if crashed_loading and (current is None or current.generation != record.generation):
+            await self.child_reports.forget(model, record.hosted)  # a new load began meanwhile: it decides
+            return False
         return crashed_loading
 
     async def check_readiness(self) -> None:
@@ -170,11 +136,11 @@ class ModelHost:
                   and record.active_config.get("platform") != "ensemble")
         if hosted and isolated(self.settings, record.config):
             if self.processes.ensure(name, record.generation):  # a worker process of its own hosts it
-                await self._forget_crash_reports(name)
+                await self.child_reports.forget(name, record.hosted)
             hosted = False
         elif name in self.processes.children:
-            await self.processes.stop(name)
-            await self._forget_crash_reports(name)
+            self._spawn(self.processes.stop(name))  # up to its stop timeout: other models go on meanwhile
+            await self.child_reports.forget(name, [])
         wanted = set(record.hosted) if hosted else set()
         for key in [k for k in self._attempted if k[0] == name and k[1] not in wanted]:
             self._attempted.pop(key, None)

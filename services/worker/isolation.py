@@ -38,9 +38,9 @@ RESTART_BACKOFF_MAX_S = 10.0
 STOP_TIMEOUT_S = 10.0
 PR_SET_PDEATHSIG = 1
 
-# (model, child worker id, exit code) -> whether the child died while loading (it then waits
-# for the next generation instead of restarting)
-CrashReport = Callable[[str, str, int], Awaitable[bool]]
+# (model, child worker id, exit code, seconds it lived) -> whether the child died while loading
+# (it then waits for the next generation instead of restarting)
+CrashReport = Callable[[str, str, int, float], Awaitable[bool]]
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -60,6 +60,7 @@ class ModelProcesses:
         self.parent_id = parent_id
         self.on_crash = on_crash
         self.children: dict[str, asyncio.Task] = {}
+        self.stopping = False
         self._generations: dict[str, int] = {}
         self._new_generation: dict[str, asyncio.Event] = {}
 
@@ -93,6 +94,7 @@ class ModelProcesses:
                 await task
 
     async def stop_all(self) -> None:
+        self.stopping = True
         await asyncio.gather(*(self.stop(model) for model in list(self.children)))
 
     async def _keep_running(self, model: str) -> None:
@@ -106,7 +108,9 @@ class ModelProcesses:
             except asyncio.CancelledError:
                 await self._terminate(process)
                 raise
-            if await self.on_crash(model, self.child_id(model), code):
+            if self.stopping:
+                return
+            if await self.on_crash(model, self.child_id(model), code, time.monotonic() - started):
                 log.error("the process of python model '%s' exited with code %s while loading it; the load "
                           "failed, the next load starts it again", model, code)
                 await self._new_generation[model].wait()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -366,6 +367,7 @@ class ModelConfig:
 
 
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _families: dict[str, MetricFamily] = {}
 _metrics_lock = threading.Lock()
 
@@ -392,6 +394,9 @@ class MetricFamily:
             _families[name] = self
 
     def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:  # noqa: N802
+        bad = [k for k in labels or {} if not _LABEL_NAME.match(k)]
+        if bad:
+            raise TritonModelException(f"invalid metric label name '{bad[0]}'")
         if self.kind == self.HISTOGRAM and not buckets:
             raise TritonModelException("a histogram metric needs buckets")
         key = tuple(sorted((labels or {}).items()))
@@ -437,12 +442,17 @@ class Metric:
         return self._value
 
 
+def _number(value: float) -> float | str:
+    """JSON has no NaN or infinities: those travel as Prometheus spells them."""
+    return value if math.isfinite(value) else ("NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf"))
+
+
 def metrics_snapshot() -> list[dict]:
     """Every custom family and its samples, for the gateways' `/metrics`."""
     with _metrics_lock:
         return [{"name": f.name, "description": f.description, "kind": MetricFamily._KINDS[f.kind],
-                 "samples": [{"labels": m.labels, "value": m._value, "buckets": m.buckets, "counts": list(m._counts),
-                              "sum": m._sum} for m in f._metrics.values()]}
+                 "samples": [{"labels": m.labels, "value": _number(m._value), "buckets": m.buckets,
+                              "counts": list(m._counts), "sum": _number(m._sum)} for m in f._metrics.values()]}
                 for f in _families.values()]
 
 

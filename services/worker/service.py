@@ -88,7 +88,6 @@ class WorkerService:
         await self.bls.start()
         self._spawn(self.decoupled.run())
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
-        await self.nc.subscribe(subjects.WORKER_METRICS, cb=self._on_metrics)
         await self.nc.subscribe(self.subject, cb=self._on_batch)
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
@@ -171,15 +170,13 @@ class WorkerService:
             instances = {f"{m}/{v}": len(loaded.instances) for (m, v), loaded in self.host.models.items()}
             beat = WorkerHeartbeat(self.id, self.subject, self.store.host, instances, self.settings.heartbeat_s)
             await self.nc.publish(subjects.WORKER_HEARTBEAT, encode(beat))
+            families = pb_utils.metrics_snapshot()
+            if families:  # python models' custom metrics: every gateway keeps the last of each worker
+                await self.nc.publish(subjects.WORKER_METRICS, msgspec.json.encode({"worker": self.id, "families": families}))
             self.decoupled.expire()
             if self._readiness is None or self._readiness.done():
                 self._readiness = self._spawn(self.host.check_readiness())
             await asyncio.sleep(self.settings.heartbeat_s)
-
-    async def _on_metrics(self, msg) -> None:
-        """Custom metrics of the python models here (`pb_utils.MetricFamily`); always answered, so a
-        gateway gathering them does not wait for silent workers."""
-        await msg.respond(msgspec.json.encode(pb_utils.metrics_snapshot()))
 
     async def _on_cancel(self, msg) -> None:
         """A client went away: a python model running its request sees `is_cancelled()`."""

@@ -43,3 +43,16 @@ def test_metric_family_rules():
         raise AssertionError("accepted")
     names = {f["name"] for f in pb_utils.metrics_snapshot()}
     assert {"test_gauge_rules", "test_counter_rules"} <= names
+
+
+def test_non_finite_values_and_odd_text_still_render():
+    snapshot = [{"name": "g", "description": "two\nlines", "kind": "gauge",
+                 "samples": [{"labels": {"path": 'a"b\nc'}, "value": "NaN", "buckets": [], "counts": [0], "sum": 0}]}]
+    text = "\n".join(render_custom(merge([snapshot, snapshot]))) + "\n"
+    (family,) = text_string_to_metric_families(text)
+    (sample,) = family.samples
+    assert sample.labels == {"path": 'a"b\nc'} and sample.value != sample.value  # NaN
+    assert merge([[{"name": "x", "description": "", "kind": "counter",
+                    "samples": [{"labels": {}, "value": "+Inf", "buckets": [], "counts": [0], "sum": 0}]}]]
+                 )["x"]["samples"][()]["value"] == float("inf")
+    assert pb_utils._number(float("nan")) == "NaN" and pb_utils._number(2.5) == 2.5

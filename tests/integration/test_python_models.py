@@ -410,8 +410,14 @@ def test_custom_metrics_reach_the_metrics_endpoint(cluster):
         tensor.set_data_from_numpy(np.full((1, 4), value, np.float32))
         client.infer("metered", [tensor])
     client.close()
-    with urllib.request.urlopen(cluster.metrics_url, timeout=10) as response:
-        text = response.read().decode()
+
+    def scrape() -> str:
+        with urllib.request.urlopen(cluster.metrics_url, timeout=10) as response:
+            return response.read().decode()
+
+    deadline = time.monotonic() + 10  # workers publish them with their heartbeats
+    while 'custom_requests_total{model="metered"} 2' not in (text := scrape()) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert "# TYPE custom_requests_total counter" in text
     assert 'custom_requests_total{model="metered"} 2' in text
     assert 'custom_input_sum_bucket{le="1"} 1' in text and 'custom_input_sum_bucket{le="10"} 2' in text

@@ -161,7 +161,7 @@ def test_requests_past_their_deadline_leave_the_backlog():
     dead = [b.admit(100 + i, True, False, Req(f"dead{i}"), 0.1).sequence for i in range(3)]
     assert len(b.backlog) == 3
     gone = b.expire(lambda item: item.name.startswith("dead"), 0.2)
-    assert [item.name for _, item in gone] == ["dead0", "dead1", "dead2"]
+    assert [item.name for _, item, _ in gone] == ["dead0", "dead1", "dead2"]
     assert not b.backlog and set(b.live) == {1} and all(s.slot is None for s in dead)
     b.started(live, live.queue[0], 0.3)
     b.admit(1, False, True, Req("end"), 0.4)
@@ -169,3 +169,13 @@ def test_requests_past_their_deadline_leave_the_backlog():
     b.started(live, live.queue[0], 0.5)
     b.finished(live, 0.6)
     assert b.free == [("w1", 0, 0)]  # the slot went back to the pool, not to a dead sequence
+
+
+def test_a_start_that_expires_before_it_ran_frees_its_slot():
+    b = book(slots=1)
+    start = Req("start")
+    seq = b.admit(1, True, False, start, 0.0).sequence
+    waiting = b.admit(2, True, False, Req("next"), 0.1).sequence  # backlogged behind it
+    ((_, item, slot),) = b.expire(lambda item: item is start, 0.2)
+    assert item is start and slot == ("w1", 0, 0) and seq.slot is None and 1 not in b.live
+    assert waiting.slot == ("w1", 0, 0)  # the slot went to the backlog at once

@@ -79,7 +79,9 @@ class PythonInstance:
         """Run a coroutine of the model's on the instance's long-lived event loop."""
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-            threading.Thread(target=self._loop.run_forever, name=f"{self.spec.name}-asyncio", daemon=True).start()
+            self._loop_thread = threading.Thread(target=self._loop.run_forever, name=f"{self.spec.name}-asyncio",
+                                                 daemon=True)
+            self._loop_thread.start()
         deadline_ns = getattr(pb_utils._context, "deadline_ns", 0)
 
         async def with_context():
@@ -154,7 +156,25 @@ class PythonInstance:
                     self._await(result)
         finally:
             if self._loop is not None:
-                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        """Cancel what the model left running on its loop (their requests' clients get their
+        deadline error), then stop and close the loop."""
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_all(), self._loop).result(timeout=5)
+        except Exception:
+            pass  # a model task that will not end: the loop stops anyway
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(timeout=5)
+        if not self._loop.is_running():
+            self._loop.close()
 
 
 def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,

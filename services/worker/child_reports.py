@@ -1,0 +1,81 @@
+"""What a worker reports when the process of one of its python models dies (see isolation.py).
+
+A child that dies *while loading* its model fails the load, as Triton fails a load whose stub
+died: the parent writes an UNAVAILABLE report under its own id (it stays alive to keep it)
+and does not restart the child until the next load. A child that dies later is restarted.
+Either way the dead incarnation's own reports are deleted at once, so the repository does not
+take its instances for live ones until the heartbeat timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import msgspec
+from nats.js.kv import KeyValue
+
+from shared import subjects
+from shared.messages import InstanceRecord, ModelRecord, encode
+
+log = logging.getLogger("shoal.worker")
+
+QUICK_DEATH_S = 10.0  # a child that said nothing and died this soon died starting or loading
+
+
+class ChildReports:
+    def __init__(self, kv: KeyValue, parent_id: str) -> None:
+        self.kv = kv
+        self.parent_id = parent_id
+        self.failed: set[tuple[str, int]] = set()  # (model, version) with a load failure reported by us
+
+    async def crashed(self, record: ModelRecord, child_id: str, code: int, lived_s: float) -> bool:
+        """Record the death of `child_id`'s last incarnation; True if it died loading the model."""
+        reports = await self._reports_of(child_id, record.name)
+        loading = False
+        for version in record.hosted:
+            mine = [(revision, report) for key, revision, report in reports if report.version == version]
+            last = max(mine, key=lambda item: item[0])[1] if mine else None
+            if last is None:
+                died_loading = lived_s < QUICK_DEATH_S
+            else:
+                died_loading = last.state == "LOADING" and last.generation == record.generation
+            if died_loading:
+                loading = True
+                await self._fail(record, version, f"the process of python model '{record.name}' exited with code "
+                                                  f"{code} while loading it")
+        for key, _, _ in reports:  # that incarnation serves nothing any more
+            with contextlib.suppress(Exception):
+                await self.kv.delete(key)
+        return loading
+
+    async def forget(self, model: str, versions: list[int]) -> None:
+        """A new load (or an unload) of the model: our failure reports of it go."""
+        keys = {(model, v) for v in versions} | {k for k in self.failed if k[0] == model}
+        for key in keys:
+            self.failed.discard(key)
+            with contextlib.suppress(Exception):
+                await self.kv.delete(subjects.instance_key(self.parent_id, *key))
+
+    async def _fail(self, record: ModelRecord, version: int, reason: str) -> None:
+        self.failed.add((record.name, version))  # before the put: a cancelled put is still forgotten later
+        failed = InstanceRecord(worker=self.parent_id, model=record.name, version=version,
+                                generation=record.generation, state="UNAVAILABLE", reason=reason)
+        await self.kv.put(subjects.instance_key(self.parent_id, record.name, version), encode(failed))
+
+    async def _reports_of(self, worker_prefix: str, model: str) -> list[tuple[str, int, InstanceRecord]]:
+        """(key, KV revision, report) of every incarnation of a child (each has its own id)."""
+        try:
+            keys = await self.kv.keys()
+        except Exception:  # no keys at all
+            return []
+        reports = []
+        for key in keys:
+            if not key.startswith(worker_prefix + "-"):
+                continue
+            with contextlib.suppress(Exception):
+                entry = await self.kv.get(key)
+                report = msgspec.msgpack.decode(entry.value, type=InstanceRecord)
+                if report.model == model:
+                    reports.append((key, entry.revision or 0, report))
+        return reports
