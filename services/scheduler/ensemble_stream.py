@@ -73,6 +73,8 @@ class EnsembleStream:
         self.compute = [0, 0, 0]
         self.responses = 0
         self.started: dict[str, int] = {}  # step rid -> when it left (monotonic ns): its latency
+        self.streams: dict[str, tuple[asyncio.Task, Scope[TensorRef], Step]] = {}  # decoupled steps running
+        self.error: StreamFailed | None = None  # the first failure: nothing new starts, then it ends the stream
         self.latencies = runner.steps.setdefault((request.model, request.version), {})
 
     async def run(self) -> list[int]:
@@ -85,29 +87,7 @@ class EnsembleStream:
             await self._advance(root)
             await self._settle(root)
             while not root.settled:
-                scope, step, response, last = await self.events.get()
-                self.owned.update((id(ref), ref) for ref in response.outputs)  # ours to free until handed over
-                if last or response.error:
-                    begun = self.started.pop(response.rid, None) or time.monotonic_ns()
-                    latency = self.latencies.setdefault(step.model, StepLatency())
-                    (latency.fail if response.error else latency.success).add(time.monotonic_ns() - begun)
-                if response.error:
-                    raise StreamFailed(response.error, response.code or Code.INTERNAL)
-                for i, ns in enumerate(compute_phases(response.trace)):
-                    self.compute[i] += ns
-                if self.decoupled[step.index]:
-                    if response.outputs and not response.empty:
-                        child = scope.child()
-                        self._store(child, step, response)
-                        await self._advance(child)
-                else:
-                    self._store(scope, step, response)
-                    scope.producing -= 1
-                    await self._advance(scope)  # its live iterations see the new tensors too
-                if last:
-                    scope.running -= 1
-                    self.inflight[step.index] -= 1
-                    self._release(step.index)
+                await self._handle(*await self.events.get())
                 await self._settle(root)
         finally:
             for task in self.tasks:
@@ -116,13 +96,75 @@ class EnsembleStream:
                 self.owned.update((id(ref), ref) for ref in self.events.get_nowait()[2].outputs)
             if self.owned:
                 await self.runner.store.release_remote(list(self.owned.values()))
+        if self.error is not None:
+            raise self.error
         return self.compute
+
+    async def _handle(self, scope: Scope[TensorRef], step: Step, response: InferResponse, last: bool) -> None:
+        """One response of one step request."""
+        self.owned.update((id(ref), ref) for ref in response.outputs)  # ours to free until handed over
+        decoupled = self.decoupled[step.index]
+        if decoupled and self.error is not None and response.rid:
+            return  # a stream cancelled by the failure (its accounting is done): leftovers
+        if last or response.error:
+            begun = self.started.pop(response.rid, None) or time.monotonic_ns()
+            latency = self.latencies.setdefault(step.model, StepLatency())
+            (latency.fail if response.error else latency.success).add(time.monotonic_ns() - begun)
+        if response.error:
+            streaming = response.rid in self.streams  # accounted for by `_stop`
+            if self.error is None:
+                self.error = StreamFailed(response.error, response.code or Code.INTERNAL)
+                self._stop()
+            if last and not streaming:
+                self._done(scope, step)
+            return
+        for i, ns in enumerate(compute_phases(response.trace)):
+            self.compute[i] += ns
+        if decoupled:
+            if response.outputs and not response.empty:
+                child = scope.child()
+                self._store(child, step, response)
+                await self._advance(child)
+            if last:
+                self.streams.pop(response.rid, None)
+                self._done(scope, step)
+        else:
+            self._store(scope, step, response)
+            self._done(scope, step)
+            await self._advance(scope)  # its live iterations see the new tensors too
+
+    def _done(self, scope: Scope[TensorRef], step: Step) -> None:
+        """A step request of `scope` has ended: its slot goes to the next held launch."""
+        scope.running -= 1
+        if not self.decoupled[step.index]:
+            scope.producing -= 1
+        self.inflight[step.index] -= 1
+        if self.error is None:
+            self._release(step.index)
+
+    def _stop(self) -> None:
+        """After a failure: no new step starts and the decoupled streams are cancelled (their
+        models see `is_cancelled()`); the plain step requests in flight drain, and the
+        iterations they complete still reach the client before the error does (Triton
+        drains in-flight steps too)."""
+        for task, scope, step in self.streams.values():
+            task.cancel()
+            scope.running -= 1
+            self.inflight[step.index] -= 1
+        self.streams.clear()
+        for index, queue in self.held.items():
+            for scope, _step in queue:
+                scope.running -= 1
+                if not self.decoupled[index]:
+                    scope.producing -= 1
+            queue.clear()
+
 
     # -- steps ---------------------------------------------------------------------------
     async def _advance(self, scope: Scope[TensorRef]) -> None:
         """Start what became runnable in `scope` and below; answer the iterations that can."""
         for current in list(scope.walk()):
-            for step in current.ready_steps(self.steps):
+            for step in current.ready_steps(self.steps) if self.error is None else ():
                 current.launched.add(step.index)
                 current.running += 1
                 if not self.decoupled[step.index]:
@@ -154,6 +196,8 @@ class EnsembleStream:
                                    else self._call(scope, step, sub))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        if self.decoupled[step.index]:
+            self.streams[sub.rid] = (task, scope, step)
 
     async def _call(self, scope: Scope[TensorRef], step: Step, sub: InferRequest) -> None:
         response = await self.runner._call(sub)
