@@ -2,7 +2,7 @@
 postprocess, all python models, for the decoupled-ensemble tests and benchmark.
 
 `llm` streams one response per prompt value; `llm_one` is the same with
-`max_inflight_requests: 1`. Request parameters (inherited by every step): `blob` (floats in
+`max_inflight_requests: 1`; `llm_outer` wraps `llm` (a nested ensemble). Request parameters (inherited by every step): `blob` (floats in
 the per-iteration intermediate, 32768 = 128 KiB), `delay` (seconds between the generator's
 responses), `fail_at` (the generator fails at that response).
 """
@@ -110,6 +110,21 @@ ensemble_scheduling {{
 '''
 
 
+def _outer(name: str, inner: str) -> str:
+    """An ensemble whose only step is the streaming ensemble `inner`: decoupled through it."""
+    maps = " ".join(f'input_map {{ key: "{t}" value: "{t}" }}' if t == "IN" else f'output_map {{ key: "{t}" value: "{t}" }}'
+                    for t in ("IN", "OUT", "IDX", "SUM"))
+    return f"""
+name: "{name}"
+platform: "ensemble"
+max_batch_size: 0
+input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }}, {{ name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }},
+         {{ name: "SUM" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+ensemble_scheduling {{ step [ {{ model_name: "{inner}" model_version: -1 {maps} }} ] }}
+"""
+
+
 def _model(root: Path, name: str, config: str, source: str = "") -> None:
     (root / name / "1").mkdir(parents=True)
     (root / name / "config.pbtxt").write_text(config)
@@ -131,3 +146,4 @@ def write_models(root: Path) -> None:
         '{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "SUM" data_type: TYPE_FP32 dims: [ 1 ] }'), POST)
     _model(root, "llm", _ensemble("llm"))
     _model(root, "llm_one", _ensemble("llm_one", "max_inflight_requests: 1"))
+    _model(root, "llm_outer", _outer("llm_outer", "llm"))

@@ -64,6 +64,13 @@ def test_iterations_stream_in_order_with_upstream_tensors(cluster):
     assert events(body) == expected("llm", values)
 
 
+def test_a_nested_decoupled_ensemble_streams_too(cluster):
+    values = [4, 5, 6]
+    status, body = post(cluster.url, "/v2/models/llm_outer/generate_stream", {"IN": values, "blob": 32_768})
+    assert status == 200
+    assert events(body) == expected("llm_outer", values, 32_768)
+
+
 def test_large_intermediates_of_every_iteration_are_freed(cluster):
     post(cluster.url, "/v2/models/llm/generate_stream", {"IN": [1], "blob": 32_768})  # warm
     baseline = segments()

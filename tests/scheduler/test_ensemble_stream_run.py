@@ -25,8 +25,9 @@ GEN = {"max_batch_size": 0, "input": [io("X")], "output": [io("T", [1])], "model
 POST = {"max_batch_size": 0, "input": [io("T", [1]), io("P")], "output": [io("Y", [1])]}
 
 
-def ensemble(limit: int = 0) -> dict:
-    return {"platform": "ensemble", "max_batch_size": 0, "input": [io("IN")], "output": [io("OUT", [1])],
+def ensemble(limit: int = 0, outputs: tuple[str, ...] = ("OUT",)) -> dict:
+    return {"platform": "ensemble", "max_batch_size": 0, "input": [io("IN")],
+            "output": [io(name, [1] if name == "OUT" else [-1]) for name in outputs],
             "ensemble_scheduling": {"max_inflight_requests": limit, "step": [
                 {"model_name": "pre", "model_version": -1, "input_map": {"X": "IN"}, "output_map": {"Y": "prompt"}},
                 {"model_name": "gen", "model_version": -1, "input_map": {"X": "prompt"}, "output_map": {"T": "token"}},
@@ -45,6 +46,9 @@ class Store:
     async def release_remote(self, refs: list[TensorRef]) -> None:
         self.freed.extend(ref.shm for ref in refs)
 
+    async def get(self, ref: TensorRef, timeout: float) -> bytes:
+        return bytes.fromhex(ref.owner)
+
 
 class Bus:
     def __init__(self) -> None:
@@ -58,7 +62,8 @@ class Scripted(EnsembleRunner):
     """Members answer in-process: every output is a (fake) shared-memory segment, so what is
     freed and what is handed to the client can be counted."""
 
-    def __init__(self, limit: int = 0, tokens: int = 5, fail_post_at: int = -1, fail_gen_at: int = -1) -> None:
+    def __init__(self, limit: int = 0, tokens: int = 5, fail_post_at: int = -1, fail_gen_at: int = -1,
+                 outputs: tuple[str, ...] = ("OUT",)) -> None:
         super().__init__(None, "test")
         self.store = Store()
         self.nc = Bus()
@@ -68,7 +73,7 @@ class Scripted(EnsembleRunner):
         self.tokens, self.fail_post_at, self.fail_gen_at = tokens, fail_post_at, fail_gen_at
         self.post_running = self.post_most = 0
         self.gen_closed = False
-        for name, config in (("pre", PRE), ("gen", GEN), ("post", POST), ("E", ensemble(limit))):
+        for name, config in (("pre", PRE), ("gen", GEN), ("post", POST), ("E", ensemble(limit, outputs))):
             self.on_record(name, record(name, config))
 
     def _ref(self, name: str, value: int) -> TensorRef:
@@ -160,3 +165,13 @@ def test_a_failing_generator_is_closed_and_ends_the_stream():
     assert runner.gen_closed
     handed = [r.outputs[0].shm for r in sent if r.outputs]
     assert sorted(runner.store.freed + handed) == sorted(runner.made)
+
+
+def test_an_upstream_output_goes_with_every_iteration_as_a_copy():
+    runner = Scripted(tokens=3, outputs=("OUT", "prompt"))
+    sent = run(runner)[:-1]
+    assert values(sent) == [1000, 1001, 1002]
+    prompts = [r.outputs[1] for r in sent]
+    assert all(p.name == "prompt" and p.data == int32(100) and not p.shm for p in prompts)
+    handed = [r.outputs[0].shm for r in sent]
+    assert sorted(runner.store.freed + handed) == sorted(runner.made)  # the preprocess output too
