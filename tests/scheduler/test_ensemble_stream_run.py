@@ -51,11 +51,14 @@ class Store:
 
 
 class Bus:
-    def __init__(self) -> None:
+    def __init__(self, store: Store) -> None:
         self.sent: list[InferResponse] = []
+        self.store = store
+        self.freed_when_sent: list[int] = []  # how many segments were freed when each response left
 
     async def publish(self, subject: str, data: bytes) -> None:
         self.sent.append(msgspec.msgpack.decode(data, type=InferResponse))
+        self.freed_when_sent.append(len(self.store.freed))
 
 
 class Scripted(EnsembleRunner):
@@ -66,7 +69,7 @@ class Scripted(EnsembleRunner):
                  outputs: tuple[str, ...] = ("OUT",)) -> None:
         super().__init__(None, "test")
         self.store = Store()
-        self.nc = Bus()
+        self.nc = Bus(self.store)
         self.dispatcher.stream = self._stream
         self.segments = (f"seg{i}" for i in itertools.count())
         self.made: list[str] = []
@@ -134,6 +137,9 @@ def test_every_iteration_answers_then_the_final_flag():
     assert values(sent) == [1000, 1001, 1002, 1003, 1004]
     assert all(r.more and r.outputs[0].name == "OUT" for r in sent[:-1])
     assert (sent[-1].empty, sent[-1].more, sent[-1].error) == (True, False, "")
+    # iterations are freed as they finish, not at the end: by the last answer, the tokens of
+    # the iterations before it are gone
+    assert runner.nc.freed_when_sent[-2] >= 4
     handed = [r.outputs[0].shm for r in sent[:-1]]
     # every intermediate freed, every answer handed to the gateway (which frees it), nothing twice
     assert sorted(runner.store.freed + handed) == sorted(runner.made)
