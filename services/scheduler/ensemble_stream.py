@@ -71,7 +71,6 @@ class EnsembleStream:
         self.tasks: set[asyncio.Task] = set()
         self.owned: dict[int, TensorRef] = {}  # id -> step outputs not yet freed or handed over
         self.compute = [0, 0, 0]
-        self.responses = 0
         self.started: dict[str, int] = {}  # step rid -> when it left (monotonic ns): its latency
         self.streams: dict[str, tuple[asyncio.Task, Scope[TensorRef], Step]] = {}  # decoupled steps running
         self.error: StreamFailed | None = None  # the first failure: nothing new starts, then it ends the stream
@@ -251,7 +250,6 @@ class EnsembleStream:
             outputs.append(msgspec.structs.replace(ref, name=name, shape=shape))
         response = InferResponse(rid=self.request.rid, model=self.request.model, version=self.request.version,
                                  outputs=outputs, more=True)
-        self.responses += 1
         await self.runner.nc.publish(self.request.reply, encode(response))
 
 
