@@ -9,6 +9,7 @@ import itertools
 import msgspec
 
 from services.scheduler.ensemble import EnsembleRunner
+from shared.errors import unavailable
 from shared.messages import InferRequest, InferResponse, ModelRecord, ModelVersionState, TensorRef
 
 
@@ -66,14 +67,14 @@ class Scripted(EnsembleRunner):
     freed and what is handed to the client can be counted."""
 
     def __init__(self, limit: int = 0, tokens: int = 5, fail_post_at: int = -1, fail_gen_at: int = -1,
-                 outputs: tuple[str, ...] = ("OUT",)) -> None:
+                 outputs: tuple[str, ...] = ("OUT",), hang_at: int = -1) -> None:
         super().__init__(None, "test")
         self.store = Store()
         self.nc = Bus(self.store)
         self.dispatcher.stream = self._stream
         self.segments = (f"seg{i}" for i in itertools.count())
         self.made: list[str] = []
-        self.tokens, self.fail_post_at, self.fail_gen_at = tokens, fail_post_at, fail_gen_at
+        self.tokens, self.fail_post_at, self.fail_gen_at, self.hang_at = tokens, fail_post_at, fail_gen_at, hang_at
         self.post_running = self.post_most = 0
         self.gen_closed = False
         for name, config in (("pre", PRE), ("gen", GEN), ("post", POST), ("E", ensemble(limit, outputs))):
@@ -104,6 +105,8 @@ class Scripted(EnsembleRunner):
                 if i == self.fail_gen_at:
                     yield InferResponse(rid=request.rid, error=f"failed at {i}", more=False)
                     return
+                if i == self.hang_at:  # what Dispatcher.stream does at the request's deadline
+                    raise unavailable("Request timeout expired")
                 yield InferResponse(rid=request.rid, outputs=[self._ref("T", i)], more=True)
             yield InferResponse(rid=request.rid, empty=True)
         finally:
@@ -181,3 +184,12 @@ def test_an_upstream_output_goes_with_every_iteration_as_a_copy():
     assert all(p.name == "prompt" and p.data == int32(100) and not p.shm for p in prompts)
     handed = [r.outputs[0].shm for r in sent]
     assert sorted(runner.store.freed + handed) == sorted(runner.made)  # the preprocess output too
+
+
+def test_a_generator_past_the_deadline_ends_the_stream():
+    runner = Scripted(tokens=5, hang_at=3)
+    sent = run(runner)
+    assert values(sent) == [1000, 1001, 1002]
+    assert (sent[-1].error, sent[-1].code, sent[-1].more) == ("in ensemble 'E', Request timeout expired", "UNAVAILABLE", False)
+    handed = [r.outputs[0].shm for r in sent if r.outputs]
+    assert sorted(runner.store.freed + handed) == sorted(runner.made)
