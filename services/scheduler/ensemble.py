@@ -14,6 +14,10 @@ messages, as they do everywhere (re-encoding them is cheaper than a segment). In
 freed when the request ends, whatever the outcome; the ones that are ensemble outputs
 are handed to the gateway in the ensemble's response, which frees them after reading,
 exactly as it does a worker's response.
+
+A decoupled ensemble (a decoupled step, directly or through a nested ensemble, or its own
+transaction policy) answers many times per request: it runs in `ensemble_stream.py`; this
+module's dataflow, for every other ensemble, is untouched by it.
 """
 
 from __future__ import annotations
