@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 import msgspec
 from nats.aio.client import Client as NATS
 
+from services.scheduler.ensemble_graph import is_decoupled, is_ensemble
 from shared import bus, subjects
 from shared.errors import ShoalError, not_found, unavailable
 from shared.messages import ModelRecord
@@ -53,7 +55,20 @@ class ModelRegistry:
                 self.specs[name] = spec_from_json(record.active_config)
             else:
                 self.specs.pop(name, None)
+            self._derive_decoupled()
             self.synced.set()
+
+    def _derive_decoupled(self) -> None:
+        """An ensemble with a decoupled step is decoupled itself (its responses stream): `/infer`
+        refuses it and `/generate_stream` streams it. Derived here from the members' configs, not
+        written into the ensemble's config, because a member can be reloaded (decoupled or not)
+        without the ensemble being touched; any record change re-derives every ensemble."""
+        configs = {name: spec.config for name, spec in self.specs.items()}
+        for name, spec in list(self.specs.items()):
+            if is_ensemble(spec.config):
+                decoupled = is_decoupled(name, configs)
+                if decoupled != spec.decoupled:
+                    self.specs[name] = dataclasses.replace(spec, decoupled=decoupled)
 
     async def seen(self, name: str, revision: int, timeout: float = 10.0) -> None:
         """Wait until this gateway has the repository's record `revision` of `name` (or newer)."""

@@ -14,6 +14,10 @@ messages, as they do everywhere (re-encoding them is cheaper than a segment). In
 freed when the request ends, whatever the outcome; the ones that are ensemble outputs
 are handed to the gateway in the ensemble's response, which frees them after reading,
 exactly as it does a worker's response.
+
+A decoupled ensemble (a decoupled step, directly or through a nested ensemble, or its own
+transaction policy) answers many times per request: it runs in `ensemble_stream.py`; this
+module's dataflow, for every other ensemble, is untouched by it.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from dataclasses import dataclass, field
 import msgspec
 from nats.aio.client import Client as NATS
 
-from services.scheduler.ensemble_graph import EnsembleGraph, Step, graph_from_config, is_ensemble
+from services.scheduler.ensemble_graph import EnsembleGraph, Step, graph_from_config, is_decoupled, is_ensemble
 from services.scheduler.ensemble_step import fit_batching, step_request
-from services.scheduler.stats import Duration, ModelStats
+from services.scheduler.ensemble_stream import EnsembleStream, StreamFailed, finish
+from services.scheduler.ensemble_timing import StepLatency, compute_phases
+from services.scheduler.stats import ModelStats
 from shared import subjects
 from shared.dispatch import Dispatcher
 from shared.errors import Code, ShoalError
@@ -44,32 +50,12 @@ DEADLOCK = "unexpected deadlock, at least one output is not set while no more en
 
 
 @dataclass
-class StepLatency:
-    """Per-step latency of one ensemble version (Triton has none; spec §7 row 5)."""
-
-    success: Duration = field(default_factory=Duration)
-    fail: Duration = field(default_factory=Duration)
-
-
-@dataclass
 class _Outcome:
     outputs: list[TensorRef]  # under the ensemble's output names
     error: str = ""
     code: str = ""
     handed: list[TensorRef] = field(default_factory=list)  # the step outputs they are: the gateway frees them
     compute: list[int] = field(default_factory=lambda: [0, 0, 0])  # the steps' compute input/infer/output ns
-
-
-_PHASES = ("COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END")
-
-
-def compute_phases(trace: dict[str, int]) -> tuple[int, int, int]:
-    """A step's compute input/infer/output durations from the timestamps its worker (or inner
-    ensemble) put in the response."""
-    start, input_end, output_start, end = (trace.get(k, 0) for k in _PHASES)
-    if not start or not end:
-        return 0, 0, 0
-    return input_end - start, output_start - input_end, end - output_start
 
 
 class EnsembleRunner:
@@ -84,6 +70,7 @@ class EnsembleRunner:
         self.ready: dict[str, list[int]] = {}  # model -> its READY versions
         self.running: dict[str, tuple[tuple[str, int], asyncio.Task]] = {}  # rid -> (ensemble key, task)
         self.steps: dict[tuple[str, int], dict[str, StepLatency]] = {}  # ensemble key -> step model -> latency
+        self.decoupled: set[str] = set()  # ensembles that stream (a decoupled step, or their own policy)
 
     async def start(self) -> None:
         await self.dispatcher.start()
@@ -96,6 +83,7 @@ class EnsembleRunner:
             self.specs.pop(name, None)
             self.ready.pop(name, None)
             self.graphs.pop(name, None)
+            self._derive_decoupled()
             return
         self.specs[name] = spec_from_json(config)
         self.ready[name] = sorted(int(v) for v, s in record.versions.items() if s.state == "READY")
@@ -103,6 +91,12 @@ class EnsembleRunner:
             self.graphs[name] = graph_from_config(config)
         else:
             self.graphs.pop(name, None)
+        self._derive_decoupled()
+
+    def _derive_decoupled(self) -> None:
+        """Any record can change whether an ensemble streams (a member reloaded decoupled): redo all."""
+        configs = {model: spec.config for model, spec in self.specs.items()}
+        self.decoupled = {model for model in self.graphs if is_decoupled(model, configs)}
 
     def handles(self, model: str) -> bool:
         return model in self.graphs
@@ -118,7 +112,8 @@ class EnsembleRunner:
             log.error("undecodable ensemble request: %s", exc)
             return
         key = (request.model, request.version)
-        task = asyncio.create_task(self._run(request, stats, arrived))
+        run = self._run_stream if request.model in self.decoupled else self._run
+        task = asyncio.create_task(run(request, stats, arrived))
         self.running[request.rid] = (key, task)
         task.add_done_callback(lambda _t, rid=request.rid: self.running.pop(rid, None))
 
@@ -180,6 +175,32 @@ class EnsembleRunner:
             await self.nc.publish(request.reply, encode(response))
         except Exception:  # the gateway times out; the outputs expire with the request's deadline
             log.exception("cannot answer ensemble request %s", request.rid)
+
+    async def _run_stream(self, request: InferRequest, stats: ModelStats, arrived: int) -> None:
+        """A decoupled ensemble: responses as its iterations complete, then the final flag."""
+        started = time.monotonic_ns()
+        request_ids.set(f"{request.id}/{request.rid}" if request.id else request.rid)
+        graph = self.graphs[request.model]
+        error: StreamFailed | None = None
+        stream = EnsembleStream(self, request, graph)
+        try:
+            compute = await stream.run()
+        except asyncio.CancelledError:
+            stats.record_request(False, time.time_ns() - request.received_ns, "CANCELED")
+            raise
+        except StreamFailed as exc:
+            error = exc
+        except Exception as exc:  # never leave the client's stream open
+            log.exception("ensemble '%s' failed", request.model)
+            error = StreamFailed(f"{type(exc).__name__}: {exc}", Code.INTERNAL)
+        duration = time.time_ns() - request.received_ns
+        if error is not None:
+            stats.record_request(False, duration, "OTHER")
+        else:
+            stats.record_queue(started - arrived)
+            stats.record_request(True, duration)
+            stats.record_batch(max(1, request.batch_size), 1, *compute)
+        await finish(self, request, error)
 
     async def _execute(self, request: InferRequest, owned: list[TensorRef]) -> _Outcome:
         graph = self.graphs.get(request.model)

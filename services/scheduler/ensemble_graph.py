@@ -8,6 +8,7 @@ way. Error texts are Triton's (`ValidateEnsembleSchedulingConfig`, `ValidateTens
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,24 @@ class EnsembleGraph:
 
 def is_ensemble(config: dict[str, Any]) -> bool:
     return config.get("platform") == "ensemble"
+
+
+def is_decoupled(name: str, configs: Mapping[str, dict[str, Any]], _seen: frozenset[str] = frozenset()) -> bool:
+    """Whether `name` answers as a decoupled model: its own transaction policy says so, or it is
+    an ensemble with a decoupled step (nested ensembles included: their responses stream too).
+    `configs`: every known model's config JSON (a missing member counts as not decoupled)."""
+    config = configs.get(name) or {}
+    if config.get("model_transaction_policy", {}).get("decoupled"):
+        return True
+    if not is_ensemble(config) or name in _seen:  # a cycle is refused at load; never loop on one
+        return False
+    seen = _seen | {name}
+    return any(is_decoupled(member, configs, seen) for member in graph_from_config(config).members)
+
+
+def max_inflight(config: dict[str, Any]) -> int:
+    """`ensemble_scheduling.max_inflight_requests`: step requests in flight per step (0: no bound)."""
+    return int(config.get("ensemble_scheduling", {}).get("max_inflight_requests", 0) or 0)
 
 
 def graph_from_config(config: dict[str, Any]) -> EnsembleGraph:
@@ -233,6 +252,4 @@ def check_members(config: dict[str, Any], members: dict[str, dict[str, Any]]) ->
                     return error
             else:
                 tensors[tensor] = node
-        if member.get("model_transaction_policy", {}).get("decoupled"):
-            return f"in ensemble {name}, step of model '{step.model}' is decoupled, which Shoal's ensembles do not support"
     return ""
