@@ -27,7 +27,8 @@ hand-over, for their remaining lifetime only. The protocol, over `SequenceResidu
    are lost, their queued requests and later ones are told so (`... was lost: ...; start it
    again with the START flag`), never Triton's misleading START-flag error.
 
-A holder that falls silent (`SILENT_S`, it died) loses its sequences with the same clear error.
+A holder that died loses its sequences with the same clear error: at once when a request
+forwarded to it finds no one (NATS "no responders"), else once it is silent for `SILENT_S`.
 Requests of one sequence stay in order for a client that waits for each response (as sequence
 clients do); requests of one sequence sent concurrently during the overlap may reach the two
 replicas in either order, as two HTTP connections may reach a single server.
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import msgspec
+from nats.errors import NoRespondersError
 
 from services.scheduler.sequences import SequenceBook
 from shared import bus, subjects
@@ -205,6 +207,8 @@ class HandOver:
             log.warning("cannot announce the sequences of '%s' this replica holds: %s", residue.model, exc)
 
     async def _on_forwarded(self, msg) -> None:
+        if msg.reply:  # received (the sender learns from no answer at all that we are gone)
+            await msg.respond(b"")
         forwarded = bus.decode(_forwarded_decoder, msg, log)
         if forwarded is None:
             return
@@ -244,9 +248,21 @@ class HandOver:
         holders = self.seen.get(queue.key)
         return route(holders, queue.seq.book.live, header) if holders else None
 
-    async def forward(self, holder: str, raws: list[msgspec.Raw]) -> None:
-        message = ForwardedRequests(requests=raws, sender=self.me)
-        await self.service.nc.publish(subjects.scheduler_sequences(holder), encode(message))
+    def forward(self, holder: str, raws: list[msgspec.Raw]) -> None:
+        """Send requests to the replica holding their sequences. A request, not a publish, so
+        that a holder that died is noticed at once; tasks start in order, so requests leave in
+        order (the connection's request inbox exists since the KV buckets were opened)."""
+        payload = encode(ForwardedRequests(requests=raws, sender=self.me))
+        self.service._spawn(self._send(holder, raws, payload))
+
+    async def _send(self, holder: str, raws: list[msgspec.Raw], payload: bytes) -> None:
+        try:
+            await self.service.nc.request(subjects.scheduler_sequences(holder), payload, timeout=SILENT_S)
+        except NoRespondersError:  # it died: its sequences are lost, and these requests are told so here
+            await self._gone(holder)
+            await self.service.take(raws, routed=True)
+        except Exception as exc:  # it is away or slow: if it died, its silence ends its residue
+            log.debug("no acknowledgement from scheduler %s for forwarded requests: %s", holder, exc)
 
     async def _on_residue(self, msg) -> None:
         residue = bus.decode(_residue_decoder, msg, log)
@@ -286,11 +302,18 @@ class HandOver:
 
     async def _sweep(self) -> None:
         now = time.monotonic()
-        for key, holders in list(self.seen.items()):
+        for holders in list(self.seen.values()):
             for holder, seen in list(holders.items()):
                 if now - seen.at > SILENT_S:
-                    log.warning("scheduler %s fell silent: the %d sequence(s) of model '%s' it held are lost", holder,
-                                len(seen.ids), key[0])
-                    del holders[holder]
-                    self._lose(key, list(seen.ids), f"scheduler {holder} stopped responding")
+                    await self._gone(holder)
+
+    async def _gone(self, holder: str) -> None:
+        """A holder died: its sequences are lost (their requests are told so) and its slots free."""
+        for key, holders in list(self.seen.items()):
+            seen = holders.pop(holder, None)
+            if seen is None:
+                continue
+            log.warning("scheduler %s is gone: the %d live sequence(s) of model '%s' it held are lost", holder,
+                        len(seen.ids), key[0])
+            self._lose(key, list(seen.ids), f"scheduler {holder} stopped responding")
             await self._reserve(key)

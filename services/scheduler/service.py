@@ -183,6 +183,8 @@ class SchedulerService:
             "sequences": {f"{m}/{v}": q.seq.book.summary() for (m, v), q in self.queues.items() if q.seq},
             "workers": sorted(self.liveness.seen),
             "owned": sorted(self.leases.held),
+            # sequences of models handed over that this replica still serves: "overlap" or "final"
+            "handing_over": {f"{m}/{v}": "final" if final else "overlap" for (m, v), final in self.handover.held.items()},
         }
 
     async def stop(self) -> None:
@@ -270,7 +272,7 @@ class SchedulerService:
             elif await self._admit(queue, header, raw, now):
                 touched[queue.key] = queue
         for holder, held in forward.items():
-            await self.handover.forward(holder, held)
+            self.handover.forward(holder, held)
         for queue in touched.values():
             await self._pump(queue)
 
