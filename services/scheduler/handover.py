@@ -79,11 +79,11 @@ class Seen:
 def route(holders: Mapping[str, Seen], live: Container, header: RequestHeader) -> str | None:
     """Where a request of a sequence-batched model goes: None to serve it here, else the
     replica (scheduler id) that holds its sequence."""
+    if header.sequence_id in live:  # ours (a START for an id live there was bounced back to us)
+        return None
     for holder, seen in holders.items():
         if not seen.residue.final:  # the overlap: the old owner alone starts and continues sequences
             return holder
-    if header.sequence_id in live:  # ours (a START for an id live there was bounced back to us)
-        return None
     for holder, seen in holders.items():
         if header.sequence_id in seen.ids:
             return holder
@@ -134,6 +134,29 @@ class HandOver:
             if self.held.pop(key, None) is not None:
                 await self._publish(SequenceResidue(model=key[0], version=key[1], holder=self.me, done=True))
 
+    async def regain(self, model: str) -> None:
+        """The model came back to us while we still served its residue: serve it as its owner."""
+        for key in self._keys(model):
+            book = self.service.queues[key].seq.book
+            if book.frozen:
+                book.thaw(time.monotonic())  # `serve` sees it and ends the residue
+                await self._reserve(key)
+
+    async def lost(self, model: str, reason: str) -> None:
+        """We lost the model without handing it over (our lease expired): its live sequences
+        end here; the new owner tells their later requests why."""
+        for key in self._keys(model):
+            book = self.service.queues[key].seq.book
+            if key not in self.held and book.live:
+                await self._publish(SequenceResidue(model=key[0], version=key[1], holder=self.me, done=True,
+                                                    lost=list(book.live), reason=reason))
+
+    async def wait(self, timeout_s: float) -> None:
+        """On shutdown: let the residues of hand-overs under way end, for at most `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while self.held and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
     async def serve(self, model: str, bound_s: float) -> None:
         """The overlap is over: keep the live sequences (and only their slots) until they end,
         for at most `bound_s`; then give up what is left."""
@@ -147,7 +170,8 @@ class HandOver:
         while keys:
             for key in list(keys):
                 queue = self.service.queues.get(key)
-                if queue is None or queue.seq is None or not queue.seq.book.frozen or not busy(queue.seq.book):
+                gone = model not in self.service.leases.wanted  # unloaded: the sequences were answered
+                if gone or queue is None or queue.seq is None or not queue.seq.book.frozen or not busy(queue.seq.book):
                     keys.remove(key)
                     await self._finish(key, "")
                 elif time.monotonic() >= deadline:

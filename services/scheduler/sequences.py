@@ -102,6 +102,15 @@ class SequenceBook:
         self.frozen = True
         self.free.clear()
 
+    def thaw(self, now: float) -> None:
+        """The model came back: every slot not bound here (nor reserved) is free again."""
+        self.frozen = False
+        for worker, instance in sorted(self.instances):
+            for index in range(self.slots_per_instance):
+                slot = (worker, instance, index)
+                if slot not in self.bound and slot not in self.free:
+                    self._release_slot(slot, now)
+
     def held_slots(self) -> list[SlotKey]:
         return sorted(self.bound)
 

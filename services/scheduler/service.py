@@ -198,6 +198,7 @@ class SchedulerService:
         if keep:
             log.info("serving the live sequences of %s until they end (at most %g s)", keep, SHUTDOWN_RESIDUE_S)
             await asyncio.gather(*(self._hand_over(model, SHUTDOWN_RESIDUE_S) for model in keep))
+        await self.handover.wait(SHUTDOWN_RESIDUE_S)  # hand-overs to a joining replica under way
         await self.micro.stop()
         self.liveness.stop()
         for task in list(self._tasks):
@@ -520,6 +521,7 @@ class SchedulerService:
         # the new owner are subscribed and each request reaches exactly one of them
         self._subs[model] = await self.nc.subscribe(subjects.infer(model), queue=subjects.SCHEDULER_QUEUE,
                                                     cb=self._on_request)
+        await self.handover.regain(model)
         await self.nc.publish(subjects.RESYNC, b"")  # workers announce their idle credits again
 
     async def _lose(self, model: str) -> None:
@@ -536,6 +538,9 @@ class SchedulerService:
         if sub is not None:
             await sub.unsubscribe()
         await self.handover.serve(model, keep_s)  # live sequences stay here until they end
+        if self.leases.owns(model):  # it came back while we served them: ours again, nothing to give up
+            return
+        await self.handover.lost(model, f"scheduler {self.settings.scheduler_id} lost model '{model}'")
         deadline = time.monotonic() + HANDOVER_DRAIN_S
         while not self._model_idle(model) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

@@ -97,8 +97,19 @@ def seen(holder: str, final: bool, ids=()) -> Seen:
 
 def test_during_the_overlap_the_old_owner_takes_every_request():
     holders = {"old": seen("old", final=False)}
-    assert route(holders, {7}, header(7)) == "old"
+    assert route(holders, set(), header(7)) == "old"
     assert route(holders, set(), header(8, start=True)) == "old"
+    assert route(holders, {9}, header(9)) is None  # a sequence of ours (the model came back to us) stays
+
+
+def test_a_book_thawed_when_the_model_comes_back_frees_what_it_gave_away():
+    b = book()
+    s1 = b.admit(1, True, False, Req("a"), 0.0).sequence
+    b.freeze()
+    b.reserve({("w2", 0, 0)}, 0.1)  # the other replica's sequence since
+    b.thaw(0.2)
+    assert sorted(b.free) == sorted({("w1", 0, 0), ("w1", 0, 1), ("w2", 0, 1)} - {s1.slot})
+    assert not b.frozen and s1.slot in b.bound
 
 
 def test_after_the_overlap_only_the_residues_ids_go_to_their_holder():
