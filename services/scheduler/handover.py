@@ -243,7 +243,11 @@ class HandOver:
             return
         keep, back, residues = [], [], {}
         for raw in forwarded.requests:
-            header = _header_decoder.decode(raw)
+            try:
+                header = _header_decoder.decode(raw)
+            except msgspec.DecodeError as exc:
+                log.error("undecodable forwarded request from scheduler %s: %s", forwarded.sender, exc)
+                continue
             key = (header.model, header.version)
             queue = self.service.queues.get(key)
             if self._late_start(queue, header):
@@ -312,16 +316,16 @@ class HandOver:
 
     async def _reserve(self, key: Key) -> None:
         """Bind none of the slots other replicas' sequences hold; take back those they gave up."""
+        holders = self.seen.get(key, {})
+        if not holders:
+            self.seen.pop(key, None)
         queue = self.service.queues.get(key)
         if queue is None or queue.seq is None or queue.seq.book.frozen:
             return
-        holders = self.seen.get(key, {})
         slots = {tuple(slot) for seen in holders.values() if seen.residue.final for slot in seen.residue.slots}
         clash = queue.seq.book.reserve(slots, time.monotonic())
         if clash:
             log.error("slots %s of model '%s' are bound here and by another replica", clash, key[0])
-        if not holders:
-            self.seen.pop(key, None)
         await self.service._pump(queue)
 
     async def _sweep(self) -> None:
