@@ -170,9 +170,11 @@ class HandOver:
         while keys:
             for key in list(keys):
                 queue = self.service.queues.get(key)
-                gone = model not in self.service.leases.wanted  # unloaded: the sequences were answered
-                if gone or queue is None or queue.seq is None or not queue.seq.book.frozen or not busy(queue.seq.book):
+                if model not in self.service.leases.wanted:  # unloaded (what was queued is answered)
                     keys.remove(key)
+                    await self._finish(key, f"model '{model}' was unloaded")
+                elif queue is None or queue.seq is None or not queue.seq.book.frozen or not busy(queue.seq.book):
+                    keys.remove(key)  # ended, or the model was reloaded or came back to us
                     await self._finish(key, "")
                 elif time.monotonic() >= deadline:
                     keys.remove(key)
