@@ -128,6 +128,32 @@ class SeqControl(msgspec.Struct, omit_defaults=True):
     ready: bool = True  # False only for the worker's padding rows of empty direct slots
 
 
+class SequenceResidue(msgspec.Struct, omit_defaults=True):
+    """Scheduler -> schedulers: the live sequences of a model version that a replica still
+    serves after handing the model over (see services/scheduler/handover.py), sent on every
+    change and at least every second while it holds any."""
+
+    model: str
+    version: int
+    holder: str  # the replica's scheduler_id
+    final: bool = False  # False: the hand-over overlap, the holder takes every request of the model's sequences
+    slots: list[tuple[str, int, int]] = []  # (worker, instance, slot) its sequences hold
+    ids: list[int | str] = []  # the correlation ids of its live sequences
+    done: bool = False  # it holds nothing any more
+    lost: list[int | str] = []  # with done: ids it gave up (their later requests are told why)
+    reason: str = ""
+
+
+class ForwardedRequests(msgspec.Struct):
+    """Scheduler -> scheduler: requests of sequences the other replica holds (a `RequestBatch`'s
+    requests, as the gateway encoded them); `bounced`: sent back, the sender serves them itself."""
+
+    requests: list[msgspec.Raw]
+    sender: str
+    bounced: bool = False
+    residues: list[SequenceResidue] = []  # with bounced: the sender's residues, to learn before serving them
+
+
 class SequenceEnded(msgspec.Struct):
     """Scheduler -> worker: a sequence ended without an END request (idle timeout, lost): free its state."""
 

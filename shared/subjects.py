@@ -25,6 +25,8 @@ SCHEDULER_DRAIN = f"{PREFIX}.sched.drain"
 SCHEDULER_CANCEL = f"{PREFIX}.sched.cancel"
 SCHEDULER_CACHE = f"{PREFIX}.sched.cache"
 CREDITS_REVOKED = f"{PREFIX}.sched.revoke"
+# scheduler -> schedulers: live sequences a replica still serves after handing their model over
+SCHEDULER_RESIDUE = f"{PREFIX}.sched.residue"
 REPOSITORY_INDEX = f"{PREFIX}.repository.index"
 REPOSITORY_LOAD = f"{PREFIX}.repository.load"
 REPOSITORY_UNLOAD = f"{PREFIX}.repository.unload"
@@ -54,6 +56,11 @@ def untoken(encoded: str) -> str:
 
 def infer(model: str) -> str:
     return f"{PREFIX}.infer.{token(model)}"
+
+
+def scheduler_sequences(scheduler_id: str) -> str:
+    """One scheduler replica: requests of sequences it holds, forwarded by another replica."""
+    return f"{PREFIX}.sched.{token(scheduler_id)}.seq"
 
 
 def worker_exec(worker_id: str) -> str:

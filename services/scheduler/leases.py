@@ -27,12 +27,15 @@ PRESENCE = "replica."  # keys of the live replicas (model keys never contain '.'
 
 class Leases:
     def __init__(self, kv: KeyValue, owner: str, on_gain: Hook, on_loss: Hook,
-                 idle: Callable[[str], bool] = lambda model: True) -> None:
+                 idle: Callable[[str], bool] = lambda model: True, on_release: Hook | None = None) -> None:
         self.kv = kv
         self.owner = owner
         self.on_gain = on_gain
         self.on_loss = on_loss
         self.idle = idle  # a model with nothing queued or running can move without failing anything
+        self.on_release = on_release  # before a lease is given up on purpose (the new owner cannot have it yet)
+        self.replicas = 1  # live replicas, this one included, as of the last round
+        self.closing = False  # shutting down: claim nothing any more
         self._presence_revision = 0
         self.fair = 1 << 30  # models this replica may hold: set from the live replicas each round
         self.wanted: set[str] = set()  # models some worker hosts
@@ -56,7 +59,7 @@ class Leases:
 
     async def claim(self, model: str) -> None:
         async with self._lock:
-            if model in self.held or model not in self.wanted:
+            if model in self.held or model not in self.wanted or self.closing:
                 return
             try:
                 self.held[model] = await self.kv.create(subjects.model_key(model), self.owner.encode())
@@ -79,16 +82,20 @@ class Leases:
 
     async def rebalance(self) -> None:
         """Announce this replica; hand idle models above a fair share to the others."""
+        if self.closing:  # no longer counted as a replica, so nothing is handed to it
+            return
         try:
             self._presence_revision = await self.kv.put(f"{PRESENCE}{self.owner}", b"")
             keys = await self.kv.keys()
         except Exception:  # an empty bucket raises; the bus may be away
             return
-        replicas = max(1, sum(1 for k in keys if k.startswith(PRESENCE)))
+        self.replicas = replicas = max(1, sum(1 for k in keys if k.startswith(PRESENCE)))
         self.fair = fair = -(-len(self.wanted) // replicas)
         for model in sorted(self.held)[: max(0, len(self.held) - fair)]:
             if self.idle(model):
                 log.info("scheduler %s hands model '%s' to another replica", self.owner, model)
+                if self.on_release is not None:
+                    await self.on_release(model)
                 async with self._lock:
                     self.held.pop(model, None)
                     await self._delete(model)

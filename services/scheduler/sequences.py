@@ -21,11 +21,17 @@ are answered with an error instead of being dropped (server#4178, #3652).
 
 Every slot is released through `_release`, which is idempotent: a cancelled request, a
 lost worker and an END cannot free the same slot twice (core#341).
+
+Scheduler replicas (see `handover`): a replica that gave the model up *freezes* its book (it
+keeps the slots its live sequences hold, gives every other slot away and binds no new one),
+and the model's new owner *reserves* those slots (it binds none of them until they are given
+back), so no slot is ever bound by two replicas.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,7 +79,11 @@ class SequenceBook:
         self.backlog: deque[Sequence] = deque()
         self.instances: set[tuple[str, int]] = set()
         self.lost: dict[CorrId, str] = {}  # ids whose sequence died with its worker -> why (bounded)
-        self._numbers = itertools.count(1)
+        self.frozen = False  # the model moved to another replica: no slot is bound or freed here any more
+        self.reserved: set[SlotKey] = set()  # slots another replica's live sequences still hold
+        # a random start: workers key implicit state by (id, number), and two replicas' books
+        # may number sequences on the same instance during a hand-over
+        self._numbers = itertools.count(random.randrange(1, 1 << 48))
 
     # -- instances --------------------------------------------------------------------
     def learn(self, worker: str, instance: int, now: float) -> None:
@@ -81,8 +91,51 @@ class SequenceBook:
         if (worker, instance) in self.instances:
             return
         self.instances.add((worker, instance))
+        if self.frozen:  # its slots belong to the model's new owner
+            return
         for index in range(self.slots_per_instance):
             self._release_slot((worker, instance, index), now)
+
+    # -- replicas ---------------------------------------------------------------------
+    def freeze(self) -> None:
+        """The model moved to another replica: keep the slots of the live sequences (backlogged
+        ones get them as they end), give every other slot away, and bind no new one."""
+        self.frozen = True
+        self.free.clear()
+
+    def thaw(self, now: float) -> None:
+        """The model came back: every slot not bound here (nor reserved) is free again."""
+        self.frozen = False
+        for worker, instance in sorted(self.instances):
+            for index in range(self.slots_per_instance):
+                slot = (worker, instance, index)
+                if slot not in self.bound and slot not in self.free:
+                    self._release_slot(slot, now)
+
+    def held_slots(self) -> list[SlotKey]:
+        return sorted(self.bound)
+
+    def reserve(self, slots: set[SlotKey], now: float) -> list[SlotKey]:
+        """`slots` are held by another replica: none is bound here until given back. Returns
+        those already bound here (cannot happen when the hand-over protocol is kept)."""
+        given_back = self.reserved - slots
+        self.reserved = set(slots)
+        self.free = [s for s in self.free if s not in self.reserved]
+        for slot in sorted(given_back):
+            if slot not in self.bound:
+                self._release_slot(slot, now)
+        return sorted(s for s in self.reserved if s in self.bound)
+
+    def lose(self, corrids, reason: str) -> None:
+        """Another replica gave these sequences up: their later requests say why."""
+        for corrid in corrids:
+            if corrid not in self.live:
+                self.lost[corrid] = reason
+        self._trim_lost()
+
+    def _trim_lost(self) -> None:
+        while len(self.lost) > 10_000:  # a tombstone per lost id, for a clearer error; bounded
+            del self.lost[next(iter(self.lost))]
 
     def forget_worker(self, worker: str, reason: str) -> list[Sequence]:
         """The worker is gone: its slots vanish and the sequences on them are lost."""
@@ -95,8 +148,7 @@ class SequenceBook:
             if self.live.get(seq.corrid) is seq:
                 del self.live[seq.corrid]
                 self.lost[seq.corrid] = reason
-        while len(self.lost) > 10_000:  # a tombstone per lost id, for a clearer error; bounded
-            del self.lost[next(iter(self.lost))]
+        self._trim_lost()
         return lost
 
     # -- requests ---------------------------------------------------------------------
@@ -124,7 +176,7 @@ class SequenceBook:
         return Admission(seq, conflict=conflict)
 
     def _place(self, seq: Sequence, now: float) -> None:
-        if self.free:
+        if self.free:  # (a frozen book has none: a new sequence waits for one of its own to end)
             # spread sequences over instances: the one with the fewest bound sequences first
             load = {i: 0 for i in self.instances}
             for key in self.bound:
@@ -183,11 +235,11 @@ class SequenceBook:
         self._release_slot(slot, now)
 
     def _release_slot(self, slot: SlotKey, now: float) -> None:
-        if slot[:2] not in self.instances:
+        if slot[:2] not in self.instances or slot in self.reserved:
             return
         if self.backlog:
             self._bind(self.backlog.popleft(), slot, now)
-        else:
+        elif not self.frozen:  # a frozen book gives the slot away
             self.free.append(slot)
 
     def expire_backlog(self, expired) -> list[Sequence]:
@@ -237,7 +289,7 @@ class SequenceBook:
     def summary(self) -> dict[str, int]:
         """For `shoal status`: how the slots are used."""
         return {"instances": len(self.instances), "free_slots": len(self.free), "bound": len(self.bound),
-                "live": len(self.live), "backlog": len(self.backlog)}
+                "live": len(self.live), "backlog": len(self.backlog), "reserved": len(self.reserved)}
 
     def queued(self) -> int:
         return sum(len(s.queue) for s in self.bound.values()) + sum(len(s.queue) for s in self.backlog)

@@ -20,6 +20,7 @@ from nats.aio.client import Client as NATS
 
 from services.scheduler.batcher import BatchPolicy, next_batch
 from services.scheduler.ensemble import EnsembleRunner
+from services.scheduler.handover import RESIDUE_MAX_S, SHUTDOWN_RESIDUE_S, HandOver
 from services.scheduler.leases import TTL_S as LEASE_TTL_S
 from services.scheduler.leases import Leases
 from services.scheduler.ordering import OrderedRelease
@@ -149,11 +150,13 @@ class SchedulerService:
         self._loop = asyncio.get_running_loop()
         self.ensembles = EnsembleRunner(nc, settings.scheduler_id)  # ensembles run here, not on workers
         self.sequencer = Sequencer(self)
+        self.handover = HandOver(self)  # live sequences across a voluntary hand-over
 
     async def start(self) -> None:
         self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
         self.leases = Leases(await bus.bucket(self.nc, subjects.LEASES_BUCKET, ttl=LEASE_TTL_S),
-                             self.settings.scheduler_id, self._gain, self._lose, self._model_idle)
+                             self.settings.scheduler_id, self._gain, self._lose, self._model_idle,
+                             self.handover.begin)
         await self.nc.subscribe(subjects.INSTANCE_FREE, cb=self._on_free)
         await self.liveness.start()
         await self.ensembles.start()
@@ -161,6 +164,8 @@ class SchedulerService:
         await self.nc.subscribe(subjects.SCHEDULER_DRAIN, cb=self._on_drain)
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
         await self.nc.subscribe(subjects.SCHEDULER_CACHE, cb=self._on_cache)
+        await self.handover.start()
+        self._spawn(self.handover.run())
         self._spawn(self._watch_models())
         self._spawn(self.leases.run())
         self._spawn(self._expire())
@@ -178,10 +183,22 @@ class SchedulerService:
             "sequences": {f"{m}/{v}": q.seq.book.summary() for (m, v), q in self.queues.items() if q.seq},
             "workers": sorted(self.liveness.seen),
             "owned": sorted(self.leases.held),
+            # sequences of models handed over that this replica still serves: "overlap" or "final"
+            "handing_over": {f"{m}/{v}": "final" if final else "overlap" for (m, v), final in self.handover.held.items()},
         }
 
     async def stop(self) -> None:
+        # another replica takes the models over at once; one with live sequences is served
+        # here until they end (bounded), as in a hand-over to a joining replica
+        keep = [m for m in self.leases.held if self.handover.worth_keeping(m)] if self.leases.replicas > 1 else []
+        self.leases.closing = True
+        for model in keep:
+            await self.handover.begin(model)
         await self.leases.release_all()
+        if keep:
+            log.info("serving the live sequences of %s until they end (at most %g s)", keep, SHUTDOWN_RESIDUE_S)
+            await asyncio.gather(*(self._hand_over(model, SHUTDOWN_RESIDUE_S) for model in keep))
+        await self.handover.wait(SHUTDOWN_RESIDUE_S)  # hand-overs to a joining replica under way
         await self.micro.stop()
         self.liveness.stop()
         for task in list(self._tasks):
@@ -229,19 +246,34 @@ class SchedulerService:
     async def _on_request(self, msg) -> None:
         try:
             raws = _batch_decoder.decode(msg.data).requests
-            headers = [_header_decoder.decode(raw) for raw in raws]
         except msgspec.DecodeError as exc:
             log.error("undecodable request on %s: %s", msg.subject, exc)
             return
+        await self.take(raws)
+
+    async def take(self, raws: list[msgspec.Raw], routed: bool = False) -> None:
+        """Queue requests; those of sequences another replica holds go to it (`routed`: they
+        were sent here by a replica, never send them on)."""
+        try:
+            headers = [_header_decoder.decode(raw) for raw in raws]
+        except msgspec.DecodeError as exc:
+            log.error("undecodable request: %s", exc)
+            return
         now = time.monotonic()
         touched = {}
+        forward: dict[str, list[msgspec.Raw]] = {}
         for raw, header in zip(raws, headers):
             queue = self.queue(header.model, header.version)
             if self.ensembles.handles(header.model):  # a dataflow over its steps, no queue of its own
                 self.ensembles.submit(raw, queue.stats)
                 continue
-            if await self._admit(queue, header, raw, now):
+            holder = None if routed or queue.seq is None else self.handover.route(queue, header)
+            if holder is not None:
+                forward.setdefault(holder, []).append(raw)
+            elif await self._admit(queue, header, raw, now):
                 touched[queue.key] = queue
+        for holder, held in forward.items():
+            self.handover.forward(holder, held)
         for queue in touched.values():
             await self._pump(queue)
 
@@ -489,6 +521,7 @@ class SchedulerService:
         # the new owner are subscribed and each request reaches exactly one of them
         self._subs[model] = await self.nc.subscribe(subjects.infer(model), queue=subjects.SCHEDULER_QUEUE,
                                                     cb=self._on_request)
+        await self.handover.regain(model)
         await self.nc.publish(subjects.RESYNC, b"")  # workers announce their idle credits again
 
     async def _lose(self, model: str) -> None:
@@ -496,13 +529,18 @@ class SchedulerService:
         is already queued, and only then give up what is left."""
         self._spawn(self._hand_over(model))
 
-    async def _hand_over(self, model: str) -> None:
+    async def _hand_over(self, model: str, keep_s: float = RESIDUE_MAX_S) -> None:
         await asyncio.sleep(HANDOVER_S)
         if self.leases.owns(model):  # claimed back meanwhile
+            await self.handover.cancel(model)
             return
         sub = self._subs.pop(model, None)
         if sub is not None:
             await sub.unsubscribe()
+        await self.handover.serve(model, keep_s)  # live sequences stay here until they end
+        if self.leases.owns(model):  # it came back while we served them: ours again, nothing to give up
+            return
+        await self.handover.lost(model, f"scheduler {self.settings.scheduler_id} lost model '{model}'")
         deadline = time.monotonic() + HANDOVER_DRAIN_S
         while not self._model_idle(model) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
