@@ -6,8 +6,9 @@ by the python backend before a model is imported.
 
 The worker plugs itself in through `install_runtime` (BLS requests go through the
 scheduler like any client's) and through the per-request response senders and
-cancellation checks it hands to `InferenceRequest`. Custom metrics (`MetricFamily`) are
-kept here and collected by the gateways' `/metrics` over the bus.
+cancellation checks it hands to `InferenceRequest`. Errors, the auto-complete config and
+custom metrics (`MetricFamily`, published with the worker's heartbeats) are in `pb_errors`,
+`pb_config` and `pb_metrics`, re-exported here under Triton's names.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
-import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
 
+# names of this module that live in modules of their own (one concern each)
+from services.worker.pb_config import ModelConfig  # noqa: F401
+from services.worker.pb_errors import TritonError, TritonModelException
+from services.worker.pb_metrics import Metric, MetricFamily, metrics_snapshot  # noqa: F401
 from shared.datatypes import config_to_protocol, deserialize_bytes, numpy_dtype, serialize_bytes
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
@@ -32,34 +35,6 @@ TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
 _log = logging.getLogger("shoal.python_model")
-
-
-class TritonError(Exception):
-    UNKNOWN, INTERNAL, NOT_FOUND, INVALID_ARG, UNAVAILABLE, UNSUPPORTED, ALREADY_EXISTS, CANCELLED = range(8)
-    _NAMES = ("UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED",
-              "ALREADY_EXISTS", "CANCELLED")
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self._message, self._code = message, code
-
-    def message(self) -> str:
-        return self._message
-
-    def code(self) -> int:
-        return self._code
-
-    @classmethod
-    def code_of(cls, name: str) -> int:
-        """The code for one of Shoal's error code names (INTERNAL for any other)."""
-        return cls._NAMES.index(name) if name in cls._NAMES else cls.INTERNAL
-
-    def code_name(self) -> str:
-        return self._NAMES[self._code] if 0 <= self._code < len(self._NAMES) else "INTERNAL"
-
-
-class TritonModelException(Exception):
-    pass
 
 
 class Tensor:
@@ -312,148 +287,6 @@ class InferenceResponse:
 
     def parameters(self) -> str:
         return json.dumps(self._parameters)
-
-
-class ModelConfig:
-    """The config handed to `TritonPythonModel.auto_complete_config` (Triton's JSON form)."""
-
-    def __init__(self, model_config: dict) -> None:
-        self._config = model_config
-
-    def as_dict(self) -> dict:
-        return self._config
-
-    def set_max_batch_size(self, max_batch_size: int) -> None:
-        current = int(self._config.get("max_batch_size", 0) or 0)
-        if current not in (0, max_batch_size):
-            raise ValueError(f"configuration specified max_batch_size {current}, but in auto-complete-config "
-                             f"function for model '{self._config.get('name', '')}' specified max_batch_size "
-                             f"{max_batch_size}")
-        self._config["max_batch_size"] = max_batch_size
-
-    def set_dynamic_batching(self) -> None:
-        if self._config.get("sequence_batching"):
-            raise ValueError(f"Configuration specified scheduling_choice as 'sequence_batching', but "
-                             f"auto-complete-config function for model '{self._config.get('name', '')}' tries to "
-                             "set scheduling_choice as 'dynamic_batching'")
-        self._config.setdefault("dynamic_batching", {})
-
-    def set_model_transaction_policy(self, transaction_policy_dict: dict) -> None:
-        self._config["model_transaction_policy"] = dict(transaction_policy_dict)
-
-    def add_input(self, input: dict) -> None:
-        self._add("input", input)
-
-    def add_output(self, output: dict) -> None:
-        self._add("output", output)
-
-    def _add(self, kind: str, tensor: dict) -> None:
-        model = self._config.get("name", "")
-        for key in ("name", "data_type", "dims"):
-            if key not in tensor:
-                raise ValueError(f"{kind} '{tensor.get('name', '')}' in auto-complete-config function for model "
-                                 f"'{model}' is missing '{key}' property.")
-        existing = next((t for t in self._config.setdefault(kind, []) if t.get("name") == tensor["name"]), None)
-        if existing is None:
-            self._config[kind].append(dict(tensor))
-            return
-        for key in ("data_type", "dims"):  # what config.pbtxt states wins, but must agree
-            stated = existing.get(key)
-            if stated in (None, "", "TYPE_INVALID", []):
-                existing[key] = tensor[key]
-            elif list(stated) != list(tensor[key]) if key == "dims" else stated != tensor[key]:
-                raise ValueError(f"unable to load model '{model}', configuration expects {key} {stated} for "
-                                 f"{kind} '{tensor['name']}', model provides {tensor[key]}")
-
-
-_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_families: dict[str, MetricFamily] = {}
-_metrics_lock = threading.Lock()
-
-
-class MetricFamily:
-    """A custom metric family, shown on `/metrics` next to Triton's (summed over workers)."""
-
-    COUNTER, GAUGE, HISTOGRAM = 0, 1, 2
-    _KINDS = {0: "counter", 1: "gauge", 2: "histogram"}
-
-    def __init__(self, name: str, description: str, kind: int) -> None:
-        if not _METRIC_NAME.match(name):
-            raise TritonModelException(f"invalid metric family name '{name}'")
-        if kind not in self._KINDS:
-            raise TritonModelException(f"unknown metric family kind {kind}")
-        self.name, self.description, self.kind = name, description, kind
-        self._metrics: dict[tuple, Metric] = {}
-        with _metrics_lock:
-            existing = _families.get(name)
-            if existing is not None and existing.kind != kind:
-                raise TritonModelException(f"metric family '{name}' already exists with another kind")
-            if existing is not None:  # another instance of the model: the same family
-                self._metrics = existing._metrics
-            _families[name] = self
-
-    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:  # noqa: N802
-        bad = [k for k in labels or {} if not _LABEL_NAME.match(k)]
-        if bad:
-            raise TritonModelException(f"invalid metric label name '{bad[0]}'")
-        if self.kind == self.HISTOGRAM and not buckets:
-            raise TritonModelException("a histogram metric needs buckets")
-        key = tuple(sorted((labels or {}).items()))
-        with _metrics_lock:
-            metric = self._metrics.get(key)
-            if metric is None:
-                metric = self._metrics[key] = Metric(self.kind, dict(key), sorted(buckets or []))
-            return metric
-
-
-class Metric:
-    def __init__(self, kind: int, labels: dict[str, str], buckets: list[float]) -> None:
-        self._kind, self.labels, self.buckets = kind, labels, buckets
-        self._value = 0.0
-        self._counts = [0] * (len(buckets) + 1)
-        self._sum = 0.0
-
-    def increment(self, value: float) -> None:
-        if self._kind == MetricFamily.HISTOGRAM:
-            raise TritonModelException("increment is not supported for histograms; use observe")
-        if self._kind == MetricFamily.COUNTER and value < 0:
-            raise TritonModelException("a counter cannot be decremented")
-        with _metrics_lock:
-            self._value += value
-
-    def set(self, value: float) -> None:
-        if self._kind != MetricFamily.GAUGE:
-            raise TritonModelException("set is only supported for gauges")
-        with _metrics_lock:
-            self._value = value
-
-    def observe(self, value: float) -> None:
-        if self._kind != MetricFamily.HISTOGRAM:
-            raise TritonModelException("observe is only supported for histograms")
-        with _metrics_lock:
-            index = next((i for i, bound in enumerate(self.buckets) if value <= bound), len(self.buckets))
-            self._counts[index] += 1
-            self._sum += value
-
-    def value(self) -> float:
-        if self._kind == MetricFamily.HISTOGRAM:
-            raise TritonModelException("value is not supported for histograms")
-        return self._value
-
-
-def _number(value: float) -> float | str:
-    """JSON has no NaN or infinities: those travel as Prometheus spells them."""
-    return value if math.isfinite(value) else ("NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf"))
-
-
-def metrics_snapshot() -> list[dict]:
-    """Every custom family and its samples, for the gateways' `/metrics`."""
-    with _metrics_lock:
-        return [{"name": f.name, "description": f.description, "kind": MetricFamily._KINDS[f.kind],
-                 "samples": [{"labels": m.labels, "value": _number(m._value), "buckets": m.buckets,
-                              "counts": list(m._counts), "sum": _number(m._sum)} for m in f._metrics.values()]}
-                for f in _families.values()]
 
 
 class Logger:

@@ -3,7 +3,7 @@
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.gateway.custom_metrics import merge, render_custom
-from services.worker import pb_utils
+from services.worker import pb_metrics, pb_utils
 
 
 def snapshot(value: float, observed: list[float]) -> list[dict]:
@@ -55,4 +55,4 @@ def test_non_finite_values_and_odd_text_still_render():
     assert merge([[{"name": "x", "description": "", "kind": "counter",
                     "samples": [{"labels": {}, "value": "+Inf", "buckets": [], "counts": [0], "sum": 0}]}]]
                  )["x"]["samples"][()]["value"] == float("inf")
-    assert pb_utils._number(float("nan")) == "NaN" and pb_utils._number(2.5) == 2.5
+    assert pb_metrics._number(float("nan")) == "NaN" and pb_metrics._number(2.5) == 2.5
