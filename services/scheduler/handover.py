@@ -81,11 +81,11 @@ def route(holders: Mapping[str, Seen], live: Container, header: RequestHeader) -
     replica (scheduler id) that holds its sequence."""
     if header.sequence_id in live:  # ours (a START for an id live there was bounced back to us)
         return None
-    for holder, seen in holders.items():
-        if not seen.residue.final:  # the overlap: the old owner alone starts and continues sequences
+    for holder, seen in holders.items():  # an earlier owner still serving this sequence keeps it
+        if seen.residue.final and header.sequence_id in seen.ids:
             return holder
     for holder, seen in holders.items():
-        if header.sequence_id in seen.ids:
+        if not seen.residue.final:  # the overlap: the old owner alone starts and continues sequences
             return holder
     return None
 
@@ -139,8 +139,8 @@ class HandOver:
         for key in self._keys(model):
             book = self.service.queues[key].seq.book
             if book.frozen:
+                await self._reserve(key)  # first: thawing must not free slots other replicas hold
                 book.thaw(time.monotonic())  # `serve` sees it and ends the residue
-                await self._reserve(key)
 
     async def lost(self, model: str, reason: str) -> None:
         """We lost the model without handing it over (our lease expired): its live sequences
@@ -193,6 +193,7 @@ class HandOver:
             config = queue.seq.config
             book = queue.seq.book = SequenceBook(key[0], config.slots_per_instance, config.idle_us / 1e6)
             book.lose(lost, reason)
+            await self._reserve(key)  # the fresh book respects what other replicas hold at once
         if lost:
             log.warning("gave up %d live sequence(s) of model '%s': %s", len(lost), key[0], reason)
         await self._publish(SequenceResidue(model=key[0], version=key[1], holder=self.me, done=True, lost=lost,
@@ -322,7 +323,7 @@ class HandOver:
         if not holders:
             self.seen.pop(key, None)
         queue = self.service.queues.get(key)
-        if queue is None or queue.seq is None or queue.seq.book.frozen:
+        if queue is None or queue.seq is None:
             return
         slots = {tuple(slot) for seen in holders.values() if seen.residue.final for slot in seen.residue.slots}
         clash = queue.seq.book.reserve(slots, time.monotonic())

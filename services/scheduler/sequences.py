@@ -121,9 +121,10 @@ class SequenceBook:
         given_back = self.reserved - slots
         self.reserved = set(slots)
         self.free = [s for s in self.free if s not in self.reserved]
-        for slot in sorted(given_back):
-            if slot not in self.bound:
-                self._release_slot(slot, now)
+        if not self.frozen:  # a frozen book only keeps track (for when it thaws): it binds nothing new
+            for slot in sorted(given_back):
+                if slot not in self.bound:
+                    self._release_slot(slot, now)
         return sorted(s for s in self.reserved if s in self.bound)
 
     def lose(self, corrids, reason: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -145,7 +146,8 @@ class SchedulerService:
         self._stats_sub = None
         self.limiter = RateLimiter(settings.rate_limit == "execution_count", parse_resources(settings.rate_limit_resource))
         self.running: Counter[tuple[str, int]] = Counter()  # batches in flight per instance
-        self._batch_ids = 0
+        # every replica hears every completion: batch ids must not collide across replicas
+        self._batch_ids = secrets.randbits(40)
         self._tasks: set[asyncio.Task] = set()
         self._loop = asyncio.get_running_loop()
         self.ensembles = EnsembleRunner(nc, settings.scheduler_id)  # ensembles run here, not on workers
@@ -430,6 +432,9 @@ class SchedulerService:
                     await self._pump(queue)
 
     async def _complete(self, queue: ModelQueue, free: InstanceFree) -> None:
+        mine = self.in_flight.get((free.worker, free.batch_id))
+        if mine is None or mine.key != (free.model, free.version):
+            return  # another replica's batch
         flight = self._finish_flight((free.worker, free.batch_id))
         if flight is None:
             return

@@ -41,6 +41,7 @@ class StateStore:
         self.batched = config.max_batch_size > 0
         self.state_dir = state_dir
         self._held: dict[Key, dict[str, np.ndarray]] = {}
+        self._slots: dict[tuple[int, int], Key] = {}  # (instance, slot) -> the sequence last started there
 
     @property
     def output_names(self) -> list[str]:
@@ -49,10 +50,15 @@ class StateStore:
     def initial(self) -> dict[str, np.ndarray]:
         return {s.input_name: initial_value(s, self.batched, self.state_dir) for s in self.states}
 
-    def inputs(self, seq: SeqControl) -> dict[str, np.ndarray]:
+    def inputs(self, seq: SeqControl, instance: int = 0) -> dict[str, np.ndarray]:
         if not self.states:
             return {}
         key = (seq.corrid, seq.seq)
+        if seq.start:  # whatever sequence held this slot before is over, whether or not we were told
+            previous = self._slots.get((instance, seq.slot))
+            if previous is not None and previous != key:
+                self._held.pop(previous, None)
+            self._slots[(instance, seq.slot)] = key
         held = None if seq.start else self._held.get(key)
         if held is None:
             held = self.initial()

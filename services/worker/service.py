@@ -297,7 +297,7 @@ class WorkerService:
                 control = controls.get(request.rid)
                 if control is not None:  # sequence models: control tensors and implicit state join the inputs
                     inputs.update(control_arrays(loaded.sequence, control))
-                    inputs.update(loaded.states.inputs(control))
+                    inputs.update(loaded.states.inputs(control, instance.index))
                 arrays.append(inputs)
                 readable.append(request)
             except Exception as exc:

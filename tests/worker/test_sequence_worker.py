@@ -83,3 +83,13 @@ def test_direct_rows_follow_slots_with_not_ready_padding():
     assert padded[2] is rows[0] and padded[0] is rows[1]
     assert padded[1]["R"].tolist() == [[-1.0]] and padded[1]["C"].tolist() == [[0]]  # not ready
     assert padded[1]["IN"].tolist() == [[0.0, 0.0]] and padded[1]["SIN"].shape == (1, 2)
+
+
+def test_a_start_on_a_slot_drops_the_state_its_previous_sequence_left():
+    store = StateStore(sequence_config(CONFIG), None)
+    first = SeqControl(corrid=1, seq=10, start=True, end=False, slot=0)
+    store.inputs(first, 0)
+    store.keep(first, {"SOUT": np.ones((1, 2), np.float32)})
+    assert len(store) == 1  # its END never came (e.g. its scheduler died)
+    store.inputs(SeqControl(corrid=2, seq=11, start=True, end=False, slot=0), 0)
+    assert len(store) == 0
