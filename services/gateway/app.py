@@ -45,6 +45,13 @@ def json_response(doc: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(doc), status_code=status, media_type="application/json")
 
 
+def _decode_json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:  # Triton's 400
+        raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+
+
 def error_response(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps({"error": message}), status_code=status, media_type="application/json", headers=headers)
 
@@ -188,11 +195,7 @@ class Gateway:
         body = await request.body()
         if len(body) > limit:
             raise codec.size_error(len(body), limit)
-        try:
-            document = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
-        parsed = parse_generate(spec, document)
+        parsed = parse_generate(spec, _decode_json(body))
         valid = validate(spec, parsed, streaming=True)
         return spec, resolved, parsed, valid
 
@@ -266,12 +269,7 @@ class Gateway:
     async def _parse_json(request: Request) -> Any:
         """A small control-API body (`{}` when empty); a parse error is Triton's 400."""
         body = await request.body()
-        if not body.strip():
-            return {}
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+        return _decode_json(body) if body.strip() else {}
 
     async def _json_body(self, request: Request) -> dict:
         doc = await self._parse_json(request)

@@ -198,6 +198,14 @@ def _node(model: str, io: dict[str, Any], batching: bool, use_reshape: bool = Fa
     return _Node(model, io.get("data_type", "TYPE_INVALID"), dims, _full(dims, batching))
 
 
+def _merge(tensors: dict[str, _Node], tensor: str, node: _Node, ensemble: str) -> str:
+    """The first sighting of an ensemble tensor defines it; later ones must agree with it."""
+    if tensor not in tensors:
+        tensors[tensor] = node
+        return ""
+    return _consistent(tensors[tensor], node, f"in ensemble {ensemble}, ensemble tensor {tensor}: ")
+
+
 def _consistent(a: _Node, b: _Node, prefix: str) -> str:
     if a.datatype != b.datatype:
         return (f"{prefix}inconsistent data type: {a.datatype} is inferred from model {a.model} "
@@ -234,22 +242,14 @@ def check_members(config: dict[str, Any], members: dict[str, dict[str, Any]]) ->
                 if io.get("optional"):
                     continue
                 return f"in ensemble {name}, input {model_input} in model {step.model} is not mapped to any ensemble tensors"
-            node = _node(step.model, io, m_batching)
-            if tensor in tensors:
-                error = _consistent(tensors[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ")
-                if error:
-                    return error
-            else:
-                tensors[tensor] = node
+            error = _merge(tensors, tensor, _node(step.model, io, m_batching), name)
+            if error:
+                return error
         for model_output, tensor in step.output_map.items():
             if model_output not in outputs:
                 return (f"in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing output "
                         f"{model_output} in model {step.model}")
-            node = _node(step.model, outputs[model_output], m_batching)
-            if tensor in tensors:
-                error = _consistent(tensors[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ")
-                if error:
-                    return error
-            else:
-                tensors[tensor] = node
+            error = _merge(tensors, tensor, _node(step.model, outputs[model_output], m_batching), name)
+            if error:
+                return error
     return ""

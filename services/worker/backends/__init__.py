@@ -9,9 +9,12 @@ to install; it never breaks the worker or other models.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from types import ModuleType
 
 from shared.errors import unavailable
+from shared.model_config import ModelSpec
+from shared.paths import inside
 
 _MODULES = {
     "onnxruntime": "services.worker.backends.onnxruntime_backend",
@@ -35,3 +38,12 @@ def load_backend(name: str) -> ModuleType:
     except ImportError as exc:
         extra = _EXTRAS.get(name, "shoal")
         raise unavailable(f"backend '{name}' cannot be imported ({exc}); install `pip install '{extra}'`") from None
+
+
+def model_path(spec: ModelSpec, model_dir: Path, version: int, default: str, is_file: bool = False) -> Path:
+    """The version's model file (`default_model_filename` or the backend's default name); a
+    symlink may point within the repository, never out of it."""
+    path = inside(model_dir.parent, f"{model_dir.name}/{version}/{spec.default_model_filename or default}")
+    if not (path.is_file() if is_file else path.exists()):
+        raise unavailable(f"unable to find '{path}' for model '{spec.name}'")
+    return path

@@ -19,10 +19,10 @@ import ml_dtypes
 import numpy as np
 import onnxruntime as ort
 
+from services.worker.backends import model_path
 from services.worker.backends.onnxruntime_options import CPU, SessionPlan, build_session_plan
 from shared.errors import invalid, unavailable
 from shared.model_config import ModelSpec
-from shared.paths import inside
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 log = logging.getLogger("shoal.worker")
@@ -106,10 +106,7 @@ class OnnxInstance:
 
 def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,
                     name: str = "") -> OnnxInstance:
-    # the file may be a symlink within the repository, never a path out of it
-    path = inside(model_dir.parent, f"{model_dir.name}/{version}/{spec.default_model_filename or 'model.onnx'}")
-    if not path.exists():
-        raise unavailable(f"unable to find '{path}' for model '{spec.name}'")
+    path = model_path(spec, model_dir, version, "model.onnx")
     return OnnxInstance(spec, path, kind, device, threads, name)
 
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from services.worker import pb_utils
+from services.worker.backends import model_path
 from shared.errors import ShoalError, unavailable
 from shared.model_config import ModelSpec
-from shared.paths import inside
 
 DECOUPLED = "decoupled"  # a request whose responses the model sends itself, through its response sender
 
@@ -179,9 +179,7 @@ class PythonInstance:
 
 def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,
                     name: str = "") -> PythonInstance:
-    path = inside(model_dir.parent, f"{model_dir.name}/{version}/{spec.default_model_filename or 'model.py'}")
-    if not path.is_file():
-        raise unavailable(f"unable to find '{path}' for model '{spec.name}'")
+    path = model_path(spec, model_dir, version, "model.py", is_file=True)
     return PythonInstance(spec, path, version, name or f"{spec.name}_0", kind, device)
 
 

@@ -22,10 +22,10 @@ import ml_dtypes
 import numpy as np
 import torch
 
+from services.worker.backends import model_path
 from services.worker.backends.torch_names import bind_inputs, bind_outputs
 from shared.errors import ShoalError, invalid, unavailable
 from shared.model_config import ModelSpec
-from shared.paths import inside
 
 log = logging.getLogger("shoal.worker")
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -153,9 +153,7 @@ class TorchInstance:
 
 def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,
                     name: str = "") -> TorchInstance:
-    path = inside(model_dir.parent, f"{model_dir.name}/{version}/{spec.default_model_filename or 'model.pt'}")
-    if not path.exists():
-        raise unavailable(f"unable to find '{path}' for model '{spec.name}'")
+    path = model_path(spec, model_dir, version, "model.pt")
     return TorchInstance(spec, path, kind, device, threads, name)
 
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from services.worker.backends import model_path
 from shared.datatypes import numpy_dtype
 from shared.errors import ShoalError, invalid, unavailable
 from shared.model_config import ModelSpec
-from shared.paths import inside
 
 log = logging.getLogger("shoal.worker")
 NEEDS = "TensorRT backend needs an NVIDIA GPU and the 'tensorrt' package: pip install 'shoal[gpu]'"
@@ -161,9 +161,7 @@ class TensorRTInstance:
 
 def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,
                     name: str = "") -> TensorRTInstance:
-    path = inside(model_dir.parent, f"{model_dir.name}/{version}/{spec.default_model_filename or 'model.plan'}")
-    if not path.exists():
-        raise unavailable(f"unable to find '{path}' for model '{spec.name}'")
+    path = model_path(spec, model_dir, version, "model.plan")
     return TensorRTInstance(spec, path, kind, device, name)
 
 
