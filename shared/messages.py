@@ -130,7 +130,7 @@ class SeqControl(msgspec.Struct, omit_defaults=True):
 
 class SequenceResidue(msgspec.Struct, omit_defaults=True):
     """Scheduler -> schedulers: the live sequences of a model version that a replica still
-    serves after handing the model over (see services/scheduler/handover.py), sent on every
+    serves after handing the model over (see services/scheduler/replicas/handover.py), sent on every
     change and at least every second while it holds any."""
 
     model: str

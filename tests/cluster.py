@@ -10,7 +10,6 @@ from pathlib import Path
 from onnx import TensorProto
 
 from services.repository import examples
-from services.supervisor import Cluster
 from shared.natsserver import NatsServer, free_port
 from shared.settings import (
     GatewaySettings,
@@ -18,6 +17,7 @@ from shared.settings import (
     SchedulerSettings,
     WorkerSettings,
 )
+from shoal.supervisor import Cluster
 
 DTYPES = {
     "BOOL": TensorProto.BOOL, "UINT8": TensorProto.UINT8, "UINT16": TensorProto.UINT16,

@@ -9,13 +9,13 @@ import logging
 import msgspec
 import uvicorn
 
-from services.gateway.app import Gateway, build_app, scheduler_stats
-from services.gateway.core import InferenceCore
-from services.gateway.custom_metrics import CustomMetrics
-from services.gateway.http_protocol import CorkedHttpToolsProtocol
-from services.gateway.metrics import MetricsOptions, build_metrics_app
-from services.gateway.models import ModelRegistry
-from services.gateway.shm import ShmRegistry
+from services.gateway.http.app import Gateway, build_app, scheduler_stats
+from services.gateway.http.protocol import CorkedHttpToolsProtocol
+from services.gateway.metrics.custom import CustomMetrics
+from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app
+from services.inference.core import InferenceCore
+from services.inference.models import ModelRegistry
+from services.inference.shm import ShmRegistry
 from shared import bus, discovery
 from shared.dispatch import Dispatcher
 from shared.logsettings import follow

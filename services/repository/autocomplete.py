@@ -84,7 +84,7 @@ def autocomplete_python(config: pb.ModelConfig, model_file: Path) -> pb.ModelCon
 
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "services.worker.python_autocomplete", str(model_file)],
+            [sys.executable, "-m", "services.worker.python.autocomplete", str(model_file)],
             input=json.dumps(to_json(config)), capture_output=True, text=True, timeout=PYTHON_AUTOCOMPLETE_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:

@@ -10,7 +10,7 @@ a member changes, because the members can change without the ensemble being relo
 
 from __future__ import annotations
 
-from services.scheduler.ensemble_graph import check_members, graph_from_config, is_ensemble
+from shared.ensemble_graph import check_members, graph_from_config, is_ensemble
 from shared.messages import ModelRecord, ModelVersionState
 
 

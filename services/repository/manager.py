@@ -18,8 +18,8 @@ from pathlib import Path
 
 from services.repository import ensembles, overrides
 from services.repository.scan import ScannedModel, check_model_name, list_models, scan_model, signature
-from services.scheduler.ensemble_graph import check_structure, is_ensemble
 from shared import model_config
+from shared.ensemble_graph import check_structure, is_ensemble
 from shared.errors import ShoalError, internal, invalid
 from shared.messages import InstanceRecord, ModelRecord, ModelVersionState
 from shared.settings import RepositorySettings

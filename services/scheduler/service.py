@@ -19,16 +19,16 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 
-from services.scheduler.batcher import BatchPolicy, next_batch
-from services.scheduler.ensemble import EnsembleRunner
-from services.scheduler.handover import RESIDUE_MAX_S, SHUTDOWN_RESIDUE_S, HandOver
-from services.scheduler.leases import TTL_S as LEASE_TTL_S
-from services.scheduler.leases import Leases
-from services.scheduler.ordering import OrderedRelease
-from services.scheduler.queues import Priorities, RequestQueue
-from services.scheduler.ratelimit import Need, RateLimiter, instance_needs, parse_resources
-from services.scheduler.sequencer import SequenceQueue, Sequencer
-from services.scheduler.stats import ModelStats
+from services.scheduler.batching.batcher import BatchPolicy, next_batch
+from services.scheduler.batching.ordering import OrderedRelease
+from services.scheduler.batching.queues import Priorities, RequestQueue
+from services.scheduler.batching.ratelimit import Need, RateLimiter, instance_needs, parse_resources
+from services.scheduler.ensembles.runner import EnsembleRunner
+from services.scheduler.replicas.handover import RESIDUE_MAX_S, SHUTDOWN_RESIDUE_S, HandOver
+from services.scheduler.replicas.leases import TTL_S as LEASE_TTL_S
+from services.scheduler.replicas.leases import Leases
+from services.scheduler.sequences.batcher import SequenceQueue, Sequencer
+from services.scheduler.statistics.stats import ModelStats
 from shared import bus, discovery, subjects
 from shared.liveness import WorkerLiveness
 from shared.logcontext import request_ids

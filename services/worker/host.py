@@ -21,12 +21,12 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.worker import backends
-from services.worker.child_reports import ChildReports
 from services.worker.gpus import available_gpus
 from services.worker.instances import Instance, LoadedModel
-from services.worker.isolation import ModelProcesses, isolated
 from services.worker.placement import plan_instances
-from services.worker.sequence_state import StateStore
+from services.worker.python.child_reports import ChildReports
+from services.worker.python.isolation import ModelProcesses, isolated
+from services.worker.sequences.state import StateStore
 from services.worker.warmup import run_warmup
 from shared import bus, subjects
 from shared.messages import InstanceRecord, ModelRecord, encode
@@ -131,7 +131,7 @@ class ModelHost:
         return not self.settings.models or any(fnmatch.fnmatchcase(name, p) for p in self.settings.models)
 
     async def apply(self, name: str, record: ModelRecord | None) -> None:
-        # an ensemble has no instances: the scheduler runs it (services/scheduler/ensemble.py)
+        # an ensemble has no instances: the scheduler runs it (services/scheduler/ensembles/runner.py)
         hosted = (record is not None and not record.reason and self.hosts(name)
                   and record.active_config.get("platform") != "ensemble")
         if hosted and isolated(self.settings, record.config):

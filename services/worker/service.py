@@ -18,16 +18,16 @@ import msgspec
 import numpy as np
 from nats.aio.client import Client as NATS
 
-from services.worker import pb_utils
-from services.worker.backends.python_backend import ModelError
 from services.worker.batch import gather, scatter
-from services.worker.bls import BlsRuntime
-from services.worker.decoupled import Cancellations, DecoupledSenders
 from services.worker.host import ModelHost
 from services.worker.instances import Instance, LoadedModel
-from services.worker.isolation import die_with_parent
+from services.worker.python import pb_utils
+from services.worker.python.backend import ModelError
+from services.worker.python.bls import BlsRuntime
+from services.worker.python.decoupled import Cancellations, DecoupledSenders
+from services.worker.python.isolation import die_with_parent
 from services.worker.replies import Replies
-from services.worker.sequence_controls import control_arrays, flags, pad_slots
+from services.worker.sequences.controls import control_arrays, flags, pad_slots
 from shared import bus, discovery, subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.errors import ShoalError

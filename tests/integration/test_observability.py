@@ -14,7 +14,7 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from shared.status import collect
+from shoal.status import collect
 from tests.cluster import running_cluster
 from tests.integration.test_endpoints import http
 
@@ -39,7 +39,7 @@ def test_connections_are_named(shoal):
 
 
 def test_shoal_status_command(shoal):
-    out = subprocess.run([sys.executable, "-m", "shared.cli", "status", "--nats-url", shoal.nats.url],
+    out = subprocess.run([sys.executable, "-m", "shoal.cli", "status", "--nats-url", shoal.nats.url],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     for kind in ("gateway", "scheduler", "worker", "repository"):

@@ -13,7 +13,7 @@ from tests.cluster import running_cluster
 
 def test_three_workers_share_the_load(test_repository):
     with running_cluster(test_repository, workers=3) as running:
-        from shared.status import collect
+        from shoal.status import collect
 
         def credits() -> int:  # 3 workers x 2 instances x 2 credits once every worker hosts the mlp
             scheduler = next(s for s in asyncio.run(collect(running.nats.url)) if s["name"] == "shoal-scheduler")
@@ -78,7 +78,7 @@ def test_two_gateways_answer_alike(tmp_path):
         assert clients[0].get_model_metadata("mlp") == clients[1].get_model_metadata("mlp")
         assert clients[0].get_model_config("simple") == clients[1].get_model_config("simple")
         # each worker hosts only what its selector names
-        from shared.status import collect
+        from shoal.status import collect
 
         hosted = sorted(sorted(s["status"]["models"]) for s in asyncio.run(collect(running.nats.url))
                         if s["name"] == "shoal-worker")
@@ -123,7 +123,7 @@ def test_scheduler_replicas_divide_the_models_and_take_over(tmp_path):
     from tritonclient.utils import InferenceServerException
 
     from services.repository.examples import write_examples
-    from shared.status import collect
+    from shoal.status import collect
 
     write_examples(tmp_path)
     with running_cluster(tmp_path, schedulers=2, supervise=False, request_timeout_s=5) as running:

@@ -11,7 +11,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from shared.status import collect
+from shoal.status import collect
 from tests.cluster import running_cluster
 from tests.integration.test_sequence_batcher import _int_input, _python_model, wait_until
 

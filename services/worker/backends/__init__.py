@@ -18,7 +18,7 @@ from shared.paths import inside
 
 _MODULES = {
     "onnxruntime": "services.worker.backends.onnxruntime_backend",
-    "python": "services.worker.backends.python_backend",
+    "python": "services.worker.python.backend",
     "pytorch": "services.worker.backends.pytorch_backend",
     "tensorrt": "services.worker.backends.tensorrt_backend",
 }

@@ -1,0 +1,85 @@
+"""Python models' custom metrics (`pb_utils.MetricFamily`), rendered after Triton's own on
+`/metrics`.
+
+Workers publish their models' families with every heartbeat; each gateway keeps the last
+snapshot of each worker (a scrape never waits on a worker) and forgets a worker silent for
+`STALE_S`. A model may run on several workers: samples with the same family and labels are
+summed (counters and histograms add up as they would in one Triton process; a gauge is
+summed too, so a per-worker gauge should carry a label of its own).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client as NATS
+
+from services.gateway.metrics.text import family_lines, histogram_lines
+from shared import subjects
+
+STALE_S = 10.0
+
+
+class CustomMetrics:
+    def __init__(self) -> None:
+        self.snapshots: dict[str, tuple[float, list[dict]]] = {}  # worker -> (received, families)
+
+    async def start(self, nc: NATS) -> None:
+        await nc.subscribe(subjects.WORKER_METRICS, cb=self._on_snapshot)
+
+    async def _on_snapshot(self, msg) -> None:
+        try:
+            doc = msgspec.json.decode(msg.data)
+            self.snapshots[str(doc["worker"])] = (time.monotonic(), list(doc["families"]))
+        except (msgspec.DecodeError, KeyError, TypeError):
+            return
+
+    def lines(self) -> list[str]:
+        now = time.monotonic()
+        for worker in [w for w, (at, _) in self.snapshots.items() if now - at > STALE_S]:
+            del self.snapshots[worker]
+        return render_custom(merge([families for _, families in self.snapshots.values()]))
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)  # "NaN", "+Inf" as the worker spells them
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def merge(snapshots: list[list[dict]]) -> dict[str, dict[str, Any]]:
+    families: dict[str, dict[str, Any]] = {}
+    for snapshot in snapshots:
+        for family in snapshot:
+            merged = families.setdefault(family["name"], {"description": family["description"],
+                                                          "kind": family["kind"], "samples": {}})
+            if merged["kind"] != family["kind"]:
+                continue  # two models disagree on a family's kind: the first one seen wins
+            for sample in family["samples"]:
+                key = tuple(sorted(sample["labels"].items()))
+                value, total = _number(sample["value"]), _number(sample["sum"])
+                into = merged["samples"].get(key)
+                if into is None or into["buckets"] != sample["buckets"]:
+                    merged["samples"][key] = {**sample, "value": value, "sum": total, "counts": list(sample["counts"])}
+                    continue
+                into["value"] += value
+                into["sum"] += total
+                into["counts"] = [a + b for a, b in zip(into["counts"], sample["counts"])]
+    return families
+
+
+def render_custom(families: dict[str, dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for name, family in sorted(families.items()):
+        samples = [(dict(key), sample) for key, sample in family["samples"].items()]
+        if family["kind"] == "histogram":
+            lines += histogram_lines(name, family["description"],
+                                     [(labels, s["buckets"], s["counts"], s["sum"]) for labels, s in samples])
+        else:
+            lines += family_lines(name, family["description"], family["kind"],
+                                  [(labels, s["value"]) for labels, s in samples])
+    return lines

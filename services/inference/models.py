@@ -1,0 +1,121 @@
+"""The gateway's view of the models: the repository's published records, watched live."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+
+import msgspec
+from nats.aio.client import Client as NATS
+
+from shared import bus, subjects
+from shared.ensemble_graph import is_decoupled, is_ensemble
+from shared.errors import ShoalError, not_found, unavailable
+from shared.messages import ModelRecord
+from shared.model_config import ModelSpec, spec_from_json
+
+log = logging.getLogger("shoal.gateway")
+_record_decoder = msgspec.msgpack.Decoder(ModelRecord)
+
+
+class ModelRegistry:
+    def __init__(self) -> None:
+        self.records: dict[str, ModelRecord] = {}
+        self.specs: dict[str, ModelSpec] = {}
+        self.synced = asyncio.Event()
+        self.revisions: dict[str, int] = {}  # model -> KV revision of the record seen
+        self.changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    async def start(self, nc: NATS) -> None:
+        kv = await bus.bucket(nc, subjects.MODELS_BUCKET)
+        self._task = asyncio.create_task(self._watch(nc, kv))
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+
+    async def _watch(self, nc: NATS, kv) -> None:
+        async for change in bus.watch(nc, kv):
+            if not change.key:
+                self.synced.set()
+                continue
+            name = subjects.untoken(change.key)
+            self.revisions[name] = change.revision
+            self.changed.set()
+            self.changed = asyncio.Event()
+            if change.value is None:
+                self.records.pop(name, None)
+                self.specs.pop(name, None)
+                continue
+            record = _record_decoder.decode(change.value)
+            self.records[name] = record
+            if record.active_config:  # during a reload: the config of the instances still serving
+                self.specs[name] = spec_from_json(record.active_config)
+            else:
+                self.specs.pop(name, None)
+            self._derive_decoupled()
+            self.synced.set()
+
+    def _derive_decoupled(self) -> None:
+        """An ensemble with a decoupled step is decoupled itself (its responses stream): `/infer`
+        refuses it and `/generate_stream` streams it. Derived here from the members' configs, not
+        written into the ensemble's config, because a member can be reloaded (decoupled or not)
+        without the ensemble being touched; any record change re-derives every ensemble."""
+        configs = {name: spec.config for name, spec in self.specs.items()}
+        for name, spec in list(self.specs.items()):
+            if is_ensemble(spec.config):
+                decoupled = is_decoupled(name, configs)
+                if decoupled != spec.decoupled:
+                    self.specs[name] = dataclasses.replace(spec, decoupled=decoupled)
+
+    async def seen(self, name: str, revision: int, timeout: float = 10.0) -> None:
+        """Wait until this gateway has the repository's record `revision` of `name` (or newer)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.revisions.get(name, 0) < revision:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self.changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                return
+
+    def ready_versions(self, name: str) -> list[int]:
+        record = self.records.get(name)
+        if record is None:
+            return []
+        return sorted(int(v) for v, s in record.versions.items() if s.state == "READY")
+
+    def resolve(self, name: str, version: str = "") -> tuple[ModelSpec, int]:
+        """The model and version a request goes to, or Triton's error for why not."""
+        record = self.records.get(name)
+        if record is None:
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        if not version:
+            ready = self.ready_versions(name)
+            if not ready or name not in self.specs:
+                raise not_found(f"Request for unknown model: '{name}' has no available versions")
+            return self.specs[name], ready[-1]
+        state = record.versions.get(str(int(version)))
+        if state is None:
+            raise not_found(f"Request for unknown model: '{name}' version {int(version)} is not found")
+        if state.state != "READY" or name not in self.specs:
+            raise unavailable(f"Request for unknown model: '{name}' version {int(version)} is not at ready state")
+        return self.specs[name], int(version)
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.resolve(name, version)
+        except ShoalError:
+            return False
+        return True
+
+    def all_ready(self) -> bool:
+        """Strict readiness: every version the repository tried to load is READY."""
+        return all(
+            s.state == "READY" or s.reason == "unloaded"
+            for record in self.records.values()
+            for s in record.versions.values()
+        )

@@ -1,0 +1,155 @@
+"""A request checked against its model's config, as Triton's core normalizes it (§3.1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.inference.codec import ParsedRequest, expected_byte_size
+from shared.errors import Code, ShoalError, invalid
+from shared.model_config import ModelSpec
+
+_BATCH_NOTE = (
+    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
+    "prepended to each input shape. If you want to specify the full shape including the batch dim in "
+    "your input dims config, try setting max_batch_size to zero. See the model configuration docs for "
+    "more info on max_batch_size."
+)
+
+
+@dataclass(frozen=True)
+class Validated:
+    batch_size: int
+    shape_sig: str  # shapes of variable-dim inputs and the set of inputs given
+    outputs: list[str]  # requested output names (empty = all)
+    binary: dict[str, bool]  # output name -> return as binary
+
+
+def _fmt(dims) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _shape_matches(dims: tuple[int, ...], shape: list[int]) -> bool:
+    return len(dims) == len(shape) and all(d == -1 or d == s for d, s in zip(dims, shape))
+
+
+def validate(spec: ModelSpec, request: ParsedRequest, streaming: bool = False) -> Validated:
+    """`streaming`: the endpoint can carry a decoupled model's many responses."""
+    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    model = spec.name
+    if spec.decoupled and not streaming:
+        raise ShoalError("HTTP end point doesn't support models with decoupled transaction policy", Code.UNSUPPORTED)
+    given = [t.name for t in request.inputs]
+    for tensor in request.inputs:
+        if spec.input(tensor.name) is None:
+            raise invalid(f"{prefix}unexpected inference input '{tensor.name}' for model '{model}'")
+    required = [t.name for t in spec.inputs if not t.optional]
+    missing = [name for name in required if name not in given]
+    if missing:
+        raise invalid(
+            f"{prefix}expected {len(required)} inputs but got {len(given)} inputs for model '{model}'. "
+            f"Got input(s) {given}, but missing required input(s) {missing}. Please provide all required input(s)."
+        )
+    batch_size = 0
+    sig: list[str] = []
+    for tensor in request.inputs:
+        config = spec.input(tensor.name)
+        if tensor.datatype != config.datatype:
+            raise invalid(
+                f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
+                f"but model '{model}' expects '{config.datatype}'"
+            )
+        shape = tensor.shape
+        if spec.max_batch_size > 0:
+            if not shape:
+                raise invalid(
+                    f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
+                    f"Expected {_fmt((-1,) + config.dims)}, got {_fmt(shape)}.{_BATCH_NOTE}"
+                )
+            if batch_size == 0:
+                batch_size = shape[0]
+            elif shape[0] != batch_size:
+                raise invalid(f"{prefix}input '{tensor.name}' batch size does not match other inputs for '{model}'")
+            item_shape = shape[1:]
+        else:
+            item_shape = shape
+        expected_dims = config.reshape if (config.reshape is not None and not config.dims) else config.dims
+        if not _shape_matches(expected_dims, item_shape):
+            shown = (-1,) + config.dims if spec.max_batch_size > 0 else config.dims
+            note = _BATCH_NOTE if spec.max_batch_size > 0 else ""
+            raise invalid(
+                f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
+                f"Expected {_fmt(shown)}, got {_fmt(shape)}.{note}"
+            )
+        if tensor.in_shared_memory:
+            expected = expected_byte_size(tensor.datatype, shape, b"")[0]
+            actual = tensor.parameters.get("shared_memory_byte_size", 0)
+            if tensor.datatype == "BYTES":
+                expected = actual  # element count is checked where the bytes are read
+        else:
+            expected, actual = expected_byte_size(tensor.datatype, shape, tensor.data)
+        if expected != actual:
+            if tensor.datatype == "BYTES":
+                raise invalid(
+                    f"{prefix}input byte size mismatch for input '{tensor.name}' for model '{model}'. "
+                    f"Expected {actual} bytes holding {_count(shape)} length-prefixed elements"
+                )
+            raise invalid(
+                f"{prefix}input byte size mismatch for input '{tensor.name}' for model '{model}'. "
+                f"Expected {expected}, got {actual}"
+            )
+        if config.variable and not config.allow_ragged_batch:
+            sig.append(f"{tensor.name}{item_shape}")
+    if spec.max_batch_size > 0 and batch_size > spec.max_batch_size:
+        raise invalid(f"{prefix}inference request batch-size must be <= {spec.max_batch_size} for '{model}'")
+    if len(given) != len(spec.inputs):  # optional inputs: only requests with the same inputs batch
+        sig.append("|" + ",".join(sorted(given)))
+    outputs, binary = _outputs(spec, request, prefix)
+    return Validated(max(batch_size, 1), ";".join(sig), outputs, binary)
+
+
+def _count(shape: list[int]) -> int:
+    count = 1
+    for d in shape:
+        count *= d
+    return count
+
+
+def _outputs(spec: ModelSpec, request: ParsedRequest, prefix: str) -> tuple[list[str], dict[str, bool]]:
+    if request.outputs is None:
+        default = request.binary_data_output
+        return [], {o.name: default for o in spec.outputs}
+    names, binary = [], {}
+    for out in request.outputs:
+        if spec.output(out.name) is None:
+            raise invalid(f"{prefix}unexpected inference output '{out.name}' for model '{spec.name}'")
+        names.append(out.name)
+        binary[out.name] = bool(out.binary)
+    return names, binary
+
+
+def raw_request(spec: ModelSpec, body: bytes) -> ParsedRequest:
+    """`Inference-Header-Content-Length: 0`: the body is the one input's bytes (§1.7.3)."""
+    from services.inference.codec import InputTensor
+    from shared.datatypes import element_size
+
+    if len(spec.inputs) != 1:
+        raise invalid(
+            f"Raw request must only have 1 input (found 1) to be deduced but got {len(spec.inputs)} "
+            f"inputs in '{spec.name}' model configuration"
+        )
+    config = spec.inputs[0]
+    dims = list(config.dims)
+    if config.datatype == "BYTES":
+        if dims != [1]:
+            raise invalid(f"For BYTE datatype raw input '{config.name}', the model must have input shape [1]")
+    elif dims.count(-1) > 1:
+        raise invalid(
+            f"The shape of the raw input '{config.name}' can not be deduced because there are more than "
+            "one variable-sized dimension"
+        )
+    elif -1 in dims:
+        fixed = _count([d for d in dims if d != -1]) * element_size(config.datatype)
+        dims[dims.index(-1)] = len(body) // fixed if fixed else 0
+    shape = ([1] if spec.max_batch_size > 0 else []) + dims
+    return ParsedRequest("", [InputTensor(config.name, config.datatype, shape, body)], None,
+                         {"binary_data_output": True})

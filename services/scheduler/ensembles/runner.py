@@ -1,0 +1,278 @@
+"""Ensembles run in the scheduler that owns them, as a dataflow over their steps (spec §3.5).
+
+An ensemble request seeds a tensor table with its inputs; every step whose mapped inputs
+exist is sent at once, as an ordinary `InferRequest`, to the composing model's subject
+(`shoal.infer.<member>`), so it goes through that model's own queue and batcher and
+batches with everything else sent to it. Steps without a data dependency run in
+parallel. Answers come back to this scheduler's inbox (the gateway's `Dispatcher`,
+reused: grouped publishes, per-request reply subjects, "no responders", timeouts).
+
+Zero copies: a step's outputs stay where its worker put them (a shared-memory segment, or
+held for a bus fetch) and the next step gets the same `TensorRef` under its own input name;
+this process never maps, reads or writes them. Small tensors (<= 64 KiB) ride inline in the
+messages, as they do everywhere (re-encoding them is cheaper than a segment). Intermediates are
+freed when the request ends, whatever the outcome; the ones that are ensemble outputs
+are handed to the gateway in the ensemble's response, which frees them after reading,
+exactly as it does a worker's response.
+
+A decoupled ensemble (a decoupled step, directly or through a nested ensemble, or its own
+transaction policy) answers many times per request: it runs in `ensemble_stream.py`; this
+module's dataflow, for every other ensemble, is untouched by it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import msgspec
+from nats.aio.client import Client as NATS
+
+from services.scheduler.ensembles.step import fit_batching, step_request
+from services.scheduler.ensembles.stream import EnsembleStream, StreamFailed, finish
+from services.scheduler.ensembles.timing import StepLatency, compute_phases
+from services.scheduler.statistics.stats import ModelStats
+from shared import subjects
+from shared.dispatch import Dispatcher
+from shared.ensemble_graph import EnsembleGraph, Step, graph_from_config, is_decoupled, is_ensemble
+from shared.errors import Code, ShoalError
+from shared.logcontext import request_ids
+from shared.messages import InferRequest, InferResponse, ModelRecord, TensorRef, encode
+from shared.model_config import ModelSpec, spec_from_json
+from shared.tensors import TensorStore
+
+log = logging.getLogger("shoal.scheduler.ensemble")
+_request_decoder = msgspec.msgpack.Decoder(InferRequest)
+
+DEADLOCK = "unexpected deadlock, at least one output is not set while no more ensemble steps can be made"
+
+
+@dataclass
+class _Outcome:
+    outputs: list[TensorRef]  # under the ensemble's output names
+    error: str = ""
+    code: str = ""
+    handed: list[TensorRef] = field(default_factory=list)  # the step outputs they are: the gateway frees them
+    compute: list[int] = field(default_factory=lambda: [0, 0, 0])  # the steps' compute input/infer/output ns
+
+
+class EnsembleRunner:
+    def __init__(self, nc: NATS, scheduler_id: str) -> None:
+        self.nc = nc
+        # never produces tensors: it only frees the intermediates workers produced
+        self.store = TensorStore(nc, f"ensemble-{subjects.token(scheduler_id)}")
+        # one subject token: a request's reply subject is `<inbox>.<rid>` and rids carry this prefix
+        self.dispatcher = Dispatcher(nc, f"ensemble-{subjects.token(scheduler_id)}", self.store)
+        self.graphs: dict[str, EnsembleGraph] = {}
+        self.specs: dict[str, ModelSpec] = {}  # every model's serving spec (steps are checked against it)
+        self.ready: dict[str, list[int]] = {}  # model -> its READY versions
+        self.running: dict[str, tuple[tuple[str, int], asyncio.Task]] = {}  # rid -> (ensemble key, task)
+        self.steps: dict[tuple[str, int], dict[str, StepLatency]] = {}  # ensemble key -> step model -> latency
+        self.decoupled: set[str] = set()  # ensembles that stream (a decoupled step, or their own policy)
+
+    async def start(self) -> None:
+        await self.dispatcher.start()
+
+    # -- what the scheduler tells us --------------------------------------------------------
+    def on_record(self, name: str, record: ModelRecord | None) -> None:
+        """Every model's record: ensembles to run, and the members' specs and READY versions."""
+        config = record.active_config if record is not None else {}
+        if not config:
+            self.specs.pop(name, None)
+            self.ready.pop(name, None)
+            self.graphs.pop(name, None)
+            self._derive_decoupled()
+            return
+        self.specs[name] = spec_from_json(config)
+        self.ready[name] = sorted(int(v) for v, s in record.versions.items() if s.state == "READY")
+        if is_ensemble(config):
+            self.graphs[name] = graph_from_config(config)
+        else:
+            self.graphs.pop(name, None)
+        self._derive_decoupled()
+
+    def _derive_decoupled(self) -> None:
+        """Any record can change whether an ensemble streams (a member reloaded decoupled): redo all."""
+        configs = {model: spec.config for model, spec in self.specs.items()}
+        self.decoupled = {model for model in self.graphs if is_decoupled(model, configs)}
+
+    def handles(self, model: str) -> bool:
+        return model in self.graphs
+
+    def busy(self, key: tuple[str, int]) -> bool:
+        return any(k == key for k, _ in self.running.values())
+
+    def submit(self, raw: msgspec.Raw, stats: ModelStats) -> None:
+        arrived = time.monotonic_ns()
+        try:
+            request = _request_decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            log.error("undecodable ensemble request: %s", exc)
+            return
+        key = (request.model, request.version)
+        run = self._run_stream if request.model in self.decoupled else self._run
+        task = asyncio.create_task(run(request, stats, arrived))
+        self.running[request.rid] = (key, task)
+        task.add_done_callback(lambda _t, rid=request.rid: self.running.pop(rid, None))
+
+    def cancel(self, rid: str) -> bool:
+        """The client went away: stop the request (its in-flight steps are cancelled too)."""
+        entry = self.running.get(rid)
+        if entry is None:
+            return False
+        entry[1].cancel()
+        return True
+
+    def annotate(self, stats: dict[str, dict]) -> None:
+        """Per-step latency in an ensemble's statistics (`ensemble_steps`: member -> success/fail
+        count and ns), next to Triton's fields: where an ensemble's time goes."""
+        for (model, version), steps in self.steps.items():
+            entry = stats.get(f"{model}/{version}")
+            if entry is not None and steps:
+                entry["stats"]["ensemble_steps"] = {
+                    member: {"success": s.success.json(), "fail": s.fail.json()} for member, s in steps.items()}
+
+    # -- one request ---------------------------------------------------------------------------
+    async def _run(self, request: InferRequest, stats: ModelStats, arrived: int) -> None:
+        started = time.monotonic_ns()
+        request_ids.set(f"{request.id}/{request.rid}" if request.id else request.rid)
+        owned: list[TensorRef] = []  # every step output: freed at the end unless handed to the gateway
+        handed: set[int] = set()
+        outcome = _Outcome([], "request was cancelled", Code.CANCELLED)
+        try:
+            outcome = await self._execute(request, owned)
+            handed = {id(ref) for ref in outcome.handed}
+        except asyncio.CancelledError:
+            stats.record_request(False, time.time_ns() - request.received_ns, "CANCELED")
+            raise
+        except Exception as exc:  # never leave the client without an answer
+            log.exception("ensemble '%s' failed", request.model)
+            outcome = _Outcome([], f"in ensemble '{request.model}', {type(exc).__name__}: {exc}", Code.INTERNAL)
+        finally:
+            leftovers = [ref for ref in owned if id(ref) not in handed]
+            if leftovers:
+                await self.store.release_remote(leftovers)
+        duration = time.time_ns() - request.received_ns
+        if outcome.error:
+            stats.record_request(False, duration, "OTHER")
+            response = InferResponse(rid=request.rid, error=outcome.error, code=str(outcome.code))
+        else:
+            # as Triton counts an ensemble: one execution of the request's batch size, whose
+            # compute times are the sums of its steps'
+            stats.record_queue(started - arrived)
+            stats.record_request(True, duration)
+            stats.record_batch(max(1, request.batch_size), 1, *outcome.compute)
+            response = InferResponse(rid=request.rid, model=request.model, version=request.version,
+                                     outputs=outcome.outputs)
+            if request.trace:  # a traced request, or a step of an outer ensemble that sums compute times
+                end = time.monotonic_ns()
+                response.trace = {"QUEUE_START": arrived, "COMPUTE_START": started,
+                                  "COMPUTE_INPUT_END": started + outcome.compute[0],
+                                  "COMPUTE_OUTPUT_START": end - outcome.compute[2], "COMPUTE_END": end}
+        try:
+            await self.nc.publish(request.reply, encode(response))
+        except Exception:  # the gateway times out; the outputs expire with the request's deadline
+            log.exception("cannot answer ensemble request %s", request.rid)
+
+    async def _run_stream(self, request: InferRequest, stats: ModelStats, arrived: int) -> None:
+        """A decoupled ensemble: responses as its iterations complete, then the final flag."""
+        started = time.monotonic_ns()
+        request_ids.set(f"{request.id}/{request.rid}" if request.id else request.rid)
+        graph = self.graphs[request.model]
+        error: StreamFailed | None = None
+        stream = EnsembleStream(self, request, graph)
+        try:
+            compute = await stream.run()
+        except asyncio.CancelledError:
+            stats.record_request(False, time.time_ns() - request.received_ns, "CANCELED")
+            raise
+        except StreamFailed as exc:
+            error = exc
+        except Exception as exc:  # never leave the client's stream open
+            log.exception("ensemble '%s' failed", request.model)
+            error = StreamFailed(f"{type(exc).__name__}: {exc}", Code.INTERNAL)
+        duration = time.time_ns() - request.received_ns
+        if error is not None:
+            stats.record_request(False, duration, "OTHER")
+        else:
+            stats.record_queue(started - arrived)
+            stats.record_request(True, duration)
+            stats.record_batch(max(1, request.batch_size), 1, *compute)
+        await finish(self, request, error)
+
+    async def _execute(self, request: InferRequest, owned: list[TensorRef]) -> _Outcome:
+        graph = self.graphs.get(request.model)
+        if graph is None:
+            return _Outcome([], f"Request for unknown model: '{request.model}' is not found", Code.NOT_FOUND)
+        requested = list(request.outputs) or list(graph.outputs)
+        steps = graph.needed_steps(requested)
+        readers = graph.consumers(steps)
+        tensors: dict[str, TensorRef] = {ref.name: ref for ref in request.inputs}
+        spec = self.specs.get(request.model)
+        # whether each tensor carries a batch dimension (it came from a model with max_batch_size > 0)
+        batched = {name: bool(spec and spec.max_batch_size > 0) for name in tensors}
+        pending = list(steps)
+        running: dict[asyncio.Task, tuple[Step, float]] = {}
+        error: tuple[str, str] | None = None
+        compute = [0, 0, 0]
+        latencies = self.steps.setdefault((request.model, request.version), {})
+        try:
+            while True:
+                if error is None:  # after a failure nothing new starts; what runs drains
+                    for step in [s for s in pending if all(t in tensors for t in s.input_map.values())]:
+                        pending.remove(step)
+                        try:
+                            sub = step_request(request, step, tensors, batched, requested, readers, self.specs,
+                                               self.ready, self.dispatcher)
+                        except ShoalError as exc:
+                            error = (exc.message, str(exc.code))
+                            break
+                        running[asyncio.create_task(self._call(sub))] = (step, time.monotonic())
+                if not running:
+                    break
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    step, started = running.pop(task)
+                    response = task.result()
+                    owned.extend(response.outputs)
+                    latency = latencies.setdefault(step.model, StepLatency())
+                    (latency.fail if response.error else latency.success).add(int((time.monotonic() - started) * 1e9))
+                    if response.error:
+                        error = error or (response.error, response.code or Code.INTERNAL)
+                        continue
+                    for i, ns in enumerate(compute_phases(response.trace)):
+                        compute[i] += ns
+                    member = self.specs.get(step.model)
+                    for ref in response.outputs:
+                        tensor = step.output_map.get(ref.name)
+                        if tensor is not None:
+                            tensors[tensor] = ref
+                            batched[tensor] = bool(member and member.max_batch_size > 0)
+        finally:
+            for task in running:  # cancelled: the steps' requests leave their queues too
+                if task.done() and not task.cancelled():
+                    owned.extend(task.result().outputs)  # answered just now: free its outputs too
+                else:
+                    task.cancel()
+        if error is not None:
+            return _Outcome([], f"in ensemble '{request.model}', {error[0]}", error[1])
+        if any(name not in tensors for name in requested):
+            return _Outcome([], f"in ensemble '{request.model}', {DEADLOCK}", Code.INVALID_ARG)
+        # the ensemble's outputs under the ensemble's names; the handles are the workers' own
+        handed = [tensors[name] for name in requested]
+        outputs = []
+        for ref, name in zip(handed, requested):
+            config = spec.output(name) if spec is not None else None
+            shape = (fit_batching(config.dims, spec.max_batch_size > 0, ref.shape, batched[name])
+                     if config is not None else ref.shape)
+            outputs.append(msgspec.structs.replace(ref, name=name, shape=shape))
+        return _Outcome(outputs, handed=handed, compute=compute)
+
+    async def _call(self, request: InferRequest) -> InferResponse:
+        timeout = max(0.001, (request.deadline_ns - time.time_ns()) / 1e9)
+        try:
+            return await self.dispatcher.infer(request, timeout)
+        except ShoalError as exc:
+            return InferResponse(rid=request.rid, error=exc.message, code=str(exc.code))

@@ -1,0 +1,107 @@
+"""Per-model-version inference statistics in Triton's schema (triton-spec §1.10)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.scheduler.statistics.latency import Latencies
+
+
+@dataclass
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += max(0, ns)
+
+    def json(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass
+class BatchStat:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass
+class ModelStats:
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
+    batches: dict[int, BatchStat] = field(default_factory=dict)
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    fail_reasons: dict[str, int] = field(default_factory=dict)
+    latencies: Latencies = field(default_factory=Latencies)
+    worker_compute_ns: dict[str, int] = field(default_factory=dict)  # instance utilisation, per worker
+    worker_executions: dict[str, int] = field(default_factory=dict)
+
+    def record_batch(self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """One execution: each request in it is charged the batch's compute times, as Triton does."""
+        self.execution_count += 1
+        self.inference_count += batch_size
+        self.last_inference_ms = int(time.time() * 1000)
+        self.compute_input.add(input_ns * requests, requests)
+        self.compute_infer.add(infer_ns * requests, requests)
+        self.compute_output.add(output_ns * requests, requests)
+        for kind, ns in (("compute_input", input_ns), ("compute_infer", infer_ns), ("compute_output", output_ns)):
+            for _ in range(requests):
+                self.latencies.add(kind, ns)
+        stat = self.batches.setdefault(batch_size, BatchStat())
+        stat.compute_input.add(input_ns)
+        stat.compute_infer.add(infer_ns)
+        stat.compute_output.add(output_ns)
+
+    def record_queue(self, ns: int) -> None:
+        self.queue.add(ns)
+        self.latencies.add("queue", ns)
+
+    def record_request(self, ok: bool, duration_ns: int, reason: str = "BACKEND") -> None:
+        if ok:
+            self.success.add(duration_ns)
+            self.latencies.add("request", duration_ns)
+        else:
+            self.fail.add(duration_ns)
+            self.fail_reasons[reason] = self.fail_reasons.get(reason, 0) + 1
+
+    def json(self, name: str, version: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "version": version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": self.success.json(),
+                "fail": self.fail.json(),
+                "queue": self.queue.json(),
+                "compute_input": self.compute_input.json(),
+                "compute_infer": self.compute_infer.json(),
+                "compute_output": self.compute_output.json(),
+                "cache_hit": self.cache_hit.json(),
+                "cache_miss": self.cache_miss.json(),
+            },
+            "response_stats": {},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": b.compute_input.json(),
+                    "compute_infer": b.compute_infer.json(),
+                    "compute_output": b.compute_output.json(),
+                }
+                for size, b in sorted(self.batches.items())
+            ],
+            "memory_usage": [],
+        }

@@ -1,0 +1,171 @@
+"""BLS: python models calling other models (`pb_utils.InferenceRequest(...).exec()`).
+
+A BLS request is an ordinary client request: it is checked against the target's config,
+goes through the target's scheduler (so it batches with everyone else's requests) and
+its answer comes back to this worker's inbox. The worker is a small gateway for its
+models: the same registry, dispatcher and inference core the HTTP gateway uses.
+
+Model code calls in from an instance thread (or from the event loop an `async execute`
+runs in on that thread); the request itself runs on the worker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import queue
+import time
+from collections.abc import Iterator
+
+from nats.aio.client import Client as NATS
+
+from services.inference.codec import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
+from services.inference.core import InferenceCore
+from services.inference.models import ModelRegistry
+from services.inference.validation import validate
+from services.worker.python import pb_utils
+from shared import subjects
+from shared.datatypes import from_bytes, protocol_dtype, to_bytes
+from shared.dispatch import Dispatcher
+from shared.errors import ShoalError
+from shared.repository_client import repository_call
+from shared.tensors import TensorStore
+
+DEFAULT_TIMEOUT_S = 60.0  # a BLS request made outside any request's deadline (e.g. in initialize)
+REPOSITORY_TIMEOUT_S = 330.0  # a load waits for the workers, as an HTTP load request does
+
+
+def triton_error(exc: ShoalError) -> pb_utils.TritonError:
+    return pb_utils.TritonError(exc.message, pb_utils.TritonError.code_of(str(exc.code)))
+
+
+class BlsRuntime:
+    def __init__(self, nc: NATS, store: TensorStore, worker_id: str) -> None:
+        self.nc = nc
+        self.registry = ModelRegistry()
+        self.dispatcher = Dispatcher(nc, subjects.token(f"{worker_id}-bls"), store)
+        self.core = InferenceCore(self.dispatcher, store, DEFAULT_TIMEOUT_S, shm=None)
+        self.loop = asyncio.get_running_loop()
+
+    async def start(self) -> None:
+        await self.registry.start(self.nc)
+        await self.dispatcher.start()
+        pb_utils.install_runtime(self)
+
+    async def stop(self) -> None:
+        await self.registry.stop()
+
+    # -- pb_utils.Runtime ------------------------------------------------------------
+    def infer(self, request: pb_utils.InferenceRequest, deadline_ns: int) -> pb_utils.InferenceResponse:
+        future = asyncio.run_coroutine_threadsafe(self._infer(request, deadline_ns), self.loop)
+        return future.result()
+
+    async def async_infer(self, request: pb_utils.InferenceRequest, deadline_ns: int) -> pb_utils.InferenceResponse:
+        future = asyncio.run_coroutine_threadsafe(self._infer(request, deadline_ns), self.loop)
+        return await asyncio.wrap_future(future)
+
+    def stream(self, request: pb_utils.InferenceRequest, deadline_ns: int) -> Iterator[pb_utils.InferenceResponse]:
+        """A decoupled target's responses, in order, as a blocking iterator for model code. A model
+        that stops reading early cancels the rest (the target is told, as for a client disconnect)."""
+        answers: queue.Queue = queue.Queue()
+        done = object()
+
+        async def pump() -> None:
+            try:
+                async for response in self._stream(request, deadline_ns):
+                    answers.put(response)
+            except Exception as exc:  # a bug here must end the model's loop, not hang it
+                answers.put(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"BLS stream failed: {exc}")))
+            finally:
+                answers.put(done)
+
+        future = asyncio.run_coroutine_threadsafe(pump(), self.loop)
+        try:
+            while (item := answers.get()) is not done:
+                yield item
+        finally:
+            future.cancel()  # closes the stream, whose cleanup sends the cancel
+
+    def is_model_ready(self, model_name: str, model_version: str = "") -> bool:
+        return self.registry.is_ready(model_name, str(model_version or ""))
+
+    def load_model(self, model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+        """Load (or reload) a model, with a config and files as an HTTP client could give them."""
+        parameters: dict = {"config": config} if config else {}
+        for path, content in (files or {}).items():
+            key = path if path.startswith("file:") else f"file:{path}"
+            parameters[key] = base64.b64encode(content).decode()
+        self._control(subjects.REPOSITORY_LOAD, {"name": model_name, "parameters": parameters})
+
+    def unload_model(self, model_name: str, unload_dependents: bool = False) -> None:
+        self._control(subjects.REPOSITORY_UNLOAD, {"name": model_name, "unload_dependents": unload_dependents})
+
+    def _control(self, subject: str, payload: dict) -> None:
+        async def call() -> None:
+            revision = await repository_call(self.nc, subject, payload, REPOSITORY_TIMEOUT_S)
+            await self.registry.seen(payload["name"], revision)  # the model's next BLS call sees it
+
+        try:
+            asyncio.run_coroutine_threadsafe(call(), self.loop).result()
+        except ShoalError as exc:
+            raise pb_utils.TritonModelException(exc.message) from None
+
+    # -- on the worker's loop ------------------------------------------------------------
+    def _prepare(self, request: pb_utils.InferenceRequest, deadline_ns: int, streaming: bool):
+        version = request.model_version()
+        spec, resolved = self.registry.resolve(request.model_name(), "" if version < 0 else str(version))
+        parameters = json_parameters(request)
+        parsed = ParsedRequest(
+            request.request_id(),
+            [_input(tensor) for tensor in request.inputs()],
+            [RequestedOutput(name, True) for name in request.requested_output_names()] or None,
+            parameters,
+        )
+        valid = validate(spec, parsed, streaming=streaming)
+        timeout_s = (deadline_ns - time.time_ns()) / 1e9 if deadline_ns else DEFAULT_TIMEOUT_S
+        if request.timeout():  # microseconds, as Triton's
+            timeout_s = min(timeout_s, request.timeout() / 1e6)
+        return spec, resolved, parsed, valid, max(0.001, timeout_s)
+
+    async def _infer(self, request: pb_utils.InferenceRequest, deadline_ns: int) -> pb_utils.InferenceResponse:
+        try:
+            spec, resolved, parsed, valid, timeout_s = self._prepare(request, deadline_ns, streaming=False)
+            outputs, parameters, _ = await self.core.infer(spec, resolved, parsed, valid, timeout_s=timeout_s)
+        except ShoalError as exc:
+            return pb_utils.InferenceResponse(error=triton_error(exc))
+        return _response(outputs, parameters)
+
+    async def _stream(self, request: pb_utils.InferenceRequest, deadline_ns: int):
+        try:
+            spec, resolved, parsed, valid, timeout_s = self._prepare(request, deadline_ns, streaming=True)
+            async for item in self.core.stream(spec, resolved, parsed, valid, timeout_s=timeout_s):
+                if isinstance(item, ShoalError):
+                    yield pb_utils.InferenceResponse(error=triton_error(item))
+                else:
+                    yield _response(item[0], item[1])
+        except ShoalError as exc:
+            yield pb_utils.InferenceResponse(error=triton_error(exc))
+
+
+def json_parameters(request: pb_utils.InferenceRequest) -> dict:
+    """The request's parameters plus its sequence fields, as a client would send them."""
+    parameters = json.loads(request.parameters())
+    if request.correlation_id():
+        parameters["sequence_id"] = request.correlation_id()
+        parameters["sequence_start"] = bool(request.flags() & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START)
+        parameters["sequence_end"] = bool(request.flags() & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END)
+    if request.timeout():
+        parameters["timeout"] = request.timeout()
+    return parameters
+
+
+def _input(tensor: pb_utils.Tensor) -> InputTensor:
+    array = tensor.as_numpy()
+    datatype = protocol_dtype(array.dtype)
+    return InputTensor(tensor.name(), datatype, list(array.shape), to_bytes(array, datatype))
+
+
+def _response(outputs: list[OutputTensor], parameters: dict) -> pb_utils.InferenceResponse:
+    tensors = [pb_utils.Tensor(o.name, from_bytes(o.data, o.datatype, o.shape)) for o in outputs]
+    return pb_utils.InferenceResponse(output_tensors=tensors, parameters=parameters)

@@ -1,0 +1,270 @@
+"""The `shoal` command: `serve` (everything), one service each, `example`.
+
+`shoal serve` takes tritonserver's flag names (`--flag=value` or `--flag value`,
+booleans as true/false/on/off/1/0). A tritonserver flag for a feature Shoal does
+not have is refused with a message saying so, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from shared import settings as s
+
+SERVICES = {
+    "gateway": s.GatewaySettings,
+    "scheduler": s.SchedulerSettings,
+    "worker": s.WorkerSettings,
+    "repository": s.RepositorySettings,
+}
+
+# tritonserver flags Shoal does not implement (yet): flag -> why
+UNSUPPORTED_FLAGS = {
+    "--grpc-port": "Shoal has no gRPC endpoint yet; use HTTP (--http-port)",
+    "--grpc-address": "Shoal has no gRPC endpoint yet",
+    "--reuse-grpc-port": "Shoal has no gRPC endpoint yet",
+    "--grpc-infer-thread-count": "Shoal has no gRPC endpoint yet",
+    "--http-restricted-api": "restricted API categories are not implemented yet",
+    "--grpc-restricted-protocol": "Shoal has no gRPC endpoint yet",
+    "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
+    "--backend-config": "backend configuration settings are not implemented yet",
+    "--backend-directory": "Shoal's backends are Python modules, not a directory of shared libraries",
+    "--repoagent-directory": "repository agents are not implemented yet",
+    "--log-file": "logs go to stderr; redirect them",
+    "--http-thread-count": "the gateway is one event loop; scale out with more gateways instead",
+    "--model-load-thread-count": "each worker loads models concurrently on its own; add workers instead",
+    "--model-namespacing": "model namespacing is not implemented yet",
+    "--model-config-name": "alternative config names are not implemented yet",
+    "--host-policy": "host policies are not implemented",
+    "--pinned-memory-pool-byte-size": "Shoal has no pinned memory pool",
+    "--cuda-memory-pool-byte-size": "Shoal has no CUDA memory pool",
+    "--model-load-gpu-limit": "GPU memory limits on load are not implemented yet",
+    "--http-header-forward-pattern": "header forwarding is not implemented yet",
+}
+# boolean flags that Shoal accepts only with the value it already behaves as
+FIXED_FLAGS = {
+    "allow_grpc": (False, "Shoal has no gRPC endpoint yet; pass --allow-grpc=false"),
+    "allow_http": (True, "the HTTP endpoint is Shoal's only front end"),
+    "allow_gpu_metrics": (None, ""),
+    "allow_cpu_metrics": (None, ""),
+    "exit_on_error": (None, ""),
+    "log_info": (None, ""),
+    "log_warning": (None, ""),
+    "log_error": (None, ""),
+}
+
+
+def _bool_flag(parser: argparse.ArgumentParser, flag: str, default: bool | None, help: str = "") -> None:
+    parser.add_argument(flag, type=s.parse_bool, nargs="?", const=True, default=default, metavar="BOOL", help=help)
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="shoal serve", description="Run Shoal (tritonserver-compatible flags).")
+    p.add_argument("--model-repository", "--model-store", action="append", default=None,
+                   help="model repository (default: the example repository, generated on first use)")
+    p.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none",
+                   type=str.lower)
+    p.add_argument("--load-model", action="append", default=[])
+    p.add_argument("--repository-poll-secs", type=int, default=15)
+    _bool_flag(p, "--strict-readiness", True)
+    _bool_flag(p, "--disable-auto-complete-config", False)
+    _bool_flag(p, "--strict-model-config", False)
+    p.add_argument("--exit-timeout-secs", type=int, default=30)
+    p.add_argument("--id", default="triton")
+    p.add_argument("--http-address", default="0.0.0.0")
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024)
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument("--metrics-address", default=None)
+    _bool_flag(p, "--allow-metrics", True)
+    _bool_flag(p, "--allow-client-shm", False)
+    p.add_argument("--log-verbose", type=int, default=0)
+    p.add_argument("--log-format", choices=["default", "ISO8601"], default=None)
+    p.add_argument("--rate-limit", choices=["off", "execution_count"], default="off")
+    p.add_argument("--rate-limit-resource", action="append", default=[])
+    p.add_argument("--metrics-config", action="append", default=[], help="<key>=<value>, as tritonserver")
+    p.add_argument("--cache-config", action="append", default=[], help="local,size=<bytes>")
+    p.add_argument("--response-cache-byte-size", type=int, default=None)
+    p.add_argument("--trace-config", action="append", default=[], help="[triton,]<setting>=<value>")
+    p.add_argument("--trace-file", default=None)
+    p.add_argument("--trace-level", action="append", default=None)
+    p.add_argument("--trace-rate", type=int, default=None)
+    p.add_argument("--trace-count", type=int, default=None)
+    p.add_argument("--trace-log-frequency", type=int, default=None)
+    for name in FIXED_FLAGS:
+        _bool_flag(p, "--" + name.replace("_", "-"), None)
+    # Shoal's own
+    p.add_argument("--nats-url", default=None, help="use this NATS instead of starting an embedded nats-server")
+    p.add_argument("--nats-monitor-port", type=int, default=0, help="embedded nats-server monitoring port (0 = free port)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes to start")
+    p.add_argument("--tensor-transport", choices=["auto", "shm", "bus"], default="auto")
+    p.add_argument("--request-timeout-secs", type=float, default=60.0)
+    p.add_argument("--ready-timeout-secs", type=float, default=300.0)
+    return p
+
+
+def _refuse_unsupported(argv: list[str]) -> None:
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if flag in UNSUPPORTED_FLAGS:
+            raise SystemExit(f"shoal serve: {flag} is not supported: {UNSUPPORTED_FLAGS[flag]}")
+
+
+def parse_serve(argv: list[str]) -> argparse.Namespace:
+    _refuse_unsupported(argv)
+    args = serve_parser().parse_args(argv)
+    for name, (allowed, why) in FIXED_FLAGS.items():
+        value = getattr(args, name)
+        if value is not None and allowed is not None and value != allowed:
+            raise SystemExit(f"shoal serve: --{name.replace('_', '-')}={str(value).lower()} is not supported: {why}")
+    if args.load_model and args.model_control_mode != "explicit":
+        raise SystemExit("shoal serve: --load-model is only allowed with --model-control-mode=explicit")
+    if "*" in args.load_model and len(args.load_model) > 1:
+        raise SystemExit("shoal serve: --load-model=* must be the only --load-model")
+    if args.model_repository and len(args.model_repository) > 1:
+        raise SystemExit("shoal serve: more than one --model-repository is not supported yet")
+    try:
+        from services.scheduler.batching.ratelimit import parse_resources
+
+        parse_resources(args.rate_limit_resource)
+    except ValueError as exc:
+        raise SystemExit(f"shoal serve: {exc}") from None
+    args.trace = trace_settings(args)
+    args.metrics = metrics_config(args.metrics_config)
+    args.cache_bytes = cache_size(args)
+    if args.workers < 1:
+        raise SystemExit("shoal serve: --workers must be at least 1")
+    return args
+
+
+def cache_size(args: argparse.Namespace) -> int:
+    """`--cache-config local,size=N` (or the older `--response-cache-byte-size=N`): bytes."""
+    if args.cache_config and args.response_cache_byte_size is not None:
+        raise SystemExit("shoal serve: --cache-config and --response-cache-byte-size can not be used together")
+    if args.response_cache_byte_size is not None:
+        return args.response_cache_byte_size
+    size = 0
+    for entry in args.cache_config:
+        kind, _, setting = entry.partition(",")
+        if kind != "local":
+            raise SystemExit(f"shoal serve: --cache-config '{kind}' is not supported (only the 'local' cache)")
+        key, _, value = setting.partition("=")
+        if key != "size" or not value.isdigit():
+            raise SystemExit(f"shoal serve: --cache-config local supports 'size=<bytes>', got '{setting}'")
+        size = int(value)
+    return size
+
+
+def metrics_config(entries: list[str]) -> dict[str, object]:
+    """`--metrics-config counter_latencies=false|summary_latencies=true|histogram_latencies=true|summary_quantiles=..`"""
+    config: dict[str, object] = {}
+    for entry in entries:
+        key, _, value = entry.partition("=")
+        if key in ("counter_latencies", "summary_latencies", "histogram_latencies"):
+            try:
+                config[key] = s.parse_bool(value)
+            except argparse.ArgumentTypeError as exc:
+                raise SystemExit(f"shoal serve: --metrics-config {key}: {exc}") from None
+        elif key == "summary_quantiles":
+            config[key] = value
+        else:
+            raise SystemExit(f"shoal serve: --metrics-config '{key}' is not supported "
+                             "(counter_latencies, summary_latencies, histogram_latencies, summary_quantiles)")
+    return config
+
+
+def trace_settings(args: argparse.Namespace) -> dict[str, object]:
+    """tritonserver's `--trace-config [mode,]key=value` and the older `--trace-*` flags."""
+    trace: dict[str, object] = {"file": "", "level": "OFF", "rate": 1000, "count": -1, "log-frequency": 0}
+    levels: list[str] = []
+    for entry in args.trace_config:
+        mode, _, setting = entry.rpartition(",") if "," in entry else ("", "", entry)
+        if mode and mode != "triton":
+            raise SystemExit(f"shoal serve: --trace-config mode '{mode}' is not supported (only 'triton')")
+        key, _, value = setting.partition("=")
+        if key == "mode":
+            if value != "triton":
+                raise SystemExit(f"shoal serve: trace mode '{value}' is not supported (only 'triton')")
+        elif key == "level":
+            levels.append(value.upper())
+        elif key in ("file", "rate", "count", "log-frequency"):
+            trace[key] = value if key == "file" else int(value)
+        else:
+            raise SystemExit(f"shoal serve: unknown --trace-config setting '{key}'")
+    for key, value in (("file", args.trace_file), ("rate", args.trace_rate), ("count", args.trace_count),
+                       ("log-frequency", args.trace_log_frequency)):
+        if value is not None:
+            trace[key] = value
+    levels += [level.upper() for level in args.trace_level or []]
+    if "TENSORS" in levels:
+        raise SystemExit("shoal serve: trace level TENSORS is not supported yet (use TIMESTAMPS)")
+    if levels:
+        trace["level"] = ",".join(levels)
+    return trace
+
+
+def _service(name: str, argv: list[str]) -> None:
+    from shared.runtime import configure_logging, run_service
+
+    parser = argparse.ArgumentParser(prog=f"shoal {name}")
+    s.add_arguments(parser, SERVICES[name])
+    settings = s.from_namespace(SERVICES[name], parser.parse_args(argv))
+    configure_logging(name, settings.log_verbose)
+    module = __import__(f"services.{name}.service", fromlist=["run"])
+    run_service(lambda stop: module.run(settings, stop))
+
+
+def _status(argv: list[str]) -> None:
+    import asyncio
+    import json
+
+    from shared import status
+
+    parser = argparse.ArgumentParser(prog="shoal status", description="The live topology of a running Shoal.")
+    parser.add_argument("--nats-url", default=None, help="default: the NATS of the last `shoal serve`")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    url = args.nats_url or status.default_nats_url()
+    try:
+        services = asyncio.run(status.collect(url))
+    except Exception as exc:
+        raise SystemExit(f"shoal status: cannot reach NATS at {url}: {exc}") from None
+    print(json.dumps(services, indent=2) if args.json else status.render(services))
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    usage = "usage: shoal {serve|status|gateway|scheduler|worker|repository|example} [options]"
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage)
+        print("  serve       start nats-server (embedded) and every service; tritonserver's flags")
+        print("  gateway     the HTTP front end       scheduler   queues and batching")
+        print("  worker      model instances          repository  the model repository")
+        print("  status      the live topology: services, workers, models, queues")
+        print("  example DIR write the example model repository into DIR")
+        raise SystemExit(0)
+    command, rest = argv[0], argv[1:]
+    if command == "serve":
+        from shoal.supervisor import serve
+
+        raise SystemExit(serve(parse_serve(rest)))
+    if command in SERVICES:
+        _service(command, rest)
+        return
+    if command == "status":
+        _status(rest)
+        return
+    if command == "example":
+        if len(rest) != 1:
+            raise SystemExit("usage: shoal example DIR")
+        from services.repository.examples import write_examples
+
+        print(write_examples(Path(rest[0])))
+        return
+    raise SystemExit(f"shoal: unknown command '{command}'\n{usage}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""`shoal serve`: an embedded nats-server and every service as its own OS process.
+
+The supervisor restarts a service that dies, prints Triton's model table once the
+models are loaded, and on SIGINT/SIGTERM stops the services (gateway first, so no
+new requests arrive while the rest drains), then nats-server, then sweeps any
+shared-memory segment this run left in /dev/shm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared.natsserver import NatsServer, default_cache_dir
+from shared.settings import (
+    BaseSettings,
+    GatewaySettings,
+    RepositorySettings,
+    SchedulerSettings,
+    WorkerSettings,
+    to_argv,
+)
+
+log = logging.getLogger("shoal.serve")
+
+
+@dataclass
+class Child:
+    name: str
+    service: str
+    settings: BaseSettings
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    restarts: int = 0
+
+
+@dataclass
+class Cluster:
+    """The Shoal services as processes on one NATS; used by `shoal serve` and by the tests."""
+
+    gateway: GatewaySettings
+    scheduler: SchedulerSettings
+    repository: RepositorySettings
+    workers: list[WorkerSettings]
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    env: dict[str, str] = field(default_factory=dict)
+    supervise: bool = True  # restart services that exit (tests switch it off to see them gone)
+    more_gateways: list[GatewaySettings] = field(default_factory=list)  # behind a load balancer
+    more_schedulers: list[SchedulerSettings] = field(default_factory=list)  # replicas sharing the models
+    children: list[Child] = field(default_factory=list)
+    _stopping: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> "Cluster":
+        self.children = [Child("repository", "repository", self.repository),
+                         Child("scheduler", "scheduler", self.scheduler)]
+        self.children += [Child(f"scheduler-{i + 1}", "scheduler", s) for i, s in enumerate(self.more_schedulers)]
+        self.children += [Child(f"worker-{i}", "worker", w) for i, w in enumerate(self.workers)]
+        self.children.append(Child("gateway", "gateway", self.gateway))
+        self.children += [Child(f"gateway-{i + 1}", "gateway", g) for i, g in enumerate(self.more_gateways)]
+        for child in self.children:
+            self._spawn(child)
+        if self.supervise:
+            threading.Thread(target=self._supervise, daemon=True).start()
+        return self
+
+    def restart(self, name: str) -> None:
+        """Start a service again (after it was stopped or killed)."""
+        child = self.child(name)
+        if child.process and child.process.poll() is None:
+            child.process.kill()
+            child.process.wait()
+        self._spawn(child)
+
+    def _spawn(self, child: Child) -> None:
+        env = {**os.environ, **self.env, "SHOAL_RUN_ID": self.run_id}
+        argv = [sys.executable, "-m", "shoal.cli", child.service, *to_argv(child.settings)]
+        child.process = subprocess.Popen(argv, env=env, start_new_session=True)
+        child.started = time.monotonic()
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(0.2):
+            for child in self.children:
+                code = child.process.poll() if child.process else None
+                if code is None or self._stopping.is_set():
+                    continue
+                child.restarts += 1
+                delay = min(5.0, 0.2 * 2 ** min(child.restarts, 5)) if time.monotonic() - child.started < 5 else 0.2
+                log.error("%s exited with code %s; restarting in %.1fs", child.name, code, delay)
+                if self._stopping.wait(delay):
+                    return
+                self._spawn(child)
+
+    def child(self, name: str) -> Child:
+        return next(c for c in self.children if c.name == name)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stopping.set()
+        # gateways first (they finish their in-flight requests while the rest still runs)
+        order = [c.name for kind in ("gateway", "scheduler", "worker") for c in self.children if c.service == kind]
+        order.append("repository")
+        for name in order:
+            child = self.child(name)
+            if child.process and child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+                try:
+                    child.process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    log.warning("%s did not stop in %ss; killing it", name, timeout)
+                    child.process.kill()
+                    child.process.wait()
+        sweep_segments(self.run_id)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway.http_port}"
+
+    def _get(self, path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"{self.base_url}{path}", timeout=2) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    def wait_ready(self, timeout: float) -> list[dict]:
+        """Block until the gateway answers and no model is still LOADING; returns the index."""
+        deadline = time.monotonic() + timeout
+        index: list[dict] = []
+        while time.monotonic() < deadline:
+            try:
+                request = urllib.request.Request(f"{self.base_url}/v2/repository/index", data=b"", method="POST")
+                with urllib.request.urlopen(request, timeout=2) as response:
+                    index = json.loads(response.read())
+                loaded = all(e.get("state") != "LOADING" for e in index) and (
+                    self.repository.model_control_mode == "explicit" or all("state" in e for e in index))
+                # the statistics endpoint answers only once the scheduler is on the bus
+                if loaded and self._get("/v2/models/stats") == 200:
+                    return index
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"models not loaded after {timeout}s: {index}")
+
+
+def sweep_segments(run_id: str) -> int:
+    leftovers = glob.glob(f"/dev/shm/shoal_{run_id}_*")
+    for path in leftovers:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return len(leftovers)
+
+
+def model_table(index: list[dict]) -> str:
+    rows = [(e["name"], e["version"], e["state"] + (f": {e['reason']}" if e.get("reason") else ""))
+            for e in index if "state" in e]  # models never loaded (explicit mode) are not listed, as in Triton
+    heads = ("Model", "Version", "Status")
+    widths = [max(len(str(x)) for x in col) for col in zip(heads, *rows)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    fmt = "| " + " | ".join(f"{{:<{w}}}" for w in widths) + " |"
+    return "\n".join([line, fmt.format(*heads), line, *(fmt.format(*map(str, r)) for r in rows), line])
+
+
+def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> Cluster:
+    common = {"nats_url": nats_url, "log_verbose": args.log_verbose}
+    gateway = GatewaySettings(
+        **common, id=args.id, http_address=args.http_address, http_port=args.http_port,
+        metrics_port=args.metrics_port, allow_metrics=args.allow_metrics,
+        http_max_input_size=args.http_max_input_size, request_timeout_s=args.request_timeout_secs,
+        tensor_transport=args.tensor_transport, strict_readiness=args.strict_readiness,
+        allow_client_shm=args.allow_client_shm, exit_timeout_s=args.exit_timeout_secs, trace_file=args.trace["file"], trace_level=args.trace["level"],
+        trace_rate=args.trace["rate"], trace_count=args.trace["count"], trace_log_frequency=args.trace["log-frequency"],
+        cache_bytes=args.cache_bytes, allow_cpu_metrics=args.allow_cpu_metrics is not False, allow_gpu_metrics=args.allow_gpu_metrics is not False,
+        **args.metrics,
+    )
+    repo = RepositorySettings(
+        **common, model_repository=str(repository), model_control_mode=args.model_control_mode,
+        load_model=args.load_model, disable_auto_complete_config=args.disable_auto_complete_config,
+        strict_model_config=args.strict_model_config, repository_poll_secs=args.repository_poll_secs,
+        unload_timeout_s=args.exit_timeout_secs,
+    )
+    workers = [WorkerSettings(**common, tensor_transport=args.tensor_transport) for _ in range(args.workers)]
+    scheduler = SchedulerSettings(**common, rate_limit=args.rate_limit, rate_limit_resource=args.rate_limit_resource)
+    return Cluster(gateway, scheduler, repo, workers)
+
+
+def apply_log_flags(cluster: Cluster, args: argparse.Namespace) -> None:
+    """--log-info/--log-warning/--log-error/--log-format, applied in every service through the
+    logging extension (the same path `POST /v2/logging` takes)."""
+    body = {key: getattr(args, key) for key in ("log_info", "log_warning", "log_error", "log_format")
+            if getattr(args, key) is not None}
+    if not body:
+        return
+    request = urllib.request.Request(f"{cluster.base_url}/v2/logging", data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+
+
+def serve(args: argparse.Namespace) -> int:
+    from shared.runtime import configure_logging
+
+    configure_logging("serve", args.log_verbose)
+    if args.model_repository:
+        repository = Path(args.model_repository[0]).resolve()
+        if not repository.is_dir():
+            print(f"error: model repository '{repository}' is not a directory", file=sys.stderr)
+            return 1
+    else:
+        from services.repository.examples import write_examples
+
+        repository = write_examples(default_cache_dir() / "models")
+        log.info("no --model-repository: serving the example repository in %s", repository)
+    nats = None
+    if args.nats_url:
+        nats_url = args.nats_url
+    else:
+        nats = NatsServer(monitor_port=args.nats_monitor_port).start()
+        nats_url = nats.url
+        log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
+    cluster = build_cluster(args, nats_url, repository).start()
+    from shoal.status import serve_state_path
+
+    state = serve_state_path()
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(json.dumps({"nats_url": nats_url, "http_port": args.http_port, "pid": os.getpid()}))
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    code = 0
+    try:
+        index = cluster.wait_ready(args.ready_timeout_secs)
+        print(model_table(index), flush=True)
+        apply_log_flags(cluster, args)
+        failed = [e for e in index if e.get("state") == "UNAVAILABLE"]
+        if args.exit_on_error and failed:
+            # Triton's --exit-on-error=true; without the flag Shoal keeps serving the models that loaded
+            log.error("exiting: %d model version(s) failed to load (--exit-on-error=true)", len(failed))
+            return 1
+        log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
+        if args.allow_metrics:
+            log.info("Started Metrics Service at %s:%d", args.http_address, args.metrics_port)
+        stop.wait()
+    except TimeoutError as exc:
+        log.error("%s", exc)
+        code = 1
+    finally:
+        log.info("shutting down")
+        cluster.stop(timeout=args.exit_timeout_secs)
+        if nats is not None:
+            nats.stop()
+        state.unlink(missing_ok=True)
+    return code

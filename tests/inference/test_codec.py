@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+
+import numpy as np
+import orjson
+import pytest
+
+from services.inference import codec
+from shared.errors import ShoalError
+
+
+def test_binary_inputs_follow_json_in_order():
+    header = json.dumps({"id": "r1", "inputs": [
+        {"name": "A", "shape": [2], "datatype": "INT32", "parameters": {"binary_data_size": 8}},
+        {"name": "B", "shape": [1], "datatype": "FP32", "data": [1.5]},
+        {"name": "C", "shape": [1], "datatype": "UINT8", "parameters": {"binary_data_size": 1}},
+    ], "outputs": [{"name": "O", "parameters": {"binary_data": True}}]}).encode()
+    body = header + np.array([1, 2], np.int32).tobytes() + b"\x07"
+    head, binary = codec.split_body(body, str(len(header)))
+    parsed = codec.parse_request(head, binary, "m")
+    assert parsed.id == "r1"
+    assert bytes(parsed.inputs[0].data) == np.array([1, 2], np.int32).tobytes()
+    assert bytes(parsed.inputs[1].data) == np.array([1.5], np.float32).tobytes()
+    assert bytes(parsed.inputs[2].data) == b"\x07"
+    assert parsed.outputs[0].binary is True
+
+
+def test_only_one_data_source():
+    doc = {"inputs": [{"name": "A", "shape": [1], "datatype": "INT32", "data": [1],
+                       "parameters": {"binary_data_size": 4}}]}
+    with pytest.raises(ShoalError) as err:
+        codec.parse_request(json.dumps(doc).encode(), memoryview(bytes(4)), "m")
+    assert err.value.message.startswith("Input must set only one of the following fields")
+
+
+def test_json_bytes_and_bool():
+    assert codec.json_tensor_bytes("S", "BYTES", [2], ["ab", "é"]) == b"\x02\x00\x00\x00ab\x02\x00\x00\x00\xc3\xa9"
+    assert codec.json_tensor_bytes("B", "BOOL", [2], [[True], [False]]) == b"\x01\x00"
+    with pytest.raises(ShoalError):
+        codec.json_tensor_bytes("B", "BOOL", [1], [1])
+    with pytest.raises(ShoalError) as err:
+        codec.json_tensor_bytes("I", "INT8", [1], [300])
+    assert err.value.http_status == 500
+
+
+def test_header_length_range():
+    with pytest.raises(ShoalError) as err:
+        codec.split_body(b"{}", "5")
+    assert err.value.message == "inference header size should be in range (0, 2), got: 5"
+
+
+def test_response_binary_layout():
+    outs = [codec.OutputTensor("A", "INT32", [2], np.array([1, 2], np.int32).tobytes(), True),
+            codec.OutputTensor("B", "FP32", [1], np.array([0.5], np.float32).tobytes(), False),
+            codec.OutputTensor("C", "BYTES", [1], b"\x01\x00\x00\x00z", True)]
+    body, length = codec.encode_response("m", 3, "id9", outs)
+    doc = orjson.loads(body[:length])
+    assert list(doc) == ["id", "model_name", "model_version", "outputs"]
+    assert doc["model_version"] == "3"
+    assert doc["outputs"][0]["parameters"] == {"binary_data_size": 8}
+    assert doc["outputs"][1]["data"] == [0.5]
+    assert body[length:] == np.array([1, 2], np.int32).tobytes() + b"\x01\x00\x00\x00z"
+
+
+def test_json_only_response_has_no_header_length():
+    body, length = codec.encode_response("m", 1, "", [codec.OutputTensor("S", "BYTES", [1], b"\x02\x00\x00\x00hi", False)])
+    assert length is None and orjson.loads(body)["outputs"][0]["data"] == ["hi"]
+
+
+@pytest.mark.parametrize("accept, expected", [
+    (None, None), ("gzip, deflate, br", "gzip"), ("deflate;q=0.5, gzip;q=0.4", "deflate"),
+    ("identity", None), ("br", None), ("gzip;q=0", None),
+])
+def test_choose_encoding(accept, expected):
+    assert codec.choose_encoding(accept) == expected
+
+
+def test_decompress_and_limits():
+    assert codec.decompress(gzip.compress(b"abc"), "gzip", 10) == b"abc"
+    assert codec.decompress(zlib.compress(b"abc"), "deflate", 10) == b"abc"
+    with pytest.raises(ShoalError) as err:
+        codec.decompress(gzip.compress(b"x" * 100), "gzip", 10)
+    assert "exceeds the maximum allowed input size" in err.value.message
+    with pytest.raises(ShoalError) as err:
+        codec.decompress(b"abc", "br", 10)
+    assert err.value.http_status == 501
+
+
+def test_classification_per_batch_row():
+    values = np.array([[0.1, 0.7, 0.2], [3.0, 1.0, 2.0]], np.float32)
+    out = codec.classify(codec.OutputTensor("O", "FP32", [2, 3], values.tobytes(), False), 2, batching=True)
+    from shared.datatypes import deserialize_bytes
+
+    assert out.shape == [2, 2]
+    assert list(deserialize_bytes(out.data)) == [b"0.700000:1", b"0.200000:2", b"3.000000:0", b"2.000000:2"]
+
+
+def test_cache_key_includes_shapes_and_evicts_by_bytes():
+    from services.inference.cache import ResponseCache, cache_key
+    from services.inference.validation import Validated
+
+    valid = Validated(1, "", [], {})
+    a = codec.ParsedRequest("", [codec.InputTensor("X", "FP32", [1, 4], bytes(16))], None, {})
+    b = codec.ParsedRequest("", [codec.InputTensor("X", "FP32", [2, 2], bytes(16))], None, {})
+    assert cache_key("m", 1, a, valid) != cache_key("m", 1, b, valid)
+    assert cache_key("m", 1, a, valid) == cache_key("m", 1, a, valid)
+    cache = ResponseCache(max_bytes=32)
+    out = [codec.OutputTensor("Y", "FP32", [1, 4], bytes(16), True)]
+    cache.put(b"k1", out)
+    cache.put(b"k2", out)
+    assert cache.get(b"k1") is not None  # k1 is now the most recent
+    cache.put(b"k3", out)  # evicts the least recently used: k2
+    assert cache.get(b"k2") is None and cache.get(b"k1") is not None and cache.bytes == 32

@@ -1,0 +1,131 @@
+"""The `shoal` command: tritonserver flag compatibility, and `shoal serve` end to end."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from shared.natsserver import free_port, wait_for_port
+from shoal.cli import parse_serve
+
+
+def test_tritonserver_flag_forms():
+    args = parse_serve(["--model-repository=/models", "--http-port", "9000", "--strict-readiness=false",
+                        "--log-verbose=1", "--exit-timeout-secs=5", "--allow-grpc=false", "--model-store=/m2"][:-1])
+    assert args.model_repository == ["/models"] and args.http_port == 9000
+    assert args.strict_readiness is False and args.log_verbose == 1 and args.exit_timeout_secs == 5
+    assert parse_serve(["--strict-readiness=ON"]).strict_readiness is True
+    assert parse_serve(["--model-store=/m"]).model_repository == ["/m"]
+    args = parse_serve(["--model-control-mode=EXPLICIT", "--load-model=simple", "--load-model", "mlp"])
+    assert args.model_control_mode == "explicit" and args.load_model == ["simple", "mlp"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--grpc-port=8001"], "--grpc-port is not supported"),
+    (["--cache-config", "redis,host=x"], "only the 'local' cache"),
+    (["--cache-config", "local,size=10", "--response-cache-byte-size=5"], "can not be used together"),
+    (["--allow-grpc=true"], "--allow-grpc=true is not supported"),
+    (["--http-thread-count=4"], "--http-thread-count is not supported"),
+    (["--trace-config", "level=TENSORS"], "TENSORS is not supported"),
+    (["--load-model=simple"], "only allowed with --model-control-mode=explicit"),
+    (["--model-control-mode=explicit", "--load-model=*", "--load-model=a"], "must be the only"),
+])
+def test_unsupported_flags_are_refused(argv, message):
+    with pytest.raises(SystemExit) as err:
+        parse_serve(argv)
+    assert message in str(err.value)
+
+
+def test_trace_flags():
+    args = parse_serve(["--trace-config", "triton,file=/tmp/t.json", "--trace-config", "level=TIMESTAMPS",
+                        "--trace-config=rate=1", "--trace-count=5"])
+    assert args.trace == {"file": "/tmp/t.json", "level": "TIMESTAMPS", "rate": 1, "count": 5, "log-frequency": 0}
+    with pytest.raises(SystemExit) as err:
+        parse_serve(["--trace-config", "opentelemetry,url=localhost:4318"])
+    assert "only 'triton'" in str(err.value)
+
+
+def test_exit_on_error_stops_serve_when_a_model_fails(tmp_path):
+    from services.repository import examples
+
+    examples.write_model(tmp_path, "good", examples.simple_graph(), examples.SIMPLE_CONFIG.replace("simple", "good"))
+    examples.write_model(tmp_path, "bad", examples.simple_graph(), 'name: "bad"\nmax_batch_sze: 1\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "shoal.cli", "serve", f"--model-repository={tmp_path}", "--exit-on-error=true",
+         f"--http-port={free_port()}", f"--metrics-port={free_port()}", "--http-address=127.0.0.1",
+         "--log-info=false"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "c")})
+    assert out.returncode == 1
+    assert "--exit-on-error=true" in out.stderr
+
+
+def test_unknown_flag_is_an_error(capsys):
+    with pytest.raises(SystemExit):
+        parse_serve(["--no-such-flag=1"])
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def test_shoal_serve_end_to_end(tmp_path):
+    """`shoal serve` with no repository: example models, a table, requests, clean stop."""
+    http_port, metrics_port = free_port(), free_port()
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    log = open(tmp_path / "serve.log", "w+")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "shoal.cli", "serve", f"--http-port={http_port}", f"--metrics-port={metrics_port}",
+         "--http-address=127.0.0.1", "--workers=2"],
+        stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while "| Model" not in (tmp_path / "serve.log").read_text():
+            assert serve.poll() is None, (tmp_path / "serve.log").read_text()
+            assert time.monotonic() < deadline, "no model table within 120 s"
+            time.sleep(0.1)
+        table = (tmp_path / "serve.log").read_text()
+        for line in ("| mlp ", "| simple ", "| identity_fp32 "):
+            assert line in table
+        assert "READY" in table
+        wait_for_port(http_port, 10)
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
+        assert client.is_server_ready()
+        tensor = httpclient.InferInput("INPUT0", [4, 256], "FP32")
+        tensor.set_data_from_numpy(np.ones((4, 256), np.float32))
+        assert client.infer("mlp", [tensor]).as_numpy("OUTPUT0").shape == (4, 16)
+        big = httpclient.InferInput("INPUT0", [1, 200_000], "FP32")
+        big.set_data_from_numpy(np.ones((1, 200_000), np.float32))
+        client.infer("identity_fp32", [big])
+        client.close()
+        children = children_of(serve.pid)
+        assert len(children) == 6  # nats-server, repository, scheduler, 2 workers, gateway
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        code = serve.wait(60)
+    assert code == 0
+    assert all(not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+               for pid in children), "orphan processes"
+    assert not [p for p in glob.glob("/dev/shm/shoal_*") if os.path.getmtime(p) > serve_started(tmp_path)]
+
+
+def serve_started(tmp_path) -> float:
+    return os.path.getmtime(tmp_path / "cache")

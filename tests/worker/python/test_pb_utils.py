@@ -1,0 +1,57 @@
+"""The triton_python_backend_utils shim's pure parts: auto-complete config, response senders, DLPack."""
+
+import numpy as np
+import pytest
+
+from services.worker.python import pb_utils
+
+
+def test_auto_complete_fills_and_checks():
+    config = pb_utils.ModelConfig({"name": "m", "max_batch_size": 0,
+                                   "input": [{"name": "A", "data_type": "TYPE_FP32", "dims": []}]})
+    config.add_input({"name": "A", "data_type": "TYPE_FP32", "dims": [4]})  # fills the missing dims
+    config.add_output({"name": "B", "data_type": "TYPE_INT64", "dims": [1]})
+    config.set_max_batch_size(8)
+    config.set_dynamic_batching()
+    assert config.as_dict() == {"name": "m", "max_batch_size": 8, "dynamic_batching": {},
+                                "input": [{"name": "A", "data_type": "TYPE_FP32", "dims": [4]}],
+                                "output": [{"name": "B", "data_type": "TYPE_INT64", "dims": [1]}]}
+    with pytest.raises(ValueError, match="configuration expects data_type TYPE_FP32"):
+        config.add_input({"name": "A", "data_type": "TYPE_INT32", "dims": [4]})
+    with pytest.raises(ValueError, match="max_batch_size"):
+        config.set_max_batch_size(4)
+    with pytest.raises(ValueError, match="missing 'dims'"):
+        config.add_output({"name": "C", "data_type": "TYPE_FP32"})
+    with pytest.raises(ValueError, match="sequence_batching"):
+        pb_utils.ModelConfig({"sequence_batching": {"direct": {}}}).set_dynamic_batching()
+
+
+def test_response_sender_closes_on_final():
+    sent = []
+    sender = pb_utils.InferenceResponseSender(lambda response, flags: sent.append(flags), lambda: False)
+    with pytest.raises(pb_utils.TritonModelException, match="must be provided"):
+        sender.send(None, 0)
+    sender.send(pb_utils.InferenceResponse(), 0)
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    with pytest.raises(pb_utils.TritonModelException, match="has been closed"):
+        sender.send(pb_utils.InferenceResponse())
+    assert sent == [0, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL] and sender.closed
+
+
+def test_dlpack_round_trip_and_bls_outside_a_worker():
+    tensor = pb_utils.Tensor("x", np.arange(6, dtype=np.float32).reshape(2, 3))
+    back = pb_utils.Tensor.from_dlpack("y", tensor.to_dlpack())
+    np.testing.assert_array_equal(back.as_numpy(), tensor.as_numpy())
+    assert back.name() == "y" and back.shape() == [2, 3]
+    request = pb_utils.InferenceRequest(model_name="m", inputs=[tensor], parameters='{"a": 1}')
+    assert request.parameters() == '{"a": 1}' and not request.is_cancelled()
+    with pytest.raises(pb_utils.TritonModelException, match="decoupled"):
+        request.get_response_sender()
+    saved, pb_utils._runtime = pb_utils._runtime, None
+    try:
+        with pytest.raises(pb_utils.TritonModelException, match="running Shoal worker"):
+            request.exec()
+    finally:
+        pb_utils._runtime = saved
+    assert pb_utils.TritonError.code_of("NOT_FOUND") == pb_utils.TritonError.NOT_FOUND
+    assert pb_utils.TritonError.code_of("FORBIDDEN") == pb_utils.TritonError.INTERNAL
