@@ -37,8 +37,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def in_process_onnxruntime(model_file: Path, shape: tuple[int, ...], dtype, instances: int, concurrency: int,
-                           seconds: float) -> dict:
+def in_process_onnxruntime(
+    model_file: Path, shape: tuple[int, ...], dtype, instances: int, concurrency: int, seconds: float
+) -> dict:
     """The baseline: `concurrency` threads calling `instances` sessions directly, batch 1."""
     import onnxruntime as ort
 
@@ -47,8 +48,9 @@ def in_process_onnxruntime(model_file: Path, shape: tuple[int, ...], dtype, inst
     options = ort.SessionOptions()
     options.intra_op_num_threads = default_threads(instances)
     options.inter_op_num_threads = 1
-    sessions = [ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
-                for _ in range(instances)]
+    sessions = [
+        ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"]) for _ in range(instances)
+    ]
     locks = [threading.Lock() for _ in sessions]
     feeds = {i.name: np.ones(shape, dtype) for i in sessions[0].get_inputs()}
     latencies: list[float] = []
@@ -69,16 +71,33 @@ def in_process_onnxruntime(model_file: Path, shape: tuple[int, ...], dtype, inst
     for t in threads:
         t.join()
     elapsed = time.monotonic() - start
-    return {"throughput": len(latencies) / elapsed, "p50_us": percentile(latencies, 0.5) * 1e6,
-            "p99_us": percentile(latencies, 0.99) * 1e6}
+    return {
+        "throughput": len(latencies) / elapsed,
+        "p50_us": percentile(latencies, 0.5) * 1e6,
+        "p99_us": percentile(latencies, 0.99) * 1e6,
+    }
 
 
 def perf_analyzer(url: str, model: str, concurrency: int, seconds: float, stability: int = 25) -> dict:
     out = subprocess.run(
-        [str(PERF_ANALYZER), "-m", model, "-u", url, "--concurrency-range", str(concurrency),
-         "--measurement-interval", str(int(seconds * 1000)), "--max-trials", "10",
-         "--stability-percentage", str(stability)],
-        capture_output=True, text=True, timeout=300,
+        [
+            str(PERF_ANALYZER),
+            "-m",
+            model,
+            "-u",
+            url,
+            "--concurrency-range",
+            str(concurrency),
+            "--measurement-interval",
+            str(int(seconds * 1000)),
+            "--max-trials",
+            "10",
+            "--stability-percentage",
+            str(stability),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     text = out.stdout + out.stderr
     if out.returncode != 0:
@@ -88,9 +107,12 @@ def perf_analyzer(url: str, model: str, concurrency: int, seconds: float, stabil
         found = re.search(pattern, text)
         return float(found.group(1)) if found else float("nan")
 
-    return {"throughput": grab(r"Throughput: ([\d.]+) infer/sec"), "p50_us": grab(r"p50 latency: (\d+) usec"),
-            "p99_us": grab(r"p99 latency: (\d+) usec"),
-            "avg_batch": grab(r"Inference count: (\d+)") / max(1.0, grab(r"Execution count: (\d+)"))}
+    return {
+        "throughput": grab(r"Throughput: ([\d.]+) infer/sec"),
+        "p50_us": grab(r"p50 latency: (\d+) usec"),
+        "p99_us": grab(r"p99 latency: (\d+) usec"),
+        "avg_batch": grab(r"Inference count: (\d+)") / max(1.0, grab(r"Execution count: (\d+)")),
+    }
 
 
 async def asyncio_load(url: str, model: str, inputs: dict, concurrency: int, seconds: float) -> dict:
@@ -115,8 +137,11 @@ async def asyncio_load(url: str, model: str, inputs: dict, concurrency: int, sec
     await asyncio.gather(*(loop() for _ in range(concurrency)))
     elapsed = time.monotonic() - start
     await client.close()
-    return {"throughput": len(latencies) / elapsed, "p50_us": percentile(latencies, 0.5) * 1e6,
-            "p99_us": percentile(latencies, 0.99) * 1e6}
+    return {
+        "throughput": len(latencies) / elapsed,
+        "p50_us": percentile(latencies, 0.5) * 1e6,
+        "p99_us": percentile(latencies, 0.99) * 1e6,
+    }
 
 
 MODELS = {
@@ -158,15 +183,24 @@ def main() -> None:
                     if model == "simple":
                         inputs["INPUT1"] = np.ones(shape, dtype)
                     shoal = asyncio.run(asyncio_load(url, model, inputs, concurrency, args.seconds))
-                local = in_process_onnxruntime(repository / model / "1" / "model.onnx", shape, dtype, instances,
-                                               concurrency, args.seconds)
-                row = {"model": model, "concurrency": concurrency, "shoal": shoal, "onnxruntime_in_process": local,
-                       "throughput_ratio": shoal["throughput"] / local["throughput"]}
+                local = in_process_onnxruntime(
+                    repository / model / "1" / "model.onnx", shape, dtype, instances, concurrency, args.seconds
+                )
+                row = {
+                    "model": model,
+                    "concurrency": concurrency,
+                    "shoal": shoal,
+                    "onnxruntime_in_process": local,
+                    "throughput_ratio": shoal["throughput"] / local["throughput"],
+                }
                 results.append(row)
-                print(f"{model:7s} c={concurrency:<3d} shoal {shoal['throughput']:8.0f}/s p50 {shoal['p50_us']:7.0f}us"
-                      f" | in-process ORT {local['throughput']:8.0f}/s p50 {local['p50_us']:6.0f}us"
-                      f" | ratio {row['throughput_ratio']:.2f}"
-                      + (f" | avg batch {shoal['avg_batch']:.1f}" if "avg_batch" in shoal else ""), flush=True)
+                print(
+                    f"{model:7s} c={concurrency:<3d} shoal {shoal['throughput']:8.0f}/s p50 {shoal['p50_us']:7.0f}us"
+                    f" | in-process ORT {local['throughput']:8.0f}/s p50 {local['p50_us']:6.0f}us"
+                    f" | ratio {row['throughput_ratio']:.2f}"
+                    + (f" | avg batch {shoal['avg_batch']:.1f}" if "avg_batch" in shoal else ""),
+                    flush=True,
+                )
     finally:
         if cluster_ctx is not None:
             cluster_ctx.__exit__(None, None, None)

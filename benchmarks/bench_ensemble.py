@@ -63,7 +63,9 @@ def _graph(name: str, op: str):
     if op == "sum":
         y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", 1])
         axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
-        return helper.make_graph([helper.make_node("ReduceSum", ["X", "axes"], ["Y"], keepdims=1)], name, [x], [y], [axes])
+        return helper.make_graph(
+            [helper.make_node("ReduceSum", ["X", "axes"], ["Y"], keepdims=1)], name, [x], [y], [axes]
+        )
     y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", "n"])
     k = numpy_helper.from_array(np.array(2.0 if op == "double" else 3.0, np.float32), "k")
     return helper.make_graph([helper.make_node("Mul", ["X", "k"], ["Y"])], name, [x], [y], [k])
@@ -99,8 +101,9 @@ async def measure(url: str, mode: str, elements: int, concurrency: int, seconds:
             mask = result.as_numpy("MASK")
         else:
             pre = (await client.infer("preprocess", [tensor("X", raw)])).as_numpy("Y")
-            _, seg = await asyncio.gather(client.infer("classify", [tensor("X", pre)]),
-                                          client.infer("segment", [tensor("X", pre)]))
+            _, seg = await asyncio.gather(
+                client.infer("classify", [tensor("X", pre)]), client.infer("segment", [tensor("X", pre)])
+            )
             mask = seg.as_numpy("Y")
         assert mask.shape == raw.shape
 
@@ -119,8 +122,12 @@ async def measure(url: str, mode: str, elements: int, concurrency: int, seconds:
     await asyncio.gather(*(loop() for _ in range(concurrency)))
     elapsed = time.monotonic() - start
     await client.close()
-    return {"throughput": len(latencies) / elapsed, "p50_us": percentile(latencies, 0.5) * 1e6,
-            "p99_us": percentile(latencies, 0.99) * 1e6, "requests": len(latencies)}
+    return {
+        "throughput": len(latencies) / elapsed,
+        "p50_us": percentile(latencies, 0.5) * 1e6,
+        "p99_us": percentile(latencies, 0.99) * 1e6,
+        "requests": len(latencies),
+    }
 
 
 def main() -> None:
@@ -148,10 +155,13 @@ def main() -> None:
                 row["throughput_ratio"] = row["ensemble"]["throughput"] / row["client"]["throughput"]
                 rows.append(row)
                 e, c = row["ensemble"], row["client"]
-                print(f"{elements:6d} floats c={concurrency:<2d} ensemble {e['throughput']:7.0f}/s p50 {e['p50_us']:7.0f}us"
-                      f" p99 {e['p99_us']:7.0f}us | client chain {c['throughput']:7.0f}/s p50 {c['p50_us']:7.0f}us"
-                      f" p99 {c['p99_us']:7.0f}us | p50 ratio {row['p50_ratio']:.2f}"
-                      f" throughput ratio {row['throughput_ratio']:.2f}", flush=True)
+                print(
+                    f"{elements:6d} floats c={concurrency:<2d} ensemble {e['throughput']:7.0f}/s p50 {e['p50_us']:7.0f}us"
+                    f" p99 {e['p99_us']:7.0f}us | client chain {c['throughput']:7.0f}/s p50 {c['p50_us']:7.0f}us"
+                    f" p99 {c['p99_us']:7.0f}us | p50 ratio {row['p50_ratio']:.2f}"
+                    f" throughput ratio {row['throughput_ratio']:.2f}",
+                    flush=True,
+                )
     finally:
         if cluster_ctx is not None:
             cluster_ctx.__exit__(None, None, None)

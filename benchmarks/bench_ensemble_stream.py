@@ -68,8 +68,11 @@ def main() -> None:
                 best = min((stream(cluster.url, model, body) for _ in range(args.runs)), key=lambda r: r[1])
                 first, total, count = best
                 assert count == args.tokens, (model, count)
-                print(f"blob={blob:>6} {model:>8}: first event {first * 1000:7.1f} ms, "
-                      f"{count / total:8.0f} iterations/s (best of {args.runs})", flush=True)
+                print(
+                    f"blob={blob:>6} {model:>8}: first event {first * 1000:7.1f} ms, "
+                    f"{count / total:8.0f} iterations/s (best of {args.runs})",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ dynamic_batching { }
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
-ADD_SUB = '''
+ADD_SUB = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -50,9 +50,9 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
         return responses
-'''
+"""
 
-BLS = '''
+BLS = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -63,7 +63,7 @@ class TritonPythonModel:
                    for request in requests]
         return [pb_utils.InferenceResponse(output_tensors=answer.output_tensors(), error=answer.error())
                 for answer in answers]
-'''
+"""
 
 
 def write_repository(root: Path) -> Path:
@@ -94,8 +94,11 @@ def in_process(root: Path, seconds: float) -> dict:
         request = pb_utils.InferenceRequest(inputs=[pb_utils.Tensor("INPUT0", a), pb_utils.Tensor("INPUT1", a)])
         model.execute([request])
         latencies.append(time.perf_counter() - t)
-    return {"throughput": len(latencies) / seconds, "p50_us": percentile(latencies, 0.5) * 1e6,
-            "p99_us": percentile(latencies, 0.99) * 1e6}
+    return {
+        "throughput": len(latencies) / seconds,
+        "p50_us": percentile(latencies, 0.5) * 1e6,
+        "p99_us": percentile(latencies, 0.99) * 1e6,
+    }
 
 
 def measure(url: str, model: str, concurrency: int, seconds: float) -> dict:
@@ -122,8 +125,11 @@ def main() -> None:
             for model in models:
                 for concurrency in levels:
                     r = measure(running.url, model, concurrency, args.seconds)
-                    print(f"{model:11s} isolation={isolation:7s} c={concurrency:<2d} {r['throughput']:8.0f}/s "
-                          f"p50 {r['p50_us']:7.0f}us p99 {r['p99_us']:7.0f}us", flush=True)
+                    print(
+                        f"{model:11s} isolation={isolation:7s} c={concurrency:<2d} {r['throughput']:8.0f}/s "
+                        f"p50 {r['p50_us']:7.0f}us p99 {r['p99_us']:7.0f}us",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,13 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 
 def mlp() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
-                               torch.nn.Linear(1024, 16)).eval()
+    return torch.nn.Sequential(
+        torch.nn.Linear(256, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 16),
+    ).eval()
 
 
 def percentiles(samples: list[float]) -> str:

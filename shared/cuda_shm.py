@@ -19,7 +19,9 @@ def _cupy():
     try:
         import cupy
     except ImportError:
-        raise ShoalError("GPUs not supported (install `pip install 'shoal[gpu]'` on a CUDA host)", "INVALID_ARG") from None
+        raise ShoalError(
+            "GPUs not supported (install `pip install 'shoal[gpu]'` on a CUDA host)", "INVALID_ARG"
+        ) from None
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
             raise ShoalError("GPUs not supported (no CUDA device is visible)", "INVALID_ARG")
@@ -54,8 +56,9 @@ def write(handle: bytes, device_id: int, offset: int, data: memoryview | bytes) 
     pointer = open_handle(handle, device_id)
     source = bytes(data)
     with cupy.cuda.Device(device_id):
-        cupy.cuda.runtime.memcpy(pointer + offset, _host_pointer(source), len(source),
-                                 cupy.cuda.runtime.memcpyHostToDevice)
+        cupy.cuda.runtime.memcpy(
+            pointer + offset, _host_pointer(source), len(source), cupy.cuda.runtime.memcpyHostToDevice
+        )
 
 
 def _host_pointer(buffer: bytes | bytearray) -> int:

@@ -38,6 +38,10 @@ async def register(
         await request.respond(json.dumps(status()).encode())
 
     # a queue group of its own: every instance answers on its own subject
-    await svc.add_endpoint(name="status", subject=status_subject(service, instance_id), handler=handler,
-                           queue_group=f"status-{instance_id}")
+    await svc.add_endpoint(
+        name="status",
+        subject=status_subject(service, instance_id),
+        handler=handler,
+        queue_group=f"status-{instance_id}",
+    )
     return svc

@@ -156,8 +156,10 @@ class Dispatcher:
     async def _on_reply(self, msg) -> None:
         token = msg.subject.rsplit(".", 1)[1]
         if msg.headers and msg.headers.get("Status") == "503":
-            self._fail(self._groups.pop(token, [token]),
-                       ShoalError("no scheduler is serving requests (is the scheduler running?)", "UNAVAILABLE"))
+            self._fail(
+                self._groups.pop(token, [token]),
+                ShoalError("no scheduler is serving requests (is the scheduler running?)", "UNAVAILABLE"),
+            )
             return
         try:
             if token == "batch":

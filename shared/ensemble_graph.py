@@ -208,11 +208,15 @@ def _merge(tensors: dict[str, _Node], tensor: str, node: _Node, ensemble: str) -
 
 def _consistent(a: _Node, b: _Node, prefix: str) -> str:
     if a.datatype != b.datatype:
-        return (f"{prefix}inconsistent data type: {a.datatype} is inferred from model {a.model} "
-                f"while {b.datatype} is inferred from model {b.model}")
+        return (
+            f"{prefix}inconsistent data type: {a.datatype} is inferred from model {a.model} "
+            f"while {b.datatype} is inferred from model {b.model}"
+        )
     if not _dims_compatible(a.dims, b.dims) and not _dims_compatible(a.full, b.full):
-        return (f"{prefix}inconsistent shape: {_fmt(a.full)} is inferred from model {a.model} "
-                f"while {_fmt(b.full)} is inferred from model {b.model}")
+        return (
+            f"{prefix}inconsistent shape: {_fmt(a.full)} is inferred from model {a.model} "
+            f"while {_fmt(b.full)} is inferred from model {b.model}"
+        )
     return ""
 
 
@@ -227,15 +231,19 @@ def check_members(config: dict[str, Any], members: dict[str, dict[str, Any]]) ->
         member = members[step.model]
         mbs = int(member.get("max_batch_size", 0))
         if mbs != 0 and mbs < int(config.get("max_batch_size", 0)):
-            return (f"ensemble {name} allows maximum batch size {config.get('max_batch_size', 0)}, but it contains "
-                    f"model {step.model} which only allows maximum batch size to be {mbs}")
+            return (
+                f"ensemble {name} allows maximum batch size {config.get('max_batch_size', 0)}, but it contains "
+                f"model {step.model} which only allows maximum batch size to be {mbs}"
+            )
         m_batching = mbs > 0
         inputs = {io["name"]: io for io in member.get("input", [])}
         outputs = {io["name"]: io for io in member.get("output", [])}
         for model_input, tensor in step.input_map.items():
             if model_input not in inputs:
-                return (f"in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing input "
-                        f"{model_input} in model {step.model}")
+                return (
+                    f"in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing input "
+                    f"{model_input} in model {step.model}"
+                )
         for model_input, io in inputs.items():
             tensor = step.input_map.get(model_input)
             if tensor is None:
@@ -247,8 +255,10 @@ def check_members(config: dict[str, Any], members: dict[str, dict[str, Any]]) ->
                 return error
         for model_output, tensor in step.output_map.items():
             if model_output not in outputs:
-                return (f"in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing output "
-                        f"{model_output} in model {step.model}")
+                return (
+                    f"in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing output "
+                    f"{model_output} in model {step.model}"
+                )
             error = _merge(tensors, tensor, _node(step.model, outputs[model_output], m_batching), name)
             if error:
                 return error

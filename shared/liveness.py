@@ -22,7 +22,10 @@ class WorkerLiveness:
     when one declared gone is heard again (a paused process, a healed partition)."""
 
     def __init__(
-        self, nc: NATS, timeout_s: float, on_gone: Callable[[str], Awaitable[None]],
+        self,
+        nc: NATS,
+        timeout_s: float,
+        on_gone: Callable[[str], Awaitable[None]],
         on_back: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.nc = nc

@@ -23,9 +23,15 @@ ModelConfig = pb.ModelConfig
 # int64/uint64 fields protobuf JSON prints as strings; Triton turns them back into numbers.
 _INT64_KEYS = frozenset(
     {
-        "dims", "shape", "versions", "max_queue_delay_microseconds", "priority_levels",
-        "default_priority_level", "default_timeout_microseconds",
-        "max_sequence_idle_microseconds", "model_version",
+        "dims",
+        "shape",
+        "versions",
+        "max_queue_delay_microseconds",
+        "priority_levels",
+        "default_priority_level",
+        "default_timeout_microseconds",
+        "max_sequence_idle_microseconds",
+        "model_version",
     }
 )
 
@@ -68,9 +74,7 @@ def parse_json(text: str) -> pb.ModelConfig:
 
 def to_json(config: pb.ModelConfig) -> dict[str, Any]:
     """Triton's JSON for `GET /v2/models/{m}/config` (int64 fields as numbers)."""
-    raw = json_format.MessageToDict(
-        config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-    )
+    raw = json_format.MessageToDict(config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
     return _ints(raw)
 
 
@@ -141,7 +145,8 @@ def normalize(config: pb.ModelConfig, default_count: int = 2) -> None:
             group.kind = pb.ModelInstanceGroup.KIND_GPU if group.gpus else pb.ModelInstanceGroup.KIND_CPU
         if group.count < 1:
             cpu_default = group.kind == pb.ModelInstanceGroup.KIND_CPU and config.backend in (
-                "onnxruntime", "tensorflow",
+                "onnxruntime",
+                "tensorflow",
             )
             group.count = default_count if cpu_default else 1
 
@@ -175,9 +180,12 @@ def validate(config: pb.ModelConfig) -> None:
         if db.preserve_ordering and db.priority_levels > 1:
             raise invalid(f"preserve_ordering is not supported with multiple priority levels for {name}")
     if config.response_cache.enable and (
-            config.HasField("sequence_batching") or config.model_transaction_policy.decoupled):
-        raise invalid(f"response cache is not supported for model '{name}': it uses sequence batching "
-                      "or a decoupled transaction policy")
+        config.HasField("sequence_batching") or config.model_transaction_policy.decoupled
+    ):
+        raise invalid(
+            f"response cache is not supported for model '{name}': it uses sequence batching "
+            "or a decoupled transaction policy"
+        )
     for group in config.instance_group:
         if group.kind in (pb.ModelInstanceGroup.KIND_CPU, pb.ModelInstanceGroup.KIND_MODEL) and group.gpus:
             kind = pb.ModelInstanceGroup.Kind.Name(group.kind)

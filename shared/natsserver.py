@@ -55,8 +55,18 @@ class NatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 15.0) -> "NatsServer":
-        args = [find_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.monitor_port),
-                "-js", "-sd", self.store_dir]
+        args = [
+            find_binary(),
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-m",
+            str(self.monitor_port),
+            "-js",
+            "-sd",
+            self.store_dir,
+        ]
         if self.max_payload:
             config = Path(self.store_dir) / "nats.conf"
             config.write_text(f"max_payload: {self.max_payload}\n")

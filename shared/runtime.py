@@ -23,7 +23,9 @@ def configure_logging(service: str, verbose: int = 0) -> None:
     if os.environ.get("SHOAL_LOG_JSON", "").lower() in ("1", "true"):
         handler.setFormatter(JsonFormatter(service))
     else:
-        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname).1s {service} %(name)s: %(request_tag)s%(message)s"))
+        handler.setFormatter(
+            logging.Formatter(f"%(asctime)s %(levelname).1s {service} %(name)s: %(request_tag)s%(message)s")
+        )
     logging.basicConfig(level=logging.DEBUG if verbose > 0 else logging.INFO, handlers=[handler])
     logging.getLogger("nats").setLevel(logging.WARNING)  # its debug chatter is not Triton's verbose log
 

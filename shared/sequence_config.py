@@ -11,7 +11,12 @@ from typing import Any
 
 from shared.datatypes import config_to_protocol
 
-START, READY, END, CORRID = "CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_CORRID"
+START, READY, END, CORRID = (
+    "CONTROL_SEQUENCE_START",
+    "CONTROL_SEQUENCE_READY",
+    "CONTROL_SEQUENCE_END",
+    "CONTROL_SEQUENCE_CORRID",
+)
 
 
 @dataclass(frozen=True)
@@ -87,9 +92,11 @@ def _state(doc: dict[str, Any]) -> State:
             data_file=init.get("data_file", ""),
         )
     return State(
-        input_name=doc["input_name"], output_name=doc["output_name"],
+        input_name=doc["input_name"],
+        output_name=doc["output_name"],
         datatype=config_to_protocol(doc.get("data_type", "TYPE_FP32")),
-        dims=tuple(int(d) for d in doc.get("dims", [])), initial=initial,
+        dims=tuple(int(d) for d in doc.get("dims", [])),
+        initial=initial,
     )
 
 

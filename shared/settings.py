@@ -78,18 +78,28 @@ class WorkerSettings(BusSettings):
     worker_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
     inline_max_bytes: int = 65536
     tensor_transport: Literal["auto", "shm", "bus"] = "auto"
-    intra_op_threads: int = Field(0, description="onnxruntime/torch intra-op threads per instance (0 = cores / instances)")
+    intra_op_threads: int = Field(
+        0, description="onnxruntime/torch intra-op threads per instance (0 = cores / instances)"
+    )
     heartbeat_s: float = 1.0
-    models: list[str] = Field(default_factory=list, description="host only models matching these globs "
-                              "(default: every model)")
+    models: list[str] = Field(
+        default_factory=list, description="host only models matching these globs (default: every model)"
+    )
     python_isolation: Literal["process", "none"] = Field(
-        "process", description="python-backend models: each in a worker process of its own (a crash takes "
-        "down only that model, which is restarted), or 'none': in this worker's process")
-    parent_pid: int = Field(0, description="set for the worker process of one python model: the worker that "
-                            "started it (it dies with that worker)")
+        "process",
+        description="python-backend models: each in a worker process of its own (a crash takes "
+        "down only that model, which is restarted), or 'none': in this worker's process",
+    )
+    parent_pid: int = Field(
+        0,
+        description="set for the worker process of one python model: the worker that "
+        "started it (it dies with that worker)",
+    )
     credits_per_instance: int = Field(
-        2, description="batches the scheduler may send an instance ahead: the next one waits at the worker "
-        "instead of a bus round trip after each batch")
+        2,
+        description="batches the scheduler may send an instance ahead: the next one waits at the worker "
+        "instead of a bus round trip after each batch",
+    )
 
 
 class RepositorySettings(BusSettings):

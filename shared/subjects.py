@@ -18,7 +18,9 @@ INSTANCE_FREE = f"{PREFIX}.sched.free"
 # scheduler -> all workers: re-announce free instances (a scheduler (re)started)
 RESYNC = f"{PREFIX}.worker.resync"
 WORKER_HEARTBEAT = f"{PREFIX}.worker.heartbeat"
-WORKER_METRICS = f"{PREFIX}.worker.metrics"  # worker -> every gateway, with each heartbeat: python models' custom metrics
+WORKER_METRICS = (
+    f"{PREFIX}.worker.metrics"  # worker -> every gateway, with each heartbeat: python models' custom metrics
+)
 SCHEDULER_STATS = f"{PREFIX}.sched.stats"
 LOGGING = f"{PREFIX}.logging"  # runtime log settings, applied by every service
 SCHEDULER_DRAIN = f"{PREFIX}.sched.drain"

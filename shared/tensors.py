@@ -160,7 +160,12 @@ class TensorStore:
 
     # -- producing -------------------------------------------------------
     def put(
-        self, name: str, datatype: str, shape: list[int], payload: memoryview | bytes, ttl_s: float,
+        self,
+        name: str,
+        datatype: str,
+        shape: list[int],
+        payload: memoryview | bytes,
+        ttl_s: float,
         inline: bool = True,
     ) -> TensorRef:
         """`inline=False`: out of line even when small (the message's inline budget is spent)."""
@@ -177,8 +182,14 @@ class TensorStore:
                 return self._hold(name, datatype, shape, payload, expires)
             self._held[segment] = _Held(None, segment, expires)
             return TensorRef(
-                name, datatype, shape, shm=segment, nbytes=nbytes, host=self.host,
-                owner=self.owner, key=segment,
+                name,
+                datatype,
+                shape,
+                shm=segment,
+                nbytes=nbytes,
+                host=self.host,
+                owner=self.owner,
+                key=segment,
             )
         return self._hold(name, datatype, shape, payload, expires)
 

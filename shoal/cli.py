@@ -62,10 +62,14 @@ def _bool_flag(parser: argparse.ArgumentParser, flag: str, default: bool | None,
 
 def serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shoal serve", description="Run Shoal (tritonserver-compatible flags).")
-    p.add_argument("--model-repository", "--model-store", action="append", default=None,
-                   help="model repository (default: the example repository, generated on first use)")
-    p.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none",
-                   type=str.lower)
+    p.add_argument(
+        "--model-repository",
+        "--model-store",
+        action="append",
+        default=None,
+        help="model repository (default: the example repository, generated on first use)",
+    )
+    p.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none", type=str.lower)
     p.add_argument("--load-model", action="append", default=[])
     p.add_argument("--repository-poll-secs", type=int, default=15)
     _bool_flag(p, "--strict-readiness", True)
@@ -97,7 +101,9 @@ def serve_parser() -> argparse.ArgumentParser:
         _bool_flag(p, "--" + name.replace("_", "-"), None)
     # Shoal's own
     p.add_argument("--nats-url", default=None, help="use this NATS instead of starting an embedded nats-server")
-    p.add_argument("--nats-monitor-port", type=int, default=0, help="embedded nats-server monitoring port (0 = free port)")
+    p.add_argument(
+        "--nats-monitor-port", type=int, default=0, help="embedded nats-server monitoring port (0 = free port)"
+    )
     p.add_argument("--workers", type=int, default=1, help="worker processes to start")
     p.add_argument("--tensor-transport", choices=["auto", "shm", "bus"], default="auto")
     p.add_argument("--request-timeout-secs", type=float, default=60.0)
@@ -170,8 +176,10 @@ def metrics_config(entries: list[str]) -> dict[str, object]:
         elif key == "summary_quantiles":
             config[key] = value
         else:
-            raise SystemExit(f"shoal serve: --metrics-config '{key}' is not supported "
-                             "(counter_latencies, summary_latencies, histogram_latencies, summary_quantiles)")
+            raise SystemExit(
+                f"shoal serve: --metrics-config '{key}' is not supported "
+                "(counter_latencies, summary_latencies, histogram_latencies, summary_quantiles)"
+            )
     return config
 
 
@@ -193,8 +201,12 @@ def trace_settings(args: argparse.Namespace) -> dict[str, object]:
             trace[key] = value if key == "file" else int(value)
         else:
             raise SystemExit(f"shoal serve: unknown --trace-config setting '{key}'")
-    for key, value in (("file", args.trace_file), ("rate", args.trace_rate), ("count", args.trace_count),
-                       ("log-frequency", args.trace_log_frequency)):
+    for key, value in (
+        ("file", args.trace_file),
+        ("rate", args.trace_rate),
+        ("count", args.trace_count),
+        ("log-frequency", args.trace_log_frequency),
+    ):
         if value is not None:
             trace[key] = value
     levels += [level.upper() for level in args.trace_level or []]

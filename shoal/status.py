@@ -64,18 +64,27 @@ def describe(service: dict[str, Any]) -> str:
     status, meta = service.get("status", {}), service.get("metadata", {})
     kind = service["name"].removeprefix("shoal-")
     if kind == "gateway":
-        return (f"http {status.get('http')}, {status.get('models')} model(s), "
-                f"{status.get('requests_in_flight')} request(s) in flight")
+        return (
+            f"http {status.get('http')}, {status.get('models')} model(s), "
+            f"{status.get('requests_in_flight')} request(s) in flight"
+        )
     if kind == "scheduler":
-        queues = ", ".join(f"{k}: {q['queued']} queued/{q['running_batches']} running/{q['free_credits']} free"
-                           for k, q in status.get("queues", {}).items())
+        queues = ", ".join(
+            f"{k}: {q['queued']} queued/{q['running_batches']} running/{q['free_credits']} free"
+            for k, q in status.get("queues", {}).items()
+        )
         return f"{len(status.get('workers', []))} worker(s); {queues or 'no queues'}"
     if kind == "worker":
-        models = ", ".join(f"{k} x{m['instances']} ({m['busy_instances']} busy)" for k, m in status.get("models", {}).items())
+        models = ", ".join(
+            f"{k} x{m['instances']} ({m['busy_instances']} busy)" for k, m in status.get("models", {}).items()
+        )
         return models or "no models"
     if kind == "repository":
-        models = ", ".join(f"{name}/{v} {state}" for name, versions in status.get("models", {}).items()
-                           for v, state in versions.items())
+        models = ", ".join(
+            f"{name}/{v} {state}"
+            for name, versions in status.get("models", {}).items()
+            for v, state in versions.items()
+        )
         return f"{meta.get('repository')} ({meta.get('mode')}): {models or 'no models'}"
     return json.dumps(status)
 
@@ -83,8 +92,15 @@ def describe(service: dict[str, Any]) -> str:
 def render(services: list[dict[str, Any]]) -> str:
     if not services:
         return "no Shoal service answered"
-    rows = [(s["name"].removeprefix("shoal-"), s.get("metadata", {}).get("instance", s.get("id", "")),
-             s.get("metadata", {}).get("host", ""), describe(s)) for s in services]
+    rows = [
+        (
+            s["name"].removeprefix("shoal-"),
+            s.get("metadata", {}).get("instance", s.get("id", "")),
+            s.get("metadata", {}).get("host", ""),
+            describe(s),
+        )
+        for s in services
+    ]
     widths = [max(len(r[i]) for r in rows + [("SERVICE", "INSTANCE", "HOST", "")]) for i in range(3)]
     lines = [f"{'SERVICE':<{widths[0]}}  {'INSTANCE':<{widths[1]}}  {'HOST':<{widths[2]}}  STATUS"]
     lines += [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {d}" for a, b, c, d in rows]

@@ -64,8 +64,10 @@ class Cluster:
     _stopping: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> "Cluster":
-        self.children = [Child("repository", "repository", self.repository),
-                         Child("scheduler", "scheduler", self.scheduler)]
+        self.children = [
+            Child("repository", "repository", self.repository),
+            Child("scheduler", "scheduler", self.scheduler),
+        ]
         self.children += [Child(f"scheduler-{i + 1}", "scheduler", s) for i, s in enumerate(self.more_schedulers)]
         self.children += [Child(f"worker-{i}", "worker", w) for i, w in enumerate(self.workers)]
         self.children.append(Child("gateway", "gateway", self.gateway))
@@ -144,7 +146,8 @@ class Cluster:
                 with urllib.request.urlopen(request, timeout=2) as response:
                     index = json.loads(response.read())
                 loaded = all(e.get("state") != "LOADING" for e in index) and (
-                    self.repository.model_control_mode == "explicit" or all("state" in e for e in index))
+                    self.repository.model_control_mode == "explicit" or all("state" in e for e in index)
+                )
                 # the statistics endpoint answers only once the scheduler is on the bus
                 if loaded and self._get("/v2/models/stats") == 200:
                     return index
@@ -165,8 +168,11 @@ def sweep_segments(run_id: str) -> int:
 
 
 def model_table(index: list[dict]) -> str:
-    rows = [(e["name"], e["version"], e["state"] + (f": {e['reason']}" if e.get("reason") else ""))
-            for e in index if "state" in e]  # models never loaded (explicit mode) are not listed, as in Triton
+    rows = [
+        (e["name"], e["version"], e["state"] + (f": {e['reason']}" if e.get("reason") else ""))
+        for e in index
+        if "state" in e
+    ]  # models never loaded (explicit mode) are not listed, as in Triton
     heads = ("Model", "Version", "Status")
     widths = [max(len(str(x)) for x in col) for col in zip(heads, *rows)]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
@@ -177,19 +183,36 @@ def model_table(index: list[dict]) -> str:
 def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> Cluster:
     common = {"nats_url": nats_url, "log_verbose": args.log_verbose}
     gateway = GatewaySettings(
-        **common, id=args.id, http_address=args.http_address, http_port=args.http_port,
-        metrics_port=args.metrics_port, allow_metrics=args.allow_metrics,
-        http_max_input_size=args.http_max_input_size, request_timeout_s=args.request_timeout_secs,
-        tensor_transport=args.tensor_transport, strict_readiness=args.strict_readiness,
-        allow_client_shm=args.allow_client_shm, exit_timeout_s=args.exit_timeout_secs, trace_file=args.trace["file"], trace_level=args.trace["level"],
-        trace_rate=args.trace["rate"], trace_count=args.trace["count"], trace_log_frequency=args.trace["log-frequency"],
-        cache_bytes=args.cache_bytes, allow_cpu_metrics=args.allow_cpu_metrics is not False, allow_gpu_metrics=args.allow_gpu_metrics is not False,
+        **common,
+        id=args.id,
+        http_address=args.http_address,
+        http_port=args.http_port,
+        metrics_port=args.metrics_port,
+        allow_metrics=args.allow_metrics,
+        http_max_input_size=args.http_max_input_size,
+        request_timeout_s=args.request_timeout_secs,
+        tensor_transport=args.tensor_transport,
+        strict_readiness=args.strict_readiness,
+        allow_client_shm=args.allow_client_shm,
+        exit_timeout_s=args.exit_timeout_secs,
+        trace_file=args.trace["file"],
+        trace_level=args.trace["level"],
+        trace_rate=args.trace["rate"],
+        trace_count=args.trace["count"],
+        trace_log_frequency=args.trace["log-frequency"],
+        cache_bytes=args.cache_bytes,
+        allow_cpu_metrics=args.allow_cpu_metrics is not False,
+        allow_gpu_metrics=args.allow_gpu_metrics is not False,
         **args.metrics,
     )
     repo = RepositorySettings(
-        **common, model_repository=str(repository), model_control_mode=args.model_control_mode,
-        load_model=args.load_model, disable_auto_complete_config=args.disable_auto_complete_config,
-        strict_model_config=args.strict_model_config, repository_poll_secs=args.repository_poll_secs,
+        **common,
+        model_repository=str(repository),
+        model_control_mode=args.model_control_mode,
+        load_model=args.load_model,
+        disable_auto_complete_config=args.disable_auto_complete_config,
+        strict_model_config=args.strict_model_config,
+        repository_poll_secs=args.repository_poll_secs,
         unload_timeout_s=args.exit_timeout_secs,
     )
     workers = [WorkerSettings(**common, tensor_transport=args.tensor_transport) for _ in range(args.workers)]
@@ -200,8 +223,11 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
 def apply_log_flags(cluster: Cluster, args: argparse.Namespace) -> None:
     """--log-info/--log-warning/--log-error/--log-format, applied in every service through the
     logging extension (the same path `POST /v2/logging` takes)."""
-    body = {key: getattr(args, key) for key in ("log_info", "log_warning", "log_error", "log_format")
-            if getattr(args, key) is not None}
+    body = {
+        key: getattr(args, key)
+        for key in ("log_info", "log_warning", "log_error", "log_format")
+        if getattr(args, key) is not None
+    }
     if not body:
         return
     request = urllib.request.Request(f"{cluster.base_url}/v2/logging", data=json.dumps(body).encode(), method="POST")

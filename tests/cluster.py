@@ -20,11 +20,20 @@ from shared.settings import (
 from shoal.supervisor import Cluster
 
 DTYPES = {
-    "BOOL": TensorProto.BOOL, "UINT8": TensorProto.UINT8, "UINT16": TensorProto.UINT16,
-    "UINT32": TensorProto.UINT32, "UINT64": TensorProto.UINT64, "INT8": TensorProto.INT8,
-    "INT16": TensorProto.INT16, "INT32": TensorProto.INT32, "INT64": TensorProto.INT64,
-    "FP16": TensorProto.FLOAT16, "FP32": TensorProto.FLOAT, "FP64": TensorProto.DOUBLE,
-    "BF16": TensorProto.BFLOAT16, "BYTES": TensorProto.STRING,
+    "BOOL": TensorProto.BOOL,
+    "UINT8": TensorProto.UINT8,
+    "UINT16": TensorProto.UINT16,
+    "UINT32": TensorProto.UINT32,
+    "UINT64": TensorProto.UINT64,
+    "INT8": TensorProto.INT8,
+    "INT16": TensorProto.INT16,
+    "INT32": TensorProto.INT32,
+    "INT64": TensorProto.INT64,
+    "FP16": TensorProto.FLOAT16,
+    "FP32": TensorProto.FLOAT,
+    "FP64": TensorProto.DOUBLE,
+    "BF16": TensorProto.BFLOAT16,
+    "BYTES": TensorProto.STRING,
 }
 
 
@@ -47,14 +56,19 @@ def build_test_repository(root: Path) -> Path:
             examples.write_model(root, name, examples.identity_graph(elem, 2, name), identity_config(name, datatype))
     # 8 requests within the 2 s delay fill the preferred batch of 8 and run as one execution
     examples.write_model(
-        root, "batch_probe", examples.identity_graph(TensorProto.FLOAT, 2, "batch_probe"),
+        root,
+        "batch_probe",
+        examples.identity_graph(TensorProto.FLOAT, 2, "batch_probe"),
         identity_config("batch_probe", "FP32", 8, "dynamic_batching { max_queue_delay_microseconds: 2000000 }\n"),
     )
     # two instances, responses released in arrival order
     examples.write_model(
-        root, "ordered", examples.identity_graph(TensorProto.FLOAT, 2, "ordered"),
-        identity_config("ordered", "FP32", 8, "dynamic_batching { preserve_ordering: true }\n")
-        .replace("count: 1", "count: 2"),
+        root,
+        "ordered",
+        examples.identity_graph(TensorProto.FLOAT, 2, "ordered"),
+        identity_config("ordered", "FP32", 8, "dynamic_batching { preserve_ordering: true }\n").replace(
+            "count: 1", "count: 2"
+        ),
     )
     # no config.pbtxt at all: auto-completed from the ONNX file
     examples.write_model(root, "autocomplete", examples.simple_graph(), None)
@@ -65,7 +79,9 @@ def build_test_repository(root: Path) -> Path:
     (bad / "1" / "model.onnx").write_bytes(b"not an onnx file")
     # non-batching model (max_batch_size 0): full shapes in requests
     examples.write_model(
-        root, "nobatch", examples.identity_graph(TensorProto.FLOAT, 2, "nobatch"),
+        root,
+        "nobatch",
+        examples.identity_graph(TensorProto.FLOAT, 2, "nobatch"),
         'name: "nobatch"\nbackend: "onnxruntime"\nmax_batch_size: 0\n'
         'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2, -1 ] } ]\n'
         'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2, -1 ] } ]\n',
@@ -104,20 +120,30 @@ def running_cluster(
 ) -> Iterator[Running]:
     nats = NatsServer(max_payload=max_payload).start()
     common = {"nats_url": nats.url}
+
     def gateway_settings() -> GatewaySettings:
-        return GatewaySettings(**{"request_timeout_s": 30, **gateway}, **common, http_address="127.0.0.1",
-                               http_port=free_port(), metrics_port=free_port(), tensor_transport=transport)
+        return GatewaySettings(
+            **{"request_timeout_s": 30, **gateway},
+            **common,
+            http_address="127.0.0.1",
+            http_port=free_port(),
+            metrics_port=free_port(),
+            tensor_transport=transport,
+        )
 
     cluster = Cluster(
         gateway_settings(),
         SchedulerSettings(**common, **{"worker_timeout_s": 3, **(scheduler or {})}),
         RepositorySettings(**common, model_repository=str(root), **{"worker_timeout_s": 3, **(repository or {})}),
-        [WorkerSettings(**common, tensor_transport=transport, heartbeat_s=0.5, **(worker or {}), **extra)
-         for extra in (workers_settings or [{}] * workers)],
+        [
+            WorkerSettings(**common, tensor_transport=transport, heartbeat_s=0.5, **(worker or {}), **extra)
+            for extra in (workers_settings or [{}] * workers)
+        ],
         supervise=supervise,
         more_gateways=[gateway_settings() for _ in range(gateways - 1)],
-        more_schedulers=[SchedulerSettings(**common, **{"worker_timeout_s": 3, **(scheduler or {})})
-                         for _ in range(schedulers - 1)],
+        more_schedulers=[
+            SchedulerSettings(**common, **{"worker_timeout_s": 3, **(scheduler or {})}) for _ in range(schedulers - 1)
+        ],
     )
     try:
         cluster.start()

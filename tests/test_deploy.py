@@ -32,8 +32,9 @@ def test_compose_files_validate(compose, files):
 
 
 def test_compose_runs_every_service_with_health_and_shared_memory(compose):
-    out = subprocess.run([compose, "-f", str(ROOT / "docker-compose.yml"), "config"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [compose, "-f", str(ROOT / "docker-compose.yml"), "config"], capture_output=True, text=True, timeout=60
+    )
     config = yaml.safe_load(out.stdout)
     services = config["services"]
     assert set(services) == {"nats", "repository", "scheduler", "worker", "gateway"}

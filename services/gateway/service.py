@@ -37,9 +37,14 @@ def metrics_options(settings: GatewaySettings) -> MetricsOptions:
     quantiles = tuple(
         (float(q), float(e)) for q, _, e in (p.partition(":") for p in settings.summary_quantiles.split(",") if p)
     )
-    return MetricsOptions(settings.counter_latencies, settings.summary_latencies, settings.histogram_latencies,
-                          quantiles or MetricsOptions().quantiles, settings.allow_cpu_metrics,
-                          settings.allow_gpu_metrics)
+    return MetricsOptions(
+        settings.counter_latencies,
+        settings.summary_latencies,
+        settings.histogram_latencies,
+        quantiles or MetricsOptions().quantiles,
+        settings.allow_cpu_metrics,
+        settings.allow_gpu_metrics,
+    )
 
 
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
@@ -56,11 +61,21 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     gateway = Gateway(settings, nc, registry, InferenceCore(dispatcher, store, settings.request_timeout_s, shm))
 
     def status() -> dict:
-        return {"http": f"{settings.http_address}:{settings.http_port}", "models": len(registry.records),
-                "requests_in_flight": dispatcher.in_flight, "shm_regions": len(shm.regions)}
+        return {
+            "http": f"{settings.http_address}:{settings.http_port}",
+            "models": len(registry.records),
+            "requests_in_flight": dispatcher.in_flight,
+            "shm_regions": len(shm.regions),
+        }
 
-    micro = await discovery.register(nc, "gateway", settings.gateway_id, status,
-                                     http_port=str(settings.http_port), metrics_port=str(settings.metrics_port))
+    micro = await discovery.register(
+        nc,
+        "gateway",
+        settings.gateway_id,
+        status,
+        http_port=str(settings.http_port),
+        metrics_port=str(settings.metrics_port),
+    )
 
     async def metrics_stats(quantiles: list[float]) -> dict:
         return await scheduler_stats(nc, msgspec.json.encode({"quantiles": quantiles}) if quantiles else b"")
@@ -72,18 +87,34 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         return custom.lines()
 
     servers = [
-        _Server(uvicorn.Config(build_app(gateway), host=settings.http_address, port=settings.http_port,
-                               http=CorkedHttpToolsProtocol, log_level="warning", access_log=False,
-                               timeout_graceful_shutdown=settings.exit_timeout_s))
+        _Server(
+            uvicorn.Config(
+                build_app(gateway),
+                host=settings.http_address,
+                port=settings.http_port,
+                http=CorkedHttpToolsProtocol,
+                log_level="warning",
+                access_log=False,
+                timeout_graceful_shutdown=settings.exit_timeout_s,
+            )
+        )
     ]
     if settings.allow_metrics:
-        servers.append(_Server(uvicorn.Config(
-            build_metrics_app(metrics_stats, metrics_options(settings), custom_metrics), host=settings.http_address,
-            port=settings.metrics_port,
-            log_level="warning", access_log=False)))
+        servers.append(
+            _Server(
+                uvicorn.Config(
+                    build_metrics_app(metrics_stats, metrics_options(settings), custom_metrics),
+                    host=settings.http_address,
+                    port=settings.metrics_port,
+                    log_level="warning",
+                    access_log=False,
+                )
+            )
+        )
     log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
     if settings.allow_metrics:
         log.info("Started Metrics Service at %s:%d", settings.http_address, settings.metrics_port)
+
     async def stop_servers() -> None:
         await stop.wait()
         for server in servers:

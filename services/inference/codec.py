@@ -148,9 +148,13 @@ def _request_parameters(params: Any) -> dict[str, Any]:
         raise _json_error("parameters", "attempt to access JSON non-object as object")
     for key, value in params.items():
         if key.startswith("triton_"):
-            raise invalid("parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.")
+            raise invalid(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
+            )
         if isinstance(value, (list, dict)) or value is None:
-            raise invalid(f"parameter '{key}' has invalid type. It should be either 'int', 'bool', 'double' or 'string'.")
+            raise invalid(
+                f"parameter '{key}' has invalid type. It should be either 'int', 'bool', 'double' or 'string'."
+            )
     return params
 
 
@@ -200,7 +204,9 @@ def _flatten(data: Any, out: list) -> None:
 def json_tensor_bytes(name: str, datatype: str, shape: list[int], data: Any) -> bytes:
     """A JSON `data` array (flat or nested, row-major) -> wire bytes, checked against `shape`."""
     if datatype in ("FP16", "BF16"):
-        raise invalid(f"receiving {datatype} data via JSON is not supported. Please use the binary data format for input {name}")
+        raise invalid(
+            f"receiving {datatype} data via JSON is not supported. Please use the binary data format for input {name}"
+        )
     flat: list = []
     _flatten(data, flat)
     expected = element_count(shape)
@@ -240,7 +246,9 @@ def _parse_output(raw: Any) -> RequestedOutput:
         raise _json_error("classification", "attempt to access JSON non-unsigned-integer as unsigned-integer")
     if "shared_memory_region" in params:
         if classification:
-            raise invalid(f"Output can't set both 'shared_memory_region' and 'classification' for output '{raw['name']}'")
+            raise invalid(
+                f"Output can't set both 'shared_memory_region' and 'classification' for output '{raw['name']}'"
+            )
         if binary:
             raise invalid(f"Output can't set both 'shared_memory_region' and 'binary_data' for output '{raw['name']}'")
     return RequestedOutput(raw["name"], None if binary is None else bool(binary), classification, params)

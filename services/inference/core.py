@@ -35,7 +35,12 @@ class InferenceCore:
         self.shm = shm
 
     async def infer(
-        self, spec: ModelSpec, version: int, parsed: ParsedRequest, valid: Validated, trace: bool = False,
+        self,
+        spec: ModelSpec,
+        version: int,
+        parsed: ParsedRequest,
+        valid: Validated,
+        trace: bool = False,
         timeout_s: float | None = None,
     ) -> tuple[list[OutputTensor], dict, InferResponse]:
         timeout_s = timeout_s or self.timeout_s
@@ -47,7 +52,12 @@ class InferenceCore:
         return await self._outputs(response, regions, valid, request.deadline_ns), response.parameters, response
 
     async def stream(
-        self, spec: ModelSpec, version: int, parsed: ParsedRequest, valid: Validated, timeout_s: float | None = None,
+        self,
+        spec: ModelSpec,
+        version: int,
+        parsed: ParsedRequest,
+        valid: Validated,
+        timeout_s: float | None = None,
     ) -> AsyncIterator[tuple[list[OutputTensor], dict, InferResponse] | ShoalError]:
         """A model's responses as they come (many for decoupled models); an error response is
         yielded as a `ShoalError`, and the stream goes on if the model said more will follow."""
@@ -81,13 +91,15 @@ class InferenceCore:
                     inputs.append(self.shm.reference(tensor.name, tensor.datatype, tensor.shape, tensor.parameters))
                     continue
                 nbytes = memoryview(tensor.data).nbytes
-                ref = self.store.put(tensor.name, tensor.datatype, tensor.shape, tensor.data, timeout_s,
-                                     inline=nbytes <= budget)
+                ref = self.store.put(
+                    tensor.name, tensor.datatype, tensor.shape, tensor.data, timeout_s, inline=nbytes <= budget
+                )
                 budget -= nbytes if ref.data is not None else 0
                 inputs.append(ref)
             regions = {
                 o.name: self.shm.reference(o.name, spec.output(o.name).datatype, [], o.parameters)
-                for o in parsed.outputs or [] if o.in_shared_memory
+                for o in parsed.outputs or []
+                if o.in_shared_memory
             }
             request = InferRequest(
                 rid=rid,
@@ -134,7 +146,9 @@ class InferenceCore:
         if region is not None and memoryview(data).nbytes > region.nbytes:
             raise ShoalError(
                 f"shared memory size specified with the request for output '{ref.name}' ({region.nbytes} bytes) "
-                f"should be at least {memoryview(data).nbytes} bytes to hold the results", "INTERNAL")
+                f"should be at least {memoryview(data).nbytes} bytes to hold the results",
+                "INTERNAL",
+            )
         if region is not None:  # the worker could not reach the client's region: write it here
             if not write_region(region, data, self.store.host):
                 raise ShoalError(f"shared memory region of output '{ref.name}' is not reachable", "INTERNAL")

@@ -24,8 +24,11 @@ class SequenceParams:
 def sequence_params(parameters: dict[str, Any]) -> SequenceParams:
     """Triton parses `sequence_id` as an unsigned integer first, a string second."""
     corrid = parameters.get("sequence_id", 0)
-    if isinstance(corrid, bool) or not isinstance(corrid, (int, str)) or (
-            isinstance(corrid, int) and not 0 <= corrid <= _UINT64_MAX):
+    if (
+        isinstance(corrid, bool)
+        or not isinstance(corrid, (int, str))
+        or (isinstance(corrid, int) and not 0 <= corrid <= _UINT64_MAX)
+    ):
         raise invalid("Unable to parse 'sequence_id': attempt to access JSON non-unsigned-integer as unsigned-integer")
     flags = []
     for key in ("sequence_start", "sequence_end"):

@@ -109,8 +109,9 @@ class ShmRegistry:
             if region is None:
                 raise not_found(f"Unable to find {kind} shared memory region: '{name}'")
             if region.kind != kind:
-                raise not_found(f"The region named '{name}' is registered as {region.kind} shared memory, "
-                                f"not {kind} shared memory")
+                raise not_found(
+                    f"The region named '{name}' is registered as {region.kind} shared memory, not {kind} shared memory"
+                )
             regions = [region]
         else:
             regions = [r for r in self.regions.values() if r.kind == kind]
@@ -176,7 +177,23 @@ class ShmRegistry:
         if region.kind == "system" and region.host != self.host:
             raise invalid(f"shared memory region '{name}' was registered on another host; register it on this one")
         if region.kind == "cuda":
-            return TensorRef(tensor_name, datatype, shape, nbytes=size, offset=offset, borrowed=True,
-                             cuda_handle=region.cuda_handle, device_id=region.device_id)
-        return TensorRef(tensor_name, datatype, shape, shm=region.key, offset=region.offset + offset, nbytes=size,
-                         host=region.host, borrowed=True)
+            return TensorRef(
+                tensor_name,
+                datatype,
+                shape,
+                nbytes=size,
+                offset=offset,
+                borrowed=True,
+                cuda_handle=region.cuda_handle,
+                device_id=region.device_id,
+            )
+        return TensorRef(
+            tensor_name,
+            datatype,
+            shape,
+            shm=region.key,
+            offset=region.offset + offset,
+            nbytes=size,
+            host=region.host,
+            borrowed=True,
+        )

@@ -16,8 +16,15 @@ from typing import Any
 from shared.errors import invalid, unsupported
 
 LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
-ORDER = ("REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START",
-         "COMPUTE_END", "REQUEST_END")
+ORDER = (
+    "REQUEST_START",
+    "QUEUE_START",
+    "COMPUTE_START",
+    "COMPUTE_INPUT_END",
+    "COMPUTE_OUTPUT_START",
+    "COMPUTE_END",
+    "REQUEST_END",
+)
 
 
 @dataclass(frozen=True)
@@ -29,8 +36,14 @@ class TraceSettings:
     file: str = ""
 
     def json(self) -> dict[str, Any]:
-        return {"trace_level": list(self.level), "trace_rate": str(self.rate), "trace_count": str(self.count),
-                "log_frequency": str(self.log_frequency), "trace_file": self.file, "trace_mode": "triton"}
+        return {
+            "trace_level": list(self.level),
+            "trace_rate": str(self.rate),
+            "trace_count": str(self.count),
+            "log_frequency": str(self.log_frequency),
+            "trace_file": self.file,
+            "trace_mode": "triton",
+        }
 
     @property
     def enabled(self) -> bool:
@@ -130,14 +143,16 @@ class Tracer:
                 self.settings = replace(self.settings, count=remaining)
         return True
 
-    def record(self, model: str, version: int, request_id: str, timestamps: dict[str, int],
-               extra: dict[str, Any]) -> None:
+    def record(
+        self, model: str, version: int, request_id: str, timestamps: dict[str, int], extra: dict[str, Any]
+    ) -> None:
         settings = self.for_model(model)
         trace_id = self._next_id
         self._next_id += 1
         events = sorted(timestamps.items(), key=lambda kv: (kv[1], ORDER.index(kv[0]) if kv[0] in ORDER else 99))
-        self._written.append({"id": trace_id, "model_name": model, "model_version": version,
-                              "request_id": request_id, **extra})
+        self._written.append(
+            {"id": trace_id, "model_name": model, "model_version": version, "request_id": request_id, **extra}
+        )
         self._written.append({"id": trace_id, "timestamps": [{"name": n, "ns": ns} for n, ns in events]})
         self._flush(settings)
 

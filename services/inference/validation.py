@@ -151,5 +151,6 @@ def raw_request(spec: ModelSpec, body: bytes) -> ParsedRequest:
         fixed = _count([d for d in dims if d != -1]) * element_size(config.datatype)
         dims[dims.index(-1)] = len(body) // fixed if fixed else 0
     shape = ([1] if spec.max_batch_size > 0 else []) + dims
-    return ParsedRequest("", [InputTensor(config.name, config.datatype, shape, body)], None,
-                         {"binary_data_output": True})
+    return ParsedRequest(
+        "", [InputTensor(config.name, config.datatype, shape, body)], None, {"binary_data_output": True}
+    )

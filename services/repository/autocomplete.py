@@ -85,11 +85,15 @@ def autocomplete_python(config: pb.ModelConfig, model_file: Path) -> pb.ModelCon
     try:
         done = subprocess.run(
             [sys.executable, "-m", "services.worker.python.autocomplete", str(model_file)],
-            input=json.dumps(to_json(config)), capture_output=True, text=True, timeout=PYTHON_AUTOCOMPLETE_TIMEOUT_S,
+            input=json.dumps(to_json(config)),
+            capture_output=True,
+            text=True,
+            timeout=PYTHON_AUTOCOMPLETE_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
-        raise invalid(f"auto_complete_config of model '{config.name}' did not return within "
-                      f"{PYTHON_AUTOCOMPLETE_TIMEOUT_S:.0f} s") from None
+        raise invalid(
+            f"auto_complete_config of model '{config.name}' did not return within {PYTHON_AUTOCOMPLETE_TIMEOUT_S:.0f} s"
+        ) from None
     if done.returncode != 0:
         detail = (done.stderr.strip().splitlines() or ["the process exited with status %d" % done.returncode])[-1]
         raise invalid(f"auto_complete_config of model '{config.name}' failed: {detail}")

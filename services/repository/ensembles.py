@@ -52,9 +52,13 @@ def ensemble_state(record: ModelRecord, records: dict[str, ModelRecord], availab
         if member is not None and member.reason:
             return ModelVersionState("UNAVAILABLE", f"ensemble '{name}' depends on '{step.model}' which is not valid")
         if step.version != -1 and member is not None and member.hosted:
-            return ModelVersionState("UNAVAILABLE", f"ensemble '{name}' depends on '{step.model}' whose required "
-                                                    f"version {step.version} is not loaded")
-        return ModelVersionState("UNAVAILABLE", f"ensemble '{name}' depends on '{step.model}' which has no loaded version")
+            return ModelVersionState(
+                "UNAVAILABLE",
+                f"ensemble '{name}' depends on '{step.model}' whose required version {step.version} is not loaded",
+            )
+        return ModelVersionState(
+            "UNAVAILABLE", f"ensemble '{name}' depends on '{step.model}' which has no loaded version"
+        )
     if loading:
         return ModelVersionState("LOADING")
     error = check_members(record.active_config, {m: records[m].active_config for m in graph.members})

@@ -31,8 +31,10 @@ def _io(name: str, elem: int, dims: list) -> onnx.ValueInfoProto:
 
 def simple_graph() -> onnx.GraphProto:
     return helper.make_graph(
-        [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
-         helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])],
+        [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+        ],
         "simple",
         [_io("INPUT0", TensorProto.INT32, ["batch", 16]), _io("INPUT1", TensorProto.INT32, ["batch", 16])],
         [_io("OUTPUT0", TensorProto.INT32, ["batch", 16]), _io("OUTPUT1", TensorProto.INT32, ["batch", 16])],
@@ -43,7 +45,9 @@ def identity_graph(elem: int, rank: int = 2, name: str = "identity") -> onnx.Gra
     dims = ["batch"] + [f"d{i}" for i in range(rank - 1)]
     return helper.make_graph(
         [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
-        name, [_io("INPUT0", elem, dims)], [_io("OUTPUT0", elem, dims)],
+        name,
+        [_io("INPUT0", elem, dims)],
+        [_io("OUTPUT0", elem, dims)],
     )
 
 
@@ -62,8 +66,11 @@ def mlp_graph(seed: int = 0) -> onnx.GraphProto:
             nodes.append(helper.make_node("Relu", [f"Z{layer}"], [out]))
         current = out
     return helper.make_graph(
-        nodes, "mlp", [_io("INPUT0", TensorProto.FLOAT, ["batch", 256])],
-        [_io("OUTPUT0", TensorProto.FLOAT, ["batch", 16])], initializer=inits,
+        nodes,
+        "mlp",
+        [_io("INPUT0", TensorProto.FLOAT, ["batch", 256])],
+        [_io("OUTPUT0", TensorProto.FLOAT, ["batch", 16])],
+        initializer=inits,
     )
 
 
@@ -133,6 +140,9 @@ def slow_graph(size: int = 768, seed: int = 0) -> onnx.GraphProto:
         helper.make_node("Add", ["INPUT0", "NOTHING"], ["OUTPUT0"]),
     ]
     return helper.make_graph(
-        nodes, "slow", [_io("INPUT0", TensorProto.FLOAT, ["batch", 1])],
-        [_io("OUTPUT0", TensorProto.FLOAT, ["batch", 1])], initializer=[weight, zero],
+        nodes,
+        "slow",
+        [_io("INPUT0", TensorProto.FLOAT, ["batch", 1])],
+        [_io("OUTPUT0", TensorProto.FLOAT, ["batch", 1])],
+        initializer=[weight, zero],
     )

@@ -124,7 +124,9 @@ class ModelManager:
                 raise invalid(f"load failed for model '{name}': {scanned.error}\n")  # keep serving the old one
             log.error("failed to load '%s': %s", name, scanned.error)
             versions = {str(v): ModelVersionState("UNAVAILABLE", scanned.error) for v in scanned.versions or [1]}
-            record = ModelRecord(name, str(scanned.path), versions=versions, generation=generation, reason=scanned.error)
+            record = ModelRecord(
+                name, str(scanned.path), versions=versions, generation=generation, reason=scanned.error
+            )
         else:
             hosted = list(scanned.versions)
             versions = {}
@@ -135,9 +137,19 @@ class ModelManager:
             serving_path = (previous.serving_path or previous.path) if serving else ""
             for version in hosted:
                 old = previous.versions.get(str(version)) if previous else None
-                versions[str(version)] = old if old is not None and old.state == "READY" else ModelVersionState("LOADING")
-            record = ModelRecord(name, str(scanned.path), model_config.to_json(scanned.config), versions,
-                                 generation, hosted, serving_config=serving, serving_path=serving_path)
+                versions[str(version)] = (
+                    old if old is not None and old.state == "READY" else ModelVersionState("LOADING")
+                )
+            record = ModelRecord(
+                name,
+                str(scanned.path),
+                model_config.to_json(scanned.config),
+                versions,
+                generation,
+                hosted,
+                serving_config=serving,
+                serving_path=serving_path,
+            )
             if not hosted:
                 record.reason = f"no version is available for model '{name}'"
         if is_ensemble(record.config):  # nothing to swap: an ensemble's new graph serves at once
@@ -188,7 +200,9 @@ class ModelManager:
             while self.records[name].generation == generation and not self.settled(name):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise internal(f"load failed for model '{name}': timed out after {timeout:.0f}s waiting for a worker")
+                    raise internal(
+                        f"load failed for model '{name}': timed out after {timeout:.0f}s waiting for a worker"
+                    )
                 try:
                     await asyncio.wait_for(self.changed.wait(), remaining)
                 except asyncio.TimeoutError:
@@ -267,8 +281,9 @@ class ModelManager:
                 changed = True
                 log.info("model '%s' version %d: %s %s", name, version, new.state, new.reason)
         if record.serving_config and self.settled(name):
-            if all(any(r.serving_generation == record.generation for r in self._reports(name, v))
-                   for v in record.hosted):
+            if all(
+                any(r.serving_generation == record.generation for r in self._reports(name, v)) for v in record.hosted
+            ):
                 record.serving_config, record.serving_path = {}, ""  # the new generation serves: its config is the one
                 self._drop_stale_dirs(name)
             else:

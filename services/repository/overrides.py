@@ -44,7 +44,7 @@ def check_parameters(parameters: dict[str, object]) -> tuple[str, dict[str, str]
         elif key.startswith("file:"):
             if not isinstance(value, str):
                 raise invalid(f"file override '{key}' must be a base64 string")
-            files[key[len("file:"):]] = value
+            files[key[len("file:") :]] = value
         else:
             raise invalid(f"Unrecognized load parameter '{key}'.")
     if files and not config:

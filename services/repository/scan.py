@@ -47,7 +47,7 @@ def select_versions(config: pb.ModelConfig, available: list[int]) -> list[int]:
     if which == "specific":
         return sorted(v for v in set(policy.specific.versions) if v in available)
     count = policy.latest.num_versions if which == "latest" else 1
-    return sorted(available)[-max(count, 1):] if available else []
+    return sorted(available)[-max(count, 1) :] if available else []
 
 
 def load_config(
@@ -74,7 +74,9 @@ def load_config(
         if onnx_file.is_file():
             autocomplete_onnx(config, onnx_file)
     if auto_complete and config.backend == "python" and versions:
-        model_file = inside(model_dir.parent, f"{model_dir.name}/{max(versions)}/{config.default_model_filename or 'model.py'}")
+        model_file = inside(
+            model_dir.parent, f"{model_dir.name}/{max(versions)}/{config.default_model_filename or 'model.py'}"
+        )
         if model_file.is_file():
             config = autocomplete_python(config, model_file)
     model_config.normalize(config)
@@ -88,7 +90,9 @@ def scan_model(model_dir: Path, auto_complete: bool = True, override: pb.ModelCo
         config = load_config(model_dir, available, auto_complete, override)
         run_agents(model_config.to_json(config), model_dir)
     except Exception as exc:  # a bad model is UNAVAILABLE; the others still load
-        return ScannedModel(model_dir.name, model_dir, None, available[-1:], model_config.load_error(model_dir.name, exc))
+        return ScannedModel(
+            model_dir.name, model_dir, None, available[-1:], model_config.load_error(model_dir.name, exc)
+        )
     return ScannedModel(model_dir.name, model_dir, config, select_versions(config, available))
 
 

@@ -61,10 +61,20 @@ class RepositoryService:
         self._tasks.append(asyncio.create_task(self._watch_instances()))
         if self.settings.model_control_mode == "poll":
             self._tasks.append(asyncio.create_task(self._poll()))
-        self.micro = await discovery.register(self.nc, "repository", "main", self.status,
-                                              repository=str(self.manager.root), mode=self.settings.model_control_mode)
-        log.info("repository %s (%s mode): %d model(s) published", self.manager.root,
-                 self.settings.model_control_mode, len(self.manager.records))
+        self.micro = await discovery.register(
+            self.nc,
+            "repository",
+            "main",
+            self.status,
+            repository=str(self.manager.root),
+            mode=self.settings.model_control_mode,
+        )
+        log.info(
+            "repository %s (%s mode): %d model(s) published",
+            self.manager.root,
+            self.settings.model_control_mode,
+            len(self.manager.records),
+        )
 
     def status(self) -> dict:
         return {
@@ -109,13 +119,17 @@ class RepositoryService:
     async def _drain(self, model: str, version: int) -> None:
         """Wait until the schedulers hold nothing for this version (bounded by the exit timeout)."""
         try:
-            await self.nc.request(subjects.SCHEDULER_DRAIN, encode(DrainRequest(model, version, self.settings.unload_timeout_s)),
-                                  timeout=self.settings.unload_timeout_s)
+            await self.nc.request(
+                subjects.SCHEDULER_DRAIN,
+                encode(DrainRequest(model, version, self.settings.unload_timeout_s)),
+                timeout=self.settings.unload_timeout_s,
+            )
         except NoRespondersError:
             pass  # no scheduler: nothing queued anywhere
         except NatsTimeout:
-            log.warning("'%s' version %d did not drain in %ss; unloading anyway",
-                        model, version, self.settings.unload_timeout_s)
+            log.warning(
+                "'%s' version %d did not drain in %ss; unloading anyway", model, version, self.settings.unload_timeout_s
+            )
 
     async def _watch_instances(self) -> None:
         async for change in bus.watch(self.nc, self.instances_kv):
@@ -137,7 +151,9 @@ class RepositoryService:
 
     async def _reply(self, msg, error: ShoalError | None = None, revision: int = 0) -> None:
         """An error, or the KV revision a gateway must have seen before it answers the client."""
-        payload = encode(ErrorReply(error.message, str(error.code))) if error else msgspec.json.encode({"revision": revision})
+        payload = (
+            encode(ErrorReply(error.message, str(error.code))) if error else msgspec.json.encode({"revision": revision})
+        )
         await self.nc.publish(msg.reply, payload)
 
     async def _on_index(self, msg) -> None:
@@ -195,8 +211,14 @@ class RepositoryService:
     # -- poll mode ------------------------------------------------------------------------
     async def _poll(self) -> None:
         """React to file events (debounced), and rescan every --repository-poll-secs regardless."""
-        changes = watchfiles.awatch(self.manager.root, stop_event=self._stop_watch, debounce=500,
-                                    step=100, recursive=True, raise_interrupt=False)
+        changes = watchfiles.awatch(
+            self.manager.root,
+            stop_event=self._stop_watch,
+            debounce=500,
+            step=100,
+            recursive=True,
+            raise_interrupt=False,
+        )
         ticker = asyncio.create_task(self._tick())
         try:
             async for _ in changes:

@@ -120,6 +120,7 @@ class ModelQueue:
 
     def need(self, instance: int) -> Need:
         return self.needs[instance] if 0 <= instance < len(self.needs) else Need()
+
     free: deque[Slot] = field(default_factory=deque)
     timer: asyncio.TimerHandle | None = None
     stats: ModelStats = field(default_factory=ModelStats)
@@ -144,7 +145,9 @@ class SchedulerService:
         self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._drop_worker, self._worker_back)
         self._subs: dict[str, object] = {}  # model -> its infer subscription, while we hold its lease
         self._stats_sub = None
-        self.limiter = RateLimiter(settings.rate_limit == "execution_count", parse_resources(settings.rate_limit_resource))
+        self.limiter = RateLimiter(
+            settings.rate_limit == "execution_count", parse_resources(settings.rate_limit_resource)
+        )
         self.running: Counter[tuple[str, int]] = Counter()  # batches in flight per instance
         # every replica hears every completion: batch ids must not collide across replicas
         self._batch_ids = secrets.randbits(40)
@@ -156,9 +159,14 @@ class SchedulerService:
 
     async def start(self) -> None:
         self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
-        self.leases = Leases(await bus.bucket(self.nc, subjects.LEASES_BUCKET, ttl=LEASE_TTL_S),
-                             self.settings.scheduler_id, self._gain, self._lose, self._model_idle,
-                             self.handover.begin)
+        self.leases = Leases(
+            await bus.bucket(self.nc, subjects.LEASES_BUCKET, ttl=LEASE_TTL_S),
+            self.settings.scheduler_id,
+            self._gain,
+            self._lose,
+            self._model_idle,
+            self.handover.begin,
+        )
         await self.nc.subscribe(subjects.INSTANCE_FREE, cb=self._on_free)
         await self.liveness.start()
         await self.ensembles.start()
@@ -178,15 +186,20 @@ class SchedulerService:
     def status(self) -> dict:
         return {
             "queues": {
-                f"{m}/{v}": {"queued": q.pending_count, "free_credits": len(q.free),
-                             "running_batches": sum(1 for f in self.in_flight.values() if f.key == (m, v))}
+                f"{m}/{v}": {
+                    "queued": q.pending_count,
+                    "free_credits": len(q.free),
+                    "running_batches": sum(1 for f in self.in_flight.values() if f.key == (m, v)),
+                }
                 for (m, v), q in self.queues.items()
             },
             "sequences": {f"{m}/{v}": q.seq.book.summary() for (m, v), q in self.queues.items() if q.seq},
             "workers": sorted(self.liveness.seen),
             "owned": sorted(self.leases.held),
             # sequences of models handed over that this replica still serves: "overlap" or "final"
-            "handing_over": {f"{m}/{v}": "final" if final else "overlap" for (m, v), final in self.handover.held.items()},
+            "handing_over": {
+                f"{m}/{v}": "final" if final else "overlap" for (m, v), final in self.handover.held.items()
+            },
         }
 
     async def stop(self) -> None:
@@ -288,8 +301,14 @@ class SchedulerService:
             return False
         timeout_us = policy.timeout_us(header.timeout_us)
         now_ns = time.time_ns()
-        pending = Pending(header, raw, now, time.monotonic_ns() if header.trace else 0, level,
-                          now_ns + timeout_us * 1000 if timeout_us else 0)
+        pending = Pending(
+            header,
+            raw,
+            now,
+            time.monotonic_ns() if header.trace else 0,
+            level,
+            now_ns + timeout_us * 1000 if timeout_us else 0,
+        )
         if queue.seq is not None:
             return await self.sequencer.admit(queue, pending)
         queue.requests.append(pending)
@@ -323,9 +342,15 @@ class SchedulerService:
             batch = self._take_requests(queue, decision.take)  # both taken before any await
             if log.isEnabledFor(logging.DEBUG):  # --log-verbose, or the logging extension at run time
                 request_ids.set(",".join(p.header.rid for p in batch))
-                log.debug("batch of %d request(s), %d row(s) for '%s' version %d: %s; %d still queued",
-                          len(batch), sum(p.batch_size for p in batch), queue.key[0], queue.key[1],
-                          decision.reason, len(queue.requests))
+                log.debug(
+                    "batch of %d request(s), %d row(s) for '%s' version %d: %s; %d still queued",
+                    len(batch),
+                    sum(p.batch_size for p in batch),
+                    queue.key[0],
+                    queue.key[1],
+                    decision.reason,
+                    len(queue.requests),
+                )
             await self._dispatch(queue, slot, batch, now, decision.reason)
 
     def _take_requests(self, queue: ModelQueue, count: int) -> list[Pending]:
@@ -357,8 +382,11 @@ class SchedulerService:
         """A credit of an instance the rate limiter lets run: preferably one with nothing running,
         then the fewest batches started for its priority, then the oldest credit."""
         candidates = [
-            (self.running[(slot.worker, slot.instance)] > 0,
-             self.limiter.weight(queue.need(slot.instance), (slot.worker, queue.key, slot.instance)), index)
+            (
+                self.running[(slot.worker, slot.instance)] > 0,
+                self.limiter.weight(queue.need(slot.instance), (slot.worker, queue.key, slot.instance)),
+                index,
+            )
             for index, slot in enumerate(queue.free)
             if self.limiter.can_run(queue.need(slot.instance), slot.worker)
         ]
@@ -369,16 +397,24 @@ class SchedulerService:
         del queue.free[index]
         return slot
 
-    async def _dispatch(self, queue: ModelQueue, slot: Slot, batch: list[Pending], now: float, reason: str,
-                        controls: list | None = None) -> bool:
+    async def _dispatch(
+        self, queue: ModelQueue, slot: Slot, batch: list[Pending], now: float, reason: str, controls: list | None = None
+    ) -> bool:
         self._batch_ids += 1
         queue_ns = [int((now - p.arrived) * 1e9) for p in batch]
         for ns in queue_ns:
             queue.stats.record_queue(ns)
         message = ExecBatch(
-            batch_id=self._batch_ids, model=queue.key[0], version=queue.key[1], instance=slot.instance,
-            requests=[p.raw for p in batch], queue_ns=queue_ns, reply_via_scheduler=queue.preserve_ordering,
-            credit=slot.credit, generation=slot.generation, reason=reason,
+            batch_id=self._batch_ids,
+            model=queue.key[0],
+            version=queue.key[1],
+            instance=slot.instance,
+            requests=[p.raw for p in batch],
+            queue_ns=queue_ns,
+            reply_via_scheduler=queue.preserve_ordering,
+            credit=slot.credit,
+            generation=slot.generation,
+            reason=reason,
             enqueued_ns=[p.enqueued_ns for p in batch] if any(p.header.trace for p in batch) else [],
             controls=controls or [],
         )
@@ -493,8 +529,9 @@ class SchedulerService:
                 if max(p.header.deadline_ns for p in flight.requests) < cutoff:
                     self._finish_flight(key)
                     queue = self.queue(*flight.key)
-                    log.warning("batch %d of '%s' on worker %s never completed; failing it", key[1],
-                                flight.key[0], key[0])
+                    log.warning(
+                        "batch %d of '%s' on worker %s never completed; failing it", key[1], flight.key[0], key[0]
+                    )
                     for pending in flight.requests:
                         await self._fail(queue, pending.header, "the request was lost on its way to or from a worker")
                     if flight.slot not in queue.free:
@@ -524,8 +561,9 @@ class SchedulerService:
     async def _gain(self, model: str) -> None:
         # one queue group for every replica: while a model changes hands, both the old and
         # the new owner are subscribed and each request reaches exactly one of them
-        self._subs[model] = await self.nc.subscribe(subjects.infer(model), queue=subjects.SCHEDULER_QUEUE,
-                                                    cb=self._on_request)
+        self._subs[model] = await self.nc.subscribe(
+            subjects.infer(model), queue=subjects.SCHEDULER_QUEUE, cb=self._on_request
+        )
         await self.handover.regain(model)
         await self.nc.publish(subjects.RESYNC, b"")  # workers announce their idle credits again
 
@@ -550,8 +588,9 @@ class SchedulerService:
         while not self._model_idle(model) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for key in [k for k in self.queues if k[0] == model]:
-            await self._abandon(self.queues[key], f"scheduler {self.settings.scheduler_id} no longer serves "
-                                                  f"model '{model}'; retry")
+            await self._abandon(
+                self.queues[key], f"scheduler {self.settings.scheduler_id} no longer serves model '{model}'; retry"
+            )
 
     async def _abandon(self, queue: ModelQueue, message: str) -> None:
         """The version is gone: fail what still waits for it (a drain normally left nothing)."""
@@ -598,18 +637,23 @@ class SchedulerService:
             return
         queue = self.queues.get((revoked.model, revoked.version))
         if queue is not None:
-            queue.free = deque(s for s in queue.free
-                               if not (s.worker == revoked.worker and s.generation == revoked.generation))
+            queue.free = deque(
+                s for s in queue.free if not (s.worker == revoked.worker and s.generation == revoked.generation)
+            )
             if queue.seq is not None:  # the instances holding the sequences' state are gone
-                await self.sequencer.worker_lost(queue, revoked.worker, f"its instances on worker {revoked.worker} "
-                                                                        "were reloaded or unloaded")
+                await self.sequencer.worker_lost(
+                    queue, revoked.worker, f"its instances on worker {revoked.worker} were reloaded or unloaded"
+                )
             await self._pump(queue)
 
     # -- draining (unload) ------------------------------------------------------------
     def _idle(self, key: tuple[str, int]) -> bool:
         queue = self.queues.get(key)
-        return ((queue is None or not queue.pending_count) and not any(f.key == key for f in self.in_flight.values())
-                and not self.ensembles.busy(key))
+        return (
+            (queue is None or not queue.pending_count)
+            and not any(f.key == key for f in self.in_flight.values())
+            and not self.ensembles.busy(key)
+        )
 
     async def _on_drain(self, msg) -> None:
         request = bus.decode(_drain_decoder, msg, log)

@@ -105,14 +105,20 @@ class ModelHost:
             record = self._records.get(key[0])
             if not checked or loaded.retired or record is None or record.generation != loaded.generation:
                 continue
-            answers = await asyncio.gather(*(loop.run_in_executor(i.executor, i.runner.is_ready) for i in checked),
-                                           return_exceptions=True)
+            answers = await asyncio.gather(
+                *(loop.run_in_executor(i.executor, i.runner.is_ready) for i in checked), return_exceptions=True
+            )
             ready = all(answer is True for answer in answers)
             if ready != loaded.ready and self.models.get(key) is loaded:
                 loaded.ready = ready
                 log.warning("'%s' version %d: is_ready() says %s", key[0], key[1], "ready" if ready else "not ready")
-                await self.report(record, key[1], "READY" if ready else "UNAVAILABLE", "" if ready else NOT_READY,
-                                  count=len(loaded.instances))
+                await self.report(
+                    record,
+                    key[1],
+                    "READY" if ready else "UNAVAILABLE",
+                    "" if ready else NOT_READY,
+                    count=len(loaded.instances),
+                )
 
     async def _watch(self) -> None:
         async for change in bus.watch(self.nc, self.models_kv):
@@ -132,8 +138,12 @@ class ModelHost:
 
     async def apply(self, name: str, record: ModelRecord | None) -> None:
         # an ensemble has no instances: the scheduler runs it (services/scheduler/ensembles/runner.py)
-        hosted = (record is not None and not record.reason and self.hosts(name)
-                  and record.active_config.get("platform") != "ensemble")
+        hosted = (
+            record is not None
+            and not record.reason
+            and self.hosts(name)
+            and record.active_config.get("platform") != "ensemble"
+        )
         if hosted and isolated(self.settings, record.config):
             if self.processes.ensure(name, record.generation):  # a worker process of its own hosts it
                 await self.child_reports.forget(name, record.hosted)
@@ -174,9 +184,15 @@ class ModelHost:
             old.retire()
             await self.on_retired(old)
         await self.report(record, version, "READY", count=len(loaded.instances))
-        log.info("loaded '%s' version %d (generation %d): %d instance(s) in %.0f ms, warmup %.1f ms",
-                 record.name, version, record.generation, len(loaded.instances),
-                 (time.perf_counter() - started) * 1000, loaded.warmup_ms)
+        log.info(
+            "loaded '%s' version %d (generation %d): %d instance(s) in %.0f ms, warmup %.1f ms",
+            record.name,
+            version,
+            record.generation,
+            len(loaded.instances),
+            (time.perf_counter() - started) * 1000,
+            loaded.warmup_ms,
+        )
         await self.on_ready(loaded)
 
     def _create(self, spec: ModelSpec, record: ModelRecord, version: int) -> LoadedModel:
@@ -191,10 +207,21 @@ class ModelHost:
             loaded.states = StateStore(loaded.sequence, model_dir / str(version) / "initial_state")
         try:
             for index, plan in enumerate(plans):
-                runner = backend.create_instance(spec, model_dir, version, plan.kind, plan.device, threads, name=plan.name)
+                runner = backend.create_instance(
+                    spec, model_dir, version, plan.kind, plan.device, threads, name=plan.name
+                )
                 executor = ThreadPoolExecutor(1, thread_name_prefix=f"{spec.name}-{index}")
-                loaded.instances.append(Instance(index, runner, executor, max(1, self.settings.credits_per_instance),
-                                                 name=plan.name, kind=plan.kind, device=plan.device))
+                loaded.instances.append(
+                    Instance(
+                        index,
+                        runner,
+                        executor,
+                        max(1, self.settings.credits_per_instance),
+                        name=plan.name,
+                        kind=plan.kind,
+                        device=plan.device,
+                    )
+                )
             if record.config.get("model_warmup"):
                 started = time.perf_counter()
                 run_warmup(loaded, record.config, model_dir)
@@ -220,7 +247,13 @@ class ModelHost:
         if serving is not None and not serving.ready:
             serving = None  # its is_ready() said no: nothing here serves it
         report = InstanceRecord(
-            self.worker_id, record.name, version, record.generation, state, reason, count,
+            self.worker_id,
+            record.name,
+            version,
+            record.generation,
+            state,
+            reason,
+            count,
             serving_generation=serving.generation if serving else 0,
             warmup_ms=serving.warmup_ms if serving else 0.0,
         )

@@ -41,14 +41,20 @@ def plan_instances(config: dict[str, Any], gpus: Sequence[int]) -> list[Instance
             continue
         devices = listed or list(gpus)
         if not devices:
-            raise unavailable(f"instance group {name} of model {model} has kind KIND_GPU but no GPUs are available "
-                              "on this worker (Shoal does not move GPU instances to the CPU)")
+            raise unavailable(
+                f"instance group {name} of model {model} has kind KIND_GPU but no GPUs are available "
+                "on this worker (Shoal does not move GPU instances to the CPU)"
+            )
         for gpu in devices:
             if gpu not in gpus:
                 shown = ", ".join(str(g) for g in gpus) or "none"
-                raise unavailable(f"instance group {name} of model {model} specifies invalid or unsupported gpu id {gpu}. "
-                                  f"GPUs available to this worker are: {shown}")
-        plans += [InstancePlan(_instance_name(name, c, count), name, kind, gpu) for c in range(count) for gpu in devices]
+                raise unavailable(
+                    f"instance group {name} of model {model} specifies invalid or unsupported gpu id {gpu}. "
+                    f"GPUs available to this worker are: {shown}"
+                )
+        plans += [
+            InstancePlan(_instance_name(name, c, count), name, kind, gpu) for c in range(count) for gpu in devices
+        ]
     return plans
 
 

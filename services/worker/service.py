@@ -101,10 +101,15 @@ class WorkerService:
     def status(self) -> dict:
         return {
             "models": {
-                f"{m}/{v}": {"generation": loaded.generation, "instances": len(loaded.instances),
-                             "busy_instances": sum(1 for i in loaded.instances if i.busy),
-                             "instance_list": [{"name": i.name, "kind": i.kind, "device": i.device, "executions": i.executions}
-                                               for i in loaded.instances]}
+                f"{m}/{v}": {
+                    "generation": loaded.generation,
+                    "instances": len(loaded.instances),
+                    "busy_instances": sum(1 for i in loaded.instances if i.busy),
+                    "instance_list": [
+                        {"name": i.name, "kind": i.kind, "device": i.device, "executions": i.executions}
+                        for i in loaded.instances
+                    ],
+                }
                 for (m, v), loaded in self.host.models.items()
             },
         }
@@ -131,8 +136,15 @@ class WorkerService:
         for credit in range(max(i.credits for i in loaded.instances)):
             for instance in loaded.instances:
                 if credit in instance.idle:
-                    free = InstanceFree(self.id, loaded.spec.name, loaded.version, instance.index, self.subject,
-                                        credit=credit, generation=loaded.generation)
+                    free = InstanceFree(
+                        self.id,
+                        loaded.spec.name,
+                        loaded.version,
+                        instance.index,
+                        self.subject,
+                        credit=credit,
+                        generation=loaded.generation,
+                    )
                     await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
 
     async def _revoke(self, loaded: LoadedModel) -> None:
@@ -172,7 +184,9 @@ class WorkerService:
             await self.nc.publish(subjects.WORKER_HEARTBEAT, encode(beat))
             families = pb_utils.metrics_snapshot()
             if families:  # python models' custom metrics: every gateway keeps the last of each worker
-                await self.nc.publish(subjects.WORKER_METRICS, msgspec.json.encode({"worker": self.id, "families": families}))
+                await self.nc.publish(
+                    subjects.WORKER_METRICS, msgspec.json.encode({"worker": self.id, "families": families})
+                )
             self.decoupled.expire()
             if self._readiness is None or self._readiness.done():
                 self._readiness = self._spawn(self.host.check_readiness())
@@ -191,7 +205,9 @@ class WorkerService:
             return
         loaded = self.host.models.get((batch.model, batch.version))
         if loaded is None or not loaded.instances:
-            await self._fail_batch(batch, f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}")
+            await self._fail_batch(
+                batch, f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}"
+            )
             return
         if batch.generation != loaded.generation:
             # sent on a credit of a generation retired meanwhile: run it on the current one,
@@ -214,18 +230,43 @@ class WorkerService:
             request = _request_decoder.decode(raw)
             replies.add(request, InferResponse(request.rid, error=message, code="UNAVAILABLE"))
         # instance -1: not a credit, the scheduler must not send here again
-        free = InstanceFree(self.id, batch.model, batch.version, -1, self.subject, credit=batch.credit,
-                            generation=batch.generation, batch_id=batch.batch_id)
+        free = InstanceFree(
+            self.id,
+            batch.model,
+            batch.version,
+            -1,
+            self.subject,
+            credit=batch.credit,
+            generation=batch.generation,
+            batch_id=batch.batch_id,
+        )
         await self._finish(replies, free)
 
-    async def _execute(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool = True) -> None:
-        free = InstanceFree(self.id, batch.model, batch.version, batch.instance, self.subject, credit=batch.credit,
-                            generation=batch.generation, batch_id=batch.batch_id)
+    async def _execute(
+        self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool = True
+    ) -> None:
+        free = InstanceFree(
+            self.id,
+            batch.model,
+            batch.version,
+            batch.instance,
+            self.subject,
+            credit=batch.credit,
+            generation=batch.generation,
+            batch_id=batch.batch_id,
+        )
         replies = Replies(batch.reply_via_scheduler)
         requests = [_request_decoder.decode(raw) for raw in batch.requests]
         request_ids.set(",".join(f"{r.id}/{r.rid}" if r.id else r.rid for r in requests))  # this task's log lines
-        log.debug("batch %d of '%s' version %d: %d request(s) on instance %d (%s)", batch.batch_id, batch.model,
-                  batch.version, len(requests), instance.index, batch.reason)
+        log.debug(
+            "batch %d of '%s' version %d: %d request(s) on instance %d (%s)",
+            batch.batch_id,
+            batch.model,
+            batch.version,
+            len(requests),
+            instance.index,
+            batch.reason,
+        )
         try:
             now = time.time_ns()
             live = [r for r in requests if r.deadline_ns > now]
@@ -272,7 +313,9 @@ class WorkerService:
             log.exception("could not report batch %d as done", free.batch_id)
 
     @staticmethod
-    def _trace(response: InferResponse, request: InferRequest, batch: dict, t0: int, timings: _Timings, t_out: int) -> None:
+    def _trace(
+        response: InferResponse, request: InferRequest, batch: dict, t0: int, timings: _Timings, t_out: int
+    ) -> None:
         response.trace = {
             "COMPUTE_START": t0,
             "COMPUTE_INPUT_END": t0 + timings.compute_input_ns,
@@ -285,8 +328,15 @@ class WorkerService:
         response.batch = {k: v for k, v in batch.items() if k != "enqueued"}
 
     async def _run_batch(
-        self, loaded: LoadedModel, instance: Instance, requests: list[InferRequest], free: InstanceFree,
-        replies: Replies, batch: ExecBatch, enqueued: dict[str, int], controls: dict[str, SeqControl],
+        self,
+        loaded: LoadedModel,
+        instance: Instance,
+        requests: list[InferRequest],
+        free: InstanceFree,
+        replies: Replies,
+        batch: ExecBatch,
+        enqueued: dict[str, int],
+        controls: dict[str, SeqControl],
     ) -> None:
         spec = loaded.spec
         t0 = time.monotonic_ns()
@@ -306,35 +356,46 @@ class WorkerService:
         requests = readable
         if not requests:
             return
-        names = sorted({n for r in requests for n in (r.outputs or [o.name for o in spec.outputs])}
-                       | set(loaded.states.output_names if controls and loaded.states is not None else ()))
+        names = sorted(
+            {n for r in requests for n in (r.outputs or [o.name for o in spec.outputs])}
+            | set(loaded.states.output_names if controls and loaded.states is not None else ())
+        )
         sizes = [r.batch_size for r in requests]
         timings = _Timings()
         if hasattr(instance.runner, "run_requests"):  # python models take the requests one by one
             metadata = [self._request_metadata(spec, loaded.version, r, controls.get(r.rid)) for r in requests]
             try:
                 pieces = await self._loop.run_in_executor(
-                    instance.executor, self._compute_requests, spec, instance, requests, arrays, metadata, timings, t0)
+                    instance.executor, self._compute_requests, spec, instance, requests, arrays, metadata, timings, t0
+                )
             finally:
                 for request in requests:
                     if request.rid not in self.decoupled.open:
                         self.cancellations.ended(request.rid)
         elif controls and loaded.sequence.strategy == "direct" and spec.max_batch_size > 0:
             # direct: request i runs in the batch row of its slot; empty slots below are not-ready rows
-            rows, where = pad_slots(loaded.sequence, [controls[r.rid] for r in requests], arrays,
-                                    loaded.states.initial())
+            rows, where = pad_slots(
+                loaded.sequence, [controls[r.rid] for r in requests], arrays, loaded.states.initial()
+            )
             pieces = await self._loop.run_in_executor(
-                instance.executor, self._compute, spec, instance, rows, names, [1] * len(rows), timings, t0)
+                instance.executor, self._compute, spec, instance, rows, names, [1] * len(rows), timings, t0
+            )
             pieces = [pieces[row] for row in where]
         else:
             pieces = await self._loop.run_in_executor(
-                instance.executor, self._compute, spec, instance, arrays, names, sizes, timings, t0)
+                instance.executor, self._compute, spec, instance, arrays, names, sizes, timings, t0
+            )
         free.batch_size = sum(sizes)
         free.compute_input_ns = timings.compute_input_ns
         free.compute_infer_ns = timings.compute_infer_ns
-        batch_info = {"batch_size": free.batch_size, "batch_requests": len(requests), "batch_reason": batch.reason,
-                      "worker": self.id, "instance": instance.index,
-                      "enqueued": enqueued}
+        batch_info = {
+            "batch_size": free.batch_size,
+            "batch_requests": len(requests),
+            "batch_reason": batch.reason,
+            "worker": self.id,
+            "instance": instance.index,
+            "enqueued": enqueued,
+        }
         t_out = time.monotonic_ns()
         for request, piece in zip(requests, pieces):
             control = controls.get(request.rid)
@@ -360,8 +421,9 @@ class WorkerService:
 
     async def _inputs(self, request: InferRequest) -> dict[str, np.ndarray]:
         timeout = max(0.1, (request.deadline_ns - time.time_ns()) / 1e9)
-        return {ref.name: from_bytes(await self.store.get(ref, timeout), ref.datatype, ref.shape)
-                for ref in request.inputs}
+        return {
+            ref.name: from_bytes(await self.store.get(ref, timeout), ref.datatype, ref.shape) for ref in request.inputs
+        }
 
     @staticmethod
     def _compute(spec, instance, arrays, names, sizes, timings: _Timings, t0: int):
@@ -373,8 +435,9 @@ class WorkerService:
         timings.compute_input_ns, timings.compute_infer_ns = t1 - t0, t2 - t1
         return scatter(spec, outputs, sizes)
 
-    def _request_metadata(self, spec: ModelSpec, version: int, request: InferRequest,
-                          control: SeqControl | None) -> dict:
+    def _request_metadata(
+        self, spec: ModelSpec, version: int, request: InferRequest, control: SeqControl | None
+    ) -> dict:
         """What a python model can ask of a request besides its tensors."""
         metadata = _request_metadata(request, control)
         self.cancellations.started(request)
@@ -397,7 +460,12 @@ class WorkerService:
         return self._respond(spec, version, request, piece, small=False, partial=True)
 
     def _respond(
-        self, spec: ModelSpec, version: int, request: InferRequest, piece: dict[str, np.ndarray], small: bool,
+        self,
+        spec: ModelSpec,
+        version: int,
+        request: InferRequest,
+        piece: dict[str, np.ndarray],
+        small: bool,
         partial: bool = False,
     ) -> InferResponse:
         """Outputs inline up to a per-response budget (all out of line when the response must
@@ -421,7 +489,9 @@ class WorkerService:
             if region is not None and memoryview(payload).nbytes > region.nbytes:
                 raise ShoalError(
                     f"shared memory size specified with the request for output '{name}' ({region.nbytes} bytes) "
-                    f"should be at least {memoryview(payload).nbytes} bytes to hold the results", "INTERNAL")
+                    f"should be at least {memoryview(payload).nbytes} bytes to hold the results",
+                    "INTERNAL",
+                )
         refs: list[TensorRef] = []
         for name, datatype, shape, payload in outputs:
             region = request.output_regions.get(name)
@@ -442,8 +512,13 @@ def _request_metadata(request: InferRequest, control: SeqControl | None = None) 
     custom = {k: v for k, v in params.items() if k not in ("sequence_id", "sequence_start", "sequence_end")}
     if control is None:  # not sequence-batched: the flags as the client sent them, as Triton passes them on
         control = SeqControl(corrid=request.sequence_id, seq=0, start=request.sequence_start, end=request.sequence_end)
-    return {"request_id": request.id, "correlation_id": control.corrid, "flags": flags(control),
-            "parameters": custom, "timeout": request.timeout_us}
+    return {
+        "request_id": request.id,
+        "correlation_id": control.corrid,
+        "flags": flags(control),
+        "parameters": custom,
+        "timeout": request.timeout_us,
+    }
 
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:

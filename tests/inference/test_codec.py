@@ -13,11 +13,17 @@ from shared.errors import ShoalError
 
 
 def test_binary_inputs_follow_json_in_order():
-    header = json.dumps({"id": "r1", "inputs": [
-        {"name": "A", "shape": [2], "datatype": "INT32", "parameters": {"binary_data_size": 8}},
-        {"name": "B", "shape": [1], "datatype": "FP32", "data": [1.5]},
-        {"name": "C", "shape": [1], "datatype": "UINT8", "parameters": {"binary_data_size": 1}},
-    ], "outputs": [{"name": "O", "parameters": {"binary_data": True}}]}).encode()
+    header = json.dumps(
+        {
+            "id": "r1",
+            "inputs": [
+                {"name": "A", "shape": [2], "datatype": "INT32", "parameters": {"binary_data_size": 8}},
+                {"name": "B", "shape": [1], "datatype": "FP32", "data": [1.5]},
+                {"name": "C", "shape": [1], "datatype": "UINT8", "parameters": {"binary_data_size": 1}},
+            ],
+            "outputs": [{"name": "O", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
     body = header + np.array([1, 2], np.int32).tobytes() + b"\x07"
     head, binary = codec.split_body(body, str(len(header)))
     parsed = codec.parse_request(head, binary, "m")
@@ -29,8 +35,9 @@ def test_binary_inputs_follow_json_in_order():
 
 
 def test_only_one_data_source():
-    doc = {"inputs": [{"name": "A", "shape": [1], "datatype": "INT32", "data": [1],
-                       "parameters": {"binary_data_size": 4}}]}
+    doc = {
+        "inputs": [{"name": "A", "shape": [1], "datatype": "INT32", "data": [1], "parameters": {"binary_data_size": 4}}]
+    }
     with pytest.raises(ShoalError) as err:
         codec.parse_request(json.dumps(doc).encode(), memoryview(bytes(4)), "m")
     assert err.value.message.startswith("Input must set only one of the following fields")
@@ -53,9 +60,11 @@ def test_header_length_range():
 
 
 def test_response_binary_layout():
-    outs = [codec.OutputTensor("A", "INT32", [2], np.array([1, 2], np.int32).tobytes(), True),
-            codec.OutputTensor("B", "FP32", [1], np.array([0.5], np.float32).tobytes(), False),
-            codec.OutputTensor("C", "BYTES", [1], b"\x01\x00\x00\x00z", True)]
+    outs = [
+        codec.OutputTensor("A", "INT32", [2], np.array([1, 2], np.int32).tobytes(), True),
+        codec.OutputTensor("B", "FP32", [1], np.array([0.5], np.float32).tobytes(), False),
+        codec.OutputTensor("C", "BYTES", [1], b"\x01\x00\x00\x00z", True),
+    ]
     body, length = codec.encode_response("m", 3, "id9", outs)
     doc = orjson.loads(body[:length])
     assert list(doc) == ["id", "model_name", "model_version", "outputs"]
@@ -66,14 +75,23 @@ def test_response_binary_layout():
 
 
 def test_json_only_response_has_no_header_length():
-    body, length = codec.encode_response("m", 1, "", [codec.OutputTensor("S", "BYTES", [1], b"\x02\x00\x00\x00hi", False)])
+    body, length = codec.encode_response(
+        "m", 1, "", [codec.OutputTensor("S", "BYTES", [1], b"\x02\x00\x00\x00hi", False)]
+    )
     assert length is None and orjson.loads(body)["outputs"][0]["data"] == ["hi"]
 
 
-@pytest.mark.parametrize("accept, expected", [
-    (None, None), ("gzip, deflate, br", "gzip"), ("deflate;q=0.5, gzip;q=0.4", "deflate"),
-    ("identity", None), ("br", None), ("gzip;q=0", None),
-])
+@pytest.mark.parametrize(
+    "accept, expected",
+    [
+        (None, None),
+        ("gzip, deflate, br", "gzip"),
+        ("deflate;q=0.5, gzip;q=0.4", "deflate"),
+        ("identity", None),
+        ("br", None),
+        ("gzip;q=0", None),
+    ],
+)
 def test_choose_encoding(accept, expected):
     assert codec.choose_encoding(accept) == expected
 

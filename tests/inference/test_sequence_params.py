@@ -14,8 +14,10 @@ def test_uint64_and_string_ids():
     assert sequence_params({"sequence_id": "abc", "sequence_end": True}) == SequenceParams("abc", False, True)
 
 
-@pytest.mark.parametrize("params", [{"sequence_id": -1}, {"sequence_id": 1.5}, {"sequence_id": True},
-                                    {"sequence_id": 2**64}, {"sequence_start": 1}])
+@pytest.mark.parametrize(
+    "params",
+    [{"sequence_id": -1}, {"sequence_id": 1.5}, {"sequence_id": True}, {"sequence_id": 2**64}, {"sequence_start": 1}],
+)
 def test_bad_values_are_refused(params):
     with pytest.raises(ShoalError):
         sequence_params(params)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-PRE = '''
+PRE = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -21,11 +21,11 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
             "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() + 1)]) for r in requests]
-'''
+"""
 
 # answers from a thread, one response per prompt value: TOKEN = 10 * value, IDX = i and a
 # BLOB of `blob` floats (large ones go through shared memory)
-GEN = '''
+GEN = """
 import json
 import os
 import threading
@@ -61,10 +61,10 @@ class TritonPythonModel:
                 pb_utils.Tensor("BLOB", np.full(params.get("blob", 1), i, np.float32))]))
             time.sleep(params.get("delay", 0))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-'''
+"""
 
 # reads the iteration's token and blob together with the preprocess output (upstream)
-POST = '''
+POST = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -80,12 +80,14 @@ class TritonPythonModel:
                 pb_utils.Tensor("OUT", (token + 1000 * len(prompt)).astype(np.int32)),
                 pb_utils.Tensor("SUM", np.array([blob.sum()], np.float32))]))
         return responses
-'''
+"""
 
 
 def _python(name: str, inputs: str, outputs: str, extra: str = "") -> str:
-    return (f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\ninput [ {inputs} ]\noutput [ {outputs} ]\n'
-            f"instance_group [ {{ count: 1 kind: KIND_CPU }} ]\n{extra}")
+    return (
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\ninput [ {inputs} ]\noutput [ {outputs} ]\n'
+        f"instance_group [ {{ count: 1 kind: KIND_CPU }} ]\n{extra}"
+    )
 
 
 def _ensemble(name: str, extra: str = "") -> str:
@@ -112,8 +114,10 @@ ensemble_scheduling {{
 
 def _outer(name: str, inner: str) -> str:
     """An ensemble whose only step is the streaming ensemble `inner`: decoupled through it."""
-    maps = " ".join(f'input_map {{ key: "{t}" value: "{t}" }}' if t == "IN" else f'output_map {{ key: "{t}" value: "{t}" }}'
-                    for t in ("IN", "OUT", "IDX", "SUM"))
+    maps = " ".join(
+        f'input_map {{ key: "{t}" value: "{t}" }}' if t == "IN" else f'output_map {{ key: "{t}" value: "{t}" }}'
+        for t in ("IN", "OUT", "IDX", "SUM")
+    )
     return f"""
 name: "{name}"
 platform: "ensemble"
@@ -133,17 +137,31 @@ def _model(root: Path, name: str, config: str, source: str = "") -> None:
 
 
 def write_models(root: Path) -> None:
-    i32 = 'data_type: TYPE_INT32 dims: [ -1 ]'
+    i32 = "data_type: TYPE_INT32 dims: [ -1 ]"
     _model(root, "pre", _python("pre", f'{{ name: "X" {i32} }}', f'{{ name: "Y" {i32} }}'), PRE)
-    _model(root, "gen", _python(
-        "gen", f'{{ name: "PROMPT" {i32} }}',
-        '{ name: "TOKEN" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }, '
-        '{ name: "BLOB" data_type: TYPE_FP32 dims: [ -1 ] }',
-        "model_transaction_policy { decoupled: true }"), GEN)
-    _model(root, "post", _python(
-        "post", f'{{ name: "TOKEN" data_type: TYPE_INT32 dims: [ 1 ] }}, {{ name: "PROMPT" {i32} }}, '
-        '{ name: "BLOB" data_type: TYPE_FP32 dims: [ -1 ] }',
-        '{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "SUM" data_type: TYPE_FP32 dims: [ 1 ] }'), POST)
+    _model(
+        root,
+        "gen",
+        _python(
+            "gen",
+            f'{{ name: "PROMPT" {i32} }}',
+            '{ name: "TOKEN" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }, '
+            '{ name: "BLOB" data_type: TYPE_FP32 dims: [ -1 ] }',
+            "model_transaction_policy { decoupled: true }",
+        ),
+        GEN,
+    )
+    _model(
+        root,
+        "post",
+        _python(
+            "post",
+            f'{{ name: "TOKEN" data_type: TYPE_INT32 dims: [ 1 ] }}, {{ name: "PROMPT" {i32} }}, '
+            '{ name: "BLOB" data_type: TYPE_FP32 dims: [ -1 ] }',
+            '{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "SUM" data_type: TYPE_FP32 dims: [ 1 ] }',
+        ),
+        POST,
+    )
     _model(root, "llm", _ensemble("llm"))
     _model(root, "llm_one", _ensemble("llm_one", "max_inflight_requests: 1"))
     _model(root, "llm_outer", _outer("llm_outer", "llm"))

@@ -26,10 +26,13 @@ try:  # torch is optional (the `torch` extra): without it the TorchScript models
 except ImportError:
     torch = None
 NO_GPU = "needs a CUDA device (this host has none): KIND_GPU instances cannot load here"
-needs_torch = pytest.mark.skipif(torch is None, reason="the TorchScript backend needs torch: pip install 'shoal[torch]'")
+needs_torch = pytest.mark.skipif(
+    torch is None, reason="the TorchScript backend needs torch: pip install 'shoal[torch]'"
+)
 TORCH_MODELS = ("torch_indexed", "torch_named", "torch_strings")
 
 if torch is not None:
+
     class AddSub(torch.nn.Module):
         def forward(self, a: torch.Tensor, b: torch.Tensor):
             return a + b, a - b
@@ -78,7 +81,8 @@ output [ { name: "OUTPUT__0" data_type: TYPE_STRING dims: [ 2 ] } ]
 
 GROUPS = identity_config("onnx_groups", "FP32").replace(
     "instance_group [ { count: 1 kind: KIND_CPU } ]",
-    'instance_group [ { name: "first" count: 1 kind: KIND_CPU }, { count: 2 kind: KIND_CPU } ]')
+    'instance_group [ { name: "first" count: 1 kind: KIND_CPU }, { count: 2 kind: KIND_CPU } ]',
+)
 
 GPU_ONNX = identity_config("onnx_gpu", "FP32").replace("kind: KIND_CPU", "kind: KIND_GPU")  # every GPU of the worker
 
@@ -99,7 +103,7 @@ input [ { name: "A" data_type: TYPE_FP32 dims: [ 2 ] }, { name: "B" data_type: T
 output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 2 ] }, { name: "ECHO" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
-PY_OPTIONAL_MODEL = '''
+PY_OPTIONAL_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -116,7 +120,7 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("SUM", total.astype(np.float32)), pb_utils.Tensor("ECHO", echo)]))
         return responses
-'''
+"""
 
 
 def _torch_model(root: Path, name: str, module_class: str, config: str) -> None:
@@ -167,8 +171,11 @@ def test_torchscript_input_index_convention_with_reshape(client):
     result = client.infer("torch_indexed", [tensor("INPUT__0", a, "FP32"), tensor("INPUT__1", b, "FP32")])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT__0"), a + b)  # back in `dims` [4], not [2, 2]
     np.testing.assert_array_equal(result.as_numpy("OUTPUT__1"), a - b)
-    only = client.infer("torch_indexed", [tensor("INPUT__0", a, "FP32"), tensor("INPUT__1", b, "FP32")],
-                        outputs=[httpclient.InferRequestedOutput("OUTPUT__1")])
+    only = client.infer(
+        "torch_indexed",
+        [tensor("INPUT__0", a, "FP32"), tensor("INPUT__1", b, "FP32")],
+        outputs=[httpclient.InferRequestedOutput("OUTPUT__1")],
+    )
     np.testing.assert_array_equal(only.as_numpy("OUTPUT__1"), a - b)
     assert only.as_numpy("OUTPUT__0") is None
 
@@ -200,7 +207,10 @@ def _instances(running: Running, model: str) -> list[dict]:
 def test_two_instance_groups_both_serve(client, backends_cluster):
     instances = _instances(backends_cluster, "onnx_groups")
     assert [(i["name"], i["kind"]) for i in instances] == [
-        ("first", "KIND_CPU"), ("onnx_groups_1_0", "KIND_CPU"), ("onnx_groups_1_1", "KIND_CPU")]
+        ("first", "KIND_CPU"),
+        ("onnx_groups_1_0", "KIND_CPU"),
+        ("onnx_groups_1_1", "KIND_CPU"),
+    ]
     config = client.get_model_config("onnx_groups")
     assert [(g["name"], g["count"]) for g in config["instance_group"]] == [("first", 1), ("onnx_groups_1", 2)]
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -218,7 +228,10 @@ def test_tensorrt_plan_fails_with_reason_and_the_rest_loads(client):
     index = {entry["name"]: entry for entry in client.get_model_repository_index()}
     assert index["trt_plan"]["state"] == "UNAVAILABLE"
     if not available_gpus():
-        assert "TensorRT backend needs an NVIDIA GPU and the 'tensorrt' package: pip install 'shoal[gpu]'" in index["trt_plan"]["reason"]
+        assert (
+            "TensorRT backend needs an NVIDIA GPU and the 'tensorrt' package: pip install 'shoal[gpu]'"
+            in index["trt_plan"]["reason"]
+        )
     else:  # a GPU and maybe tensorrt here: the bytes are still not an engine
         assert index["trt_plan"]["reason"]
     good_models = ["onnx_groups", "py_optional"] + (list(TORCH_MODELS) if torch is not None else [])
@@ -256,7 +269,10 @@ def test_kind_gpu_without_a_gpu_fails_like_triton(client):
         pytest.skip("this host has a GPU: test_kind_gpu_onnx_model_serves covers it")
     index = {entry["name"]: entry for entry in client.get_model_repository_index()}
     assert index["onnx_gpu"]["state"] == "UNAVAILABLE"
-    assert "instance group onnx_gpu_0 of model onnx_gpu has kind KIND_GPU but no GPUs are available" in index["onnx_gpu"]["reason"]
+    assert (
+        "instance group onnx_gpu_0 of model onnx_gpu has kind KIND_GPU but no GPUs are available"
+        in index["onnx_gpu"]["reason"]
+    )
 
 
 @pytest.mark.gpu
@@ -265,7 +281,9 @@ def test_kind_gpu_onnx_model_serves(client, backends_cluster):
         pytest.skip(NO_GPU)
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(client.infer("onnx_gpu", [tensor("INPUT0", x, "FP32")]).as_numpy("OUTPUT0"), x)
-    assert [(i["kind"], i["device"]) for i in _instances(backends_cluster, "onnx_gpu")] == [("KIND_GPU", g) for g in available_gpus()]
+    assert [(i["kind"], i["device"]) for i in _instances(backends_cluster, "onnx_gpu")] == [
+        ("KIND_GPU", g) for g in available_gpus()
+    ]
 
 
 @pytest.mark.gpu
@@ -273,8 +291,14 @@ def test_kind_gpu_onnx_model_serves(client, backends_cluster):
 def test_kind_gpu_torchscript_model_runs_on_cuda(tmp_path):
     if not available_gpus() or not torch.cuda.is_available():
         pytest.skip(NO_GPU + " (or torch is a CPU build)")
-    _torch_model(tmp_path, "torch_gpu", "AddSub", TORCH_INDEXED.replace("torch_indexed", "torch_gpu")
-                 .replace("count: 2 kind: KIND_CPU", "count: 1 kind: KIND_GPU gpus: [ 0 ]"))
+    _torch_model(
+        tmp_path,
+        "torch_gpu",
+        "AddSub",
+        TORCH_INDEXED.replace("torch_indexed", "torch_gpu").replace(
+            "count: 2 kind: KIND_CPU", "count: 1 kind: KIND_GPU gpus: [ 0 ]"
+        ),
+    )
     with running_cluster(tmp_path) as running:
         c = httpclient.InferenceServerClient(running.url)
         a = np.arange(8, dtype=np.float32).reshape(2, 4)

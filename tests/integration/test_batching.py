@@ -16,6 +16,7 @@ def batch_counts(stats: dict) -> dict[int, int]:
 async def infer_many(url: str, model: str, count: int, width: int = 4) -> list[np.ndarray]:
     client = aioclient.InferenceServerClient(url, conn_limit=count)
     try:
+
         async def one(i: int) -> np.ndarray:
             tensor = aioclient.InferInput("INPUT0", [1, width], "FP32")
             tensor.set_data_from_numpy(np.full((1, width), i, np.float32))
@@ -47,7 +48,8 @@ async def test_incompatible_shapes_are_not_batched_together(shoal):
     try:
         before = (await client.get_inference_statistics("batch_probe"))["model_stats"][0]
         wide, narrow = await asyncio.gather(
-            infer_many(shoal.url, "batch_probe", 4, width=6), infer_many(shoal.url, "batch_probe", 4, width=2))
+            infer_many(shoal.url, "batch_probe", 4, width=6), infer_many(shoal.url, "batch_probe", 4, width=2)
+        )
         after = (await client.get_inference_statistics("batch_probe"))["model_stats"][0]
     finally:
         await client.close()

@@ -38,11 +38,17 @@ def test_server_metadata(client):
 def test_model_metadata(client):
     meta = client.get_model_metadata("simple")
     assert meta == {
-        "name": "simple", "versions": ["1"], "platform": "onnxruntime_onnx",
-        "inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]},
-                   {"name": "INPUT1", "datatype": "INT32", "shape": [-1, 16]}],
-        "outputs": [{"name": "OUTPUT0", "datatype": "INT32", "shape": [-1, 16]},
-                    {"name": "OUTPUT1", "datatype": "INT32", "shape": [-1, 16]}],
+        "name": "simple",
+        "versions": ["1"],
+        "platform": "onnxruntime_onnx",
+        "inputs": [
+            {"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]},
+            {"name": "INPUT1", "datatype": "INT32", "shape": [-1, 16]},
+        ],
+        "outputs": [
+            {"name": "OUTPUT0", "datatype": "INT32", "shape": [-1, 16]},
+            {"name": "OUTPUT1", "datatype": "INT32", "shape": [-1, 16]},
+        ],
     }
     assert client.get_model_metadata("simple", "1")["versions"] == ["1"]
     assert client.get_model_metadata("nobatch")["inputs"][0]["shape"] == [2, -1]
@@ -108,10 +114,25 @@ def test_statistics_schema(client):
     before = client.get_inference_statistics("simple")["model_stats"][0]
     client.infer("simple", inputs)
     after = client.get_inference_statistics("simple", "1")["model_stats"][0]
-    assert set(after) >= {"name", "version", "last_inference", "inference_count", "execution_count",
-                          "inference_stats", "batch_stats"}
-    assert set(after["inference_stats"]) == {"success", "fail", "queue", "compute_input", "compute_infer",
-                                             "compute_output", "cache_hit", "cache_miss"}
+    assert set(after) >= {
+        "name",
+        "version",
+        "last_inference",
+        "inference_count",
+        "execution_count",
+        "inference_stats",
+        "batch_stats",
+    }
+    assert set(after["inference_stats"]) == {
+        "success",
+        "fail",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+        "cache_hit",
+        "cache_miss",
+    }
     assert after["inference_stats"]["success"]["count"] == before["inference_stats"]["success"]["count"] + 1
     assert after["inference_count"] == before["inference_count"] + 2
     assert after["execution_count"] == before["execution_count"] + 1
@@ -153,6 +174,7 @@ def test_metrics_have_triton_names(client, shoal):
     families = {f.name: f for f in text_string_to_metric_families(text)}
     success = [s for s in families["nv_inference_request_success"].samples if s.labels["model"] == "simple"]
     assert success and success[0].labels["version"] == "1" and success[0].value >= 1
-    reasons = {s.labels["reason"] for s in families["nv_inference_request_failure"].samples
-               if s.labels["model"] == "simple"}
+    reasons = {
+        s.labels["reason"] for s in families["nv_inference_request_failure"].samples if s.labels["model"] == "simple"
+    }
     assert reasons == {"REJECTED", "CANCELED", "BACKEND", "OTHER"}

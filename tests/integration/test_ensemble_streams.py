@@ -38,12 +38,20 @@ def post(url: str, path: str, body: dict, timeout: float = 30) -> tuple[int, byt
 
 
 def events(body: bytes) -> list[dict]:
-    return [json.loads(chunk[len(b"data: "):]) for chunk in body.split(b"\n\n") if chunk.startswith(b"data: ")]
+    return [json.loads(chunk[len(b"data: ") :]) for chunk in body.split(b"\n\n") if chunk.startswith(b"data: ")]
 
 
 def expected(model: str, values: list[int], blob: int = 1) -> list[dict]:
-    return [{"model_name": model, "model_version": "1", "OUT": (v + 1) * 10 + 1000 * len(values), "IDX": i,
-             "SUM": float(i * blob)} for i, v in enumerate(values)]
+    return [
+        {
+            "model_name": model,
+            "model_version": "1",
+            "OUT": (v + 1) * 10 + 1000 * len(values),
+            "IDX": i,
+            "SUM": float(i * blob),
+        }
+        for i, v in enumerate(values)
+    ]
 
 
 def segments() -> int:
@@ -118,9 +126,12 @@ def test_client_disconnect_cancels_the_generator(cluster):
     baseline = segments()
     host, port = cluster.url.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    conn.request("POST", "/v2/models/llm/generate_stream",
-                 json.dumps({"IN": list(range(200)), "delay": 0.05, "id": "gone", "blob": 32_768}),
-                 {"Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/v2/models/llm/generate_stream",
+        json.dumps({"IN": list(range(200)), "delay": 0.05, "id": "gone", "blob": 32_768}),
+        {"Content-Type": "application/json"},
+    )
     response = conn.getresponse()
     assert response.status == 200
     assert response.read(6) == b"data: "  # the stream has started

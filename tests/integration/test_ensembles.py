@@ -141,17 +141,22 @@ def test_failing_step_fails_the_request_with_its_status(cluster):
 def test_bad_graphs_are_unavailable_with_the_reason(cluster):
     entries = index(cluster)
     assert entries["bad_unknown"]["state"] == "UNAVAILABLE"
-    assert entries["bad_unknown"]["reason"] == "ensemble 'bad_unknown' depends on 'no_such_model' which has no loaded version"
+    assert (
+        entries["bad_unknown"]["reason"]
+        == "ensemble 'bad_unknown' depends on 'no_such_model' which has no loaded version"
+    )
     assert entries["bad_unwritten"]["state"] == "UNAVAILABLE"
     assert entries["bad_unwritten"]["reason"] == (
         "output 'OTHER' for ensemble 'bad_unwritten' is not written: at least one of its depending tensors, "
-        "'missing', is not connected")
+        "'missing', is not connected"
+    )
     assert entries["bad_cycle"]["state"] == "UNAVAILABLE"
     assert entries["bad_cycle"]["reason"] == "ensemble tensor 'a' is unused in ensemble 'bad_cycle'"
     assert entries["bad_dtype"]["state"] == "UNAVAILABLE"
     assert entries["bad_dtype"]["reason"] == (
         "in ensemble bad_dtype, ensemble tensor pre: inconsistent data type: TYPE_FP32 is inferred from model "
-        "preprocess while TYPE_STRING is inferred from model upper")
+        "preprocess while TYPE_STRING is inferred from model upper"
+    )
     client = httpclient.InferenceServerClient(cluster.url)
     assert not client.is_model_ready("bad_unknown")
     client.close()
@@ -160,6 +165,7 @@ def test_bad_graphs_are_unavailable_with_the_reason(cluster):
 def test_concurrent_requests_batch_in_members(cluster):
     client = httpclient.InferenceServerClient(cluster.url, concurrency=8)
     raws = [np.full((1, 4), i, np.float32) for i in range(16)]
+
     def preprocess() -> tuple[int, int]:
         stats = client.get_inference_statistics("preprocess")["model_stats"][0]
         return stats["inference_count"], stats["execution_count"]
@@ -211,8 +217,9 @@ def test_client_shared_memory_inputs_and_outputs(cluster):
         result = client.infer("pipeline", [tensor], outputs=outputs)
         assert [o["name"] for o in result.get_response()["outputs"]] == ["SCORES", "MASK"]
         assert all("data" not in o for o in result.get_response()["outputs"])
-        np.testing.assert_array_equal(shm.get_contents_as_numpy(handles[1], np.float32, [2, 1]),
-                                      (raw * 2).sum(axis=1, keepdims=True))
+        np.testing.assert_array_equal(
+            shm.get_contents_as_numpy(handles[1], np.float32, [2, 1]), (raw * 2).sum(axis=1, keepdims=True)
+        )
         np.testing.assert_array_equal(shm.get_contents_as_numpy(handles[1], np.float32, [2, 4], offset=8), raw * 6)
     finally:
         client.unregister_system_shared_memory()
@@ -272,7 +279,9 @@ def canceled(running, model: str) -> float:
         text = response.read().decode()
     for family in text_string_to_metric_families(text):
         if family.name == "nv_inference_request_failure":
-            return sum(s.value for s in family.samples if s.labels["model"] == model and s.labels["reason"] == "CANCELED")
+            return sum(
+                s.value for s in family.samples if s.labels["model"] == model and s.labels["reason"] == "CANCELED"
+            )
     return 0.0
 
 
@@ -281,11 +290,15 @@ def test_client_disconnect_cancels_the_ensemble_and_frees_its_tensors(cluster):
     client.infer("pipeline", [fp32("RAW", np.ones((1, 4), np.float32))])
     baseline, before = segments(), canceled(cluster, "pipeline")
     data = ",".join(["1.5"] * 70_000)  # out of line at the gateway and at every step
-    body = ('{"inputs":[{"name":"RAW","shape":[1,70000],"datatype":"FP32","data":[%s]}],'
-            '"parameters":{"delay_ms":800}}' % data).encode()
+    body = (
+        '{"inputs":[{"name":"RAW","shape":[1,70000],"datatype":"FP32","data":[%s]}],'
+        '"parameters":{"delay_ms":800}}' % data
+    ).encode()
     host, port = cluster.url.split(":")
     raw = socket.create_connection((host, int(port)))
-    raw.sendall(b"POST /v2/models/pipeline/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    raw.sendall(
+        b"POST /v2/models/pipeline/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
     wait_until(lambda: segments() > baseline)  # the gateway sent it on
     raw.close()  # the client goes away while the first step runs
     wait_until(lambda: canceled(cluster, "pipeline") == before + 1)

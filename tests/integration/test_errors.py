@@ -16,9 +16,14 @@ INFER = "/v2/models/simple/infer"
 
 
 def good_body() -> bytes:
-    return json.dumps({"inputs": [
-        {"name": n, "shape": [1, 16], "datatype": "INT32", "data": list(range(16))} for n in ("INPUT0", "INPUT1")
-    ]}).encode()
+    return json.dumps(
+        {
+            "inputs": [
+                {"name": n, "shape": [1, 16], "datatype": "INT32", "data": list(range(16))}
+                for n in ("INPUT0", "INPUT1")
+            ]
+        }
+    ).encode()
 
 
 def error_of(raw: bytes) -> str:
@@ -53,9 +58,14 @@ def test_wrong_inference_header_content_length(shoal, length):
 
 
 def test_binary_bytes_left_over_or_missing(shoal):
-    header = json.dumps({"inputs": [
-        {"name": n, "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}}
-        for n in ("INPUT0", "INPUT1")]}).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": n, "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}}
+                for n in ("INPUT0", "INPUT1")
+            ]
+        }
+    ).encode()
     extra = {"Inference-Header-Content-Length": str(len(header))}
     status, _, raw = http(shoal.url, INFER, "POST", header + bytes(64 * 2 + 4), extra)
     assert status == 400 and error_of(raw) == "unexpected additional input data for model 'simple'"
@@ -102,18 +112,29 @@ def test_missing_and_unknown_inputs_and_outputs(client):
 
 
 def test_byte_size_mismatch(shoal):
-    header = json.dumps({"inputs": [
-        {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 60}},
-        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}}]}).encode()
-    status, _, raw = http(shoal.url, INFER, "POST", header + bytes(124),
-                          {"Inference-Header-Content-Length": str(len(header))})
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 60}},
+                {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}},
+            ]
+        }
+    ).encode()
+    status, _, raw = http(
+        shoal.url, INFER, "POST", header + bytes(124), {"Inference-Header-Content-Length": str(len(header))}
+    )
     assert status == 400
     assert "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60" in error_of(raw)
 
 
 def test_json_element_count_mismatch(shoal):
-    body = json.dumps({"inputs": [
-        {"name": n, "shape": [1, 16], "datatype": "INT32", "data": [1, 2, 3]} for n in ("INPUT0", "INPUT1")]})
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": n, "shape": [1, 16], "datatype": "INT32", "data": [1, 2, 3]} for n in ("INPUT0", "INPUT1")
+            ]
+        }
+    )
     status, _, raw = http(shoal.url, INFER, "POST", body.encode())
     assert status == 500 and "Shape does not match true shape" in error_of(raw)
 

@@ -88,20 +88,28 @@ def test_output_selection(client):
 
 
 def test_listed_output_without_binary_flag_is_json(shoal):
-    body = json.dumps({
-        "inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": list(range(16))} for n in ("INPUT0", "INPUT1")],
-        "outputs": [{"name": "OUTPUT0"}],
-        "parameters": {"binary_data_output": True},
-    }).encode()
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": n, "shape": [1, 16], "datatype": "INT32", "data": list(range(16))}
+                for n in ("INPUT0", "INPUT1")
+            ],
+            "outputs": [{"name": "OUTPUT0"}],
+            "parameters": {"binary_data_output": True},
+        }
+    ).encode()
     status, headers, raw = http(shoal.url, "/v2/models/simple/infer", "POST", body)
     assert status == 200 and headers["content-type"] == "application/json"
     doc = json.loads(raw)
-    assert doc["outputs"] == [{"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 16], "data": [2 * i for i in range(16)]}]
+    assert doc["outputs"] == [
+        {"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 16], "data": [2 * i for i in range(16)]}
+    ]
 
 
 def test_nested_json_data_and_nobatch_model(client, shoal):
-    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [2, 3], "datatype": "FP32",
-                                   "data": [[1, 2, 3], [4, 5, 6]]}]}).encode()
+    body = json.dumps(
+        {"inputs": [{"name": "INPUT0", "shape": [2, 3], "datatype": "FP32", "data": [[1, 2, 3], [4, 5, 6]]}]}
+    ).encode()
     status, _, raw = http(shoal.url, "/v2/models/nobatch/infer", "POST", body)
     assert status == 200
     assert json.loads(raw)["outputs"][0]["data"] == [1, 2, 3, 4, 5, 6]
@@ -109,8 +117,9 @@ def test_nested_json_data_and_nobatch_model(client, shoal):
 
 def test_raw_binary_request(shoal):
     value = np.arange(8, dtype=np.float32)
-    status, headers, raw = http(shoal.url, "/v2/models/identity_fp32/infer", "POST", value.tobytes(),
-                                {"Inference-Header-Content-Length": "0"})
+    status, headers, raw = http(
+        shoal.url, "/v2/models/identity_fp32/infer", "POST", value.tobytes(), {"Inference-Header-Content-Length": "0"}
+    )
     assert status == 200
     length = int(headers["Inference-Header-Content-Length"])
     doc = json.loads(raw[:length])
@@ -121,8 +130,9 @@ def test_raw_binary_request(shoal):
 @pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
 def test_compression_both_ways(client, algorithm):
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
-    result = client.infer("simple", simple_inputs(a, a), request_compression_algorithm=algorithm,
-                          response_compression_algorithm=algorithm)
+    result = client.infer(
+        "simple", simple_inputs(a, a), request_compression_algorithm=algorithm, response_compression_algorithm=algorithm
+    )
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * a)
 
 
@@ -140,7 +150,9 @@ def test_classification(client):
 
 
 def test_custom_parameters_accepted_and_reserved_refused(shoal):
-    base = {"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": [0] * 16} for n in ("INPUT0", "INPUT1")]}
+    base = {
+        "inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": [0] * 16} for n in ("INPUT0", "INPUT1")]
+    }
     ok = dict(base, parameters={"my_key": "v", "n": 3})
     assert http(shoal.url, "/v2/models/simple/infer", "POST", json.dumps(ok).encode())[0] == 200
     bad = dict(base, parameters={"triton_x": 1})

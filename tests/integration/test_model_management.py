@@ -98,7 +98,12 @@ def test_load_infer_unload(eclient):
     infer_identity(eclient, "second")
     eclient.unload_model("second")
     assert not eclient.is_model_ready("second")
-    assert index_of(eclient)["second"] == {"name": "second", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+    assert index_of(eclient)["second"] == {
+        "name": "second",
+        "version": "1",
+        "state": "UNAVAILABLE",
+        "reason": "unloaded",
+    }
     with pytest.raises(InferenceServerException) as err:
         infer_identity(eclient, "second")
     assert err.value.status() in ("404", "503")
@@ -139,13 +144,18 @@ def test_file_override_makes_a_new_model(eclient, explicit_repo):
 
 
 def test_file_override_cannot_escape(explicit, explicit_repo):
-    evil = {"parameters": {"config": json.dumps({"name": "evil", "backend": "onnxruntime"}),
-                           "file:../../escaped.txt": base64.b64encode(b"x").decode()}}
+    evil = {
+        "parameters": {
+            "config": json.dumps({"name": "evil", "backend": "onnxruntime"}),
+            "file:../../escaped.txt": base64.b64encode(b"x").decode(),
+        }
+    }
     status, _, raw = http(explicit.url, "/v2/repository/models/evil/load", "POST", json.dumps(evil).encode())
     assert status == 400 and "outside the model directory" in json.loads(raw)["error"]
     assert not list(explicit_repo.parent.rglob("escaped.txt"))
-    status, _, raw = http(explicit.url, "/v2/repository/models/first/load", "POST",
-                          json.dumps({"parameters": {"nonsense": "1"}}).encode())
+    status, _, raw = http(
+        explicit.url, "/v2/repository/models/first/load", "POST", json.dumps({"parameters": {"nonsense": "1"}}).encode()
+    )
     assert status == 400 and json.loads(raw)["error"] == "Unrecognized load parameter 'nonsense'."
 
 
@@ -257,7 +267,9 @@ def test_load_unload_cycles_do_not_grow_memory(explicit, eclient):
         eclient.unload_model("second")
     after = rss()
     growth = (after - before) / before
-    print(f"worker RSS over 100 load/unload cycles: {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB ({growth:+.2%})")
+    print(
+        f"worker RSS over 100 load/unload cycles: {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB ({growth:+.2%})"
+    )
     assert growth < 0.05
 
 
@@ -312,8 +324,9 @@ def test_model_whose_instances_all_died_is_not_ready(tmp_path):
 
 def test_version_policy_change_takes_effect_on_reload(eclient, explicit_repo):
     model = identity(explicit_repo, "versioned")
-    examples.write_model(explicit_repo, "versioned", examples.identity_graph(TensorProto.FLOAT, 2, "versioned"),
-                         None, version=2)
+    examples.write_model(
+        explicit_repo, "versioned", examples.identity_graph(TensorProto.FLOAT, 2, "versioned"), None, version=2
+    )
     eclient.load_model("versioned")
     assert eclient.get_model_metadata("versioned")["versions"] == ["2"]
     with pytest.raises(InferenceServerException) as err:

@@ -23,10 +23,12 @@ def infer(client, model: str) -> None:
 
 def test_services_recover_from_a_nats_restart(tmp_path):
     for name in ("first", "second"):
-        examples.write_model(tmp_path, name, examples.identity_graph(TensorProto.FLOAT, 2, name),
-                             identity_config(name, "FP32"))
-    with running_cluster(tmp_path, repository={"model_control_mode": "explicit", "load_model": ["first"]},
-                         request_timeout_s=3) as running:
+        examples.write_model(
+            tmp_path, name, examples.identity_graph(TensorProto.FLOAT, 2, name), identity_config(name, "FP32")
+        )
+    with running_cluster(
+        tmp_path, repository={"model_control_mode": "explicit", "load_model": ["first"]}, request_timeout_s=3
+    ) as running:
         client = httpclient.InferenceServerClient(running.url, network_timeout=30)
         infer(client, "first")
         running.nats.restart()

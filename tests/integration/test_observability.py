@@ -39,8 +39,12 @@ def test_connections_are_named(shoal):
 
 
 def test_shoal_status_command(shoal):
-    out = subprocess.run([sys.executable, "-m", "shoal.cli", "status", "--nats-url", shoal.nats.url],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "shoal.cli", "status", "--nats-url", shoal.nats.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     for kind in ("gateway", "scheduler", "worker", "repository"):
         assert f"\n{kind} " in "\n" + out.stdout, out.stdout
@@ -49,8 +53,14 @@ def test_shoal_status_command(shoal):
 
 def test_logging_extension(client, shoal):
     settings = client.get_log_settings()
-    assert settings == {"log_file": "", "log_info": True, "log_warning": True, "log_error": True,
-                        "log_verbose_level": 0, "log_format": "default"}
+    assert settings == {
+        "log_file": "",
+        "log_info": True,
+        "log_warning": True,
+        "log_error": True,
+        "log_verbose_level": 0,
+        "log_format": "default",
+    }
     updated = client.update_log_settings({"log_verbose_level": 1, "log_format": "ISO8601", "log_info": None})
     assert updated["log_verbose_level"] == 1 and updated["log_format"] == "ISO8601" and updated["log_info"] is True
     assert client.get_log_settings() == updated
@@ -108,8 +118,15 @@ def test_trace_file_spans_gateway_scheduler_and_worker(traced):
     assert info["batch_reason"] == "queue delay expired" and info["batch_size"] == 1
     stamps = next(r for r in records if r["id"] == info["id"] and "timestamps" in r)["timestamps"]
     names = [t["name"] for t in stamps]
-    assert names == ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
-                     "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"]
+    assert names == [
+        "REQUEST_START",
+        "QUEUE_START",
+        "COMPUTE_START",
+        "COMPUTE_INPUT_END",
+        "COMPUTE_OUTPUT_START",
+        "COMPUTE_END",
+        "REQUEST_END",
+    ]
     ns = [t["ns"] for t in stamps]
     assert ns == sorted(ns)
     queue_wait = ns[2] - ns[1]
@@ -128,8 +145,11 @@ def test_trace_settings_api(traced, shoal):
     assert client.get_trace_settings()["trace_rate"] == "1"  # the global setting is untouched
     cleared = client.update_trace_settings("simple", {"trace_rate": None, "trace_level": None})
     assert cleared["trace_rate"] == "1" and cleared["trace_level"] == ["TIMESTAMPS"]
-    for body, code in (({"trace_level": ["OFF", "TIMESTAMPS"]}, "400"), ({"trace_file": "/x"}, "501"),
-                       ({"trace_count": "-2"}, "400")):
+    for body, code in (
+        ({"trace_level": ["OFF", "TIMESTAMPS"]}, "400"),
+        ({"trace_file": "/x"}, "501"),
+        ({"trace_count": "-2"}, "400"),
+    ):
         with pytest.raises(InferenceServerException) as err:
             client.update_trace_settings(settings=body)
         assert err.value.status() == code, body
@@ -158,9 +178,16 @@ def test_summaries_histograms_and_shoal_metrics(detailed_metrics):
     quantiles = {s.labels["quantile"] for s in summary if "quantile" in s.labels}
     assert quantiles == {"0.5", "0.9", "0.95", "0.99", "0.999"}
     assert next(s for s in summary if s.name.endswith("_count")).value == 6
-    histogram = [s for s in families["nv_inference_first_response_histogram_ms"].samples
-                 if s.labels.get("model") == "nobatch"]
-    assert {s.labels.get("le") for s in histogram if s.name.endswith("_bucket")} == {"100", "500", "2000", "5000", "+Inf"}
+    histogram = [
+        s for s in families["nv_inference_first_response_histogram_ms"].samples if s.labels.get("model") == "nobatch"
+    ]
+    assert {s.labels.get("le") for s in histogram if s.name.endswith("_bucket")} == {
+        "100",
+        "500",
+        "2000",
+        "5000",
+        "+Inf",
+    }
     assert next(s for s in histogram if s.labels.get("le") == "+Inf").value == 6
     batches = [s for s in families["shoal_batch_size"].samples if s.labels.get("model") == "nobatch"]
     assert next(s for s in batches if s.name.endswith("_count")).value == 6

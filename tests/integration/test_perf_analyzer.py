@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def perf_analyzer() -> str:
     binary = ROOT / "benchmarks" / ".tools" / "perf_analyzer"
     if not binary.exists():
-        fetched = subprocess.run(["bash", str(ROOT / "benchmarks" / "get_perf_analyzer.sh")],
-                                 capture_output=True, text=True, timeout=600)
+        fetched = subprocess.run(
+            ["bash", str(ROOT / "benchmarks" / "get_perf_analyzer.sh")], capture_output=True, text=True, timeout=600
+        )
         if fetched.returncode != 0 or not binary.exists():
             pytest.skip(f"perf_analyzer could not be fetched: {fetched.stderr[-500:]}")
     return str(binary)
@@ -35,8 +36,23 @@ def served(test_repository):
 
 
 def run(binary: str, url: str, *args: str) -> str:
-    out = subprocess.run([binary, "-u", url, "--measurement-interval", "1000", "--max-trials", "4",
-                          "--stability-percentage", "100", *args], capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [
+            binary,
+            "-u",
+            url,
+            "--measurement-interval",
+            "1000",
+            "--max-trials",
+            "4",
+            "--stability-percentage",
+            "100",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]
     assert "Throughput:" in text, text[-3000:]
@@ -50,8 +66,20 @@ def test_perf_analyzer_runs(perf_analyzer, served, model):
 
 
 def test_perf_analyzer_with_system_shared_memory(perf_analyzer, served):
-    run(perf_analyzer, served.url, "-m", "identity_fp32", "--shape", "INPUT0:4096", "--shared-memory", "system",
-        "--output-shared-memory-size", "16384", "--concurrency-range", "2")
+    run(
+        perf_analyzer,
+        served.url,
+        "-m",
+        "identity_fp32",
+        "--shape",
+        "INPUT0:4096",
+        "--shared-memory",
+        "system",
+        "--output-shared-memory-size",
+        "16384",
+        "--concurrency-range",
+        "2",
+    )
     import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(served.url)

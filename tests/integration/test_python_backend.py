@@ -22,7 +22,7 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 parameters {{ key: "scale" value: {{ string_value: "2" }} }}
 """
 
-ADD_SUB = '''
+ADD_SUB = """
 import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -50,9 +50,9 @@ class TritonPythonModel:
                 pb_utils.Tensor("OUTPUT1", (a - b).astype(self.dtype)),
             ]))
         return responses
-'''
+"""
 
-ASYNC_RAISING = '''
+ASYNC_RAISING = """
 import asyncio
 import triton_python_backend_utils as pb_utils
 
@@ -67,7 +67,7 @@ class TritonPythonModel:
             pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()),
             pb_utils.Tensor("OUTPUT1", pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()),
         ]) for r in requests]
-'''
+"""
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
-BLS_SYNC = '''
+BLS_SYNC = """
 import json
 import triton_python_backend_utils as pb_utils
 
@@ -45,9 +45,9 @@ class TritonPythonModel:
                 pb_utils.get_output_tensor_by_name(answer, "OUTPUT0"),
                 pb_utils.get_output_tensor_by_name(answer, "OUTPUT1")]))
         return responses
-'''
+"""
 
-BLS_ASYNC = '''
+BLS_ASYNC = """
 import asyncio
 import triton_python_backend_utils as pb_utils
 
@@ -67,7 +67,7 @@ class TritonPythonModel:
                 pb_utils.get_output_tensor_by_name(one, "OUTPUT0"),
                 pb_utils.get_output_tensor_by_name(two, "OUTPUT1")]))
         return responses
-'''
+"""
 
 REPEAT_CONFIG = """
 name: "repeat"
@@ -80,7 +80,7 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 model_warmup [ { name: "w" batch_size: 1 inputs { key: "IN" value: { data_type: TYPE_INT32 dims: [ 2 ] zero_data: true } } } ]
 """
 
-REPEAT = '''
+REPEAT = """
 import json
 import os
 import threading
@@ -114,9 +114,9 @@ class TritonPythonModel:
                 pb_utils.Tensor("OUT", np.array([value], np.int32)), pb_utils.Tensor("IDX", np.array([i], np.uint32))]))
             time.sleep(params.get("delay", 0))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-'''
+"""
 
-BLS_STREAM = '''
+BLS_STREAM = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -135,7 +135,7 @@ class TritonPythonModel:
                     total += int(pb_utils.get_output_tensor_by_name(answer, "OUT").as_numpy()[0])
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("SUM", np.array([total], np.int32))]))
         return responses
-'''
+"""
 
 BLS_STREAM_CONFIG = """
 name: "bls_stream"
@@ -146,7 +146,7 @@ output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
-AUTO = '''
+AUTO = """
 import triton_python_backend_utils as pb_utils
 
 print("importing the auto model")  # models print; auto-complete must not read this as its result
@@ -164,9 +164,9 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * 2)]) for r in requests]
-'''
+"""
 
-FLAKY_READY = '''
+FLAKY_READY = """
 import os
 import triton_python_backend_utils as pb_utils
 
@@ -181,9 +181,9 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
-'''
+"""
 
-CRASHER = '''
+CRASHER = """
 import ctypes
 import json
 import triton_python_backend_utils as pb_utils
@@ -195,9 +195,9 @@ class TritonPythonModel:
             ctypes.string_at(0)  # a segfault: the interpreter dies, not just this call
         return [pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
-'''
+"""
 
-ASYNC_REPEAT = '''
+ASYNC_REPEAT = """
 import asyncio
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -216,9 +216,9 @@ class TritonPythonModel:
             sender.send(pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("OUT", np.array([value], np.int32)), pb_utils.Tensor("IDX", np.array([i], np.uint32))]))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-'''
+"""
 
-LOAD_CRASHER = '''
+LOAD_CRASHER = """
 import ctypes
 
 
@@ -228,9 +228,9 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return []
-'''
+"""
 
-METERED = '''
+METERED = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -249,7 +249,7 @@ class TritonPythonModel:
             self.sizes.observe(float(value.sum()))
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", value)]))
         return responses
-'''
+"""
 
 FP32_IO = """
 max_batch_size: 4
@@ -305,7 +305,7 @@ def post(url: str, path: str, body: dict, timeout: float = 30) -> tuple[int, dic
 
 
 def events(body: bytes) -> list[dict]:
-    return [json.loads(chunk[len(b"data: "):]) for chunk in body.split(b"\n\n") if chunk.startswith(b"data: ")]
+    return [json.loads(chunk[len(b"data: ") :]) for chunk in body.split(b"\n\n") if chunk.startswith(b"data: ")]
 
 
 def test_bls_calls_an_onnx_model_through_the_scheduler(cluster):
@@ -336,8 +336,9 @@ def test_bls_error_reaches_the_calling_model(cluster):
 def test_decoupled_model_streams_over_sse(cluster):
     status, headers, body = post(cluster.url, "/v2/models/repeat/generate_stream", {"IN": [4, 5, 6], "id": "r1"})
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
-    assert events(body) == [{"id": "r1", "model_name": "repeat", "model_version": "1", "OUT": v, "IDX": i}
-                            for i, v in enumerate([4, 5, 6])]
+    assert events(body) == [
+        {"id": "r1", "model_name": "repeat", "model_version": "1", "OUT": v, "IDX": i} for i, v in enumerate([4, 5, 6])
+    ]
 
 
 def test_async_decoupled_model_answers_from_its_tasks(cluster):
@@ -350,14 +351,20 @@ def test_a_python_model_crashing_while_loading_fails_its_load(cluster):
     client = httpclient.InferenceServerClient(cluster.url)
     index = {m["name"]: m for m in client.get_model_repository_index()}
     assert index["load_crasher"]["state"] == "UNAVAILABLE"
-    assert index["load_crasher"]["reason"] == "the process of python model 'load_crasher' exited with code -11 while loading it"
+    assert (
+        index["load_crasher"]["reason"]
+        == "the process of python model 'load_crasher' exited with code -11 while loading it"
+    )
     client.close()
 
 
 def test_decoupled_errors(cluster):
     status, _, body = post(cluster.url, "/v2/models/repeat/generate_stream", {"IN": [4, 5, 6], "fail_at": 1})
     assert status == 200
-    assert events(body) == [{"model_name": "repeat", "model_version": "1", "OUT": 4, "IDX": 0}, {"error": "failed at 1"}]
+    assert events(body) == [
+        {"model_name": "repeat", "model_version": "1", "OUT": 4, "IDX": 0},
+        {"error": "failed at 1"},
+    ]
     status, _, body = post(cluster.url, "/v2/models/repeat/generate_stream", {"IN": [4], "fail_at": 0})
     assert (status, json.loads(body)) == (500, {"error": "failed at 0"})  # before any response: a plain error
     status, _, body = post(cluster.url, "/v2/models/repeat/generate", {"IN": [4, 5]})
@@ -373,11 +380,18 @@ def test_decoupled_errors(cluster):
 
 def test_generate_on_an_ordinary_model(cluster):
     status, _, body = post(cluster.url, "/v2/models/auto/generate", {"INPUT0": [1, 2, 3, 4], "id": "g"})
-    assert (status, json.loads(body)) == (200, {"id": "g", "model_name": "auto", "model_version": "1",
-                                                "OUTPUT0": [2.0, 4.0, 6.0, 8.0]})
+    assert (status, json.loads(body)) == (
+        200,
+        {"id": "g", "model_name": "auto", "model_version": "1", "OUTPUT0": [2.0, 4.0, 6.0, 8.0]},
+    )
     status, _, body = post(cluster.url, "/v2/models/auto/generate", {"INPUT0": ["x", 2, 3, 4]})
-    assert (status, json.loads(body)) == (500, {"error": "Unable to parse 'data': attempt to access JSON non-number as number"})
-    status, _, body = post(cluster.url, "/v2/models/auto/generate", {"INPUT0": [1, 2, 3, 4], "parameters": {"INPUT0": 3}})
+    assert (status, json.loads(body)) == (
+        500,
+        {"error": "Unable to parse 'data': attempt to access JSON non-number as number"},
+    )
+    status, _, body = post(
+        cluster.url, "/v2/models/auto/generate", {"INPUT0": [1, 2, 3, 4], "parameters": {"INPUT0": 3}}
+    )
     assert status == 400 and "both as a top-level key and in 'parameters'" in json.loads(body)["error"]
 
 
@@ -389,8 +403,12 @@ def test_bls_reads_a_decoupled_stream(cluster):
 def test_client_disconnect_reaches_is_cancelled(cluster):
     host, port = cluster.url.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    conn.request("POST", "/v2/models/repeat/generate_stream",
-                 json.dumps({"IN": list(range(100)), "delay": 0.05, "id": "gone"}), {"Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/v2/models/repeat/generate_stream",
+        json.dumps({"IN": list(range(100)), "delay": 0.05, "id": "gone"}),
+        {"Content-Type": "application/json"},
+    )
     response = conn.getresponse()
     assert response.status == 200
     assert response.read(6) == b"data: "  # the stream has started
@@ -479,7 +497,7 @@ def test_a_crashing_python_model_takes_down_only_itself(cluster):
     client.close()
 
 
-CONTROLLER = '''
+CONTROLLER = """
 import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -498,13 +516,15 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("OUTPUT0", np.full((1, 4), float(ready), np.float32))]))
         return responses
-'''
+"""
 
 
 def test_a_python_model_loads_and_unloads_models(tmp_path):
     examples.write_model(tmp_path, "simple", examples.simple_graph(), examples.SIMPLE_CONFIG)
     _python_model(tmp_path, "controller", CONTROLLER, f'name: "controller"\nbackend: "python"\n{FP32_IO}')
-    with running_cluster(tmp_path, repository={"model_control_mode": "explicit", "load_model": ["controller"]}) as running:
+    with running_cluster(
+        tmp_path, repository={"model_control_mode": "explicit", "load_model": ["controller"]}
+    ) as running:
         client = httpclient.InferenceServerClient(running.url)
         tensor = httpclient.InferInput("INPUT0", [1, 4], "FP32")
         tensor.set_data_from_numpy(np.zeros((1, 4), np.float32))

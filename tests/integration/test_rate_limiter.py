@@ -20,9 +20,15 @@ def test_shared_resource_serialises_executions(tmp_path):
         text = config(name, "").replace("count: 1 kind: KIND_CPU", f"count: 1 kind: KIND_CPU {limiter}")
         examples.write_model(tmp_path / "models", name, examples.slow_graph(768), text)
     trace = tmp_path / "trace.json"
-    with running_cluster(tmp_path / "models", scheduler={"rate_limit": "execution_count", "rate_limit_resource": ["R:1"]},
-                         worker={"intra_op_threads": 1}, trace_file=str(trace), trace_level="TIMESTAMPS",
-                         trace_rate=1) as running:
+    with running_cluster(
+        tmp_path / "models",
+        scheduler={"rate_limit": "execution_count", "rate_limit_resource": ["R:1"]},
+        worker={"intra_op_threads": 1},
+        trace_file=str(trace),
+        trace_level="TIMESTAMPS",
+        trace_rate=1,
+    ) as running:
+
         def send(model: str) -> None:
             client = httpclient.InferenceServerClient(running.url)
             tensor = httpclient.InferInput("INPUT0", [1, 1], "FP32")

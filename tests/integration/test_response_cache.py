@@ -17,10 +17,18 @@ from tests.cluster import identity_config, running_cluster
 @pytest.fixture(scope="module")
 def cached(tmp_path_factory):
     root = tmp_path_factory.mktemp("cache")
-    examples.write_model(root, "cached", examples.identity_graph(TensorProto.FLOAT, 2, "cached"),
-                         identity_config("cached", "FP32", 8, "response_cache { enable: true }\n"))
-    examples.write_model(root, "uncached", examples.identity_graph(TensorProto.FLOAT, 2, "uncached"),
-                         identity_config("uncached", "FP32", 8))
+    examples.write_model(
+        root,
+        "cached",
+        examples.identity_graph(TensorProto.FLOAT, 2, "cached"),
+        identity_config("cached", "FP32", 8, "response_cache { enable: true }\n"),
+    )
+    examples.write_model(
+        root,
+        "uncached",
+        examples.identity_graph(TensorProto.FLOAT, 2, "uncached"),
+        identity_config("uncached", "FP32", 8),
+    )
     with running_cluster(root, cache_bytes=1 << 20) as running:
         yield running
 

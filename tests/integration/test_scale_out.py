@@ -48,8 +48,13 @@ def test_three_workers_share_the_load(test_repository):
             text = response.read().decode()
         from prometheus_client.parser import text_string_to_metric_families
 
-        runs = {s.labels["worker"]: s.value for f in text_string_to_metric_families(text)
-                if f.name == "shoal_worker_executions" for s in f.samples if s.labels["model"] == "mlp"}
+        runs = {
+            s.labels["worker"]: s.value
+            for f in text_string_to_metric_families(text)
+            if f.name == "shoal_worker_executions"
+            for s in f.samples
+            if s.labels["model"] == "mlp"
+        }
         assert len(runs) == 3, runs
         shares = [v / sum(runs.values()) for v in runs.values()]
         print("executions share per worker:", json.dumps({k[-6:]: round(v, 3) for k, v in zip(runs, shares)}))
@@ -80,8 +85,9 @@ def test_two_gateways_answer_alike(tmp_path):
         # each worker hosts only what its selector names
         from shoal.status import collect
 
-        hosted = sorted(sorted(s["status"]["models"]) for s in asyncio.run(collect(running.nats.url))
-                        if s["name"] == "shoal-worker")
+        hosted = sorted(
+            sorted(s["status"]["models"]) for s in asyncio.run(collect(running.nats.url)) if s["name"] == "shoal-worker"
+        )
         assert hosted == [["identity_fp32/1"], ["mlp/1", "simple/1"]]
         for client in clients:
             client.close()
@@ -98,6 +104,7 @@ def test_shutdown_lets_in_flight_requests_finish(tmp_path):
     examples.write_model(tmp_path, "slow", examples.slow_graph(2048), config("slow", ""))
     outcome: list[object] = []
     with running_cluster(tmp_path, worker={"credits_per_instance": 1, "intra_op_threads": 1}) as running:
+
         def call() -> None:
             client = httpclient.InferenceServerClient(running.url, network_timeout=60)
             tensor = httpclient.InferInput("INPUT0", [1, 1], "FP32")
@@ -157,11 +164,13 @@ def test_scheduler_replicas_divide_the_models_and_take_over(tmp_path):
         stats = client.get_inference_statistics()["model_stats"]
         assert {s["name"] for s in stats if s["inference_count"]} == set(models)  # merged from both replicas
         # kill the replica that serves `simple`; the other takes it over within the lease TTL
-        serving = {running.cluster.child("scheduler").settings.scheduler_id: "scheduler",
-                   running.cluster.more_schedulers[0].scheduler_id: "scheduler-1"}
-        owner = next(name for sid, name in serving.items()
-                     if "simple" in owners().get(sid, []) and
-                     running.cluster.child(name))
+        serving = {
+            running.cluster.child("scheduler").settings.scheduler_id: "scheduler",
+            running.cluster.more_schedulers[0].scheduler_id: "scheduler-1",
+        }
+        owner = next(
+            name for sid, name in serving.items() if "simple" in owners().get(sid, []) and running.cluster.child(name)
+        )
         running.cluster.child(owner).process.kill()
         deadline = time.monotonic() + 30
         while True:

@@ -23,17 +23,19 @@ POLICIES = {
     "slow_limited": "default_queue_policy { max_queue_size: 2 }",
     "slow_reject": "default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 100000 }",
     "slow_delay": "default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 60000000 "
-                  "allow_timeout_override: true }",
+    "allow_timeout_override: true }",
     "slow_override": "default_queue_policy { default_timeout_microseconds: 60000000 allow_timeout_override: true }",
     "slow_plain": "",
 }
 
 
 def config(name: str, batching: str) -> str:
-    return (f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: 1\n'
-            'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-            'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-            f"dynamic_batching {{ {batching} }}\ninstance_group [ {{ count: 1 kind: KIND_CPU }} ]\n")
+    return (
+        f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: 1\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        f"dynamic_batching {{ {batching} }}\ninstance_group [ {{ count: 1 kind: KIND_CPU }} ]\n"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -179,8 +181,9 @@ def test_client_disconnect_cancels_the_queued_request(slow):
     body = b'{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"FP32","data":[5]}]}'
     host, port = slow.url.split(":")
     raw = socket.create_connection((host, int(port)))
-    raw.sendall(b"POST /v2/models/slow_plain/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-                % (len(body), body))
+    raw.sendall(
+        b"POST /v2/models/slow_plain/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
     wait_until(lambda: pending(slow, "slow_plain") == 1)
     raw.close()  # the client goes away while its request waits in the queue
     wait_until(lambda: failures(slow, "slow_plain", "CANCELED") == before + 1)

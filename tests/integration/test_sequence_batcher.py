@@ -45,7 +45,7 @@ instance_group [ {{ count: {count} kind: KIND_CPU }} ]
 
 # Triton's classic stateful python model: state per correlation id, reset on START, dropped at END.
 # It also checks that the control tensors agree with `flags()`, and may be asked to be slow.
-ACCUMULATOR = '''
+ACCUMULATOR = """
 import json
 import time
 import numpy as np
@@ -85,7 +85,7 @@ class TritonPythonModel:
     def sequence_ended(self, correlation_id, reason):  # Shoal's optional hook: a sequence ended without END
         self.sums.pop(correlation_id, None)
         open(f"{self.model_dir}/ended-{correlation_id}-{reason.replace(' ', '_')}", "w").close()
-'''
+"""
 
 
 def onnx_accumulator() -> object:
@@ -102,9 +102,15 @@ def onnx_accumulator() -> object:
     ]
     one = helper.make_tensor("ONE", f, [], [1.0])
     return helper.make_graph(
-        nodes, "onnx_accumulator",
-        [io("INPUT", f, ["b", 1]), io("START", f, ["b", 1]), io("READY", f, ["b", 1]),
-         io("CORRID", TensorProto.UINT64, ["b", 1]), io("STATE_IN", f, ["b", 1])],
+        nodes,
+        "onnx_accumulator",
+        [
+            io("INPUT", f, ["b", 1]),
+            io("START", f, ["b", 1]),
+            io("READY", f, ["b", 1]),
+            io("CORRID", TensorProto.UINT64, ["b", 1]),
+            io("STATE_IN", f, ["b", 1]),
+        ],
         [io("OUTPUT", f, ["b", 1]), io("STATE_OUT", f, ["b", 1]), io("CORRID_OUT", TensorProto.UINT64, ["b", 1])],
         [one],
     )
@@ -143,30 +149,43 @@ OLDEST = "oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2, 4 ] max
 DIRECT = "direct { }"
 
 
-def _python_model(root, name: str, mbs: int = 4, idle: int = 5_000_000, strategy: str = DIRECT, count: int = 1,
-                  controls: str = CONTROLS) -> None:
+def _python_model(
+    root,
+    name: str,
+    mbs: int = 4,
+    idle: int = 5_000_000,
+    strategy: str = DIRECT,
+    count: int = 1,
+    controls: str = CONTROLS,
+) -> None:
     (root / name / "1").mkdir(parents=True)
     (root / name / "1" / "model.py").write_text(textwrap.dedent(ACCUMULATOR))
-    (root / name / "config.pbtxt").write_text(PY_CONFIG.format(name=name, mbs=mbs, idle=idle, strategy=strategy,
-                                                               count=count, controls=controls))
+    (root / name / "config.pbtxt").write_text(
+        PY_CONFIG.format(name=name, mbs=mbs, idle=idle, strategy=strategy, count=count, controls=controls)
+    )
 
 
 @pytest.fixture(scope="module")
 def seq_cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("sequences")
     _python_model(root, "py_acc", count=2)  # 2 workers x 2 instances x 4 slots
-    _python_model(root, "py_oldest", strategy="oldest { max_candidate_sequences: 3 max_queue_delay_microseconds: 1000 }")
+    _python_model(
+        root, "py_oldest", strategy="oldest { max_candidate_sequences: 3 max_queue_delay_microseconds: 1000 }"
+    )
     _python_model(root, "py_one", mbs=0, controls="")  # one slot per worker: a backlog forms at once
     _python_model(root, "py_idle", mbs=2, idle=400_000)  # short idle timeout
     examples.write_model(root, "onnx_acc", onnx_accumulator(), ONNX_CONFIG.format(name="onnx_acc", strategy=DIRECT))
-    examples.write_model(root, "onnx_oldest", onnx_accumulator(), ONNX_CONFIG.format(name="onnx_oldest", strategy=OLDEST))
+    examples.write_model(
+        root, "onnx_oldest", onnx_accumulator(), ONNX_CONFIG.format(name="onnx_oldest", strategy=OLDEST)
+    )
     (root / "acc_pipeline" / "1").mkdir(parents=True)  # an ensemble whose step is a sequence model
     (root / "acc_pipeline" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
     with running_cluster(root, workers=2, worker={"credits_per_instance": 1}) as running:
         # ready means one instance is; these tests count slots, so wait for every instance of both workers
         instances = {"py_acc": 4, "py_oldest": 2, "py_one": 2, "py_idle": 2, "onnx_acc": 2, "onnx_oldest": 2}
-        wait_until(lambda: all(_gauge(running, "shoal_queue_free_credits", m) == n for m, n in instances.items()),
-                   timeout=60)
+        wait_until(
+            lambda: all(_gauge(running, "shoal_queue_free_credits", m) == n for m, n in instances.items()), timeout=60
+        )
         running.root = root
         yield running
 
@@ -194,8 +213,9 @@ def _run_sequence(url: str, model: str, corrid, values: list[int], make=_int_inp
     try:
         out = []
         for i, value in enumerate(values):
-            result = client.infer(model, make(value), sequence_id=corrid, sequence_start=i == 0,
-                                  sequence_end=i == len(values) - 1)
+            result = client.infer(
+                model, make(value), sequence_id=corrid, sequence_start=i == 0, sequence_end=i == len(values) - 1
+            )
             out.append(int(result.as_numpy("OUTPUT").reshape(-1)[0]))
         return out
     finally:
@@ -244,7 +264,9 @@ def test_onnx_controls_and_implicit_state(seq_cluster, model):
         c = httpclient.InferenceServerClient(seq_cluster.url)
         out = []
         for i, value in enumerate([1.0, 2.0, 3.0, 4.0]):
-            r = c.infer(model, _fp_input(value * corrid), sequence_id=corrid, sequence_start=i == 0, sequence_end=i == 3)
+            r = c.infer(
+                model, _fp_input(value * corrid), sequence_id=corrid, sequence_start=i == 0, sequence_end=i == 3
+            )
             out.append((float(r.as_numpy("OUTPUT")[0, 0]), int(r.as_numpy("CORRID_OUT")[0, 0])))
         c.close()
         return out
@@ -267,15 +289,24 @@ def test_onnx_controls_and_implicit_state(seq_cluster, model):
 def test_triton_errors(seq_cluster):
     client = httpclient.InferenceServerClient(seq_cluster.url)
     cases = [
-        (dict(inputs=_int_input(1)), "inference request to model 'py_acc' must specify a non-zero or non-empty correlation ID"),
-        (dict(inputs=_int_input(1, batch=2), sequence_id=5, sequence_start=True),
-         "inference request to model 'py_acc' must specify batch-size 1 due to requirements of sequence batcher"),
-        (dict(inputs=_int_input(1), sequence_id=424242),
-         "inference request for sequence 424242 to model 'py_acc' must specify the START flag on the first request of "
-         "the sequence"),
-        (dict(inputs=_int_input(1), sequence_id="nope"),
-         "inference request for sequence nope to model 'py_acc' must specify the START flag on the first request of "
-         "the sequence"),
+        (
+            dict(inputs=_int_input(1)),
+            "inference request to model 'py_acc' must specify a non-zero or non-empty correlation ID",
+        ),
+        (
+            dict(inputs=_int_input(1, batch=2), sequence_id=5, sequence_start=True),
+            "inference request to model 'py_acc' must specify batch-size 1 due to requirements of sequence batcher",
+        ),
+        (
+            dict(inputs=_int_input(1), sequence_id=424242),
+            "inference request for sequence 424242 to model 'py_acc' must specify the START flag on the first request of "
+            "the sequence",
+        ),
+        (
+            dict(inputs=_int_input(1), sequence_id="nope"),
+            "inference request for sequence nope to model 'py_acc' must specify the START flag on the first request of "
+            "the sequence",
+        ),
     ]
     for kwargs, message in cases:
         with pytest.raises(InferenceServerException) as err:
@@ -318,21 +349,28 @@ def test_idle_timeout_frees_the_slot_and_fails_queued_requests(seq_cluster):
     time.sleep(1.0)  # the subject under test is elapsed time: 2.5x the idle time (polling would keep it alive)
     with pytest.raises(InferenceServerException) as err:
         client.infer("py_idle", _int_input(1), sequence_id="gone")
-    assert err.value.message() == ("inference request for sequence gone to model 'py_idle' must specify the START "
-                                   "flag on the first request of the sequence")
+    assert err.value.message() == (
+        "inference request for sequence gone to model 'py_idle' must specify the START "
+        "flag on the first request of the sequence"
+    )
     # the model was told (server#3652: Triton tells the backend nothing)
     wait_until(lambda: (seq_cluster.root / "py_idle" / "ended-gone-idle_timeout").exists(), timeout=10)
     # two slow sequences keep both instances busy (one credit each); a third sequence's START waits
     # for a credit longer than the idle time: it is answered with an error, not dropped
-    slow = [client.async_infer("py_idle", _int_input(1), sequence_id=100 + i, sequence_start=True,
-                               parameters={"delay": 2.0}) for i in range(2)]
+    slow = [
+        client.async_infer(
+            "py_idle", _int_input(1), sequence_id=100 + i, sequence_start=True, parameters={"delay": 2.0}
+        )
+        for i in range(2)
+    ]
     wait_until(lambda: _gauge(seq_cluster, "shoal_queue_free_credits", "py_idle") == 0)
     waiting = client.async_infer("py_idle", _int_input(1), sequence_id=200, sequence_start=True)
     with pytest.raises(InferenceServerException) as err:
         waiting.get_result()
     assert err.value.status() == "503"
-    assert err.value.message() == ("sequence 200 to model 'py_idle' timed out: no request for 400000 us "
-                                   "(max_sequence_idle_microseconds)")
+    assert err.value.message() == (
+        "sequence 200 to model 'py_idle' timed out: no request for 400000 us (max_sequence_idle_microseconds)"
+    )
     assert [int(s.get_result().as_numpy("OUTPUT")[0, 0]) for s in slow] == [1, 1]
     with pytest.raises(InferenceServerException) as err:
         client.infer("py_idle", _int_input(1), sequence_id=200)
@@ -343,8 +381,10 @@ def test_idle_timeout_frees_the_slot_and_fails_queued_requests(seq_cluster):
 def _raw_infer(running, model: str, body: bytes) -> socket.socket:
     host, port = running.url.split(":")
     raw = socket.create_connection((host, int(port)))
-    raw.sendall(b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-                % (model.encode(), len(body), body))
+    raw.sendall(
+        b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+        % (model.encode(), len(body), body)
+    )
     return raw
 
 
@@ -365,8 +405,10 @@ def test_cancelled_backlogged_sequence_releases_nothing_twice(seq_cluster):
     for corrid in (11, 12):
         client.infer("py_one", _nobatch_input(1), sequence_id=corrid, sequence_start=True)
     before = _failures(seq_cluster, "py_one", "CANCELED")
-    body = (b'{"inputs":[{"name":"INPUT","shape":[1],"datatype":"INT32","data":[5]}],'
-            b'"parameters":{"sequence_id":13,"sequence_start":true,"sequence_end":true}}')
+    body = (
+        b'{"inputs":[{"name":"INPUT","shape":[1],"datatype":"INT32","data":[5]}],'
+        b'"parameters":{"sequence_id":13,"sequence_start":true,"sequence_end":true}}'
+    )
     raw = _raw_infer(seq_cluster, "py_one", body)
     wait_until(lambda: pending() == 1)
     raw.close()
@@ -397,8 +439,14 @@ def test_request_timeout_rejects_a_backlogged_sequence(seq_cluster):
         client.infer("py_one", _nobatch_input(1), sequence_id=23)
     assert "must specify the START flag" in err.value.message()
     for corrid in (21, 22):  # a timeout on a sequence that has its slot changes nothing
-        assert int(client.infer("py_one", _nobatch_input(1), sequence_id=corrid, sequence_end=True, timeout=1)
-                   .as_numpy("OUTPUT")[0]) == 2
+        assert (
+            int(
+                client.infer("py_one", _nobatch_input(1), sequence_id=corrid, sequence_end=True, timeout=1).as_numpy(
+                    "OUTPUT"
+                )[0]
+            )
+            == 2
+        )
     client.close()
 
 
@@ -408,29 +456,35 @@ def test_reloading_the_model_loses_its_sequences_with_a_clear_error(tmp_path):
     _python_model(tmp_path, "py_reload")
     with running_cluster(tmp_path, repository={"model_control_mode": "explicit", "load_model": ["py_reload"]}) as r:
         client = httpclient.InferenceServerClient(r.url)
-        assert int(client.infer("py_reload", _int_input(5), sequence_id=1, sequence_start=True)
-                   .as_numpy("OUTPUT")[0, 0]) == 5
+        assert (
+            int(client.infer("py_reload", _int_input(5), sequence_id=1, sequence_start=True).as_numpy("OUTPUT")[0, 0])
+            == 5
+        )
         config = client.get_model_config("py_reload")
         config["sequence_batching"]["max_sequence_idle_microseconds"] = 6_000_000
         client.load_model("py_reload", config=json.dumps(config))
         with pytest.raises(InferenceServerException) as err:
             client.infer("py_reload", _int_input(1), sequence_id=1)
         assert err.value.status() == "400" and "was lost" in err.value.message() and "reloaded" in err.value.message()
-        assert int(client.infer("py_reload", _int_input(2), sequence_id=1, sequence_start=True)
-                   .as_numpy("OUTPUT")[0, 0]) == 2
+        assert (
+            int(client.infer("py_reload", _int_input(2), sequence_id=1, sequence_start=True).as_numpy("OUTPUT")[0, 0])
+            == 2
+        )
         client.close()
 
 
 def test_an_ensemble_step_continues_the_clients_sequence(seq_cluster):
     """The ensemble passes its request's sequence id and flags to a sequence-batched step."""
+
     def run(corrid: int, values: list[float]) -> list[float]:
         client = httpclient.InferenceServerClient(seq_cluster.url, network_timeout=60)
         out = []
         for i, value in enumerate(values):
             tensor = httpclient.InferInput("X", [1, 1], "FP32")
             tensor.set_data_from_numpy(np.array([[value]], np.float32))
-            result = client.infer("acc_pipeline", [tensor], sequence_id=corrid, sequence_start=i == 0,
-                                  sequence_end=i == len(values) - 1)
+            result = client.infer(
+                "acc_pipeline", [tensor], sequence_id=corrid, sequence_start=i == 0, sequence_end=i == len(values) - 1
+            )
             out.append(float(result.as_numpy("Y")[0, 0]))
         client.close()
         return out
@@ -461,12 +515,15 @@ def test_a_dead_worker_fails_its_sequences_clearly_and_the_others_go_on(seq_clus
     for corrid in lost:  # later requests say why, until the sequence is started again
         with pytest.raises(InferenceServerException) as err:
             client.infer("py_acc", _int_input(2), sequence_id=corrid)
-        assert err.value.message() == (f"sequence {corrid} to model 'py_acc' was lost: worker "
-                                       f"{err.value.message().split('worker ')[1].split(' ')[0]} stopped responding; "
-                                       "start it again with the START flag")
+        assert err.value.message() == (
+            f"sequence {corrid} to model 'py_acc' was lost: worker "
+            f"{err.value.message().split('worker ')[1].split(' ')[0]} stopped responding; "
+            "start it again with the START flag"
+        )
         client.infer("py_acc", _int_input(2), sequence_id=corrid, sequence_start=True, sequence_end=True)
     for corrid in survived:
-        assert int(client.infer("py_acc", _int_input(3), sequence_id=corrid, sequence_end=True)
-                   .as_numpy("OUTPUT")[0, 0]) == 6
+        assert (
+            int(client.infer("py_acc", _int_input(3), sequence_id=corrid, sequence_end=True).as_numpy("OUTPUT")[0, 0])
+            == 6
+        )
     client.close()
-

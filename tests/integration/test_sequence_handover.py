@@ -48,8 +48,11 @@ class Sequences:
 
 def schedulers(running) -> dict[str, dict]:
     """scheduler id -> its status, for the replicas that answer."""
-    return {s["metadata"]["instance"]: s["status"] for s in asyncio.run(collect(running.nats.url, wait=0.2))
-            if s["name"] == "shoal-scheduler" and "owned" in s["status"]}
+    return {
+        s["metadata"]["instance"]: s["status"]
+        for s in asyncio.run(collect(running.nats.url, wait=0.2))
+        if s["name"] == "shoal-scheduler" and "owned" in s["status"]
+    }
 
 
 def owner(running) -> str | None:
@@ -141,7 +144,8 @@ def test_live_sequences_survive_a_joining_replica_and_a_clean_shutdown(tmp_path)
                 sequences.client.infer(MODEL, _int_input(1), sequence_id=corrid)
             assert err.value.status() == "400" and err.value.message() == (
                 f"sequence {corrid} to model '{MODEL}' was lost: scheduler {first_id} stopped responding; start it "
-                "again with the START flag")
+                "again with the START flag"
+            )
         restarted = Sequences(running.url, [31])
         restarted.start()
         restarted.end()

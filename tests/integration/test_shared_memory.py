@@ -58,14 +58,18 @@ def test_simple_through_system_shared_memory(sclient, regions):
     inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"), httpclient.InferInput("INPUT1", [1, 16], "INT32")]
     inputs[0].set_shared_memory("input_data", 64)
     inputs[1].set_shared_memory("input_data", 64, offset=64)
-    outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True),
-               httpclient.InferRequestedOutput("OUTPUT1", binary_data=True)]
+    outputs = [
+        httpclient.InferRequestedOutput("OUTPUT0", binary_data=True),
+        httpclient.InferRequestedOutput("OUTPUT1", binary_data=True),
+    ]
     outputs[0].set_shared_memory("output_data", 64)
     outputs[1].set_shared_memory("output_data", 64, offset=64)
     result = sclient.infer("simple", inputs, outputs=outputs)
     entries = result.get_response()["outputs"]
-    assert entries == [{"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 16]},
-                       {"name": "OUTPUT1", "datatype": "INT32", "shape": [1, 16]}]  # no data in the response
+    assert entries == [
+        {"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 16]},
+        {"name": "OUTPUT1", "datatype": "INT32", "shape": [1, 16]},
+    ]  # no data in the response
     out0 = shm.get_contents_as_numpy(out_handle, np.int32, [1, 16])
     out1 = shm.get_contents_as_numpy(out_handle, np.int32, [1, 16], offset=64)
     np.testing.assert_array_equal(out0, a + b)
@@ -74,7 +78,8 @@ def test_simple_through_system_shared_memory(sclient, regions):
     status = sclient.get_system_shared_memory_status()
     assert sorted(s["name"] for s in status) == ["input_data", "output_data"]
     assert sclient.get_system_shared_memory_status("input_data") == [
-        {"name": "input_data", "key": in_key, "offset": 0, "byte_size": 128}]
+        {"name": "input_data", "key": in_key, "offset": 0, "byte_size": 128}
+    ]
     sclient.unregister_system_shared_memory("input_data")
     assert [s["name"] for s in sclient.get_system_shared_memory_status()] == ["output_data"]
 
@@ -93,7 +98,10 @@ def test_register_errors(sclient, regions, with_shm):
     key, _ = regions(64)
     with pytest.raises(InferenceServerException) as err:
         sclient.register_system_shared_memory("r", "/no_such_key_here", 64)
-    assert err.value.status() == "500" and "Unable to open shared memory region: '/no_such_key_here'" in err.value.message()
+    assert (
+        err.value.status() == "500"
+        and "Unable to open shared memory region: '/no_such_key_here'" in err.value.message()
+    )
     with pytest.raises(InferenceServerException) as err:
         sclient.register_system_shared_memory("r", key, 128)  # larger than the segment
     assert err.value.status() == "400" and "invalid args" in err.value.message()
@@ -122,7 +130,10 @@ def test_infer_errors_write_nothing(sclient, regions):
     inputs[1].set_shared_memory("in", 64, offset=100)  # runs past the region
     with pytest.raises(InferenceServerException) as err:
         sclient.infer("simple", inputs)
-    assert err.value.status() == "400" and "Invalid offset + byte size for shared memory region: 'in'" in err.value.message()
+    assert (
+        err.value.status() == "400"
+        and "Invalid offset + byte size for shared memory region: 'in'" in err.value.message()
+    )
     inputs[1].set_shared_memory("in", 64, offset=200)
     with pytest.raises(InferenceServerException) as err:
         sclient.infer("simple", inputs)

@@ -49,8 +49,9 @@ def test_medium_tensor_crosses_inline_threshold(shoal):
 @pytest.fixture(scope="module")
 def bus_only(test_repository):
     """Shared memory switched off and a small max_payload: tensors travel in many chunks."""
-    with running_cluster(test_repository, transport="bus", max_payload=256 * 1024,
-                         http_max_input_size=80 * 2**20) as running:
+    with running_cluster(
+        test_repository, transport="bus", max_payload=256 * 1024, http_max_input_size=80 * 2**20
+    ) as running:
         yield running
 
 
@@ -74,6 +75,7 @@ async def test_many_inline_sized_requests_batch_within_the_message_limit(shoal):
 
     client = aioclient.InferenceServerClient(shoal.url, conn_limit=32)
     try:
+
         async def one(i: int) -> None:
             value = np.full((1, 15000), i, np.float32)
             tensor = aioclient.InferInput("INPUT0", [1, 15000], "FP32")

@@ -13,16 +13,35 @@ def io(name: str) -> dict:
 def member(name: str, state: str = "READY", reason: str = "") -> ModelRecord:
     config = {"name": name, "max_batch_size": 8, "input": [io("X")], "output": [io("Y")]}
     hosted = [] if reason else [1]
-    return ModelRecord(name=name, config={} if reason else config, versions={"1": ModelVersionState(state)},
-                       hosted=hosted, reason=reason)
+    return ModelRecord(
+        name=name,
+        config={} if reason else config,
+        versions={"1": ModelVersionState(state)},
+        hosted=hosted,
+        reason=reason,
+    )
 
 
 def ensemble(name: str, steps: list[str]) -> ModelRecord:
     tensors = ["RAW"] + [f"t{i}" for i in range(len(steps) - 1)] + ["OUT"]
-    config = {"name": name, "platform": "ensemble", "max_batch_size": 8, "input": [io("RAW")], "output": [io("OUT")],
-              "ensemble_scheduling": {"step": [
-                  {"model_name": m, "model_version": -1, "input_map": {"X": tensors[i]}, "output_map": {"Y": tensors[i + 1]}}
-                  for i, m in enumerate(steps)]}}
+    config = {
+        "name": name,
+        "platform": "ensemble",
+        "max_batch_size": 8,
+        "input": [io("RAW")],
+        "output": [io("OUT")],
+        "ensemble_scheduling": {
+            "step": [
+                {
+                    "model_name": m,
+                    "model_version": -1,
+                    "input_map": {"X": tensors[i]},
+                    "output_map": {"Y": tensors[i + 1]},
+                }
+                for i, m in enumerate(steps)
+            ]
+        },
+    }
     return ModelRecord(name=name, config=config, versions={"1": ModelVersionState("LOADING")}, hosted=[1])
 
 
@@ -39,9 +58,12 @@ def test_loading_while_a_member_loads_or_is_about_to():
 def test_unavailable_with_the_reason():
     records = {"a": member("a"), "b": member("b", "UNAVAILABLE"), "e": ensemble("e", ["a", "b"])}
     assert ensemble_state(records["e"], records, set(records)) == ModelVersionState(
-        "UNAVAILABLE", "ensemble 'e' depends on 'b' which has no loaded version")
+        "UNAVAILABLE", "ensemble 'e' depends on 'b' which has no loaded version"
+    )
     records["b"] = member("b", reason="bad config")
-    assert ensemble_state(records["e"], records, set(records)).reason == "ensemble 'e' depends on 'b' which is not valid"
+    assert (
+        ensemble_state(records["e"], records, set(records)).reason == "ensemble 'e' depends on 'b' which is not valid"
+    )
     del records["b"]
     assert ensemble_state(records["e"], records, {"a", "e"}).state == "UNAVAILABLE"  # not in the repository at all
 

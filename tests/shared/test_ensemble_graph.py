@@ -15,11 +15,22 @@ def io(name: str, dtype: str = "TYPE_FP32", dims: list[int] | None = None) -> di
 
 
 def ensemble(steps: list[dict], inputs=("RAW",), outputs=("A", "B"), **extra) -> dict:
-    return {"name": "e", "platform": "ensemble", "max_batch_size": 8, "input": [io(n) for n in inputs],
-            "output": [io(n) for n in outputs], "ensemble_scheduling": {"step": steps}, **extra}
+    return {
+        "name": "e",
+        "platform": "ensemble",
+        "max_batch_size": 8,
+        "input": [io(n) for n in inputs],
+        "output": [io(n) for n in outputs],
+        "ensemble_scheduling": {"step": steps},
+        **extra,
+    }
 
 
-PIPELINE = [step("pre", {"X": "RAW"}, {"Y": "p"}), step("cls", {"X": "p"}, {"Y": "A"}), step("seg", {"X": "p"}, {"Y": "B"})]
+PIPELINE = [
+    step("pre", {"X": "RAW"}, {"Y": "p"}),
+    step("cls", {"X": "p"}, {"Y": "A"}),
+    step("seg", {"X": "p"}, {"Y": "B"}),
+]
 
 
 def member(dtype: str = "TYPE_FP32", dims: list[int] | None = None, mbs: int = 8, inputs=("X",)) -> dict:
@@ -34,24 +45,47 @@ def test_a_sound_graph_passes():
 
 def test_structure_errors_use_tritons_texts():
     assert check_structure(ensemble([])) == "must specify 'step' for ensemble 'e'"
-    assert check_structure(ensemble([step("", {"X": "RAW"}, {"Y": "A"})])) == "must specify 'model_name' in step 0 of ensemble 'e'"
-    assert check_structure(ensemble(PIPELINE, instance_group=[{"count": 1}])) == \
-        "instance group should not be specified for ensemble 'e'"
+    assert (
+        check_structure(ensemble([step("", {"X": "RAW"}, {"Y": "A"})]))
+        == "must specify 'model_name' in step 0 of ensemble 'e'"
+    )
+    assert (
+        check_structure(ensemble(PIPELINE, instance_group=[{"count": 1}]))
+        == "instance group should not be specified for ensemble 'e'"
+    )
     twice = PIPELINE + [step("again", {"X": "RAW"}, {"Y": "A"})]
-    assert check_structure(ensemble(twice)) == "ensemble tensor 'A' can appear in an output map only once for ensemble 'e' step 3"
-    assert check_structure(ensemble(PIPELINE, inputs=("RAW", "UNUSED"))) == "ensemble input 'UNUSED' for ensemble e' is not used"
-    assert check_structure(ensemble(PIPELINE, outputs=("A", "B", "C"))) == "ensemble output 'C' for ensemble e' is not used"
+    assert (
+        check_structure(ensemble(twice))
+        == "ensemble tensor 'A' can appear in an output map only once for ensemble 'e' step 3"
+    )
+    assert (
+        check_structure(ensemble(PIPELINE, inputs=("RAW", "UNUSED")))
+        == "ensemble input 'UNUSED' for ensemble e' is not used"
+    )
+    assert (
+        check_structure(ensemble(PIPELINE, outputs=("A", "B", "C")))
+        == "ensemble output 'C' for ensemble e' is not used"
+    )
     unconnected = PIPELINE[:2] + [step("seg", {"X": "nowhere"}, {"Y": "B"})]
     assert check_structure(ensemble(unconnected)) == (
-        "output 'B' for ensemble 'e' is not written: at least one of its depending tensors, 'nowhere', is not connected")
+        "output 'B' for ensemble 'e' is not written: at least one of its depending tensors, 'nowhere', is not connected"
+    )
     dangling = PIPELINE + [step("extra", {"X": "p"}, {"Y": "dangling"})]
     assert check_structure(ensemble(dangling)) == "ensemble tensor 'dangling' is unused in ensemble 'e'"
 
 
 def test_a_cycle_never_becomes_ready():
-    cyclic = [step("m1", {"X": "b"}, {"Y": "a"}), step("m2", {"X": "a"}, {"Y": "b"}), step("m3", {"X": "RAW"}, {"Y": "A"})]
+    cyclic = [
+        step("m1", {"X": "b"}, {"Y": "a"}),
+        step("m2", {"X": "a"}, {"Y": "b"}),
+        step("m3", {"X": "RAW"}, {"Y": "A"}),
+    ]
     assert check_structure(ensemble(cyclic, outputs=("A",))) == "ensemble tensor 'a' is unused in ensemble 'e'"
-    feeding = [step("m1", {"X": "RAW", "Z": "b"}, {"Y": "a"}), step("m2", {"X": "a"}, {"Y": "b"}), step("m3", {"X": "a"}, {"Y": "A"})]
+    feeding = [
+        step("m1", {"X": "RAW", "Z": "b"}, {"Y": "a"}),
+        step("m2", {"X": "a"}, {"Y": "b"}),
+        step("m3", {"X": "a"}, {"Y": "A"}),
+    ]
     assert check_structure(ensemble(feeding, outputs=("A",))).startswith("output 'A' for ensemble 'e' is not written")
 
 
@@ -60,18 +94,24 @@ def test_member_checks():
     members = {"pre": member(), "cls": member(), "seg": member("TYPE_STRING")}
     assert check_members(config, members) == (
         "in ensemble e, ensemble tensor p: inconsistent data type: TYPE_FP32 is inferred from model pre "
-        "while TYPE_STRING is inferred from model seg")
+        "while TYPE_STRING is inferred from model seg"
+    )
     members = {"pre": member(dims=[4]), "cls": member(dims=[4]), "seg": member(dims=[5])}
     assert check_members(config, members) == (
         "in ensemble e, ensemble tensor p: inconsistent shape: [-1,4] is inferred from model pre "
-        "while [-1,5] is inferred from model seg")
+        "while [-1,5] is inferred from model seg"
+    )
     members = {"pre": member(), "cls": member(mbs=4), "seg": member()}
     assert check_members(config, members) == (
-        "ensemble e allows maximum batch size 8, but it contains model cls which only allows maximum batch size to be 4")
+        "ensemble e allows maximum batch size 8, but it contains model cls which only allows maximum batch size to be 4"
+    )
     members = {"pre": member(inputs=("X", "W")), "cls": member(), "seg": member()}
     assert check_members(config, members) == "in ensemble e, input W in model pre is not mapped to any ensemble tensors"
     members = {"pre": member(inputs=("Q",)), "cls": member(), "seg": member()}
-    assert check_members(config, members) == "in ensemble e, ensemble tensor RAW is mapping to non-existing input X in model pre"
+    assert (
+        check_members(config, members)
+        == "in ensemble e, ensemble tensor RAW is mapping to non-existing input X in model pre"
+    )
 
 
 def test_pruning_keeps_only_steps_feeding_requested_outputs():

@@ -31,8 +31,18 @@ def test_normalize_fills_triton_defaults():
     assert doc["dynamic_batching"]["preferred_batch_size"] == [8]
     assert doc["dynamic_batching"]["max_queue_delay_microseconds"] == 100
     assert doc["input"][0]["dims"] == [-1, 4]
-    assert doc["instance_group"] == [{"name": "m", "kind": "KIND_CPU", "count": 2, "gpus": [], "secondary_devices": [],
-                                      "profile": [], "passive": False, "host_policy": ""}]
+    assert doc["instance_group"] == [
+        {
+            "name": "m",
+            "kind": "KIND_CPU",
+            "count": 2,
+            "gpus": [],
+            "secondary_devices": [],
+            "profile": [],
+            "passive": False,
+            "host_policy": "",
+        }
+    ]
     assert doc["version_policy"] == {"latest": {"num_versions": 1}}
 
 
@@ -46,13 +56,16 @@ def test_spec_from_json():
     assert spec.dynamic_batching.preserve_ordering and spec.dynamic_batching.max_queue_delay_us == 100
 
 
-@pytest.mark.parametrize("text, message", [
-    ('name: "m" max_batch_size: -1', "must be non-negative"),
-    ('name: "m" max_batch_size: 4 dynamic_batching { preferred_batch_size: [ 8 ] }', "preferred size"),
-    ('name: "m" input [ { name: "X" dims: [ 1 ] } ]', "must specify 'data_type'"),
-    ('name: "m" input [ { name: "X" data_type: TYPE_FP32 dims: [ 0 ] } ]', "must be > 0 or -1"),
-    ('name: "m" instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]', "specifies one or more GPUs"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('name: "m" max_batch_size: -1', "must be non-negative"),
+        ('name: "m" max_batch_size: 4 dynamic_batching { preferred_batch_size: [ 8 ] }', "preferred size"),
+        ('name: "m" input [ { name: "X" dims: [ 1 ] } ]', "must specify 'data_type'"),
+        ('name: "m" input [ { name: "X" data_type: TYPE_FP32 dims: [ 0 ] } ]', "must be > 0 or -1"),
+        ('name: "m" instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]', "specifies one or more GPUs"),
+    ],
+)
 def test_validation_errors(text, message):
     with pytest.raises(ShoalError) as err:
         mc.validate(mc.parse_text(text))

@@ -22,8 +22,10 @@ def nats_url():
 async def pair(nats_url, request):
     """A producing and a consuming TensorStore, each on its own connection."""
     conns = [await bus.connect(nats_url, f"test-{role}") for role in ("producer", "consumer")]
-    stores = [TensorStore(nc, role, inline_max=1024, transport=request.param)
-              for nc, role in zip(conns, ("producer", "consumer"))]
+    stores = [
+        TensorStore(nc, role, inline_max=1024, transport=request.param)
+        for nc, role in zip(conns, ("producer", "consumer"))
+    ]
     for store in stores:
         await store.start()
     yield stores

@@ -18,8 +18,18 @@ from shoal.cli import parse_serve
 
 
 def test_tritonserver_flag_forms():
-    args = parse_serve(["--model-repository=/models", "--http-port", "9000", "--strict-readiness=false",
-                        "--log-verbose=1", "--exit-timeout-secs=5", "--allow-grpc=false", "--model-store=/m2"][:-1])
+    args = parse_serve(
+        [
+            "--model-repository=/models",
+            "--http-port",
+            "9000",
+            "--strict-readiness=false",
+            "--log-verbose=1",
+            "--exit-timeout-secs=5",
+            "--allow-grpc=false",
+            "--model-store=/m2",
+        ][:-1]
+    )
     assert args.model_repository == ["/models"] and args.http_port == 9000
     assert args.strict_readiness is False and args.log_verbose == 1 and args.exit_timeout_secs == 5
     assert parse_serve(["--strict-readiness=ON"]).strict_readiness is True
@@ -28,16 +38,19 @@ def test_tritonserver_flag_forms():
     assert args.model_control_mode == "explicit" and args.load_model == ["simple", "mlp"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--grpc-port=8001"], "--grpc-port is not supported"),
-    (["--cache-config", "redis,host=x"], "only the 'local' cache"),
-    (["--cache-config", "local,size=10", "--response-cache-byte-size=5"], "can not be used together"),
-    (["--allow-grpc=true"], "--allow-grpc=true is not supported"),
-    (["--http-thread-count=4"], "--http-thread-count is not supported"),
-    (["--trace-config", "level=TENSORS"], "TENSORS is not supported"),
-    (["--load-model=simple"], "only allowed with --model-control-mode=explicit"),
-    (["--model-control-mode=explicit", "--load-model=*", "--load-model=a"], "must be the only"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--grpc-port=8001"], "--grpc-port is not supported"),
+        (["--cache-config", "redis,host=x"], "only the 'local' cache"),
+        (["--cache-config", "local,size=10", "--response-cache-byte-size=5"], "can not be used together"),
+        (["--allow-grpc=true"], "--allow-grpc=true is not supported"),
+        (["--http-thread-count=4"], "--http-thread-count is not supported"),
+        (["--trace-config", "level=TENSORS"], "TENSORS is not supported"),
+        (["--load-model=simple"], "only allowed with --model-control-mode=explicit"),
+        (["--model-control-mode=explicit", "--load-model=*", "--load-model=a"], "must be the only"),
+    ],
+)
 def test_unsupported_flags_are_refused(argv, message):
     with pytest.raises(SystemExit) as err:
         parse_serve(argv)
@@ -45,8 +58,16 @@ def test_unsupported_flags_are_refused(argv, message):
 
 
 def test_trace_flags():
-    args = parse_serve(["--trace-config", "triton,file=/tmp/t.json", "--trace-config", "level=TIMESTAMPS",
-                        "--trace-config=rate=1", "--trace-count=5"])
+    args = parse_serve(
+        [
+            "--trace-config",
+            "triton,file=/tmp/t.json",
+            "--trace-config",
+            "level=TIMESTAMPS",
+            "--trace-config=rate=1",
+            "--trace-count=5",
+        ]
+    )
     assert args.trace == {"file": "/tmp/t.json", "level": "TIMESTAMPS", "rate": 1, "count": 5, "log-frequency": 0}
     with pytest.raises(SystemExit) as err:
         parse_serve(["--trace-config", "opentelemetry,url=localhost:4318"])
@@ -59,10 +80,23 @@ def test_exit_on_error_stops_serve_when_a_model_fails(tmp_path):
     examples.write_model(tmp_path, "good", examples.simple_graph(), examples.SIMPLE_CONFIG.replace("simple", "good"))
     examples.write_model(tmp_path, "bad", examples.simple_graph(), 'name: "bad"\nmax_batch_sze: 1\n')
     out = subprocess.run(
-        [sys.executable, "-m", "shoal.cli", "serve", f"--model-repository={tmp_path}", "--exit-on-error=true",
-         f"--http-port={free_port()}", f"--metrics-port={free_port()}", "--http-address=127.0.0.1",
-         "--log-info=false"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "c")})
+        [
+            sys.executable,
+            "-m",
+            "shoal.cli",
+            "serve",
+            f"--model-repository={tmp_path}",
+            "--exit-on-error=true",
+            f"--http-port={free_port()}",
+            f"--metrics-port={free_port()}",
+            "--http-address=127.0.0.1",
+            "--log-info=false",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "c")},
+    )
     assert out.returncode == 1
     assert "--exit-on-error=true" in out.stderr
 
@@ -93,9 +127,20 @@ def test_shoal_serve_end_to_end(tmp_path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     log = open(tmp_path / "serve.log", "w+")
     serve = subprocess.Popen(
-        [sys.executable, "-m", "shoal.cli", "serve", f"--http-port={http_port}", f"--metrics-port={metrics_port}",
-         "--http-address=127.0.0.1", "--workers=2"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "shoal.cli",
+            "serve",
+            f"--http-port={http_port}",
+            f"--metrics-port={metrics_port}",
+            "--http-address=127.0.0.1",
+            "--workers=2",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 120
         while "| Model" not in (tmp_path / "serve.log").read_text():
@@ -122,8 +167,9 @@ def test_shoal_serve_end_to_end(tmp_path):
         serve.send_signal(signal.SIGTERM)
         code = serve.wait(60)
     assert code == 0
-    assert all(not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
-               for pid in children), "orphan processes"
+    assert all(
+        not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z" for pid in children
+    ), "orphan processes"
     assert not [p for p in glob.glob("/dev/shm/shoal_*") if os.path.getmtime(p) > serve_started(tmp_path)]
 
 

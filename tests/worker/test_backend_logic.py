@@ -51,8 +51,11 @@ def test_tensorrt_profile_choice():
     profiles = [{"x": ((1, 4), (8, 4))}, {"x": ((9, 4), (64, 4))}]
     assert choose_profile({"x": (8, 4)}, profiles) == 0
     assert choose_profile({"x": (9, 4)}, profiles) == 1
-    with pytest.raises(ShoalError, match=r"input 'x' shape \[65, 4\] is outside every optimization profile of the engine "
-                                         r"\(profile 0: min \[1, 4\] max \[8, 4\]; profile 1: min \[9, 4\] max \[64, 4\]\)"):
+    with pytest.raises(
+        ShoalError,
+        match=r"input 'x' shape \[65, 4\] is outside every optimization profile of the engine "
+        r"\(profile 0: min \[1, 4\] max \[8, 4\]; profile 1: min \[9, 4\] max \[64, 4\]\)",
+    ):
         choose_profile({"x": (65, 4)}, profiles)
     with pytest.raises(ShoalError, match="outside every optimization profile"):
         choose_profile({"x": (2, 3)}, profiles)

@@ -9,8 +9,19 @@ from shared.model_config import ModelSpec, TensorSpec
 
 
 def spec(reshape=None) -> ModelSpec:
-    return ModelSpec("m", "", "onnxruntime", 8, (TensorSpec("X", "FP32", (3,), reshape),),
-                     (TensorSpec("Y", "FP32", (3,), reshape),), None, 1, "KIND_CPU", False, "")
+    return ModelSpec(
+        "m",
+        "",
+        "onnxruntime",
+        8,
+        (TensorSpec("X", "FP32", (3,), reshape),),
+        (TensorSpec("Y", "FP32", (3,), reshape),),
+        None,
+        1,
+        "KIND_CPU",
+        False,
+        "",
+    )
 
 
 @given(st.lists(st.integers(1, 4), min_size=1, max_size=6))

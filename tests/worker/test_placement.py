@@ -14,10 +14,15 @@ def config(*groups: dict) -> dict:
 
 
 def test_cpu_groups_name_instances_like_triton():
-    plans = plan_instances(config({"name": "m_0", "kind": "KIND_CPU", "count": 1},
-                                  {"name": "m_1", "kind": "KIND_CPU", "count": 2}), gpus=[])
-    assert plans == [InstancePlan("m_0", "m_0", "KIND_CPU", 0),
-                     InstancePlan("m_1_0", "m_1", "KIND_CPU", 0), InstancePlan("m_1_1", "m_1", "KIND_CPU", 0)]
+    plans = plan_instances(
+        config({"name": "m_0", "kind": "KIND_CPU", "count": 1}, {"name": "m_1", "kind": "KIND_CPU", "count": 2}),
+        gpus=[],
+    )
+    assert plans == [
+        InstancePlan("m_0", "m_0", "KIND_CPU", 0),
+        InstancePlan("m_1_0", "m_1", "KIND_CPU", 0),
+        InstancePlan("m_1_1", "m_1", "KIND_CPU", 0),
+    ]
 
 
 def test_gpu_count_is_per_listed_gpu():
@@ -41,7 +46,9 @@ def test_gpu_group_on_a_worker_without_gpus_fails_like_triton():
 def test_auto_and_model_kinds():
     assert plan_instances(config({"name": "a", "kind": "KIND_AUTO"}), gpus=[])[0].kind == "KIND_CPU"
     assert plan_instances(config({"name": "a", "kind": "KIND_AUTO"}), gpus=[0])[0].kind == "KIND_GPU"
-    assert plan_instances(config({"name": "k", "kind": "KIND_MODEL", "count": 1}), gpus=[0])[0] == InstancePlan("k", "k", "KIND_MODEL", 0)
+    assert plan_instances(config({"name": "k", "kind": "KIND_MODEL", "count": 1}), gpus=[0])[0] == InstancePlan(
+        "k", "k", "KIND_MODEL", 0
+    )
     assert plan_instances({"name": "m"}, gpus=[]) == [InstancePlan("m", "m", "KIND_CPU", 0)]
 
 

@@ -35,9 +35,19 @@ log = logging.getLogger("shoal.gateway")
 
 SERVER_VERSION = "2.73.0"  # the Triton protocol level Shoal answers as
 EXTENSIONS = [
-    "classification", "model_repository", "model_repository(unload_dependents)", "schedule_policy",
-    "model_configuration", "system_shared_memory", "cuda_shared_memory", "binary_tensor_data", "parameters",
-    "statistics", "trace", "logging", "generate",
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+    "generate",
 ]
 
 
@@ -53,7 +63,9 @@ def _decode_json(body: bytes) -> Any:
 
 
 def error_response(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps({"error": message}), status_code=status, media_type="application/json", headers=headers)
+    return Response(
+        orjson.dumps({"error": message}), status_code=status, media_type="application/json", headers=headers
+    )
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -86,9 +98,15 @@ class Gateway:
         self.shm = core.shm
         self.log_settings = logsettings.LogSettings(log_verbose_level=settings.log_verbose)
         self.cache = ResponseCache(settings.cache_bytes) if settings.cache_bytes > 0 else None
-        self.tracer = trace.Tracer(trace.TraceSettings(
-            tuple(level.strip().upper() for level in settings.trace_level.split(",")), settings.trace_rate,
-            settings.trace_count, settings.trace_log_frequency, settings.trace_file))
+        self.tracer = trace.Tracer(
+            trace.TraceSettings(
+                tuple(level.strip().upper() for level in settings.trace_level.split(",")),
+                settings.trace_rate,
+                settings.trace_count,
+                settings.trace_log_frequency,
+                settings.trace_file,
+            )
+        )
 
     # -- health and metadata --------------------------------------------------------
     async def live(self, request: Request) -> Response:
@@ -118,8 +136,13 @@ class Gateway:
             return [{"name": t.name, "datatype": t.datatype, "shape": lead + list(t.dims)} for t in tensors]
 
         return json_response(
-            {"name": name, "versions": versions, "platform": spec.metadata_platform,
-             "inputs": io(spec.inputs), "outputs": io(spec.outputs)}
+            {
+                "name": name,
+                "versions": versions,
+                "platform": spec.metadata_platform,
+                "inputs": io(spec.inputs),
+                "outputs": io(spec.outputs),
+            }
         )
 
     async def model_ready(self, request: Request) -> Response:
@@ -134,7 +157,9 @@ class Gateway:
         return json_response(spec.config)
 
     # -- inference ------------------------------------------------------------------
-    async def infer(self, model: str, version: str, headers: dict[str, str], body: bytes) -> tuple[bytes, dict[str, str]]:
+    async def infer(
+        self, model: str, version: str, headers: dict[str, str], body: bytes
+    ) -> tuple[bytes, dict[str, str]]:
         """One inference: request bytes and headers in, response bytes and headers out."""
         started = time.monotonic_ns()
         spec, resolved = self.registry.resolve(model, version)
@@ -153,8 +178,9 @@ class Gateway:
         cached = self.cache.get(key) if key is not None else None
         traced = False
         if cached is not None:
-            outputs = [codec.OutputTensor(o.name, o.datatype, o.shape, o.data, valid.binary.get(o.name, False))
-                       for o in cached]
+            outputs = [
+                codec.OutputTensor(o.name, o.datatype, o.shape, o.data, valid.binary.get(o.name, False)) for o in cached
+            ]
             parameters, response = {}, None
             await self._cache_event(model, resolved, True, time.monotonic_ns() - started)
         else:
@@ -166,16 +192,20 @@ class Gateway:
                 await self._cache_event(model, resolved, False, time.monotonic_ns() - inserted)
         classify = {o.name: o.classification for o in parsed.outputs or [] if o.classification}
         if classify:
-            outputs = [codec.classify(o, classify[o.name], spec.max_batch_size > 0) if o.name in classify else o
-                       for o in outputs]
+            outputs = [
+                codec.classify(o, classify[o.name], spec.max_batch_size > 0) if o.name in classify else o
+                for o in outputs
+            ]
         content, json_length = codec.encode_response(model, resolved, parsed.id, outputs, parameters)
         if traced:
             timestamps = {"REQUEST_START": started, **response.trace, "REQUEST_END": time.monotonic_ns()}
             self.tracer.record(model, resolved, parsed.id, timestamps, response.batch)
         out_headers = {"content-type": "application/json"}
         if json_length is not None:
-            out_headers = {"content-type": "application/octet-stream",
-                           "inference-header-content-length": str(json_length)}
+            out_headers = {
+                "content-type": "application/octet-stream",
+                "inference-header-content-length": str(json_length),
+            }
         encoding = codec.choose_encoding(headers.get("accept-encoding"))
         if encoding:
             content = codec.compress(content, encoding)
@@ -208,11 +238,14 @@ class Gateway:
                 raise item
             answers.append(item)
         if len(answers) != 1:
-            raise invalid(f"generate expects exactly one response from model '{spec.name}', got {len(answers)}; "
-                          "use generate_stream")
+            raise invalid(
+                f"generate expects exactly one response from model '{spec.name}', got {len(answers)}; "
+                "use generate_stream"
+            )
         outputs, parameters, _ = answers[0]
-        return Response(render_generate(spec.name, resolved, parsed.id, outputs, parameters),
-                        media_type="application/json")
+        return Response(
+            render_generate(spec.name, resolved, parsed.id, outputs, parameters), media_type="application/json"
+        )
 
     async def generate_stream(self, request: Request) -> Response:
         """Server-sent events, one per response. An error before the first response is a plain
@@ -315,7 +348,6 @@ class Gateway:
                 entry = stats.get(f"{model}/{v}", {}).get("stats")
                 entries.append(entry or empty_stats(model, str(v)))
         return json_response({"model_stats": entries})
-
 
     # -- trace extension ------------------------------------------------------------------------
     async def trace_settings(self, request: Request) -> Response:
@@ -431,10 +463,12 @@ def build_app(gateway: Gateway, lifespan=None) -> Starlette:
         Route("/v2/repository/models/{model}/unload", triton_errors(g.unload), methods=["POST"]),
     ]
     for kind, prefix in (("system", "/v2/systemsharedmemory"), ("cuda", "/v2/cudasharedmemory")):
+
         def bound(handler, kind=kind):
             async def with_kind(request: Request) -> Response:
                 request.path_params["kind"] = kind
                 return await handler(request)
+
             return triton_errors(with_kind)
 
         routes += [
@@ -453,8 +487,9 @@ def build_app(gateway: Gateway, lifespan=None) -> Starlette:
             Route(base + "/generate", triton_errors(g.generate), methods=["POST"]),
             Route(base + "/generate_stream", triton_errors(g.generate_stream), methods=["POST"]),
         ]
-    return InferFastPath(gateway, Starlette(routes=routes, exception_handlers={HTTPException: _not_found},
-                                            lifespan=lifespan))
+    return InferFastPath(
+        gateway, Starlette(routes=routes, exception_handlers={HTTPException: _not_found}, lifespan=lifespan)
+    )
 
 
 _INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
@@ -486,7 +521,8 @@ class InferFastPath:
                 raise _HTTPError(404, "Not Found")
             body = await self._body(receive, headers)
             content, out_headers = await self._until_disconnect(
-                self.gateway.infer(model, version, headers, body), receive)
+                self.gateway.infer(model, version, headers, body), receive
+            )
             status = 200
             log.debug("infer '%s' done", model)
         except _HTTPError as exc:

@@ -57,11 +57,14 @@ def _tensor(spec: ModelSpec, config: TensorSpec, value: Any) -> InputTensor:
         dims = [1 if d == -1 else d for d in dims]
         dims[inner] = len(values) // fixed if fixed else 0
     shape = ([1] if spec.max_batch_size > 0 else []) + dims
-    return InputTensor(config.name, config.datatype, shape, json_tensor_bytes(config.name, config.datatype, shape, values))
+    return InputTensor(
+        config.name, config.datatype, shape, json_tensor_bytes(config.name, config.datatype, shape, values)
+    )
 
 
-def render_generate(model: str, version: int, request_id: str, outputs: list[OutputTensor],
-                    parameters: dict[str, Any]) -> bytes:
+def render_generate(
+    model: str, version: int, request_id: str, outputs: list[OutputTensor], parameters: dict[str, Any]
+) -> bytes:
     doc: dict[str, Any] = {}
     if request_id:
         doc["id"] = request_id

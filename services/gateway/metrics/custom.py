@@ -55,8 +55,9 @@ def merge(snapshots: list[list[dict]]) -> dict[str, dict[str, Any]]:
     families: dict[str, dict[str, Any]] = {}
     for snapshot in snapshots:
         for family in snapshot:
-            merged = families.setdefault(family["name"], {"description": family["description"],
-                                                          "kind": family["kind"], "samples": {}})
+            merged = families.setdefault(
+                family["name"], {"description": family["description"], "kind": family["kind"], "samples": {}}
+            )
             if merged["kind"] != family["kind"]:
                 continue  # two models disagree on a family's kind: the first one seen wins
             for sample in family["samples"]:
@@ -77,9 +78,11 @@ def render_custom(families: dict[str, dict[str, Any]]) -> list[str]:
     for name, family in sorted(families.items()):
         samples = [(dict(key), sample) for key, sample in family["samples"].items()]
         if family["kind"] == "histogram":
-            lines += histogram_lines(name, family["description"],
-                                     [(labels, s["buckets"], s["counts"], s["sum"]) for labels, s in samples])
+            lines += histogram_lines(
+                name, family["description"], [(labels, s["buckets"], s["counts"], s["sum"]) for labels, s in samples]
+            )
         else:
-            lines += family_lines(name, family["description"], family["kind"],
-                                  [(labels, s["value"]) for labels, s in samples])
+            lines += family_lines(
+                name, family["description"], family["kind"], [(labels, s["value"]) for labels, s in samples]
+            )
     return lines

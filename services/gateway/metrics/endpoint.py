@@ -25,22 +25,46 @@ from services.gateway.metrics.system import CpuSampler
 from services.gateway.metrics.text import family_lines, histogram_lines, label_text
 
 _COUNTERS = (
-    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
-     lambda s: s["inference_stats"]["success"]["count"]),
-    ("nv_inference_count", "Number of inferences performed (does not include cached requests)",
-     lambda s: s["inference_count"]),
-    ("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)",
-     lambda s: s["execution_count"]),
-    ("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds (includes cached requests)",
-     lambda s: (s["inference_stats"]["success"]["ns"] + s["inference_stats"]["fail"]["ns"]) // 1000),
-    ("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds (includes cached requests)",
-     lambda s: s["inference_stats"]["queue"]["ns"] // 1000),
-    ("nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds (does not include cached requests)",
-     lambda s: s["inference_stats"]["compute_input"]["ns"] // 1000),
-    ("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds (does not include cached requests)",
-     lambda s: s["inference_stats"]["compute_infer"]["ns"] // 1000),
-    ("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)",
-     lambda s: s["inference_stats"]["compute_output"]["ns"] // 1000),
+    (
+        "nv_inference_request_success",
+        "Number of successful inference requests, all batch sizes",
+        lambda s: s["inference_stats"]["success"]["count"],
+    ),
+    (
+        "nv_inference_count",
+        "Number of inferences performed (does not include cached requests)",
+        lambda s: s["inference_count"],
+    ),
+    (
+        "nv_inference_exec_count",
+        "Number of model executions performed (does not include cached requests)",
+        lambda s: s["execution_count"],
+    ),
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+        lambda s: (s["inference_stats"]["success"]["ns"] + s["inference_stats"]["fail"]["ns"]) // 1000,
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+        lambda s: s["inference_stats"]["queue"]["ns"] // 1000,
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+        lambda s: s["inference_stats"]["compute_input"]["ns"] // 1000,
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+        lambda s: s["inference_stats"]["compute_infer"]["ns"] // 1000,
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+        lambda s: s["inference_stats"]["compute_output"]["ns"] // 1000,
+    ),
 )
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
@@ -52,25 +76,51 @@ class MetricsOptions:
     counter_latencies: bool = True
     summary_latencies: bool = False
     histogram_latencies: bool = False
-    quantiles: tuple[tuple[float, float], ...] = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001))
+    quantiles: tuple[tuple[float, float], ...] = (
+        (0.5, 0.05),
+        (0.9, 0.01),
+        (0.95, 0.001),
+        (0.99, 0.001),
+        (0.999, 0.001),
+    )
     cpu_metrics: bool = True
     gpu_metrics: bool = True
 
 
 _SUMMARIES = (
-    ("nv_inference_request_summary_us", "Summary of inference request duration in microseconds (includes cached requests)",
-     "request"),
-    ("nv_inference_queue_summary_us", "Summary of inference queuing duration in microseconds (includes cached requests)",
-     "queue"),
-    ("nv_inference_compute_input_summary_us",
-     "Summary of compute input duration in microseconds (does not include cached requests)", "compute_input"),
-    ("nv_inference_compute_infer_summary_us",
-     "Summary of compute inference duration in microseconds (does not include cached requests)", "compute_infer"),
-    ("nv_inference_compute_output_summary_us",
-     "Summary of inference compute output duration in microseconds (does not include cached requests)", "compute_output"),
+    (
+        "nv_inference_request_summary_us",
+        "Summary of inference request duration in microseconds (includes cached requests)",
+        "request",
+    ),
+    (
+        "nv_inference_queue_summary_us",
+        "Summary of inference queuing duration in microseconds (includes cached requests)",
+        "queue",
+    ),
+    (
+        "nv_inference_compute_input_summary_us",
+        "Summary of compute input duration in microseconds (does not include cached requests)",
+        "compute_input",
+    ),
+    (
+        "nv_inference_compute_infer_summary_us",
+        "Summary of compute inference duration in microseconds (does not include cached requests)",
+        "compute_infer",
+    ),
+    (
+        "nv_inference_compute_output_summary_us",
+        "Summary of inference compute output duration in microseconds (does not include cached requests)",
+        "compute_output",
+    ),
 )
-_SUMMARY_TOTALS = {"request": "success", "queue": "queue", "compute_input": "compute_input",
-                   "compute_infer": "compute_infer", "compute_output": "compute_output"}
+_SUMMARY_TOTALS = {
+    "request": "success",
+    "queue": "queue",
+    "compute_input": "compute_input",
+    "compute_infer": "compute_infer",
+    "compute_output": "compute_output",
+}
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
@@ -104,8 +154,12 @@ def _batch_histogram(entries: list) -> list[str]:
 
 
 def _shoal_gauges(entries: list) -> list[str]:
-    lines = family_lines("shoal_queue_free_credits", "Batches the scheduler may send to idle instances now", "gauge",
-                    [({"model": m, "version": v}, value.get("free_credits", 0)) for (m, v), value in entries])
+    lines = family_lines(
+        "shoal_queue_free_credits",
+        "Batches the scheduler may send to idle instances now",
+        "gauge",
+        [({"model": m, "version": v}, value.get("free_credits", 0)) for (m, v), value in entries],
+    )
     busy: dict[str, int] = {}
     executions: dict[tuple[str, str, str], int] = {}
     for (model, version), value in entries:
@@ -113,13 +167,25 @@ def _shoal_gauges(entries: list) -> list[str]:
             busy[worker] = busy.get(worker, 0) + ns
         for worker, count in value.get("worker_executions", {}).items():
             executions[(worker, model, version)] = count
-    lines += family_lines("shoal_worker_compute_seconds", "Seconds the instances of a worker spent running batches "
-                     "(its utilisation is the rate of this counter over its instance count)", "counter",
-                     [({"worker": w}, ns / 1e9) for w, ns in sorted(busy.items())])
-    lines += family_lines("shoal_worker_executions", "Model executions (batches) each worker ran, per model", "counter",
-                     [({"worker": w, "model": m, "version": v}, n) for (w, m, v), n in sorted(executions.items())])
-    lines += family_lines("shoal_shm_bytes_in_use", "Bytes of tensors in Shoal's shared-memory segments on this host",
-                     "gauge", [({}, system_metrics.shm_bytes_in_use())])
+    lines += family_lines(
+        "shoal_worker_compute_seconds",
+        "Seconds the instances of a worker spent running batches "
+        "(its utilisation is the rate of this counter over its instance count)",
+        "counter",
+        [({"worker": w}, ns / 1e9) for w, ns in sorted(busy.items())],
+    )
+    lines += family_lines(
+        "shoal_worker_executions",
+        "Model executions (batches) each worker ran, per model",
+        "counter",
+        [({"worker": w, "model": m, "version": v}, n) for (w, m, v), n in sorted(executions.items())],
+    )
+    lines += family_lines(
+        "shoal_shm_bytes_in_use",
+        "Bytes of tensors in Shoal's shared-memory segments on this host",
+        "gauge",
+        [({}, system_metrics.shm_bytes_in_use())],
+    )
     return lines
 
 
@@ -133,8 +199,13 @@ def _gpu(gpu: GpuMetrics) -> list[str]:
     return lines
 
 
-def render(stats: dict[str, Any], options: MetricsOptions = MetricsOptions(), cpu: CpuSampler | None = None,
-           gpu: GpuMetrics | None = None, custom: list[str] | None = None) -> bytes:
+def render(
+    stats: dict[str, Any],
+    options: MetricsOptions = MetricsOptions(),
+    cpu: CpuSampler | None = None,
+    gpu: GpuMetrics | None = None,
+    custom: list[str] | None = None,
+) -> bytes:
     """Triton's metrics from the schedulers' statistics, then Shoal's, then python models' own (`custom`)."""
     entries = [(key.rsplit("/", 1), value) for key, value in sorted(stats.items())]
     lines: list[str] = []
@@ -148,22 +219,37 @@ def render(stats: dict[str, Any], options: MetricsOptions = MetricsOptions(), cp
         for (m, v), value in entries
         for reason in FAILURE_REASONS
     ]
-    lines += family_lines("nv_inference_request_failure", "Number of failed inference requests, all batch sizes",
-                     "counter", failures)
+    lines += family_lines(
+        "nv_inference_request_failure", "Number of failed inference requests, all batch sizes", "counter", failures
+    )
     pending = [({"model": m, "version": v}, value.get("pending", 0)) for (m, v), value in entries]
-    lines += family_lines("nv_inference_pending_request_count",
-                     "Instantaneous number of pending requests awaiting execution per-model.", "gauge", pending)
+    lines += family_lines(
+        "nv_inference_pending_request_count",
+        "Instantaneous number of pending requests awaiting execution per-model.",
+        "gauge",
+        pending,
+    )
     if options.summary_latencies:
         lines += _summaries(entries, options)
     if options.histogram_latencies:
-        rows = [({"model": m, "version": v}, value["latency"]["first_response_buckets"],
-                 value["latency"]["first_response_counts"], value["latency"]["first_response_sum_ms"])
-                for (m, v), value in entries if "latency" in value]
-        lines += histogram_lines("nv_inference_first_response_histogram_ms",
-                            "Duration from request to first response in milliseconds", rows)
+        rows = [
+            (
+                {"model": m, "version": v},
+                value["latency"]["first_response_buckets"],
+                value["latency"]["first_response_counts"],
+                value["latency"]["first_response_sum_ms"],
+            )
+            for (m, v), value in entries
+            if "latency" in value
+        ]
+        lines += histogram_lines(
+            "nv_inference_first_response_histogram_ms", "Duration from request to first response in milliseconds", rows
+        )
     if options.cpu_metrics and cpu is not None:
         total, used = system_metrics.memory()
-        lines += family_lines("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge", [({}, cpu.utilization())])
+        lines += family_lines(
+            "nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge", [({}, cpu.utilization())]
+        )
         lines += family_lines("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge", [({}, total)])
         lines += family_lines("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge", [({}, used)])
     cached = [(m, v, value) for (m, v), value in entries if value.get("cache_enabled")]
@@ -171,13 +257,26 @@ def render(stats: dict[str, Any], options: MetricsOptions = MetricsOptions(), cp
         for name, doc, key, field in (
             ("nv_cache_num_hits_per_model", "Number of cache hits per model", "cache_hit", "count"),
             ("nv_cache_num_misses_per_model", "Number of cache misses per model", "cache_miss", "count"),
-            ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds", "cache_hit", "ns"),
-            ("nv_cache_miss_duration_per_model",
-             "Total cache miss (insert+lookup) duration per model, in microseconds", "cache_miss", "ns"),
+            (
+                "nv_cache_hit_duration_per_model",
+                "Total cache hit duration per model, in microseconds",
+                "cache_hit",
+                "ns",
+            ),
+            (
+                "nv_cache_miss_duration_per_model",
+                "Total cache miss (insert+lookup) duration per model, in microseconds",
+                "cache_miss",
+                "ns",
+            ),
         ):
-            samples = [({"model": m, "version": v},
-                        value["stats"]["inference_stats"][key][field] / (1000 if field == "ns" else 1))
-                       for m, v, value in cached]
+            samples = [
+                (
+                    {"model": m, "version": v},
+                    value["stats"]["inference_stats"][key][field] / (1000 if field == "ns" else 1),
+                )
+                for m, v, value in cached
+            ]
             lines += family_lines(name, doc, "counter", samples)
     if options.gpu_metrics and gpu is not None:
         lines += _gpu(gpu)
@@ -191,8 +290,11 @@ async def _nothing() -> list[str]:
     return []
 
 
-def build_metrics_app(fetch: Callable[[list[float]], Awaitable[dict[str, Any]]], options: MetricsOptions,
-                      fetch_custom: Callable[[], Awaitable[list[str]]] | None = None) -> Starlette:
+def build_metrics_app(
+    fetch: Callable[[list[float]], Awaitable[dict[str, Any]]],
+    options: MetricsOptions,
+    fetch_custom: Callable[[], Awaitable[list[str]]] | None = None,
+) -> Starlette:
     cpu = CpuSampler()
     gpu = GpuMetrics() if options.gpu_metrics else None
 
@@ -202,8 +304,9 @@ def build_metrics_app(fetch: Callable[[list[float]], Awaitable[dict[str, Any]]],
         if request.url.path.rstrip("/") != "/metrics":
             return Response(status_code=200)  # Triton's quirk: any other GET path is 200, empty
         quantiles = [q for q, _ in options.quantiles] if options.summary_latencies else []
-        stats, custom = await asyncio.gather(fetch(quantiles), fetch_custom() if fetch_custom else _nothing(),
-                                             return_exceptions=True)
+        stats, custom = await asyncio.gather(
+            fetch(quantiles), fetch_custom() if fetch_custom else _nothing(), return_exceptions=True
+        )
         stats = {} if isinstance(stats, BaseException) else stats
         custom = [] if isinstance(custom, BaseException) else custom
         return Response(render(stats, options, cpu, gpu, custom), media_type="text/plain; charset=utf-8")

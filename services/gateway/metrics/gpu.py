@@ -53,7 +53,12 @@ class GpuMetrics:
                     ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", "gauge", labels, memory.used),
                     ("nv_gpu_power_usage", "GPU power usage in watts", "gauge", labels, power),
                     ("nv_gpu_power_limit", "GPU power management limit in watts", "gauge", labels, limit),
-                    ("nv_energy_consumption", "GPU energy consumption in joules since the Triton Server started",
-                     "counter", labels, energy - start),
+                    (
+                        "nv_energy_consumption",
+                        "GPU energy consumption in joules since the Triton Server started",
+                        "counter",
+                        labels,
+                        energy - start,
+                    ),
                 ]
         return samples

@@ -38,8 +38,11 @@ class QueuePolicy:
 
     def timeout_us(self, requested_us: int) -> int:
         """Triton honours a request's `timeout` only to shorten the default, and only if allowed."""
-        if self.allow_timeout_override and 0 < requested_us and (
-                self.default_timeout_us == 0 or requested_us < self.default_timeout_us):
+        if (
+            self.allow_timeout_override
+            and 0 < requested_us
+            and (self.default_timeout_us == 0 or requested_us < self.default_timeout_us)
+        ):
             return requested_us
         return self.default_timeout_us
 

@@ -27,8 +27,9 @@ def instance_needs(config: dict[str, Any]) -> list[Need]:
     needs: list[Need] = []
     for group in config.get("instance_group", []):
         limiter = group.get("rate_limiter", {})
-        resources = tuple((r["name"], bool(r.get("global", False)), int(r.get("count", 0)))
-                          for r in limiter.get("resources", []))
+        resources = tuple(
+            (r["name"], bool(r.get("global", False)), int(r.get("count", 0))) for r in limiter.get("resources", [])
+        )
         need = Need(resources, max(1, int(limiter.get("priority", 0)) or 1))
         # a KIND_GPU group has `count` instances per listed GPU (services/worker/placement.py); with
         # no GPUs listed the worker uses all of its own, unknown here: later indices get no needs
@@ -75,9 +76,11 @@ class RateLimiter:
     def can_run(self, need: Need, worker: str) -> bool:
         if not self.enabled:
             return True
-        return all(self.in_use[(name, self._pool(name, g, worker))] + count
-                   <= self._capacity(name, self._pool(name, g, worker) if not g else "")
-                   for name, g, count in need.resources)
+        return all(
+            self.in_use[(name, self._pool(name, g, worker))] + count
+            <= self._capacity(name, self._pool(name, g, worker) if not g else "")
+            for name, g, count in need.resources
+        )
 
     def acquire(self, need: Need, worker: str, run_key: tuple) -> None:
         self.runs[run_key] += 1

@@ -78,7 +78,8 @@ class Scope(Generic[T]):
                 continue
             names = step.input_map.values()
             if all(self.lookup(t) is not None for t in names) and (
-                    self.parent is None or any(t in self.tensors for t in names)):
+                self.parent is None or any(t in self.tensors for t in names)
+            ):
                 ready.append(step)
         return ready
 

@@ -132,7 +132,8 @@ class EnsembleRunner:
             entry = stats.get(f"{model}/{version}")
             if entry is not None and steps:
                 entry["stats"]["ensemble_steps"] = {
-                    member: {"success": s.success.json(), "fail": s.fail.json()} for member, s in steps.items()}
+                    member: {"success": s.success.json(), "fail": s.fail.json()} for member, s in steps.items()
+                }
 
     # -- one request ---------------------------------------------------------------------------
     async def _run(self, request: InferRequest, stats: ModelStats, arrived: int) -> None:
@@ -164,13 +165,18 @@ class EnsembleRunner:
             stats.record_queue(started - arrived)
             stats.record_request(True, duration)
             stats.record_batch(max(1, request.batch_size), 1, *outcome.compute)
-            response = InferResponse(rid=request.rid, model=request.model, version=request.version,
-                                     outputs=outcome.outputs)
+            response = InferResponse(
+                rid=request.rid, model=request.model, version=request.version, outputs=outcome.outputs
+            )
             if request.trace:  # a traced request, or a step of an outer ensemble that sums compute times
                 end = time.monotonic_ns()
-                response.trace = {"QUEUE_START": arrived, "COMPUTE_START": started,
-                                  "COMPUTE_INPUT_END": started + outcome.compute[0],
-                                  "COMPUTE_OUTPUT_START": end - outcome.compute[2], "COMPUTE_END": end}
+                response.trace = {
+                    "QUEUE_START": arrived,
+                    "COMPUTE_START": started,
+                    "COMPUTE_INPUT_END": started + outcome.compute[0],
+                    "COMPUTE_OUTPUT_START": end - outcome.compute[2],
+                    "COMPUTE_END": end,
+                }
         try:
             await self.nc.publish(request.reply, encode(response))
         except Exception:  # the gateway times out; the outputs expire with the request's deadline
@@ -224,8 +230,17 @@ class EnsembleRunner:
                     for step in [s for s in pending if all(t in tensors for t in s.input_map.values())]:
                         pending.remove(step)
                         try:
-                            sub = step_request(request, step, tensors, batched, requested, readers, self.specs,
-                                               self.ready, self.dispatcher)
+                            sub = step_request(
+                                request,
+                                step,
+                                tensors,
+                                batched,
+                                requested,
+                                readers,
+                                self.specs,
+                                self.ready,
+                                self.dispatcher,
+                            )
                         except ShoalError as exc:
                             error = (exc.message, str(exc.code))
                             break
@@ -265,8 +280,11 @@ class EnsembleRunner:
         outputs = []
         for ref, name in zip(handed, requested):
             config = spec.output(name) if spec is not None else None
-            shape = (fit_batching(config.dims, spec.max_batch_size > 0, ref.shape, batched[name])
-                     if config is not None else ref.shape)
+            shape = (
+                fit_batching(config.dims, spec.max_batch_size > 0, ref.shape, batched[name])
+                if config is not None
+                else ref.shape
+            )
             outputs.append(msgspec.structs.replace(ref, name=name, shape=shape))
         return _Outcome(outputs, handed=handed, compute=compute)
 

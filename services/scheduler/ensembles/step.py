@@ -58,16 +58,20 @@ def _check(spec: ModelSpec, ref: TensorRef, prefix: str) -> tuple[int, list[int]
     """(batch size, per-item shape) of one input, or the member's validation error."""
     config = spec.input(ref.name)
     if ref.datatype != config.datatype:
-        raise invalid(f"{prefix}inference input '{ref.name}' data-type is '{ref.datatype}', "
-                      f"but model '{spec.name}' expects '{config.datatype}'")
+        raise invalid(
+            f"{prefix}inference input '{ref.name}' data-type is '{ref.datatype}', "
+            f"but model '{spec.name}' expects '{config.datatype}'"
+        )
     shape = list(ref.shape)
     batched = spec.max_batch_size > 0
     item = shape[1:] if batched else shape
     dims = config.reshape if (config.reshape is not None and not config.dims) else config.dims
     if (batched and not shape) or len(dims) != len(item) or any(d != -1 and d != s for d, s in zip(dims, item)):
         shown = (-1,) + config.dims if batched else config.dims
-        raise invalid(f"{prefix}unexpected shape for input '{ref.name}' for model '{spec.name}'. "
-                      f"Expected {_fmt(shown)}, got {_fmt(shape)}")
+        raise invalid(
+            f"{prefix}unexpected shape for input '{ref.name}' for model '{spec.name}'. "
+            f"Expected {_fmt(shown)}, got {_fmt(shape)}"
+        )
     return (shape[0] if batched else 1), item
 
 
@@ -110,8 +114,11 @@ def step_request(
     # only the outputs something reads; a client's output region goes straight to the producer
     # when nothing else reads the tensor (the worker writes it there, no copy here or at the gateway)
     outputs = [o for o, t in step.output_map.items() if t in requested or readers.get(t)]
-    regions = {o: request.output_regions[t] for o, t in step.output_map.items()
-               if t in request.output_regions and t in requested and not readers.get(t)}
+    regions = {
+        o: request.output_regions[t]
+        for o, t in step.output_map.items()
+        if t in request.output_regions and t in requested and not readers.get(t)
+    }
     rid = dispatcher.new_rid()
     return InferRequest(
         rid=rid,

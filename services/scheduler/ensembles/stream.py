@@ -158,7 +158,6 @@ class EnsembleStream:
                     scope.producing -= 1
             queue.clear()
 
-
     # -- steps ---------------------------------------------------------------------------
     async def _advance(self, scope: Scope[TensorRef]) -> None:
         """Start what became runnable in `scope` and below; answer the iterations that can."""
@@ -185,14 +184,24 @@ class EnsembleStream:
         tensors = scope.visible()
         batched = {name: scope.is_batched(name) for name in tensors}
         try:
-            sub = step_request(self.request, step, tensors, batched, self.requested, self.readers,
-                               self.runner.specs, self.runner.ready, self.runner.dispatcher)
+            sub = step_request(
+                self.request,
+                step,
+                tensors,
+                batched,
+                self.requested,
+                self.readers,
+                self.runner.specs,
+                self.runner.ready,
+                self.runner.dispatcher,
+            )
         except ShoalError as exc:  # the member's own validation text, as a failed step
             self.events.put_nowait((scope, step, InferResponse(rid="", error=exc.message, code=str(exc.code)), True))
             return
         self.started[sub.rid] = time.monotonic_ns()
-        task = asyncio.create_task(self._stream(scope, step, sub) if self.decoupled[step.index]
-                                   else self._call(scope, step, sub))
+        task = asyncio.create_task(
+            self._stream(scope, step, sub) if self.decoupled[step.index] else self._call(scope, step, sub)
+        )
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         if self.decoupled[step.index]:
@@ -208,7 +217,9 @@ class EnsembleStream:
             async for response in self.runner.dispatcher.stream(sub, timeout):
                 self.events.put_nowait((scope, step, response, not response.more))
         except ShoalError as exc:  # past the deadline, or the member is unreachable
-            self.events.put_nowait((scope, step, InferResponse(rid=sub.rid, error=exc.message, code=str(exc.code)), True))
+            self.events.put_nowait(
+                (scope, step, InferResponse(rid=sub.rid, error=exc.message, code=str(exc.code)), True)
+            )
 
     # -- tensors -------------------------------------------------------------------------
     def _store(self, scope: Scope[TensorRef], step: Step, response: InferResponse) -> None:
@@ -245,11 +256,15 @@ class EnsembleStream:
                 data = await self.runner.store.get(ref, timeout)
                 ref = TensorRef(name=ref.name, datatype=ref.datatype, shape=list(ref.shape), data=bytes(data))
             config = self.spec.output(name) if self.spec is not None else None
-            shape = (fit_batching(config.dims, self.spec.max_batch_size > 0, ref.shape, scope.is_batched(name))
-                     if config is not None else ref.shape)
+            shape = (
+                fit_batching(config.dims, self.spec.max_batch_size > 0, ref.shape, scope.is_batched(name))
+                if config is not None
+                else ref.shape
+            )
             outputs.append(msgspec.structs.replace(ref, name=name, shape=shape))
-        response = InferResponse(rid=self.request.rid, model=self.request.model, version=self.request.version,
-                                 outputs=outputs, more=True)
+        response = InferResponse(
+            rid=self.request.rid, model=self.request.model, version=self.request.version, outputs=outputs, more=True
+        )
         await self.runner.nc.publish(self.request.reply, encode(response))
 
 
@@ -258,8 +273,9 @@ async def finish(runner: EnsembleRunner, request: InferRequest, error: StreamFai
     if error is None:
         response = InferResponse(rid=request.rid, empty=True)
     else:
-        response = InferResponse(rid=request.rid, error=f"in ensemble '{request.model}', {error.message}",
-                                 code=str(error.code))
+        response = InferResponse(
+            rid=request.rid, error=f"in ensemble '{request.model}', {error.message}", code=str(error.code)
+        )
     try:
         await runner.nc.publish(request.reply, encode(response))
     except Exception:  # the gateway's stream times out

@@ -148,8 +148,11 @@ class HandOver:
         for key in self._keys(model):
             book = self.service.queues[key].seq.book
             if key not in self.held and book.live:
-                await self._publish(SequenceResidue(model=key[0], version=key[1], holder=self.me, done=True,
-                                                    lost=list(book.live), reason=reason))
+                await self._publish(
+                    SequenceResidue(
+                        model=key[0], version=key[1], holder=self.me, done=True, lost=list(book.live), reason=reason
+                    )
+                )
 
     async def wait(self, timeout_s: float) -> None:
         """On shutdown: let the residues of hand-overs under way end, for at most `timeout_s`."""
@@ -178,8 +181,11 @@ class HandOver:
                     await self._finish(key, "")
                 elif time.monotonic() >= deadline:
                     keys.remove(key)
-                    await self._finish(key, f"scheduler {self.me} handed model '{model}' over and kept its live "
-                                            f"sequences for {bound_s:g} s")
+                    await self._finish(
+                        key,
+                        f"scheduler {self.me} handed model '{model}' over and kept its live "
+                        f"sequences for {bound_s:g} s",
+                    )
             if keys:
                 await asyncio.sleep(0.05)  # sequences end on their own time; this only notices it
 
@@ -196,8 +202,9 @@ class HandOver:
             await self._reserve(key)  # the fresh book respects what other replicas hold at once
         if lost:
             log.warning("gave up %d live sequence(s) of model '%s': %s", len(lost), key[0], reason)
-        await self._publish(SequenceResidue(model=key[0], version=key[1], holder=self.me, done=True, lost=lost,
-                                            reason=reason))
+        await self._publish(
+            SequenceResidue(model=key[0], version=key[1], holder=self.me, done=True, lost=lost, reason=reason)
+        )
 
     async def _give_up(self, queue: ModelQueue, reason: str) -> list:
         book, sequencer = queue.seq.book, self.service.sequencer
@@ -207,9 +214,13 @@ class HandOver:
                 lost.append(seq.corrid)
             while seq.queue:
                 pending = seq.queue.popleft()
-                await sequencer._error(queue, pending.header, f"sequence {seq.corrid} to model '{queue.key[0]}' was "
-                                                              f"lost: {reason}; start it again with the START flag",
-                                       "UNAVAILABLE")
+                await sequencer._error(
+                    queue,
+                    pending.header,
+                    f"sequence {seq.corrid} to model '{queue.key[0]}' was "
+                    f"lost: {reason}; start it again with the START flag",
+                    "UNAVAILABLE",
+                )
             if seq.slot is not None:
                 await sequencer._tell_worker(queue, seq, seq.slot, "no longer served by this scheduler")
         return lost
@@ -219,8 +230,14 @@ class HandOver:
         if key not in self.held or queue is None or queue.seq is None:
             return None
         book = queue.seq.book
-        return SequenceResidue(model=key[0], version=key[1], holder=self.me, final=self.held[key],
-                               slots=book.held_slots(), ids=list(book.live))
+        return SequenceResidue(
+            model=key[0],
+            version=key[1],
+            holder=self.me,
+            final=self.held[key],
+            slots=book.held_slots(),
+            ids=list(book.live),
+        )
 
     async def _announce(self, key: Key) -> None:
         residue = self._residue(key)
@@ -344,7 +361,11 @@ class HandOver:
             seen = holders.pop(holder, None)
             if seen is None:
                 continue
-            log.warning("scheduler %s is gone: the %d live sequence(s) of model '%s' it held are lost", holder,
-                        len(seen.ids), key[0])
+            log.warning(
+                "scheduler %s is gone: the %d live sequence(s) of model '%s' it held are lost",
+                holder,
+                len(seen.ids),
+                key[0],
+            )
             self._lose(key, list(seen.ids), f"scheduler {holder} stopped responding")
             await self._reserve(key)

@@ -26,8 +26,15 @@ PRESENCE = "replica."  # keys of the live replicas (model keys never contain '.'
 
 
 class Leases:
-    def __init__(self, kv: KeyValue, owner: str, on_gain: Hook, on_loss: Hook,
-                 idle: Callable[[str], bool] = lambda model: True, on_release: Hook | None = None) -> None:
+    def __init__(
+        self,
+        kv: KeyValue,
+        owner: str,
+        on_gain: Hook,
+        on_loss: Hook,
+        idle: Callable[[str], bool] = lambda model: True,
+        on_release: Hook | None = None,
+    ) -> None:
         self.kv = kv
         self.owner = owner
         self.on_gain = on_gain
@@ -107,7 +114,8 @@ class Leases:
                 async with self._lock:
                     if model in self.held:
                         self.held[model] = await self.kv.update(
-                            subjects.model_key(model), self.owner.encode(), last=revision)
+                            subjects.model_key(model), self.owner.encode(), last=revision
+                        )
             except Exception as exc:  # expired and taken, or the bus is away too long
                 log.warning("scheduler %s lost model '%s': %s", self.owner, model, exc)
                 async with self._lock:

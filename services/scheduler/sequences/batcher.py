@@ -44,7 +44,9 @@ class Sequencer:
         if config is None:
             queue.seq = None
         elif queue.seq is None or queue.seq.config.slots_per_instance != config.slots_per_instance:
-            queue.seq = SequenceQueue(config, SequenceBook(queue.key[0], config.slots_per_instance, config.idle_us / 1e6))
+            queue.seq = SequenceQueue(
+                config, SequenceBook(queue.key[0], config.slots_per_instance, config.idle_us / 1e6)
+            )
         else:  # a reload with the same slots keeps the live sequences
             queue.seq.config = config
             queue.seq.book.idle_s = config.idle_us / 1e6
@@ -58,8 +60,13 @@ class Sequencer:
             old.reaper.cancel()
         for seq, pending in old.book.all_queued():
             seq.queue.remove(pending)
-            await self._error(queue, pending.header, f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: the "
-                                                     "model was reloaded; start it again with the START flag", "UNAVAILABLE")
+            await self._error(
+                queue,
+                pending.header,
+                f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: the "
+                "model was reloaded; start it again with the START flag",
+                "UNAVAILABLE",
+            )
         for slot, seq in list(old.book.bound.items()):
             await self._tell_worker(queue, seq, slot, "model reloaded")
 
@@ -77,35 +84,60 @@ class Sequencer:
         """Queue a request in its sequence, or answer it with Triton's error."""
         header, model = pending.header, queue.key[0]
         if header.batch_size > 1 and queue.spec.max_batch_size > 0:
-            await self._error(queue, header, f"inference request to model '{model}' must specify batch-size 1 due to "
-                                             "requirements of sequence batcher", "INVALID_ARG")
+            await self._error(
+                queue,
+                header,
+                f"inference request to model '{model}' must specify batch-size 1 due to "
+                "requirements of sequence batcher",
+                "INVALID_ARG",
+            )
             return False
         if header.sequence_id in (0, ""):
-            await self._error(queue, header, f"inference request to model '{model}' must specify a non-zero or "
-                                             "non-empty correlation ID", "INVALID_ARG")
+            await self._error(
+                queue,
+                header,
+                f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID",
+                "INVALID_ARG",
+            )
             return False
         corrid = queue.seq.config.control(CORRID)
         if corrid is not None and (corrid.datatype == "BYTES") != isinstance(header.sequence_id, str):
             wanted = "a string" if corrid.datatype == "BYTES" else "an unsigned integer"
-            await self._error(queue, header, f"inference request to model '{model}' must specify {wanted} correlation "
-                                             f"ID: its CORRID control is {corrid.datatype}", "INVALID_ARG")
+            await self._error(
+                queue,
+                header,
+                f"inference request to model '{model}' must specify {wanted} correlation "
+                f"ID: its CORRID control is {corrid.datatype}",
+                "INVALID_ARG",
+            )
             return False
-        admission = queue.seq.book.admit(header.sequence_id, header.sequence_start, header.sequence_end, pending,
-                                         pending.arrived)
+        admission = queue.seq.book.admit(
+            header.sequence_id, header.sequence_start, header.sequence_end, pending, pending.arrived
+        )
         if admission.sequence is None:
-            log.debug("refused a request of sequence %r for '%s': %d live sequence(s), %d backlogged",
-                      header.sequence_id, model, len(queue.seq.book.live), len(queue.seq.book.backlog))
+            log.debug(
+                "refused a request of sequence %r for '%s': %d live sequence(s), %d backlogged",
+                header.sequence_id,
+                model,
+                len(queue.seq.book.live),
+                len(queue.seq.book.backlog),
+            )
             await self._error(queue, header, admission.error, "INVALID_ARG")
             return False
         if admission.conflict:
-            log.warning("sequence %s for model '%s' has a conflict. The previous sequence did not end before this "
-                        "sequence start. Previous sequence will be terminated early.", header.sequence_id, model)
+            log.warning(
+                "sequence %s for model '%s' has a conflict. The previous sequence did not end before this "
+                "sequence start. Previous sequence will be terminated early.",
+                header.sequence_id,
+                model,
+            )
         pending.sequence = admission.sequence
         if header.timeout_us and admission.sequence.slot is None and queue.seq.config.strategy == "direct":
             # the request `timeout` applies while the sequence waits in the backlog (Triton, direct)
             pending.queue_deadline_ns = time.time_ns() + header.timeout_us * 1000
-            self.service._loop.call_later(header.timeout_us / 1e6 + 0.001,
-                                          lambda q=queue: self.service._spawn(self._expire_backlog(q)))
+            self.service._loop.call_later(
+                header.timeout_us / 1e6 + 0.001, lambda q=queue: self.service._spawn(self._expire_backlog(q))
+            )
         self._arm_reaper(queue)
         return True
 
@@ -143,14 +175,19 @@ class Sequencer:
             for seq, pending in zip(decision.take, batch):
                 book.started(seq, pending, now)
                 h = pending.header
-                controls.append(SeqControl(corrid=seq.corrid, seq=seq.seq, start=h.sequence_start, end=h.sequence_end,
-                                           slot=seq.slot[2]))
+                controls.append(
+                    SeqControl(
+                        corrid=seq.corrid, seq=seq.seq, start=h.sequence_start, end=h.sequence_end, slot=seq.slot[2]
+                    )
+                )
             if not await self.service._dispatch(queue, credit, batch, now, decision.reason, controls):
                 for seq in decision.take:  # not sent (the requests were failed): the sequences go on
                     book.finished(seq, now)
         if wake is not None:
             loop = self.service._loop
-            queue.timer = loop.call_at(loop.time() + (wake - now), lambda q=queue: self.service._spawn(self.service._pump(q)))
+            queue.timer = loop.call_at(
+                loop.time() + (wake - now), lambda q=queue: self.service._spawn(self.service._pump(q))
+            )
         self._arm_reaper(queue)
 
     def finished(self, queue: ModelQueue, flight: InFlight) -> None:
@@ -179,8 +216,12 @@ class Sequencer:
         for seq in queue.seq.book.forget_worker(worker, reason):
             while seq.queue:
                 pending = seq.queue.popleft()
-                await self._error(queue, pending.header, f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: "
-                                                         f"{reason}", "UNAVAILABLE")
+                await self._error(
+                    queue,
+                    pending.header,
+                    f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: {reason}",
+                    "UNAVAILABLE",
+                )
         await self.service._pump(queue)
 
     async def abandon(self, queue: ModelQueue, message: str) -> None:
@@ -207,19 +248,26 @@ class Sequencer:
         queue.seq.reaper = None
         idle_us = queue.seq.config.idle_us
         for seq, slot in queue.seq.book.idle(time.monotonic()):
-            log.info("sequence %s of model '%s' idle for %d us: its slot is released", seq.corrid, queue.key[0], idle_us)
+            log.info(
+                "sequence %s of model '%s' idle for %d us: its slot is released", seq.corrid, queue.key[0], idle_us
+            )
             while seq.queue:
                 pending = seq.queue.popleft()
-                await self._error(queue, pending.header, f"sequence {seq.corrid} to model '{queue.key[0]}' timed out: no "
-                                                         f"request for {idle_us} us (max_sequence_idle_microseconds)",
-                                  "UNAVAILABLE")
+                await self._error(
+                    queue,
+                    pending.header,
+                    f"sequence {seq.corrid} to model '{queue.key[0]}' timed out: no "
+                    f"request for {idle_us} us (max_sequence_idle_microseconds)",
+                    "UNAVAILABLE",
+                )
             await self._tell_worker(queue, seq, slot, "idle timeout")
         await self.service._pump(queue)  # backlogged sequences may have got the freed slots
 
     async def _tell_worker(self, queue: ModelQueue, seq: Sequence, slot: SlotKey, reason: str) -> None:
         """The worker frees what it holds for the sequence (implicit state; python models are told)."""
-        ended = SequenceEnded(model=queue.key[0], version=queue.key[1], instance=slot[1], corrid=seq.corrid,
-                              seq=seq.seq, reason=reason)
+        ended = SequenceEnded(
+            model=queue.key[0], version=queue.key[1], instance=slot[1], corrid=seq.corrid, seq=seq.seq, reason=reason
+        )
         try:
             await self.service.nc.publish(subjects.worker_sequence(slot[0]), encode(ended))
         except Exception as exc:  # the worker drops state of a restarted sequence at START anyway

@@ -158,10 +158,16 @@ class SequenceBook:
         seq = self.live.get(corrid)
         if seq is None and not start:
             if corrid in self.lost:
-                return Admission(None, f"sequence {corrid} to model '{self.model}' was lost: {self.lost[corrid]}; "
-                                       "start it again with the START flag")
-            return Admission(None, f"inference request for sequence {corrid} to model '{self.model}' must specify "
-                                   "the START flag on the first request of the sequence")
+                return Admission(
+                    None,
+                    f"sequence {corrid} to model '{self.model}' was lost: {self.lost[corrid]}; "
+                    "start it again with the START flag",
+                )
+            return Admission(
+                None,
+                f"inference request for sequence {corrid} to model '{self.model}' must specify "
+                "the START flag on the first request of the sequence",
+            )
         conflict = seq is not None and start
         if seq is None:
             self.lost.pop(corrid, None)
@@ -268,8 +274,9 @@ class SequenceBook:
     def idle(self, now: float) -> list[tuple[Sequence, SlotKey]]:
         """Sequences past their idle time: their slot is released; the caller answers what
         they still had queued and tells the worker. Backlogged sequences wait for a slot."""
-        expired = [(seq, seq.slot) for seq in self.bound.values()
-                   if seq.running is None and now - seq.active_at >= self.idle_s]
+        expired = [
+            (seq, seq.slot) for seq in self.bound.values() if seq.running is None and now - seq.active_at >= self.idle_s
+        ]
         for seq, _ in expired:
             queued = list(seq.queue)
             seq.queue.clear()
@@ -284,13 +291,22 @@ class SequenceBook:
 
     def ready(self, worker: str, instance: int) -> list[Sequence]:
         """Sequences of this instance that have a request to run now, in slot order."""
-        return [seq for key, seq in sorted(self.bound.items(), key=lambda kv: kv[0]) if key[:2] == (worker, instance)
-                and seq.ready]
+        return [
+            seq
+            for key, seq in sorted(self.bound.items(), key=lambda kv: kv[0])
+            if key[:2] == (worker, instance) and seq.ready
+        ]
 
     def summary(self) -> dict[str, int]:
         """For `shoal status`: how the slots are used."""
-        return {"instances": len(self.instances), "free_slots": len(self.free), "bound": len(self.bound),
-                "live": len(self.live), "backlog": len(self.backlog), "reserved": len(self.reserved)}
+        return {
+            "instances": len(self.instances),
+            "free_slots": len(self.free),
+            "bound": len(self.bound),
+            "live": len(self.live),
+            "backlog": len(self.backlog),
+            "reserved": len(self.reserved),
+        }
 
     def queued(self) -> int:
         return sum(len(s.queue) for s in self.bound.values()) + sum(len(s.queue) for s in self.backlog)

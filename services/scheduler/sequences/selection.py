@@ -33,12 +33,16 @@ def decide(config: SequenceConfig, ready: list[Sequence], now: float) -> Sequenc
         return SequenceDecision([])
     ready = sorted(ready, key=lambda s: s.queue[0].arrived)
     if config.strategy == "oldest":
-        policy = BatchPolicy(config.max_batch_size, config.preferred_batch_sizes or (max(1, config.max_batch_size),),
-                             config.max_queue_delay_us / 1e6, True)
+        policy = BatchPolicy(
+            config.max_batch_size,
+            config.preferred_batch_sizes or (max(1, config.max_batch_size),),
+            config.max_queue_delay_us / 1e6,
+            True,
+        )
         decision = next_batch(deque(s.queue[0] for s in ready), policy, now)
-        return SequenceDecision(ready[:decision.take], decision.reason, decision.wake_at)
+        return SequenceDecision(ready[: decision.take], decision.reason, decision.wake_at)
     shape = ready[0].queue[0].shape_sig
-    take = [s for s in ready if s.queue[0].shape_sig == shape][:max(1, config.max_batch_size)]
+    take = [s for s in ready if s.queue[0].shape_sig == shape][: max(1, config.max_batch_size)]
     slots = config.slots_per_instance
     if config.minimum_slot_utilization > 0 and config.max_queue_delay_us > 0 and len(take) < slots:
         wake_at = ready[0].queue[0].arrived + config.max_queue_delay_us / 1e6

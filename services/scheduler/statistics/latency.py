@@ -24,8 +24,9 @@ class Latencies:
         if kind == "request":
             ms = ns / 1e6
             self.first_response_sum_ms += ms
-            index = next((i for i, bound in enumerate(FIRST_RESPONSE_BUCKETS_MS) if ms <= bound),
-                         len(FIRST_RESPONSE_BUCKETS_MS))
+            index = next(
+                (i for i, bound in enumerate(FIRST_RESPONSE_BUCKETS_MS) if ms <= bound), len(FIRST_RESPONSE_BUCKETS_MS)
+            )
             self.first_response[index] += 1
 
     def json(self, quantiles: list[float]) -> dict:

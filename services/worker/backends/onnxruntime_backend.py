@@ -60,14 +60,21 @@ class OnnxInstance:
         where = f"model '{spec.name}' instance '{name or spec.name}' ({kind}, device {device})"
         for reason in plan.fallbacks:
             log.warning("%s: %s", where, reason)
-        self.session = ort.InferenceSession(str(path), sess_options=session_options(plan),
-                                            providers=[p for p, _ in plan.providers],
-                                            provider_options=[o for _, o in plan.providers])
+        self.session = ort.InferenceSession(
+            str(path),
+            sess_options=session_options(plan),
+            providers=[p for p, _ in plan.providers],
+            provider_options=[o for _, o in plan.providers],
+        )
         # onnxruntime itself drops a provider it cannot start (e.g. TensorRT libraries missing)
         dropped = [p for p, _ in plan.providers if p not in self.session.get_providers()]
         if dropped:
-            log.warning("%s: onnxruntime could not start %s; running on %s", where, ", ".join(dropped),
-                        ", ".join(self.session.get_providers()))
+            log.warning(
+                "%s: onnxruntime could not start %s; running on %s",
+                where,
+                ", ".join(dropped),
+                ", ".join(self.session.get_providers()),
+            )
         self.providers = self.session.get_providers()
         if kind == "KIND_GPU" and self.providers != [CPU]:
             log.info("%s runs on %s", where, ", ".join(self.providers))
@@ -87,7 +94,8 @@ class OnnxInstance:
             return dict(zip(output_names, self.session.run(output_names, feed)))
         values = {
             name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), _ONNX_BFLOAT16)
-            if array.dtype == _BF16 else ort.OrtValue.ortvalue_from_numpy(array)
+            if array.dtype == _BF16
+            else ort.OrtValue.ortvalue_from_numpy(array)
             for name, array in feed.items()
         }
         results = self.session.run_with_ort_values(output_names, values)
@@ -96,16 +104,18 @@ class OnnxInstance:
     def _feed(self, name: str, array: np.ndarray) -> np.ndarray:
         if name in self._string_inputs and array.dtype == object:
             # onnxruntime takes str elements; Triton's BYTES are raw bytes (UTF-8 text here)
-            return np.array([x.decode("utf-8") if isinstance(x, bytes) else x for x in array.reshape(-1)],
-                            dtype=object).reshape(array.shape)
+            return np.array(
+                [x.decode("utf-8") if isinstance(x, bytes) else x for x in array.reshape(-1)], dtype=object
+            ).reshape(array.shape)
         return array
 
     def close(self) -> None:
         del self.session
 
 
-def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,
-                    name: str = "") -> OnnxInstance:
+def create_instance(
+    spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int, name: str = ""
+) -> OnnxInstance:
     path = model_path(spec, model_dir, version, "model.onnx")
     return OnnxInstance(spec, path, kind, device, threads, name)
 

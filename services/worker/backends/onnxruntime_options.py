@@ -19,12 +19,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-CPU, CUDA, TRT, OPENVINO = ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider",
-                            "OpenVINOExecutionProvider")
+CPU, CUDA, TRT, OPENVINO = (
+    "CPUExecutionProvider",
+    "CUDAExecutionProvider",
+    "TensorrtExecutionProvider",
+    "OpenVINOExecutionProvider",
+)
 
 _GRAPH_LEVELS = {-1: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_EXTENDED"}  # default: ORT_ENABLE_ALL
-_CUDA_PARAMETERS = ("cudnn_conv_algo_search", "gpu_mem_limit", "arena_extend_strategy",
-                    "do_copy_in_default_stream", "enable_cuda_graph")
+_CUDA_PARAMETERS = (
+    "cudnn_conv_algo_search",
+    "gpu_mem_limit",
+    "arena_extend_strategy",
+    "do_copy_in_default_stream",
+    "enable_cuda_graph",
+)
 _CONV_ALGO = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}  # Triton's numbers -> ORT's names
 _ARENA = {"0": "kNextPowerOfTwo", "1": "kSameAsRequested"}
 
@@ -52,7 +61,9 @@ def _tensorrt_options(parameters: dict[str, str], device: int) -> dict[str, str]
         if key == "precision_mode":
             mode = value.upper()
             if mode not in ("FP32", "FP16", "INT8"):
-                raise ValueError(f"unsupported precision mode '{value}' for the TensorRT accelerator (FP32, FP16 or INT8)")
+                raise ValueError(
+                    f"unsupported precision mode '{value}' for the TensorRT accelerator (FP32, FP16 or INT8)"
+                )
             options["trt_fp16_enable"] = "True" if mode in ("FP16", "INT8") else "False"
             options["trt_int8_enable"] = "True" if mode == "INT8" else "False"
         elif key == "max_workspace_size_bytes":
@@ -82,7 +93,9 @@ def _cuda_options(parameters: dict[str, str], accelerator: dict[str, str], devic
     return options
 
 
-def build_session_plan(config: dict[str, Any], kind: str, device: int, threads: int, available: list[str]) -> SessionPlan:
+def build_session_plan(
+    config: dict[str, Any], kind: str, device: int, threads: int, available: list[str]
+) -> SessionPlan:
     """SessionOptions settings and the ordered execution providers for one instance."""
     parameters = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
     plan = SessionPlan()
@@ -105,28 +118,38 @@ def build_session_plan(config: dict[str, Any], kind: str, device: int, threads: 
             plan.config_entries[key] = value
 
     if kind == "KIND_GPU":
-        gpu = {a.get("name", ""): {k: str(v) for k, v in a.get("parameters", {}).items()}
-               for a in _accelerators(config, "gpu_execution_accelerator")}
+        gpu = {
+            a.get("name", ""): {k: str(v) for k, v in a.get("parameters", {}).items()}
+            for a in _accelerators(config, "gpu_execution_accelerator")
+        }
         unknown = sorted(set(gpu) - {"tensorrt", "cuda"})
         if unknown:
-            raise ValueError(f"unknown gpu_execution_accelerator name '{unknown[0]}' (onnxruntime takes 'tensorrt' or 'cuda')")
+            raise ValueError(
+                f"unknown gpu_execution_accelerator name '{unknown[0]}' (onnxruntime takes 'tensorrt' or 'cuda')"
+            )
         if "tensorrt" in gpu:
             if TRT in available:
                 plan.providers.append((TRT, _tensorrt_options(gpu["tensorrt"], device)))
             else:
-                plan.fallbacks.append("the TensorRT accelerator was asked for but onnxruntime has no TensorrtExecutionProvider")
+                plan.fallbacks.append(
+                    "the TensorRT accelerator was asked for but onnxruntime has no TensorrtExecutionProvider"
+                )
         if CUDA in available:
             plan.providers.append((CUDA, _cuda_options(parameters, gpu.get("cuda", {}), device)))
         else:
-            plan.fallbacks.append("onnxruntime has no CUDAExecutionProvider (install `pip install 'shoal[gpu]'`, "
-                                  f"available: {', '.join(available)}); running on the CPU")
+            plan.fallbacks.append(
+                "onnxruntime has no CUDAExecutionProvider (install `pip install 'shoal[gpu]'`, "
+                f"available: {', '.join(available)}); running on the CPU"
+            )
     else:
         for accelerator in _accelerators(config, "cpu_execution_accelerator"):
             name = accelerator.get("name", "")
             if name == "openvino" and OPENVINO in available:
                 plan.providers.append((OPENVINO, {k: str(v) for k, v in accelerator.get("parameters", {}).items()}))
             elif name == "openvino":
-                plan.fallbacks.append("the OpenVINO accelerator was asked for but onnxruntime has no OpenVINOExecutionProvider")
+                plan.fallbacks.append(
+                    "the OpenVINO accelerator was asked for but onnxruntime has no OpenVINOExecutionProvider"
+                )
             else:
                 raise ValueError(f"unknown cpu_execution_accelerator name '{name}' (onnxruntime takes 'openvino')")
     plan.providers.append((CPU, {}))

@@ -57,7 +57,9 @@ def to_numpy(value: Any, name: str) -> np.ndarray:
         return value.contiguous().numpy()
     if isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
         return np.array([x.encode("utf-8") for x in value], dtype=object)
-    raise ShoalError(f"output '{name}' of the model is a {type(value).__name__}, not a tensor or a list of strings", "INTERNAL")
+    raise ShoalError(
+        f"output '{name}' of the model is a {type(value).__name__}, not a tensor or a list of strings", "INTERNAL"
+    )
 
 
 class TorchInstance:
@@ -80,16 +82,24 @@ class TorchInstance:
         arguments = [a.name for a in self.module.forward.schema.arguments][1:]  # without `self`
         self.inputs = bind_inputs(spec.name, [t.name for t in spec.inputs], arguments)
         self.outputs = bind_outputs([t.name for t in spec.outputs])
-        log.info("model '%s' instance '%s' on %s: inputs by %s (forward%s)", spec.name, name or spec.name, self.device,
-                 self.inputs.convention, tuple(arguments))
+        log.info(
+            "model '%s' instance '%s' on %s: inputs by %s (forward%s)",
+            spec.name,
+            name or spec.name,
+            self.device,
+            self.inputs.convention,
+            tuple(arguments),
+        )
 
     @staticmethod
     def _device(kind: str, device: int) -> torch.device:
         if kind != "KIND_GPU":
             return torch.device("cpu")
         if not torch.cuda.is_available():
-            raise unavailable("instance kind KIND_GPU needs a CUDA build of torch and an NVIDIA GPU "
-                              f"(this torch {torch.__version__} sees none)")
+            raise unavailable(
+                "instance kind KIND_GPU needs a CUDA build of torch and an NVIDIA GPU "
+                f"(this torch {torch.__version__} sees none)"
+            )
         if device >= torch.cuda.device_count():
             raise unavailable(f"GPU {device} is not visible to torch ({torch.cuda.device_count()} device(s))")
         return torch.device(f"cuda:{device}")
@@ -116,8 +126,10 @@ class TorchInstance:
             else:
                 result = self.module(*args, **kwargs)
             outputs = {name: to_numpy(self._pick(result, name), name) for name in output_names}
-        return {name: self._shape_strings(name, array, inputs) if array.dtype == object else array
-                for name, array in outputs.items()}
+        return {
+            name: self._shape_strings(name, array, inputs) if array.dtype == object else array
+            for name, array in outputs.items()
+        }
 
     def _shape_strings(self, name: str, array: np.ndarray, inputs: dict[str, np.ndarray]) -> np.ndarray:
         """A `List[str]` result is flat: give it the config's shape (with the batch), as Triton does."""
@@ -133,7 +145,9 @@ class TorchInstance:
     def _pick(self, result: Any, name: str) -> Any:
         if isinstance(result, dict):
             if name not in result:
-                raise ShoalError(f"the model returned no output '{name}' (it returned {', '.join(map(str, result))})", "INTERNAL")
+                raise ShoalError(
+                    f"the model returned no output '{name}' (it returned {', '.join(map(str, result))})", "INTERNAL"
+                )
             return result[name]
         index = self.outputs.get(name)
         if index is None:
@@ -142,7 +156,9 @@ class TorchInstance:
             result = (result,)  # a lone tensor (or string list) is output 0
         if not isinstance(result, (tuple, list)) or index >= len(result):
             count = len(result) if isinstance(result, (tuple, list)) else 1
-            raise ShoalError(f"output '{name}' maps to index {index} but the model returned {count} output(s)", "INTERNAL")
+            raise ShoalError(
+                f"output '{name}' maps to index {index} but the model returned {count} output(s)", "INTERNAL"
+            )
         return result[index]
 
     def close(self) -> None:
@@ -151,8 +167,9 @@ class TorchInstance:
             torch.cuda.empty_cache()
 
 
-def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,
-                    name: str = "") -> TorchInstance:
+def create_instance(
+    spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int, name: str = ""
+) -> TorchInstance:
     path = model_path(spec, model_dir, version, "model.pt")
     return TorchInstance(spec, path, kind, device, threads, name)
 

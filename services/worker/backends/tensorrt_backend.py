@@ -43,10 +43,13 @@ def choose_profile(shapes: dict[str, Shape], profiles: list[dict[str, tuple[Shap
         if all(fits(shape, *bounds[name]) for name, shape in shapes.items() if name in bounds):
             return index
     # name the input that fits no profile (or, when each fits alone but not together, the first one)
-    name, shape = next(((n, s) for n, s in shapes.items() if not any(n in b and fits(s, *b[n]) for b in profiles)),
-                       next(iter(shapes.items())))
-    ranges = "; ".join(f"profile {i}: min {list(b[name][0])} max {list(b[name][1])}"
-                       for i, b in enumerate(profiles) if name in b)
+    name, shape = next(
+        ((n, s) for n, s in shapes.items() if not any(n in b and fits(s, *b[n]) for b in profiles)),
+        next(iter(shapes.items())),
+    )
+    ranges = "; ".join(
+        f"profile {i}: min {list(b[name][0])} max {list(b[name][1])}" for i, b in enumerate(profiles) if name in b
+    )
     raise invalid(f"input '{name}' shape {list(shape)} is outside every optimization profile of the engine ({ranges})")
 
 
@@ -83,16 +86,23 @@ class TensorRTInstance:
         trt, cp = _modules()
         self.trt, self.cp, self.spec = trt, cp, spec
         if kind != "KIND_GPU":
-            log.info("model '%s' instance '%s' is %s but TensorRT runs only on GPUs: it runs on GPU %d",
-                     spec.name, name or spec.name, kind, device)
+            log.info(
+                "model '%s' instance '%s' is %s but TensorRT runs only on GPUs: it runs on GPU %d",
+                spec.name,
+                name or spec.name,
+                kind,
+                device,
+            )
         self.device = cp.cuda.Device(device)
         with self.device:
             self.logger = trt.Logger(trt.Logger.WARNING)
             self.runtime = trt.Runtime(self.logger)
             self.engine = self.runtime.deserialize_cuda_engine(path.read_bytes())
             if self.engine is None:
-                raise unavailable(f"unable to deserialize the TensorRT engine {path} for model '{spec.name}' "
-                                  "(built for another TensorRT version or GPU?)")
+                raise unavailable(
+                    f"unable to deserialize the TensorRT engine {path} for model '{spec.name}' "
+                    "(built for another TensorRT version or GPU?)"
+                )
             self.context = self.engine.create_execution_context()
             self.stream = cp.cuda.Stream(non_blocking=True)
         names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
@@ -101,7 +111,9 @@ class TensorRTInstance:
         self.dtypes = {n: _numpy_dtype(trt, self.engine.get_tensor_dtype(n)) for n in names}
         for n in names:
             if self.engine.is_shape_inference_io(n):
-                raise unavailable(f"model '{spec.name}': shape tensor '{n}' is not supported by Shoal's TensorRT backend yet")
+                raise unavailable(
+                    f"model '{spec.name}': shape tensor '{n}' is not supported by Shoal's TensorRT backend yet"
+                )
         self._check_config(names)
         self.profiles = [
             {n: tuple(tuple(s) for s in self.engine.get_tensor_profile_shape(n, p)[::2]) for n in self.input_names}
@@ -112,14 +124,19 @@ class TensorRTInstance:
     def _check_config(self, names: list[str]) -> None:
         for tensor in list(self.spec.inputs) + list(self.spec.outputs):
             if tensor.name not in names:
-                raise unavailable(f"unexpected tensor '{tensor.name}' for model '{self.spec.name}': the engine has "
-                                  f"{', '.join(names)}")
+                raise unavailable(
+                    f"unexpected tensor '{tensor.name}' for model '{self.spec.name}': the engine has {', '.join(names)}"
+                )
             engine_type = self.dtypes[tensor.name]
             if tensor.datatype == "BYTES":
-                raise unavailable(f"tensor '{tensor.name}' of model '{self.spec.name}' is BYTES: TensorRT has no string tensors")
+                raise unavailable(
+                    f"tensor '{tensor.name}' of model '{self.spec.name}' is BYTES: TensorRT has no string tensors"
+                )
             if numpy_dtype(tensor.datatype) != engine_type:
-                raise unavailable(f"tensor '{tensor.name}' of model '{self.spec.name}' is {tensor.datatype} in the config "
-                                  f"but {engine_type} in the engine")
+                raise unavailable(
+                    f"tensor '{tensor.name}' of model '{self.spec.name}' is {tensor.datatype} in the config "
+                    f"but {engine_type} in the engine"
+                )
 
     def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
         cp, context = self.cp, self.context
@@ -143,7 +160,9 @@ class TensorRTInstance:
             for name in self.output_names:  # every output needs an address, asked for or not
                 shape = tuple(context.get_tensor_shape(name))
                 if any(d < 0 for d in shape):
-                    raise ShoalError(f"output '{name}' has a data-dependent shape {list(shape)}: not supported yet", "UNSUPPORTED")
+                    raise ShoalError(
+                        f"output '{name}' has a data-dependent shape {list(shape)}: not supported yet", "UNSUPPORTED"
+                    )
                 buffers[name] = cp.empty(shape, dtype=_device_view(np.empty(0, self.dtypes[name])).dtype)
             for name, buffer in buffers.items():
                 context.set_tensor_address(name, buffer.data.ptr)
@@ -159,8 +178,9 @@ class TensorRTInstance:
             del self.context, self.engine, self.runtime
 
 
-def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,
-                    name: str = "") -> TensorRTInstance:
+def create_instance(
+    spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int, name: str = ""
+) -> TensorRTInstance:
     path = model_path(spec, model_dir, version, "model.plan")
     return TensorRTInstance(spec, path, kind, device, name)
 

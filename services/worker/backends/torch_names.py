@@ -43,8 +43,10 @@ class InputBinding:
         given = sorted((self.positions[name], tensor) for name, tensor in tensors.items())
         if [p for p, _ in given] != list(range(len(given))):
             missing = sorted(set(range(len(given) + 1)) - {p for p, _ in given})[0]
-            raise invalid(f"input at position {missing} of forward() is missing: an omitted optional input must be the "
-                          "last one (or name the inputs after forward()'s arguments to pass them by keyword)")
+            raise invalid(
+                f"input at position {missing} of forward() is missing: an omitted optional input must be the "
+                "last one (or name the inputs after forward()'s arguments to pass them by keyword)"
+            )
         return [t for _, t in given], {}
 
 
@@ -56,12 +58,16 @@ def bind_inputs(model: str, names: list[str], forward_args: list[str]) -> InputB
         if len(set(indices.values())) != len(indices):
             raise invalid(f"model '{model}': two inputs share an index in the <name>__<index> naming convention")
         if max(indices.values()) >= len(forward_args) > 0:
-            raise invalid(f"model '{model}': input index {max(indices.values())} is out of range; forward() takes "
-                          f"{len(forward_args)} argument(s): {', '.join(forward_args)}")
+            raise invalid(
+                f"model '{model}': input index {max(indices.values())} is out of range; forward() takes "
+                f"{len(forward_args)} argument(s): {', '.join(forward_args)}"
+            )
         return InputBinding(NAMED_INDEX, indices)
     if forward_args and len(names) > len(forward_args):
-        raise invalid(f"model '{model}': the config has {len(names)} inputs but forward() takes {len(forward_args)} "
-                      f"argument(s): {', '.join(forward_args)}")
+        raise invalid(
+            f"model '{model}': the config has {len(names)} inputs but forward() takes {len(forward_args)} "
+            f"argument(s): {', '.join(forward_args)}"
+        )
     return InputBinding(STRICT_CONFIG_ORDERING, {n: i for i, n in enumerate(names)})
 
 

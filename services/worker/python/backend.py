@@ -53,7 +53,9 @@ def _import(path: Path):
 
 
 class PythonInstance:
-    def __init__(self, spec: ModelSpec, path: Path, version: int, name: str, kind: str = "KIND_CPU", device: int = 0) -> None:
+    def __init__(
+        self, spec: ModelSpec, path: Path, version: int, name: str, kind: str = "KIND_CPU", device: int = 0
+    ) -> None:
         module = _import(path)
         if not hasattr(module, "TritonPythonModel"):
             raise unavailable(f"{path} does not define TritonPythonModel")
@@ -79,8 +81,9 @@ class PythonInstance:
         """Run a coroutine of the model's on the instance's long-lived event loop."""
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-            self._loop_thread = threading.Thread(target=self._loop.run_forever, name=f"{self.spec.name}-asyncio",
-                                                 daemon=True)
+            self._loop_thread = threading.Thread(
+                target=self._loop.run_forever, name=f"{self.spec.name}-asyncio", daemon=True
+            )
             self._loop_thread.start()
         deadline_ns = getattr(pb_utils._context, "deadline_ns", 0)
 
@@ -104,13 +107,19 @@ class PythonInstance:
         except Exception:
             return False
 
-    def run_requests(self, requests: list[dict[str, np.ndarray]], output_names: list[list[str]],
-                     metadata: list[dict], deadline_ns: int = 0) -> list[dict[str, np.ndarray] | ModelError | str]:
+    def run_requests(
+        self,
+        requests: list[dict[str, np.ndarray]],
+        output_names: list[list[str]],
+        metadata: list[dict],
+        deadline_ns: int = 0,
+    ) -> list[dict[str, np.ndarray] | ModelError | str]:
         """One `execute` call for the batch's requests; a result or an error per request, or
         `DECOUPLED` for a request whose responses the model sends through its sender."""
         batch = [
-            pb_utils.InferenceRequest(inputs=[pb_utils.Tensor(n, a) for n, a in arrays.items()],
-                                      requested_output_names=names, **meta)
+            pb_utils.InferenceRequest(
+                inputs=[pb_utils.Tensor(n, a) for n, a in arrays.items()], requested_output_names=names, **meta
+            )
             for arrays, names, meta in zip(requests, output_names, metadata)
         ]
         pb_utils.set_context(deadline_ns, self.model_dir)  # BLS requests inherit the batch's deadline
@@ -161,6 +170,7 @@ class PythonInstance:
     def _stop_loop(self) -> None:
         """Cancel what the model left running on its loop (their requests' clients get their
         deadline error), then stop and close the loop."""
+
         async def cancel_all() -> None:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
@@ -177,8 +187,9 @@ class PythonInstance:
             self._loop.close()
 
 
-def create_instance(spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int,
-                    name: str = "") -> PythonInstance:
+def create_instance(
+    spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int, name: str = ""
+) -> PythonInstance:
     path = model_path(spec, model_dir, version, "model.py", is_file=True)
     return PythonInstance(spec, path, version, name or f"{spec.name}_0", kind, device)
 

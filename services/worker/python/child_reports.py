@@ -42,8 +42,11 @@ class ChildReports:
                 died_loading = last.state == "LOADING" and last.generation == record.generation
             if died_loading:
                 loading = True
-                await self._fail(record, version, f"the process of python model '{record.name}' exited with code "
-                                                  f"{code} while loading it")
+                await self._fail(
+                    record,
+                    version,
+                    f"the process of python model '{record.name}' exited with code {code} while loading it",
+                )
         for key, _, _ in reports:  # that incarnation serves nothing any more
             with contextlib.suppress(Exception):
                 await self.kv.delete(key)
@@ -59,8 +62,14 @@ class ChildReports:
 
     async def _fail(self, record: ModelRecord, version: int, reason: str) -> None:
         self.failed.add((record.name, version))  # before the put: a cancelled put is still forgotten later
-        failed = InstanceRecord(worker=self.parent_id, model=record.name, version=version,
-                                generation=record.generation, state="UNAVAILABLE", reason=reason)
+        failed = InstanceRecord(
+            worker=self.parent_id,
+            model=record.name,
+            version=version,
+            generation=record.generation,
+            state="UNAVAILABLE",
+            reason=reason,
+        )
         await self.kv.put(subjects.instance_key(self.parent_id, record.name, version), encode(failed))
 
     async def _reports_of(self, worker_prefix: str, model: str) -> list[tuple[str, int, InstanceRecord]]:

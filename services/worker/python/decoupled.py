@@ -80,8 +80,10 @@ class DecoupledSenders:
         """`execute` raised: end the request's stream with the error, unless the model already ended it."""
         sender = self.open.get(request.rid)
         if sender is not None and not sender.closed:
-            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.code_of(code))),
-                        pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            sender.send(
+                pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.code_of(code))),
+                pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
 
     def expire(self) -> None:
         for rid in self.cancellations.expire():
@@ -98,8 +100,14 @@ class DecoupledSenders:
             except Exception:
                 log.exception("could not send a response of request %s", request.rid)
 
-    def _message(self, spec: ModelSpec, version: int, request: InferRequest,
-                 response: pb_utils.InferenceResponse | None, final: bool) -> InferResponse:
+    def _message(
+        self,
+        spec: ModelSpec,
+        version: int,
+        request: InferRequest,
+        response: pb_utils.InferenceResponse | None,
+        final: bool,
+    ) -> InferResponse:
         if response is None:
             return InferResponse(rid=request.rid, empty=True)
         if response.has_error():
@@ -110,9 +118,9 @@ class DecoupledSenders:
         except ShoalError as exc:
             return InferResponse(rid=request.rid, error=exc.message, code=str(exc.code), more=not final)
         except Exception as exc:  # e.g. an output dtype with no Triton datatype: the client must still hear
-            return InferResponse(rid=request.rid, error=f"cannot deliver the outputs: {exc}", code="INTERNAL",
-                                 more=not final)
+            return InferResponse(
+                rid=request.rid, error=f"cannot deliver the outputs: {exc}", code="INTERNAL", more=not final
+            )
         message.parameters = json.loads(response.parameters())
         message.more = not final
         return message
-

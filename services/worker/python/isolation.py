@@ -68,12 +68,14 @@ class ModelProcesses:
         return f"{self.parent_id}-py-{subjects.token(model)}"
 
     def child_settings(self, model: str) -> WorkerSettings:
-        return self.settings.model_copy(update={
-            "worker_id": self.child_id(model),
-            "models": [glob.escape(model)],  # exactly this model (the selector takes globs)
-            "python_isolation": "none",
-            "parent_pid": os.getpid(),
-        })
+        return self.settings.model_copy(
+            update={
+                "worker_id": self.child_id(model),
+                "models": [glob.escape(model)],  # exactly this model (the selector takes globs)
+                "python_isolation": "none",
+                "parent_pid": os.getpid(),
+            }
+        )
 
     def ensure(self, model: str, generation: int) -> bool:
         """Keep a process for `model` running; True when this is a new generation of it."""
@@ -111,14 +113,19 @@ class ModelProcesses:
             if self.stopping:
                 return
             if await self.on_crash(model, self.child_id(model), code, time.monotonic() - started):
-                log.error("the process of python model '%s' exited with code %s while loading it; the load "
-                          "failed, the next load starts it again", model, code)
+                log.error(
+                    "the process of python model '%s' exited with code %s while loading it; the load "
+                    "failed, the next load starts it again",
+                    model,
+                    code,
+                )
                 await self._new_generation[model].wait()
                 continue
             restarts = restarts + 1 if time.monotonic() - started < 30 else 1
             delay = min(RESTART_BACKOFF_MAX_S, 0.25 * 2 ** min(restarts, 6))
-            log.error("the process of python model '%s' exited with code %s; restarting it in %.1f s",
-                      model, code, delay)
+            log.error(
+                "the process of python model '%s' exited with code %s; restarting it in %.1f s", model, code, delay
+            )
             await asyncio.sleep(delay)
 
     async def _start(self, model: str) -> asyncio.subprocess.Process:

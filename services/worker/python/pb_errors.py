@@ -5,8 +5,16 @@ from __future__ import annotations
 
 class TritonError(Exception):
     UNKNOWN, INTERNAL, NOT_FOUND, INVALID_ARG, UNAVAILABLE, UNSUPPORTED, ALREADY_EXISTS, CANCELLED = range(8)
-    _NAMES = ("UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED",
-              "ALREADY_EXISTS", "CANCELLED")
+    _NAMES = (
+        "UNKNOWN",
+        "INTERNAL",
+        "NOT_FOUND",
+        "INVALID_ARG",
+        "UNAVAILABLE",
+        "UNSUPPORTED",
+        "ALREADY_EXISTS",
+        "CANCELLED",
+    )
 
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)

@@ -93,7 +93,21 @@ def _number(value: float) -> float | str:
 def metrics_snapshot() -> list[dict]:
     """Every custom family and its samples, for the gateways' `/metrics`."""
     with _metrics_lock:
-        return [{"name": f.name, "description": f.description, "kind": MetricFamily._KINDS[f.kind],
-                 "samples": [{"labels": m.labels, "value": _number(m._value), "buckets": m.buckets,
-                              "counts": list(m._counts), "sum": _number(m._sum)} for m in f._metrics.values()]}
-                for f in _families.values()]
+        return [
+            {
+                "name": f.name,
+                "description": f.description,
+                "kind": MetricFamily._KINDS[f.kind],
+                "samples": [
+                    {
+                        "labels": m.labels,
+                        "value": _number(m._value),
+                        "buckets": m.buckets,
+                        "counts": list(m._counts),
+                        "sum": _number(m._sum),
+                    }
+                    for m in f._metrics.values()
+                ],
+            }
+            for f in _families.values()
+        ]

@@ -152,8 +152,10 @@ class InferenceResponseSender:
             if self._closed:
                 raise TritonModelException("Unable to send response. Response sender has been closed.")
             if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
-                raise TritonModelException("Inference Response object must be provided when the response flags "
-                                           "is not set to TRITONSERVER_RESPONSE_COMPLETE_FINAL.")
+                raise TritonModelException(
+                    "Inference Response object must be provided when the response flags "
+                    "is not set to TRITONSERVER_RESPONSE_COMPLETE_FINAL."
+                )
             self._closed = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             self._send(response, flags)
 
@@ -168,12 +170,24 @@ class InferenceResponseSender:
 class InferenceRequest:
     """A request as `execute` receives it, or a BLS request a model builds and runs with `exec()`."""
 
-    def __init__(self, model_name: str = "", inputs: list[Tensor] | None = None,
-                 requested_output_names: list[str] | None = None, correlation_id: int | str = 0,
-                 request_id: str = "", flags: int = 0, timeout: int = 0, model_version: int = -1,
-                 preferred_memory: PreferredMemory | None = None, trace: Any = None,
-                 parameters: dict | str | None = None, *, response_sender: InferenceResponseSender | None = None,
-                 cancelled: Callable[[], bool] | None = None, **_: Any) -> None:
+    def __init__(
+        self,
+        model_name: str = "",
+        inputs: list[Tensor] | None = None,
+        requested_output_names: list[str] | None = None,
+        correlation_id: int | str = 0,
+        request_id: str = "",
+        flags: int = 0,
+        timeout: int = 0,
+        model_version: int = -1,
+        preferred_memory: PreferredMemory | None = None,
+        trace: Any = None,
+        parameters: dict | str | None = None,
+        *,
+        response_sender: InferenceResponseSender | None = None,
+        cancelled: Callable[[], bool] | None = None,
+        **_: Any,
+    ) -> None:
         self._model_name = model_name
         self._model_version = model_version
         self._inputs = inputs or []
@@ -219,14 +233,16 @@ class InferenceRequest:
 
     def get_response_sender(self) -> InferenceResponseSender:
         if self._sender is None:
-            raise TritonModelException("get_response_sender is only available to models with a decoupled "
-                                       "transaction policy")
+            raise TritonModelException(
+                "get_response_sender is only available to models with a decoupled transaction policy"
+            )
         return self._sender
 
     def set_release_flags(self, flags: int) -> None:
         if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise TritonModelException("request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
-                                       "supported by Shoal")
+            raise TritonModelException(
+                "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not supported by Shoal"
+            )
         self._release_flags = flags
 
     def _deadline_ns(self) -> int:
@@ -270,8 +286,12 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
 
 
 class InferenceResponse:
-    def __init__(self, output_tensors: list[Tensor] | None = None, error: TritonError | None = None,
-                 parameters: dict | None = None) -> None:
+    def __init__(
+        self,
+        output_tensors: list[Tensor] | None = None,
+        error: TritonError | None = None,
+        parameters: dict | None = None,
+    ) -> None:
         self._outputs = output_tensors or []
         self._error = error
         self._parameters = parameters or {}

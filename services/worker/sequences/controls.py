@@ -39,8 +39,9 @@ def control_arrays(config: SequenceConfig, seq: SeqControl) -> dict[str, np.ndar
             array = np.array([str(value).encode()], dtype=object)
         else:
             if control.kind == CORRID and isinstance(value, str):
-                raise ValueError(f"sequence id '{value}' is a string but the CORRID control of the model is "
-                                 f"{control.datatype}")
+                raise ValueError(
+                    f"sequence id '{value}' is a string but the CORRID control of the model is {control.datatype}"
+                )
             array = np.array([value], dtype=numpy_dtype(control.datatype))
         arrays[control.input_name] = array.reshape(shape)
     return arrays
@@ -57,15 +58,20 @@ def _blank(array: np.ndarray) -> np.ndarray:
     return np.zeros_like(array)
 
 
-def pad_slots(config: SequenceConfig, controls: list[SeqControl], rows: list[dict[str, np.ndarray]],
-              initial_state: dict[str, np.ndarray]) -> tuple[list[dict[str, np.ndarray]], list[int]]:
+def pad_slots(
+    config: SequenceConfig,
+    controls: list[SeqControl],
+    rows: list[dict[str, np.ndarray]],
+    initial_state: dict[str, np.ndarray],
+) -> tuple[list[dict[str, np.ndarray]], list[int]]:
     """Rows in slot order with not-ready rows for the gaps; and where each request's row is."""
     slots = [c.slot for c in controls]
     if len(set(slots)) != len(slots):  # cannot happen (one request per sequence per batch): do not pad
         return rows, list(range(len(rows)))
     corrid_control = config.control(CORRID)
-    null = SeqControl(corrid="" if corrid_control is not None and corrid_control.datatype == "BYTES" else 0,
-                      seq=0, ready=False)
+    null = SeqControl(
+        corrid="" if corrid_control is not None and corrid_control.datatype == "BYTES" else 0, seq=0, ready=False
+    )
     blank = {name: _blank(array) for name, array in rows[0].items()}
     blank.update(control_arrays(config, null))
     blank.update(initial_state)

@@ -12,15 +12,21 @@ from shared.model_config import spec_from_json
 
 
 def spec(dims: list[int], max_batch_size: int = 0, datatype: str = "TYPE_INT32"):
-    return spec_from_json({
-        "name": "m", "max_batch_size": max_batch_size, "backend": "python",
-        "input": [{"name": "IN", "data_type": datatype, "dims": dims}],
-        "output": [{"name": "OUT", "data_type": datatype, "dims": dims}],
-    })
+    return spec_from_json(
+        {
+            "name": "m",
+            "max_batch_size": max_batch_size,
+            "backend": "python",
+            "input": [{"name": "IN", "data_type": datatype, "dims": dims}],
+            "output": [{"name": "OUT", "data_type": datatype, "dims": dims}],
+        }
+    )
 
 
 def test_keys_become_inputs_or_parameters():
-    parsed = parse_generate(spec([-1]), {"id": "7", "IN": [1, 2, 3], "temperature": 0.5, "parameters": {"stream": True}})
+    parsed = parse_generate(
+        spec([-1]), {"id": "7", "IN": [1, 2, 3], "temperature": 0.5, "parameters": {"stream": True}}
+    )
     assert parsed.id == "7" and parsed.parameters == {"temperature": 0.5, "stream": True}
     (tensor,) = parsed.inputs
     assert (tensor.name, tensor.shape) == ("IN", [3])
@@ -47,7 +53,14 @@ def test_bad_requests():
 
 
 def test_render_flattens_outputs():
-    out = [OutputTensor("A", "INT32", [1], np.array([3], np.int32).tobytes(), False),
-           OutputTensor("B", "FP32", [2], np.array([1.5, 2.5], np.float32).tobytes(), False)]
+    out = [
+        OutputTensor("A", "INT32", [1], np.array([3], np.int32).tobytes(), False),
+        OutputTensor("B", "FP32", [2], np.array([1.5, 2.5], np.float32).tobytes(), False),
+    ]
     assert json.loads(render_generate("m", 1, "", out, {"p": "x"})) == {
-        "model_name": "m", "model_version": "1", "p": "x", "A": 3, "B": [1.5, 2.5]}
+        "model_name": "m",
+        "model_version": "1",
+        "p": "x",
+        "A": 3,
+        "B": [1.5, 2.5],
+    }

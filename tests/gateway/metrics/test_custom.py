@@ -8,12 +8,30 @@ from services.worker.python import pb_metrics, pb_utils
 
 def snapshot(value: float, observed: list[float]) -> list[dict]:
     return [
-        {"name": "c", "description": "a counter", "kind": "counter",
-         "samples": [{"labels": {"m": "x"}, "value": value, "buckets": [], "counts": [0], "sum": 0.0}]},
-        {"name": "h", "description": "a histogram", "kind": "histogram",
-         "samples": [{"labels": {}, "value": 0.0, "buckets": [1.0, 10.0],
-                      "counts": [sum(v <= 1 for v in observed), sum(1 < v <= 10 for v in observed),
-                                 sum(v > 10 for v in observed)], "sum": sum(observed)}]},
+        {
+            "name": "c",
+            "description": "a counter",
+            "kind": "counter",
+            "samples": [{"labels": {"m": "x"}, "value": value, "buckets": [], "counts": [0], "sum": 0.0}],
+        },
+        {
+            "name": "h",
+            "description": "a histogram",
+            "kind": "histogram",
+            "samples": [
+                {
+                    "labels": {},
+                    "value": 0.0,
+                    "buckets": [1.0, 10.0],
+                    "counts": [
+                        sum(v <= 1 for v in observed),
+                        sum(1 < v <= 10 for v in observed),
+                        sum(v > 10 for v in observed),
+                    ],
+                    "sum": sum(observed),
+                }
+            ],
+        },
     ]
 
 
@@ -33,9 +51,13 @@ def test_metric_family_rules():
     metric.increment(-1)
     assert metric.value() == 3 and family.Metric(labels={"a": "1"}) is metric
     counter = pb_utils.MetricFamily("test_counter_rules", "c", pb_utils.MetricFamily.COUNTER).Metric()
-    for call in (lambda: counter.increment(-1), lambda: counter.set(1), lambda: counter.observe(1),
-                 lambda: pb_utils.MetricFamily("bad name", "x", pb_utils.MetricFamily.COUNTER),
-                 lambda: pb_utils.MetricFamily("test_gauge_rules", "g", pb_utils.MetricFamily.COUNTER)):
+    for call in (
+        lambda: counter.increment(-1),
+        lambda: counter.set(1),
+        lambda: counter.observe(1),
+        lambda: pb_utils.MetricFamily("bad name", "x", pb_utils.MetricFamily.COUNTER),
+        lambda: pb_utils.MetricFamily("test_gauge_rules", "g", pb_utils.MetricFamily.COUNTER),
+    ):
         try:
             call()
         except pb_utils.TritonModelException:
@@ -46,13 +68,28 @@ def test_metric_family_rules():
 
 
 def test_non_finite_values_and_odd_text_still_render():
-    snapshot = [{"name": "g", "description": "two\nlines", "kind": "gauge",
-                 "samples": [{"labels": {"path": 'a"b\nc'}, "value": "NaN", "buckets": [], "counts": [0], "sum": 0}]}]
+    snapshot = [
+        {
+            "name": "g",
+            "description": "two\nlines",
+            "kind": "gauge",
+            "samples": [{"labels": {"path": 'a"b\nc'}, "value": "NaN", "buckets": [], "counts": [0], "sum": 0}],
+        }
+    ]
     text = "\n".join(render_custom(merge([snapshot, snapshot]))) + "\n"
     (family,) = text_string_to_metric_families(text)
     (sample,) = family.samples
     assert sample.labels == {"path": 'a"b\nc'} and sample.value != sample.value  # NaN
-    assert merge([[{"name": "x", "description": "", "kind": "counter",
-                    "samples": [{"labels": {}, "value": "+Inf", "buckets": [], "counts": [0], "sum": 0}]}]]
-                 )["x"]["samples"][()]["value"] == float("inf")
+    assert merge(
+        [
+            [
+                {
+                    "name": "x",
+                    "description": "",
+                    "kind": "counter",
+                    "samples": [{"labels": {}, "value": "+Inf", "buckets": [], "counts": [0], "sum": 0}],
+                }
+            ]
+        ]
+    )["x"]["samples"][()]["value"] == float("inf")
     assert pb_metrics._number(float("nan")) == "NaN" and pb_metrics._number(2.5) == 2.5

@@ -2,19 +2,28 @@ from services.scheduler.batching.ratelimit import Need, RateLimiter, instance_ne
 
 
 def test_instance_needs_follow_the_groups():
-    config = {"instance_group": [
-        {"count": 2, "rate_limiter": {"resources": [{"name": "R", "count": 2}], "priority": 2}},
-        {"count": 1},
-    ]}
+    config = {
+        "instance_group": [
+            {"count": 2, "rate_limiter": {"resources": [{"name": "R", "count": 2}], "priority": 2}},
+            {"count": 1},
+        ]
+    }
     needs = instance_needs(config)
     assert needs == [Need((("R", False, 2),), 2), Need((("R", False, 2),), 2), Need((), 1)]
 
 
 def test_gpu_groups_have_count_instances_per_listed_gpu():
-    config = {"instance_group": [
-        {"kind": "KIND_GPU", "count": 2, "gpus": [0, 1], "rate_limiter": {"resources": [{"name": "R", "count": 1}]}},
-        {"kind": "KIND_CPU", "count": 1},
-    ]}
+    config = {
+        "instance_group": [
+            {
+                "kind": "KIND_GPU",
+                "count": 2,
+                "gpus": [0, 1],
+                "rate_limiter": {"resources": [{"name": "R", "count": 1}]},
+            },
+            {"kind": "KIND_CPU", "count": 1},
+        ]
+    }
     assert instance_needs(config) == [Need((("R", False, 1),))] * 4 + [Need()]
 
 

@@ -85,9 +85,11 @@ def test_an_ensemble_with_a_decoupled_step_is_decoupled():
         "gen": {"name": "gen", "model_transaction_policy": {"decoupled": True}},
         "pre": {"name": "pre"},
         "plain": {"name": "plain", "platform": "ensemble", "ensemble_scheduling": {"step": [{"model_name": "pre"}]}},
-        "llm": {"name": "llm", "platform": "ensemble",
-                "ensemble_scheduling": {"step": [{"model_name": "pre"}, {"model_name": "gen"}],
-                                        "max_inflight_requests": 2}},
+        "llm": {
+            "name": "llm",
+            "platform": "ensemble",
+            "ensemble_scheduling": {"step": [{"model_name": "pre"}, {"model_name": "gen"}], "max_inflight_requests": 2},
+        },
         "outer": {"name": "outer", "platform": "ensemble", "ensemble_scheduling": {"step": [{"model_name": "llm"}]}},
         "loop": {"name": "loop", "platform": "ensemble", "ensemble_scheduling": {"step": [{"model_name": "loop"}]}},
     }

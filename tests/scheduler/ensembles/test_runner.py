@@ -13,17 +13,24 @@ def io(name: str, dims: list[int] | None = None) -> dict:
 
 
 def record(name: str, config: dict) -> ModelRecord:
-    return ModelRecord(name=name, config={"name": name, **config}, versions={"1": ModelVersionState("READY")}, hosted=[1])
+    return ModelRecord(
+        name=name, config={"name": name, **config}, versions={"1": ModelVersionState("READY")}, hosted=[1]
+    )
 
 
 MEMBER = {"max_batch_size": 8, "input": [io("X")], "output": [io("Y")]}
 PIPELINE = {
-    "platform": "ensemble", "max_batch_size": 8, "input": [io("RAW")], "output": [io("A"), io("B")],
-    "ensemble_scheduling": {"step": [
-        {"model_name": "pre", "model_version": -1, "input_map": {"X": "RAW"}, "output_map": {"Y": "p"}},
-        {"model_name": "cls", "model_version": -1, "input_map": {"X": "p"}, "output_map": {"Y": "A"}},
-        {"model_name": "seg", "model_version": -1, "input_map": {"X": "p"}, "output_map": {"Y": "B"}},
-    ]},
+    "platform": "ensemble",
+    "max_batch_size": 8,
+    "input": [io("RAW")],
+    "output": [io("A"), io("B")],
+    "ensemble_scheduling": {
+        "step": [
+            {"model_name": "pre", "model_version": -1, "input_map": {"X": "RAW"}, "output_map": {"Y": "p"}},
+            {"model_name": "cls", "model_version": -1, "input_map": {"X": "p"}, "output_map": {"Y": "A"}},
+            {"model_name": "seg", "model_version": -1, "input_map": {"X": "p"}, "output_map": {"Y": "B"}},
+        ]
+    },
 }
 
 
@@ -49,9 +56,18 @@ def answer(request: InferRequest) -> InferResponse:
 
 
 def run(runner: Scripted, outputs: list[str] | None = None):
-    request = InferRequest(rid="r1", model="pipeline", version=1, reply="x.r1", deadline_ns=1 << 62, id="client-id",
-                           inputs=[TensorRef(name="RAW", datatype="FP32", shape=[1, 1], data=b"\0\0\x80?")],
-                           outputs=outputs or [], parameters={"sequence_id": 7}, priority=2)
+    request = InferRequest(
+        rid="r1",
+        model="pipeline",
+        version=1,
+        reply="x.r1",
+        deadline_ns=1 << 62,
+        id="client-id",
+        inputs=[TensorRef(name="RAW", datatype="FP32", shape=[1, 1], data=b"\0\0\x80?")],
+        outputs=outputs or [],
+        parameters={"sequence_id": 7},
+        priority=2,
+    )
     owned: list[TensorRef] = []
     return asyncio.run(runner._execute(request, owned)), owned
 

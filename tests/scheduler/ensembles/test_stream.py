@@ -18,22 +18,41 @@ def io(name: str, dims: list[int] | None = None) -> dict:
 
 
 def record(name: str, config: dict) -> ModelRecord:
-    return ModelRecord(name=name, config={"name": name, **config}, versions={"1": ModelVersionState("READY")}, hosted=[1])
+    return ModelRecord(
+        name=name, config={"name": name, **config}, versions={"1": ModelVersionState("READY")}, hosted=[1]
+    )
 
 
 PRE = {"max_batch_size": 0, "input": [io("X")], "output": [io("Y")]}
-GEN = {"max_batch_size": 0, "input": [io("X")], "output": [io("T", [1])], "model_transaction_policy": {"decoupled": True}}
+GEN = {
+    "max_batch_size": 0,
+    "input": [io("X")],
+    "output": [io("T", [1])],
+    "model_transaction_policy": {"decoupled": True},
+}
 POST = {"max_batch_size": 0, "input": [io("T", [1]), io("P")], "output": [io("Y", [1])]}
 
 
 def ensemble(limit: int = 0, outputs: tuple[str, ...] = ("OUT",)) -> dict:
-    return {"platform": "ensemble", "max_batch_size": 0, "input": [io("IN")],
-            "output": [io(name, [1] if name == "OUT" else [-1]) for name in outputs],
-            "ensemble_scheduling": {"max_inflight_requests": limit, "step": [
+    return {
+        "platform": "ensemble",
+        "max_batch_size": 0,
+        "input": [io("IN")],
+        "output": [io(name, [1] if name == "OUT" else [-1]) for name in outputs],
+        "ensemble_scheduling": {
+            "max_inflight_requests": limit,
+            "step": [
                 {"model_name": "pre", "model_version": -1, "input_map": {"X": "IN"}, "output_map": {"Y": "prompt"}},
                 {"model_name": "gen", "model_version": -1, "input_map": {"X": "prompt"}, "output_map": {"T": "token"}},
-                {"model_name": "post", "model_version": -1, "input_map": {"T": "token", "P": "prompt"},
-                 "output_map": {"Y": "OUT"}}]}}
+                {
+                    "model_name": "post",
+                    "model_version": -1,
+                    "input_map": {"T": "token", "P": "prompt"},
+                    "output_map": {"Y": "OUT"},
+                },
+            ],
+        },
+    }
 
 
 def int32(value: int) -> bytes:
@@ -66,8 +85,15 @@ class Scripted(EnsembleRunner):
     """Members answer in-process: every output is a (fake) shared-memory segment, so what is
     freed and what is handed to the client can be counted."""
 
-    def __init__(self, limit: int = 0, tokens: int = 5, fail_post_at: int = -1, fail_gen_at: int = -1,
-                 outputs: tuple[str, ...] = ("OUT",), hang_at: int = -1) -> None:
+    def __init__(
+        self,
+        limit: int = 0,
+        tokens: int = 5,
+        fail_post_at: int = -1,
+        fail_gen_at: int = -1,
+        outputs: tuple[str, ...] = ("OUT",),
+        hang_at: int = -1,
+    ) -> None:
         super().__init__(None, "test")
         self.store = Store()
         self.nc = Bus(self.store)
@@ -83,8 +109,9 @@ class Scripted(EnsembleRunner):
     def _ref(self, name: str, value: int) -> TensorRef:
         segment = next(self.segments)
         self.made.append(segment)
-        return TensorRef(name=name, datatype="INT32", shape=[1], shm=segment, nbytes=4, data=None,
-                         owner=int32(value).hex())  # the value rides in `owner`: this store has no bytes
+        return TensorRef(
+            name=name, datatype="INT32", shape=[1], shm=segment, nbytes=4, data=None, owner=int32(value).hex()
+        )  # the value rides in `owner`: this store has no bytes
 
     async def _call(self, request: InferRequest) -> InferResponse:
         if request.model == "pre":
@@ -114,8 +141,14 @@ class Scripted(EnsembleRunner):
 
 
 def run(runner: Scripted) -> list[InferResponse]:
-    request = InferRequest(rid="r1", model="E", version=1, reply="x.r1", deadline_ns=1 << 62,
-                           inputs=[TensorRef(name="IN", datatype="INT32", shape=[1], data=int32(1))])
+    request = InferRequest(
+        rid="r1",
+        model="E",
+        version=1,
+        reply="x.r1",
+        deadline_ns=1 << 62,
+        inputs=[TensorRef(name="IN", datatype="INT32", shape=[1], data=int32(1))],
+    )
 
     async def go():
         runner.submit(msgspec.Raw(msgspec.msgpack.encode(request)), _Stats())
@@ -190,6 +223,10 @@ def test_a_generator_past_the_deadline_ends_the_stream():
     runner = Scripted(tokens=5, hang_at=3)
     sent = run(runner)
     assert values(sent) == [1000, 1001, 1002]
-    assert (sent[-1].error, sent[-1].code, sent[-1].more) == ("in ensemble 'E', Request timeout expired", "UNAVAILABLE", False)
+    assert (sent[-1].error, sent[-1].code, sent[-1].more) == (
+        "in ensemble 'E', Request timeout expired",
+        "UNAVAILABLE",
+        False,
+    )
     handed = [r.outputs[0].shm for r in sent if r.outputs]
     assert sorted(runner.store.freed + handed) == sorted(runner.made)

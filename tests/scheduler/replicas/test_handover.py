@@ -75,19 +75,24 @@ def test_lost_ids_are_told_why():
     new.admit(5, True, False, Req("live"), 0.0)
     new.lose([4, 5], "scheduler s1 stopped responding")
     assert new.admit(4, False, False, Req("a"), 0.1).error == (
-        "sequence 4 to model 'm' was lost: scheduler s1 stopped responding; start it again with the START flag")
+        "sequence 4 to model 'm' was lost: scheduler s1 stopped responding; start it again with the START flag"
+    )
     assert new.admit(5, False, False, Req("b"), 0.1).sequence is not None  # live here: not lost
     assert new.admit(4, True, False, Req("c"), 0.2).sequence is not None and 4 not in new.lost
 
 
 def test_sequence_numbers_of_two_books_do_not_collide():
     first, second = book(), book()
-    assert first.admit(1, True, False, Req("a"), 0.0).sequence.seq != second.admit(1, True, False, Req("b"), 0.0).sequence.seq
+    assert (
+        first.admit(1, True, False, Req("a"), 0.0).sequence.seq
+        != second.admit(1, True, False, Req("b"), 0.0).sequence.seq
+    )
 
 
 def header(corrid, start: bool = False) -> RequestHeader:
-    return RequestHeader(rid="r", model="m", version=1, reply="x", deadline_ns=0, sequence_id=corrid,
-                         sequence_start=start)
+    return RequestHeader(
+        rid="r", model="m", version=1, reply="x", deadline_ns=0, sequence_id=corrid, sequence_start=start
+    )
 
 
 def seen(holder: str, final: bool, ids=()) -> Seen:

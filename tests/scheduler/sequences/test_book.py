@@ -28,8 +28,9 @@ def test_unknown_sequence_without_start_is_refused_with_tritons_text():
     b = book()
     admission = b.admit(7, False, False, Req("a"), 0.0)
     assert admission.sequence is None
-    assert admission.error == ("inference request for sequence 7 to model 'm' must specify the START flag on the first "
-                               "request of the sequence")
+    assert admission.error == (
+        "inference request for sequence 7 to model 'm' must specify the START flag on the first request of the sequence"
+    )
 
 
 def test_sequences_spread_over_instances_and_keep_their_slot():
@@ -128,8 +129,9 @@ def test_direct_batches_every_ready_slot_or_waits_for_utilization():
 
 
 def test_oldest_uses_preferred_sizes_and_delay():
-    config = SequenceConfig("oldest", 4, 1_000_000, max_queue_delay_us=10_000, max_candidate_sequences=4,
-                            preferred_batch_sizes=(2, 4))
+    config = SequenceConfig(
+        "oldest", 4, 1_000_000, max_queue_delay_us=10_000, max_candidate_sequences=4, preferred_batch_sizes=(2, 4)
+    )
     b = book(slots=4)
     _ready(b, 3)
     decision = decide(config, b.ready("w1", 0), 0.0)

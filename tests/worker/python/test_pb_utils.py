@@ -7,15 +7,20 @@ from services.worker.python import pb_utils
 
 
 def test_auto_complete_fills_and_checks():
-    config = pb_utils.ModelConfig({"name": "m", "max_batch_size": 0,
-                                   "input": [{"name": "A", "data_type": "TYPE_FP32", "dims": []}]})
+    config = pb_utils.ModelConfig(
+        {"name": "m", "max_batch_size": 0, "input": [{"name": "A", "data_type": "TYPE_FP32", "dims": []}]}
+    )
     config.add_input({"name": "A", "data_type": "TYPE_FP32", "dims": [4]})  # fills the missing dims
     config.add_output({"name": "B", "data_type": "TYPE_INT64", "dims": [1]})
     config.set_max_batch_size(8)
     config.set_dynamic_batching()
-    assert config.as_dict() == {"name": "m", "max_batch_size": 8, "dynamic_batching": {},
-                                "input": [{"name": "A", "data_type": "TYPE_FP32", "dims": [4]}],
-                                "output": [{"name": "B", "data_type": "TYPE_INT64", "dims": [1]}]}
+    assert config.as_dict() == {
+        "name": "m",
+        "max_batch_size": 8,
+        "dynamic_batching": {},
+        "input": [{"name": "A", "data_type": "TYPE_FP32", "dims": [4]}],
+        "output": [{"name": "B", "data_type": "TYPE_INT64", "dims": [1]}],
+    }
     with pytest.raises(ValueError, match="configuration expects data_type TYPE_FP32"):
         config.add_input({"name": "A", "data_type": "TYPE_INT32", "dims": [4]})
     with pytest.raises(ValueError, match="max_batch_size"):

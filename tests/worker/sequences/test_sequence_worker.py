@@ -22,8 +22,15 @@ CONFIG = {
             {"name": "R", "control": [{"kind": "CONTROL_SEQUENCE_READY", "fp32_false_true": [-1.0, 2.5]}]},
             {"name": "C", "control": [{"kind": "CONTROL_SEQUENCE_CORRID", "data_type": "TYPE_UINT64"}]},
         ],
-        "state": [{"input_name": "SIN", "output_name": "SOUT", "data_type": "TYPE_FP32", "dims": [2],
-                   "initial_state": [{"data_type": "TYPE_FP32", "dims": [2], "zero_data": True, "name": "z"}]}],
+        "state": [
+            {
+                "input_name": "SIN",
+                "output_name": "SOUT",
+                "data_type": "TYPE_FP32",
+                "dims": [2],
+                "initial_state": [{"data_type": "TYPE_FP32", "dims": [2], "zero_data": True, "name": "z"}],
+            }
+        ],
     },
 }
 
@@ -64,9 +71,21 @@ def test_implicit_state_carries_over_and_resets():
 
 
 def test_initial_state_from_a_data_file(tmp_path):
-    config = {**CONFIG, "sequence_batching": {**CONFIG["sequence_batching"], "state": [
-        {"input_name": "SIN", "output_name": "SOUT", "data_type": "TYPE_INT32", "dims": [-1],
-         "initial_state": [{"data_type": "TYPE_INT32", "dims": [3], "data_file": "init.bin", "name": "f"}]}]}}
+    config = {
+        **CONFIG,
+        "sequence_batching": {
+            **CONFIG["sequence_batching"],
+            "state": [
+                {
+                    "input_name": "SIN",
+                    "output_name": "SOUT",
+                    "data_type": "TYPE_INT32",
+                    "dims": [-1],
+                    "initial_state": [{"data_type": "TYPE_INT32", "dims": [3], "data_file": "init.bin", "name": "f"}],
+                }
+            ],
+        },
+    }
     np.array([4, 5, 6], np.int32).tofile(tmp_path / "init.bin")
     store = StateStore(sequence_config(config), tmp_path)
     assert store.inputs(SeqControl(corrid="a", seq=1, start=True))["SIN"].tolist() == [[4, 5, 6]]
