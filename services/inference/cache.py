@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from services.inference.codec import OutputTensor, ParsedRequest
+from services.inference.types import OutputTensor, ParsedRequest
 from services.inference.validation import Validated
 
 

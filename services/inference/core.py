@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from services.inference.codec import OutputTensor, ParsedRequest
 from services.inference.sequence_params import sequence_params
 from services.inference.shm import ShmRegistry
+from services.inference.types import OutputTensor, ParsedRequest
 from services.inference.validation import Validated
 from shared.dispatch import Dispatcher
 from shared.errors import ShoalError, invalid

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.inference.codec import ParsedRequest, expected_byte_size
+from services.inference.types import ParsedRequest, expected_byte_size
 from shared.errors import Code, ShoalError, invalid
 from shared.model_config import ModelSpec
 
@@ -129,7 +129,7 @@ def _outputs(spec: ModelSpec, request: ParsedRequest, prefix: str) -> tuple[list
 
 def raw_request(spec: ModelSpec, body: bytes) -> ParsedRequest:
     """`Inference-Header-Content-Length: 0`: the body is the one input's bytes (§1.7.3)."""
-    from services.inference.codec import InputTensor
+    from services.inference.types import InputTensor
     from shared.datatypes import element_size
 
     if len(spec.inputs) != 1:

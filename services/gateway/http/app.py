@@ -18,8 +18,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from services.gateway.http import codec
 from services.gateway.http.generate import event, parse_generate, render_generate
-from services.inference import codec, trace
+from services.inference import classification, trace, types
 from services.inference.cache import ResponseCache, cache_key
 from services.inference.core import InferenceCore
 from services.inference.models import ModelRegistry
@@ -179,7 +180,7 @@ class Gateway:
         traced = False
         if cached is not None:
             outputs = [
-                codec.OutputTensor(o.name, o.datatype, o.shape, o.data, valid.binary.get(o.name, False)) for o in cached
+                types.OutputTensor(o.name, o.datatype, o.shape, o.data, valid.binary.get(o.name, False)) for o in cached
             ]
             parameters, response = {}, None
             await self._cache_event(model, resolved, True, time.monotonic_ns() - started)
@@ -193,7 +194,7 @@ class Gateway:
         classify = {o.name: o.classification for o in parsed.outputs or [] if o.classification}
         if classify:
             outputs = [
-                codec.classify(o, classify[o.name], spec.max_batch_size > 0) if o.name in classify else o
+                classification.classify(o, classify[o.name], spec.max_batch_size > 0) if o.name in classify else o
                 for o in outputs
             ]
         content, json_length = codec.encode_response(model, resolved, parsed.id, outputs, parameters)

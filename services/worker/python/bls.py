@@ -20,9 +20,9 @@ from collections.abc import Iterator
 
 from nats.aio.client import Client as NATS
 
-from services.inference.codec import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
 from services.inference.core import InferenceCore
 from services.inference.models import ModelRegistry
+from services.inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
 from services.inference.validation import validate
 from services.worker.python import pb_utils
 from shared import subjects

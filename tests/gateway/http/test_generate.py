@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from services.gateway.http.generate import parse_generate, render_generate
-from services.inference.codec import OutputTensor
+from services.inference.types import OutputTensor
 from shared.errors import ShoalError
 from shared.model_config import spec_from_json
 

@@ -8,7 +8,8 @@ import numpy as np
 import orjson
 import pytest
 
-from services.inference import codec
+from services.gateway.http import codec
+from services.inference import classification, types
 from shared.errors import ShoalError
 
 
@@ -61,9 +62,9 @@ def test_header_length_range():
 
 def test_response_binary_layout():
     outs = [
-        codec.OutputTensor("A", "INT32", [2], np.array([1, 2], np.int32).tobytes(), True),
-        codec.OutputTensor("B", "FP32", [1], np.array([0.5], np.float32).tobytes(), False),
-        codec.OutputTensor("C", "BYTES", [1], b"\x01\x00\x00\x00z", True),
+        types.OutputTensor("A", "INT32", [2], np.array([1, 2], np.int32).tobytes(), True),
+        types.OutputTensor("B", "FP32", [1], np.array([0.5], np.float32).tobytes(), False),
+        types.OutputTensor("C", "BYTES", [1], b"\x01\x00\x00\x00z", True),
     ]
     body, length = codec.encode_response("m", 3, "id9", outs)
     doc = orjson.loads(body[:length])
@@ -76,7 +77,7 @@ def test_response_binary_layout():
 
 def test_json_only_response_has_no_header_length():
     body, length = codec.encode_response(
-        "m", 1, "", [codec.OutputTensor("S", "BYTES", [1], b"\x02\x00\x00\x00hi", False)]
+        "m", 1, "", [types.OutputTensor("S", "BYTES", [1], b"\x02\x00\x00\x00hi", False)]
     )
     assert length is None and orjson.loads(body)["outputs"][0]["data"] == ["hi"]
 
@@ -109,7 +110,7 @@ def test_decompress_and_limits():
 
 def test_classification_per_batch_row():
     values = np.array([[0.1, 0.7, 0.2], [3.0, 1.0, 2.0]], np.float32)
-    out = codec.classify(codec.OutputTensor("O", "FP32", [2, 3], values.tobytes(), False), 2, batching=True)
+    out = classification.classify(types.OutputTensor("O", "FP32", [2, 3], values.tobytes(), False), 2, batching=True)
     from shared.datatypes import deserialize_bytes
 
     assert out.shape == [2, 2]
@@ -121,12 +122,12 @@ def test_cache_key_includes_shapes_and_evicts_by_bytes():
     from services.inference.validation import Validated
 
     valid = Validated(1, "", [], {})
-    a = codec.ParsedRequest("", [codec.InputTensor("X", "FP32", [1, 4], bytes(16))], None, {})
-    b = codec.ParsedRequest("", [codec.InputTensor("X", "FP32", [2, 2], bytes(16))], None, {})
+    a = codec.ParsedRequest("", [types.InputTensor("X", "FP32", [1, 4], bytes(16))], None, {})
+    b = codec.ParsedRequest("", [types.InputTensor("X", "FP32", [2, 2], bytes(16))], None, {})
     assert cache_key("m", 1, a, valid) != cache_key("m", 1, b, valid)
     assert cache_key("m", 1, a, valid) == cache_key("m", 1, a, valid)
     cache = ResponseCache(max_bytes=32)
-    out = [codec.OutputTensor("Y", "FP32", [1, 4], bytes(16), True)]
+    out = [types.OutputTensor("Y", "FP32", [1, 4], bytes(16), True)]
     cache.put(b"k1", out)
     cache.put(b"k2", out)
     assert cache.get(b"k1") is not None  # k1 is now the most recent

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import orjson
 
+from services.inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
 from shared.datatypes import (
     DATATYPES,
     element_count,
-    element_size,
     numpy_dtype,
     serialize_bytes,
 )
@@ -26,43 +25,6 @@ from shared.errors import ShoalError, internal, invalid, unsupported
 RESERVED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
 )
-
-
-@dataclass
-class InputTensor:
-    name: str
-    datatype: str
-    shape: list[int]
-    data: memoryview | bytes | None  # raw wire bytes (BYTES: length-prefixed); None: in shared memory
-    parameters: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def in_shared_memory(self) -> bool:
-        return self.data is None
-
-
-@dataclass
-class RequestedOutput:
-    name: str
-    binary: bool | None = None  # None = not stated
-    classification: int = 0
-    parameters: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def in_shared_memory(self) -> bool:
-        return "shared_memory_region" in self.parameters
-
-
-@dataclass
-class ParsedRequest:
-    id: str
-    inputs: list[InputTensor]
-    outputs: list[RequestedOutput] | None  # None = all outputs
-    parameters: dict[str, Any]
-
-    @property
-    def binary_data_output(self) -> bool:
-        return bool(self.parameters.get("binary_data_output", False))
 
 
 def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
@@ -254,33 +216,7 @@ def _parse_output(raw: Any) -> RequestedOutput:
     return RequestedOutput(raw["name"], None if binary is None else bool(binary), classification, params)
 
 
-def expected_byte_size(datatype: str, shape: list[int], data: memoryview | bytes) -> tuple[int, int]:
-    """(expected, actual) byte sizes; BYTES is checked by walking its length prefixes."""
-    actual = memoryview(data).nbytes
-    if datatype != "BYTES":
-        return element_count(shape) * element_size(datatype), actual
-    return actual if _bytes_elements(data) == element_count(shape) else -1, actual
-
-
-def _bytes_elements(data: memoryview | bytes) -> int:
-    view = memoryview(data).cast("B")
-    count = offset = 0
-    while offset + 4 <= len(view):
-        offset += 4 + int.from_bytes(view[offset : offset + 4], "little")
-        count += 1
-    return count if offset == len(view) else -1
-
-
 # -- responses ------------------------------------------------------------------------
-
-
-@dataclass
-class OutputTensor:
-    name: str
-    datatype: str
-    shape: list[int]
-    data: memoryview | bytes | None  # raw wire bytes; None: written into the client's shared memory
-    binary: bool
 
 
 def json_values(datatype: str, shape: list[int], data: memoryview | bytes) -> Any:
@@ -349,26 +285,3 @@ def compress(body: bytes, encoding: str) -> bytes:
     if encoding == "gzip":
         return gzip.compress(body, compresslevel=1)
     return zlib.compress(body, 1)
-
-
-_CLASSIFIABLE = ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP32", "FP64")
-
-
-def classify(out: OutputTensor, count: int, batching: bool, labels: list[str] | None = None) -> OutputTensor:
-    """Triton's classification extension: top-`count` "value:index[:label]" strings per batch row."""
-    if out.datatype not in _CLASSIFIABLE:
-        raise invalid(f"class result not available for output '{out.name}' due to unsupported type '{out.datatype}'")
-    values = np.frombuffer(out.data, dtype=numpy_dtype(out.datatype)).reshape(out.shape)
-    rows = values.reshape(values.shape[0], -1) if batching and values.ndim else values.reshape(1, -1)
-    k = min(count, rows.shape[1])
-    result = []
-    for row in rows:
-        for index in np.argsort(-row.astype(np.float64), kind="stable")[:k]:
-            value = row[index]
-            text = f"{value:.6f}" if out.datatype.startswith("FP") else str(int(value))
-            label = f":{labels[index]}" if labels and index < len(labels) else ""
-            result.append(f"{text}:{index}{label}".encode())
-    array = np.empty(len(result), dtype=object)
-    array[:] = result
-    shape = [rows.shape[0], k] if batching else [k]
-    return OutputTensor(out.name, "BYTES", shape, serialize_bytes(array), out.binary)

@@ -1,0 +1,72 @@
+"""What a request and its answer are, whatever the transport: parsed inputs, requested outputs,
+output tensors. HTTP's JSON/binary codec, gRPC's protobuf and BLS all build and read these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.datatypes import element_count, element_size
+
+
+@dataclass
+class InputTensor:
+    name: str
+    datatype: str
+    shape: list[int]
+    data: memoryview | bytes | None  # raw wire bytes (BYTES: length-prefixed); None: in shared memory
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def in_shared_memory(self) -> bool:
+        return self.data is None
+
+
+@dataclass
+class RequestedOutput:
+    name: str
+    binary: bool | None = None  # None = not stated
+    classification: int = 0
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def in_shared_memory(self) -> bool:
+        return "shared_memory_region" in self.parameters
+
+
+@dataclass
+class ParsedRequest:
+    id: str
+    inputs: list[InputTensor]
+    outputs: list[RequestedOutput] | None  # None = all outputs
+    parameters: dict[str, Any]
+
+    @property
+    def binary_data_output(self) -> bool:
+        return bool(self.parameters.get("binary_data_output", False))
+
+
+@dataclass
+class OutputTensor:
+    name: str
+    datatype: str
+    shape: list[int]
+    data: memoryview | bytes | None  # raw wire bytes; None: written into the client's shared memory
+    binary: bool
+
+
+def expected_byte_size(datatype: str, shape: list[int], data: memoryview | bytes) -> tuple[int, int]:
+    """(expected, actual) byte sizes; BYTES is checked by walking its length prefixes."""
+    actual = memoryview(data).nbytes
+    if datatype != "BYTES":
+        return element_count(shape) * element_size(datatype), actual
+    return actual if _bytes_elements(data) == element_count(shape) else -1, actual
+
+
+def _bytes_elements(data: memoryview | bytes) -> int:
+    view = memoryview(data).cast("B")
+    count = offset = 0
+    while offset + 4 <= len(view):
+        offset += 4 + int.from_bytes(view[offset : offset + 4], "little")
+        count += 1
+    return count if offset == len(view) else -1
