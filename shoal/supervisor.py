@@ -190,6 +190,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         metrics_port=args.metrics_port,
         allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size,
+        http_restricted_api=args.http_restricted_api,
         request_timeout_s=args.request_timeout_secs,
         tensor_transport=args.tensor_transport,
         strict_readiness=args.strict_readiness,
