@@ -130,8 +130,14 @@ class Cluster:
         return f"http://127.0.0.1:{self.gateway.http_port}"
 
     def _get(self, path: str) -> int:
+        from services.gateway.http.restricted import category, parse
+
+        # a restricted API answers the supervisor too when it shows the header (--http-restricted-api)
+        restriction = parse(self.gateway.http_restricted_api).get(category(path) or "")
+        headers = {restriction.header: restriction.value} if restriction else {}
         try:
-            with urllib.request.urlopen(f"{self.base_url}{path}", timeout=2) as response:
+            request = urllib.request.Request(f"{self.base_url}{path}", headers=headers)
+            with urllib.request.urlopen(request, timeout=2) as response:
                 return response.status
         except urllib.error.HTTPError as exc:
             return exc.code

@@ -3,9 +3,9 @@ tritonclient against the real services. Texts and statuses: docs/compatibility.m
 
 from __future__ import annotations
 
-from http.client import HTTPResponse
 import json
 import socket
+from http.client import HTTPResponse
 
 import numpy as np
 import pytest

@@ -66,6 +66,8 @@ def parse(specs: list[str]) -> dict[str, Restriction]:
                 f"--http-restricted-api option format is '<API_1>,<API_2>:<restricted-key>=<restricted-value>', "
                 f"got '{spec}'"
             )
+        if ":" in header:
+            raise ValueError(f"--http-restricted-api takes one '<apis>:<key>=<value>' per flag, got '{spec}'")
         for api in (a.strip() for a in apis.split(",")):
             if api not in CATEGORIES:
                 raise ValueError(f"unknown restricted API category '{api}' (one of {', '.join(CATEGORIES)})")
