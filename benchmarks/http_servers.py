@@ -14,6 +14,7 @@ loaded by wrk (keep-alive, 1 thread) at 1 and 16 connections, servers interleave
 `--rounds`. Prints requests/s, p50 and server CPU µs per request (utime+stime from /proc).
 Needs `wrk` (apt-get install wrk) and `pip install granian`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,7 @@ import tempfile
 import time
 import urllib.request
 
-APP = r'''
+APP = r"""
 from starlette.applications import Starlette
 from starlette.responses import Response
 from starlette.routing import Route
@@ -51,21 +52,55 @@ async def raw(scope, receive, send):
         pass
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": BODY})
-'''
+"""
 
 LUA = 'wrk.method = "POST"\nwrk.body = \'{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"INT32","data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}]}\'\nwrk.headers["Content-Type"] = "application/json"\n'
 
 
 def free_port() -> int:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
 
 
 def servers(port: int, appdir: str) -> dict[str, list[str]]:
     py = sys.executable
-    uv = [py, "-m", "uvicorn", "--app-dir", appdir, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-          "--no-access-log"]
-    gr = [py, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-          "--runtime-threads", "1", "--log-level", "warning", "--no-ws", "--working-dir", appdir]
+    uv = [
+        py,
+        "-m",
+        "uvicorn",
+        "--app-dir",
+        appdir,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+    ]
+    gr = [
+        py,
+        "-m",
+        "granian",
+        "--interface",
+        "asgi",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--runtime-threads",
+        "1",
+        "--log-level",
+        "warning",
+        "--no-ws",
+        "--working-dir",
+        appdir,
+    ]
     return {
         "uvicorn-asyncio-h11": uv + ["--loop", "asyncio", "--http", "h11", "bench_app:app"],
         "uvicorn-uvloop-httptools": uv + ["--loop", "uvloop", "--http", "httptools", "bench_app:app"],
@@ -88,7 +123,8 @@ def tree_cpu(root: int) -> float:
                 pass
     while todo:
         for k in kids.get(todo.pop(), []):
-            pids.append(k); todo.append(k)
+            pids.append(k)
+            todo.append(k)
     for p in pids:
         try:
             f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
@@ -99,8 +135,20 @@ def tree_cpu(root: int) -> float:
 
 
 def wrk(port: int, conns: int, secs: int, lua: str) -> tuple[float, float, int]:
-    out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{secs}s", "--latency", "-s", lua,
-                          f"http://127.0.0.1:{port}/v2/models/simple/infer"], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [
+            "wrk",
+            "-t1",
+            f"-c{conns}",
+            f"-d{secs}s",
+            "--latency",
+            "-s",
+            lua,
+            f"http://127.0.0.1:{port}/v2/models/simple/infer",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     m = re.search(r"50%\s+([\d.]+)(us|ms|s)", out)
     p50 = float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
@@ -146,7 +194,10 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name in names:
         one, sixteen = results[(name, 1)], results[(name, 16)]
-        med = lambda rows, i: statistics.median(r[i] for r in rows)
+
+        def med(rows, i):
+            return statistics.median(r[i] for r in rows)
+
         print(f"| {name} | {med(one, 0):,.0f} | {med(one, 1):.0f} | {med(sixteen, 0):,.0f} | {med(sixteen, 2):.0f} |")
 
 

@@ -12,12 +12,12 @@ native threads excluded) for SECONDS. Also reads nats-server's /varz before/afte
 messages per request, and per-process CPU µs per request (from /proc) over the same window.
 Prints, per process, the top self-time and cumulative-time functions (file:function, % of samples).
 """
+
 from __future__ import annotations
 
 import argparse
 import collections
 import json
-import os
 import re
 import shlex
 import signal
@@ -88,9 +88,12 @@ def main() -> None:
     ap.add_argument("--shoal-cmd", default="shoal")
     ap.add_argument("--pa", default="/tmp/anchor-venv/bin/pa")
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
-    ap.add_argument("--gil", action="store_true",
-                    help="sample only the thread holding the GIL (Python CPU time; without it py-spy's idle "
-                         "detection counts time in uvloop's C code and blocked executor threads as active)")
+    ap.add_argument(
+        "--gil",
+        action="store_true",
+        help="sample only the thread holding the GIL (Python CPU time; without it py-spy's idle "
+        "detection counts time in uvloop's C code and blocked executor threads as active)",
+    )
     ap.add_argument("--no-pyspy", action="store_true", help="only CPU and message counts")
     ap.add_argument("--summarize", nargs="*")
     args = ap.parse_args()
@@ -107,22 +110,57 @@ def main() -> None:
         url = f"127.0.0.1:{shoal.http}"
         for model in models:
             extra = ["--shape", "INPUT0:16"] if model.startswith("identity") else []
-            pa_cmd = [args.pa, "-m", model, "-u", url, "--concurrency-range", f"{args.concurrency}:{args.concurrency}",
-                      "-p", str((args.seconds + 8) * 1000), "-r", "1", "-s", "100", *extra]
+            pa_cmd = [
+                args.pa,
+                "-m",
+                model,
+                "-u",
+                url,
+                "--concurrency-range",
+                f"{args.concurrency}:{args.concurrency}",
+                "-p",
+                str((args.seconds + 8) * 1000),
+                "-r",
+                "1",
+                "-s",
+                "100",
+                *extra,
+            ]
             load = subprocess.Popen(pa_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(4)  # past warm-up
             pids = {p: label(p) for p in tree(shoal.proc.pid)}
-            procs = {f"{model}-{name.split()[0] if name != 'worker (python model child)' else 'pychild'}-{p}": p
-                     for p, name in pids.items() if name in ("gateway", "scheduler", "worker", "worker (python model child)")}
+            procs = {
+                f"{model}-{name.split()[0] if name != 'worker (python model child)' else 'pychild'}-{p}": p
+                for p, name in pids.items()
+                if name in ("gateway", "scheduler", "worker", "worker (python model child)")
+            }
             v0, n0, e0 = varz(shoal.monitor), served(url, model), executions(url, model)
             c0 = {p: cpu_s(p) for p in pids}
             spies = []
             if not args.no_pyspy:
                 for name, pid in procs.items():
-                    spies.append(subprocess.Popen(
-                        ["py-spy", "record", "--pid", str(pid), "--format", "raw", *(["--gil"] if args.gil else []), "-r", str(args.rate),
-                         "-d", str(args.seconds), "-o", str(args.out / f"{name}.txt"), "--nonblocking"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                    spies.append(
+                        subprocess.Popen(
+                            [
+                                "py-spy",
+                                "record",
+                                "--pid",
+                                str(pid),
+                                "--format",
+                                "raw",
+                                *(["--gil"] if args.gil else []),
+                                "-r",
+                                str(args.rate),
+                                "-d",
+                                str(args.seconds),
+                                "-o",
+                                str(args.out / f"{name}.txt"),
+                                "--nonblocking",
+                            ],
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                        )
+                    )
                 for s in spies:
                     s.wait()
             else:
@@ -135,12 +173,16 @@ def main() -> None:
             for p, name in pids.items():
                 if name:
                     cpu[name] = cpu.get(name, 0.0) + (c1[p] - c0[p]) / n * 1e6
-            report[model] = {"requests": n, "throughput": round(n / args.seconds),
-                             "mean_batch": round(n / max(1, e1 - e0), 2), "note": "CPU includes py-spy's sampling overhead" if spies else "",
-                             "nats_in_msgs_per_request": round((v1["in_msgs"] - v0["in_msgs"]) / n, 2),
-                             "nats_out_msgs_per_request": round((v1["out_msgs"] - v0["out_msgs"]) / n, 2),
-                             "nats_in_bytes_per_request": round((v1["in_bytes"] - v0["in_bytes"]) / n),
-                             "cpu_us_per_request": {k: round(v) for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])}}
+            report[model] = {
+                "requests": n,
+                "throughput": round(n / args.seconds),
+                "mean_batch": round(n / max(1, e1 - e0), 2),
+                "note": "CPU includes py-spy's sampling overhead" if spies else "",
+                "nats_in_msgs_per_request": round((v1["in_msgs"] - v0["in_msgs"]) / n, 2),
+                "nats_out_msgs_per_request": round((v1["out_msgs"] - v0["out_msgs"]) / n, 2),
+                "nats_in_bytes_per_request": round((v1["in_bytes"] - v0["in_bytes"]) / n),
+                "cpu_us_per_request": {k: round(v) for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])},
+            }
             print(json.dumps({model: report[model]}, indent=1), flush=True)
             for name in procs:
                 f = args.out / f"{name}.txt"

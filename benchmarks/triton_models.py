@@ -22,6 +22,7 @@ MLP: X[batch,256] fp32 -> MatMul(256x1024)+Add+Relu -> MatMul(1024x1024)+Add+Rel
      -> MatMul(1024x16)+Add -> Y[batch,16]; weights ~ N(0,1)/sqrt(fan_in), biases ~ 0.01*N(0,1),
      numpy default_rng(seed=0). ONNX opset 17, IR version 8 (loadable by older onnxruntime too).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,7 @@ def make_mlp_onnx(path: pathlib.Path, seed: int = 0) -> dict[str, np.ndarray]:
         outputs=[helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", MLP_OUT])],
         initializer=[numpy_helper.from_array(v, name=k) for k, v in weights.items()],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                              producer_name="steering-bench")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="steering-bench")
     model.ir_version = 8
     onnx.checker.check_model(model)
     path.write_bytes(model.SerializeToString())
@@ -206,7 +206,10 @@ def main() -> None:
 
     ig = instance_group(args.instances)
 
-    write_model(repo, "simple", f"""
+    write_model(
+        repo,
+        "simple",
+        f"""
         name: "simple"
         backend: "python"
         max_batch_size: 8
@@ -218,16 +221,23 @@ def main() -> None:
           {{ name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 16 ] }},
           {{ name: "OUTPUT1", data_type: TYPE_INT32, dims: [ 16 ] }}
         ]
-        {ig}""", {"model.py": SIMPLE_PY})
+        {ig}""",
+        {"model.py": SIMPLE_PY},
+    )
 
-    write_model(repo, "identity_fp32", f"""
+    write_model(
+        repo,
+        "identity_fp32",
+        f"""
         name: "identity_fp32"
         backend: "python"
         max_batch_size: 64
         input [ {{ name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] }} ]
         output [ {{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] }} ]
         dynamic_batching {{ }}
-        {ig}""", {"model.py": IDENTITY_PY})
+        {ig}""",
+        {"model.py": IDENTITY_PY},
+    )
 
     mlp_io = f"""
         input [ {{ name: "INPUT0", data_type: TYPE_FP32, dims: [ {MLP_IN} ] }} ]
@@ -241,23 +251,33 @@ def main() -> None:
         "mlp_onnx_py_delay500": "dynamic_batching { max_queue_delay_microseconds: 500 }",
     }
     for name, db in variants.items():
-        write_model(repo, name, f"""
+        write_model(
+            repo,
+            name,
+            f"""
             name: "{name}"
             backend: "python"
             max_batch_size: 64{mlp_io}
             {db}{ort_params}
-            {ig}""", {"model.py": MLP_PY, "model.onnx": onnx_bytes})
+            {ig}""",
+            {"model.py": MLP_PY, "model.onnx": onnx_bytes},
+        )
 
     # Same bytes for a server with a native onnxruntime backend (not loadable by the PyTriton
     # build of tritonserver, which ships only the python backend).
-    write_model(native, "mlp_onnx", f"""
+    write_model(
+        native,
+        "mlp_onnx",
+        f"""
         name: "mlp_onnx"
         platform: "onnxruntime_onnx"
         max_batch_size: 64{mlp_io}
         dynamic_batching {{ }}
         parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{args.ort_threads}" }} }}
         parameters {{ key: "inter_op_thread_count" value: {{ string_value: "1" }} }}
-        {ig}""", {"model.onnx": onnx_bytes})
+        {ig}""",
+        {"model.onnx": onnx_bytes},
+    )
 
     print(f"repo:        {repo}")
     print(f"native_repo: {native}")

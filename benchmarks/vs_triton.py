@@ -20,6 +20,7 @@ What it does, in one run on this machine:
      writes DIR/vs_triton.json with the raw numbers.
 Ratios within one run are what count: the machine is shared and absolute numbers move.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,8 +96,26 @@ def pa_once(pa: str, url: str, model: str, conc: int, extra: list[str], protocol
     for stability in ("15", "40", "100"):  # a noisy shared machine: wider windows on each retry (100: any)
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "r.csv")
-            cmd = [pa, "-m", model, "-u", url, "-i", protocol, "--concurrency-range", f"{conc}:{conc}",
-                   "-p", window, "-s", stability, "-r", "5" if quick else "10", "-f", out, *extra]
+            cmd = [
+                pa,
+                "-m",
+                model,
+                "-u",
+                url,
+                "-i",
+                protocol,
+                "--concurrency-range",
+                f"{conc}:{conc}",
+                "-p",
+                window,
+                "-s",
+                stability,
+                "-r",
+                "5" if quick else "10",
+                "-f",
+                out,
+                *extra,
+            ]
             try:
                 r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
             except subprocess.TimeoutExpired:
@@ -104,8 +123,12 @@ def pa_once(pa: str, url: str, model: str, conc: int, extra: list[str], protocol
                 continue
             if r.returncode == 0 and os.path.exists(out):
                 row = next(csv.DictReader(open(out)))
-                return {"throughput": float(row["Inferences/Second"]), "p50_us": float(row["p50 latency"]),
-                        "p99_us": float(row["p99 latency"]), "stability_pct": int(stability)}
+                return {
+                    "throughput": float(row["Inferences/Second"]),
+                    "p50_us": float(row["p50 latency"]),
+                    "p99_us": float(row["p99 latency"]),
+                    "stability_pct": int(stability),
+                }
             err = (r.stderr or r.stdout).strip()[-300:]
     return {"error": err}
 
@@ -166,8 +189,26 @@ def cpu_per_request(pa: str, http: str, model: str, conc: int, root: int, extra:
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "r.csv")
-        cmd = [pa, "-m", model, "-u", http, "-i", "http", "--concurrency-range", f"{conc}:{conc}",
-               "-p", str(secs * 1000), "-s", "100", "-r", "3", "-f", out, *extra]  # a fixed span: CPU and
+        cmd = [
+            pa,
+            "-m",
+            model,
+            "-u",
+            http,
+            "-i",
+            "http",
+            "--concurrency-range",
+            f"{conc}:{conc}",
+            "-p",
+            str(secs * 1000),
+            "-s",
+            "100",
+            "-r",
+            "3",
+            "-f",
+            out,
+            *extra,
+        ]  # a fixed span: CPU and
         # requests are counted over the same span, so stability is not needed here
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
         after = {p: cpu_s(p) for p in pids}
@@ -195,9 +236,23 @@ class Triton:
         self.repo, self.rt, self.pid = repo, rt, 0
 
     def start(self) -> None:
-        subprocess.run(["bash", str(HERE / "triton.sh"), "start", str(self.repo), "--http-port", str(self.http),
-                        "--grpc-port", str(self.grpc), "--metrics-port", str(self.metrics)],
-                       env=self.env, check=True, stdout=sys.stderr)
+        subprocess.run(
+            [
+                "bash",
+                str(HERE / "triton.sh"),
+                "start",
+                str(self.repo),
+                "--http-port",
+                str(self.http),
+                "--grpc-port",
+                str(self.grpc),
+                "--metrics-port",
+                str(self.metrics),
+            ],
+            env=self.env,
+            check=True,
+            stdout=sys.stderr,
+        )
         self.pid = int((self.rt / "tritonserver.pid").read_text())
 
     def stop(self) -> None:
@@ -208,24 +263,38 @@ class Shoal:
     def __init__(self, cmd: list[str], repo: Path, logfile: Path, grpc_port: int | None) -> None:
         self.http, self.metrics, self.monitor = free_port(), free_port(), free_port()
         self.grpc = grpc_port
-        self.cmd = [*cmd, "serve", "--model-repository", str(repo), "--http-address", "127.0.0.1",
-                    "--http-port", str(self.http), "--metrics-port", str(self.metrics),
-                    "--nats-monitor-port", str(self.monitor)]
+        self.cmd = [
+            *cmd,
+            "serve",
+            "--model-repository",
+            str(repo),
+            "--http-address",
+            "127.0.0.1",
+            "--http-port",
+            str(self.http),
+            "--metrics-port",
+            str(self.metrics),
+            "--nats-monitor-port",
+            str(self.monitor),
+        ]
         self.logfile = logfile
         self.proc: subprocess.Popen | None = None
         self.pids: list[int] = []
 
     def start(self, models: list[str], timeout: float = 240) -> None:
         log("starting:", shlex.join(self.cmd))
-        self.proc = subprocess.Popen(self.cmd, stdout=open(self.logfile, "w"), stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.cmd, stdout=open(self.logfile, "w"), stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"shoal serve exited ({self.proc.returncode}); log: {self.logfile}")
             try:
-                if all(urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v2/models/{m}/ready", timeout=2).status == 200
-                       for m in models):
+                if all(
+                    urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v2/models/{m}/ready", timeout=2).status == 200
+                    for m in models
+                ):
                     self.pids = tree(self.proc.pid)
                     log(f"shoal ready: pid {self.proc.pid} http=127.0.0.1:{self.http} nats monitor={self.monitor}")
                     return
@@ -251,8 +320,13 @@ class Shoal:
                 self.proc.kill()
                 self.proc.wait()
         time.sleep(0.5)
-        return [p for p in self.pids if os.path.exists(f"/proc/{p}") and label(p) is not None
-                and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+        return [
+            p
+            for p in self.pids
+            if os.path.exists(f"/proc/{p}")
+            and label(p) is not None
+            and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+        ]
 
 
 # ------------------------------------------------------------------ main
@@ -271,11 +345,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="shorter windows, one CPU pass (under ~4 min)")
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma list of {', '.join(CASES)} (default all)")
-    ap.add_argument("--grpc", action="store_true", help="also measure over gRPC (Shoal only if --shoal-grpc-port answers)")
+    ap.add_argument(
+        "--grpc", action="store_true", help="also measure over gRPC (Shoal only if --shoal-grpc-port answers)"
+    )
     ap.add_argument("--shoal-grpc-port", type=int, default=None)
     ap.add_argument("--shoal-cmd", default=os.environ.get("SHOAL_CMD", "shoal"), help="how to run Shoal's CLI")
-    ap.add_argument("--setup-script", default=os.environ.get("SHOAL_BENCH_SETUP",
-                                                              str(REPO_ROOT.parent / "shared/bench/setup_triton.sh")))
+    ap.add_argument(
+        "--setup-script",
+        default=os.environ.get("SHOAL_BENCH_SETUP", str(REPO_ROOT.parent / "shared/bench/setup_triton.sh")),
+    )
     ap.add_argument("--anchor-venv", default=os.environ.get("ANCHOR_VENV", "/tmp/anchor-venv"))
     ap.add_argument("--out", default=None, help="results directory (default bench-out/vs_triton-<time>)")
     ap.add_argument("--no-cpu", action="store_true", help="skip the CPU-per-request pass")
@@ -299,15 +377,19 @@ def main() -> int:
     # 1. the anchor environment
     if not pa.exists():
         log("anchor env missing: running", args.setup_script)
-        subprocess.run(["bash", args.setup_script], env=dict(os.environ, ANCHOR_VENV=str(venv)), check=True,
-                       stdout=sys.stderr)
+        subprocess.run(
+            ["bash", args.setup_script], env=dict(os.environ, ANCHOR_VENV=str(venv)), check=True, stdout=sys.stderr
+        )
 
     # 2. models (one onnxruntime thread, one instance, as Triton is given)
     work = Path(tempfile.mkdtemp(prefix="vs_triton-"))  # models, Shoal's repository, Triton's runtime copy
     models = Path(args.keep_models).resolve() if args.keep_models else work / "models"
     if not (models / "repo" / "simple").exists():
-        subprocess.run([str(venv / "bin" / "python"), str(HERE / "triton_models.py"), str(models), "--ort-threads", "1"],
-                       check=True, stdout=sys.stderr)
+        subprocess.run(
+            [str(venv / "bin" / "python"), str(HERE / "triton_models.py"), str(models), "--ort-threads", "1"],
+            check=True,
+            stdout=sys.stderr,
+        )
     # Shoal's repository: the same model files (hard links; Shoal refuses symlinks leading out of
     # its repository) plus the native onnxruntime mlp_onnx, so one `shoal serve` serves all cases
     shoal_repo = work / "shoal_repo"
@@ -316,9 +398,14 @@ def main() -> int:
     for d in [*(models / "repo").iterdir(), models / "native_repo" / "mlp_onnx"]:
         shutil.copytree(d, shoal_repo / d.name, copy_function=_link_or_copy)
 
-    result: dict = {"started": dt.datetime.now().isoformat(timespec="seconds"), "quick": args.quick,
-                    "host": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()},
-                    "cases": {}, "cpu": {}, "hops": None}
+    result: dict = {
+        "started": dt.datetime.now().isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "host": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()},
+        "cases": {},
+        "cpu": {},
+        "hops": None,
+    }
     triton = Triton(venv, models / "repo", work / "triton-rt")
     shoal = Shoal(shoal_cmd, shoal_repo, out / "shoal.log", args.shoal_grpc_port)
     leftovers: list[int] = []
@@ -330,15 +417,37 @@ def main() -> int:
         shoal_grpc = bool(args.shoal_grpc_port and port_open(args.shoal_grpc_port))
         if args.grpc and not shoal_grpc:
             log("--grpc: Shoal answers on no gRPC port (pass --shoal-grpc-port): gRPC measured for Triton only")
-        url = {("triton", "http"): f"127.0.0.1:{triton.http}", ("triton", "grpc"): f"127.0.0.1:{triton.grpc}",
-               ("shoal", "http"): f"127.0.0.1:{shoal.http}", ("shoal", "grpc"): f"127.0.0.1:{args.shoal_grpc_port}"}
+        url = {
+            ("triton", "http"): f"127.0.0.1:{triton.http}",
+            ("triton", "grpc"): f"127.0.0.1:{triton.grpc}",
+            ("shoal", "http"): f"127.0.0.1:{shoal.http}",
+            ("shoal", "grpc"): f"127.0.0.1:{args.shoal_grpc_port}",
+        }
 
         # warm-up: one short run per model on each server (model load, first-batch effects)
         for c in cases:
             tm, sm, _, _, extra = CASES[c]
             for server, m in (("triton", tm), ("shoal", sm)):
-                subprocess.run([str(pa), "-m", m, "-u", url[(server, "http")], "--concurrency-range", "4:4",
-                                "-p", "500", "-r", "2", "-s", "90", *extra], capture_output=True, timeout=60)
+                subprocess.run(
+                    [
+                        str(pa),
+                        "-m",
+                        m,
+                        "-u",
+                        url[(server, "http")],
+                        "--concurrency-range",
+                        "4:4",
+                        "-p",
+                        "500",
+                        "-r",
+                        "2",
+                        "-s",
+                        "90",
+                        *extra,
+                    ],
+                    capture_output=True,
+                    timeout=60,
+                )
 
         # 3. the cases, interleaved
         for proto in protocols:
@@ -355,9 +464,16 @@ def main() -> int:
                 key = c if proto == "http" else f"{c}_grpc"
                 t = [r.get(metric) for r in runs["triton"]]
                 s = [r.get(metric) for r in runs["shoal"]]
-                result["cases"][key] = {"triton_model": tm, "shoal_model": sm, "concurrency": conc, "metric": metric,
-                                        "protocol": proto, "triton": runs["triton"], "shoal": runs["shoal"],
-                                        "ratio_shoal_over_triton": ratio(metric, t, s)}
+                result["cases"][key] = {
+                    "triton_model": tm,
+                    "shoal_model": sm,
+                    "concurrency": conc,
+                    "metric": metric,
+                    "protocol": proto,
+                    "triton": runs["triton"],
+                    "shoal": runs["shoal"],
+                    "ratio_shoal_over_triton": ratio(metric, t, s),
+                }
 
         # 5a. CPU per request per process, c=16, Triton/Shoal/Triton/Shoal (one pair in --quick)
         if not args.no_cpu:
@@ -365,8 +481,11 @@ def main() -> int:
             for c, (tm, sm, conc, _, extra) in CPU_CASES.items():
                 runs = {"triton": [], "shoal": []}
                 for server in order:
-                    root, http, m = ((triton.pid, url[("triton", "http")], tm) if server == "triton"
-                                     else (shoal.proc.pid, url[("shoal", "http")], sm))
+                    root, http, m = (
+                        (triton.pid, url[("triton", "http")], tm)
+                        if server == "triton"
+                        else (shoal.proc.pid, url[("shoal", "http")], sm)
+                    )
                     r = cpu_per_request(str(pa), http, m, conc, root, extra, 2 if args.quick else 3)
                     runs[server].append(r)
                     log(f"cpu {c} {server}: {r}")
@@ -376,14 +495,33 @@ def main() -> int:
         try:
             v0 = http_json(f"http://127.0.0.1:{shoal.monitor}/varz")
             n0 = served(url[("shoal", "http")], "simple")
-            subprocess.run([str(pa), "-m", "simple", "-u", url[("shoal", "http")], "--concurrency-range", "1:1",
-                            "-p", "1000", "-r", "2", "-s", "90"], capture_output=True, timeout=60)
+            subprocess.run(
+                [
+                    str(pa),
+                    "-m",
+                    "simple",
+                    "-u",
+                    url[("shoal", "http")],
+                    "--concurrency-range",
+                    "1:1",
+                    "-p",
+                    "1000",
+                    "-r",
+                    "2",
+                    "-s",
+                    "90",
+                ],
+                capture_output=True,
+                timeout=60,
+            )
             v1 = http_json(f"http://127.0.0.1:{shoal.monitor}/varz")
             n = served(url[("shoal", "http")], "simple") - n0
             result["nats_msgs_per_request_c1_simple"] = {
-                "requests": n, "in_msgs": round((v1["in_msgs"] - v0["in_msgs"]) / n, 2),
+                "requests": n,
+                "in_msgs": round((v1["in_msgs"] - v0["in_msgs"]) / n, 2),
                 "out_msgs": round((v1["out_msgs"] - v0["out_msgs"]) / n, 2),
-                "in_bytes": round((v1["in_bytes"] - v0["in_bytes"]) / n)}
+                "in_bytes": round((v1["in_bytes"] - v0["in_bytes"]) / n),
+            }
         except Exception as exc:  # monitoring moved: not fatal
             result["nats_msgs_per_request_c1_simple"] = {"error": str(exc)}
     finally:
@@ -402,8 +540,12 @@ def main() -> int:
     # 5c. design floor, servers down (so it does not compete with them)
     if not args.no_hops:
         nats_bin = shutil.which("nats-server") or str(Path(sys.executable).parent / "nats-server")
-        r = subprocess.run([sys.executable, str(HERE / "hops.py"), nats_bin, "1500" if args.quick else "3000"],
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, str(HERE / "hops.py"), nats_bin, "1500" if args.quick else "3000"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         hops = {}
         for line in r.stdout.splitlines():
             name, _, rest = line.partition(" p50 ")
@@ -421,9 +563,13 @@ def main() -> int:
 
 
 def render(result: dict) -> str:
-    lines = [f"Shoal vs Triton 2.51, {result['started']}, {'quick' if result['quick'] else 'default'} mode, "
-             f"{result['host']['cpus']} CPUs, load {result['host']['loadavg_start'][0]:.1f}",
-             "", "| case | metric | Triton run 1, 2 | Shoal run 1, 2 | Shoal/Triton |", "|---|---|---|---|---|"]
+    lines = [
+        f"Shoal vs Triton 2.51, {result['started']}, {'quick' if result['quick'] else 'default'} mode, "
+        f"{result['host']['cpus']} CPUs, load {result['host']['loadavg_start'][0]:.1f}",
+        "",
+        "| case | metric | Triton run 1, 2 | Shoal run 1, 2 | Shoal/Triton |",
+        "|---|---|---|---|---|",
+    ]
     for key, c in result["cases"].items():
         m = c["metric"]
         t = ", ".join(fmt(r.get(m)) for r in c["triton"]) or "n/a"
@@ -433,18 +579,23 @@ def render(result: dict) -> str:
         lines.append(f"| {what} | {unit} | {t} | {s} | {fmt(c['ratio_shoal_over_triton'])}× |")
     for c, runs in result["cpu"].items():
         lines += ["", f"CPU µs per request, {c} (mean of runs):", "", "| process | Triton | Shoal |", "|---|---|---|"]
-        def mean(server):
+
+        def mean(server, runs=runs):
             acc: dict[str, list[float]] = {}
             for r in runs[server]:
                 for k, v in r.get("us_per_request", {}).items():
                     acc.setdefault(k, []).append(v)
             return {k: sum(v) / len(v) for k, v in acc.items()}
+
         t, s = mean("triton"), mean("shoal")
         keys = sorted((set(t) | set(s)) - {"total", "total server"}, key=lambda k: -(s.get(k, 0) + t.get(k, 0)))
         for k in keys + ["total server", "total"]:
             lines.append(f"| {k} | {fmt(t.get(k))} | {fmt(s.get(k))} |")
-        thr = lambda server: statistics.mean(r["throughput"] for r in runs[server] if "throughput" in r) \
-            if any("throughput" in r for r in runs[server]) else None
+
+        def thr(server, runs=runs):
+            rows = [r["throughput"] for r in runs[server] if "throughput" in r]
+            return statistics.mean(rows) if rows else None
+
         lines.append(f"| (throughput during the pass, infer/s) | {fmt(thr('triton'))} | {fmt(thr('shoal'))} |")
     msgs = result.get("nats_msgs_per_request_c1_simple")
     if msgs:
@@ -456,8 +607,10 @@ def render(result: dict) -> str:
         floor = hops.get("uvicorn bare HTTP answer", 0) + hops.get("nats 3 hops (A->B->C->A)", 0)
         shoal_p50 = [r.get("p50_us") for r in (c1 or {}).get("shoal", []) if r.get("p50_us")]
         if shoal_p50 and floor:
-            lines.append(f"Shoal simple c=1 p50 / floor (bare uvicorn + nats 3-hop relay = {floor:.0f} µs): "
-                         f"{statistics.median(shoal_p50) / floor:.2f}×")
+            lines.append(
+                f"Shoal simple c=1 p50 / floor (bare uvicorn + nats 3-hop relay = {floor:.0f} µs): "
+                f"{statistics.median(shoal_p50) / floor:.2f}×"
+            )
     elif hops:
         lines += ["", f"hops failed: {hops['error']}"]
     return "\n".join(lines)
