@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -13,10 +13,14 @@ import msgspec
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
+from shared import eager
+
 T = TypeVar("T")
+ErrorCallback = Callable[[Exception], Awaitable[None]]
 _reconnects: weakref.WeakKeyDictionary[NATS, int] = weakref.WeakKeyDictionary()  # per connection
 log = logging.getLogger(__name__)
 
@@ -158,3 +162,50 @@ async def gather(
 
 def reconnects(nc: NATS) -> int:
     return _reconnects.get(nc, 0)
+
+
+class _Inline:
+    """Stands in for a nats-py subscription's pending queue: `_process_msg` hands each message
+    to `put_nowait`, which runs the callback at once (shared/eager.py) instead of waking the
+    subscription's task through an asyncio.Queue. Messages of one subscription still run one
+    at a time and in order; a callback's exception goes to the connection's error callback,
+    as nats-py does, and never reaches its read loop."""
+
+    def __init__(self, sub: Subscription, cb: Callable[[Msg], Awaitable[None]], error_cb: ErrorCallback) -> None:
+        self._sub = sub
+        self._runner = eager.SerialRunner(cb, lambda exc: eager.start(error_cb(exc)))  # type: ignore[arg-type]
+
+    def put_nowait(self, msg: Msg) -> None:
+        self._sub._pending_size -= len(msg.data)  # nats-py's slow-consumer accounting: not pending
+        self._runner.put(msg)
+
+    def qsize(self) -> int:
+        return self._runner.backlog
+
+    def empty(self) -> bool:
+        return self._runner.backlog == 0
+
+    def task_done(self) -> None:
+        pass
+
+    async def join(self) -> None:  # drain: wait until the callbacks in progress end
+        while self._runner.backlog:
+            await asyncio.sleep(0.005)
+
+    def cancel(self) -> None:
+        self._runner.cancel()
+
+
+async def subscribe(nc: NATS, subject: str, cb: Callable[[Msg], Awaitable[None]], queue: str = "") -> Subscription:
+    """`nc.subscribe` for the hot path (requests, batches, replies, credits): the callback runs
+    as its message is read, without nats-py's per-subscription queue and task (an asyncio.Queue
+    hand-off and a task switch per message). Same guarantees: one message at a time, in order."""
+    sub = await nc.subscribe(subject, queue=queue, cb=cb)
+    task = sub._wait_for_msgs_task
+    if task is not None:  # never started: nothing can arrive before the SUB reaches the server
+        task.cancel()
+    inline = _Inline(sub, cb, nc._error_cb)
+    while not sub._pending_queue.empty():  # defensive: hand over anything already queued
+        inline.put_nowait(sub._pending_queue.get_nowait())
+    sub._pending_queue = inline  # type: ignore[assignment]
+    return sub

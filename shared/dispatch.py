@@ -16,21 +16,28 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from shared import subjects
+from shared import bus, eager, subjects
 from shared.errors import ShoalError, unavailable
 from shared.messages import (
     CancelRequest,
     InferRequest,
     InferResponse,
     RequestBatch,
-    ResponseBatch,
     encode,
 )
 from shared.tensors import TensorStore
 
 log = logging.getLogger("shoal.gateway")
 _response_decoder = msgspec.msgpack.Decoder(InferResponse)
-_batch_decoder = msgspec.msgpack.Decoder(ResponseBatch)
+
+
+class _Responses(msgspec.Struct):
+    """A `ResponseBatch` read with its responses typed: one decode call for the whole batch."""
+
+    responses: list[InferResponse]
+
+
+_batch_decoder = msgspec.msgpack.Decoder(_Responses)
 
 
 def _groups(requests: list[tuple[str, bytes]], budget: int) -> Iterator[list[tuple[str, bytes]]]:
@@ -67,7 +74,7 @@ class Dispatcher:
         self._prefix = gateway_id
 
     async def start(self) -> None:
-        await self.nc.subscribe(f"{self.inbox}.*", cb=self._on_reply)
+        await bus.subscribe(self.nc, f"{self.inbox}.*", self._on_reply)
 
     @property
     def in_flight(self) -> int:
@@ -125,7 +132,7 @@ class Dispatcher:
         self._outbox.setdefault(request.model, []).append((request.rid, encode(request)))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush()))
+            asyncio.get_running_loop().call_soon(lambda: eager.start(self._flush()))
 
     async def _flush(self) -> None:
         self._flush_scheduled = False
@@ -166,7 +173,7 @@ class Dispatcher:
             return
         try:
             if token == "batch":
-                responses = [_response_decoder.decode(raw) for raw in _batch_decoder.decode(msg.data).responses]
+                responses = _batch_decoder.decode(msg.data).responses
             else:
                 responses = [_response_decoder.decode(msg.data)]
         except msgspec.DecodeError as exc:

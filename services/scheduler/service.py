@@ -167,7 +167,7 @@ class SchedulerService:
             self._model_idle,
             self.handover.begin,
         )
-        await self.nc.subscribe(subjects.INSTANCE_FREE, cb=self._on_free)
+        await bus.subscribe(self.nc, subjects.INSTANCE_FREE, self._on_free)
         await self.liveness.start()
         await self.ensembles.start()
         await self.nc.subscribe(subjects.CREDITS_REVOKED, cb=self._on_revoked)
@@ -561,8 +561,8 @@ class SchedulerService:
     async def _gain(self, model: str) -> None:
         # one queue group for every replica: while a model changes hands, both the old and
         # the new owner are subscribed and each request reaches exactly one of them
-        self._subs[model] = await self.nc.subscribe(
-            subjects.infer(model), queue=subjects.SCHEDULER_QUEUE, cb=self._on_request
+        self._subs[model] = await bus.subscribe(
+            self.nc, subjects.infer(model), self._on_request, queue=subjects.SCHEDULER_QUEUE
         )
         await self.handover.regain(model)
         await self.nc.publish(subjects.RESYNC, b"")  # workers announce their idle credits again

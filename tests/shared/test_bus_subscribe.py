@@ -1,0 +1,76 @@
+"""bus.subscribe (callbacks run as messages are read) against a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from shared import bus
+from shared.natsserver import NatsServer
+
+
+@pytest.fixture(scope="module")
+def nats_url():
+    with NatsServer() as server:
+        yield server.url
+
+
+async def _until(condition, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+async def test_messages_run_in_order_one_at_a_time_and_errors_do_not_stop_the_subscription(nats_url):
+    nc = await bus.connect(nats_url, "test-inline")
+    seen: list[int] = []
+    running = 0
+    overlap = False
+
+    async def on_msg(msg) -> None:
+        nonlocal running, overlap
+        running += 1
+        overlap = overlap or running > 1
+        n = int(msg.data)
+        if n % 7 == 0:
+            await asyncio.sleep(0.01)  # a callback that waits: later messages queue behind it
+        running -= 1
+        seen.append(n)
+        if n % 5 == 0:
+            raise RuntimeError("a bad message")
+
+    try:
+        sub = await bus.subscribe(nc, "inline.test", on_msg)
+        for n in range(200):
+            await nc.publish("inline.test", str(n).encode())
+        await _until(lambda: len(seen) == 200)
+        assert seen == list(range(200)) and not overlap
+        assert sub.pending_bytes == 0  # nats-py's slow-consumer accounting stays balanced
+        await nc.publish("inline.test", b"200")  # the connection and the subscription still work
+        await _until(lambda: seen[-1] == 200)
+        assert nc.is_connected
+    finally:
+        await nc.close()
+
+
+async def test_queue_group_and_unsubscribe(nats_url):
+    nc = await bus.connect(nats_url, "test-inline-queue")
+    got: list[bytes] = []
+
+    async def on_msg(msg) -> None:
+        got.append(msg.data)
+
+    try:
+        sub = await bus.subscribe(nc, "inline.q", on_msg, queue="workers")
+        await nc.publish("inline.q", b"a")
+        await _until(lambda: got == [b"a"])
+        await sub.unsubscribe()
+        await nc.flush()
+        await nc.publish("inline.q", b"b")
+        await nc.flush()
+        await asyncio.sleep(0)
+        assert got == [b"a"]
+    finally:
+        await nc.close()
