@@ -248,7 +248,7 @@ def _status(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: shoal {serve|status|gateway|scheduler|worker|repository|example} [options]"
+    usage = "usage: shoal {serve|status|gateway|scheduler|worker|repository|example|perf|analyze} [options]"
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         print("  serve       start nats-server (embedded) and every service; tritonserver's flags")
@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
         print("  worker      model instances          repository  the model repository")
         print("  status      the live topology: services, workers, models, queues")
         print("  example DIR write the example model repository into DIR")
+        print("  perf        measure a model like perf_analyzer; analyze  find its best configuration")
         raise SystemExit(0)
     command, rest = argv[0], argv[1:]
     if command == "serve":
@@ -268,6 +269,8 @@ def main(argv: list[str] | None = None) -> None:
     if command == "status":
         _status(rest)
         return
+    if command in ("perf", "analyze"):  # docs/perf-and-analyze.md
+        raise SystemExit(__import__(f"shoal.{command}.cli", fromlist=["main"]).main(rest))
     if command == "example":
         if len(rest) != 1:
             raise SystemExit("usage: shoal example DIR")
