@@ -106,6 +106,7 @@ async def _search(repo: Repository, opts: AnalyzeOptions, analysis: Analysis, lo
             analysis.stopped = f"time budget ({opts.max_minutes:g} min) reached"
             break
         began = time.monotonic()
+        log(f"trying {candidate.name}")
         config = apply(analysis.original, candidate)
         try:
             await repo.load(config)

@@ -37,6 +37,7 @@ class _Load:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     failed: asyncio.Event = field(default_factory=asyncio.Event)
     error: BaseException | None = None
+    completed: int = 0
 
     def fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -65,6 +66,7 @@ class Engine:
     async def _send(self, load: _Load, step: int) -> None:
         try:
             load.records.append(await self.transport.infer(step))
+            load.completed += 1
         except Exception as exc:  # the first failure ends the level with the server's message
             load.fail(exc)
 
@@ -96,10 +98,12 @@ class Engine:
         load = _Load()
         tasks = self._start(load, level)
         try:
-            return await self._windows(load, level, on_window)
+            result = await self._windows(load, level, on_window)
         finally:
             load.stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
+        result.completed = load.completed
+        return result
 
     async def _windows(self, load: _Load, level: float, on_window: OnWindow | None) -> LevelResult:
         opts = self.options

@@ -106,7 +106,8 @@ def _from_json(spec: TensorSpec, value: object, shape: list[int]) -> np.ndarray:
 
 def _tensor(spec: TensorSpec, sample: np.ndarray, info: ModelInfo, batch_size: int) -> Tensor:
     array = np.stack([sample] * batch_size) if info.max_batch_size > 0 else sample
-    data = serialize_byte_tensor(array).tobytes() if spec.datatype == "BYTES" else array.tobytes()
+    # serialize_byte_tensor answers a 0-d object array holding the length-prefixed bytes
+    data = serialize_byte_tensor(array).item() if spec.datatype == "BYTES" else array.tobytes()
     return Tensor(spec.name, spec.datatype, list(array.shape), data)
 
 

@@ -139,3 +139,4 @@ class LevelResult:
     server: ServerStats
     stable: bool
     windows: int
+    completed: int = 0  # every request that succeeded at this level, inside the windows or not
