@@ -30,7 +30,7 @@ class SystemShm:
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
         self.regions: list[tuple[str, object]] = []
-        self.prefix = f"shoal_perf_{os.getpid()}"
+        self.prefix = f"perf_{os.getpid()}"  # "shoal_" keys are reserved for the server's own segments
 
     async def _region(self, name: str, data: bytes) -> ShmRef:
         region = f"{self.prefix}_{name}"
