@@ -2,10 +2,11 @@
 
     python benchmarks/perf_overhead.py [--concurrency 16] [--window-ms 2000] [--perf-analyzer PATH]
 
-A stub KServe v2 HTTP server (asyncio + httptools, in a child process) answers every inference with a
-fixed 200 response and the metadata/config/stats calls with fixed JSON, so the load generator is the
-bottleneck. It prints shoal perf's requests/s (and perf_analyzer's on the same stub when its binary is
-given or installed by benchmarks/get_perf_analyzer.sh) and the client CPU time per request.
+A stub KServe v2 server in a child process answers every inference at once with a fixed response (HTTP:
+asyncio + httptools; gRPC: grpc.aio with tritonclient's service stubs), so the load generator is the
+bottleneck. It prints shoal perf's requests/s over both protocols (and perf_analyzer's over HTTP on the
+same stub when its binary is given or installed by benchmarks/get_perf_analyzer.sh) and the client CPU
+time per request.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httptools
 import orjson
@@ -70,16 +72,53 @@ class StubProtocol(asyncio.Protocol):
         self.transport.write(_response(body))  # type: ignore[attr-defined]
 
 
-def serve(port: int) -> None:
+def grpc_servicer() -> tuple[object, Any]:
+    from tritonclient.grpc import model_config_pb2, service_pb2_grpc
+    from tritonclient.grpc import service_pb2 as pb
+
+    tensor = {"name": "INPUT0", "datatype": "FP32", "shape": [-1, 16]}
+    metadata = pb.ModelMetadataResponse(
+        name="stub", versions=["1"], platform="stub", inputs=[tensor], outputs=[{**tensor, "name": "OUTPUT0"}]
+    )
+    config = pb.ModelConfigResponse(config=model_config_pb2.ModelConfig(name="stub", max_batch_size=8))
+    answer = pb.ModelInferResponse(model_name="stub", outputs=[{**tensor, "name": "OUTPUT0", "shape": [1, 16]}])
+    answer.raw_output_contents.append(bytes(64))
+
+    class Stub(service_pb2_grpc.GRPCInferenceServiceServicer):
+        async def ModelMetadata(self, request, context):  # noqa: N802 (the service's method names)
+            return metadata
+
+        async def ModelConfig(self, request, context):  # noqa: N802
+            return config
+
+        async def ModelStatistics(self, request, context):  # noqa: N802
+            return pb.ModelStatisticsResponse()
+
+        async def ModelInfer(self, request, context):  # noqa: N802
+            return answer
+
+    return Stub(), service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server
+
+
+def serve(port: int, grpc_port: int) -> None:
+    import grpc
+
     async def main() -> None:
         server = await asyncio.get_running_loop().create_server(StubProtocol, "127.0.0.1", port)
+        stub, add = grpc_servicer()
+        rpc = grpc.aio.server()
+        add(stub, rpc)
+        rpc.add_insecure_port(f"127.0.0.1:{grpc_port}")
+        await rpc.start()
         await server.serve_forever()
 
     asyncio.run(main())
 
 
-def shoal_perf(url: str, concurrency: int, window_ms: int) -> tuple[float, float]:
-    options = PerfOptions(model="stub", url=url, concurrency=[concurrency], window_ms=window_ms, stability_pct=20)
+def shoal_perf(url: str, concurrency: int, window_ms: int, protocol: str = "http") -> tuple[float, float]:
+    options = PerfOptions(
+        model="stub", url=url, protocol=protocol, concurrency=[concurrency], window_ms=window_ms, stability_pct=20
+    )
     before = time.process_time()
     result = run_loop(measure(options))[0]
     cpu = time.process_time() - before
@@ -105,8 +144,8 @@ def main() -> None:
     parser.add_argument("--window-ms", type=int, default=2000)
     parser.add_argument("--perf-analyzer", default=str(ROOT / "benchmarks" / ".tools" / "perf_analyzer"))
     args = parser.parse_args()
-    port = free_port()
-    stub = multiprocessing.get_context("spawn").Process(target=serve, args=(port,), daemon=True)
+    port, grpc_port = free_port(), free_port()
+    stub = multiprocessing.get_context("spawn").Process(target=serve, args=(port, grpc_port), daemon=True)
     stub.start()
     url = f"127.0.0.1:{port}"
     try:
@@ -118,11 +157,12 @@ def main() -> None:
                 break
             except OSError:
                 time.sleep(0.1)
-        throughput, cpu_us = shoal_perf(url, args.concurrency, args.window_ms)
-        print(
-            f"shoal perf    concurrency {args.concurrency}: {throughput:,.0f} requests/s, {cpu_us:.0f} us CPU/request"
-            f" (one free core: ~{1e6 / cpu_us:,.0f} requests/s)"
-        )
+        for protocol, where in (("http", url), ("grpc", f"127.0.0.1:{grpc_port}")):
+            throughput, cpu_us = shoal_perf(where, args.concurrency, args.window_ms, protocol)
+            print(
+                f"shoal perf -i {protocol} concurrency {args.concurrency}: {throughput:,.0f} requests/s, "
+                f"{cpu_us:.0f} us CPU/request (one free core: ~{1e6 / cpu_us:,.0f} requests/s)"
+            )
         if Path(args.perf_analyzer).exists():
             print(
                 f"perf_analyzer concurrency {args.concurrency}: {perf_analyzer(args.perf_analyzer, url, args.concurrency, args.window_ms)}"

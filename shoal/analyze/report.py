@@ -6,6 +6,7 @@ import base64
 import csv
 import html
 import io
+from collections.abc import Sequence
 from pathlib import Path
 
 from shoal.analyze.configs import Candidate, to_pbtxt
@@ -57,7 +58,7 @@ def _plot_png(analysis: Analysis, budget_ms: float | None) -> bytes | None:
     return out.getvalue()
 
 
-def _table(header: list[str], rows: list[list[object]]) -> str:
+def _table(header: list[str], rows: Sequence[Sequence[object]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
