@@ -62,8 +62,9 @@ async def sweep(c: Candidate, opts: AnalyzeOptions) -> list[Point]:
         points.append(point)
         if opts.latency_budget_ms is not None and point.p99_ms > opts.latency_budget_ms:
             break
-        if opts.concurrency is None and len(points) > 1:
-            if point.throughput < 1.05 * max(p.throughput for p in points[:-1]):
+        # a plateau: two levels in a row not 5 % above the best before them (one alone can be noise)
+        if opts.concurrency is None and len(points) > 2:
+            if max(p.throughput for p in points[-2:]) < 1.05 * max(p.throughput for p in points[:-2]):
                 break
     return points
 
