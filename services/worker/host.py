@@ -21,6 +21,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.worker import backends
+from services.worker.backends import Placement
 from services.worker.gpus import available_gpus
 from services.worker.instances import Instance, LoadedModel
 from services.worker.placement import plan_instances
@@ -101,7 +102,7 @@ class ModelHost:
         instance says it is not ready, and READY again when all say they are."""
         loop = asyncio.get_running_loop()
         for key, loaded in list(self.models.items()):
-            checked = [i for i in loaded.instances if getattr(i.runner, "checks_readiness", False) and not i.closed]
+            checked = [i for i in loaded.instances if i.runner.checks_readiness and not i.closed]
             record = self._records.get(key[0])
             if not checked or loaded.retired or record is None or record.generation != loaded.generation:
                 continue
@@ -138,24 +139,30 @@ class ModelHost:
 
     async def apply(self, name: str, record: ModelRecord | None) -> None:
         # an ensemble has no instances: the scheduler runs it (services/scheduler/ensembles/runner.py)
-        hosted = (
-            record is not None
-            and not record.reason
-            and self.hosts(name)
-            and record.active_config.get("platform") != "ensemble"
-        )
-        if hosted and isolated(self.settings, record.config):
-            if self.processes.ensure(name, record.generation):  # a worker process of its own hosts it
-                await self.child_reports.forget(name, record.hosted)
-            hosted = False
+        hosted = record
+        if (
+            record is None
+            or record.reason
+            or not self.hosts(name)
+            or record.active_config.get("platform") == "ensemble"
+        ):
+            hosted = None
+        if hosted is not None and isolated(self.settings, hosted.config):
+            if self.processes.ensure(name, hosted.generation):  # a worker process of its own hosts it
+                await self.child_reports.forget(name, hosted.hosted)
+            hosted = None
         elif name in self.processes.children:
             self._spawn(self.processes.stop(name))  # up to its stop timeout: other models go on meanwhile
             await self.child_reports.forget(name, [])
-        wanted = set(record.hosted) if hosted else set()
+        wanted = set(hosted.hosted) if hosted is not None else set()
         for key in [k for k in self._attempted if k[0] == name and k[1] not in wanted]:
             self._attempted.pop(key, None)
             await self.unload(key)
-        for version in wanted:
+        if hosted is not None:
+            self._load_new(name, hosted, wanted)
+
+    def _load_new(self, name: str, record: ModelRecord, versions: set[int]) -> None:
+        for version in versions:
             key = (name, version)
             if self._attempted.get(key) == record.generation:
                 continue  # loaded, loading, or failed at this generation: a state change, not a reload
@@ -207,9 +214,7 @@ class ModelHost:
             loaded.states = StateStore(loaded.sequence, model_dir / str(version) / "initial_state")
         try:
             for index, plan in enumerate(plans):
-                runner = backend.create_instance(
-                    spec, model_dir, version, plan.kind, plan.device, threads, name=plan.name
-                )
+                runner = backend.create(spec, model_dir, Placement(version, plan.kind, plan.device, threads, plan.name))
                 executor = ThreadPoolExecutor(1, thread_name_prefix=f"{spec.name}-{index}")
                 loaded.instances.append(
                     Instance(
