@@ -11,9 +11,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from pydantic_settings import BaseSettings
+
 from shared import settings as s
 
-SERVICES = {
+SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": s.GatewaySettings,
     "scheduler": s.SchedulerSettings,
     "worker": s.WorkerSettings,
