@@ -143,7 +143,9 @@ class WorkerService:
         tell a python model that defines the (Shoal-only, optional) `sequence_ended(correlation_id,
         reason)` method, on the instance's own thread so it never overlaps an `execute`."""
         ended = bus.decode(_ended_decoder, msg, log)
-        loaded = self.host.models.get((ended.model, ended.version)) if ended is not None else None
+        if ended is None:
+            return
+        loaded = self.host.models.get((ended.model, ended.version))
         if loaded is None:
             return
         if loaded.states is not None:
