@@ -24,6 +24,7 @@ from services.worker import backends
 from services.worker.backends import Placement
 from services.worker.gpus import available_gpus
 from services.worker.instances import Instance, LoadedModel
+from services.worker.loading import BoundedLoader
 from services.worker.placement import plan_instances
 from services.worker.python.child_reports import ChildReports
 from services.worker.python.isolation import ModelProcesses, isolated
@@ -55,6 +56,7 @@ class ModelHost:
         self._records: dict[str, ModelRecord] = {}
         self._tasks: set[asyncio.Task] = set()
         self.processes = ModelProcesses(settings, worker_id, self._child_crashed)
+        self.loader = BoundedLoader(settings.model_load_thread_count)
 
     async def start(self) -> None:
         self.instances_kv = await bus.bucket(self.nc, subjects.INSTANCES_BUCKET)
@@ -65,9 +67,11 @@ class ModelHost:
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        self.loader.shutdown()
         await self.processes.stop_all()  # first: a child exiting now is not a crash to restart
-        for key in list(self.models):
-            await self.unload(key)
+        for key in list(self.models):  # one collection at the end: hundreds of models must stop quickly
+            await self.unload(key, collect=False)
+        gc.collect()
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -175,7 +179,7 @@ class ModelHost:
         started = time.perf_counter()
         try:
             spec = spec_from_json(record.config)
-            loaded = await asyncio.to_thread(self._create, spec, record, version)
+            loaded = await self.loader.run(lambda: self._create(spec, record, version))
         except Exception as exc:
             reason = load_error(record.name, exc)
             log.error("failed to load '%s' version %d: %s", record.name, version, reason)
@@ -236,7 +240,7 @@ class ModelHost:
             raise
         return loaded
 
-    async def unload(self, key: Key) -> None:
+    async def unload(self, key: Key, collect: bool = True) -> None:
         loaded = self.models.pop(key, None)
         if loaded is None:
             await self.instances_kv.delete(subjects.instance_key(self.worker_id, *key))
@@ -244,7 +248,8 @@ class ModelHost:
         loaded.retire()
         await self.on_retired(loaded)
         await self.instances_kv.delete(subjects.instance_key(self.worker_id, *key))
-        gc.collect()  # sessions hold large native buffers: return them now, not at some later GC
+        if collect:
+            gc.collect()  # sessions hold large native buffers: return them now, not at some later GC
         log.info("unloaded '%s' version %d", *key)
 
     async def report(self, record: ModelRecord, version: int, state: str, reason: str = "", count: int = 0) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Coroutine
 from typing import Any
@@ -20,6 +21,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from services.worker.batches import BatchExecutor
+from services.worker.heartbeat import HeartbeatThread
 from services.worker.host import ModelHost
 from services.worker.instances import LoadedModel
 from services.worker.outputs import Outputs
@@ -46,6 +48,7 @@ log = logging.getLogger("shoal.worker")
 _batch_decoder = msgspec.msgpack.Decoder(ExecBatch)
 _cancel_decoder = msgspec.msgpack.Decoder(CancelRequest)
 _ended_decoder = msgspec.msgpack.Decoder(SequenceEnded)
+LATE_S = 2.0  # a tick this late is worth a line in the log: the loop was busy (e.g. loading models)
 
 
 class WorkerService:
@@ -66,6 +69,12 @@ class WorkerService:
         self.batches = BatchExecutor(self.id, nc, self.store, outputs, self.cancellations, self.decoupled)
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
+        self.beats = HeartbeatThread(
+            settings.nats_url, f"shoal-worker-{settings.worker_id}-heartbeat", settings.heartbeat_s, self._loading
+        )
+
+    def _loading(self) -> int:
+        return self.host.loader.loading
 
     async def start(self) -> None:
         await self.store.start()
@@ -78,7 +87,8 @@ class WorkerService:
         await self.nc.subscribe(subjects.worker_report(self.id), cb=self._on_report_request)
         await self.nc.subscribe(subjects.worker_sequence(self.id), cb=self._on_sequence_ended)
         await self.host.start()
-        self._spawn(self._heartbeat())
+        self.beats.start()
+        self._spawn(self._tick())
         self.micro = await discovery.register(self.nc, "worker", self.id, self.status, shm_host=self.store.host)
         log.info("worker %s started", self.id)
 
@@ -99,6 +109,7 @@ class WorkerService:
         }
 
     async def stop(self) -> None:
+        self.beats.stop()
         await self.micro.stop()
         for task in list(self._tasks):
             task.cancel()
@@ -164,11 +175,21 @@ class WorkerService:
         for loaded in list(self.host.models.values()):
             await self._grant_idle(loaded)
 
-    async def _heartbeat(self) -> None:
+    async def _tick(self) -> None:
+        """The main loop's periodic work; the beat itself goes out from `HeartbeatThread`."""
+        interval = self.settings.heartbeat_s
+        last = time.monotonic()
         while True:
             instances = {f"{m}/{v}": len(loaded.instances) for (m, v), loaded in self.host.models.items()}
-            beat = WorkerHeartbeat(self.id, self.subject, self.store.host, instances, self.settings.heartbeat_s)
-            await self.nc.publish(subjects.WORKER_HEARTBEAT, encode(beat))
+            self.beats.update(WorkerHeartbeat(self.id, self.subject, self.store.host, instances, interval))
+            now = time.monotonic()
+            if now - last > interval + LATE_S:
+                log.info(
+                    "the event loop was busy for %.1f s (%d model load(s) in progress)",
+                    now - last,
+                    self.host.loader.loading,
+                )
+            last = now
             families = pb_utils.metrics_snapshot()
             if families:  # python models' custom metrics: every gateway keeps the last of each worker
                 await self.nc.publish(
@@ -177,7 +198,7 @@ class WorkerService:
             self.decoupled.expire()
             if self._readiness is None or self._readiness.done():
                 self._readiness = self._spawn(self.host.check_readiness())
-            await asyncio.sleep(self.settings.heartbeat_s)
+            await asyncio.sleep(interval)
 
     async def _on_cancel(self, msg: Msg) -> None:
         """A client went away: a python model running its request sees `is_cancelled()`."""

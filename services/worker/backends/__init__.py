@@ -49,7 +49,7 @@ InstanceFactory = Callable[[ModelSpec, Path, Placement], Runner]
 class Backend:
     default_file: str  # the model file when the config names none (`default_model_filename`)
     factory: InstanceFactory
-    computes_on_cpu: bool = False  # its instances share the cores (intra-op threads)
+    shares_cores: bool = False  # its instances split the cores among them (intra-op threads)
     file_only: bool = False  # the model is a file, never a directory
 
     def create(self, spec: ModelSpec, model_dir: Path, placement: Placement) -> Runner:
@@ -57,9 +57,9 @@ class Backend:
         return self.factory(spec, path, placement)
 
     def default_threads(self, instances: int) -> int:
-        """Intra-op threads per instance: a CPU backend's instances together use the cores once;
-        a GPU or Python instance's thread only launches the work."""
-        return default_threads(instances) if self.computes_on_cpu else 1
+        """Intra-op threads per instance when neither the config nor the worker's settings say:
+        a backend that shares the cores gives each instance its share; the others one thread."""
+        return default_threads(instances) if self.shares_cores else 1
 
 
 def default_threads(instances: int) -> int:

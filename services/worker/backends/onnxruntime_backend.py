@@ -115,4 +115,7 @@ class OnnxInstance(BatchedRunner):
         del self.session
 
 
-BACKEND = Backend("model.onnx", OnnxInstance, computes_on_cpu=True)
+# One intra-op thread per session unless the config (`intra_op_thread_count`) or the worker's
+# --intra-op-threads says otherwise: parallelism comes from instances and batching, and a
+# repository of hundreds of models must not start a thread pool per session (issue 17).
+BACKEND = Backend("model.onnx", OnnxInstance)

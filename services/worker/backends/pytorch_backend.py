@@ -168,4 +168,4 @@ class TorchInstance(BatchedRunner):
             torch.cuda.empty_cache()
 
 
-BACKEND = Backend("model.pt", TorchInstance, computes_on_cpu=True)
+BACKEND = Backend("model.pt", TorchInstance, shares_cores=True)
