@@ -35,7 +35,6 @@ UNSUPPORTED_FLAGS = {
     "--repoagent-directory": "repository agents are not implemented yet",
     "--log-file": "logs go to stderr; redirect them",
     "--http-thread-count": "the gateway is one event loop; scale out with more gateways instead",
-    "--model-load-thread-count": "each worker loads models concurrently on its own; add workers instead",
     "--model-namespacing": "model namespacing is not implemented yet",
     "--model-config-name": "alternative config names are not implemented yet",
     "--host-policy": "host policies are not implemented",
@@ -77,6 +76,12 @@ def serve_parser() -> argparse.ArgumentParser:
     _bool_flag(p, "--disable-auto-complete-config", False)
     _bool_flag(p, "--strict-model-config", False)
     p.add_argument("--exit-timeout-secs", type=int, default=30)
+    p.add_argument(
+        "--model-load-thread-count",
+        type=int,
+        default=s.WorkerSettings.model_fields["model_load_thread_count"].default,
+        help="models each worker loads at once",
+    )
     p.add_argument("--id", default="triton")
     p.add_argument("--http-address", default="0.0.0.0")
     p.add_argument("--http-port", type=int, default=8000)
@@ -155,6 +160,8 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     args.cache_bytes = cache_size(args)
     if args.workers < 1:
         raise SystemExit("shoal serve: --workers must be at least 1")
+    if args.model_load_thread_count < 1:
+        raise SystemExit("shoal serve: --model-load-thread-count must be at least 1")
     return args
 
 

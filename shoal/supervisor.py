@@ -223,7 +223,12 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         repository_poll_secs=args.repository_poll_secs,
         unload_timeout_s=args.exit_timeout_secs,
     )
-    workers = [WorkerSettings(**common, tensor_transport=args.tensor_transport) for _ in range(args.workers)]
+    workers = [
+        WorkerSettings(
+            **common, tensor_transport=args.tensor_transport, model_load_thread_count=args.model_load_thread_count
+        )
+        for _ in range(args.workers)
+    ]
     scheduler = SchedulerSettings(**common, rate_limit=args.rate_limit, rate_limit_resource=args.rate_limit_resource)
     return Cluster(gateway, scheduler, repo, workers)
 
