@@ -262,15 +262,8 @@ class EnsembleRunner:
                     (latency.fail if response.error else latency.success).add(int((time.monotonic() - started) * 1e9))
                     if response.error:
                         error = error or (response.error, response.code or Code.INTERNAL)
-                        continue
-                    for i, ns in enumerate(compute_phases(response.trace)):
-                        compute[i] += ns
-                    member = self.specs.get(step.model)
-                    for ref in response.outputs:
-                        tensor = step.output_map.get(ref.name)
-                        if tensor is not None:
-                            tensors[tensor] = ref
-                            batched[tensor] = bool(member and member.max_batch_size > 0)
+                    else:
+                        self._absorb(step, response, tensors, batched, compute)
         finally:
             for task in running:  # cancelled: the steps' requests leave their queues too
                 if task.done() and not task.cancelled():
@@ -283,16 +276,26 @@ class EnsembleRunner:
             return _Outcome([], f"in ensemble '{request.model}', {DEADLOCK}", Code.INVALID_ARG)
         # the ensemble's outputs under the ensemble's names; the handles are the workers' own
         handed = [tensors[name] for name in requested]
-        outputs = []
-        for ref, name in zip(handed, requested):
-            config = spec.output(name) if spec is not None else None
-            shape = (
-                fit_batching(config.dims, spec.max_batch_size > 0, ref.shape, batched[name])
-                if config is not None and spec is not None
-                else ref.shape
-            )
-            outputs.append(msgspec.structs.replace(ref, name=name, shape=shape))
+        outputs = [_renamed(spec, name, ref, batched[name]) for ref, name in zip(handed, requested)]
         return _Outcome(outputs, handed=handed, compute=compute)
+
+    def _absorb(
+        self,
+        step: Step,
+        response: InferResponse,
+        tensors: dict[str, TensorRef],
+        batched: dict[str, bool],
+        compute: list[int],
+    ) -> None:
+        """A step's outputs join the tensor table; its compute times add to the ensemble's."""
+        for i, ns in enumerate(compute_phases(response.trace)):
+            compute[i] += ns
+        member = self.specs.get(step.model)
+        for ref in response.outputs:
+            tensor = step.output_map.get(ref.name)
+            if tensor is not None:
+                tensors[tensor] = ref
+                batched[tensor] = bool(member and member.max_batch_size > 0)
 
     async def call(self, request: InferRequest) -> InferResponse:
         """One step request to its member, answered (an error as a response, never raised)."""
@@ -301,3 +304,14 @@ class EnsembleRunner:
             return await self.dispatcher.infer(request, timeout)
         except ShoalError as exc:
             return InferResponse(rid=request.rid, error=exc.message, code=str(exc.code))
+
+
+def _renamed(spec: ModelSpec | None, name: str, ref: TensorRef, batched: bool) -> TensorRef:
+    """A step's output as the ensemble's output `name`, its shape fitted to the ensemble's batching."""
+    config = spec.output(name) if spec is not None else None
+    shape = (
+        fit_batching(config.dims, spec.max_batch_size > 0, ref.shape, batched)
+        if config is not None and spec is not None
+        else ref.shape
+    )
+    return msgspec.structs.replace(ref, name=name, shape=shape)

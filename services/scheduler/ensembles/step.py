@@ -84,22 +84,11 @@ def _check(spec: ModelSpec, ref: TensorRef, prefix: str) -> tuple[int, list[int]
     return (shape[0] if batched else 1), item
 
 
-def step_request(
-    request: InferRequest,
-    step: Step,
-    tensors: dict[str, TensorRef],
-    batched: dict[str, bool],
-    requested: list[str],
-    readers: dict[str, int],
-    specs: Mapping[str, ModelSpec],
-    ready: Mapping[str, list[int]],
-    dispatcher: Dispatcher,
-) -> InferRequest:
-    spec = specs.get(step.model)
-    if spec is None:
-        raise not_found(f"Request for unknown model: '{step.model}' is not found")
-    version = resolve_version(step.model, step.version, ready)
-    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+def _step_inputs(
+    spec: ModelSpec, step: Step, tensors: dict[str, TensorRef], batched: dict[str, bool], prefix: str
+) -> tuple[list[TensorRef], int, list[str]]:
+    """The member's inputs (the same bytes under its names), their batch size, and the shape
+    signature its batcher groups requests by; or the member's validation error."""
     inputs: list[TensorRef] = []
     batch_size = 0
     sig: list[str] = []
@@ -120,6 +109,26 @@ def step_request(
         raise invalid(f"{prefix}inference request batch-size must be <= {spec.max_batch_size} for '{spec.name}'")
     if len(inputs) != len(spec.inputs):
         sig.append("|" + ",".join(sorted(step.input_map)))
+    return inputs, batch_size, sig
+
+
+def step_request(
+    request: InferRequest,
+    step: Step,
+    tensors: dict[str, TensorRef],
+    batched: dict[str, bool],
+    requested: list[str],
+    readers: dict[str, int],
+    specs: Mapping[str, ModelSpec],
+    ready: Mapping[str, list[int]],
+    dispatcher: Dispatcher,
+) -> InferRequest:
+    spec = specs.get(step.model)
+    if spec is None:
+        raise not_found(f"Request for unknown model: '{step.model}' is not found")
+    version = resolve_version(step.model, step.version, ready)
+    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    inputs, batch_size, sig = _step_inputs(spec, step, tensors, batched, prefix)
     # only the outputs something reads; a client's output region goes straight to the producer
     # when nothing else reads the tensor (the worker writes it there, no copy here or at the gateway)
     outputs = [o for o, t in step.output_map.items() if t in requested or readers.get(t)]
