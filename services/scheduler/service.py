@@ -97,7 +97,7 @@ class SchedulerService:
         return {
             "queues": {
                 f"{m}/{v}": {
-                    "queued": q.pending_count,
+                    "queued": self.pump.pending(q),
                     "free_credits": len(q.free),
                     "running_batches": self.pump.flights.count((m, v)),
                 }
@@ -245,7 +245,7 @@ class SchedulerService:
 
     async def _on_stats(self, msg: Msg) -> None:
         """Statistics per model version; a request may ask for latency quantiles (metrics summaries)."""
-        stats = report(self.pump.queues.values(), self.ownership.owns, quantiles_asked(msg.data))
+        stats = report(self.pump.queues.values(), self.ownership.owns, quantiles_asked(msg.data), self.pump.pending)
         self.ensembles.annotate(stats)
         await msg.respond(msgspec.json.encode(stats))
 

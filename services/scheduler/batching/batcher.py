@@ -38,6 +38,8 @@ class Decision:
     take: int  # requests to send now (0 = wait)
     reason: str = ""
     wake_at: float | None = None  # when to look again if waiting
+    # the batch cannot grow: requests arriving later, and time passing, would not change it
+    complete: bool = False
 
 
 def next_batch(queue: Iterable[Queued], policy: BatchPolicy, now: float) -> Decision:
@@ -47,7 +49,7 @@ def next_batch(queue: Iterable[Queued], policy: BatchPolicy, now: float) -> Deci
     if head is None:
         return Decision(0)
     if not policy.dynamic or policy.max_batch_size <= 1:
-        return Decision(1, "default scheduler")
+        return Decision(1, "default scheduler", complete=True)
     preferred = set(policy.preferred or (policy.max_batch_size,))
     total = count = preferred_count = 0
     can_grow = True
@@ -71,7 +73,7 @@ def next_batch(queue: Iterable[Queued], policy: BatchPolicy, now: float) -> Deci
     oldest = head.arrived
     expired = policy.max_queue_delay_s <= 0 or now - oldest >= policy.max_queue_delay_s
     if not can_grow:
-        return Decision(count, reason)
+        return Decision(count, reason, complete=True)
     if expired:
         return Decision(count, "queue delay expired" if policy.max_queue_delay_s > 0 else "no queue delay")
     if preferred_count:

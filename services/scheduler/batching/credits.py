@@ -48,7 +48,7 @@ class Credits:
         if flight is None:
             return
         now_ns = time.time_ns()
-        headers = {p.header.rid: p.header for p in flight.requests}
+        headers = {p.header.rid: p.header for p in flight.requests if p.header.rid not in flight.cancelled}
         if free.batch_size:
             self._record_batch(queue, free)
         for done in free.done:

@@ -51,10 +51,6 @@ class Slot:
     subject: str
     generation: int = 0
 
-    @property
-    def instance_key(self) -> tuple[str, int]:
-        return (self.worker, self.instance)
-
 
 @dataclass
 class InFlight:
@@ -62,6 +58,10 @@ class InFlight:
     slot: Slot
     requests: list[Pending]
     dispatched: float
+    cancelled: set[str] = field(default_factory=set)  # rids whose client left while the batch waited
+
+    def holds(self, rid: str) -> bool:
+        return any(p.header.rid == rid for p in self.requests)
 
 
 def policy_for(spec: ModelSpec | None) -> BatchPolicy:

@@ -21,6 +21,7 @@ from services.scheduler.batching.batcher import next_batch
 from services.scheduler.batching.flights import Flights
 from services.scheduler.batching.interfaces import SequenceBatching
 from services.scheduler.batching.model_queue import InFlight, Key, ModelQueue, Pending, Slot, policy_for
+from services.scheduler.batching.prefetch import may_prefetch
 from services.scheduler.batching.queues import Priorities
 from services.scheduler.batching.ratelimit import RateLimiter, instance_needs
 from services.scheduler.batching.replies import Replies
@@ -107,6 +108,17 @@ class Pump:
             return
         for pending in queue.requests.remove(lambda p: p.header.rid == rid):
             await self.replies.dropped(queue, pending.header, FailReason.CANCELED)
+            return
+        for flight in self.flights.waiting(queue.key):  # sent ahead, not started: cancelled as if queued
+            for pending in flight.requests:
+                if pending.header.rid == rid and rid not in flight.cancelled:
+                    flight.cancelled.add(rid)  # its answer, when it comes, is dropped
+                    await self.replies.dropped(queue, pending.header, FailReason.CANCELED)
+                    return
+
+    def pending(self, queue: ModelQueue) -> int:
+        """Requests not started yet: queued here, or sent ahead and waiting at their instance."""
+        return queue.pending_count + self.flights.waiting_requests(queue.key)
 
     async def abandon(self, queue: ModelQueue, message: str) -> None:
         """The version is gone: fail what still waits for it (a drain normally left nothing)."""
@@ -133,9 +145,10 @@ class Pump:
                 if decision.wake_at is not None:
                     queue.timer = self.after(decision.wake_at - now, lambda: self.pump(queue))
                 return
-            slot = self._take_slot(queue)
-            if slot is None:  # the rate limiter holds every free instance back: a release pumps again
-                return
+            prefetch = may_prefetch(queue.priorities, self.limiter.enabled, decision)
+            slot = self._take_slot(queue, prefetch)
+            if slot is None:  # every free instance is running a batch, or held back by the rate limiter:
+                return  # a completion (or a release) pumps again
             batch = self._take_requests(queue, decision.take)  # both taken before any await
             if log.isEnabledFor(logging.DEBUG):  # --log-verbose, or the logging extension at run time
                 _log_batch(queue, batch, decision.reason)
@@ -176,17 +189,18 @@ class Pump:
         """Whether the rate limiter lets the slot's instance run a batch now."""
         return self.limiter.can_run(queue.need(slot.instance), slot.worker)
 
-    def _take_slot(self, queue: ModelQueue) -> Slot | None:
-        """A credit of an instance the rate limiter lets run: preferably one with nothing running,
-        then the fewest batches started for its priority, then the oldest credit."""
+    def _take_slot(self, queue: ModelQueue, prefetch: bool) -> Slot | None:
+        """A credit of an instance the rate limiter lets run: preferably one with nothing running
+        (only such one unless the batch may be sent ahead, `prefetch.py`), then the fewest batches
+        started for its priority, then the oldest credit."""
         candidates = [
             (
-                self.flights.busy(slot.instance_key),
+                self.flights.busy(queue.key, slot),
                 self.limiter.weight(queue.need(slot.instance), (slot.worker, queue.key, slot.instance)),
                 index,
             )
             for index, slot in enumerate(queue.free)
-            if self.can_run(queue, slot)
+            if self.can_run(queue, slot) and (prefetch or not self.flights.busy(queue.key, slot))
         ]
         if not candidates:
             return None

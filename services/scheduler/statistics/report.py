@@ -4,7 +4,7 @@ what the gateway merges across replicas (failure reasons, latency quantiles, uti
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sized
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -19,11 +19,12 @@ class Reported(Protocol):
     @property
     def stats(self) -> ModelStats: ...
     @property
-    def pending_count(self) -> int: ...
-    @property
     def free(self) -> Sized: ...
     @property
     def cache_enabled(self) -> bool: ...
+
+
+R = TypeVar("R", bound=Reported)
 
 
 def quantiles_asked(data: bytes) -> list[float]:
@@ -36,13 +37,16 @@ def quantiles_asked(data: bytes) -> list[float]:
         return []
 
 
-def report(queues: Iterable[Reported], owns: Callable[[str], bool], quantiles: list[float]) -> dict[str, Any]:
-    """Versions of the models this replica owns, and of any it served before (the gateway sums replicas)."""
+def report(
+    queues: Iterable[R], owns: Callable[[str], bool], quantiles: list[float], pending: Callable[[R], int]
+) -> dict[str, Any]:
+    """Versions of the models this replica owns, and of any it served before (the gateway sums
+    replicas); `pending(queue)`: its requests not started yet."""
     return {
         f"{model}/{version}": {
             "stats": q.stats.json(model, str(version)),
             "fail_reasons": q.stats.fail_reasons,
-            "pending": q.pending_count,
+            "pending": pending(q),
             "free_credits": len(q.free),
             "cache_enabled": q.cache_enabled,
             "latency": q.stats.latencies.json(quantiles),
