@@ -2,7 +2,7 @@
 
 A worker grants two credits per instance, so the next batch can wait at the worker instead of
 a bus round trip after each batch. Triton forms a batch only when an instance is free
-(triton-spec §3.3): a batch formed earlier, while the instance still runs, must be the batch
+(docs/triton-spec.md §3.3): a batch formed earlier, while the instance still runs, must be the batch
 Triton would form when it frees, or priorities, queue policies and batch formation change. It
 is when nothing that can happen in between could change it:
 

@@ -284,9 +284,9 @@ class HandOver:
             queue = self.queues.find(key)
             if self._late_start(queue, header):
                 back.append(raw)
-                residue = self._residue(key)
-                if residue is not None:
-                    residues[key] = residue
+                announced = self._residue(key)
+                if announced is not None:
+                    residues[key] = announced
             else:
                 keep.append(raw)
         if back:
