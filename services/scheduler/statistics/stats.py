@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.scheduler.statistics.latency import Latencies
+from services.scheduler.statistics.reasons import FailReason
 
 
 @dataclass
@@ -68,13 +69,22 @@ class ModelStats:
         self.queue.add(ns)
         self.latencies.add("queue", ns)
 
-    def record_request(self, ok: bool, duration_ns: int, reason: str = "BACKEND") -> None:
+    def record_request(self, ok: bool, duration_ns: int, reason: FailReason = FailReason.BACKEND) -> None:
         if ok:
             self.success.add(duration_ns)
             self.latencies.add("request", duration_ns)
         else:
             self.fail.add(duration_ns)
-            self.fail_reasons[reason] = self.fail_reasons.get(reason, 0) + 1
+            self.fail_reasons[str(reason)] = self.fail_reasons.get(str(reason), 0) + 1
+
+    def record_cache_lookup(self, hit: bool, lookup_ns: int, duration_ns: int) -> None:
+        """A gateway's response-cache lookup: a hit is a successful request that never queued."""
+        if hit:
+            self.cache_hit.add(lookup_ns)
+            self.record_request(True, duration_ns)
+            self.queue.add(0)  # Triton's queue count includes cache hits
+        else:
+            self.cache_miss.add(lookup_ns)
 
     def json(self, name: str, version: str) -> dict[str, Any]:
         return {
