@@ -24,6 +24,7 @@ from services.worker.instances import Instance, LoadedModel
 from services.worker.python import pb_utils
 from services.worker.python.backend import ModelError
 from services.worker.python.bls import BlsRuntime
+from services.worker.python.callables import InProcessModels
 from services.worker.python.decoupled import Cancellations, DecoupledSenders
 from services.worker.python.isolation import die_with_parent
 from services.worker.replies import Replies
@@ -67,7 +68,7 @@ class _Timings:
 
 
 class WorkerService:
-    def __init__(self, settings: WorkerSettings, nc: NATS) -> None:
+    def __init__(self, settings: WorkerSettings, nc: NATS, local: InProcessModels | None = None) -> None:
         self.settings = settings
         self.nc = nc
         # one id per process incarnation: a restarted worker must not inherit the
@@ -75,7 +76,7 @@ class WorkerService:
         self.id = f"{settings.worker_id}-{uuid.uuid4().hex[:6]}"
         self.subject = subjects.worker_exec(self.id)
         self.store = TensorStore(nc, self.id, settings.inline_max_bytes, settings.tensor_transport)
-        self.host = ModelHost(self.id, settings, nc, on_ready=self._grant_idle, on_retired=self._revoke)
+        self.host = ModelHost(self.id, settings, nc, on_ready=self._grant_idle, on_retired=self._revoke, local=local)
         self._tasks: set[asyncio.Task] = set()
         self._loop = asyncio.get_running_loop()
         self.cancellations = Cancellations()
