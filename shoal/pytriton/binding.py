@@ -115,7 +115,9 @@ class Binding:
             raise self._fail(exc) from exc
         if self.model_config.decoupled:
             if not inspect.isgenerator(result) and not isinstance(result, Iterator):
-                raise ShoalError(f"the inference function of decoupled model '{self.name}' must be a generator", Code.INTERNAL)
+                raise ShoalError(
+                    f"the inference function of decoupled model '{self.name}' must be a generator", Code.INTERNAL
+                )
             return self._stream(result)
         return self._results(result)
 
@@ -166,7 +168,9 @@ class Binding:
     def _check_strict(self, name: str, value: np.ndarray) -> None:
         spec = self.outputs.get(name)
         if spec is None:
-            raise ShoalError(f"Returned output `{name}` is not defined in model config for model `{self.name}`.", Code.INTERNAL)
+            raise ShoalError(
+                f"Returned output `{name}` is not defined in model config for model `{self.name}`.", Code.INTERNAL
+            )
         bytes_types = (bytes, object, np.bytes_, np.object_)
         text = value.dtype.kind in "OSU"
         if (not text and not np.issubdtype(value.dtype, spec.dtype)) or (text and spec.dtype not in bytes_types):

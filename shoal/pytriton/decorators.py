@@ -129,7 +129,9 @@ def batch(wrapped, instance, args, kwargs):
         wrong = {name: tensor.shape for name, tensor in result.items() if tensor.shape[0] != total}
         if wrong:
             shapes = ", ".join(f"{name}: {shape}" for name, shape in wrong.items())
-            raise ValueError(f"Received output tensors with different batch sizes: {shapes}. Expected batch size: {total}. ")
+            raise ValueError(
+                f"Received output tensors with different batch sizes: {shapes}. Expected batch size: {total}. "
+            )
         bounds = list(itertools.accumulate(sizes, initial=0))
         return [{name: tensor[a:b, ...] for name, tensor in result.items()} for a, b in zip(bounds, bounds[1:])]
 
@@ -237,7 +239,9 @@ def fill_optionals(**defaults: np.ndarray):
             raise PyTritonBadParameterError(f"Could not found {', '.join(unknown)} inputs")
         not_numpy = [f"{k}={v}" for k, v in defaults.items() if not isinstance(v, np.ndarray)]
         if not_numpy:
-            raise PyTritonBadParameterError(f"Could not use {', '.join(not_numpy)} defaults as they are not NumPy arrays")
+            raise PyTritonBadParameterError(
+                f"Could not use {', '.join(not_numpy)} defaults as they are not NumPy arrays"
+            )
         wrong_dtypes = [
             f"{k}: dtype={v.dtype} expected_dtype={inputs[k].dtype}"
             for k, v in defaults.items()

@@ -14,12 +14,14 @@ the `with` block and at exit) withdraws them: the last process serving a model u
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import logging
 import os
 import re
+import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from shoal.pytriton.binding import Binding
@@ -120,6 +122,7 @@ class Triton:
         self._cv = threading.Condition()
         self._connected = False
         self._stopped = True
+        self._stop_requested = False
         atexit.register(self.stop)
 
     # -- PyTriton's API -----------------------------------------------------------------
@@ -174,15 +177,30 @@ class Triton:
             self._serve_binding(binding)
 
     def serve(self, monitoring_period_s: float = MONITORING_PERIOD_S) -> None:
-        """Run, then block until `stop()` (from another thread, or an unrecoverable error) or Ctrl-C."""
+        """Run, then block until `stop()` (another thread, an unrecoverable error), Ctrl-C or SIGTERM."""
         self.run()
-        with self._cv:
-            try:
-                while self.is_alive():
-                    self._cv.wait(timeout=monitoring_period_s)
-            except KeyboardInterrupt:
-                log.info("SIGINT received, exiting.")
+        with _stop_signals(self._request_stop):
+            with self._cv:
+                try:
+                    while self.is_alive() and not self._stop_requested:
+                        self._cv.wait(timeout=monitoring_period_s)
+                except KeyboardInterrupt:
+                    log.info("SIGINT received, exiting.")
         self.stop()
+
+    def _request_stop(self, *_: Any) -> None:
+        # a signal handler: only wake serve(), which stops outside the handler
+        self._stop_requested = True
+        threading.Thread(target=self._notify, daemon=True).start()
+
+    def _notify(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
+
+    @property
+    def nats_url(self) -> str | None:
+        """The NATS of the cluster this process serves on (Shoal's): other copies join with it."""
+        return self._worker.settings.nats_url if self._worker is not None else self._config.nats_url
 
     def is_alive(self) -> bool:
         return not self._stopped and self._worker is not None and self._worker.alive
@@ -244,8 +262,24 @@ class Triton:
         threading.Thread(target=self.stop, name="shoal-pytriton-stop", daemon=True).start()
 
 
+@contextlib.contextmanager
+def _stop_signals(handler: Callable) -> Iterator[None]:
+    """SIGINT and SIGTERM stop `serve()` cleanly (also where a shell started it with SIGINT ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def _validate_model_name(model_name: str) -> None:
     if not model_name:
         raise PyTritonValidationError("Model name cannot be empty")
     if not re.match(r"^[a-zA-Z0-9._-]+$", model_name):
-        raise PyTritonValidationError("Model name can only contain alphanumeric characters, dots, underscores and dashes")
+        raise PyTritonValidationError(
+            "Model name can only contain alphanumeric characters, dots, underscores and dashes"
+        )
