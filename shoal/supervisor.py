@@ -24,9 +24,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic_settings import BaseSettings
+
 from shared.natsserver import NatsServer, default_cache_dir
 from shared.settings import (
-    BaseSettings,
     GatewaySettings,
     RepositorySettings,
     SchedulerSettings,

@@ -2,7 +2,7 @@
 
 Registrations live in a JetStream KV bucket so every gateway sees them; the worker
 reads inputs from and writes outputs into a region directly. Error texts and status
-codes follow Triton's (triton-spec §1.11).
+codes follow Triton's (docs/triton-spec.md §1.11).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """KServe v2 / Triton HTTP inference bodies: JSON, binary tensor extension, compression.
 
 Pure functions: bytes in, typed request out; outputs in, bytes out. Error texts and
-status codes follow Triton's (triton-spec §1.2, §1.7).
+status codes follow Triton's (docs/triton-spec.md §1.2, §1.7).
 """
 
 from __future__ import annotations
