@@ -111,7 +111,9 @@ class InProcessWorker:
         deadline = time.monotonic() + timeout
         record = await self._record(binding.name)
         if record is not None and record.hosted and _fingerprint(record.config) == _fingerprint(binding.config()):
-            # loaded already by another process with this very binding: our worker picks it up by itself
+            # loaded already by another process with this very binding: host it as it is (the worker
+            # saw the record before the function was registered, so it has to look again)
+            await self.service.host.apply(binding.name, record)
             if await self._wait_serving(binding.name, binding.version, deadline):
                 return
         parameters = {
