@@ -93,7 +93,7 @@ class Binding:
         self.outputs = {spec.name: spec for spec in self.triton_config.outputs or []}
         for function in functions:  # what @triton_context, @batch and friends read
             context.model_configs[function] = copy.deepcopy(self.triton_config)
-            target = function.__self__ if hasattr(function, "__self__") else function
+            target: Any = function.__self__ if hasattr(function, "__self__") else function
             target.__triton_context__ = context
 
     def config(self) -> dict:

@@ -90,9 +90,10 @@ def convert_output(outputs: Any, wrapped: Callable | None = None, instance: Any 
         return outputs
     if isinstance(outputs, (list, tuple)):
         config = model_config or get_model_config(wrapped, instance)  # type: ignore[arg-type]
-        if len(outputs) != len(config.outputs):
+        specs = list(config.outputs or [])
+        if len(outputs) != len(specs):
             raise PyTritonValidationError("Outputs length different than config outputs length")
-        return {spec.name: output for spec, output in zip(config.outputs, outputs)}
+        return {spec.name: output for spec, output in zip(specs, outputs)}
     raise PyTritonValidationError(f"Unsupported output type {type(outputs)}.")
 
 

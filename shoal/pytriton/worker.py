@@ -29,7 +29,7 @@ from nats.aio.client import Client as NATS
 from services.worker.python.callables import IN_PROCESS, InProcessModels
 from services.worker.service import WorkerService
 from shared import bus, subjects
-from shared.errors import ShoalError
+from shared.errors import Code, ShoalError
 from shared.messages import InstanceRecord, ModelRecord
 from shared.repository_client import repository_call
 from shared.settings import WorkerSettings
@@ -53,16 +53,27 @@ class TritonPythonModel:
 class InProcessWorker:
     def __init__(self, nats_url: str, log_verbose: int = 0) -> None:
         self.models = InProcessModels()
-        self.settings = WorkerSettings(
-            nats_url=nats_url,
-            log_verbose=log_verbose,
-            worker_id=f"pytriton-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}",
-            python_isolation="none",  # the functions live in this process: nothing to isolate them in
-        )
+        settings: dict[str, Any] = {
+            "nats_url": nats_url,
+            "log_verbose": log_verbose,
+            "worker_id": f"pytriton-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}",
+            "python_isolation": "none",  # the functions live in this process: nothing to isolate them in
+        }
+        self.settings = WorkerSettings(**settings)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="shoal-pytriton-worker", daemon=True)
-        self.nc: NATS | None = None
-        self.service: WorkerService | None = None
+        self._nc: NATS | None = None
+        self._service: WorkerService | None = None
+
+    @property
+    def nc(self) -> NATS:
+        assert self._nc is not None, "the worker is not started"
+        return self._nc
+
+    @property
+    def service(self) -> WorkerService:
+        assert self._service is not None, "the worker is not started"
+        return self._service
 
     # -- the loop's thread --------------------------------------------------------------
     def call(self, coroutine: Coroutine[Any, Any, Any], timeout: float) -> Any:
@@ -77,8 +88,8 @@ class InProcessWorker:
         self.call(self._start(), timeout)
 
     async def _start(self) -> None:
-        self.nc = await bus.connect(self.settings.nats_url, f"shoal-pytriton-{os.getpid()}")
-        self.service = WorkerService(self.settings, self.nc, local=self.models)
+        self._nc = await bus.connect(self.settings.nats_url, f"shoal-pytriton-{os.getpid()}")
+        self._service = WorkerService(self.settings, self._nc, local=self.models)
         await self.service.start()
         self.instances_kv = await bus.bucket(self.nc, subjects.INSTANCES_BUCKET)
         self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
@@ -91,10 +102,10 @@ class InProcessWorker:
             self._thread.join(timeout)
 
     async def _stop(self) -> None:
-        if self.service is not None:
-            await self.service.stop()
-        if self.nc is not None:
-            await self.nc.drain()
+        if self._service is not None:
+            await self._service.stop()
+        if self._nc is not None:
+            await self._nc.drain()
         # what the bus client left running (JetStream watchers) ends here, not as "destroyed" tasks
         others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for task in others:
@@ -125,7 +136,7 @@ class InProcessWorker:
         payload = {"name": binding.name, "parameters": parameters}
         await repository_call(self.nc, subjects.REPOSITORY_LOAD, payload, max(1.0, deadline - time.monotonic()))
         if not await self._wait_serving(binding.name, binding.version, deadline):
-            raise ShoalError(f"model '{binding.name}' did not become ready in {timeout:.0f}s", "UNAVAILABLE")
+            raise ShoalError(f"model '{binding.name}' did not become ready in {timeout:.0f}s", Code.UNAVAILABLE)
 
     async def _record(self, name: str) -> ModelRecord | None:
         try:
@@ -136,7 +147,7 @@ class InProcessWorker:
 
     async def _wait_serving(self, name: str, version: int, deadline: float) -> bool:
         while time.monotonic() < deadline:
-            loaded = self.service.host.models.get((name, version)) if self.service else None
+            loaded = self.service.host.models.get((name, version))
             if loaded is not None and loaded.ready and not loaded.retired:
                 return True
             await asyncio.sleep(0.05)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,7 +24,7 @@ import numpy as np
 
 from services.worker.python import pb_utils
 from services.worker.python.backend import DECOUPLED, ModelError
-from shared.errors import ShoalError, internal, unavailable
+from shared.errors import Code, ShoalError, internal, unavailable
 from shared.model_config import ModelSpec
 
 IN_PROCESS = "shoal-in-process"  # config parameter: hosted only by the process that registered it
@@ -53,7 +53,7 @@ class Handler(Protocol):
     decoupled model, an iterable of such lists). Raising fails the batch's requests; a
     `ShoalError` keeps its code (INVALID_ARG becomes a 400)."""
 
-    def __call__(self, requests: list[CallRequest]) -> Sequence[Outputs] | Iterable[Sequence[Outputs]]: ...
+    def __call__(self, requests: list[CallRequest]) -> Any: ...
 
 
 class CallableModel(Protocol):
@@ -95,7 +95,7 @@ class CallableInstance:
             self._stream(calls, [meta["response_sender"] for meta in metadata])
             return [DECOUPLED] * len(calls)
         try:
-            results = list(self.handler(calls))  # type: ignore[arg-type]
+            results: list[Any] = list(self.handler(calls))
         except Exception as exc:  # the function raised: its requests fail, the worker goes on
             return [model_error(exc)] * len(calls)
         if len(results) != len(calls):
@@ -105,8 +105,9 @@ class CallableInstance:
 
     def _stream(self, calls: list[CallRequest], senders: list[pb_utils.InferenceResponseSender]) -> None:
         try:
-            for step in self.handler(calls):
-                pieces = list(step)  # type: ignore[arg-type]
+            steps: Iterable[Any] = self.handler(calls)
+            for step in steps:
+                pieces: list[Any] = list(step)
                 if len(pieces) != len(calls):
                     raise internal(f"the model yielded {len(pieces)} responses for {len(calls)} requests")
                 for sender, piece in zip(senders, pieces):
@@ -117,7 +118,9 @@ class CallableInstance:
             for sender in senders:
                 if not sender.closed:
                     triton_error = pb_utils.TritonError(error.message, pb_utils.TritonError.code_of(error.code))
-                    sender.send(pb_utils.InferenceResponse(error=triton_error), pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    sender.send(
+                        pb_utils.InferenceResponse(error=triton_error), pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                    )
             return
         for sender in senders:
             if not sender.closed:
@@ -132,7 +135,7 @@ class CallableInstance:
         if isinstance(result, str):
             return {}
         if isinstance(result, ModelError):
-            raise ShoalError(result.message, result.code)
+            raise ShoalError(result.message, Code(result.code))
         return result
 
     def close(self) -> None:

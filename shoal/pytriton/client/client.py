@@ -267,7 +267,7 @@ class FuturesModelClient:
         inference_timeout_s: float | None = None,
     ) -> None:
         self._url, self._model_name, self._model_version = url, model_name, model_version
-        self._kwargs = {"init_timeout_s": init_timeout_s, "inference_timeout_s": inference_timeout_s}
+        self._kwargs: dict[str, Any] = {"init_timeout_s": init_timeout_s, "inference_timeout_s": inference_timeout_s}
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="shoal-futures-client")
         self._local = threading.local()
         self._clients: list[ModelClient] = []
