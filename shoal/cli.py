@@ -232,7 +232,7 @@ def _status(argv: list[str]) -> None:
     import asyncio
     import json
 
-    from shared import status
+    from shoal import status
 
     parser = argparse.ArgumentParser(prog="shoal status", description="The live topology of a running Shoal.")
     parser.add_argument("--nats-url", default=None, help="default: the NATS of the last `shoal serve`")

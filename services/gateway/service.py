@@ -9,16 +9,21 @@ import logging
 import msgspec
 import uvicorn
 
-from services.gateway.http.app import Gateway, build_app, scheduler_stats
+from services.gateway.http.app import build_app
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app
+from services.inference import trace
+from services.inference.cache import ResponseCache
 from services.inference.core import InferenceCore
 from services.inference.models import ModelRegistry
+from services.inference.server import InferenceServer
 from services.inference.shm import ShmRegistry
-from shared import bus, discovery
+from services.inference.statistics import scheduler_stats
+from shared import bus, discovery, subjects
 from shared.dispatch import Dispatcher
 from shared.logsettings import follow
+from shared.messages import CacheEvent
 from shared.settings import GatewaySettings
 from shared.tensors import TensorStore
 
@@ -47,6 +52,15 @@ def metrics_options(settings: GatewaySettings) -> MetricsOptions:
     )
 
 
+def tracer(settings: GatewaySettings) -> trace.Tracer:
+    levels = tuple(level.strip().upper() for level in settings.trace_level.split(","))
+    return trace.Tracer(
+        trace.TraceSettings(
+            levels, settings.trace_rate, settings.trace_count, settings.trace_log_frequency, settings.trace_file
+        )
+    )
+
+
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     nc = await bus.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
     await follow(nc, "gateway")
@@ -58,7 +72,30 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     await dispatcher.start()
     shm = ShmRegistry(nc, store.host, settings.allow_client_shm)
     await shm.start()
-    gateway = Gateway(settings, nc, registry, InferenceCore(dispatcher, store, settings.request_timeout_s, shm))
+
+    async def cache_event(event: CacheEvent) -> None:  # the scheduler counts hits and misses
+        await nc.publish(subjects.SCHEDULER_CACHE, msgspec.msgpack.encode(event))
+
+    requests_tracer = tracer(settings)
+    core = InferenceCore(
+        registry,
+        dispatcher,
+        store,
+        settings.request_timeout_s,
+        shm,
+        ResponseCache(settings.cache_bytes) if settings.cache_bytes > 0 else None,
+        requests_tracer,
+        cache_event,
+    )
+    server = InferenceServer(
+        nc,
+        core,
+        requests_tracer,
+        settings.id,
+        settings.strict_readiness,
+        settings.repository_timeout_s,
+        settings.log_verbose,
+    )
 
     def status() -> dict:
         return {
@@ -89,7 +126,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     servers = [
         _Server(
             uvicorn.Config(
-                build_app(gateway),
+                build_app(server, settings.http_max_input_size),
                 host=settings.http_address,
                 port=settings.http_port,
                 http=CorkedHttpToolsProtocol,

@@ -32,12 +32,15 @@ def _shape_matches(dims: tuple[int, ...], shape: list[int]) -> bool:
     return len(dims) == len(shape) and all(d == -1 or d == s for d, s in zip(dims, shape))
 
 
-def validate(spec: ModelSpec, request: ParsedRequest, streaming: bool = False) -> Validated:
-    """`streaming`: the endpoint can carry a decoupled model's many responses."""
+def validate(
+    spec: ModelSpec, request: ParsedRequest, streaming: bool = False, endpoint: str = "HTTP end point"
+) -> Validated:
+    """`streaming`: the endpoint can carry a decoupled model's many responses; `endpoint`: how
+    Triton names the one that cannot (in the refusal's text)."""
     prefix = f"[request id: {request.id or '<id_unknown>'}] "
     model = spec.name
     if spec.decoupled and not streaming:
-        raise ShoalError("HTTP end point doesn't support models with decoupled transaction policy", Code.UNSUPPORTED)
+        raise ShoalError(f"{endpoint} doesn't support models with decoupled transaction policy", Code.UNSUPPORTED)
     given = [t.name for t in request.inputs]
     for tensor in request.inputs:
         if spec.input(tensor.name) is None:

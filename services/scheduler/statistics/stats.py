@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.scheduler.statistics.latency import Latencies
+from shared.statistics import INFERENCE_STATS, model_stats_doc
 
 
 @dataclass
@@ -77,24 +78,14 @@ class ModelStats:
             self.fail_reasons[reason] = self.fail_reasons.get(reason, 0) + 1
 
     def json(self, name: str, version: str) -> dict[str, Any]:
-        return {
-            "name": name,
-            "version": version,
-            "last_inference": self.last_inference_ms,
-            "inference_count": self.inference_count,
-            "execution_count": self.execution_count,
-            "inference_stats": {
-                "success": self.success.json(),
-                "fail": self.fail.json(),
-                "queue": self.queue.json(),
-                "compute_input": self.compute_input.json(),
-                "compute_infer": self.compute_infer.json(),
-                "compute_output": self.compute_output.json(),
-                "cache_hit": self.cache_hit.json(),
-                "cache_miss": self.cache_miss.json(),
-            },
-            "response_stats": {},
-            "batch_stats": [
+        return model_stats_doc(
+            name,
+            version,
+            self.last_inference_ms,
+            self.inference_count,
+            self.execution_count,
+            {k: getattr(self, k).json() for k in INFERENCE_STATS},
+            [
                 {
                     "batch_size": size,
                     "compute_input": b.compute_input.json(),
@@ -103,5 +94,4 @@ class ModelStats:
                 }
                 for size, b in sorted(self.batches.items())
             ],
-            "memory_usage": [],
-        }
+        )
