@@ -9,6 +9,7 @@ import logging
 import msgspec
 import uvicorn
 
+from services.gateway.grpc import server as grpc_server
 from services.gateway.http.app import build_app
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics.custom import CustomMetrics
@@ -100,6 +101,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     def status() -> dict:
         return {
             "http": f"{settings.http_address}:{settings.http_port}",
+            "grpc": f"{settings.grpc_address}:{settings.grpc_port}" if settings.allow_grpc else "off",
             "models": len(registry.records),
             "requests_in_flight": dispatcher.in_flight,
             "shm_regions": len(shm.regions),
@@ -111,6 +113,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         settings.gateway_id,
         status,
         http_port=str(settings.http_port),
+        grpc_port=str(settings.grpc_port) if settings.allow_grpc else "",
         metrics_port=str(settings.metrics_port),
     )
 
@@ -148,20 +151,27 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
                 )
             )
         )
+    grpc_listener = await grpc_server.start(settings, server) if settings.allow_grpc else None
+    if grpc_listener is not None:
+        log.info("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.grpc_port)
     log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
     if settings.allow_metrics:
         log.info("Started Metrics Service at %s:%d", settings.http_address, settings.metrics_port)
 
     async def stop_servers() -> None:
         await stop.wait()
-        for server in servers:
-            server.should_exit = True
+        for listener in servers:
+            listener.should_exit = True
+        if grpc_listener is not None:
+            await grpc_listener.stop(settings.exit_timeout_s)  # in-flight calls may finish
 
     stopper = asyncio.create_task(stop_servers())
     try:
         await asyncio.gather(*(server.serve() for server in servers))
     finally:
         stopper.cancel()
+        if grpc_listener is not None:
+            await grpc_listener.stop(0)
         await micro.stop()
         await shm.stop()
         await registry.stop()
