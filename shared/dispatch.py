@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import msgspec
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from shared import subjects
 from shared.errors import ShoalError, unavailable
@@ -32,7 +33,7 @@ _response_decoder = msgspec.msgpack.Decoder(InferResponse)
 _batch_decoder = msgspec.msgpack.Decoder(ResponseBatch)
 
 
-def _groups(requests: list[tuple[str, bytes]], budget: int):
+def _groups(requests: list[tuple[str, bytes]], budget: int) -> Iterator[list[tuple[str, bytes]]]:
     """Consecutive runs of encoded requests whose bytes fit one message."""
     group: list[tuple[str, bytes]] = []
     size = 0
@@ -46,7 +47,7 @@ def _groups(requests: list[tuple[str, bytes]], budget: int):
         yield group
 
 
-def _expire(future: asyncio.Future) -> None:
+def _expire(future: asyncio.Future[InferResponse]) -> None:
     if not future.done():
         future.set_exception(unavailable("Request timeout expired"))
 
@@ -56,7 +57,9 @@ class Dispatcher:
         self.nc = nc
         self.inbox = subjects.gateway_inbox(gateway_id)
         self.store = store
-        self._pending: dict[str, asyncio.Future | asyncio.Queue] = {}  # rid -> one answer, or a stream
+        self._pending: dict[
+            str, asyncio.Future[InferResponse] | asyncio.Queue[InferResponse]
+        ] = {}  # rid -> one answer, or a stream
         self._ids = itertools.count()
         self._outbox: dict[str, list[tuple[str, bytes]]] = {}
         self._flush_scheduled = False
@@ -78,7 +81,7 @@ class Dispatcher:
 
     async def infer(self, request: InferRequest, timeout: float) -> InferResponse:
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future: asyncio.Future[InferResponse] = loop.create_future()
         self._pending[request.rid] = future
         # a timer on the future itself: cheaper than asyncio.wait_for's wrapping per request
         timer = loop.call_later(timeout, _expire, future)
@@ -143,7 +146,7 @@ class Dispatcher:
         try:
             await self.nc.publish(subjects.infer(model), payload, reply=f"{self.inbox}.{batch_id}")
         except Exception as exc:  # not connected, payload too large: fail these requests now
-            self._fail(self._groups.pop(batch_id), ShoalError(f"cannot reach the scheduler: {exc}", "UNAVAILABLE"))
+            self._fail(self._groups.pop(batch_id), unavailable(f"cannot reach the scheduler: {exc}"))
 
     def _fail(self, rids: list[str], exc: ShoalError) -> None:
         for rid in rids:
@@ -153,12 +156,12 @@ class Dispatcher:
             elif waiter is not None and not waiter.done():
                 waiter.set_exception(exc)
 
-    async def _on_reply(self, msg) -> None:
+    async def _on_reply(self, msg: Msg) -> None:
         token = msg.subject.rsplit(".", 1)[1]
         if msg.headers and msg.headers.get("Status") == "503":
             self._fail(
                 self._groups.pop(token, [token]),
-                ShoalError("no scheduler is serving requests (is the scheduler running?)", "UNAVAILABLE"),
+                unavailable("no scheduler is serving requests (is the scheduler running?)"),
             )
             return
         try:

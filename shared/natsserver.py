@@ -15,7 +15,8 @@ from pathlib import Path
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def find_binary() -> str:
@@ -26,7 +27,7 @@ def find_binary() -> str:
     return found
 
 
-def wait_for_port(port: int, timeout: float, process: subprocess.Popen | None = None) -> None:
+def wait_for_port(port: int, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
@@ -48,7 +49,7 @@ class NatsServer:
         self.max_payload = max_payload
         self.store_dir = tempfile.mkdtemp(prefix="shoal-nats-")
         self.log_path = Path(self.store_dir) / "nats-server.log"
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -99,7 +100,7 @@ class NatsServer:
     def __enter__(self) -> "NatsServer":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

@@ -11,10 +11,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from pydantic_settings import BaseSettings
+
 from shared import settings as s
 from shoal import grpc_flags
 
-SERVICES = {
+SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": s.GatewaySettings,
     "scheduler": s.SchedulerSettings,
     "worker": s.WorkerSettings,
@@ -24,7 +26,6 @@ SERVICES = {
 # tritonserver flags Shoal does not implement (yet): flag -> why
 UNSUPPORTED_FLAGS = {
     "--grpc-infer-thread-count": "the gRPC endpoint is one event loop; scale out with more gateways instead",
-    "--http-restricted-api": "restricted API categories are not implemented yet",
     "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
     "--backend-config": "backend configuration settings are not implemented yet",
     "--backend-directory": "Shoal's backends are Python modules, not a directory of shared libraries",
@@ -76,6 +77,12 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-address", default="0.0.0.0")
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024)
+    p.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        help="<api>[,<api>...]:<header>=<value>: those API groups answer 403 without that header (repeatable)",
+    )
     p.add_argument("--metrics-port", type=int, default=8002)
     p.add_argument("--metrics-address", default=None)
     _bool_flag(p, "--allow-metrics", True)
@@ -135,6 +142,12 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     except ValueError as exc:
         raise SystemExit(f"shoal serve: {exc}") from None
     grpc_flags.check(args)
+    try:
+        from services.gateway.http.restricted import parse as parse_restricted
+
+        parse_restricted(args.http_restricted_api)
+    except ValueError as exc:
+        raise SystemExit(f"shoal serve: {exc}") from None
     args.trace = trace_settings(args)
     args.metrics = metrics_config(args.metrics_config)
     args.cache_bytes = cache_size(args)

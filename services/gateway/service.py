@@ -129,7 +129,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     servers = [
         _Server(
             uvicorn.Config(
-                build_app(server, settings.http_max_input_size),
+                build_app(server, settings.http_max_input_size, settings.http_restricted_api),
                 host=settings.http_address,
                 port=settings.http_port,
                 http=CorkedHttpToolsProtocol,

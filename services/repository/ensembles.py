@@ -1,6 +1,6 @@
 """Ensemble readiness: an ensemble has no instances; its state follows its composing models.
 
-Triton's rule (spec §3.5): an ensemble is READY when every composing model it names is
+Triton's rule (docs/triton-spec.md §3.5): an ensemble is READY when every composing model it names is
 READY (at the version the step asks for), and its graph is consistent with their configs.
 It becomes UNAVAILABLE, with the reason, when one of them is not, and READY again when it
 is back. The structural checks that need no other model run once at load (a bad graph is
@@ -10,11 +10,13 @@ a member changes, because the members can change without the ensemble being relo
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from shared.ensemble_graph import check_members, graph_from_config, is_ensemble
 from shared.messages import ModelRecord, ModelVersionState
 
 
-def record_is_ensemble(record: ModelRecord | None) -> bool:
+def record_is_ensemble(record: ModelRecord | None) -> TypeGuard[ModelRecord]:
     return record is not None and is_ensemble(record.active_config)
 
 

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from services.gateway.http import restricted
 from services.gateway.http.handlers import Handlers, error_response
 from services.gateway.http.infer import InferFastPath
 from services.inference.server import InferenceServer
@@ -69,7 +70,9 @@ def _shm_routes(h: Handlers) -> list[Route]:
     return routes
 
 
-def build_app(server: InferenceServer, max_input_size: int, lifespan=None) -> InferFastPath:
+def build_app(
+    server: InferenceServer, max_input_size: int, restricted_api: list[str] | None = None, lifespan=None
+) -> restricted.ASGIApp:
     h = Handlers(server, max_input_size)
     routes = [
         Route("/v2/health/live", triton_errors(h.live), methods=["GET"]),
@@ -94,4 +97,4 @@ def build_app(server: InferenceServer, max_input_size: int, lifespan=None) -> In
             Route(base + "/generate_stream", triton_errors(h.generate_stream), methods=["POST"]),
         ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _not_found}, lifespan=lifespan)
-    return InferFastPath(server.core, max_input_size, app)
+    return restricted.wrap(InferFastPath(server.core, max_input_size, app), restricted_api or [])

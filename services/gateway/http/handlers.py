@@ -27,6 +27,7 @@ def error_response(message: str, status: int, headers: dict[str, str] | None = N
 
 
 def decode_json(body: bytes) -> Any:
+    codec.check_depth(body)
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:  # Triton's 400
@@ -147,7 +148,7 @@ class Handlers:
         if doc != {}:
             ready = doc.get("ready", False) if isinstance(doc, dict) else None
             if not isinstance(ready, bool):
-                raise invalid("Unable to parse 'ready': attempt to access JSON non-boolean as boolean")
+                raise invalid("attempt to access JSON non-boolean as boolean")  # Triton's text, unprefixed
         return json_response(await self.server.repository_index(ready))
 
     async def load(self, request: Request) -> Response:

@@ -138,5 +138,8 @@ class InferFastPath:
             # the rest of an oversize body was read (and dropped) so the client gets this
             # error rather than a connection reset
             declared = headers.get("content-length", "")
-            raise codec.size_error(int(declared) if declared.isdigit() else size, limit)
+            total = int(declared) if declared.isdigit() else size
+            if headers.get("inference-header-content-length", "").strip() == "0":
+                raise codec.raw_size_error(total, limit)
+            raise codec.size_error(total, limit)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
