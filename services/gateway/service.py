@@ -91,6 +91,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     server = InferenceServer(
         nc,
         core,
+        shm,
         requests_tracer,
         settings.id,
         settings.strict_readiness,

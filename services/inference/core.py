@@ -8,7 +8,7 @@ wire format into a `ParsedRequest` and encodes the `Answer` it gets back.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from services.inference import classification
@@ -112,7 +112,7 @@ class InferenceCore:
         *,
         timeout_s: float | None = None,
         empty_final: bool = False,
-    ) -> AsyncIterator[Answer | ShoalError]:
+    ) -> AsyncGenerator[Answer | ShoalError, None]:
         """A model's responses as they come (many for a decoupled model). An error response is
         yielded as a `ShoalError` and the stream goes on if the model said more will follow;
         closing the iterator early cancels the request (it leaves its queue)."""

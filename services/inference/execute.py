@@ -5,11 +5,11 @@ The inference core (`core.py`) wraps this with the response cache, classificatio
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from services.inference.sequence_params import sequence_params
 from services.inference.shm import DISABLED, ShmRegistry
-from services.inference.types import OutputTensor, ParsedRequest
+from services.inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
 from services.inference.validation import Validated
 from shared.dispatch import Dispatcher
 from shared.errors import ShoalError, invalid, unsupported
@@ -30,7 +30,7 @@ def _uint(parameters: dict, key: str) -> int:
 
 
 def _regions_used(parsed: ParsedRequest) -> list[str]:
-    tensors = [*parsed.inputs, *(parsed.outputs or [])]
+    tensors: list[InputTensor | RequestedOutput] = [*parsed.inputs, *(parsed.outputs or [])]
     return [str(t.parameters.get("shared_memory_region")) for t in tensors if t.in_shared_memory]
 
 
@@ -78,7 +78,7 @@ class Executor:
         valid: Validated,
         timeout_s: float | None = None,
         empty_final: bool = False,
-    ) -> AsyncIterator[tuple[list[OutputTensor], dict, InferResponse] | ShoalError]:
+    ) -> AsyncGenerator[tuple[list[OutputTensor], dict, InferResponse] | ShoalError, None]:
         """A model's responses as they come (many for decoupled models); an error response is
         yielded as a `ShoalError`, and the stream goes on if the model said more will follow.
         `empty_final`: also yield the final flag that comes alone (gRPC streams can show it)."""

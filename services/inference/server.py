@@ -16,6 +16,7 @@ from nats.aio.client import Client as NATS
 
 from services.inference.core import InferenceCore
 from services.inference.models import ModelRegistry
+from services.inference.shm import ShmRegistry
 from services.inference.statistics import model_entries, scheduler_stats
 from services.inference.trace import Tracer
 from shared import logsettings, subjects
@@ -47,6 +48,7 @@ class InferenceServer:
         self,
         nc: NATS,
         core: InferenceCore,
+        shm: ShmRegistry,
         tracer: Tracer,
         server_id: str,
         strict_readiness: bool,
@@ -56,7 +58,7 @@ class InferenceServer:
         self.nc = nc
         self.core = core
         self.registry: ModelRegistry = core.registry
-        self.shm = core.shm
+        self.shm = shm
         self.tracer = tracer
         self.server_id = server_id
         self.strict_readiness = strict_readiness

@@ -21,7 +21,7 @@ async def scheduler_stats(nc: NATS, payload: bytes = b"") -> dict[str, Any]:
     Waiting for a quiet moment costs a few ms per call, so the replica count from the last
     full gather (renewed every second, so new replicas are seen) ends the wait early."""
     fresh = time.monotonic() - _replicas["learned"] < 1.0
-    replies = await bus.gather(nc, subjects.SCHEDULER_STATS, payload, expected=_replicas["count"] if fresh else 0)
+    replies = await bus.gather(nc, subjects.SCHEDULER_STATS, payload, expected=int(_replicas["count"]) if fresh else 0)
     if not replies:
         raise unavailable("the scheduler is not available")
     if not fresh:

@@ -46,7 +46,7 @@ def run(binary: str, url: str, *args: str) -> str:
             "--max-trials",
             "4",
             "--stability-percentage",
-            "100",
+            "1000",  # these check the protocol, not stability: a shared test machine never settles
             *args,
         ],
         capture_output=True,

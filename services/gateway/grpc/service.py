@@ -19,7 +19,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from services.gateway.grpc import convert
 from services.inference.server import InferenceServer
-from shared.errors import ShoalError, invalid, not_found
+from shared.errors import Code, ShoalError, invalid, not_found
 
 log = logging.getLogger("shoal.gateway")
 
@@ -96,7 +96,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
             return
         header, expected = restriction
         if dict(context.invocation_metadata() or ()).get(header) != expected:
-            raise ShoalError(f"This protocol is restricted, expecting header '{header}'", "UNAVAILABLE")
+            raise ShoalError(f"This protocol is restricted, expecting header '{header}'", Code.UNAVAILABLE)
 
     # -- health and metadata --------------------------------------------------------------
     @_rpc
@@ -205,7 +205,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
             yield convert.stream_error(exc, request)
         except Exception as exc:  # a bug fails this request, not the stream
             log.exception("unhandled error on a stream request")
-            yield convert.stream_error(ShoalError(f"internal error: {exc}", "INTERNAL"), request)
+            yield convert.stream_error(ShoalError(f"internal error: {exc}", Code.INTERNAL), request)
 
     # -- model repository -------------------------------------------------------------------
     @_rpc

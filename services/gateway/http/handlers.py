@@ -54,7 +54,8 @@ def model_path(request: Request) -> tuple[str, str]:
     return request.path_params["model"], version
 
 
-_OK = {"status_code": 200, "media_type": "application/json"}
+def ok() -> Response:
+    return Response(status_code=200, media_type="application/json")
 
 
 class Handlers:
@@ -154,7 +155,7 @@ class Handlers:
     async def load(self, request: Request) -> Response:
         doc = await json_body(request)
         await self.server.load(request.path_params["model"], doc.get("parameters", {}))
-        return Response(**_OK)
+        return ok()
 
     async def unload(self, request: Request) -> Response:
         doc = await json_body(request)
@@ -162,7 +163,7 @@ class Handlers:
         if not isinstance(dependents, bool):
             raise invalid("Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean")
         await self.server.unload(request.path_params["model"], dependents)
-        return Response(**_OK)
+        return ok()
 
     async def statistics(self, request: Request) -> Response:
         name = request.path_params.get("model", "")
@@ -195,8 +196,8 @@ class Handlers:
             await self.server.shm.register_system(name, doc)
         else:
             await self.server.shm.register_cuda(name, doc)
-        return Response(**_OK)
+        return ok()
 
     async def shm_unregister(self, request: Request) -> Response:
         await self.server.shm.unregister(request.path_params["kind"], request.path_params.get("region", ""))
-        return Response(**_OK)
+        return ok()
