@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings
 
 from shared import settings as s
+from shoal import grpc_flags
 
 SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": s.GatewaySettings,
@@ -24,11 +25,7 @@ SERVICES: dict[str, type[BaseSettings]] = {
 
 # tritonserver flags Shoal does not implement (yet): flag -> why
 UNSUPPORTED_FLAGS = {
-    "--grpc-port": "Shoal has no gRPC endpoint yet; use HTTP (--http-port)",
-    "--grpc-address": "Shoal has no gRPC endpoint yet",
-    "--reuse-grpc-port": "Shoal has no gRPC endpoint yet",
-    "--grpc-infer-thread-count": "Shoal has no gRPC endpoint yet",
-    "--grpc-restricted-protocol": "Shoal has no gRPC endpoint yet",
+    "--grpc-infer-thread-count": "the gRPC endpoint is one event loop; scale out with more gateways instead",
     "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
     "--backend-config": "backend configuration settings are not implemented yet",
     "--backend-directory": "Shoal's backends are Python modules, not a directory of shared libraries",
@@ -45,8 +42,7 @@ UNSUPPORTED_FLAGS = {
 }
 # boolean flags that Shoal accepts only with the value it already behaves as
 FIXED_FLAGS = {
-    "allow_grpc": (False, "Shoal has no gRPC endpoint yet; pass --allow-grpc=false"),
-    "allow_http": (True, "the HTTP endpoint is Shoal's only front end"),
+    "allow_http": (True, "the HTTP endpoint cannot be switched off"),
     "allow_gpu_metrics": (None, ""),
     "allow_cpu_metrics": (None, ""),
     "exit_on_error": (None, ""),
@@ -111,6 +107,7 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace-log-frequency", type=int, default=None)
     for name in FIXED_FLAGS:
         _bool_flag(p, "--" + name.replace("_", "-"), None)
+    grpc_flags.add_flags(p)
     # Shoal's own
     p.add_argument("--nats-url", default=None, help="use this NATS instead of starting an embedded nats-server")
     p.add_argument(
@@ -149,6 +146,7 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         parse_resources(args.rate_limit_resource)
     except ValueError as exc:
         raise SystemExit(f"shoal serve: {exc}") from None
+    grpc_flags.check(args)
     try:
         from services.gateway.http.restricted import parse as parse_restricted
 
@@ -272,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         print("  serve       start nats-server (embedded) and every service; tritonserver's flags")
-        print("  gateway     the HTTP front end       scheduler   queues and batching")
+        print("  gateway     the HTTP/gRPC front end  scheduler   queues and batching")
         print("  worker      model instances          repository  the model repository")
         print("  status      the live topology: services, workers, models, queues")
         print("  example DIR write the example model repository into DIR")

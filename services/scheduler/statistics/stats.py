@@ -8,6 +8,7 @@ from typing import Any
 
 from services.scheduler.statistics.latency import Latencies
 from services.scheduler.statistics.reasons import FailReason
+from shared.statistics import INFERENCE_STATS, model_stats_doc
 
 
 @dataclass
@@ -87,24 +88,14 @@ class ModelStats:
             self.cache_miss.add(lookup_ns)
 
     def json(self, name: str, version: str) -> dict[str, Any]:
-        return {
-            "name": name,
-            "version": version,
-            "last_inference": self.last_inference_ms,
-            "inference_count": self.inference_count,
-            "execution_count": self.execution_count,
-            "inference_stats": {
-                "success": self.success.json(),
-                "fail": self.fail.json(),
-                "queue": self.queue.json(),
-                "compute_input": self.compute_input.json(),
-                "compute_infer": self.compute_infer.json(),
-                "compute_output": self.compute_output.json(),
-                "cache_hit": self.cache_hit.json(),
-                "cache_miss": self.cache_miss.json(),
-            },
-            "response_stats": {},
-            "batch_stats": [
+        return model_stats_doc(
+            name,
+            version,
+            self.last_inference_ms,
+            self.inference_count,
+            self.execution_count,
+            {k: getattr(self, k).json() for k in INFERENCE_STATS},
+            [
                 {
                     "batch_size": size,
                     "compute_input": b.compute_input.json(),
@@ -113,5 +104,4 @@ class ModelStats:
                 }
                 for size, b in sorted(self.batches.items())
             ],
-            "memory_usage": [],
-        }
+        )
