@@ -136,7 +136,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
                 http=CorkedHttpToolsProtocol,
                 log_level="warning",
                 access_log=False,
-                timeout_graceful_shutdown=settings.exit_timeout_s,
+                timeout_graceful_shutdown=settings.exit_timeout_s,  # type: ignore[arg-type]  # annotated int, any seconds work
             )
         )
     ]
