@@ -66,6 +66,25 @@ class GatewaySettings(BusSettings):
     trace_log_frequency: int = 0
     exit_timeout_s: float = Field(30.0, description="on shutdown, how long in-flight requests may finish")
     repository_timeout_s: float = Field(330.0, description="how long a load/unload request waits for the repository")
+    # gRPC, with tritonserver's names and defaults (docs/grpc.md)
+    allow_grpc: bool = True
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    grpc_infer_allocation_pool_size: int = Field(8, description="accepted; Python allocates each response")
+    grpc_keepalive_time: int = Field(7_200_000, description="ms between keepalive pings")
+    grpc_keepalive_timeout: int = Field(20_000, description="ms to wait for a keepalive ack")
+    grpc_keepalive_permit_without_calls: bool = False
+    grpc_http2_max_pings_without_data: int = 2
+    grpc_http2_min_recv_ping_interval_without_data: int = 300_000
+    grpc_http2_max_ping_strikes: int = 2
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False
+    grpc_server_cert: str = ""
+    grpc_server_key: str = ""
+    grpc_root_cert: str = ""
+    grpc_infer_response_compression_level: Literal["none", "low", "medium", "high"] = "none"
+    grpc_restricted_protocol: list[str] = Field(default_factory=list, description="<protocols>:<key>=<value>")
+    reuse_grpc_port: bool = False
 
 
 class SchedulerSettings(BusSettings):
@@ -82,8 +101,11 @@ class WorkerSettings(BusSettings):
     inline_max_bytes: int = 65536
     tensor_transport: Literal["auto", "shm", "bus"] = "auto"
     intra_op_threads: int = Field(
-        0, description="onnxruntime/torch intra-op threads per instance (0 = cores / instances)"
+        0,
+        description="intra-op threads per instance when the model config sets none "
+        "(0 = the backend's default: 1 per onnxruntime instance, cores / instances for PyTorch)",
     )
+    model_load_thread_count: int = Field(4, ge=1, description="models loaded at once (tritonserver's flag)")
     heartbeat_s: float = 1.0
     models: list[str] = Field(
         default_factory=list, description="host only models matching these globs (default: every model)"

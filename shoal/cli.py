@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings
 
 from shared import settings as s
+from shoal import grpc_flags
 
 SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": s.GatewaySettings,
@@ -24,18 +25,13 @@ SERVICES: dict[str, type[BaseSettings]] = {
 
 # tritonserver flags Shoal does not implement (yet): flag -> why
 UNSUPPORTED_FLAGS = {
-    "--grpc-port": "Shoal has no gRPC endpoint yet; use HTTP (--http-port)",
-    "--grpc-address": "Shoal has no gRPC endpoint yet",
-    "--reuse-grpc-port": "Shoal has no gRPC endpoint yet",
-    "--grpc-infer-thread-count": "Shoal has no gRPC endpoint yet",
-    "--grpc-restricted-protocol": "Shoal has no gRPC endpoint yet",
+    "--grpc-infer-thread-count": "the gRPC endpoint is one event loop; scale out with more gateways instead",
     "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
     "--backend-config": "backend configuration settings are not implemented yet",
     "--backend-directory": "Shoal's backends are Python modules, not a directory of shared libraries",
     "--repoagent-directory": "repository agents are not implemented yet",
     "--log-file": "logs go to stderr; redirect them",
     "--http-thread-count": "the gateway is one event loop; scale out with more gateways instead",
-    "--model-load-thread-count": "each worker loads models concurrently on its own; add workers instead",
     "--model-namespacing": "model namespacing is not implemented yet",
     "--model-config-name": "alternative config names are not implemented yet",
     "--host-policy": "host policies are not implemented",
@@ -46,8 +42,7 @@ UNSUPPORTED_FLAGS = {
 }
 # boolean flags that Shoal accepts only with the value it already behaves as
 FIXED_FLAGS = {
-    "allow_grpc": (False, "Shoal has no gRPC endpoint yet; pass --allow-grpc=false"),
-    "allow_http": (True, "the HTTP endpoint is Shoal's only front end"),
+    "allow_http": (True, "the HTTP endpoint cannot be switched off"),
     "allow_gpu_metrics": (None, ""),
     "allow_cpu_metrics": (None, ""),
     "exit_on_error": (None, ""),
@@ -77,6 +72,12 @@ def serve_parser() -> argparse.ArgumentParser:
     _bool_flag(p, "--disable-auto-complete-config", False)
     _bool_flag(p, "--strict-model-config", False)
     p.add_argument("--exit-timeout-secs", type=int, default=30)
+    p.add_argument(
+        "--model-load-thread-count",
+        type=int,
+        default=s.WorkerSettings.model_fields["model_load_thread_count"].default,
+        help="models each worker loads at once",
+    )
     p.add_argument("--id", default="triton")
     p.add_argument("--http-address", default="0.0.0.0")
     p.add_argument("--http-port", type=int, default=8000)
@@ -106,6 +107,7 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace-log-frequency", type=int, default=None)
     for name in FIXED_FLAGS:
         _bool_flag(p, "--" + name.replace("_", "-"), None)
+    grpc_flags.add_flags(p)
     # Shoal's own
     p.add_argument("--nats-url", default=None, help="use this NATS instead of starting an embedded nats-server")
     p.add_argument(
@@ -144,6 +146,7 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         parse_resources(args.rate_limit_resource)
     except ValueError as exc:
         raise SystemExit(f"shoal serve: {exc}") from None
+    grpc_flags.check(args)
     try:
         from services.gateway.http.restricted import parse as parse_restricted
 
@@ -155,6 +158,8 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     args.cache_bytes = cache_size(args)
     if args.workers < 1:
         raise SystemExit("shoal serve: --workers must be at least 1")
+    if args.model_load_thread_count < 1:
+        raise SystemExit("shoal serve: --model-load-thread-count must be at least 1")
     return args
 
 
@@ -261,14 +266,15 @@ def _status(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: shoal {serve|status|gateway|scheduler|worker|repository|example} [options]"
+    usage = "usage: shoal {serve|status|gateway|scheduler|worker|repository|example|perf|analyze} [options]"
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         print("  serve       start nats-server (embedded) and every service; tritonserver's flags")
-        print("  gateway     the HTTP front end       scheduler   queues and batching")
+        print("  gateway     the HTTP/gRPC front end  scheduler   queues and batching")
         print("  worker      model instances          repository  the model repository")
         print("  status      the live topology: services, workers, models, queues")
         print("  example DIR write the example model repository into DIR")
+        print("  perf        measure a model like perf_analyzer; analyze  find its best configuration")
         raise SystemExit(0)
     command, rest = argv[0], argv[1:]
     if command == "serve":
@@ -281,6 +287,8 @@ def main(argv: list[str] | None = None) -> None:
     if command == "status":
         _status(rest)
         return
+    if command in ("perf", "analyze"):  # docs/perf-and-analyze.md
+        raise SystemExit(__import__(f"shoal.{command}.cli", fromlist=["main"]).main(rest))
     if command == "example":
         if len(rest) != 1:
             raise SystemExit("usage: shoal example DIR")

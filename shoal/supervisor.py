@@ -34,6 +34,7 @@ from shared.settings import (
     WorkerSettings,
     to_argv,
 )
+from shoal import grpc_flags
 
 log = logging.getLogger("shoal.serve")
 
@@ -212,6 +213,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         allow_cpu_metrics=args.allow_cpu_metrics is not False,
         allow_gpu_metrics=args.allow_gpu_metrics is not False,
         **args.metrics,
+        **grpc_flags.gateway_settings(args),
     )
     repo = RepositorySettings(
         **common,
@@ -223,7 +225,12 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         repository_poll_secs=args.repository_poll_secs,
         unload_timeout_s=args.exit_timeout_secs,
     )
-    workers = [WorkerSettings(**common, tensor_transport=args.tensor_transport) for _ in range(args.workers)]
+    workers = [
+        WorkerSettings(
+            **common, tensor_transport=args.tensor_transport, model_load_thread_count=args.model_load_thread_count
+        )
+        for _ in range(args.workers)
+    ]
     scheduler = SchedulerSettings(**common, rate_limit=args.rate_limit, rate_limit_resource=args.rate_limit_resource)
     return Cluster(gateway, scheduler, repo, workers)
 
@@ -283,6 +290,8 @@ def serve(args: argparse.Namespace) -> int:
             # Triton's --exit-on-error=true; without the flag Shoal keeps serving the models that loaded
             log.error("exiting: %d model version(s) failed to load (--exit-on-error=true)", len(failed))
             return 1
+        if args.allow_grpc:
+            log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_metrics:
             log.info("Started Metrics Service at %s:%d", args.http_address, args.metrics_port)
