@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from services.gateway.http import codec
+from services.gateway.http.protocol import DISCONNECT, Disconnect
 from services.inference.core import InferenceCore
 from services.inference.validation import raw_request
 from shared.errors import ShoalError
@@ -78,7 +79,11 @@ class InferFastPath:
                 raise _HTTPError(404, "Not Found")
             body = await self._body(receive, headers)
             work = infer(self.core, model, version, headers, body, self.limit)
-            content, out_headers = await self._until_disconnect(work, receive)
+            disconnect = scope.get("extensions", {}).get(DISCONNECT)
+            if disconnect is not None:
+                content, out_headers = await self._until_lost(work, disconnect)
+            else:
+                content, out_headers = await self._until_disconnect(work, receive)
             status = 200
             log.debug("infer '%s' done", model)
         except _HTTPError as exc:
@@ -96,6 +101,24 @@ class InferFastPath:
         raw_headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": raw_headers})
         await send({"type": "http.response.body", "body": content})
+
+    @staticmethod
+    async def _until_lost(work, disconnect: Disconnect):
+        """Run the inference in this task, cancelled end to end by the connection's protocol if the
+        client goes away first (services/gateway/http/protocol.py: no watcher task per request)."""
+        disconnect.watch(asyncio.current_task())
+        try:
+            if disconnect.gone:
+                work.close()
+                raise _HTTPError(499, "client disconnected")
+            return await work
+        except asyncio.CancelledError:
+            if disconnect.gone:
+                raise _HTTPError(499, "client disconnected") from None
+            raise
+        finally:
+            disconnect.task = None
+            disconnect.ended = True
 
     @staticmethod
     async def _until_disconnect(work, receive):
