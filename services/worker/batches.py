@@ -220,10 +220,10 @@ class BatchExecutor:
                 )
                 names = sorted({n for w in work for n in w.outputs})
                 padded = Batch([Work(row, names) for row in rows], batch.deadline_ns, batch.extra_outputs)
-                results = await self.loop.run_in_executor(instance.executor, _execute, instance, padded)
+                results = await instance.executor.run(_execute, instance, padded)
                 results, batch.inputs_done_ns = [results[row] for row in where], padded.inputs_done_ns
             else:
-                results = await self.loop.run_in_executor(instance.executor, _execute, instance, batch)
+                results = await instance.executor.run(_execute, instance, batch)
         finally:
             for request in requests:
                 if request.rid not in self.decoupled.open:

@@ -14,7 +14,6 @@ import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import msgspec
@@ -23,6 +22,7 @@ from nats.aio.client import Client as NATS
 from services.worker import backends
 from services.worker.backends import Placement
 from services.worker.gpus import available_gpus
+from services.worker.instance_thread import InstanceThread
 from services.worker.instances import Instance, LoadedModel
 from services.worker.loading import BoundedLoader
 from services.worker.placement import plan_instances
@@ -234,7 +234,7 @@ class ModelHost:
         try:
             for index, plan in enumerate(plans):
                 runner = backend.create(spec, model_dir, Placement(version, plan.kind, plan.device, threads, plan.name))
-                executor = ThreadPoolExecutor(1, thread_name_prefix=f"{spec.name}-{index}")
+                executor = InstanceThread(f"{spec.name}-{index}")
                 loaded.instances.append(
                     Instance(
                         index,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from services.worker.backends.runner import Runner
+from services.worker.instance_thread import InstanceThread
 from services.worker.sequences.state import StateStore
 from shared.model_config import ModelSpec
 from shared.sequence_config import SequenceConfig
@@ -25,7 +25,7 @@ def _close_quietly(runner: Runner, name: str) -> None:
 class Instance:
     index: int
     runner: Runner
-    executor: ThreadPoolExecutor  # one thread: the instance's own
+    executor: InstanceThread  # one thread: the instance's own
     credits: int
     idle: set[int] = field(default_factory=set)  # credits not held by a batch
     uncredited: int = 0  # batches running outside the credits (sent to a retired generation)
