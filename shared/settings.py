@@ -41,6 +41,7 @@ class GatewaySettings(BusSettings):
     id: str = Field("triton", description="server name in GET /v2")
     http_address: str = "0.0.0.0"
     http_port: int = 8000
+    reuse_http_port: bool = Field(False, description="SO_REUSEPORT: gateways on one host share the HTTP port")
     metrics_port: int = 8002
     allow_metrics: bool = True
     allow_cpu_metrics: bool = True

@@ -81,6 +81,10 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--id", default="triton")
     p.add_argument("--http-address", default="0.0.0.0")
     p.add_argument("--http-port", type=int, default=8000)
+    _bool_flag(p, "--reuse-http-port", False, "let other servers listen on the same HTTP port (SO_REUSEPORT)")
+    p.add_argument(
+        "--gateways", type=int, default=1, help="gateway processes sharing the HTTP and gRPC ports (SO_REUSEPORT)"
+    )
     p.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024)
     p.add_argument(
         "--http-restricted-api",
@@ -158,6 +162,8 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     args.cache_bytes = cache_size(args)
     if args.workers < 1:
         raise SystemExit("shoal serve: --workers must be at least 1")
+    if args.gateways < 1:
+        raise SystemExit("shoal serve: --gateways must be at least 1")
     if args.model_load_thread_count < 1:
         raise SystemExit("shoal serve: --model-load-thread-count must be at least 1")
     return args

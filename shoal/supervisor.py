@@ -195,6 +195,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         id=args.id,
         http_address=args.http_address,
         http_port=args.http_port,
+        reuse_http_port=args.reuse_http_port,
         metrics_port=args.metrics_port,
         allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size,
@@ -232,7 +233,23 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         for _ in range(args.workers)
     ]
     scheduler = SchedulerSettings(**common, rate_limit=args.rate_limit, rate_limit_resource=args.rate_limit_resource)
-    return Cluster(gateway, scheduler, repo, workers)
+    gateway, more_gateways = port_sharing_gateways(gateway, args.gateways)
+    return Cluster(gateway, scheduler, repo, workers, more_gateways=more_gateways)
+
+
+def port_sharing_gateways(gateway: GatewaySettings, count: int) -> tuple[GatewaySettings, list[GatewaySettings]]:
+    """`count` gateways on one host, all on `gateway`'s HTTP and gRPC ports (SO_REUSEPORT: the kernel
+    spreads new connections over them), for when one gateway's event loop is the bottleneck. The
+    first serves the metrics: they come from the schedulers and workers over the bus, any gateway
+    can answer them, and the port is not shared."""
+    if count <= 1:
+        return gateway, []
+    gateway = gateway.model_copy(update={"reuse_http_port": True, "reuse_grpc_port": True})
+    more = [
+        gateway.model_copy(update={"gateway_id": uuid.uuid4().hex[:12], "allow_metrics": False})
+        for _ in range(count - 1)
+    ]
+    return gateway, more
 
 
 def apply_log_flags(cluster: Cluster, args: argparse.Namespace) -> None:

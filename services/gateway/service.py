@@ -11,6 +11,7 @@ import uvicorn
 
 from services.gateway.grpc import server as grpc_server
 from services.gateway.http.app import build_app
+from services.gateway.http.listener import http_sockets
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app
@@ -169,7 +170,8 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
 
     stopper = asyncio.create_task(stop_servers())
     try:
-        await asyncio.gather(*(server.serve() for server in servers))
+        shared = http_sockets(settings.http_address, settings.http_port, settings.reuse_http_port)
+        await asyncio.gather(*(server.serve(shared if i == 0 else None) for i, server in enumerate(servers)))
     finally:
         stopper.cancel()
         if grpc_listener is not None:
