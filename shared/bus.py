@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -16,19 +17,37 @@ from nats.js.kv import KeyValue
 log = logging.getLogger(__name__)
 
 
+class _Outage:
+    """nats-py calls the error callback on every failed reconnect attempt (twice a second while
+    the server is down): log the first error of an outage, then stay quiet until reconnected."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.down = False
+        self.reported = False
+
+    async def error(self, exc: Exception) -> None:
+        if self.down and self.reported:
+            log.debug("nats error while reconnecting: %s", exc)
+            return
+        self.reported = self.down
+        log.error("nats error: %s", exc, exc_info=None if self.down else exc)
+
+    async def disconnected(self) -> None:
+        if not self.down:
+            log.warning("disconnected from nats; reconnecting")
+        self.down, self.reported = True, False
+
+
 async def connect(url: str, name: str) -> NATS:
-    """A named connection (visible in nats-server's /connz) that reconnects forever."""
-
-    async def error_cb(exc: Exception) -> None:
-        log.error("nats error: %s", exc, exc_info=exc)
-
-    async def disconnected_cb() -> None:
-        log.warning("disconnected from nats")
-
+    """A named connection (visible in nats-server's /connz) that reconnects forever, to any of
+    the comma-separated servers in `url` (and the cluster members the server announces)."""
+    outage = _Outage(name)
     holder: list[NATS] = []
 
     async def reconnected_cb() -> None:
-        log.info("reconnected to nats")
+        outage.down = False
+        log.info("reconnected to nats at %s", holder[0].connected_url.netloc if holder else "?")
         if holder:  # watches restart: see `watch`
             holder[0]._shoal_reconnects = reconnects(holder[0]) + 1
 
@@ -39,8 +58,8 @@ async def connect(url: str, name: str) -> NATS:
         reconnect_time_wait=0.5,
         connect_timeout=2,
         allow_reconnect=True,
-        error_cb=error_cb,
-        disconnected_cb=disconnected_cb,
+        error_cb=outage.error,
+        disconnected_cb=outage.disconnected,
         reconnected_cb=reconnected_cb,
         pending_size=8 * 1024 * 1024,
     )
@@ -48,16 +67,36 @@ async def connect(url: str, name: str) -> NATS:
     return nc
 
 
+def cluster_size(nc: NATS) -> int:
+    """Servers in the NATS cluster this connection is on: the server announces the client URLs
+    of its cluster peers (`connect_urls` in INFO), itself included."""
+    info = getattr(nc, "_server_info", None) or {}
+    urls = set(info.get("connect_urls") or [])
+    if info.get("cluster") and not urls:
+        return 1
+    return max(1, len(urls))
+
+
+def kv_replicas(nc: NATS) -> int:
+    """Replicas of each control-plane KV bucket: SHOAL_KV_REPLICAS, else 3 in a cluster of three
+    or more servers (one node lost keeps a quorum), else the cluster size (1 for one server)."""
+    configured = os.environ.get("SHOAL_KV_REPLICAS", "").strip()
+    if configured:
+        return max(1, int(configured))
+    return min(3, cluster_size(nc))
+
+
 async def bucket(nc: NATS, name: str, ttl: float | None = None) -> KeyValue:
     """Open a KV bucket, creating it if needed (`ttl`: entries not renewed expire)."""
     js = nc.jetstream()
-    for _ in range(50):
+    replicas = kv_replicas(nc)
+    for _ in range(100):
         try:
             return await js.key_value(name)
         except BucketNotFoundError:
             try:
-                # file storage: the control plane survives a nats-server restart
-                return await js.create_key_value(bucket=name, history=1, storage="file", ttl=ttl)
+                # file storage: the control plane survives a nats-server restart; replicas: a node loss
+                return await js.create_key_value(bucket=name, history=1, storage="file", ttl=ttl, replicas=replicas)
             except Exception as exc:  # created concurrently by another service
                 log.debug("create bucket %s: %s", name, exc)
         except Exception as exc:  # JetStream still starting

@@ -73,6 +73,7 @@ class Pending:
     level: int = 0  # priority level (0: the model has one queue)
     queue_deadline_ns: int = 0  # queue policy timeout, wall clock; 0 = none
     sequence: Any = None  # sequence-batched models: the `Sequence` it belongs to
+    retried: bool = False  # sent again once after its worker died (never twice: it may be what kills them)
 
     @property
     def batch_size(self) -> int:
@@ -156,8 +157,12 @@ class SchedulerService:
         self.ensembles = EnsembleRunner(nc, settings.scheduler_id)  # ensembles run here, not on workers
         self.sequencer = Sequencer(self)
         self.handover = HandOver(self)  # live sequences across a voluntary hand-over
+        # dispatchers ping this while we hold their requests (shared/holders.py): answered
+        # only by this process, so a restart under the same id is not mistaken for it
+        self.alive_subject = subjects.scheduler_alive(settings.scheduler_id, secrets.token_hex(4))
 
     async def start(self) -> None:
+        await self.nc.subscribe(self.alive_subject, cb=self._on_alive)
         self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
         self.leases = Leases(
             await bus.bucket(self.nc, subjects.LEASES_BUCKET, ttl=LEASE_TTL_S),
@@ -182,6 +187,9 @@ class SchedulerService:
         self.micro = await discovery.register(self.nc, "scheduler", self.settings.scheduler_id, self.status)
         await self.nc.publish(subjects.RESYNC, b"")  # workers re-announce their free instances
         log.info("scheduler %s started", self.settings.scheduler_id)
+
+    async def _on_alive(self, msg) -> None:
+        await msg.respond(b"")
 
     def status(self) -> dict:
         return {
@@ -264,6 +272,8 @@ class SchedulerService:
         except msgspec.DecodeError as exc:
             log.error("undecodable request on %s: %s", msg.subject, exc)
             return
+        if msg.reply:  # tell the dispatcher who holds these, so it notices if we die
+            await self.nc.publish(msg.reply, b"", headers={subjects.HELD_BY_HEADER: self.alive_subject})
         await self.take(raws)
 
     async def take(self, raws: list[msgspec.Raw], routed: bool = False) -> None:
@@ -548,11 +558,39 @@ class SchedulerService:
         for queue in list(self.queues.values()):
             if queue.seq is not None:  # before its flights end: freed slots must not go to backlogged sequences
                 await self.sequencer.worker_lost(queue, worker)
-        for key in [k for k in self.in_flight if k[0] == worker]:
-            flight = self._finish_flight(key)
+        await self._recover_flights(worker)
+
+    async def _recover_flights(self, worker: str) -> None:
+        """The batches a lost worker held: the oldest per instance was running (it may be what
+        killed the worker): its requests fail. The later ones were waiting at the worker behind
+        it, never started: requests safe to run again (not in a sequence, not decoupled, before
+        their deadline, not retried yet) go back to the front of their queue for another
+        instance; the rest fail (docs/reliability.md, metric shoal_inference_request_retry)."""
+        flights = sorted(((k, f) for k, f in self.in_flight.items() if k[0] == worker), key=lambda kf: kf[1].dispatched)
+        running: set[int] = set()
+        requeued: dict[tuple[str, int], ModelQueue] = {}
+        now_ns = time.time_ns()
+        for key, flight in flights:
+            self._finish_flight(key)
             queue = self.queue(*flight.key)
-            for pending in flight.requests:
-                await self._fail(queue, pending.header, f"worker {worker} stopped responding while running the request")
+            started = flight.slot.instance not in running  # the oldest batch of its instance
+            running.add(flight.slot.instance)
+            retry = not started and queue.seq is None and not (queue.spec and queue.spec.decoupled)
+            for pending in reversed(flight.requests):  # appendleft: keep their order
+                if retry and not pending.retried and pending.header.deadline_ns > now_ns:
+                    pending.retried = True
+                    queue.stats.retries += 1
+                    queue.requests.appendleft(pending)
+                    requeued[queue.key] = queue
+                else:
+                    await self._fail(
+                        queue, pending.header, f"worker {worker} stopped responding while running the request"
+                    )
+        for queue in requeued.values():
+            log.warning(
+                "sending requests of '%s' that worker %s had not started to another instance", queue.key[0], worker
+            )
+            await self._pump(queue)
 
     # -- leases: which models this replica serves ----------------------------------------
     def _model_idle(self, model: str) -> bool:
@@ -687,6 +725,7 @@ class SchedulerService:
                 "latency": q.stats.latencies.json(quantiles),
                 "worker_compute_ns": q.stats.worker_compute_ns,
                 "worker_executions": q.stats.worker_executions,
+                "retries": q.stats.retries,
             }
             for (model, version), q in self.queues.items()
             if self.leases.owns(model) or q.stats.success.count or q.stats.fail.count or q.stats.cache_miss.count
