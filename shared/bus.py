@@ -5,15 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import msgspec
 import nats
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
+T = TypeVar("T")
+_reconnects: weakref.WeakKeyDictionary[NATS, int] = weakref.WeakKeyDictionary()  # per connection
 log = logging.getLogger(__name__)
 
 
@@ -47,9 +52,10 @@ async def connect(url: str, name: str) -> NATS:
 
     async def reconnected_cb() -> None:
         outage.down = False
-        log.info("reconnected to nats at %s", holder[0].connected_url.netloc if holder else "?")
+        url = holder[0].connected_url if holder else None
+        log.info("reconnected to nats at %s", url.netloc if url else "?")
         if holder:  # watches restart: see `watch`
-            holder[0]._shoal_reconnects = reconnects(holder[0]) + 1
+            _reconnects[holder[0]] = reconnects(holder[0]) + 1  # nats-py has no such counter
 
     nc = await nats.connect(
         servers=[u.strip() for u in url.split(",") if u.strip()],
@@ -130,7 +136,7 @@ async def watch(nc: NATS, kv: KeyValue) -> AsyncIterator[Change]:
         try:
             while reconnects(nc) == generation:
                 try:
-                    entry = await watcher.updates(timeout=1.0)
+                    entry = await watcher.updates(timeout=1.0)  # type: ignore[no-untyped-call]
                 except nats.errors.TimeoutError:
                     continue
                 if entry is None:
@@ -140,13 +146,13 @@ async def watch(nc: NATS, kv: KeyValue) -> AsyncIterator[Change]:
                 yield Change(entry.key, None if deleted else entry.value, entry.revision or 0)
         finally:
             try:
-                await watcher.stop()
+                await watcher.stop()  # type: ignore[no-untyped-call]
             except Exception:
                 pass
         log.info("watching %s again after a reconnect", kv._name)
 
 
-def decode(decoder, msg, logger: logging.Logger = log):
+def decode(decoder: msgspec.msgpack.Decoder[T], msg: Msg, logger: logging.Logger = log) -> T | None:
     """A message's payload decoded, or None (logged) when it does not decode: a bad message
     must never take a subscription down."""
     try:
@@ -167,7 +173,7 @@ async def gather(
     replies: list[bytes] = []
     arrived = asyncio.Event()
 
-    async def collect(msg) -> None:
+    async def collect(msg: Msg) -> None:
         if not (msg.headers and msg.headers.get("Status") == "503"):  # no responders
             replies.append(msg.data)
         arrived.set()
@@ -191,4 +197,4 @@ async def gather(
 
 
 def reconnects(nc: NATS) -> int:
-    return getattr(nc, "_shoal_reconnects", 0)
+    return _reconnects.get(nc, 0)

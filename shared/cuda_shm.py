@@ -7,27 +7,27 @@ with the reason, and nothing else in Shoal imports CuPy.
 from __future__ import annotations
 
 import threading
+from types import ModuleType
 
-from shared.errors import ShoalError
+from shared.errors import invalid
 
 HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t)
 _opened: dict[tuple[bytes, int], int] = {}  # (handle, device) -> device pointer
 _lock = threading.Lock()
 
 
-def _cupy():
+def _cupy() -> ModuleType:
     try:
         import cupy
     except ImportError:
-        raise ShoalError(
-            "GPUs not supported (install `pip install 'shoal[gpu]'` on a CUDA host)", "INVALID_ARG"
-        ) from None
+        raise invalid("GPUs not supported (install `pip install 'shoal[gpu]'` on a CUDA host)") from None
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
-            raise ShoalError("GPUs not supported (no CUDA device is visible)", "INVALID_ARG")
+            raise invalid("GPUs not supported (no CUDA device is visible)")
     except cupy.cuda.runtime.CUDARuntimeError as exc:
-        raise ShoalError(f"GPUs not supported ({exc})", "INVALID_ARG") from None
-    return cupy
+        raise invalid(f"GPUs not supported ({exc})") from None
+    module: ModuleType = cupy
+    return module
 
 
 def open_handle(handle: bytes, device_id: int) -> int:
@@ -37,7 +37,7 @@ def open_handle(handle: bytes, device_id: int) -> int:
         pointer = _opened.get((handle, device_id))
         if pointer is None:
             with cupy.cuda.Device(device_id):
-                pointer = cupy.cuda.runtime.ipcOpenMemHandle(handle)
+                pointer = int(cupy.cuda.runtime.ipcOpenMemHandle(handle))
             _opened[(handle, device_id)] = pointer
         return pointer
 
@@ -66,4 +66,6 @@ def _host_pointer(buffer: bytes | bytearray) -> int:
 
     if isinstance(buffer, bytearray):
         return ctypes.addressof(ctypes.c_char.from_buffer(buffer))
-    return ctypes.cast(ctypes.c_char_p(buffer), ctypes.c_void_p).value
+    address = ctypes.cast(ctypes.c_char_p(buffer), ctypes.c_void_p).value
+    assert address is not None  # a bytes object always has an address
+    return address

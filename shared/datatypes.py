@@ -108,7 +108,7 @@ def to_bytes(array: np.ndarray, datatype: str) -> bytes | memoryview:
         return serialize_bytes(array)
     array = np.ascontiguousarray(array)
     # via uint8: memoryview cannot export extension dtypes such as bfloat16
-    return memoryview(array.reshape(-1).view(np.uint8)) if array.size else b""
+    return memoryview(array.reshape(-1).view(np.uint8).data) if array.size else b""
 
 
 def from_bytes(buffer: memoryview | bytes, datatype: str, shape: list[int]) -> np.ndarray:

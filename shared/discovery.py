@@ -14,6 +14,7 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.micro import add_service
+from nats.micro.request import Request
 from nats.micro.service import Service
 
 VERSION = "0.1.0"
@@ -34,7 +35,7 @@ async def register(
         metadata={"host": socket.gethostname(), "pid": str(os.getpid()), "instance": instance_id, **metadata},
     )
 
-    async def handler(request) -> None:
+    async def handler(request: Request) -> None:
         await request.respond(json.dumps(status()).encode())
 
     # a queue group of its own: every instance answers on its own subject

@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import msgspec
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from shared import subjects
 from shared.errors import ShoalError, unavailable
@@ -38,7 +39,7 @@ _response_decoder = msgspec.msgpack.Decoder(InferResponse)
 _batch_decoder = msgspec.msgpack.Decoder(ResponseBatch)
 
 
-def _groups(requests: list[tuple[str, bytes]], budget: int):
+def _groups(requests: list[tuple[str, bytes]], budget: int) -> Iterator[list[tuple[str, bytes]]]:
     """Consecutive runs of encoded requests whose bytes fit one message."""
     group: list[tuple[str, bytes]] = []
     size = 0
@@ -52,7 +53,7 @@ def _groups(requests: list[tuple[str, bytes]], budget: int):
         yield group
 
 
-def _expire(future: asyncio.Future) -> None:
+def _expire(future: asyncio.Future[InferResponse]) -> None:
     if not future.done():
         future.set_exception(unavailable("Request timeout expired"))
 
@@ -62,7 +63,9 @@ class Dispatcher:
         self.nc = nc
         self.inbox = subjects.gateway_inbox(gateway_id)
         self.store = store
-        self._pending: dict[str, asyncio.Future | asyncio.Queue] = {}  # rid -> one answer, or a stream
+        self._pending: dict[
+            str, asyncio.Future[InferResponse] | asyncio.Queue[InferResponse]
+        ] = {}  # rid -> one answer, or a stream
         self._ids = itertools.count()
         self._outbox: dict[str, list[tuple[str, bytes]]] = {}
         self._flush_scheduled = False
@@ -89,7 +92,7 @@ class Dispatcher:
 
     async def infer(self, request: InferRequest, timeout: float) -> InferResponse:
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future: asyncio.Future[InferResponse] = loop.create_future()
         self._pending[request.rid] = future
         # a timer on the future itself: cheaper than asyncio.wait_for's wrapping per request
         timer = loop.call_later(timeout, _expire, future)
@@ -164,7 +167,7 @@ class Dispatcher:
         try:
             await self.nc.publish(subjects.infer(model), payload, reply=f"{self.inbox}.{batch_id}")
         except Exception as exc:  # not connected, payload too large: fail these requests now
-            self._fail(self._groups.pop(batch_id), ShoalError(f"cannot reach the scheduler: {exc}", "UNAVAILABLE"))
+            self._fail(self._groups.pop(batch_id), unavailable(f"cannot reach the scheduler: {exc}"))
 
     def _fail(self, rids: list[str], exc: ShoalError) -> None:
         for rid in rids:
@@ -189,14 +192,13 @@ class Dispatcher:
                 unsafe.append(rid)
         self._fail(
             unsafe,
-            ShoalError(
+            unavailable(
                 "the scheduler holding the request stopped responding; a sequence or decoupled request "
-                "is not sent again: retry it",
-                "UNAVAILABLE",
+                "is not sent again: retry it"
             ),
         )
 
-    async def _on_reply(self, msg) -> None:
+    async def _on_reply(self, msg: Msg) -> None:
         token = msg.subject.rsplit(".", 1)[1]
         held_by = msg.headers.get(subjects.HELD_BY_HEADER) if msg.headers else None
         if held_by:  # a scheduler took this group: watch it until the requests are answered
@@ -205,7 +207,7 @@ class Dispatcher:
         if msg.headers and msg.headers.get("Status") == "503":
             self._fail(
                 self._groups.pop(token, [token]),
-                ShoalError("no scheduler is serving requests (is the scheduler running?)", "UNAVAILABLE"),
+                unavailable("no scheduler is serving requests (is the scheduler running?)"),
             )
             return
         try:

@@ -245,12 +245,12 @@ def check_members(config: dict[str, Any], members: dict[str, dict[str, Any]]) ->
                     f"{model_input} in model {step.model}"
                 )
         for model_input, io in inputs.items():
-            tensor = step.input_map.get(model_input)
-            if tensor is None:
+            mapped = step.input_map.get(model_input)
+            if mapped is None:
                 if io.get("optional"):
                     continue
                 return f"in ensemble {name}, input {model_input} in model {step.model} is not mapped to any ensemble tensors"
-            error = _merge(tensors, tensor, _node(step.model, io, m_batching), name)
+            error = _merge(tensors, mapped, _node(step.model, io, m_batching), name)
             if error:
                 return error
         for model_output, tensor in step.output_map.items():

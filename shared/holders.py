@@ -34,7 +34,7 @@ class Holders:
         self.on_lost = on_lost
         self._held: dict[str, dict[str, float]] = {}  # liveness subject -> rid -> when acknowledged
         self._by_rid: dict[str, str] = {}
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._watch())

@@ -52,6 +52,10 @@ def die_with_parent() -> Callable[[], None] | None:
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shoal-spawner")
 
 
-def popen(args: list[str], **kwargs: Any) -> subprocess.Popen:
-    """subprocess.Popen(args, **kwargs) for a child that dies with this process."""
-    return _spawner.submit(subprocess.Popen, args, preexec_fn=die_with_parent(), **kwargs).result()
+def popen(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """subprocess.Popen(args, **kwargs) for a child that dies with this process (binary pipes)."""
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(args, preexec_fn=die_with_parent(), **kwargs)
+
+    return _spawner.submit(start).result()

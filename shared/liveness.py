@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from shared import bus, subjects
 from shared.messages import WorkerHeartbeat
@@ -34,7 +35,7 @@ class WorkerLiveness:
         self.on_back = on_back
         self.seen: dict[str, float] = {}
         self.gone: set[str] = set()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.nc.subscribe(subjects.WORKER_HEARTBEAT, cb=self._on_heartbeat)
@@ -47,7 +48,7 @@ class WorkerLiveness:
     def heard(self, worker: str) -> None:
         self.seen[worker] = time.monotonic()
 
-    async def _on_heartbeat(self, msg) -> None:
+    async def _on_heartbeat(self, msg: Msg) -> None:
         beat = bus.decode(_decoder, msg, log)
         if beat is None:
             return

@@ -36,8 +36,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        if getattr(record, "request_id", ""):
-            doc["request_id"] = record.request_id
+        request_id = record.__dict__.get("request_id", "")  # set by RequestIdFilter
+        if request_id:
+            doc["request_id"] = request_id
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
         return json.dumps(doc)

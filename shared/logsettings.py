@@ -7,9 +7,10 @@ from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from shared import subjects
-from shared.errors import ShoalError, invalid, unsupported
+from shared.errors import Code, ShoalError, invalid, unsupported
 from shared.logcontext import JsonFormatter
 
 _FORMATS = {
@@ -49,7 +50,7 @@ def update(current: LogSettings, body: Any) -> LogSettings:
                 raise invalid("expect unsigned integer for 'log_verbose_level'")
         elif key == "log_format":
             if value not in _FORMATS:
-                raise ShoalError(f"invalid argument for --log_format, got: {value}", "UNAVAILABLE")
+                raise ShoalError(f"invalid argument for --log_format, got: {value}", Code.UNAVAILABLE)
         else:
             raise invalid(f"unknown logging setting '{key}'")
         values[key] = value
@@ -75,7 +76,7 @@ def apply(settings: LogSettings, service: str) -> None:
 async def follow(nc: NATS, service: str) -> None:
     """Apply every logging update any gateway publishes."""
 
-    async def on_update(msg) -> None:
+    async def on_update(msg: Msg) -> None:
         try:
             apply(msgspec.json.decode(msg.data, type=LogSettings), service)
         except msgspec.DecodeError:

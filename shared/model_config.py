@@ -75,7 +75,8 @@ def parse_json(text: str) -> pb.ModelConfig:
 def to_json(config: pb.ModelConfig) -> dict[str, Any]:
     """Triton's JSON for `GET /v2/models/{m}/config` (int64 fields as numbers)."""
     raw = json_format.MessageToDict(config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-    return _ints(raw)
+    ints: dict[str, Any] = _ints(raw)
+    return ints
 
 
 def from_json(data: dict[str, Any]) -> pb.ModelConfig:

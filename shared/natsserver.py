@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import BinaryIO
 
 from shared import lifeline
 
@@ -25,7 +26,8 @@ from shared import lifeline
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def find_binary() -> str:
@@ -36,7 +38,7 @@ def find_binary() -> str:
     return found
 
 
-def wait_for_port(port: int, timeout: float, process: subprocess.Popen | None = None) -> None:
+def wait_for_port(port: int, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
@@ -71,7 +73,8 @@ class NatsServer:
         self.route_port = route_port
         self.routes = routes or []
         self.log_path = Path(self.store_dir) / "nats-server.log"
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: BinaryIO | None = None
 
     @property
     def url(self) -> str:
@@ -94,7 +97,7 @@ class NatsServer:
     def start(self, timeout: float = 15.0) -> NatsServer:
         path = Path(self.store_dir) / "nats.conf"
         path.write_text(self.config())
-        if getattr(self, "_log", None):  # a restart after a crash
+        if self._log is not None:  # a restart after a crash
             self._log.close()
         self._log = open(self.log_path, "ab")
         self.process = lifeline.popen(
@@ -105,26 +108,32 @@ class NatsServer:
 
     @property
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self._running() is not None
+
+    def _running(self) -> subprocess.Popen[bytes] | None:
+        process = self.process
+        return process if process is not None and process.poll() is None else None
 
     def kill(self) -> None:
         """SIGKILL (a crash): JetStream keeps what it had synced to its files."""
-        if self.alive:
-            self.process.kill()
-            self.process.wait()
+        process = self._running()
+        if process is not None:
+            process.kill()
+            process.wait()
 
     def restart(self, timeout: float = 15.0) -> None:
         """Stop and start again on the same ports and store (JetStream keeps its data)."""
-        if self.alive:
-            self.process.terminate()
-            self.process.wait(10)
+        process = self._running()
+        if process is not None:
+            process.terminate()
+            process.wait(10)
         self.start(timeout)
 
     def healthy(self) -> bool:
         """`/healthz`: the server accepts clients and its JetStream is up (clustered: has a meta leader)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor_port}/healthz", timeout=1) as response:
-                return json.loads(response.read()).get("status") == "ok"
+                return bool(json.loads(response.read()).get("status") == "ok")
         except (urllib.error.URLError, OSError, ValueError):
             return False
 
@@ -136,14 +145,15 @@ class NatsServer:
             time.sleep(0.1)
 
     def stop(self, remove_store: bool = True, timeout: float = 5.0) -> None:
-        if self.alive:
-            self.process.terminate()
+        process = self._running()
+        if process is not None:
+            process.terminate()
             try:
-                self.process.wait(timeout)
+                process.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if getattr(self, "_log", None):
+                process.kill()
+                process.wait()
+        if self._log is not None:
             self._log.close()
         if remove_store:
             shutil.rmtree(self.store_dir, ignore_errors=True)
@@ -151,7 +161,7 @@ class NatsServer:
     def __enter__(self) -> NatsServer:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
@@ -186,7 +196,7 @@ class NatsCluster:
     def __enter__(self) -> NatsCluster:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

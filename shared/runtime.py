@@ -8,13 +8,26 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from types import ModuleType
+from typing import Protocol
+
+from nats.aio.client import Client as NATS
 
 from shared.logcontext import JsonFormatter, RequestIdFilter
 
+uvloop: ModuleType | None
 try:
     import uvloop
 except ImportError:  # uvloop is not available on every platform
     uvloop = None
+
+
+class Service(Protocol):
+    """What `serve_until` runs: a service that starts and stops on the bus."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 def configure_logging(service: str, verbose: int = 0) -> None:
@@ -46,7 +59,7 @@ def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
         asyncio.run(wrapper())
 
 
-async def serve_until(stop: asyncio.Event, nc, service, name: str) -> None:
+async def serve_until(stop: asyncio.Event, nc: NATS, service: Service, name: str) -> None:
     """Start `service`, wait for `stop`, then stop it and drain the NATS connection."""
     from shared.logsettings import follow
 

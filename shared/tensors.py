@@ -26,6 +26,8 @@ from typing import Literal
 import msgspec
 import posix_ipc
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from shared import bus, subjects
 from shared.messages import TensorRef
@@ -144,8 +146,8 @@ class TensorStore:
         self.transport = transport
         self.host = host_token() if transport != "bus" else f"bus-{owner_id}"
         self._held: dict[str, _Held] = {}
-        self._sub = None
-        self._sweeper: asyncio.Task | None = None
+        self._sub: Subscription | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self._sub = await self._nc.subscribe(self.owner, cb=self._serve)
@@ -193,7 +195,9 @@ class TensorStore:
             )
         return self._hold(name, datatype, shape, payload, expires)
 
-    def _hold(self, name: str, datatype: str, shape: list[int], payload, expires: float) -> TensorRef:
+    def _hold(
+        self, name: str, datatype: str, shape: list[int], payload: bytes | bytearray | memoryview, expires: float
+    ) -> TensorRef:
         key = uuid.uuid4().hex
         self._held[key] = _Held(memoryview(payload).cast("B"), "", expires)
         return TensorRef(name, datatype, shape, nbytes=memoryview(payload).nbytes, owner=self.owner, key=key)
@@ -235,7 +239,7 @@ class TensorStore:
         for owner, keys in by_owner.items():
             await self._nc.publish(owner, msgspec.msgpack.encode(ChunkRequest("release", keys)))
 
-    async def _fetch(self, ref: TensorRef, timeout: float) -> bytearray:
+    async def _fetch(self, ref: TensorRef, timeout: float) -> memoryview:
         chunk = max(1024, self._nc.max_payload - 4096)
         out = bytearray(ref.nbytes)
         view = memoryview(out)
@@ -253,9 +257,9 @@ class TensorStore:
             view[offset : offset + size] = reply.data
 
         await asyncio.gather(*(one(o) for o in range(0, ref.nbytes, chunk)))
-        return out
+        return view
 
-    async def _serve(self, msg) -> None:
+    async def _serve(self, msg: Msg) -> None:
         request = bus.decode(_chunk_decoder, msg, log)
         if request is None:
             return

@@ -11,9 +11,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from pydantic_settings import BaseSettings
+
 from shared import settings as s
 
-SERVICES = {
+SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": s.GatewaySettings,
     "scheduler": s.SchedulerSettings,
     "worker": s.WorkerSettings,
@@ -232,7 +234,7 @@ def _status(argv: list[str]) -> None:
     import asyncio
     import json
 
-    from shared import status
+    from shoal import status
 
     parser = argparse.ArgumentParser(prog="shoal status", description="The live topology of a running Shoal.")
     parser.add_argument("--nats-url", default=None, help="default: the NATS of the last `shoal serve`")

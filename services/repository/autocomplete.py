@@ -12,7 +12,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from shared.errors import invalid
 
-_ONNX_TO_CONFIG = {
+_ONNX_TO_CONFIG: dict[int, int] = {
     onnx.TensorProto.BOOL: pb.TYPE_BOOL,
     onnx.TensorProto.UINT8: pb.TYPE_UINT8,
     onnx.TensorProto.UINT16: pb.TYPE_UINT16,

@@ -10,11 +10,13 @@ a member changes, because the members can change without the ensemble being relo
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from shared.ensemble_graph import check_members, graph_from_config, is_ensemble
 from shared.messages import ModelRecord, ModelVersionState
 
 
-def record_is_ensemble(record: ModelRecord | None) -> bool:
+def record_is_ensemble(record: ModelRecord | None) -> TypeGuard[ModelRecord]:
     return record is not None and is_ensemble(record.active_config)
 
 

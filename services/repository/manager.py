@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from services.repository import ensembles, overrides
 from services.repository.scan import ScannedModel, check_model_name, list_models, scan_model, signature
@@ -91,9 +92,9 @@ class ModelManager:
                 raise internal(f"failed to load '{name}', failed to poll from model repository")
         scanned = scan_model(model_dir, self.auto_complete, override)
         if scanned.config is not None and is_ensemble(model_config.to_json(scanned.config)):
-            config = model_config.to_json(scanned.config)
+            graph = model_config.to_json(scanned.config)
             # a bad graph is a load failure, like a bad config; member checks come with readiness
-            error = check_structure(config) or ensembles.cycle(name, self.records, config)
+            error = check_structure(graph) or ensembles.cycle(name, self.records, graph)
             if error:
                 scanned = ScannedModel(scanned.name, scanned.path, None, scanned.versions, error)
         if files and scanned.config is None:
@@ -130,11 +131,11 @@ class ModelManager:
         else:
             hosted = list(scanned.versions)
             versions = {}
-            for version in previous.versions if previous else []:
-                if int(version) not in hosted:
-                    versions[version] = ModelVersionState("UNAVAILABLE", "unloaded")
+            for key in previous.versions if previous else []:
+                if int(key) not in hosted:
+                    versions[key] = ModelVersionState("UNAVAILABLE", "unloaded")
             serving = previous.active_config if previous and previous.hosted else {}
-            serving_path = (previous.serving_path or previous.path) if serving else ""
+            serving_path = (previous.serving_path or previous.path) if previous and serving else ""
             for version in hosted:
                 old = previous.versions.get(str(version)) if previous else None
                 versions[str(version)] = (
@@ -334,7 +335,7 @@ class ModelManager:
             for version, state in sorted(record.versions.items(), key=lambda kv: int(kv[0])):
                 if ready_only and state.state != "READY":
                     continue
-                entry = {"name": name, "version": version, "state": state.state}
+                entry: dict[str, Any] = {"name": name, "version": version, "state": state.state}
                 if state.reason:
                     entry["reason"] = state.reason
                 warmup = [r.warmup_ms for r in self._reports(name, int(version)) if r.warmup_ms]
