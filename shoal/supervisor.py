@@ -118,16 +118,20 @@ class Cluster:
         self._stopping.set()
         deadline = time.monotonic() + timeout
         for stage in (("gateway",), ("scheduler",), ("worker",), ("repository",)):
-            running = [c for c in self.children if c.service in stage and c.process and c.process.poll() is None]
-            for child in running:  # a stage stops in parallel: hundreds of models unload at once
-                child.process.send_signal(signal.SIGTERM)
-            for child in running:
+            running = [
+                (c.name, c.process)
+                for c in self.children
+                if c.service in stage and c.process is not None and c.process.poll() is None
+            ]
+            for _, process in running:  # a stage stops in parallel: hundreds of models unload at once
+                process.send_signal(signal.SIGTERM)
+            for name, process in running:
                 try:
-                    child.process.wait(max(0.0, deadline - time.monotonic()))
+                    process.wait(max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    log.warning("%s did not stop within the exit timeout (%ss); killing it", child.name, timeout)
-                    child.process.kill()
-                    child.process.wait()
+                    log.warning("%s did not stop within the exit timeout (%ss); killing it", name, timeout)
+                    process.kill()
+                    process.wait()
         sweep_segments(self.run_id)
 
     @property
@@ -166,7 +170,7 @@ class Cluster:
 def keep_nats_alive(nats: NatsServer) -> None:
     """The embedded nats-server died: start it again on the same port with the same JetStream
     store (file-backed: configs, model states and leases survive); the services reconnect."""
-    if nats.alive:
+    if nats.alive or nats.process is None:
         return
     log.error("nats-server exited with code %s; restarting it on port %d", nats.process.returncode, nats.port)
     try:
