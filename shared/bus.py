@@ -36,7 +36,9 @@ class _Outage:
             log.debug("nats error while reconnecting: %s", exc)
             return
         self.reported = self.down
-        log.error("nats error: %s", exc, exc_info=None if self.down else exc)
+        # a lost connection is expected news, not a bug: no traceback for it
+        expected = isinstance(exc, (OSError, nats.errors.UnexpectedEOF, nats.errors.StaleConnectionError))
+        log.error("nats error: %s", exc or type(exc).__name__, exc_info=None if self.down or expected else exc)
 
     async def disconnected(self) -> None:
         if not self.down:
