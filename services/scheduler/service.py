@@ -598,10 +598,13 @@ class SchedulerService:
 
     async def _gain(self, model: str) -> None:
         # one queue group for every replica: while a model changes hands, both the old and
-        # the new owner are subscribed and each request reaches exactly one of them
-        self._subs[model] = await self.nc.subscribe(
-            subjects.infer(model), queue=subjects.SCHEDULER_QUEUE, cb=self._on_request
-        )
+        # the new owner are subscribed and each request reaches exactly one of them. Claimed
+        # back before the hand-over let it go (a quick unload/load): the subscription is still
+        # ours; a second one would leak (benchmarks/load_cycles.py found it).
+        if model not in self._subs:
+            self._subs[model] = await self.nc.subscribe(
+                subjects.infer(model), queue=subjects.SCHEDULER_QUEUE, cb=self._on_request
+            )
         await self.handover.regain(model)
         await self.nc.publish(subjects.RESYNC, b"")  # workers announce their idle credits again
 
