@@ -56,7 +56,9 @@ def test_losing_one_of_three_nats_nodes_under_load(tmp_path):
         request_timeout_s=TIMEOUT_S,
     ) as running:
         stream = running.nats.nodes[0]  # every KV bucket of the control plane has 3 replicas
-        with urllib.request.urlopen(f"http://127.0.0.1:{stream.monitor_port}/jsz?streams=true&config=true", timeout=5) as r:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{stream.monitor_port}/jsz?streams=true&config=true", timeout=5
+        ) as r:
             jsz = json.loads(r.read())
         replicas = {
             s["name"]: s["config"]["num_replicas"]
