@@ -43,6 +43,16 @@ def cycle(serve: Serve, client: httpclient.InferenceServerClient) -> None:
     post(f"http://{serve.url}/v2/repository/models/mlp/unload")
 
 
+def jetstream(serve: Serve) -> dict[str, int]:
+    """nats-server's JetStream totals: what the control plane keeps (growth here is not Go's heap)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{serve.monitor_port}/jsz", timeout=5) as response:
+            jsz = json.loads(response.read())
+    except (OSError, ValueError):
+        return {}
+    return {key: int(jsz.get(key, 0)) for key in ("streams", "consumers", "messages", "bytes")}
+
+
 def run(cycles: int, max_seconds: float, warmup: int, every: int) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="shoal-cycles-"))
     examples.write_examples(workdir / "models")
@@ -58,7 +68,8 @@ def run(cycles: int, max_seconds: float, warmup: int, every: int) -> dict:
             done += 1
             if done % every == 0 or done == warmup:
                 samples.append((done, rss_by_role(serve)))
-                print(f"cycle {done:4d} {time.monotonic() - began:6.0f}s  " + json.dumps(samples[-1][1]), flush=True)
+                line = f"cycle {done:4d} {time.monotonic() - began:6.0f}s  {json.dumps(samples[-1][1])}"
+                print(f"{line}  jetstream {json.dumps(jetstream(serve))}", flush=True)
         samples.append((done, rss_by_role(serve)))
         client.close()
         seconds = time.monotonic() - began

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import weakref
@@ -111,6 +112,32 @@ async def bucket(nc: NATS, name: str, ttl: float | None = None) -> KeyValue:
             log.debug("open bucket %s: %s", name, exc)
         await asyncio.sleep(0.1)
     raise RuntimeError(f"cannot open JetStream KV bucket '{name}'")
+
+
+KEYS_CONSUMER_IDLE_S = 5.0
+
+
+async def keys(kv: KeyValue) -> list[str]:
+    """The bucket's keys ([] when empty, or when the bus is away). nats-py's `kv.keys()` lists
+    them through an ephemeral consumer the server keeps for 5 minutes after use, and passes no
+    setting through: called every second (leases), hundreds piled up in nats-server
+    (benchmarks/load_cycles.py). Here the consumer goes 5 s after use."""
+    try:
+        watcher = await kv.watchall(ignore_deletes=True, meta_only=True, inactive_threshold=KEYS_CONSUMER_IDLE_S)
+    except Exception:
+        return []
+    found: list[str] = []
+    try:
+        async for entry in watcher:
+            if not entry:  # the end of the current values
+                break
+            found.append(entry.key)
+    except Exception:
+        return []
+    finally:
+        with contextlib.suppress(Exception):
+            await watcher.stop()
+    return found
 
 
 @dataclass(frozen=True)
