@@ -1,4 +1,4 @@
-"""Triton error codes and the HTTP status each maps to (triton-spec §1.2)."""
+"""Triton error codes and the HTTP status each maps to (docs/triton-spec.md §1.2)."""
 
 from __future__ import annotations
 

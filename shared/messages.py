@@ -2,7 +2,7 @@
 
 The scheduler decodes only `RequestHeader` (a subset of `InferRequest`'s fields)
 and forwards each request's original bytes to the worker as `msgspec.Raw`, so
-tensor bytes are never decoded or re-encoded on the way (design.md §3).
+tensor bytes are never decoded or re-encoded on the way (docs/design.md §3).
 """
 
 from __future__ import annotations

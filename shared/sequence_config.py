@@ -1,4 +1,4 @@
-"""`sequence_batching` of a model config (triton-spec §2.2), as one frozen view.
+"""`sequence_batching` of a model config (docs/triton-spec.md §2.2), as one frozen view.
 
 Read from the normalized config JSON by both the scheduler (strategy, slots, idle
 timeout) and the worker (control inputs, implicit state), so neither parses it twice.

@@ -49,7 +49,10 @@ class GatewaySettings(BusSettings):
     summary_latencies: bool = False
     histogram_latencies: bool = False
     summary_quantiles: str = Field("", description="q:error,... (default Triton's 0.5:0.05,0.9:0.01,...)")
-    http_max_input_size: int = 64 * 1024 * 1024
+    http_max_input_size: int = Field(64 * 1024 * 1024, description="largest request body in bytes")
+    http_restricted_api: list[str] = Field(
+        default_factory=list, description="<api>[,<api>...]:<header>=<value>: those APIs need that header (403)"
+    )
     request_timeout_s: float = Field(60.0, description="deadline of a request with no timeout of its own")
     inline_max_bytes: int = 65536
     tensor_transport: Literal["auto", "shm", "bus"] = "auto"

@@ -28,7 +28,6 @@ UNSUPPORTED_FLAGS = {
     "--grpc-address": "Shoal has no gRPC endpoint yet",
     "--reuse-grpc-port": "Shoal has no gRPC endpoint yet",
     "--grpc-infer-thread-count": "Shoal has no gRPC endpoint yet",
-    "--http-restricted-api": "restricted API categories are not implemented yet",
     "--grpc-restricted-protocol": "Shoal has no gRPC endpoint yet",
     "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
     "--backend-config": "backend configuration settings are not implemented yet",
@@ -82,6 +81,12 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-address", default="0.0.0.0")
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024)
+    p.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        help="<api>[,<api>...]:<header>=<value>: those API groups answer 403 without that header (repeatable)",
+    )
     p.add_argument("--metrics-port", type=int, default=8002)
     p.add_argument("--metrics-address", default=None)
     _bool_flag(p, "--allow-metrics", True)
@@ -137,6 +142,12 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         from services.scheduler.batching.ratelimit import parse_resources
 
         parse_resources(args.rate_limit_resource)
+    except ValueError as exc:
+        raise SystemExit(f"shoal serve: {exc}") from None
+    try:
+        from services.gateway.http.restricted import parse as parse_restricted
+
+        parse_restricted(args.http_restricted_api)
     except ValueError as exc:
         raise SystemExit(f"shoal serve: {exc}") from None
     args.trace = trace_settings(args)

@@ -26,10 +26,11 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic_settings import BaseSettings
+
 from shared import lifeline
 from shared.natsserver import NatsServer, default_cache_dir
 from shared.settings import (
-    BaseSettings,
     GatewaySettings,
     RepositorySettings,
     SchedulerSettings,
@@ -139,8 +140,14 @@ class Cluster:
         return f"http://127.0.0.1:{self.gateway.http_port}"
 
     def _get(self, path: str) -> int:
+        from services.gateway.http.restricted import category, parse
+
+        # a restricted API answers the supervisor too when it shows the header (--http-restricted-api)
+        restriction = parse(self.gateway.http_restricted_api).get(category(path) or "")
+        headers = {restriction.header: restriction.value} if restriction else {}
         try:
-            with urllib.request.urlopen(f"{self.base_url}{path}", timeout=2) as response:
+            request = urllib.request.Request(f"{self.base_url}{path}", headers=headers)
+            with urllib.request.urlopen(request, timeout=2) as response:
                 return response.status
         except urllib.error.HTTPError as exc:
             return exc.code
@@ -212,6 +219,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         metrics_port=args.metrics_port,
         allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size,
+        http_restricted_api=args.http_restricted_api,
         request_timeout_s=args.request_timeout_secs,
         tensor_transport=args.tensor_transport,
         strict_readiness=args.strict_readiness,

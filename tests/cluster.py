@@ -78,6 +78,13 @@ def build_test_repository(root: Path) -> Path:
     # parses, but the model file is not a valid ONNX graph for the config: the backend's reason
     bad = examples.write_model(root, "bad_io", examples.simple_graph(), identity_config("bad_io", "FP32"))
     (bad / "1" / "model.onnx").write_bytes(b"not an onnx file")
+    # one BYTES element per request: what a raw binary request (no JSON) can carry
+    examples.write_model(
+        root,
+        "identity_bytes_1",
+        examples.identity_graph(TensorProto.STRING, 2, "identity_bytes_1"),
+        identity_config("identity_bytes_1", "BYTES").replace("dims: [ -1 ]", "dims: [ 1 ]"),
+    )
     # non-batching model (max_batch_size 0): full shapes in requests
     examples.write_model(
         root,

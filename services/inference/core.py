@@ -27,6 +27,11 @@ def _uint(parameters: dict, key: str) -> int:
     return value
 
 
+def _regions_used(parsed: ParsedRequest) -> list[str]:
+    tensors = [*parsed.inputs, *(parsed.outputs or [])]
+    return [str(t.parameters.get("shared_memory_region")) for t in tensors if t.in_shared_memory]
+
+
 class InferenceCore:
     def __init__(self, dispatcher: Dispatcher, store: TensorStore, timeout_s: float, shm: ShmRegistry) -> None:
         self.dispatcher = dispatcher
@@ -44,12 +49,17 @@ class InferenceCore:
         timeout_s: float | None = None,
     ) -> tuple[list[OutputTensor], dict, InferResponse]:
         timeout_s = timeout_s or self.timeout_s
-        request, regions = self._request(spec, version, parsed, valid, trace, timeout_s)
+        used = _regions_used(parsed)
+        self.shm.hold(used)
         try:
-            response = await self.dispatcher.infer(request, timeout_s)
+            request, regions = self._request(spec, version, parsed, valid, trace, timeout_s)
+            try:
+                response = await self.dispatcher.infer(request, timeout_s)
+            finally:
+                self.store.free(request.inputs)
+            return await self._outputs(response, regions, valid, request.deadline_ns), response.parameters, response
         finally:
-            self.store.free(request.inputs)
-        return await self._outputs(response, regions, valid, request.deadline_ns), response.parameters, response
+            await self.shm.release(used)
 
     async def stream(
         self,

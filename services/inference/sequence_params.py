@@ -1,4 +1,4 @@
-"""The sequence extension's request parameters (triton-spec §1.7.2), read once at the gateway.
+"""The sequence extension's request parameters (docs/triton-spec.md §1.7.2), read once at the gateway.
 
 They become typed `InferRequest` fields (and so `RequestHeader` fields) because the
 scheduler routes sequence requests on them and must not decode `parameters` to do so.

@@ -2,7 +2,7 @@
 
 Registrations live in a JetStream KV bucket so every gateway sees them; the worker
 reads inputs from and writes outputs into a region directly. Error texts and status
-codes follow Triton's (triton-spec §1.11).
+codes follow Triton's (docs/triton-spec.md §1.11).
 """
 
 from __future__ import annotations
@@ -25,19 +25,26 @@ DISABLED = "Client shared memory is disabled. Start the server with '--allow-cli
 _decoder = msgspec.msgpack.Decoder(ShmRegion)
 
 
-_RESERVED = ("triton_python_backend_shm_region_", "shoal_", "shoal-")
+TRITON_RESERVED_PREFIX = "triton_python_backend_shm_region_"  # Triton's python backend's own regions
+_SHOAL_PREFIXES = ("shoal_", "shoal-")  # Shoal's tensor segments: another client's data
+_UINT64_MAX = 2**64 - 1
 
 
 def check_key(name: str, key: str) -> None:
     """A POSIX shm name as shm_open takes it: one leading '/', no other '/', not '.'/'..'.
 
-    Anything else could name a file outside /dev/shm; Shoal's own segments are refused too,
-    so a client cannot read or write another client's tensors.
+    Anything else could name a file outside /dev/shm (Triton's shm_open fails on it: its text);
+    Shoal's own segments are refused too, so a client cannot read or write another client's tensors.
     """
+    if TRITON_RESERVED_PREFIX in key:
+        raise invalid(
+            f"cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved "
+            f"prefix '{TRITON_RESERVED_PREFIX}'"
+        )
     bare = key[1:] if key.startswith("/") else key
     if not bare or "/" in bare or bare in (".", "..") or "\0" in bare:
-        raise invalid(f"failed to register shared memory region '{name}': invalid key '{key}'")
-    if bare.startswith(_RESERVED):
+        raise internal(f"Unable to open shared memory region: '{key}'")
+    if bare.startswith(_SHOAL_PREFIXES):
         raise invalid(f"cannot register shared memory region '{name}' with key '{key}': the key is reserved")
 
 
@@ -48,6 +55,10 @@ class ShmRegistry:
         self.enabled = enabled
         self.regions: dict[str, ShmRegion] = {}
         self._task: asyncio.Task | None = None
+        # Triton lets requests in flight finish with a region that is unregistered meanwhile:
+        # it stays listed and usable until the last of them ends, then goes.
+        self._in_use: dict[str, int] = {}
+        self._doomed: set[str] = set()
 
     async def start(self) -> None:
         self.kv = await bus.bucket(self.nc, subjects.SHM_BUCKET)
@@ -86,7 +97,7 @@ class ShmRegistry:
             raise invalid("Shared memory register request has no 'key' field")
         if not isinstance(byte_size, int) or isinstance(byte_size, bool):
             raise invalid("Shared memory register request has no 'byte_size' field")
-        if not isinstance(offset, int) or offset < 0 or byte_size < 0:
+        if not isinstance(offset, int) or offset < 0 or byte_size < 0 or offset + byte_size > _UINT64_MAX:
             raise invalid(f"failed to register shared memory region '{name}': invalid args")
         check_key(name, key)
         if name in self.regions:
@@ -126,8 +137,30 @@ class ShmRegistry:
             region = self.regions.get(each)
             if region is None or region.kind != kind:
                 continue  # unknown names are fine, as in Triton
-            self.regions.pop(each, None)
-            await self.kv.delete(subjects.model_key(each))
+            if self._in_use.get(each):
+                self._doomed.add(each)
+                continue
+            await self._delete(each)
+
+    async def _delete(self, name: str) -> None:
+        self.regions.pop(name, None)
+        await self.kv.delete(subjects.model_key(name))
+
+    def hold(self, names: list[str]) -> None:
+        """Requests in flight use these regions (see `unregister`)."""
+        for name in names:
+            self._in_use[name] = self._in_use.get(name, 0) + 1
+
+    async def release(self, names: list[str]) -> None:
+        for name in names:
+            left = self._in_use.get(name, 0) - 1
+            if left > 0:
+                self._in_use[name] = left
+                continue
+            self._in_use.pop(name, None)
+            if name in self._doomed:
+                self._doomed.discard(name)
+                await self._delete(name)
 
     # -- CUDA -----------------------------------------------------------------------------
     async def register_cuda(self, name: str, body: dict) -> None:
@@ -172,6 +205,11 @@ class ShmRegistry:
             raise not_found(f"Unable to find shared memory region: '{name}'")
         if offset >= region.byte_size and not (offset == 0 and size == 0):
             raise invalid(f"Invalid offset for shared memory region: '{name}'")
+        if offset + size > _UINT64_MAX:  # Triton's uint64 arithmetic would wrap: it says so
+            raise invalid(
+                f"Integer overflow detected: byte_size {size} + offset {offset} overflows for shared memory "
+                f"region: '{name}'"
+            )
         if offset + size > region.byte_size:
             raise invalid(f"Invalid offset + byte size for shared memory region: '{name}'")
         if region.kind == "system" and region.host != self.host:

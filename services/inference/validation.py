@@ -32,6 +32,18 @@ def _shape_matches(dims: tuple[int, ...], shape: list[int]) -> bool:
     return len(dims) == len(shape) and all(d == -1 or d == s for d, s in zip(dims, shape))
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def check_shape(name: str, shape: list[int]) -> None:
+    """Triton keeps element counts in int64: a shape whose count (or a dim) overflows it is a 400."""
+    count = 1
+    for dim in shape:
+        count *= dim
+        if dim > _INT64_MAX or count > _INT64_MAX:
+            raise invalid(f"input '{name}' has a shape {_fmt(shape)} whose element count overflows int64")
+
+
 def validate(spec: ModelSpec, request: ParsedRequest, streaming: bool = False) -> Validated:
     """`streaming`: the endpoint can carry a decoupled model's many responses."""
     prefix = f"[request id: {request.id or '<id_unknown>'}] "
@@ -39,6 +51,8 @@ def validate(spec: ModelSpec, request: ParsedRequest, streaming: bool = False) -
     if spec.decoupled and not streaming:
         raise ShoalError("HTTP end point doesn't support models with decoupled transaction policy", Code.UNSUPPORTED)
     given = [t.name for t in request.inputs]
+    for duplicate in _duplicates(given):
+        raise invalid(f"{prefix}input '{duplicate}' already exists in request")
     for tensor in request.inputs:
         if spec.input(tensor.name) is None:
             raise invalid(f"{prefix}unexpected inference input '{tensor.name}' for model '{model}'")
@@ -118,6 +132,8 @@ def _outputs(spec: ModelSpec, request: ParsedRequest, prefix: str) -> tuple[list
     if request.outputs is None:
         default = request.binary_data_output
         return [], {o.name: default for o in spec.outputs}
+    for duplicate in _duplicates([o.name for o in request.outputs]):
+        raise invalid(f"{prefix}output '{duplicate}' already exists in request")
     names, binary = [], {}
     for out in request.outputs:
         if spec.output(out.name) is None:
@@ -125,6 +141,11 @@ def _outputs(spec: ModelSpec, request: ParsedRequest, prefix: str) -> tuple[list
         names.append(out.name)
         binary[out.name] = bool(out.binary)
     return names, binary
+
+
+def _duplicates(names: list[str]) -> list[str]:
+    seen: set[str] = set()
+    return [n for n in names if n in seen or seen.add(n)]  # type: ignore[func-returns-value]
 
 
 def raw_request(spec: ModelSpec, body: bytes) -> ParsedRequest:
@@ -150,6 +171,8 @@ def raw_request(spec: ModelSpec, body: bytes) -> ParsedRequest:
     elif -1 in dims:
         fixed = _count([d for d in dims if d != -1]) * element_size(config.datatype)
         dims[dims.index(-1)] = len(body) // fixed if fixed else 0
+    if config.datatype == "BYTES":  # the body is the one element's bytes, without its length prefix
+        body = len(body).to_bytes(4, "little") + body
     shape = ([1] if spec.max_batch_size > 0 else []) + dims
     return ParsedRequest(
         "", [InputTensor(config.name, config.datatype, shape, body)], None, {"binary_data_output": True}

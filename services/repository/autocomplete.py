@@ -1,4 +1,4 @@
-"""Backend auto-complete for ONNX models without (complete) inputs/outputs (triton-spec §2.4)."""
+"""Backend auto-complete for ONNX models without (complete) inputs/outputs (docs/triton-spec.md §2.4)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Ensemble readiness: an ensemble has no instances; its state follows its composing models.
 
-Triton's rule (spec §3.5): an ensemble is READY when every composing model it names is
+Triton's rule (docs/triton-spec.md §3.5): an ensemble is READY when every composing model it names is
 READY (at the version the step asks for), and its graph is consistent with their configs.
 It becomes UNAVAILABLE, with the reason, when one of them is not, and READY again when it
 is back. The structural checks that need no other model run once at load (a bad graph is

@@ -136,7 +136,7 @@ def test_json_element_count_mismatch(shoal):
         }
     )
     status, _, raw = http(shoal.url, INFER, "POST", body.encode())
-    assert status == 500 and "Shape does not match true shape" in error_of(raw)
+    assert (status, error_of(raw)) == (400, "Unable to parse 'data': Shape does not match true shape of 'data' field")
 
 
 def test_unknown_model_and_version(client):

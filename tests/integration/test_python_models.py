@@ -387,7 +387,7 @@ def test_generate_on_an_ordinary_model(cluster):
     status, _, body = post(cluster.url, "/v2/models/auto/generate", {"INPUT0": ["x", 2, 3, 4]})
     assert (status, json.loads(body)) == (
         500,
-        {"error": "Unable to parse 'data': attempt to access JSON non-number as number"},
+        {"error": "Unable to parse 'data': attempt to access JSON non-number as double"},
     )
     status, _, body = post(
         cluster.url, "/v2/models/auto/generate", {"INPUT0": [1, 2, 3, 4], "parameters": {"INPUT0": 3}}

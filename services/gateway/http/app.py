@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from services.gateway.http import codec
+from services.gateway.http import codec, restricted
 from services.gateway.http.generate import event, parse_generate, render_generate
 from services.inference import classification, trace, types
 from services.inference.cache import ResponseCache, cache_key
@@ -57,6 +57,7 @@ def json_response(doc: Any, status: int = 200) -> Response:
 
 
 def _decode_json(body: bytes) -> Any:
+    codec.check_depth(body)
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:  # Triton's 400
@@ -295,7 +296,7 @@ class Gateway:
         if doc != {}:
             ready = doc.get("ready", False) if isinstance(doc, dict) else None
             if not isinstance(ready, bool):
-                raise invalid("Unable to parse 'ready': attempt to access JSON non-boolean as boolean")
+                raise invalid("attempt to access JSON non-boolean as boolean")  # Triton's text, unprefixed
             payload = orjson.dumps({"ready": ready})
         return json_response(await self._ask(subjects.REPOSITORY_INDEX, payload, "the repository service"))
 
@@ -488,9 +489,10 @@ def build_app(gateway: Gateway, lifespan=None) -> Starlette:
             Route(base + "/generate", triton_errors(g.generate), methods=["POST"]),
             Route(base + "/generate_stream", triton_errors(g.generate_stream), methods=["POST"]),
         ]
-    return InferFastPath(
+    app = InferFastPath(
         gateway, Starlette(routes=routes, exception_handlers={HTTPException: _not_found}, lifespan=lifespan)
     )
+    return restricted.wrap(app, gateway.settings.http_restricted_api)
 
 
 _INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
@@ -583,7 +585,10 @@ class InferFastPath:
             # the rest of an oversize body was read (and dropped) so the client gets this
             # error rather than a connection reset
             declared = headers.get("content-length", "")
-            raise codec.size_error(int(declared) if declared.isdigit() else size, limit)
+            total = int(declared) if declared.isdigit() else size
+            if headers.get("inference-header-content-length", "").strip() == "0":
+                raise codec.raw_size_error(total, limit)
+            raise codec.size_error(total, limit)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 

@@ -1,12 +1,14 @@
 """KServe v2 / Triton HTTP inference bodies: JSON, binary tensor extension, compression.
 
 Pure functions: bytes in, typed request out; outputs in, bytes out. Error texts and
-status codes follow Triton's (triton-spec §1.2, §1.7).
+status codes follow Triton's (docs/triton-spec.md §1.2, §1.7).
 """
 
 from __future__ import annotations
 
 import gzip
+import json
+import re
 import zlib
 from typing import Any
 
@@ -14,6 +16,7 @@ import numpy as np
 import orjson
 
 from services.inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
+from services.inference.validation import check_shape
 from shared.datatypes import (
     DATATYPES,
     element_count,
@@ -40,15 +43,66 @@ def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     except zlib.error as exc:
         raise invalid(f"failed to decompress the request body: {exc}") from None
     if len(out) > limit:
-        raise size_error(len(out), limit)
+        raise decompressed_size_error(limit)
     return out
+
+
+_USE_FLAG = "Use --http-max-input-size to increase the limit."
 
 
 def size_error(size: int, limit: int) -> ShoalError:
     return invalid(
-        f"request JSON size of {size} bytes exceeds the maximum allowed input size of {limit} bytes. "
-        "Use --http-max-input-size to increase the limit."
+        f"request JSON size of {size} bytes exceeds the maximum allowed input size of {limit} bytes. {_USE_FLAG}"
     )
+
+
+def raw_size_error(size: int, limit: int) -> ShoalError:
+    """A raw binary body (`Inference-Header-Content-Length: 0`) has no JSON to speak of."""
+    return invalid(
+        f"raw request size of {size} bytes exceeds the maximum allowed input size of {limit} bytes. {_USE_FLAG}"
+    )
+
+
+def decompressed_size_error(limit: int) -> ShoalError:
+    """The inflated size is not known (inflating stops at the limit)."""
+    return invalid(f"decompressed request size exceeds the maximum allowed input size of {limit} bytes. {_USE_FLAG}")
+
+
+MAX_JSON_DEPTH = 100
+
+
+def load_json(body: bytes | memoryview) -> Any:
+    """A request body as JSON with Triton's limits: nesting depth (400), then parse errors."""
+    check_depth(body)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if "utf-8" not in str(exc).lower():
+            raise internal(f"failed to parse the request JSON buffer: {exc}") from None
+        error = exc
+    # Triton's parser takes strings' bytes as they are (BYTES elements need not be UTF-8):
+    # the stdlib parser keeps undecodable bytes as surrogate escapes, encoded back in BYTES.
+    try:
+        return json.loads(bytes(body).decode("utf-8", errors="surrogateescape"))
+    except ValueError:
+        raise internal(f"failed to parse the request JSON buffer: {error}") from None
+
+
+def check_depth(body: bytes | memoryview) -> None:
+    """Triton refuses JSON nested deeper than 100 levels. Counting brackets is cheap; only a
+    body with more than 100 of them is walked (strings removed, running depth by numpy)."""
+    raw = bytes(body)
+    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+        return
+    structure = _STRINGS.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    steps = np.frombuffer(structure, dtype=np.uint8)
+    depth = np.cumsum(np.where((steps == ord("[")) | (steps == ord("{")), 1, -1), dtype=np.int64)
+    if depth.size and int(depth.max()) > MAX_JSON_DEPTH:
+        raise invalid(f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH})")
+
+
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
@@ -78,10 +132,7 @@ def _uint_list(value: Any, what: str) -> list[int]:
 
 
 def parse_request(header: bytes, binary: memoryview, model: str) -> ParsedRequest:
-    try:
-        doc = orjson.loads(header)
-    except orjson.JSONDecodeError as exc:
-        raise internal(f"failed to parse the request JSON buffer: {exc}") from None
+    doc = load_json(header)
     if not isinstance(doc, dict):
         raise internal("failed to parse the request JSON buffer: request must be a JSON object")
     request_id = doc.get("id", "")
@@ -139,10 +190,12 @@ def _parse_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTensor
         k for k in ("binary_data_size", "shared_memory_region") if k in params
     ]
     if len(sources) != 1:
+        named = " set " + " ".join(f"'{k}'" for k in sources) if sources else " no field is set"
         raise invalid(
             "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
-            f"'shared_memory_region' in 'parameters'. But input '{name}' set {len(sources)}"
+            f"'shared_memory_region' in 'parameters'. But{named}"
         )
+    check_shape(name, shape)
     if sources[0] == "shared_memory_region":
         return InputTensor(name, datatype, shape, None, params), offset
     if sources[0] == "binary_data_size":
@@ -164,36 +217,47 @@ def _flatten(data: Any, out: list) -> None:
 
 
 def json_tensor_bytes(name: str, datatype: str, shape: list[int], data: Any) -> bytes:
-    """A JSON `data` array (flat or nested, row-major) -> wire bytes, checked against `shape`."""
+    """A JSON `data` array (flat or nested, row-major) -> wire bytes, checked against `shape`.
+
+    Texts as Triton's ReadDataFromJson: a wrong element count is a 400; an element of the
+    wrong JSON kind is its JSON helper's INTERNAL error (500, Shoal's documented choice)."""
     if datatype in ("FP16", "BF16"):
         raise invalid(
             f"receiving {datatype} data via JSON is not supported. Please use the binary data format for input {name}"
         )
+    if not isinstance(data, list):
+        raise _json_error("data", "attempt to access JSON non-array as array")
     flat: list = []
     _flatten(data, flat)
-    expected = element_count(shape)
-    if len(flat) != expected:
-        raise internal(
-            f"Unable to parse 'data': Shape does not match true shape of 'data' field for input '{name}'. "
-            f"Expected {expected} elements, got {len(flat)}"
-        )
     if datatype == "BYTES":
         if not all(isinstance(v, str) for v in flat):
-            raise _json_error("data", "attempt to access JSON non-string as string")
-        array = np.empty(len(flat), dtype=object)
-        array[:] = [v.encode("utf-8") for v in flat]
-        return serialize_bytes(array)
-    if datatype == "BOOL":
+            raise internal("Unable to parse JSON bytes array: attempt to access JSON non-string as string")
+    elif datatype == "BOOL":
         if not all(isinstance(v, bool) for v in flat):
             raise _json_error("data", "attempt to access JSON non-boolean as boolean")
+    elif datatype.startswith("UINT"):
+        if not all(_is_int(v) and 0 <= v < 2**64 for v in flat):
+            raise _json_error("data", "attempt to access JSON non-unsigned-integer as unsigned-integer")
+    elif datatype.startswith("INT"):
+        if not all(_is_int(v) and -(2**63) <= v < 2**63 for v in flat):
+            raise _json_error("data", "attempt to access JSON non-signed-integer as signed-integer")
     elif not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat):
-        raise _json_error("data", "attempt to access JSON non-number as number")
-    elif datatype.startswith(("INT", "UINT")) and not all(isinstance(v, int) for v in flat):
-        raise _json_error("data", "attempt to access JSON non-integer as integer")
-    try:
-        return np.array(flat, dtype=numpy_dtype(datatype)).tobytes()
-    except OverflowError as exc:
-        raise _json_error("data", f"value out of range for {datatype}: {exc}") from None
+        raise _json_error("data", "attempt to access JSON non-number as double")
+    if len(flat) != element_count(shape):
+        raise invalid("Unable to parse 'data': Shape does not match true shape of 'data' field")
+    if datatype == "BYTES":
+        array = np.empty(len(flat), dtype=object)
+        array[:] = [v.encode("utf-8", errors="surrogateescape") for v in flat]
+        return serialize_bytes(array)
+    # As Triton, integers are read as 64-bit and narrowed (wrapping), floats read as doubles.
+    wide = np.uint64 if datatype.startswith("UINT") else np.int64 if datatype.startswith("INT") else None
+    if wide is not None:
+        return np.array(flat, dtype=wide).astype(numpy_dtype(datatype)).tobytes()
+    return np.array(flat, dtype=np.float64 if datatype != "BOOL" else np.bool_).astype(numpy_dtype(datatype)).tobytes()
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _parse_output(raw: Any) -> RequestedOutput:
@@ -225,7 +289,8 @@ def json_values(datatype: str, shape: list[int], data: memoryview | bytes) -> An
     if datatype == "BYTES":
         from shared.datatypes import deserialize_bytes
 
-        return [item.decode("utf-8", errors="replace") for item in deserialize_bytes(data)]
+        # undecodable bytes stay surrogate escapes: written back as the same bytes (see _dumps)
+        return [item.decode("utf-8", errors="surrogateescape") for item in deserialize_bytes(data)]
     return np.frombuffer(data, dtype=numpy_dtype(datatype))
 
 
@@ -253,10 +318,19 @@ def encode_response(
             entry["data"] = json_values(out.datatype, out.shape, out.data)
         entries.append(entry)
     doc["outputs"] = entries
-    header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    header = _dumps(doc)
     if not blobs:
         return header, None
     return b"".join([header, *blobs]), len(header)
+
+
+def _dumps(doc: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    except orjson.JSONEncodeError:
+        # a BYTES output that is not UTF-8: Triton writes its bytes into the JSON string as they are
+        text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), default=lambda a: a.tolist())
+        return text.encode("utf-8", errors="surrogateescape")
 
 
 def choose_encoding(accept: str | None) -> str | None:

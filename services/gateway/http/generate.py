@@ -1,6 +1,6 @@
 """Triton's generate extension (`/generate`, `/generate_stream`): flat JSON in, flat JSON out.
 
-Pure conversions (triton-spec §1.8): a request's top-level keys become input tensors when
+Pure conversions (docs/triton-spec.md §1.8): a request's top-level keys become input tensors when
 the model has an input of that name and request parameters otherwise; a response becomes
 one flat object with every output keyed by name (one-element tensors as scalars).
 """

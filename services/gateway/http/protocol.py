@@ -48,5 +48,12 @@ class CorkedTransport:
 
 
 class CorkedHttpToolsProtocol(HttpToolsProtocol):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Triton (libevhtp) serves a request that carries both `Transfer-Encoding: chunked` and a
+        # Content-Length, reading it as chunked (RFC 9112 §6.3: chunked wins); its own QA sends
+        # such raw binary requests. llhttp refuses them unless told to be lenient.
+        self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""`/metrics` on the metrics port with Triton's metric names and labels (triton-spec §4).
+"""`/metrics` on the metrics port with Triton's metric names and labels (docs/triton-spec.md §4).
 
 Counters live in the scheduler (where requests are queued and completed); each scrape
 asks it and renders them. The text is written here rather than by prometheus-client

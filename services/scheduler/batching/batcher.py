@@ -1,4 +1,4 @@
-"""Dynamic batch formation with Triton's rules (triton-spec §3.3), as pure logic.
+"""Dynamic batch formation with Triton's rules (docs/triton-spec.md §3.3), as pure logic.
 
 `next_batch` looks at the queue when an instance is free and says how many requests
 to send now, or until when to wait for a better batch.

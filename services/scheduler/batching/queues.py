@@ -1,4 +1,4 @@
-"""A model's request queue with Triton's priority levels and queue policies (triton-spec §3.3).
+"""A model's request queue with Triton's priority levels and queue policies (docs/triton-spec.md §3.3).
 
 Levels are served highest first (1 is the highest), FIFO within a level. Each level has
 a `ModelQueuePolicy`: `max_queue_size` refuses requests at arrival; a request waiting past

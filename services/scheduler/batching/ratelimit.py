@@ -1,4 +1,4 @@
-"""Triton's rate limiter (`--rate-limit execution_count`, triton-spec §3.6).
+"""Triton's rate limiter (`--rate-limit execution_count`, docs/triton-spec.md §3.6).
 
 An instance runs a batch only when the resources its `instance_group.rate_limiter` asks
 for are free: per device (here, per worker) or `global` across all of them. Pools hold

@@ -1,7 +1,7 @@
 """Iterations of a decoupled ensemble: which tensors each one sees, what runs, when it is done.
 
 Pure bookkeeping, no I/O (the runner in `ensemble_stream.py` drives it). Triton's model
-(spec §3.5): every response of a decoupled step is an *iteration*; its outputs, together
+(docs/triton-spec.md §3.5): every response of a decoupled step is an *iteration*; its outputs, together
 with the tensors produced upstream of that step, trigger the downstream steps for that
 iteration, and the iteration answers the client once all requested outputs exist in it.
 

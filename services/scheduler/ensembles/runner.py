@@ -1,4 +1,4 @@
-"""Ensembles run in the scheduler that owns them, as a dataflow over their steps (spec §3.5).
+"""Ensembles run in the scheduler that owns them, as a dataflow over their steps (docs/triton-spec.md §3.5).
 
 An ensemble request seeds a tensor table with its inputs; every step whose mapped inputs
 exist is sent at once, as an ordinary `InferRequest`, to the composing model's subject

@@ -1,4 +1,4 @@
-"""One request of a decoupled ensemble: many responses, one per iteration (spec §3.5).
+"""One request of a decoupled ensemble: many responses, one per iteration (docs/triton-spec.md §3.5).
 
 The LLM-streaming pattern: preprocess -> decoupled generator -> postprocess. Each response
 of a decoupled step opens an iteration (`ensemble_iterations.Scope`) whose downstream

@@ -9,7 +9,7 @@ from services.scheduler.statistics.stats import Duration
 
 @dataclass
 class StepLatency:
-    """Per-step latency of one ensemble version (Triton has none; spec §7 row 5)."""
+    """Per-step latency of one ensemble version (Triton has none; docs/triton-spec.md §7 row 5)."""
 
     success: Duration = field(default_factory=Duration)
     fail: Duration = field(default_factory=Duration)

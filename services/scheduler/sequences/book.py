@@ -1,4 +1,4 @@
-"""Sequence slots, backlog and idle timeouts of one sequence-batched model (triton-spec §3.4), as pure logic.
+"""Sequence slots, backlog and idle timeouts of one sequence-batched model (docs/triton-spec.md §3.4), as pure logic.
 
 A *slot* is one of an instance's `slots_per_instance` places for a live sequence, named
 (worker, instance, index). A sequence keeps its slot from START to END (or idle timeout),

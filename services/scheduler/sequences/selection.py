@@ -1,4 +1,4 @@
-"""Which ready sequences of one instance run together now (triton-spec §3.4), as pure logic.
+"""Which ready sequences of one instance run together now (docs/triton-spec.md §3.4), as pure logic.
 
 direct: one request per ready slot; with `minimum_slot_utilization` and
 `max_queue_delay_microseconds` it waits (at most the delay, from the oldest head's arrival)

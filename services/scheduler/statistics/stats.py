@@ -1,4 +1,4 @@
-"""Per-model-version inference statistics in Triton's schema (triton-spec §1.10)."""
+"""Per-model-version inference statistics in Triton's schema (docs/triton-spec.md §1.10)."""
 
 from __future__ import annotations
 

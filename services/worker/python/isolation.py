@@ -6,7 +6,7 @@ python model (`shoal worker --models <that model>`) and restarts it when it dies
 child is a complete worker: the scheduler sends it batches directly, tensors reach it
 through the same shared memory as any worker, BLS and decoupled responses work as
 anywhere. So isolation costs no extra bus hop and none of the copies Triton's stub
-processes make (triton-spec §7 rows 1, 2 and 16): only a process per model.
+processes make (docs/triton-spec.md §7 rows 1, 2 and 16): only a process per model.
 
 A child that dies while its model is loading is not restarted in a loop: the load fails
 with the exit status (as Triton fails a load whose stub dies), and the next load of the

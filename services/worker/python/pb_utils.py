@@ -1,6 +1,6 @@
 """`triton_python_backend_utils`: the module Triton python-backend models import.
 
-A pure-Python module with the names `model.py` files use (triton-spec Appendix A), so those
+A pure-Python module with the names `model.py` files use (docs/triton-spec.md Appendix A), so those
 models run unchanged inside a Shoal worker. Registered in `sys.modules` under Triton's name
 by the python backend before a model is imported.
 

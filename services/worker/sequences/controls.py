@@ -1,4 +1,4 @@
-"""Control tensors of a sequence request (triton-spec §2.2 `control_input`), as pure numpy.
+"""Control tensors of a sequence request (docs/triton-spec.md §2.2 `control_input`), as pure numpy.
 
 The scheduler sends per request only `SeqControl` (start/end/corrid); the worker turns it
 into the tensors the model declared, in the configured datatypes and false/true values.

@@ -1,4 +1,4 @@
-"""Implicit state of sequence models (`sequence_batching { state [...] }`, triton-spec §2.2).
+"""Implicit state of sequence models (`sequence_batching { state [...] }`, docs/triton-spec.md §2.2).
 
 The state lives in the worker because a sequence is pinned to one instance of one worker
 from START to END: request i's `output_name` tensor is fed as `input_name` of request i+1.

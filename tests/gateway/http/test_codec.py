@@ -49,8 +49,10 @@ def test_json_bytes_and_bool():
     assert codec.json_tensor_bytes("B", "BOOL", [2], [[True], [False]]) == b"\x01\x00"
     with pytest.raises(ShoalError):
         codec.json_tensor_bytes("B", "BOOL", [1], [1])
+    # as Triton: read as int64, narrowed (wrapping); a float for an integer type is refused
+    assert codec.json_tensor_bytes("I", "INT8", [1], [300]) == b"\x2c"
     with pytest.raises(ShoalError) as err:
-        codec.json_tensor_bytes("I", "INT8", [1], [300])
+        codec.json_tensor_bytes("I", "INT8", [1], [1.5])
     assert err.value.http_status == 500
 
 
