@@ -136,7 +136,7 @@ async def keys(kv: KeyValue) -> list[str]:
         return []
     finally:
         with contextlib.suppress(Exception):
-            await watcher.stop()
+            await watcher.stop()  # type: ignore[no-untyped-call]
     return found
 
 
