@@ -159,6 +159,30 @@ def test_file_override_cannot_escape(explicit, explicit_repo):
     assert status == 400 and json.loads(raw)["error"] == "Unrecognized load parameter 'nonsense'."
 
 
+def test_file_override_name_too_long_is_a_clear_400(explicit):
+    """A file name longer than the file system takes (255 bytes on Linux): Triton's words, not errno 36."""
+    for relative, reason in (
+        (
+            "1/" + "m" * 300 + ".onnx",
+            "failed to open binary file for write 1/" + "m" * 300 + ".onnx: File name too long",
+        ),
+        (
+            "1/" + "d" * 300 + "/model.onnx",
+            "Failed to create directory '1/" + "d" * 300 + "', errno:File name too long",
+        ),
+    ):
+        body = {
+            "parameters": {
+                "config": json.dumps({"name": "long_name", "backend": "onnxruntime"}),
+                "file:" + relative: base64.b64encode(b"x").decode(),
+            }
+        }
+        status, _, raw = http(explicit.url, "/v2/repository/models/long_name/load", "POST", json.dumps(body).encode())
+        error = json.loads(raw)["error"]
+        assert status == 400, error
+        assert error == f"failed to load 'long_name', failed to poll from model repository: {reason}"
+
+
 def test_warmup_runs_before_ready(eclient):
     eclient.load_model("warm")
     entry = index_of(eclient)["warm"]
