@@ -248,15 +248,27 @@ def _status(argv: list[str]) -> None:
     from shoal import status
 
     parser = argparse.ArgumentParser(prog="shoal status", description="The live topology of a running Shoal.")
-    parser.add_argument("--nats-url", default=None, help="default: the NATS of the last `shoal serve`")
-    parser.add_argument("--json", action="store_true")
+    pick = parser.add_mutually_exclusive_group()
+    pick.add_argument("--nats-url", default=None, help="read the services on this NATS (default: see --http-port)")
+    pick.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="read the `shoal serve` serving HTTP on this port (default: the latest `shoal serve` started here)",
+    )
+    parser.add_argument("--json", action="store_true", help="the services as JSON on stdout (default: false)")
     args = parser.parse_args(argv)
-    url = args.nats_url or status.default_nats_url()
+    url, named = status.choose(args.nats_url, args.http_port)
     try:
         services = asyncio.run(status.collect(url))
     except Exception as exc:
         raise SystemExit(f"shoal status: cannot reach NATS at {url}: {exc}") from None
-    print(json.dumps(services, indent=2) if args.json else status.render(services))
+    if args.json:
+        print(named, file=sys.stderr)  # stdout stays JSON
+        print(json.dumps(services, indent=2))
+    else:
+        print(named)
+        print(status.render(services))
 
 
 def main(argv: list[str] | None = None) -> None:

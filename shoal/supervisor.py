@@ -265,11 +265,9 @@ def serve(args: argparse.Namespace) -> int:
         nats_url = nats.url
         log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
     cluster = build_cluster(args, nats_url, repository).start()
-    from shoal.status import serve_state_path
+    from shoal.status import forget_serve, record_serve
 
-    state = serve_state_path()
-    state.parent.mkdir(parents=True, exist_ok=True)
-    state.write_text(json.dumps({"nats_url": nats_url, "http_port": args.http_port, "pid": os.getpid()}))
+    state = record_serve(args.http_port, nats_url, str(repository))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -295,5 +293,5 @@ def serve(args: argparse.Namespace) -> int:
         cluster.stop(timeout=args.exit_timeout_secs)
         if nats is not None:
             nats.stop()
-        state.unlink(missing_ok=True)
+        forget_serve(state)
     return code
