@@ -194,6 +194,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         id=args.id,
         http_address=args.http_address,
         http_port=args.http_port,
+        metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,
         allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size,
@@ -223,7 +224,10 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         repository_poll_secs=args.repository_poll_secs,
         unload_timeout_s=args.exit_timeout_secs,
     )
-    workers = [WorkerSettings(**common, tensor_transport=args.tensor_transport) for _ in range(args.workers)]
+    workers = [
+        WorkerSettings(**common, tensor_transport=args.tensor_transport, python_isolation=args.python_isolation)
+        for _ in range(args.workers)
+    ]
     scheduler = SchedulerSettings(**common, rate_limit=args.rate_limit, rate_limit_resource=args.rate_limit_resource)
     return Cluster(gateway, scheduler, repo, workers)
 

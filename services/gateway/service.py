@@ -104,7 +104,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
             _Server(
                 uvicorn.Config(
                     build_metrics_app(metrics_stats, metrics_options(settings), custom_metrics),
-                    host=settings.http_address,
+                    host=settings.metrics_address or settings.http_address,
                     port=settings.metrics_port,
                     log_level="warning",
                     access_log=False,
@@ -113,7 +113,9 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         )
     log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
     if settings.allow_metrics:
-        log.info("Started Metrics Service at %s:%d", settings.http_address, settings.metrics_port)
+        log.info(
+            "Started Metrics Service at %s:%d", settings.metrics_address or settings.http_address, settings.metrics_port
+        )
 
     async def stop_servers() -> None:
         await stop.wait()
