@@ -116,8 +116,11 @@ class WorkerSettings(BusSettings):
         "auto", description="how larger tensors travel: shared memory on one host, the bus, or auto-detect"
     )
     intra_op_threads: int = Field(
-        0, description="onnxruntime/torch intra-op threads per instance (0 = cores / instances)"
+        0,
+        description="intra-op threads per instance when the model config sets none "
+        "(0 = the backend's default: 1 per onnxruntime instance, cores / instances for PyTorch)",
     )
+    model_load_thread_count: int = Field(4, ge=1, description="models loaded at once (tritonserver's flag)")
     heartbeat_s: float = Field(1.0, description="seconds between the worker's heartbeats to the schedulers")
     models: list[str] = Field(
         default_factory=list, description="host only models matching these globs (none = every model)"

@@ -35,7 +35,6 @@ UNSUPPORTED_FLAGS = {
     "--repoagent-directory": "repository agents are not implemented yet",
     "--log-file": "logs go to stderr; redirect them",
     "--http-thread-count": "the gateway is one event loop; scale out with more gateways instead",
-    "--model-load-thread-count": "each worker loads models concurrently on its own; add workers instead",
     "--model-namespacing": "model namespacing is not implemented yet",
     "--model-config-name": "alternative config names are not implemented yet",
     "--host-policy": "host policies are not implemented",
@@ -67,6 +66,7 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--disable-auto-complete-config", R, "disable_auto_complete_config"),
     ("--strict-model-config", R, "strict_model_config"),
     ("--exit-timeout-secs", G, "exit_timeout_s"),
+    ("--model-load-thread-count", W, "model_load_thread_count"),
     ("--id", G, "id"),
     ("--http-address", G, "http_address"),
     ("--http-port", G, "http_port"),
@@ -203,6 +203,8 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     args.cache_bytes = cache_size(args)
     if args.workers < 1:
         raise SystemExit("shoal serve: --workers must be at least 1")
+    if args.model_load_thread_count < 1:
+        raise SystemExit("shoal serve: --model-load-thread-count must be at least 1")
     return args
 
 
@@ -321,7 +323,7 @@ def _status(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: shoal {serve|status|gateway|scheduler|worker|repository|example} [options]"
+    usage = "usage: shoal {serve|status|gateway|scheduler|worker|repository|example|perf|analyze} [options]"
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         print("  serve       start nats-server (embedded) and every service; tritonserver's flags")
@@ -329,6 +331,7 @@ def main(argv: list[str] | None = None) -> None:
         print("  worker      model instances          repository  the model repository")
         print("  status      the live topology: services, workers, models, queues")
         print("  example DIR write the example model repository into DIR")
+        print("  perf        measure a model like perf_analyzer; analyze  find its best configuration")
         raise SystemExit(0)
     command, rest = argv[0], argv[1:]
     if command == "serve":
@@ -341,6 +344,8 @@ def main(argv: list[str] | None = None) -> None:
     if command == "status":
         _status(rest)
         return
+    if command in ("perf", "analyze"):  # docs/perf-and-analyze.md
+        raise SystemExit(__import__(f"shoal.{command}.cli", fromlist=["main"]).main(rest))
     if command == "example":
         if len(rest) != 1:
             raise SystemExit("usage: shoal example DIR")

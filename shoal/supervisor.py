@@ -225,7 +225,12 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         unload_timeout_s=args.exit_timeout_secs,
     )
     workers = [
-        WorkerSettings(**common, tensor_transport=args.tensor_transport, python_isolation=args.python_isolation)
+        WorkerSettings(
+            **common,
+            tensor_transport=args.tensor_transport,
+            python_isolation=args.python_isolation,
+            model_load_thread_count=args.model_load_thread_count,
+        )
         for _ in range(args.workers)
     ]
     scheduler = SchedulerSettings(**common, rate_limit=args.rate_limit, rate_limit_resource=args.rate_limit_resource)

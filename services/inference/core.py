@@ -14,9 +14,8 @@ from shared.errors import ShoalError, invalid
 from shared.logcontext import request_ids
 from shared.messages import InferRequest, InferResponse, TensorRef
 from shared.model_config import ModelSpec
-from shared.tensors import TensorStore, write_region
+from shared.tensors import INLINE_BUDGET, TensorStore, region_too_small, write_region
 
-INLINE_BUDGET = 256 * 1024
 GATEWAY_PARAMETERS = frozenset({"binary_data_output", "priority", "timeout", "headers"})  # used up here
 
 
@@ -154,11 +153,7 @@ class InferenceCore:
             return OutputTensor(ref.name, ref.datatype, ref.shape, None, False)
         data = await self.store.get(ref, max(0.1, (deadline - time.time_ns()) / 1e9))
         if region is not None and memoryview(data).nbytes > region.nbytes:
-            raise ShoalError(
-                f"shared memory size specified with the request for output '{ref.name}' ({region.nbytes} bytes) "
-                f"should be at least {memoryview(data).nbytes} bytes to hold the results",
-                "INTERNAL",
-            )
+            raise region_too_small(ref.name, region, memoryview(data).nbytes)
         if region is not None:  # the worker could not reach the client's region: write it here
             if not write_region(region, data, self.store.host):
                 raise ShoalError(f"shared memory region of output '{ref.name}' is not reachable", "INTERNAL")

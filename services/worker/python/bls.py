@@ -22,13 +22,14 @@ from nats.aio.client import Client as NATS
 
 from services.inference.core import InferenceCore
 from services.inference.models import ModelRegistry
+from services.inference.shm import ShmRegistry
 from services.inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
 from services.inference.validation import validate
 from services.worker.python import pb_utils
 from shared import subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.dispatch import Dispatcher
-from shared.errors import ShoalError
+from shared.errors import Code, ShoalError
 from shared.repository_client import repository_call
 from shared.tensors import TensorStore
 
@@ -45,7 +46,8 @@ class BlsRuntime:
         self.nc = nc
         self.registry = ModelRegistry()
         self.dispatcher = Dispatcher(nc, subjects.token(f"{worker_id}-bls"), store)
-        self.core = InferenceCore(self.dispatcher, store, DEFAULT_TIMEOUT_S, shm=None)
+        # BLS tensors never live in a client's shared memory: a disabled registry refuses any that claim to
+        self.core = InferenceCore(self.dispatcher, store, DEFAULT_TIMEOUT_S, shm=ShmRegistry(nc, store.host, False))
         self.loop = asyncio.get_running_loop()
 
     async def start(self) -> None:
@@ -166,6 +168,12 @@ def _input(tensor: pb_utils.Tensor) -> InputTensor:
     return InputTensor(tensor.name(), datatype, list(array.shape), to_bytes(array, datatype))
 
 
+def _data(output: OutputTensor) -> memoryview | bytes:
+    if output.data is None:  # only a request naming a client's shared-memory region gets none; BLS never does
+        raise ShoalError(f"output '{output.name}' was written into shared memory", Code.INTERNAL)
+    return output.data
+
+
 def _response(outputs: list[OutputTensor], parameters: dict) -> pb_utils.InferenceResponse:
-    tensors = [pb_utils.Tensor(o.name, from_bytes(o.data, o.datatype, o.shape)) for o in outputs]
+    tensors = [pb_utils.Tensor(o.name, from_bytes(_data(o), o.datatype, o.shape)) for o in outputs]
     return pb_utils.InferenceResponse(output_tensors=tensors, parameters=parameters)
