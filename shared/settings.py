@@ -84,6 +84,11 @@ class GatewaySettings(BusSettings):
     trace_log_frequency: int = Field(0, description="start a new trace file every this many traces (0 = one file)")
     exit_timeout_s: float = Field(30.0, description="on shutdown, how long in-flight requests may finish")
     repository_timeout_s: float = Field(330.0, description="how long a load/unload request waits for the repository")
+    log_started: bool = Field(
+        True,
+        description="log tritonserver's 'Started HTTPService at ...' lines once listening "
+        "(shoal serve logs them itself, after the models are loaded, as tritonserver)",
+    )
 
 
 class SchedulerSettings(BusSettings):

@@ -195,6 +195,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         http_address=args.http_address,
         http_port=args.http_port,
         metrics_address=args.metrics_address,
+        log_started=False,  # said below, once the models are loaded (as tritonserver)
         metrics_port=args.metrics_port,
         allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size,
@@ -292,7 +293,7 @@ def serve(args: argparse.Namespace) -> int:
             return 1
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_metrics:
-            log.info("Started Metrics Service at %s:%d", args.http_address, args.metrics_port)
+            log.info("Started Metrics Service at %s:%d", args.metrics_address or args.http_address, args.metrics_port)
         stop.wait()
     except TimeoutError as exc:
         log.error("%s", exc)

@@ -111,11 +111,11 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
                 )
             )
         )
-    log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
+    metrics_address = settings.metrics_address or settings.http_address
+    started = log.info if settings.log_started else log.debug  # under shoal serve, the supervisor says it
+    started("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
     if settings.allow_metrics:
-        log.info(
-            "Started Metrics Service at %s:%d", settings.metrics_address or settings.http_address, settings.metrics_port
-        )
+        started("Started Metrics Service at %s:%d", metrics_address, settings.metrics_port)
 
     async def stop_servers() -> None:
         await stop.wait()

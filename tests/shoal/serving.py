@@ -28,6 +28,11 @@ class Serve:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """The signal to the whole process group, as Ctrl-C in a terminal sends SIGINT."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, sig)
+
     def wait_for(self, text: str, timeout: float = 120.0) -> str:
         deadline = time.monotonic() + timeout
         while text not in (out := self.output()):
@@ -67,13 +72,13 @@ def serve(repository: Path, cache: Path, *flags: str, stop: int = signal.SIGTERM
             stdout=out,
             stderr=subprocess.STDOUT,
             env=status_env(cache),
+            start_new_session=True,  # its own process group, as a terminal's foreground job
         )
     running = Serve(process, log, http_port)
     try:
         yield running
     finally:
-        if process.poll() is None:
-            process.send_signal(stop)
+        running.stop(stop)
         try:
             process.wait(60)
         except subprocess.TimeoutExpired:
