@@ -89,6 +89,31 @@ class GatewaySettings(BusSettings):
         description="log tritonserver's 'Started HTTPService at ...' lines once listening "
         "(shoal serve logs them itself, after the models are loaded, as tritonserver)",
     )
+    # gRPC, with tritonserver's names and defaults (docs/grpc.md)
+    allow_grpc: bool = Field(True, description="serve the gRPC endpoint (KServe v2 gRPC and Triton's extensions)")
+    grpc_address: str = Field("0.0.0.0", description="address the gRPC endpoint listens on")
+    grpc_port: int = Field(8001, description="gRPC port")
+    grpc_infer_allocation_pool_size: int = Field(8, description="accepted; Python allocates each response")
+    grpc_keepalive_time: int = Field(7_200_000, description="ms between keepalive pings")
+    grpc_keepalive_timeout: int = Field(20_000, description="ms to wait for a keepalive ack")
+    grpc_keepalive_permit_without_calls: bool = Field(False, description="keepalive pings even with no call open")
+    grpc_http2_max_pings_without_data: int = Field(2, description="pings sent without data before a data frame")
+    grpc_http2_min_recv_ping_interval_without_data: int = Field(
+        300_000, description="ms between pings without data a client may send"
+    )
+    grpc_http2_max_ping_strikes: int = Field(2, description="bad pings before the connection is closed")
+    grpc_use_ssl: bool = Field(False, description="TLS on the gRPC endpoint")
+    grpc_use_ssl_mutual: bool = Field(False, description="mutual TLS (clients present a certificate)")
+    grpc_server_cert: str = Field("", description="the server's certificate file (PEM)")
+    grpc_server_key: str = Field("", description="the server's key file (PEM)")
+    grpc_root_cert: str = Field("", description="root certificate file to verify clients (PEM)")
+    grpc_infer_response_compression_level: Literal["none", "low", "medium", "high"] = Field(
+        "none", description="compression of inference responses"
+    )
+    grpc_restricted_protocol: list[str] = Field(
+        default_factory=list, description="<protocol>[,<protocol>...]:<key>=<value>: those need that header"
+    )
+    reuse_grpc_port: bool = Field(False, description="let several servers listen on the gRPC port (SO_REUSEPORT)")
 
 
 class SchedulerSettings(BusSettings):
@@ -197,6 +222,17 @@ def option_kwargs(info: FieldInfo) -> dict[str, Any]:
     elif get_origin(annotation) is list:
         kwargs["action"] = "append"
     return kwargs
+
+
+def add_setting(
+    parser: argparse.ArgumentParser, flag: str, model: type[BaseSettings], field: str, **extra: Any
+) -> None:
+    """A flag for one setting under a name of its own (tritonserver's), with the setting's default and help."""
+    info = model.model_fields[field]
+    kwargs = {**option_kwargs(info), "default": info.get_default(call_default_factory=True), **extra}
+    if info.annotation is bool:
+        kwargs.update(nargs="?", const=True)  # `--flag` alone is true, as tritonserver
+    parser.add_argument(flag, **kwargs)
 
 
 def add_arguments(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> None:

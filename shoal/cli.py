@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings
 
 from shared import settings as s
+from shoal import grpc_flags
 
 SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": s.GatewaySettings,
@@ -24,11 +25,7 @@ SERVICES: dict[str, type[BaseSettings]] = {
 
 # tritonserver flags Shoal does not implement (yet): flag -> why
 UNSUPPORTED_FLAGS = {
-    "--grpc-port": "Shoal has no gRPC endpoint yet; use HTTP (--http-port)",
-    "--grpc-address": "Shoal has no gRPC endpoint yet",
-    "--reuse-grpc-port": "Shoal has no gRPC endpoint yet",
-    "--grpc-infer-thread-count": "Shoal has no gRPC endpoint yet",
-    "--grpc-restricted-protocol": "Shoal has no gRPC endpoint yet",
+    "--grpc-infer-thread-count": "the gRPC endpoint is one event loop; scale out with more gateways instead",
     "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
     "--backend-config": "backend configuration settings are not implemented yet",
     "--backend-directory": "Shoal's backends are Python modules, not a directory of shared libraries",
@@ -45,8 +42,7 @@ UNSUPPORTED_FLAGS = {
 }
 # boolean flags that Shoal accepts only with the value it already behaves as: flag -> (allowed, why, help)
 FIXED_FLAGS: dict[str, tuple[bool | None, str, str]] = {
-    "allow_grpc": (False, "Shoal has no gRPC endpoint yet; pass --allow-grpc=false", "gRPC endpoint: only false"),
-    "allow_http": (True, "the HTTP endpoint is Shoal's only front end", "HTTP endpoint: only true"),
+    "allow_http": (True, "the HTTP endpoint cannot be switched off", "HTTP endpoint: only true"),
     "allow_gpu_metrics": (None, "", s.help_text(s.GatewaySettings.model_fields["allow_gpu_metrics"])),
     "allow_cpu_metrics": (None, "", s.help_text(s.GatewaySettings.model_fields["allow_cpu_metrics"])),
     "exit_on_error": (None, "", "exit when a model fails to load at start (default: false; tritonserver's is true)"),
@@ -54,7 +50,7 @@ FIXED_FLAGS: dict[str, tuple[bool | None, str, str]] = {
     "log_warning": (None, "", "log WARNING messages (default: true)"),
     "log_error": (None, "", "log ERROR messages (default: true)"),
 }
-_FIXED_DEFAULTS = {"allow_grpc": "false", "allow_http": "true"}
+_FIXED_DEFAULTS = {"allow_http": "true"}
 
 G, R, S, W = s.GatewaySettings, s.RepositorySettings, s.SchedulerSettings, s.WorkerSettings
 # tritonserver's flag -> the setting it is (its default and help come from the settings model)
@@ -94,14 +90,6 @@ TRACE_FLAGS = [
 ]
 
 
-def _setting(p: argparse.ArgumentParser, flag: str, model: type[BaseSettings], field: str, **extra: object) -> None:
-    info = model.model_fields[field]
-    kwargs = {**s.option_kwargs(info), "default": info.get_default(call_default_factory=True), **extra}
-    if info.annotation is bool:
-        kwargs.update(nargs="?", const=True)  # `--flag` alone is true, as tritonserver
-    p.add_argument(flag, **kwargs)
-
-
 def serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shoal serve", description="Run Shoal (tritonserver-compatible flags).")
     p.add_argument(
@@ -112,7 +100,7 @@ def serve_parser() -> argparse.ArgumentParser:
         help="model repository (default: the example repository, generated on first use in ~/.cache/shoal/models)",
     )
     for flag, model, field in SETTING_FLAGS:
-        _setting(p, flag, model, field)
+        s.add_setting(p, flag, model, field)
     p.add_argument(
         "--log-format", choices=["default", "ISO8601"], default=None, help="log line format (default: default)"
     )
@@ -139,11 +127,12 @@ def serve_parser() -> argparse.ArgumentParser:
         help="[triton,]<setting>=<value>: file, level, rate, count, log-frequency, mode, repeatable (default: none)",
     )
     for flag, field in TRACE_FLAGS:
-        _setting(p, flag, G, field, default=None, **({"action": "append"} if field == "trace_level" else {}))
+        s.add_setting(p, flag, G, field, default=None, **({"action": "append"} if field == "trace_level" else {}))
     for name, (_, _, help) in FIXED_FLAGS.items():
         flag = "--" + name.replace("_", "-")
         text = help if "(default" in help else f"{help} (default: {_FIXED_DEFAULTS[name]})"
         p.add_argument(flag, type=s.parse_bool, nargs="?", const=True, default=None, metavar="BOOL", help=text)
+    grpc_flags.add_flags(p)
     # Shoal's own
     p.add_argument(
         "--nats-url",
@@ -192,6 +181,7 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         parse_resources(args.rate_limit_resource)
     except ValueError as exc:
         raise SystemExit(f"shoal serve: {exc}") from None
+    grpc_flags.check(args)
     try:
         from services.gateway.http.restricted import parse as parse_restricted
 
@@ -327,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         print("  serve       start nats-server (embedded) and every service; tritonserver's flags")
-        print("  gateway     the HTTP front end       scheduler   queues and batching")
+        print("  gateway     the HTTP/gRPC front end  scheduler   queues and batching")
         print("  worker      model instances          repository  the model repository")
         print("  status      the live topology: services, workers, models, queues")
         print("  example DIR write the example model repository into DIR")

@@ -34,6 +34,7 @@ from shared.settings import (
     WorkerSettings,
     to_argv,
 )
+from shoal import grpc_flags
 
 log = logging.getLogger("shoal.serve")
 
@@ -214,6 +215,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         allow_cpu_metrics=args.allow_cpu_metrics is not False,
         allow_gpu_metrics=args.allow_gpu_metrics is not False,
         **args.metrics,
+        **grpc_flags.gateway_settings(args),
     )
     repo = RepositorySettings(
         **common,
@@ -291,6 +293,8 @@ def serve(args: argparse.Namespace) -> int:
             # Triton's --exit-on-error=true; without the flag Shoal keeps serving the models that loaded
             log.error("exiting: %d model version(s) failed to load (--exit-on-error=true)", len(failed))
             return 1
+        if args.allow_grpc:
+            log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_metrics:
             log.info("Started Metrics Service at %s:%d", args.metrics_address or args.http_address, args.metrics_port)

@@ -44,12 +44,15 @@ def check_shape(name: str, shape: list[int]) -> None:
             raise invalid(f"input '{name}' has a shape {_fmt(shape)} whose element count overflows int64")
 
 
-def validate(spec: ModelSpec, request: ParsedRequest, streaming: bool = False) -> Validated:
-    """`streaming`: the endpoint can carry a decoupled model's many responses."""
+def validate(
+    spec: ModelSpec, request: ParsedRequest, streaming: bool = False, endpoint: str = "HTTP end point"
+) -> Validated:
+    """`streaming`: the endpoint can carry a decoupled model's many responses; `endpoint`: how
+    Triton names the one that cannot (in the refusal's text)."""
     prefix = f"[request id: {request.id or '<id_unknown>'}] "
     model = spec.name
     if spec.decoupled and not streaming:
-        raise ShoalError("HTTP end point doesn't support models with decoupled transaction policy", Code.UNSUPPORTED)
+        raise ShoalError(f"{endpoint} doesn't support models with decoupled transaction policy", Code.UNSUPPORTED)
     given = [t.name for t in request.inputs]
     for duplicate in _duplicates(given):
         raise invalid(f"{prefix}input '{duplicate}' already exists in request")

@@ -27,6 +27,7 @@ from services.worker.instances import Instance, LoadedModel
 from services.worker.loading import BoundedLoader
 from services.worker.placement import plan_instances
 from services.worker.python import environments
+from services.worker.python.callables import InProcessModels, in_process
 from services.worker.python.child_reports import ChildReports
 from services.worker.python.isolation import ModelProcesses, isolated
 from services.worker.sequences.state import StateStore
@@ -46,8 +47,17 @@ Hook = Callable[[LoadedModel], Awaitable[None]]
 
 
 class ModelHost:
-    def __init__(self, worker_id: str, settings: WorkerSettings, nc: NATS, on_ready: Hook, on_retired: Hook) -> None:
+    def __init__(
+        self,
+        worker_id: str,
+        settings: WorkerSettings,
+        nc: NATS,
+        on_ready: Hook,
+        on_retired: Hook,
+        local: InProcessModels | None = None,
+    ) -> None:
         self.worker_id = worker_id
+        self.local = local  # a process serving its own bound functions (shoal.pytriton): hosts only those
         self.settings = settings
         self.nc = nc
         self.on_ready = on_ready
@@ -138,8 +148,13 @@ class ModelHost:
                 self._records[name] = record
             await self.apply(name, record)
 
-    def hosts(self, name: str) -> bool:
-        """This worker's selector (`--models` globs): by default it hosts every model."""
+    def hosts(self, name: str, config: dict | None = None) -> bool:
+        """This worker's selector (`--models` globs): by default it hosts every model, except the
+        functions other processes bound (only the process that bound one can run it)."""
+        if self.local is not None:
+            return self.local.hosts(name)
+        if config is not None and in_process(config):
+            return False
         return not self.settings.models or any(fnmatch.fnmatchcase(name, p) for p in self.settings.models)
 
     async def apply(self, name: str, record: ModelRecord | None) -> None:
@@ -148,7 +163,7 @@ class ModelHost:
         if (
             record is None
             or record.reason
-            or not self.hosts(name)
+            or not self.hosts(name, record.config)
             or record.active_config.get("platform") == "ensemble"
         ):
             hosted = None
@@ -212,7 +227,7 @@ class ModelHost:
         await self.on_ready(loaded)
 
     def _create(self, spec: ModelSpec, record: ModelRecord, version: int) -> LoadedModel:
-        backend = backends.load_backend(spec.backend or "onnxruntime")
+        backend = self.local or backends.load_backend(spec.backend or "onnxruntime")
         # every group's instances, each with its own kind and device (Triton's instance_group)
         plans = plan_instances(record.config, available_gpus())
         threads = self.settings.intra_op_threads or backend.default_threads(len(plans))

@@ -27,6 +27,7 @@ from services.worker.instances import LoadedModel
 from services.worker.outputs import Outputs
 from services.worker.python import pb_utils
 from services.worker.python.bls import BlsRuntime
+from services.worker.python.callables import InProcessModels
 from services.worker.python.isolation import die_with_parent
 from services.worker.streams import Cancellations, DecoupledSenders
 from shared import bus, discovery, subjects
@@ -52,7 +53,7 @@ LATE_S = 2.0  # a tick this late is worth a line in the log: the loop was busy (
 
 
 class WorkerService:
-    def __init__(self, settings: WorkerSettings, nc: NATS) -> None:
+    def __init__(self, settings: WorkerSettings, nc: NATS, local: InProcessModels | None = None) -> None:
         self.settings = settings
         self.nc = nc
         # one id per process incarnation: a restarted worker must not inherit the
@@ -60,7 +61,7 @@ class WorkerService:
         self.id = f"{settings.worker_id}-{uuid.uuid4().hex[:6]}"
         self.subject = subjects.worker_exec(self.id)
         self.store = TensorStore(nc, self.id, settings.inline_max_bytes, settings.tensor_transport)
-        self.host = ModelHost(self.id, settings, nc, on_ready=self._grant_idle, on_retired=self._revoke)
+        self.host = ModelHost(self.id, settings, nc, on_ready=self._grant_idle, on_retired=self._revoke, local=local)
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop = asyncio.get_running_loop()
         self.cancellations = Cancellations()

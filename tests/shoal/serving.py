@@ -66,6 +66,7 @@ def serve(repository: Path, cache: Path, *flags: str, stop: int = signal.SIGTERM
                 f"--model-repository={repository}",
                 f"--http-port={http_port}",
                 f"--metrics-port={free_port()}",
+                f"--grpc-port={free_port()}",
                 "--http-address=127.0.0.1",
                 *flags,
             ],
