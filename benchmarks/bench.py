@@ -43,7 +43,7 @@ def in_process_onnxruntime(
     """The baseline: `concurrency` threads calling `instances` sessions directly, batch 1."""
     import onnxruntime as ort
 
-    from services.worker.backends.onnxruntime_backend import default_threads
+    from services.worker.backends import default_threads
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = default_threads(instances)

@@ -53,6 +53,13 @@ async def connect(url: str, name: str) -> NATS:
     outage = _Outage(name)
     holder: list[NATS] = []
 
+    async def disconnected_cb() -> None:
+        # nats-py calls this on a close we asked for too (drain at shutdown): only a lost connection warns
+        if holder and holder[0].is_closed:
+            log.debug("disconnected from nats (closing)")
+        else:
+            await outage.disconnected()
+
     async def reconnected_cb() -> None:
         outage.down = False
         url = holder[0].connected_url if holder else None
@@ -68,7 +75,7 @@ async def connect(url: str, name: str) -> NATS:
         connect_timeout=2,
         allow_reconnect=True,
         error_cb=outage.error,
-        disconnected_cb=outage.disconnected,
+        disconnected_cb=disconnected_cb,
         reconnected_cb=reconnected_cb,
         pending_size=8 * 1024 * 1024,
     )

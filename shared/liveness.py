@@ -1,4 +1,10 @@
-"""Which workers are alive, from their heartbeats (and any other message they send)."""
+"""Which workers are alive, from their heartbeats (and any other message they send).
+
+Two things never count as a worker's death (issue 17): a load in progress (a worker whose last
+heartbeat reported loads gets `LOADING_TIMEOUT_S`), and this process's own deafness: when the
+expiry task wakes up late, the heartbeats may be waiting unread in the subscription, so every
+worker is credited the time this loop was too busy to listen.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,12 @@ from shared.messages import WorkerHeartbeat
 
 log = logging.getLogger(__name__)
 _decoder = msgspec.msgpack.Decoder(WorkerHeartbeat)
+LOADING_TIMEOUT_S = 60.0  # a worker loading models may be slow to beat; a crash is still noticed
+
+
+def overdue(seen: dict[str, float], loading: set[str], now: float, timeout_s: float) -> list[str]:
+    """Workers silent for longer than they may be: `timeout_s`, or `LOADING_TIMEOUT_S` while loading."""
+    return [w for w, t in seen.items() if now - t > (max(timeout_s, LOADING_TIMEOUT_S) if w in loading else timeout_s)]
 
 
 class WorkerLiveness:
@@ -35,6 +47,7 @@ class WorkerLiveness:
         self.on_back = on_back
         self.seen: dict[str, float] = {}
         self.gone: set[str] = set()
+        self.loading: set[str] = set()  # workers whose last heartbeat reported loads in progress
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -54,6 +67,10 @@ class WorkerLiveness:
             return
         worker = beat.worker
         self.heard(worker)
+        if beat.loading:
+            self.loading.add(worker)
+        else:
+            self.loading.discard(worker)
         if worker in self.gone:
             self.gone.discard(worker)
             log.warning("worker %s is back", worker)
@@ -61,10 +78,18 @@ class WorkerLiveness:
                 await self.on_back(worker)
 
     async def _expire(self) -> None:
+        interval = min(1.0, self.timeout_s / 4)
         while True:
-            await asyncio.sleep(min(1.0, self.timeout_s / 4))
-            cutoff = time.monotonic() - self.timeout_s
-            for worker in [w for w, seen in self.seen.items() if seen < cutoff]:
+            before = time.monotonic()
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            deaf = now - before - interval
+            if deaf > interval:  # this loop was busy: what it could not hear is not the workers' silence
+                for worker in self.seen:
+                    self.seen[worker] += deaf
+                continue
+            for worker in overdue(self.seen, self.loading, now, self.timeout_s):
                 del self.seen[worker]
+                self.loading.discard(worker)
                 self.gone.add(worker)
                 await self.on_gone(worker)

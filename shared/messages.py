@@ -212,6 +212,7 @@ class WorkerHeartbeat(msgspec.Struct):
     host: str
     instances: dict[str, int]  # "model/version" -> instance count
     interval_s: float
+    loading: int = 0  # model loads in progress (queued included): a loading worker is never taken for dead
 
 
 class ModelVersionState(msgspec.Struct, omit_defaults=True):

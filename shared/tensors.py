@@ -30,6 +30,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from shared import bus, subjects
+from shared.errors import Code, ShoalError
 from shared.messages import TensorRef
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,16 @@ log = logging.getLogger(__name__)
 Transport = Literal["auto", "shm", "bus"]
 _HOST_FILE = "/dev/shm/shoal-host-id"
 _FETCH_WINDOW = 8
+INLINE_BUDGET = 256 * 1024  # inline output bytes per response: many responses fit one bus message
+
+
+def region_too_small(name: str, region: TensorRef, nbytes: int) -> ShoalError:
+    """Triton's error for an output whose shared-memory region cannot hold it."""
+    return ShoalError(
+        f"shared memory size specified with the request for output '{name}' ({region.nbytes} bytes) "
+        f"should be at least {nbytes} bytes to hold the results",
+        Code.INTERNAL,
+    )
 
 
 def segment_prefix() -> str:

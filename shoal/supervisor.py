@@ -37,6 +37,7 @@ from shared.settings import (
     WorkerSettings,
     to_argv,
 )
+from shoal import grpc_flags
 
 log = logging.getLogger("shoal.serve")
 
@@ -216,6 +217,8 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         id=args.id,
         http_address=args.http_address,
         http_port=args.http_port,
+        metrics_address=args.metrics_address,
+        log_started=False,  # said below, once the models are loaded (as tritonserver)
         metrics_port=args.metrics_port,
         allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size,
@@ -234,6 +237,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         allow_cpu_metrics=args.allow_cpu_metrics is not False,
         allow_gpu_metrics=args.allow_gpu_metrics is not False,
         **args.metrics,
+        **grpc_flags.gateway_settings(args),
     )
     repo = RepositorySettings(
         **common,
@@ -245,7 +249,15 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         repository_poll_secs=args.repository_poll_secs,
         unload_timeout_s=args.exit_timeout_secs,
     )
-    workers = [WorkerSettings(**common, tensor_transport=args.tensor_transport) for _ in range(args.workers)]
+    workers = [
+        WorkerSettings(
+            **common,
+            tensor_transport=args.tensor_transport,
+            python_isolation=args.python_isolation,
+            model_load_thread_count=args.model_load_thread_count,
+        )
+        for _ in range(args.workers)
+    ]
     scheduler = SchedulerSettings(**common, rate_limit=args.rate_limit, rate_limit_resource=args.rate_limit_resource)
     return Cluster(gateway, scheduler, repo, workers)
 
@@ -287,11 +299,9 @@ def serve(args: argparse.Namespace) -> int:
         nats_url = nats.url
         log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
     cluster = build_cluster(args, nats_url, repository).start()
-    from shoal.status import serve_state_path
+    from shoal.status import forget_serve, record_serve
 
-    state = serve_state_path()
-    state.parent.mkdir(parents=True, exist_ok=True)
-    state.write_text(json.dumps({"nats_url": nats_url, "http_port": args.http_port, "pid": os.getpid()}))
+    state = record_serve(args.http_port, nats_url, str(repository))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -305,9 +315,11 @@ def serve(args: argparse.Namespace) -> int:
             # Triton's --exit-on-error=true; without the flag Shoal keeps serving the models that loaded
             log.error("exiting: %d model version(s) failed to load (--exit-on-error=true)", len(failed))
             return 1
+        if args.allow_grpc:
+            log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_metrics:
-            log.info("Started Metrics Service at %s:%d", args.http_address, args.metrics_port)
+            log.info("Started Metrics Service at %s:%d", args.metrics_address or args.http_address, args.metrics_port)
         while not stop.wait(0.5):
             if nats is not None:
                 keep_nats_alive(nats)
@@ -319,5 +331,5 @@ def serve(args: argparse.Namespace) -> int:
         cluster.stop(timeout=max(1.0, args.exit_timeout_secs - 1.0))
         if nats is not None:
             nats.stop(timeout=1.0)
-        state.unlink(missing_ok=True)
+        forget_serve(state)
     return code

@@ -107,6 +107,10 @@ class Running:
         return f"127.0.0.1:{self.cluster.gateway.http_port}"
 
     @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.cluster.gateway.grpc_port}"
+
+    @property
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.cluster.gateway.metrics_port}/metrics"
 
@@ -143,6 +147,8 @@ def running_cluster(
             http_address="127.0.0.1",
             http_port=free_port(),
             metrics_port=free_port(),
+            grpc_address="127.0.0.1",
+            grpc_port=free_port(),
             tensor_transport=transport,
         )
 

@@ -9,16 +9,22 @@ import logging
 import msgspec
 import uvicorn
 
-from services.gateway.http.app import Gateway, build_app, scheduler_stats
+from services.gateway.grpc import server as grpc_server
+from services.gateway.http.app import build_app
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app
+from services.inference import trace
+from services.inference.cache import ResponseCache
 from services.inference.core import InferenceCore
 from services.inference.models import ModelRegistry
+from services.inference.server import InferenceServer
 from services.inference.shm import ShmRegistry
-from shared import bus, discovery
+from services.inference.statistics import scheduler_stats
+from shared import bus, discovery, subjects
 from shared.dispatch import Dispatcher
 from shared.logsettings import follow
+from shared.messages import CacheEvent
 from shared.settings import GatewaySettings
 from shared.tensors import TensorStore
 
@@ -47,6 +53,15 @@ def metrics_options(settings: GatewaySettings) -> MetricsOptions:
     )
 
 
+def tracer(settings: GatewaySettings) -> trace.Tracer:
+    levels = tuple(level.strip().upper() for level in settings.trace_level.split(","))
+    return trace.Tracer(
+        trace.TraceSettings(
+            levels, settings.trace_rate, settings.trace_count, settings.trace_log_frequency, settings.trace_file
+        )
+    )
+
+
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     nc = await bus.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
     await follow(nc, "gateway")
@@ -58,11 +73,36 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     await dispatcher.start()
     shm = ShmRegistry(nc, store.host, settings.allow_client_shm)
     await shm.start()
-    gateway = Gateway(settings, nc, registry, InferenceCore(dispatcher, store, settings.request_timeout_s, shm))
+
+    async def cache_event(event: CacheEvent) -> None:  # the scheduler counts hits and misses
+        await nc.publish(subjects.SCHEDULER_CACHE, msgspec.msgpack.encode(event))
+
+    requests_tracer = tracer(settings)
+    core = InferenceCore(
+        registry,
+        dispatcher,
+        store,
+        settings.request_timeout_s,
+        shm,
+        ResponseCache(settings.cache_bytes) if settings.cache_bytes > 0 else None,
+        requests_tracer,
+        cache_event,
+    )
+    server = InferenceServer(
+        nc,
+        core,
+        shm,
+        requests_tracer,
+        settings.id,
+        settings.strict_readiness,
+        settings.repository_timeout_s,
+        settings.log_verbose,
+    )
 
     def status() -> dict:
         return {
             "http": f"{settings.http_address}:{settings.http_port}",
+            "grpc": f"{settings.grpc_address}:{settings.grpc_port}" if settings.allow_grpc else "off",
             "models": len(registry.records),
             "requests_in_flight": dispatcher.in_flight,
             "shm_regions": len(shm.regions),
@@ -74,6 +114,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         settings.gateway_id,
         status,
         http_port=str(settings.http_port),
+        grpc_port=str(settings.grpc_port) if settings.allow_grpc else "",
         metrics_port=str(settings.metrics_port),
     )
 
@@ -89,13 +130,13 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     servers = [
         _Server(
             uvicorn.Config(
-                build_app(gateway),
+                build_app(server, settings.http_max_input_size, settings.http_restricted_api),
                 host=settings.http_address,
                 port=settings.http_port,
                 http=CorkedHttpToolsProtocol,
                 log_level="warning",
                 access_log=False,
-                timeout_graceful_shutdown=settings.exit_timeout_s,
+                timeout_graceful_shutdown=settings.exit_timeout_s,  # type: ignore[arg-type]  # annotated int, any seconds work
             )
         )
     ]
@@ -104,27 +145,36 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
             _Server(
                 uvicorn.Config(
                     build_metrics_app(metrics_stats, metrics_options(settings), custom_metrics),
-                    host=settings.http_address,
+                    host=settings.metrics_address or settings.http_address,
                     port=settings.metrics_port,
                     log_level="warning",
                     access_log=False,
                 )
             )
         )
-    log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
+    metrics_address = settings.metrics_address or settings.http_address
+    started = log.info if settings.log_started else log.debug  # under shoal serve, the supervisor says it
+    grpc_listener = await grpc_server.start(settings, server) if settings.allow_grpc else None
+    if grpc_listener is not None:
+        started("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.grpc_port)
+    started("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
     if settings.allow_metrics:
-        log.info("Started Metrics Service at %s:%d", settings.http_address, settings.metrics_port)
+        started("Started Metrics Service at %s:%d", metrics_address, settings.metrics_port)
 
     async def stop_servers() -> None:
         await stop.wait()
-        for server in servers:
-            server.should_exit = True
+        for listener in servers:
+            listener.should_exit = True
+        if grpc_listener is not None:
+            await grpc_listener.stop(settings.exit_timeout_s)  # in-flight calls may finish
 
     stopper = asyncio.create_task(stop_servers())
     try:
         await asyncio.gather(*(server.serve() for server in servers))
     finally:
         stopper.cancel()
+        if grpc_listener is not None:
+            await grpc_listener.stop(0)
         await micro.stop()
         await shm.stop()
         await registry.stop()

@@ -1,166 +1,143 @@
-"""Transport-independent inference: a validated request in, output tensors out."""
+"""The inference core every transport calls (HTTP, gRPC, BLS): a parsed request in, an answer out.
+
+Validation, the response cache (lookup, insert, and the hit/miss event the scheduler counts),
+tracing and the classification extension happen here once; a transport only decodes its
+wire format into a `ParsedRequest` and encodes the `Answer` it gets back.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass, field
 
-from services.inference.sequence_params import sequence_params
-from services.inference.shm import ShmRegistry
+from services.inference import classification
+from services.inference.cache import ResponseCache, cache_key
+from services.inference.execute import Executor
+from services.inference.models import ModelRegistry
+from services.inference.shm import DISABLED, ShmRegistry
+from services.inference.trace import Tracer
 from services.inference.types import OutputTensor, ParsedRequest
-from services.inference.validation import Validated
+from services.inference.validation import Validated, validate
 from shared.dispatch import Dispatcher
-from shared.errors import ShoalError, invalid
-from shared.logcontext import request_ids
-from shared.messages import InferRequest, InferResponse, TensorRef
+from shared.errors import ShoalError, unsupported
+from shared.messages import CacheEvent
 from shared.model_config import ModelSpec
-from shared.tensors import TensorStore, write_region
+from shared.tensors import TensorStore
 
-INLINE_BUDGET = 256 * 1024
-GATEWAY_PARAMETERS = frozenset({"binary_data_output", "priority", "timeout", "headers"})  # used up here
+HTTP_ENDPOINT = "HTTP end point"  # how Triton names the transport that refuses a decoupled model
 
-
-def _uint(parameters: dict, key: str) -> int:
-    value = parameters.get(key, 0)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise invalid(f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer")
-    return value
+CacheEvents = Callable[[CacheEvent], Awaitable[None]]
 
 
-def _regions_used(parsed: ParsedRequest) -> list[str]:
-    tensors = [*parsed.inputs, *(parsed.outputs or [])]
-    return [str(t.parameters.get("shared_memory_region")) for t in tensors if t.in_shared_memory]
+@dataclass
+class Answer:
+    """One response of a model to a request, whatever carries it back."""
+
+    model: str
+    version: int
+    id: str
+    outputs: list[OutputTensor]
+    parameters: dict = field(default_factory=dict)
+    final: bool = True  # decoupled models: the last response of this request
 
 
 class InferenceCore:
-    def __init__(self, dispatcher: Dispatcher, store: TensorStore, timeout_s: float, shm: ShmRegistry) -> None:
-        self.dispatcher = dispatcher
-        self.store = store
-        self.timeout_s = timeout_s
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        dispatcher: Dispatcher,
+        store: TensorStore,
+        timeout_s: float,
+        shm: ShmRegistry | None = None,
+        cache: ResponseCache | None = None,
+        tracer: Tracer | None = None,
+        cache_events: CacheEvents | None = None,
+    ) -> None:
+        self.registry = registry
         self.shm = shm
+        self.cache = cache
+        self.tracer = tracer
+        self.cache_events = cache_events
+        self.executor = Executor(dispatcher, store, timeout_s, shm)
+
+    def resolve(self, model: str, version: str = "") -> tuple[ModelSpec, int]:
+        """The model and version a request goes to, or Triton's error for why not."""
+        return self.registry.resolve(model, version)
+
+    def _check(self, spec: ModelSpec, parsed: ParsedRequest, streaming: bool, endpoint: str) -> Validated:
+        in_shm = any(t.in_shared_memory for t in parsed.inputs + (parsed.outputs or []))
+        if in_shm and (self.shm is None or not self.shm.enabled):
+            raise unsupported(DISABLED)
+        return validate(spec, parsed, streaming=streaming, endpoint=endpoint)
 
     async def infer(
         self,
         spec: ModelSpec,
         version: int,
         parsed: ParsedRequest,
-        valid: Validated,
-        trace: bool = False,
+        *,
+        endpoint: str = HTTP_ENDPOINT,
         timeout_s: float | None = None,
-    ) -> tuple[list[OutputTensor], dict, InferResponse]:
-        timeout_s = timeout_s or self.timeout_s
-        used = _regions_used(parsed)
-        self.shm.hold(used)
-        try:
-            request, regions = self._request(spec, version, parsed, valid, trace, timeout_s)
-            try:
-                response = await self.dispatcher.infer(request, timeout_s)
-            finally:
-                self.store.free(request.inputs)
-            return await self._outputs(response, regions, valid, request.deadline_ns), response.parameters, response
-        finally:
-            await self.shm.release(used)
+        started_ns: int | None = None,
+    ) -> Answer:
+        """One request, one response (a decoupled model is refused: `endpoint` names who refuses)."""
+        started = started_ns or time.monotonic_ns()
+        valid = self._check(spec, parsed, False, endpoint)
+        key = cache_key(spec.name, version, parsed, valid) if self.cache is not None and spec.response_cache else None
+        cached = self.cache.get(key) if self.cache is not None and key is not None else None
+        if cached is not None:
+            outputs = [
+                OutputTensor(o.name, o.datatype, o.shape, o.data, valid.binary.get(o.name, False)) for o in cached
+            ]
+            await self._cache_event(spec.name, version, True, time.monotonic_ns() - started)
+            return Answer(spec.name, version, parsed.id, self._classify(spec, parsed, outputs))
+        traced = self.tracer is not None and self.tracer.sample(spec.name)
+        outputs, parameters, response = await self.executor.infer(spec, version, parsed, valid, traced, timeout_s)
+        if self.cache is not None and key is not None:
+            inserted = time.monotonic_ns()
+            self.cache.put(key, outputs)
+            await self._cache_event(spec.name, version, False, time.monotonic_ns() - inserted)
+        answer = Answer(spec.name, version, parsed.id, self._classify(spec, parsed, outputs), parameters)
+        if traced and self.tracer is not None:
+            timestamps = {"REQUEST_START": started, **response.trace, "REQUEST_END": time.monotonic_ns()}
+            self.tracer.record(spec.name, version, parsed.id, timestamps, response.batch)
+        return answer
 
     async def stream(
         self,
         spec: ModelSpec,
         version: int,
         parsed: ParsedRequest,
-        valid: Validated,
+        *,
         timeout_s: float | None = None,
-    ) -> AsyncIterator[tuple[list[OutputTensor], dict, InferResponse] | ShoalError]:
-        """A model's responses as they come (many for decoupled models); an error response is
-        yielded as a `ShoalError`, and the stream goes on if the model said more will follow."""
-        timeout_s = timeout_s or self.timeout_s
-        request, regions = self._request(spec, version, parsed, valid, False, timeout_s)
+        empty_final: bool = False,
+    ) -> AsyncGenerator[Answer | ShoalError, None]:
+        """A model's responses as they come (many for a decoupled model). An error response is
+        yielded as a `ShoalError` and the stream goes on if the model said more will follow;
+        closing the iterator early cancels the request (it leaves its queue)."""
+        valid = self._check(spec, parsed, True, HTTP_ENDPOINT)
+        stream = self.executor.stream(spec, version, parsed, valid, timeout_s, empty_final)
         try:
-            async for response in self.dispatcher.stream(request, timeout_s):
-                if response.empty and not response.error:
-                    continue  # the final flag alone: nothing to show
-                try:
-                    outputs = await self._outputs(response, regions, valid, request.deadline_ns)
-                except ShoalError as exc:
-                    yield exc
+            async for item in stream:
+                if isinstance(item, ShoalError):
+                    yield item
                     continue
-                yield outputs, response.parameters, response
+                outputs, parameters, response = item
+                outputs = self._classify(spec, parsed, outputs)
+                yield Answer(spec.name, version, parsed.id, outputs, parameters, final=not response.more)
         finally:
-            self.store.free(request.inputs)
+            await stream.aclose()
 
-    def _request(
-        self, spec: ModelSpec, version: int, parsed: ParsedRequest, valid: Validated, trace: bool, timeout_s: float
-    ) -> tuple[InferRequest, dict[str, TensorRef]]:
-        now = time.time_ns()
-        rid = self.dispatcher.new_rid()
-        request_ids.set(f"{parsed.id}/{rid}" if parsed.id else rid)  # on every log line about this request
-        inputs: list[TensorRef] = []
-        sequence = sequence_params(parsed.parameters)
-        try:
-            budget = INLINE_BUDGET  # inline bytes per request, so requests group into bus messages
-            for tensor in parsed.inputs:
-                if tensor.in_shared_memory:
-                    inputs.append(self.shm.reference(tensor.name, tensor.datatype, tensor.shape, tensor.parameters))
-                    continue
-                nbytes = memoryview(tensor.data).nbytes
-                ref = self.store.put(
-                    tensor.name, tensor.datatype, tensor.shape, tensor.data, timeout_s, inline=nbytes <= budget
-                )
-                budget -= nbytes if ref.data is not None else 0
-                inputs.append(ref)
-            regions = {
-                o.name: self.shm.reference(o.name, spec.output(o.name).datatype, [], o.parameters)
-                for o in parsed.outputs or []
-                if o.in_shared_memory
-            }
-            request = InferRequest(
-                rid=rid,
-                model=spec.name,
-                version=version,
-                reply=self.dispatcher.reply_subject(rid),
-                deadline_ns=now + int(timeout_s * 1e9),
-                batch_size=valid.batch_size,
-                shape_sig=valid.shape_sig,
-                id=parsed.id,
-                inputs=inputs,
-                outputs=valid.outputs,
-                output_regions=regions,
-                # the sequence ones stay: backends read them (correlation id, start/end flags)
-                parameters={k: v for k, v in parsed.parameters.items() if k not in GATEWAY_PARAMETERS},
-                priority=_uint(parsed.parameters, "priority"),
-                timeout_us=_uint(parsed.parameters, "timeout"),
-                received_ns=now,
-                trace=trace,
-                sequence_id=sequence.sequence_id,
-                sequence_start=sequence.start,
-                sequence_end=sequence.end,
-            )
-        except BaseException:
-            self.store.free(inputs)
-            raise
-        return request, regions
+    @staticmethod
+    def _classify(spec: ModelSpec, parsed: ParsedRequest, outputs: list[OutputTensor]) -> list[OutputTensor]:
+        """The classification extension: requested outputs replaced by their top classes."""
+        classify = {o.name: o.classification for o in parsed.outputs or [] if o.classification}
+        if not classify:
+            return outputs
+        batching = spec.max_batch_size > 0
+        return [classification.classify(o, classify[o.name], batching) if o.name in classify else o for o in outputs]
 
-    async def _outputs(
-        self, response: InferResponse, regions: dict[str, TensorRef], valid: Validated, deadline: int
-    ) -> list[OutputTensor]:
-        if response.error:
-            await self.store.release_remote(response.outputs)
-            raise ShoalError(response.error, response.code or "INTERNAL")
-        try:
-            return [await self._output(ref, regions.get(ref.name), valid, deadline) for ref in response.outputs]
-        finally:
-            await self.store.release_remote(response.outputs)
-
-    async def _output(self, ref: TensorRef, region: TensorRef | None, valid: Validated, deadline: int) -> OutputTensor:
-        if ref.in_region:
-            return OutputTensor(ref.name, ref.datatype, ref.shape, None, False)
-        data = await self.store.get(ref, max(0.1, (deadline - time.time_ns()) / 1e9))
-        if region is not None and memoryview(data).nbytes > region.nbytes:
-            raise ShoalError(
-                f"shared memory size specified with the request for output '{ref.name}' ({region.nbytes} bytes) "
-                f"should be at least {memoryview(data).nbytes} bytes to hold the results",
-                "INTERNAL",
-            )
-        if region is not None:  # the worker could not reach the client's region: write it here
-            if not write_region(region, data, self.store.host):
-                raise ShoalError(f"shared memory region of output '{ref.name}' is not reachable", "INTERNAL")
-            return OutputTensor(ref.name, ref.datatype, ref.shape, None, False)
-        return OutputTensor(ref.name, ref.datatype, ref.shape, data, valid.binary.get(ref.name, False))
+    async def _cache_event(self, model: str, version: int, hit: bool, ns: int) -> None:
+        if self.cache_events is not None:
+            await self.cache_events(CacheEvent(model, version, hit, ns, ns if hit else 0))

@@ -21,9 +21,13 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.worker import backends
+from services.worker.backends import Placement
 from services.worker.gpus import available_gpus
 from services.worker.instances import Instance, LoadedModel
+from services.worker.loading import BoundedLoader
 from services.worker.placement import plan_instances
+from services.worker.python import environments
+from services.worker.python.callables import InProcessModels, in_process
 from services.worker.python.child_reports import ChildReports
 from services.worker.python.isolation import ModelProcesses, isolated
 from services.worker.sequences.state import StateStore
@@ -43,8 +47,17 @@ Hook = Callable[[LoadedModel], Awaitable[None]]
 
 
 class ModelHost:
-    def __init__(self, worker_id: str, settings: WorkerSettings, nc: NATS, on_ready: Hook, on_retired: Hook) -> None:
+    def __init__(
+        self,
+        worker_id: str,
+        settings: WorkerSettings,
+        nc: NATS,
+        on_ready: Hook,
+        on_retired: Hook,
+        local: InProcessModels | None = None,
+    ) -> None:
         self.worker_id = worker_id
+        self.local = local  # a process serving its own bound functions (shoal.pytriton): hosts only those
         self.settings = settings
         self.nc = nc
         self.on_ready = on_ready
@@ -54,6 +67,7 @@ class ModelHost:
         self._records: dict[str, ModelRecord] = {}
         self._tasks: set[asyncio.Task] = set()
         self.processes = ModelProcesses(settings, worker_id, self._child_crashed)
+        self.loader = BoundedLoader(settings.model_load_thread_count)
 
     async def start(self) -> None:
         self.instances_kv = await bus.bucket(self.nc, subjects.INSTANCES_BUCKET)
@@ -64,9 +78,11 @@ class ModelHost:
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        self.loader.shutdown()
         await self.processes.stop_all()  # first: a child exiting now is not a crash to restart
-        for key in list(self.models):
-            await self.unload(key)
+        for key in list(self.models):  # one collection at the end: hundreds of models must stop quickly
+            await self.unload(key, collect=False)
+        gc.collect()
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -101,7 +117,7 @@ class ModelHost:
         instance says it is not ready, and READY again when all say they are."""
         loop = asyncio.get_running_loop()
         for key, loaded in list(self.models.items()):
-            checked = [i for i in loaded.instances if getattr(i.runner, "checks_readiness", False) and not i.closed]
+            checked = [i for i in loaded.instances if i.runner.checks_readiness and not i.closed]
             record = self._records.get(key[0])
             if not checked or loaded.retired or record is None or record.generation != loaded.generation:
                 continue
@@ -132,30 +148,45 @@ class ModelHost:
                 self._records[name] = record
             await self.apply(name, record)
 
-    def hosts(self, name: str) -> bool:
-        """This worker's selector (`--models` globs): by default it hosts every model."""
+    def hosts(self, name: str, config: dict | None = None) -> bool:
+        """This worker's selector (`--models` globs): by default it hosts every model, except the
+        functions other processes bound (only the process that bound one can run it)."""
+        if self.local is not None:
+            return self.local.hosts(name)
+        if config is not None and in_process(config):
+            return False
         return not self.settings.models or any(fnmatch.fnmatchcase(name, p) for p in self.settings.models)
 
     async def apply(self, name: str, record: ModelRecord | None) -> None:
         # an ensemble has no instances: the scheduler runs it (services/scheduler/ensembles/runner.py)
-        hosted = (
-            record is not None
-            and not record.reason
-            and self.hosts(name)
-            and record.active_config.get("platform") != "ensemble"
-        )
-        if hosted and isolated(self.settings, record.config):
-            if self.processes.ensure(name, record.generation):  # a worker process of its own hosts it
-                await self.child_reports.forget(name, record.hosted)
-            hosted = False
+        hosted = record
+        if (
+            record is None
+            or record.reason
+            or not self.hosts(name, record.config)
+            or record.active_config.get("platform") == "ensemble"
+        ):
+            hosted = None
+        if hosted is not None and isolated(self.settings, hosted.config):
+            # its EXECUTION_ENV_PATH, unpacked if packed (once): off the event loop
+            environ = await asyncio.to_thread(environments.process_environ, hosted.config, hosted.path)
+            if self.processes.environ_changed(name, environ):
+                await self.processes.stop(name)
+            if self.processes.ensure(name, hosted.generation, environ):  # a worker process of its own hosts it
+                await self.child_reports.forget(name, hosted.hosted)
+            hosted = None
         elif name in self.processes.children:
             self._spawn(self.processes.stop(name))  # up to its stop timeout: other models go on meanwhile
             await self.child_reports.forget(name, [])
-        wanted = set(record.hosted) if hosted else set()
+        wanted = set(hosted.hosted) if hosted is not None else set()
         for key in [k for k in self._attempted if k[0] == name and k[1] not in wanted]:
             self._attempted.pop(key, None)
             await self.unload(key)
-        for version in wanted:
+        if hosted is not None:
+            self._load_new(name, hosted, wanted)
+
+    def _load_new(self, name: str, record: ModelRecord, versions: set[int]) -> None:
+        for version in versions:
             key = (name, version)
             if self._attempted.get(key) == record.generation:
                 continue  # loaded, loading, or failed at this generation: a state change, not a reload
@@ -168,7 +199,7 @@ class ModelHost:
         started = time.perf_counter()
         try:
             spec = spec_from_json(record.config)
-            loaded = await asyncio.to_thread(self._create, spec, record, version)
+            loaded = await self.loader.run(lambda: self._create(spec, record, version))
         except Exception as exc:
             reason = load_error(record.name, exc)
             log.error("failed to load '%s' version %d: %s", record.name, version, reason)
@@ -196,7 +227,7 @@ class ModelHost:
         await self.on_ready(loaded)
 
     def _create(self, spec: ModelSpec, record: ModelRecord, version: int) -> LoadedModel:
-        backend = backends.load_backend(spec.backend or "onnxruntime")
+        backend = self.local or backends.load_backend(spec.backend or "onnxruntime")
         # every group's instances, each with its own kind and device (Triton's instance_group)
         plans = plan_instances(record.config, available_gpus())
         threads = self.settings.intra_op_threads or backend.default_threads(len(plans))
@@ -207,9 +238,7 @@ class ModelHost:
             loaded.states = StateStore(loaded.sequence, model_dir / str(version) / "initial_state")
         try:
             for index, plan in enumerate(plans):
-                runner = backend.create_instance(
-                    spec, model_dir, version, plan.kind, plan.device, threads, name=plan.name
-                )
+                runner = backend.create(spec, model_dir, Placement(version, plan.kind, plan.device, threads, plan.name))
                 executor = ThreadPoolExecutor(1, thread_name_prefix=f"{spec.name}-{index}")
                 loaded.instances.append(
                     Instance(
@@ -231,7 +260,7 @@ class ModelHost:
             raise
         return loaded
 
-    async def unload(self, key: Key) -> None:
+    async def unload(self, key: Key, collect: bool = True) -> None:
         loaded = self.models.pop(key, None)
         if loaded is None:
             await self.instances_kv.delete(subjects.instance_key(self.worker_id, *key))
@@ -239,7 +268,8 @@ class ModelHost:
         loaded.retire()
         await self.on_retired(loaded)
         await self.instances_kv.delete(subjects.instance_key(self.worker_id, *key))
-        gc.collect()  # sessions hold large native buffers: return them now, not at some later GC
+        if collect:
+            gc.collect()  # sessions hold large native buffers: return them now, not at some later GC
         log.info("unloaded '%s' version %d", *key)
 
     async def report(self, record: ModelRecord, version: int, state: str, reason: str = "", count: int = 0) -> None:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
+from services.worker.backends.runner import Runner
+from services.worker.sequences.state import StateStore
 from shared.model_config import ModelSpec
+from shared.sequence_config import SequenceConfig
 
 log = logging.getLogger("shoal.worker")
 
 
-def _close_quietly(runner: Any, name: str) -> None:
+def _close_quietly(runner: Runner, name: str) -> None:
     try:
         runner.close()
     except Exception:
@@ -22,7 +24,7 @@ def _close_quietly(runner: Any, name: str) -> None:
 @dataclass
 class Instance:
     index: int
-    runner: Any  # the backend's instance: run(inputs, output_names), close()
+    runner: Runner
     executor: ThreadPoolExecutor  # one thread: the instance's own
     credits: int
     idle: set[int] = field(default_factory=set)  # credits not held by a batch
@@ -59,8 +61,8 @@ class LoadedModel:
     retired: bool = False
     warmup_ms: float = 0.0
     ready: bool = True  # what the model's own `is_ready()` said last (python backend)
-    sequence: Any = None  # SequenceConfig of a sequence-batched model
-    states: Any = None  # its implicit-state StateStore
+    sequence: SequenceConfig | None = None  # of a sequence-batched model
+    states: StateStore | None = None  # its implicit state
 
     def retire(self) -> None:
         """No more credits; each instance closes once its running batches end."""

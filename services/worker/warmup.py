@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from services.worker.batch import gather
+from services.worker.backends.runner import Batch, ModelError, Work
 from services.worker.instances import LoadedModel
 from shared.datatypes import config_to_protocol, deserialize_bytes, element_count, numpy_dtype
-from shared.errors import invalid
+from shared.errors import ShoalError, invalid
 from shared.paths import inside
 
 log = logging.getLogger("shoal.worker")
@@ -64,7 +64,8 @@ def run_warmup(loaded: LoadedModel, spec_json: dict[str, Any], model_dir: Path) 
             raise invalid(
                 f"warmup '{warmup.get('name', '')}' of non-batching model '{spec.name}' has batch_size {batch}"
             )
-        inputs = gather(spec, [sample])
         for instance in loaded.instances:
             for _ in range(max(1, int(warmup.get("count", 0)))):
-                instance.runner.run(inputs, names)
+                for result in instance.runner.execute(Batch([Work(sample, names, batch)])):
+                    if isinstance(result, ModelError):
+                        raise ShoalError(result.message, result.code)

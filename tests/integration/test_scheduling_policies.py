@@ -1,13 +1,16 @@
-"""Priorities, queue policies (size, REJECT, DELAY, timeout override) and cancellation, on a
-model that takes ~0.3 s per execution, with one instance and one credit so that requests
-really wait in the scheduler's queue."""
+"""Priorities, queue policies (size, REJECT, DELAY, timeout override), cancellation and batch
+formation, on models with one instance that take a while per execution, with the default worker
+credits (two per instance): a batch is formed when the instance frees, as in Triton, unless the
+batch formed earlier could not differ (docs/scheduling.md)."""
 
 from __future__ import annotations
 
 import socket
+import textwrap
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
+from shared.settings import WorkerSettings
 from tests.cluster import running_cluster
+
+CREDITS = WorkerSettings().credits_per_instance  # what every user gets
 
 POLICIES = {
     "slow_priority": "priority_levels: 2 default_priority_level: 2",
@@ -38,13 +44,58 @@ def config(name: str, batching: str) -> str:
     )
 
 
+# 0.2 s an execution, and longer while the test holds its gate open: on a loaded machine the
+# test, not a timing, decides how long the instance stays busy
+SLEEPY = """
+import json, os, time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.gate = json.loads(args["model_config"])["parameters"]["gate"]["string_value"]
+
+    def execute(self, requests):
+        time.sleep(0.2)
+        deadline = time.monotonic() + 60
+        while os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return [pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
+"""
+SLEEPY_MODELS = {  # name -> (max_batch_size, dynamic_batching)
+    "py_priority": (1, "priority_levels: 2 default_priority_level: 2"),
+    "py_batching": (8, ""),
+}
+
+
+def sleepy_config(name: str, max_batch_size: int, batching: str, gate: Path) -> str:
+    return (
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: {max_batch_size}\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        f"dynamic_batching {{ {batching} }}\ninstance_group [ {{ count: 1 kind: KIND_CPU }} ]\n"
+        f'parameters {{ key: "gate" value: {{ string_value: "{gate}" }} }}\n'
+    )
+
+
 @pytest.fixture(scope="module")
-def slow(tmp_path_factory):
-    root = tmp_path_factory.mktemp("slow")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("slow")
+
+
+@pytest.fixture(scope="module")
+def slow(root):
     for name, batching in POLICIES.items():
         size = 2048  # ~0.3 s an execution: long enough to queue requests behind it, whatever the machine
         examples.write_model(root, name, examples.slow_graph(size), config(name, batching))
-    with running_cluster(root, worker={"credits_per_instance": 1, "intra_op_threads": 1}) as running:
+    for name, (max_batch_size, batching) in SLEEPY_MODELS.items():
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "1" / "model.py").write_text(textwrap.dedent(SLEEPY))
+        (root / name / "config.pbtxt").write_text(sleepy_config(name, max_batch_size, batching, root / f"{name}.gate"))
+    with running_cluster(root, worker={"intra_op_threads": 1}) as running:
+        models = [*POLICIES, *SLEEPY_MODELS]
+        wait_until(lambda: all(gauge(running, "shoal_queue_free_credits", m) == CREDITS for m in models), 60)
         yield running
 
 
@@ -62,8 +113,8 @@ def pending(running, model: str) -> float:
 
 
 def busy(running, model: str) -> bool:
-    """The model's only credit is taken: a batch is running and nothing else can start."""
-    return pending(running, model) == 0 and gauge(running, "shoal_queue_free_credits", model) == 0
+    """The model's only instance runs a batch: nothing waits, one of its credits is taken."""
+    return pending(running, model) == 0 and gauge(running, "shoal_queue_free_credits", model) == CREDITS - 1
 
 
 def failures(running, model: str, reason: str) -> float:
@@ -189,3 +240,46 @@ def test_client_disconnect_cancels_the_queued_request(slow):
     wait_until(lambda: failures(slow, "slow_plain", "CANCELED") == before + 1)
     assert pending(slow, "slow_plain") == 0
     sender.join()
+
+
+def test_a_higher_priority_request_overtakes_one_queued_before_it(slow, root):
+    """Triton forms the next batch when the instance frees: a priority-1 request that arrives
+    after a queued priority-2 one runs before it, whatever credits the worker grants."""
+    gate = root / "py_priority.gate"
+    gate.touch()
+    sender = Sender(slow, "py_priority")
+    try:
+        sender.send("running", 0, priority=2)
+        wait_until(lambda: busy(slow, "py_priority") and "running" not in sender.done)
+        sender.send("p2", 1, priority=2)
+        wait_until(lambda: pending(slow, "py_priority") == 1)
+        sender.send("p1", 2, priority=1)
+        wait_until(lambda: pending(slow, "py_priority") == 2)
+    finally:
+        gate.unlink()
+    sender.join()
+    order = sorted(sender.done, key=lambda tag: sender.done[tag][0])
+    assert order == ["running", "p1", "p2"], sender.done
+
+
+def test_requests_arriving_while_the_instance_runs_form_one_batch(slow, root):
+    """With no queue delay, the requests that arrived while the only instance was busy run
+    together when it frees (Triton's batches grow under load), not one ahead of the others."""
+    gate = root / "py_batching.gate"
+    gate.touch()
+    sender = Sender(slow, "py_batching")
+    try:
+        sender.send("running", 0)
+        wait_until(lambda: busy(slow, "py_batching") and "running" not in sender.done)
+        for i in range(4):
+            sender.send(f"r{i}", i + 1)
+        wait_until(lambda: pending(slow, "py_batching") == 4)
+    finally:
+        gate.unlink()
+    sender.join()
+    assert all(not isinstance(o, Exception) for _, o in sender.done.values()), sender.done
+    client = httpclient.InferenceServerClient(slow.url)
+    stats = client.get_inference_statistics("py_batching")["model_stats"][0]
+    client.close()
+    assert stats["execution_count"] == 2, stats
+    assert sorted(b["batch_size"] for b in stats["batch_stats"]) == [1, 4], stats

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from shared.natsserver import free_port, wait_for_port
@@ -41,10 +42,13 @@ def test_tritonserver_flag_forms():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--grpc-port=8001"], "--grpc-port is not supported"),
+        (["--grpc-infer-thread-count=4"], "--grpc-infer-thread-count is not supported"),
+        (["--grpc-restricted-protocol=inference"], "expects <protocols>:<key>=<value>"),
+        (["--grpc-restricted-protocol=nope:k=v"], "unknown restricted protocol 'nope'"),
+        (["--grpc-use-ssl=true"], "needs --grpc-server-cert and --grpc-server-key"),
         (["--cache-config", "redis,host=x"], "only the 'local' cache"),
         (["--cache-config", "local,size=10", "--response-cache-byte-size=5"], "can not be used together"),
-        (["--allow-grpc=true"], "--allow-grpc=true is not supported"),
+        (["--allow-http=false"], "--allow-http=false is not supported"),
         (["--http-thread-count=4"], "--http-thread-count is not supported"),
         (["--trace-config", "level=TENSORS"], "TENSORS is not supported"),
         (["--load-model=simple"], "only allowed with --model-control-mode=explicit"),
@@ -88,6 +92,7 @@ def test_exit_on_error_stops_serve_when_a_model_fails(tmp_path):
             f"--model-repository={tmp_path}",
             "--exit-on-error=true",
             f"--http-port={free_port()}",
+            f"--grpc-port={free_port()}",
             f"--metrics-port={free_port()}",
             "--http-address=127.0.0.1",
             "--log-info=false",
@@ -123,7 +128,7 @@ def children_of(pid: int) -> list[int]:
 
 def test_shoal_serve_end_to_end(tmp_path):
     """`shoal serve` with no repository: example models, a table, requests, clean stop."""
-    http_port, metrics_port = free_port(), free_port()
+    http_port, metrics_port, grpc_port = free_port(), free_port(), free_port()
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     log = open(tmp_path / "serve.log", "w+")
     serve = subprocess.Popen(
@@ -133,6 +138,7 @@ def test_shoal_serve_end_to_end(tmp_path):
             "shoal.cli",
             "serve",
             f"--http-port={http_port}",
+            f"--grpc-port={grpc_port}",
             f"--metrics-port={metrics_port}",
             "--http-address=127.0.0.1",
             "--workers=2",
@@ -161,6 +167,9 @@ def test_shoal_serve_end_to_end(tmp_path):
         big.set_data_from_numpy(np.ones((1, 200_000), np.float32))
         client.infer("identity_fp32", [big])
         client.close()
+        wait_for_port(grpc_port, 10)  # gRPC is on by default, as in Triton
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as grpc_client:
+            assert grpc_client.is_server_ready()
         children = children_of(serve.pid)
         assert len(children) == 6  # nats-server, repository, scheduler, 2 workers, gateway
     finally:

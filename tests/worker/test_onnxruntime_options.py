@@ -141,7 +141,7 @@ def test_gpu_instance_on_cpu_onnxruntime_logs_one_fallback_line(tmp_path, caplog
     from onnx import TensorProto
 
     from services.repository import examples
-    from services.worker.backends import onnxruntime_backend
+    from services.worker.backends import Placement, onnxruntime_backend
     from shared.model_config import spec_from_json
 
     if CUDA in ort.get_available_providers():
@@ -155,8 +155,8 @@ def test_gpu_instance_on_cpu_onnxruntime_logs_one_fallback_line(tmp_path, caplog
         }
     )
     with caplog.at_level("WARNING", logger="shoal.worker"):
-        instance = onnxruntime_backend.create_instance(spec, model_dir, 1, "KIND_GPU", 0, 1, name="m_0")
-    assert instance.providers == [CPU]
+        instance = onnxruntime_backend.BACKEND.create(spec, model_dir, Placement(1, "KIND_GPU", 0, 1, "m_0"))
+    assert isinstance(instance, onnxruntime_backend.OnnxInstance) and instance.providers == [CPU]
     [line] = [r.getMessage() for r in caplog.records]
     assert line.startswith("model 'm' instance 'm_0' (KIND_GPU, device 0): onnxruntime has no CUDAExecutionProvider")
     assert line.endswith("running on the CPU")

@@ -6,15 +6,19 @@ to send now, or until when to wait for a better batch.
 
 from __future__ import annotations
 
-from collections import deque
+import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 
 class Queued(Protocol):
-    batch_size: int
-    shape_sig: str
-    arrived: float  # monotonic seconds
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def shape_sig(self) -> str: ...
+    @property
+    def arrived(self) -> float: ...  # monotonic seconds
 
 
 @dataclass(frozen=True)
@@ -34,18 +38,24 @@ class Decision:
     take: int  # requests to send now (0 = wait)
     reason: str = ""
     wake_at: float | None = None  # when to look again if waiting
+    # the batch cannot grow: requests arriving later, and time passing, would not change it
+    complete: bool = False
 
 
-def next_batch(queue: deque, policy: BatchPolicy, now: float) -> Decision:
-    if not queue:
+def next_batch(queue: Iterable[Queued], policy: BatchPolicy, now: float) -> Decision:
+    """`queue` in serving order (only its head matters unless the model batches dynamically)."""
+    requests = iter(queue)
+    head = next(requests, None)
+    if head is None:
         return Decision(0)
     if not policy.dynamic or policy.max_batch_size <= 1:
-        return Decision(1, "default scheduler")
+        return Decision(1, "default scheduler", complete=True)
     preferred = set(policy.preferred or (policy.max_batch_size,))
     total = count = preferred_count = 0
     can_grow = True
-    shape_sig = queue[0].shape_sig
-    for request in queue:
+    shape_sig = head.shape_sig
+    reason = ""
+    for request in itertools.chain((head,), requests):
         size = max(1, request.batch_size)
         if request.shape_sig != shape_sig:
             can_grow, reason = False, "shape mismatch"
@@ -60,10 +70,10 @@ def next_batch(queue: deque, policy: BatchPolicy, now: float) -> Decision:
         if total >= policy.largest_preferred:
             can_grow, reason = False, "preferred batch size"
             break
-    oldest = queue[0].arrived
+    oldest = head.arrived
     expired = policy.max_queue_delay_s <= 0 or now - oldest >= policy.max_queue_delay_s
     if not can_grow:
-        return Decision(count, reason)
+        return Decision(count, reason, complete=True)
     if expired:
         return Decision(count, "queue delay expired" if policy.max_queue_delay_s > 0 else "no queue delay")
     if preferred_count:

@@ -9,9 +9,10 @@ The batcher reads the queue in serving order: `queue[0]`, iteration, `popleft()`
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from enum import StrEnum
+from typing import Any, Generic, Protocol, TypeVar
 
 
 class Queued(Protocol):
@@ -19,9 +20,17 @@ class Queued(Protocol):
     queue_deadline_ns: int  # 0 = no queue timeout
 
 
+class TimeoutAction(StrEnum):
+    REJECT = "REJECT"
+    DELAY = "DELAY"
+
+
+T = TypeVar("T", bound=Queued)
+
+
 @dataclass(frozen=True)
 class QueuePolicy:
-    timeout_action: str = "REJECT"  # or "DELAY"
+    timeout_action: str = TimeoutAction.REJECT
     default_timeout_us: int = 0
     allow_timeout_override: bool = False
     max_queue_size: int = 0
@@ -30,7 +39,7 @@ class QueuePolicy:
     def from_json(cls, doc: dict[str, Any] | None) -> QueuePolicy:
         doc = doc or {}
         return cls(
-            timeout_action=doc.get("timeout_action", "REJECT"),
+            timeout_action=doc.get("timeout_action", TimeoutAction.REJECT),
             default_timeout_us=int(doc.get("default_timeout_microseconds", 0)),
             allow_timeout_override=bool(doc.get("allow_timeout_override", False)),
             max_queue_size=int(doc.get("max_queue_size", 0)),
@@ -73,11 +82,11 @@ class Priorities:
         return self.policies.get(level, self.default_policy)
 
 
-class RequestQueue:
+class RequestQueue(Generic[T]):
     def __init__(self) -> None:
-        self._levels: dict[int, deque] = {}
-        self._delayed: dict[int, deque] = {}
-        self._parts: list[deque] = []  # serving order; rebuilt only when the deques change
+        self._levels: dict[int, deque[T]] = {}
+        self._delayed: dict[int, deque[T]] = {}
+        self._parts: list[deque[T]] = []  # serving order; rebuilt only when the deques change
 
     def _reorder(self) -> None:
         self._parts = []
@@ -85,11 +94,8 @@ class RequestQueue:
             self._parts.append(self._levels.setdefault(level, deque()))
             self._parts.append(self._delayed.setdefault(level, deque()))
 
-    def _order(self) -> list[deque]:
-        return self._parts
-
-    def __iter__(self) -> Iterator:
-        for part in self._order():
+    def __iter__(self) -> Iterator[T]:
+        for part in self._parts:
             yield from part
 
     def __len__(self) -> int:
@@ -98,28 +104,28 @@ class RequestQueue:
     def __bool__(self) -> bool:
         return any(self._parts)
 
-    def __getitem__(self, index: int):
+    def __getitem__(self, index: int) -> T:
         if index != 0:
             raise IndexError("only the head of the queue can be read")
-        for part in self._order():
+        for part in self._parts:
             if part:
                 return part[0]
         raise IndexError("empty queue")
 
-    def popleft(self):
-        for part in self._order():
+    def popleft(self) -> T:
+        for part in self._parts:
             if part:
                 return part.popleft()
         raise IndexError("empty queue")
 
-    def append(self, item: Queued) -> None:
+    def append(self, item: T) -> None:
         part = self._levels.get(item.level)
         if part is None:
             self._levels[item.level] = part = deque()
             self._reorder()
         part.append(item)
 
-    def appendleft(self, item: Queued) -> None:
+    def appendleft(self, item: T) -> None:
         """Back to the head of its level (a retried request keeps its place in line)."""
         part = self._levels.get(item.level)
         if part is None:
@@ -130,27 +136,27 @@ class RequestQueue:
     def size(self, level: int) -> int:
         return len(self._levels.get(level, ())) + len(self._delayed.get(level, ()))
 
-    def remove(self, predicate) -> list:
+    def remove(self, predicate: Callable[[T], bool]) -> list[T]:
         """Take out every request `predicate` selects (cancelled, past its deadline)."""
-        removed = []
+        removed: list[T] = []
         for queues in (self._levels, self._delayed):
             for level, part in queues.items():
-                kept = deque()
+                kept: deque[T] = deque()
                 for item in part:
                     (removed if predicate(item) else kept).append(item)
                 queues[level] = kept
         self._reorder()
         return removed
 
-    def time_out(self, now_ns: int, priorities: Priorities) -> list:
+    def time_out(self, now_ns: int, priorities: Priorities) -> list[T]:
         """Apply queue timeouts: REJECT returns them to be failed, DELAY moves them back."""
-        rejected = []
+        rejected: list[T] = []
         for level, part in self._levels.items():
             expired = [i for i in part if i.queue_deadline_ns and i.queue_deadline_ns <= now_ns]
             if not expired:
                 continue
             self._levels[level] = deque(i for i in part if not (i.queue_deadline_ns and i.queue_deadline_ns <= now_ns))
-            if priorities.policy(level).timeout_action == "DELAY":
+            if priorities.policy(level).timeout_action == TimeoutAction.DELAY:
                 for item in expired:
                     item.queue_deadline_ns = 0  # delayed once, then served in turn
                 self._delayed.setdefault(level, deque()).extend(expired)

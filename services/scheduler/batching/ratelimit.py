@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 GLOBAL = "<global>"
+RunKey = tuple[str, tuple[str, int], int]  # (worker, (model, version), instance)
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,8 @@ class RateLimiter:
     enabled: bool = False
     configured: dict[tuple[str, str], int] = field(default_factory=dict)  # from the flags
     defaults: dict[str, int] = field(default_factory=dict)  # resource -> the most one instance needs
-    in_use: Counter = field(default_factory=Counter)  # (resource, device) -> count held
-    runs: Counter = field(default_factory=Counter)  # (worker, model, instance) -> batches started
+    in_use: Counter[tuple[str, str]] = field(default_factory=Counter)  # (resource, device) -> count held
+    runs: Counter[RunKey] = field(default_factory=Counter)  # (worker, model, instance) -> batches started
 
     def learn(self, needs: list[Need]) -> None:
         for need in needs:
@@ -82,7 +83,7 @@ class RateLimiter:
             for name, g, count in need.resources
         )
 
-    def acquire(self, need: Need, worker: str, run_key: tuple) -> None:
+    def acquire(self, need: Need, worker: str, run_key: RunKey) -> None:
         self.runs[run_key] += 1
         if self.enabled:
             for name, g, count in need.resources:
@@ -93,6 +94,6 @@ class RateLimiter:
             for name, g, count in need.resources:
                 self.in_use[(name, self._pool(name, g, worker))] -= count
 
-    def weight(self, need: Need, run_key: tuple) -> int:
+    def weight(self, need: Need, run_key: RunKey) -> int:
         """Lower goes first: batches already started, scaled by the instance's priority."""
         return self.runs[run_key] * need.priority

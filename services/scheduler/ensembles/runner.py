@@ -23,9 +23,11 @@ module's dataflow, for every other ensemble, is untouched by it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -33,6 +35,7 @@ from nats.aio.client import Client as NATS
 from services.scheduler.ensembles.step import fit_batching, step_request
 from services.scheduler.ensembles.stream import EnsembleStream, StreamFailed, finish
 from services.scheduler.ensembles.timing import StepLatency, compute_phases
+from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.statistics.stats import ModelStats
 from shared import subjects
 from shared.dispatch import Dispatcher
@@ -68,7 +71,7 @@ class EnsembleRunner:
         self.graphs: dict[str, EnsembleGraph] = {}
         self.specs: dict[str, ModelSpec] = {}  # every model's serving spec (steps are checked against it)
         self.ready: dict[str, list[int]] = {}  # model -> its READY versions
-        self.running: dict[str, tuple[tuple[str, int], asyncio.Task]] = {}  # rid -> (ensemble key, task)
+        self.running: dict[str, tuple[tuple[str, int], asyncio.Task[None]]] = {}  # rid -> (ensemble key, task)
         self.steps: dict[tuple[str, int], dict[str, StepLatency]] = {}  # ensemble key -> step model -> latency
         self.decoupled: set[str] = set()  # ensembles that stream (a decoupled step, or their own policy)
 
@@ -79,7 +82,7 @@ class EnsembleRunner:
     def on_record(self, name: str, record: ModelRecord | None) -> None:
         """Every model's record: ensembles to run, and the members' specs and READY versions."""
         config = record.active_config if record is not None else {}
-        if not config:
+        if record is None or not config:
             self.specs.pop(name, None)
             self.ready.pop(name, None)
             self.graphs.pop(name, None)
@@ -115,7 +118,10 @@ class EnsembleRunner:
         run = self._run_stream if request.model in self.decoupled else self._run
         task = asyncio.create_task(run(request, stats, arrived))
         self.running[request.rid] = (key, task)
-        task.add_done_callback(lambda _t, rid=request.rid: self.running.pop(rid, None))
+        task.add_done_callback(functools.partial(self._ended, request.rid))
+
+    def _ended(self, rid: str, _task: asyncio.Task[None]) -> None:
+        self.running.pop(rid, None)
 
     def cancel(self, rid: str) -> bool:
         """The client went away: stop the request (its in-flight steps are cancelled too)."""
@@ -125,7 +131,7 @@ class EnsembleRunner:
         entry[1].cancel()
         return True
 
-    def annotate(self, stats: dict[str, dict]) -> None:
+    def annotate(self, stats: dict[str, dict[str, Any]]) -> None:
         """Per-step latency in an ensemble's statistics (`ensemble_steps`: member -> success/fail
         count and ns), next to Triton's fields: where an ensemble's time goes."""
         for (model, version), steps in self.steps.items():
@@ -146,7 +152,7 @@ class EnsembleRunner:
             outcome = await self._execute(request, owned)
             handed = {id(ref) for ref in outcome.handed}
         except asyncio.CancelledError:
-            stats.record_request(False, time.time_ns() - request.received_ns, "CANCELED")
+            stats.record_request(False, time.time_ns() - request.received_ns, FailReason.CANCELED)
             raise
         except Exception as exc:  # never leave the client without an answer
             log.exception("ensemble '%s' failed", request.model)
@@ -157,7 +163,7 @@ class EnsembleRunner:
                 await self.store.release_remote(leftovers)
         duration = time.time_ns() - request.received_ns
         if outcome.error:
-            stats.record_request(False, duration, "OTHER")
+            stats.record_request(False, duration, FailReason.OTHER)
             response = InferResponse(rid=request.rid, error=outcome.error, code=str(outcome.code))
         else:
             # as Triton counts an ensemble: one execution of the request's batch size, whose
@@ -192,7 +198,7 @@ class EnsembleRunner:
         try:
             compute = await stream.run()
         except asyncio.CancelledError:
-            stats.record_request(False, time.time_ns() - request.received_ns, "CANCELED")
+            stats.record_request(False, time.time_ns() - request.received_ns, FailReason.CANCELED)
             raise
         except StreamFailed as exc:
             error = exc
@@ -201,7 +207,7 @@ class EnsembleRunner:
             error = StreamFailed(f"{type(exc).__name__}: {exc}", Code.INTERNAL)
         duration = time.time_ns() - request.received_ns
         if error is not None:
-            stats.record_request(False, duration, "OTHER")
+            stats.record_request(False, duration, FailReason.OTHER)
         else:
             stats.record_queue(started - arrived)
             stats.record_request(True, duration)
@@ -220,7 +226,7 @@ class EnsembleRunner:
         # whether each tensor carries a batch dimension (it came from a model with max_batch_size > 0)
         batched = {name: bool(spec and spec.max_batch_size > 0) for name in tensors}
         pending = list(steps)
-        running: dict[asyncio.Task, tuple[Step, float]] = {}
+        running: dict[asyncio.Task[InferResponse], tuple[Step, float]] = {}
         error: tuple[str, str] | None = None
         compute = [0, 0, 0]
         latencies = self.steps.setdefault((request.model, request.version), {})
@@ -244,7 +250,7 @@ class EnsembleRunner:
                         except ShoalError as exc:
                             error = (exc.message, str(exc.code))
                             break
-                        running[asyncio.create_task(self._call(sub))] = (step, time.monotonic())
+                        running[asyncio.create_task(self.call(sub))] = (step, time.monotonic())
                 if not running:
                     break
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -256,15 +262,8 @@ class EnsembleRunner:
                     (latency.fail if response.error else latency.success).add(int((time.monotonic() - started) * 1e9))
                     if response.error:
                         error = error or (response.error, response.code or Code.INTERNAL)
-                        continue
-                    for i, ns in enumerate(compute_phases(response.trace)):
-                        compute[i] += ns
-                    member = self.specs.get(step.model)
-                    for ref in response.outputs:
-                        tensor = step.output_map.get(ref.name)
-                        if tensor is not None:
-                            tensors[tensor] = ref
-                            batched[tensor] = bool(member and member.max_batch_size > 0)
+                    else:
+                        self._absorb(step, response, tensors, batched, compute)
         finally:
             for task in running:  # cancelled: the steps' requests leave their queues too
                 if task.done() and not task.cancelled():
@@ -277,20 +276,42 @@ class EnsembleRunner:
             return _Outcome([], f"in ensemble '{request.model}', {DEADLOCK}", Code.INVALID_ARG)
         # the ensemble's outputs under the ensemble's names; the handles are the workers' own
         handed = [tensors[name] for name in requested]
-        outputs = []
-        for ref, name in zip(handed, requested):
-            config = spec.output(name) if spec is not None else None
-            shape = (
-                fit_batching(config.dims, spec.max_batch_size > 0, ref.shape, batched[name])
-                if config is not None
-                else ref.shape
-            )
-            outputs.append(msgspec.structs.replace(ref, name=name, shape=shape))
+        outputs = [_renamed(spec, name, ref, batched[name]) for ref, name in zip(handed, requested)]
         return _Outcome(outputs, handed=handed, compute=compute)
 
-    async def _call(self, request: InferRequest) -> InferResponse:
+    def _absorb(
+        self,
+        step: Step,
+        response: InferResponse,
+        tensors: dict[str, TensorRef],
+        batched: dict[str, bool],
+        compute: list[int],
+    ) -> None:
+        """A step's outputs join the tensor table; its compute times add to the ensemble's."""
+        for i, ns in enumerate(compute_phases(response.trace)):
+            compute[i] += ns
+        member = self.specs.get(step.model)
+        for ref in response.outputs:
+            tensor = step.output_map.get(ref.name)
+            if tensor is not None:
+                tensors[tensor] = ref
+                batched[tensor] = bool(member and member.max_batch_size > 0)
+
+    async def call(self, request: InferRequest) -> InferResponse:
+        """One step request to its member, answered (an error as a response, never raised)."""
         timeout = max(0.001, (request.deadline_ns - time.time_ns()) / 1e9)
         try:
             return await self.dispatcher.infer(request, timeout)
         except ShoalError as exc:
             return InferResponse(rid=request.rid, error=exc.message, code=str(exc.code))
+
+
+def _renamed(spec: ModelSpec | None, name: str, ref: TensorRef, batched: bool) -> TensorRef:
+    """A step's output as the ensemble's output `name`, its shape fitted to the ensemble's batching."""
+    config = spec.output(name) if spec is not None else None
+    shape = (
+        fit_batching(config.dims, spec.max_batch_size > 0, ref.shape, batched)
+        if config is not None and spec is not None
+        else ref.shape
+    )
+    return msgspec.structs.replace(ref, name=name, shape=shape)

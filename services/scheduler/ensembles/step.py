@@ -11,6 +11,7 @@ client request id.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
@@ -18,14 +19,14 @@ from shared.dispatch import Dispatcher
 from shared.ensemble_graph import Step
 from shared.errors import invalid, not_found, unavailable
 from shared.messages import InferRequest, TensorRef
-from shared.model_config import ModelSpec
+from shared.model_config import ModelSpec, TensorSpec
 
 
-def _fmt(dims) -> str:
+def _fmt(dims: Sequence[int]) -> str:
     return "[" + ",".join(str(d) for d in dims) + "]"
 
 
-def resolve_version(model: str, version: int, ready: dict[str, list[int]]) -> int:
+def resolve_version(model: str, version: int, ready: Mapping[str, list[int]]) -> int:
     """-1: the member's latest READY version, as the gateway resolves an unversioned request."""
     versions = ready.get(model) or []
     if version == -1:
@@ -37,11 +38,11 @@ def resolve_version(model: str, version: int, ready: dict[str, list[int]]) -> in
     return version
 
 
-def _matches(dims, shape: list[int]) -> bool:
+def _matches(dims: Sequence[int], shape: list[int]) -> bool:
     return len(dims) == len(shape) and all(d == -1 or d == s for d, s in zip(dims, shape))
 
 
-def fit_batching(dims, batching: bool, shape: list[int], source_batched: bool) -> list[int]:
+def fit_batching(dims: Sequence[int], batching: bool, shape: list[int], source_batched: bool) -> list[int]:
     """Triton's `ReshapeTensorDims`: a tensor from a non-batching model going to a batching one
     gets a batch dimension of 1; a batch of 1 going to a non-batching model loses it, when
     that is what makes the shape fit (only the shape changes: same bytes)."""
@@ -54,9 +55,17 @@ def fit_batching(dims, batching: bool, shape: list[int], source_batched: bool) -
     return list(shape)
 
 
+def _input(spec: ModelSpec, name: str, prefix: str) -> TensorSpec:
+    """The member's input `name` (an ensemble config may map a tensor to one it does not have)."""
+    config = spec.input(name)
+    if config is None:
+        raise invalid(f"{prefix}unexpected inference input '{name}' for model '{spec.name}'")
+    return config
+
+
 def _check(spec: ModelSpec, ref: TensorRef, prefix: str) -> tuple[int, list[int]]:
     """(batch size, per-item shape) of one input, or the member's validation error."""
-    config = spec.input(ref.name)
+    config = _input(spec, ref.name, prefix)
     if ref.datatype != config.datatype:
         raise invalid(
             f"{prefix}inference input '{ref.name}' data-type is '{ref.datatype}', "
@@ -75,27 +84,16 @@ def _check(spec: ModelSpec, ref: TensorRef, prefix: str) -> tuple[int, list[int]
     return (shape[0] if batched else 1), item
 
 
-def step_request(
-    request: InferRequest,
-    step: Step,
-    tensors: dict[str, TensorRef],
-    batched: dict[str, bool],
-    requested: list[str],
-    readers: dict[str, int],
-    specs: dict[str, ModelSpec],
-    ready: dict[str, list[int]],
-    dispatcher: Dispatcher,
-) -> InferRequest:
-    spec = specs.get(step.model)
-    if spec is None:
-        raise not_found(f"Request for unknown model: '{step.model}' is not found")
-    version = resolve_version(step.model, step.version, ready)
-    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+def _step_inputs(
+    spec: ModelSpec, step: Step, tensors: dict[str, TensorRef], batched: dict[str, bool], prefix: str
+) -> tuple[list[TensorRef], int, list[str]]:
+    """The member's inputs (the same bytes under its names), their batch size, and the shape
+    signature its batcher groups requests by; or the member's validation error."""
     inputs: list[TensorRef] = []
     batch_size = 0
     sig: list[str] = []
     for model_input, tensor in step.input_map.items():
-        config = spec.input(model_input)
+        config = _input(spec, model_input, prefix)
         source = tensors[tensor]
         dims = config.reshape if (config.reshape is not None and not config.dims) else config.dims
         shape = fit_batching(dims, spec.max_batch_size > 0, source.shape, batched.get(tensor, True))
@@ -111,6 +109,26 @@ def step_request(
         raise invalid(f"{prefix}inference request batch-size must be <= {spec.max_batch_size} for '{spec.name}'")
     if len(inputs) != len(spec.inputs):
         sig.append("|" + ",".join(sorted(step.input_map)))
+    return inputs, batch_size, sig
+
+
+def step_request(
+    request: InferRequest,
+    step: Step,
+    tensors: dict[str, TensorRef],
+    batched: dict[str, bool],
+    requested: list[str],
+    readers: dict[str, int],
+    specs: Mapping[str, ModelSpec],
+    ready: Mapping[str, list[int]],
+    dispatcher: Dispatcher,
+) -> InferRequest:
+    spec = specs.get(step.model)
+    if spec is None:
+        raise not_found(f"Request for unknown model: '{step.model}' is not found")
+    version = resolve_version(step.model, step.version, ready)
+    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    inputs, batch_size, sig = _step_inputs(spec, step, tensors, batched, prefix)
     # only the outputs something reads; a client's output region goes straight to the producer
     # when nothing else reads the tensor (the worker writes it there, no copy here or at the gateway)
     outputs = [o for o, t in step.output_map.items() if t in requested or readers.get(t)]

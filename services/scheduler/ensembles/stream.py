@@ -24,24 +24,45 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 import msgspec
+from nats.aio.client import Client as NATS
 
 from services.scheduler.ensembles.iterations import Scope, settle
 from services.scheduler.ensembles.step import fit_batching, step_request
 from services.scheduler.ensembles.timing import StepLatency, compute_phases
+from shared.dispatch import Dispatcher
 from shared.ensemble_graph import EnsembleGraph, Step, is_decoupled, max_inflight
 from shared.errors import Code, ShoalError
 from shared.messages import InferRequest, InferResponse, TensorRef, encode
-
-if TYPE_CHECKING:
-    from services.scheduler.ensembles.runner import EnsembleRunner
+from shared.model_config import ModelSpec
+from shared.tensors import TensorStore
 
 log = logging.getLogger("shoal.scheduler.ensemble")
 
 # (scope the step ran in, the step, one response, whether it is the step's last)
 _Event = tuple[Scope[TensorRef], Step, InferResponse, bool]
+
+
+class Members(Protocol):
+    """What a stream needs from the ensemble runner (implemented by `runner.EnsembleRunner`)."""
+
+    @property
+    def nc(self) -> NATS: ...
+    @property
+    def store(self) -> TensorStore: ...
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+    @property
+    def specs(self) -> Mapping[str, ModelSpec]: ...  # every model's serving spec
+    @property
+    def ready(self) -> Mapping[str, list[int]]: ...  # model -> its READY versions
+    @property
+    def steps(self) -> dict[tuple[str, int], dict[str, StepLatency]]: ...  # ensemble -> member -> latency
+
+    async def call(self, request: InferRequest) -> InferResponse: ...  # one step request, answered
 
 
 class StreamFailed(Exception):
@@ -54,7 +75,7 @@ class StreamFailed(Exception):
 class EnsembleStream:
     """Runs one request; `run()` publishes its responses and returns the summed compute times."""
 
-    def __init__(self, runner: EnsembleRunner, request: InferRequest, graph: EnsembleGraph) -> None:
+    def __init__(self, runner: Members, request: InferRequest, graph: EnsembleGraph) -> None:
         self.runner = runner
         self.request = msgspec.structs.replace(request, output_regions={})  # a region cannot hold N answers
         self.graph = graph
@@ -68,11 +89,11 @@ class EnsembleStream:
         self.inflight: dict[int, int] = {s.index: 0 for s in self.steps}
         self.held: dict[int, deque[tuple[Scope[TensorRef], Step]]] = {s.index: deque() for s in self.steps}
         self.events: asyncio.Queue[_Event] = asyncio.Queue()
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
         self.owned: dict[int, TensorRef] = {}  # id -> step outputs not yet freed or handed over
         self.compute = [0, 0, 0]
         self.started: dict[str, int] = {}  # step rid -> when it left (monotonic ns): its latency
-        self.streams: dict[str, tuple[asyncio.Task, Scope[TensorRef], Step]] = {}  # decoupled steps running
+        self.streams: dict[str, tuple[asyncio.Task[None], Scope[TensorRef], Step]] = {}  # decoupled steps running
         self.error: StreamFailed | None = None  # the first failure: nothing new starts, then it ends the stream
         self.latencies = runner.steps.setdefault((request.model, request.version), {})
 
@@ -208,7 +229,7 @@ class EnsembleStream:
             self.streams[sub.rid] = (task, scope, step)
 
     async def _call(self, scope: Scope[TensorRef], step: Step, sub: InferRequest) -> None:
-        response = await self.runner._call(sub)
+        response = await self.runner.call(sub)
         self.events.put_nowait((scope, step, response, True))
 
     async def _stream(self, scope: Scope[TensorRef], step: Step, sub: InferRequest) -> None:
@@ -258,7 +279,7 @@ class EnsembleStream:
             config = self.spec.output(name) if self.spec is not None else None
             shape = (
                 fit_batching(config.dims, self.spec.max_batch_size > 0, ref.shape, scope.is_batched(name))
-                if config is not None
+                if config is not None and self.spec is not None
                 else ref.shape
             )
             outputs.append(msgspec.structs.replace(ref, name=name, shape=shape))
@@ -268,7 +289,7 @@ class EnsembleStream:
         await self.runner.nc.publish(self.request.reply, encode(response))
 
 
-async def finish(runner: EnsembleRunner, request: InferRequest, error: StreamFailed | None) -> None:
+async def finish(runner: Members, request: InferRequest, error: StreamFailed | None) -> None:
     """The last message of the client's stream: the final flag, or the error that ended it."""
     if error is None:
         response = InferResponse(rid=request.rid, empty=True)

@@ -39,19 +39,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Container, Mapping
+from collections.abc import Awaitable, Callable, Container, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
-from services.scheduler.sequences.book import SequenceBook
+from services.scheduler.batching.model_queue import ModelQueue
+from services.scheduler.sequences.book import CorrId, SequenceBook
 from shared import bus, subjects
 from shared.messages import ForwardedRequests, RequestHeader, SequenceResidue, encode
-
-if TYPE_CHECKING:
-    from services.scheduler.service import ModelQueue, SchedulerService
 
 log = logging.getLogger("shoal.scheduler.handover")
 
@@ -65,6 +65,29 @@ _forwarded_decoder = msgspec.msgpack.Decoder(ForwardedRequests)
 _header_decoder = msgspec.msgpack.Decoder(RequestHeader)
 
 Key = tuple[str, int]
+Take = Callable[[list[msgspec.Raw], bool], Awaitable[None]]  # queue requests here (`routed`: never forward)
+
+
+class Queues(Protocol):
+    """What the hand-over needs from batching (implemented by `batching.pump.Pump`)."""
+
+    def find(self, key: Key) -> ModelQueue | None: ...
+    def sequence_queues(self, model: str) -> list[ModelQueue]: ...
+    async def pump(self, queue: ModelQueue) -> None: ...
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+
+
+class Sequences(Protocol):
+    """What it needs from the sequence batcher (implemented by `sequences.batcher.Sequencer`)."""
+
+    async def restart(self, queue: ModelQueue, reason: str) -> list[CorrId]: ...
+
+
+class Owner(Protocol):
+    """Which models this replica serves (implemented by `replicas.ownership.Ownership`)."""
+
+    def owns(self, model: str) -> bool: ...
+    def wants(self, model: str) -> bool: ...
 
 
 @dataclass
@@ -72,11 +95,11 @@ class Seen:
     """Another replica's residue, as last announced."""
 
     residue: SequenceResidue
-    ids: set = field(default_factory=set)
+    ids: set[CorrId] = field(default_factory=set)
     at: float = 0.0  # monotonic
 
 
-def route(holders: Mapping[str, Seen], live: Container, header: RequestHeader) -> str | None:
+def route(holders: Mapping[str, Seen], live: Container[CorrId], header: RequestHeader) -> str | None:
     """Where a request of a sequence-batched model goes: None to serve it here, else the
     replica (scheduler id) that holds its sequence."""
     if header.sequence_id in live:  # ours (a START for an id live there was bounced back to us)
@@ -95,14 +118,18 @@ def busy(book: SequenceBook) -> bool:
 
 
 class HandOver:
-    def __init__(self, service: SchedulerService) -> None:
-        self.service = service
-        self.me = service.settings.scheduler_id
+    def __init__(self, nc: NATS, me: str, queues: Queues, sequences: Sequences, owner: Owner, take: Take) -> None:
+        self.nc = nc
+        self.me = me
+        self.queues = queues
+        self.sequences = sequences
+        self.owner = owner
+        self.take = take
         self.held: dict[Key, bool] = {}  # residues this replica serves -> final
         self.seen: dict[Key, dict[str, Seen]] = {}  # residues of the other replicas
 
     async def start(self) -> None:
-        nc = self.service.nc
+        nc = self.nc
         await nc.subscribe(subjects.SCHEDULER_RESIDUE, cb=self._on_residue)
         await nc.subscribe(subjects.scheduler_sequences(self.me), cb=self._on_forwarded)
 
@@ -115,10 +142,14 @@ class HandOver:
             await self._sweep()
 
     def _keys(self, model: str) -> list[Key]:
-        return [k for k, q in self.service.queues.items() if k[0] == model and q.seq is not None]
+        return [q.key for q in self.queues.sequence_queues(model)]
+
+    def _book(self, key: Key) -> SequenceBook | None:
+        queue = self.queues.find(key)
+        return queue.seq.book if queue is not None and queue.seq is not None else None
 
     def worth_keeping(self, model: str) -> bool:
-        return any(busy(self.service.queues[k].seq.book) for k in self._keys(model))
+        return any(q.seq is not None and busy(q.seq.book) for q in self.queues.sequence_queues(model))
 
     # -- the old owner ----------------------------------------------------------------
     async def begin(self, model: str) -> None:
@@ -137,8 +168,8 @@ class HandOver:
     async def regain(self, model: str) -> None:
         """The model came back to us while we still served its residue: serve it as its owner."""
         for key in self._keys(model):
-            book = self.service.queues[key].seq.book
-            if book.frozen:
+            book = self._book(key)
+            if book is not None and book.frozen:
                 await self._reserve(key)  # first: thawing must not free slots other replicas hold
                 book.thaw(time.monotonic())  # `serve` sees it and ends the residue
 
@@ -146,8 +177,8 @@ class HandOver:
         """We lost the model without handing it over (our lease expired): its live sequences
         end here; the new owner tells their later requests why."""
         for key in self._keys(model):
-            book = self.service.queues[key].seq.book
-            if key not in self.held and book.live:
+            book = self._book(key)
+            if book is not None and key not in self.held and book.live:
                 await self._publish(
                     SequenceResidue(
                         model=key[0], version=key[1], holder=self.me, done=True, lost=list(book.live), reason=reason
@@ -165,15 +196,18 @@ class HandOver:
         for at most `bound_s`; then give up what is left."""
         keys = [k for k in self._keys(model) if k in self.held]
         for key in keys:
-            self.service.queues[key].seq.book.freeze()
+            queue = self.queues.find(key)
+            if queue is None or queue.seq is None:
+                continue
+            queue.seq.book.freeze()
             self.held[key] = True
             await self._announce(key)
-            await self.service._pump(self.service.queues[key])
+            await self.queues.pump(queue)
         deadline = time.monotonic() + bound_s
         while keys:
             for key in list(keys):
-                queue = self.service.queues.get(key)
-                if model not in self.service.leases.wanted:  # unloaded (what was queued is answered)
+                queue = self.queues.find(key)
+                if not self.owner.wants(model):  # unloaded (what was queued is answered)
                     keys.remove(key)
                     await self._finish(key, f"model '{model}' was unloaded")
                 elif queue is None or queue.seq is None or not queue.seq.book.frozen or not busy(queue.seq.book):
@@ -192,13 +226,10 @@ class HandOver:
     async def _finish(self, key: Key, reason: str) -> None:
         """The residue ends: sequences still live are lost (and told so); the book starts afresh."""
         self.held.pop(key, None)
-        queue = self.service.queues.get(key)
-        lost: list = []
+        queue = self.queues.find(key)
+        lost: list[CorrId] = []
         if queue is not None and queue.seq is not None and queue.seq.book.frozen:
-            lost = await self._give_up(queue, reason)
-            config = queue.seq.config
-            book = queue.seq.book = SequenceBook(key[0], config.slots_per_instance, config.idle_us / 1e6)
-            book.lose(lost, reason)
+            lost = await self.sequences.restart(queue, reason)
             await self._reserve(key)  # the fresh book respects what other replicas hold at once
         if lost:
             log.warning("gave up %d live sequence(s) of model '%s': %s", len(lost), key[0], reason)
@@ -206,27 +237,8 @@ class HandOver:
             SequenceResidue(model=key[0], version=key[1], holder=self.me, done=True, lost=lost, reason=reason)
         )
 
-    async def _give_up(self, queue: ModelQueue, reason: str) -> list:
-        book, sequencer = queue.seq.book, self.service.sequencer
-        lost = []
-        for seq in list(book.bound.values()) + list(book.backlog):
-            if book.live.get(seq.corrid) is seq:
-                lost.append(seq.corrid)
-            while seq.queue:
-                pending = seq.queue.popleft()
-                await sequencer._error(
-                    queue,
-                    pending.header,
-                    f"sequence {seq.corrid} to model '{queue.key[0]}' was "
-                    f"lost: {reason}; start it again with the START flag",
-                    "UNAVAILABLE",
-                )
-            if seq.slot is not None:
-                await sequencer._tell_worker(queue, seq, seq.slot, "no longer served by this scheduler")
-        return lost
-
     def _residue(self, key: Key) -> SequenceResidue | None:
-        queue = self.service.queues.get(key)
+        queue = self.queues.find(key)
         if key not in self.held or queue is None or queue.seq is None:
             return None
         book = queue.seq.book
@@ -246,11 +258,11 @@ class HandOver:
 
     async def _publish(self, residue: SequenceResidue) -> None:
         try:
-            await self.service.nc.publish(subjects.SCHEDULER_RESIDUE, encode(residue))
+            await self.nc.publish(subjects.SCHEDULER_RESIDUE, encode(residue))
         except Exception as exc:  # repeated every REFRESH_S
             log.warning("cannot announce the sequences of '%s' this replica holds: %s", residue.model, exc)
 
-    async def _on_forwarded(self, msg) -> None:
+    async def _on_forwarded(self, msg: Msg) -> None:
         if msg.reply:  # received (the sender learns from no answer at all that we are gone)
             await msg.respond(b"")
         forwarded = bus.decode(_forwarded_decoder, msg, log)
@@ -259,7 +271,7 @@ class HandOver:
         if forwarded.bounced:  # ours to serve: learn the holder's slots first, then queue them here
             for residue in forwarded.residues:
                 await self._learn(residue)
-            await self.service.take(forwarded.requests, routed=True)
+            await self.take(forwarded.requests, True)
             return
         keep, back, residues = [], [], {}
         for raw in forwarded.requests:
@@ -269,19 +281,19 @@ class HandOver:
                 log.error("undecodable forwarded request from scheduler %s: %s", forwarded.sender, exc)
                 continue
             key = (header.model, header.version)
-            queue = self.service.queues.get(key)
+            queue = self.queues.find(key)
             if self._late_start(queue, header):
                 back.append(raw)
-                residue = self._residue(key)
-                if residue is not None:
-                    residues[key] = residue
+                announced = self._residue(key)
+                if announced is not None:
+                    residues[key] = announced
             else:
                 keep.append(raw)
         if back:
             bounced = ForwardedRequests(requests=back, sender=self.me, bounced=True, residues=list(residues.values()))
-            await self.service.nc.publish(subjects.scheduler_sequences(forwarded.sender), encode(bounced))
+            await self.nc.publish(subjects.scheduler_sequences(forwarded.sender), encode(bounced))
         if keep:
-            await self.service.take(keep, routed=True)
+            await self.take(keep, True)
 
     def _late_start(self, queue: ModelQueue | None, header: RequestHeader) -> bool:
         """A START of a new sequence that reached us after the overlap: the new owner serves it."""
@@ -289,30 +301,30 @@ class HandOver:
             return False
         if self.held.get(queue.key) is False:  # the overlap: we still start sequences
             return False
-        return header.sequence_id not in queue.seq.book.live and not self.service.leases.owns(queue.key[0])
+        return header.sequence_id not in queue.seq.book.live and not self.owner.owns(queue.key[0])
 
     # -- the new owner (any replica) ------------------------------------------------------
     def route(self, queue: ModelQueue, header: RequestHeader) -> str | None:
         holders = self.seen.get(queue.key)
-        return route(holders, queue.seq.book.live, header) if holders else None
+        return route(holders, queue.seq.book.live, header) if holders and queue.seq is not None else None
 
     def forward(self, holder: str, raws: list[msgspec.Raw]) -> None:
         """Send requests to the replica holding their sequences. A request, not a publish, so
         that a holder that died is noticed at once; tasks start in order, so requests leave in
         order (the connection's request inbox exists since the KV buckets were opened)."""
         payload = encode(ForwardedRequests(requests=raws, sender=self.me))
-        self.service._spawn(self._send(holder, raws, payload))
+        self.queues.spawn(self._send(holder, raws, payload))
 
     async def _send(self, holder: str, raws: list[msgspec.Raw], payload: bytes) -> None:
         try:
-            await self.service.nc.request(subjects.scheduler_sequences(holder), payload, timeout=SILENT_S)
+            await self.nc.request(subjects.scheduler_sequences(holder), payload, timeout=SILENT_S)
         except NoRespondersError:  # it died: its sequences are lost, and these requests are told so here
             await self._gone(holder)
-            await self.service.take(raws, routed=True)
+            await self.take(raws, True)
         except Exception as exc:  # it is away or slow: if it died, its silence ends its residue
             log.debug("no acknowledgement from scheduler %s for forwarded requests: %s", holder, exc)
 
-    async def _on_residue(self, msg) -> None:
+    async def _on_residue(self, msg: Msg) -> None:
         residue = bus.decode(_residue_decoder, msg, log)
         if residue is not None:
             await self._learn(residue)
@@ -329,8 +341,8 @@ class HandOver:
             holders[residue.holder] = Seen(residue, set(residue.ids), time.monotonic())
         await self._reserve(key)
 
-    def _lose(self, key: Key, ids: list, reason: str) -> None:
-        queue = self.service.queues.get(key)
+    def _lose(self, key: Key, ids: list[CorrId], reason: str) -> None:
+        queue = self.queues.find(key)
         if ids and queue is not None and queue.seq is not None:
             queue.seq.book.lose(ids, reason)
 
@@ -339,14 +351,14 @@ class HandOver:
         holders = self.seen.get(key, {})
         if not holders:
             self.seen.pop(key, None)
-        queue = self.service.queues.get(key)
+        queue = self.queues.find(key)
         if queue is None or queue.seq is None:
             return
-        slots = {tuple(slot) for seen in holders.values() if seen.residue.final for slot in seen.residue.slots}
+        slots = {slot for seen in holders.values() if seen.residue.final for slot in seen.residue.slots}
         clash = queue.seq.book.reserve(slots, time.monotonic())
         if clash:
             log.error("slots %s of model '%s' are bound here and by another replica", clash, key[0])
-        await self.service._pump(queue)
+        await self.queues.pump(queue)
 
     async def _sweep(self) -> None:
         now = time.monotonic()

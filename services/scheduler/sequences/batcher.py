@@ -1,8 +1,10 @@
-"""The sequence batcher inside the scheduler service: glue between `SequenceBook` (slots,
-backlog, idle), `sequence_batch.decide` (what runs now) and the service's dispatch.
+"""The sequence batcher inside the scheduler: glue between `SequenceBook` (slots, backlog,
+idle), `selection.decide` (what runs now) and batching's dispatch.
 
-Hooked into `SchedulerService` at a few points only (admit, pump, flight finished,
-cancel, worker lost, abandon), so the service's dynamic-batching path is untouched.
+Batching runs a sequence-batched model's queue through this class at a few points only
+(`batching.interfaces.SequenceBatching`: admit, pump, flight finished, cancel, expire,
+worker lost, abandon), so the dynamic-batching path is untouched; what this class needs
+from batching is the small `Dispatch` below.
 A sequence request's controls travel in `ExecBatch.controls` (a small struct per request);
 the worker builds the control tensors and keeps implicit state, the scheduler never
 touches tensor bytes.
@@ -10,33 +12,46 @@ touches tensor bytes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
-from services.scheduler.sequences.book import Sequence, SequenceBook, SlotKey
+from services.scheduler.batching.model_queue import InFlight, ModelQueue, Pending, Slot
+from services.scheduler.sequences.book import CorrId, Sequence, SequenceBook, SlotKey
+from services.scheduler.sequences.queue import SequenceQueue
 from services.scheduler.sequences.selection import decide
+from services.scheduler.statistics.reasons import FailReason
 from shared import subjects
+from shared.errors import Code
 from shared.messages import InferResponse, RequestHeader, SeqControl, SequenceEnded, encode
-from shared.sequence_config import CORRID, SequenceConfig, sequence_config
-
-if TYPE_CHECKING:
-    from services.scheduler.service import InFlight, ModelQueue, Pending, SchedulerService
+from shared.sequence_config import CORRID, sequence_config
 
 log = logging.getLogger("shoal.scheduler.sequences")
 
+Publish = Callable[[str, bytes], Awaitable[None]]
 
-@dataclass
-class SequenceQueue:
-    config: SequenceConfig
-    book: SequenceBook
-    reaper: object | None = None  # asyncio.TimerHandle of the next idle check
+
+class Dispatch(Protocol):
+    """What the sequence batcher needs from batching (implemented by `batching.pump.Pump`)."""
+
+    def can_run(self, queue: ModelQueue, slot: Slot) -> bool: ...
+    async def dispatch(
+        self, queue: ModelQueue, slot: Slot, batch: list[Pending], now: float, reason: str, controls: list[SeqControl]
+    ) -> bool: ...
+    async def pump(self, queue: ModelQueue) -> None: ...
+    async def fail(
+        self, queue: ModelQueue, header: RequestHeader, message: str, reason: FailReason = FailReason.OTHER
+    ) -> None: ...
+    def after(self, delay_s: float, job: Callable[[], Awaitable[Any]]) -> asyncio.TimerHandle: ...
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
 
 
 class Sequencer:
-    def __init__(self, service: SchedulerService) -> None:
-        self.service = service
+    def __init__(self, host: Dispatch, publish: Publish) -> None:
+        self.host = host
+        self.publish = publish
 
     def configure(self, queue: ModelQueue) -> None:
         config = sequence_config(queue.spec.config) if queue.spec is not None else None
@@ -51,7 +66,7 @@ class Sequencer:
             queue.seq.config = config
             queue.seq.book.idle_s = config.idle_us / 1e6
         if old is not None and queue.seq is not old:
-            self.service._spawn(self._retire(queue, old))
+            self.host.spawn(self._retire(queue, old))
 
     async def _retire(self, queue: ModelQueue, old: SequenceQueue) -> None:
         """The model's slots changed (a reload): its live sequences end; what they queued is
@@ -65,7 +80,7 @@ class Sequencer:
                 pending.header,
                 f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: the "
                 "model was reloaded; start it again with the START flag",
-                "UNAVAILABLE",
+                Code.UNAVAILABLE,
             )
         for slot, seq in list(old.book.bound.items()):
             await self._tell_worker(queue, seq, slot, "model reloaded")
@@ -74,44 +89,21 @@ class Sequencer:
         """Requests past their deadline leave their sequence (the gateway gave up on them): dead
         STARTs must not hold slots or places in the backlog."""
         now_ns = time.time_ns()
-        for seq, pending, slot in queue.seq.book.expire(lambda p: p.header.deadline_ns <= now_ns, time.monotonic()):
-            queue.stats.record_request(False, now_ns - pending.header.received_ns, "REJECTED")
+        book = _seq(queue).book
+        for seq, pending, slot in book.expire(lambda p: p.header.deadline_ns <= now_ns, time.monotonic()):
+            queue.stats.record_request(False, now_ns - pending.header.received_ns, FailReason.REJECTED)
             if slot is not None and seq.slot is None and seq.ran:  # ended here: the worker frees its state
                 await self._tell_worker(queue, seq, slot, "expired")
 
     # -- arrivals -------------------------------------------------------------------
     async def admit(self, queue: ModelQueue, pending: Pending) -> bool:
         """Queue a request in its sequence, or answer it with Triton's error."""
-        header, model = pending.header, queue.key[0]
-        if header.batch_size > 1 and queue.spec.max_batch_size > 0:
-            await self._error(
-                queue,
-                header,
-                f"inference request to model '{model}' must specify batch-size 1 due to "
-                "requirements of sequence batcher",
-                "INVALID_ARG",
-            )
+        header, model, seq_queue = pending.header, queue.key[0], _seq(queue)
+        refused = _refusal(queue, seq_queue, header)
+        if refused:
+            await self._error(queue, header, refused, Code.INVALID_ARG)
             return False
-        if header.sequence_id in (0, ""):
-            await self._error(
-                queue,
-                header,
-                f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID",
-                "INVALID_ARG",
-            )
-            return False
-        corrid = queue.seq.config.control(CORRID)
-        if corrid is not None and (corrid.datatype == "BYTES") != isinstance(header.sequence_id, str):
-            wanted = "a string" if corrid.datatype == "BYTES" else "an unsigned integer"
-            await self._error(
-                queue,
-                header,
-                f"inference request to model '{model}' must specify {wanted} correlation "
-                f"ID: its CORRID control is {corrid.datatype}",
-                "INVALID_ARG",
-            )
-            return False
-        admission = queue.seq.book.admit(
+        admission = seq_queue.book.admit(
             header.sequence_id, header.sequence_start, header.sequence_end, pending, pending.arrived
         )
         if admission.sequence is None:
@@ -119,10 +111,10 @@ class Sequencer:
                 "refused a request of sequence %r for '%s': %d live sequence(s), %d backlogged",
                 header.sequence_id,
                 model,
-                len(queue.seq.book.live),
-                len(queue.seq.book.backlog),
+                len(seq_queue.book.live),
+                len(seq_queue.book.backlog),
             )
-            await self._error(queue, header, admission.error, "INVALID_ARG")
+            await self._error(queue, header, admission.error, Code.INVALID_ARG)
             return False
         if admission.conflict:
             log.warning(
@@ -132,12 +124,10 @@ class Sequencer:
                 model,
             )
         pending.sequence = admission.sequence
-        if header.timeout_us and admission.sequence.slot is None and queue.seq.config.strategy == "direct":
+        if header.timeout_us and admission.sequence.slot is None and seq_queue.config.strategy == "direct":
             # the request `timeout` applies while the sequence waits in the backlog (Triton, direct)
             pending.queue_deadline_ns = time.time_ns() + header.timeout_us * 1000
-            self.service._loop.call_later(
-                header.timeout_us / 1e6 + 0.001, lambda q=queue: self.service._spawn(self._expire_backlog(q))
-            )
+            self.host.after(header.timeout_us / 1e6 + 0.001, lambda: self._expire_backlog(queue))
         self._arm_reaper(queue)
         return True
 
@@ -147,11 +137,12 @@ class Sequencer:
         now_ns = time.time_ns()
         for seq in queue.seq.book.expire_backlog(lambda p: 0 < p.queue_deadline_ns <= now_ns):
             while seq.queue:
-                await self.service._fail(queue, seq.queue.popleft().header, "Request timeout expired", "REJECTED")
+                await self.host.fail(queue, seq.queue.popleft().header, "Request timeout expired", FailReason.REJECTED)
 
     # -- dispatch -------------------------------------------------------------------
     async def pump(self, queue: ModelQueue) -> None:
-        seq_queue, book = queue.seq, queue.seq.book
+        seq_queue = _seq(queue)
+        book = seq_queue.book
         now = time.monotonic()
         for credit in queue.free:
             book.learn(credit.worker, credit.instance, now)
@@ -159,7 +150,7 @@ class Sequencer:
         for credit in list(queue.free):
             if credit not in queue.free:  # taken by a pump that ran while this one awaited a dispatch
                 continue
-            if not self.service.limiter.can_run(queue.need(credit.instance), credit.worker):
+            if not self.host.can_run(queue, credit):
                 continue  # the rate limiter holds this instance back; a release pumps again
             ready = book.ready(credit.worker, credit.instance)
             if not ready:
@@ -171,23 +162,21 @@ class Sequencer:
                 continue
             queue.free.remove(credit)
             batch = [seq.queue[0] for seq in decision.take]
-            controls = []
+            controls: list[SeqControl] = []
             for seq, pending in zip(decision.take, batch):
                 book.started(seq, pending, now)
+                assert seq.slot is not None  # a ready sequence holds a slot
                 h = pending.header
                 controls.append(
                     SeqControl(
                         corrid=seq.corrid, seq=seq.seq, start=h.sequence_start, end=h.sequence_end, slot=seq.slot[2]
                     )
                 )
-            if not await self.service._dispatch(queue, credit, batch, now, decision.reason, controls):
+            if not await self.host.dispatch(queue, credit, batch, now, decision.reason, controls):
                 for seq in decision.take:  # not sent (the requests were failed): the sequences go on
                     book.finished(seq, now)
         if wake is not None:
-            loop = self.service._loop
-            queue.timer = loop.call_at(
-                loop.time() + (wake - now), lambda q=queue: self.service._spawn(self.service._pump(q))
-            )
+            queue.timer = self.host.after(wake - now, lambda: self.host.pump(queue))
         self._arm_reaper(queue)
 
     def finished(self, queue: ModelQueue, flight: InFlight) -> None:
@@ -195,59 +184,85 @@ class Sequencer:
         now = time.monotonic()
         for pending in flight.requests:
             if pending.sequence is not None:
-                queue.seq.book.finished(pending.sequence, now)
+                _seq(queue).book.finished(pending.sequence, now)
 
     # -- endings --------------------------------------------------------------------
     async def cancel(self, queue: ModelQueue, rid: str) -> None:
-        book = queue.seq.book
+        book = _seq(queue).book
         for seq, pending in book.all_queued():
             if pending.header.rid != rid:
                 continue
             slot = seq.slot
             book.remove(seq, pending, time.monotonic())
-            queue.stats.record_request(False, time.time_ns() - pending.header.received_ns, "CANCELED")
+            queue.stats.record_request(False, time.time_ns() - pending.header.received_ns, FailReason.CANCELED)
             if slot is not None and seq.slot is None:  # its END will never reach the worker
                 await self._tell_worker(queue, seq, slot, "cancelled")
-        await self.service._pump(queue)
+        await self.host.pump(queue)
 
     async def worker_lost(self, queue: ModelQueue, worker: str, reason: str = "") -> None:
         """The worker died, or retired the instances (reload, unload): their sequences are lost."""
         reason = reason or f"worker {worker} stopped responding"
-        for seq in queue.seq.book.forget_worker(worker, reason):
+        for seq in _seq(queue).book.forget_worker(worker, reason):
             while seq.queue:
                 pending = seq.queue.popleft()
                 await self._error(
                     queue,
                     pending.header,
                     f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: {reason}",
-                    "UNAVAILABLE",
+                    Code.UNAVAILABLE,
                 )
-        await self.service._pump(queue)
+        await self.host.pump(queue)
 
     async def abandon(self, queue: ModelQueue, message: str) -> None:
-        for seq, pending in queue.seq.book.all_queued():
+        book = _seq(queue).book
+        for seq, pending in book.all_queued():
             seq.queue.remove(pending)
-            await self.service._fail(queue, pending.header, message)
-        for slot, seq in list(queue.seq.book.bound.items()):  # workers free what they hold for them
+            await self.host.fail(queue, pending.header, message)
+        for slot, seq in list(book.bound.items()):  # workers free what they hold for them
             await self._tell_worker(queue, seq, slot, "no longer served by this scheduler")
 
+    async def restart(self, queue: ModelQueue, reason: str) -> list[CorrId]:
+        """A hand-over's residue ends: what its sequences queued is answered, workers free their
+        state, and the book starts afresh, remembering the lost ids (their later requests say why)."""
+        seq_queue = _seq(queue)
+        book = seq_queue.book
+        lost = []
+        for seq in list(book.bound.values()) + list(book.backlog):
+            if book.live.get(seq.corrid) is seq:
+                lost.append(seq.corrid)
+            while seq.queue:
+                pending = seq.queue.popleft()
+                await self._error(
+                    queue,
+                    pending.header,
+                    f"sequence {seq.corrid} to model '{queue.key[0]}' was "
+                    f"lost: {reason}; start it again with the START flag",
+                    Code.UNAVAILABLE,
+                )
+            if seq.slot is not None:
+                await self._tell_worker(queue, seq, seq.slot, "no longer served by this scheduler")
+        config = seq_queue.config
+        seq_queue.book = SequenceBook(queue.key[0], config.slots_per_instance, config.idle_us / 1e6)
+        seq_queue.book.lose(lost, reason)
+        return lost
+
     def _arm_reaper(self, queue: ModelQueue) -> None:
-        seq_queue = queue.seq
+        seq_queue = _seq(queue)
         when = seq_queue.book.next_idle_at()
         if seq_queue.reaper is not None:
             seq_queue.reaper.cancel()
             seq_queue.reaper = None
         if when is not None:
-            loop = self.service._loop
             delay = max(0.0, when - time.monotonic()) + 0.001
-            seq_queue.reaper = loop.call_later(delay, lambda q=queue: self.service._spawn(self._reap(q)))
+            seq_queue.reaper = self.host.after(delay, lambda: self._reap(queue))
 
     async def _reap(self, queue: ModelQueue) -> None:
         if queue.seq is None:
             return
-        queue.seq.reaper = None
-        idle_us = queue.seq.config.idle_us
-        for seq, slot in queue.seq.book.idle(time.monotonic()):
+        seq_queue = queue.seq
+        seq_queue.reaper = None
+        idle_us = seq_queue.config.idle_us
+        for seq, slot in seq_queue.book.idle(time.monotonic()):
             log.info(
                 "sequence %s of model '%s' idle for %d us: its slot is released", seq.corrid, queue.key[0], idle_us
             )
@@ -258,10 +273,10 @@ class Sequencer:
                     pending.header,
                     f"sequence {seq.corrid} to model '{queue.key[0]}' timed out: no "
                     f"request for {idle_us} us (max_sequence_idle_microseconds)",
-                    "UNAVAILABLE",
+                    Code.UNAVAILABLE,
                 )
             await self._tell_worker(queue, seq, slot, "idle timeout")
-        await self.service._pump(queue)  # backlogged sequences may have got the freed slots
+        await self.host.pump(queue)  # backlogged sequences may have got the freed slots
 
     async def _tell_worker(self, queue: ModelQueue, seq: Sequence, slot: SlotKey, reason: str) -> None:
         """The worker frees what it holds for the sequence (implicit state; python models are told)."""
@@ -269,12 +284,36 @@ class Sequencer:
             model=queue.key[0], version=queue.key[1], instance=slot[1], corrid=seq.corrid, seq=seq.seq, reason=reason
         )
         try:
-            await self.service.nc.publish(subjects.worker_sequence(slot[0]), encode(ended))
+            await self.publish(subjects.worker_sequence(slot[0]), encode(ended))
         except Exception as exc:  # the worker drops state of a restarted sequence at START anyway
             log.warning("cannot tell worker %s that sequence %s ended: %s", slot[0], seq.corrid, exc)
 
-    async def _error(self, queue: ModelQueue, header: RequestHeader, message: str, code: str) -> None:
+    async def _error(self, queue: ModelQueue, header: RequestHeader, message: str, code: Code) -> None:
         # Triton's failure reasons: a refused request is OTHER, one the server gave up on REJECTED
-        reason = "OTHER" if code == "INVALID_ARG" else "REJECTED"
+        reason = FailReason.OTHER if code == Code.INVALID_ARG else FailReason.REJECTED
         queue.stats.record_request(False, time.time_ns() - header.received_ns, reason)
-        await self.service.nc.publish(header.reply, encode(InferResponse(header.rid, error=message, code=code)))
+        await self.publish(header.reply, encode(InferResponse(header.rid, error=message, code=code)))
+
+
+def _refusal(queue: ModelQueue, seq_queue: SequenceQueue, header: RequestHeader) -> str:
+    """Triton's error for a request the sequence batcher cannot take at all, or ''."""
+    model = queue.key[0]
+    if header.batch_size > 1 and queue.spec is not None and queue.spec.max_batch_size > 0:
+        return f"inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher"
+    if header.sequence_id in (0, ""):
+        return f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
+    corrid = seq_queue.config.control(CORRID)
+    if corrid is not None and (corrid.datatype == "BYTES") != isinstance(header.sequence_id, str):
+        wanted = "a string" if corrid.datatype == "BYTES" else "an unsigned integer"
+        return (
+            f"inference request to model '{model}' must specify {wanted} correlation "
+            f"ID: its CORRID control is {corrid.datatype}"
+        )
+    return ""
+
+
+def _seq(queue: ModelQueue) -> SequenceQueue:
+    """The queue's sequence state: batching calls the sequencer for sequence-batched queues only."""
+    if queue.seq is None:
+        raise ValueError(f"model '{queue.key[0]}' is not sequence-batched")
+    return queue.seq

@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,7 @@ class Sequence:
     corrid: CorrId
     seq: int  # unique per sequence: a reused correlation id is another sequence
     slot: SlotKey | None = None  # None: in the backlog
-    queue: deque = field(default_factory=deque)  # requests waiting (scheduler `Pending`s)
+    queue: deque[Any] = field(default_factory=deque)  # requests waiting (scheduler `Pending`s)
     running: Any = None  # the request executing now, if any
     closing: bool = False  # its END arrived: no more requests join it
     ran: bool = False  # one of its requests was sent to run (its START reached the worker)
@@ -127,7 +128,7 @@ class SequenceBook:
                     self._release_slot(slot, now)
         return sorted(s for s in self.reserved if s in self.bound)
 
-    def lose(self, corrids, reason: str) -> None:
+    def lose(self, corrids: Iterable[CorrId], reason: str) -> None:
         """Another replica gave these sequences up: their later requests say why."""
         for corrid in corrids:
             if corrid not in self.live:
@@ -142,15 +143,15 @@ class SequenceBook:
         """The worker is gone: its slots vanish and the sequences on them are lost."""
         self.instances = {i for i in self.instances if i[0] != worker}
         self.free = [s for s in self.free if s[0] != worker]
-        lost = [seq for key, seq in self.bound.items() if key[0] == worker]
-        for seq in lost:
-            del self.bound[seq.slot]
+        lost = [(key, seq) for key, seq in self.bound.items() if key[0] == worker]
+        for key, seq in lost:
+            del self.bound[key]
             seq.slot = None
             if self.live.get(seq.corrid) is seq:
                 del self.live[seq.corrid]
                 self.lost[seq.corrid] = reason
         self._trim_lost()
-        return lost
+        return [seq for _, seq in lost]
 
     # -- requests ---------------------------------------------------------------------
     def admit(self, corrid: CorrId, start: bool, end: bool, item: Any, now: float) -> Admission:
@@ -249,7 +250,7 @@ class SequenceBook:
         elif not self.frozen:  # a frozen book gives the slot away
             self.free.append(slot)
 
-    def expire_backlog(self, expired) -> list[Sequence]:
+    def expire_backlog(self, expired: Callable[[Any], bool]) -> list[Sequence]:
         """Backlogged sequences with a request `expired(item)` selects (its `timeout` ran out
         before the sequence got a slot) leave with everything they queued (Triton, direct)."""
         gone = [seq for seq in self.backlog if any(expired(item) for item in seq.queue)]
@@ -259,11 +260,11 @@ class SequenceBook:
                 del self.live[seq.corrid]
         return gone
 
-    def expire(self, expired, now: float) -> list[tuple[Sequence, Any, SlotKey | None]]:
+    def expire(self, expired: Callable[[Any], bool], now: float) -> list[tuple[Sequence, Any, SlotKey | None]]:
         """Queued requests `expired(item)` selects (nobody waits for them any more) leave, with
         the slot their sequence held before (a caller tells its worker if it was released); a
         backlogged sequence left with nothing queued gives up its place in the backlog."""
-        gone = []
+        gone: list[tuple[Sequence, Any, SlotKey | None]] = []
         for seq, item in [(seq, item) for seq, item in self.all_queued() if expired(item)]:
             slot = seq.slot
             self.remove(seq, item, now)
@@ -275,7 +276,9 @@ class SequenceBook:
         """Sequences past their idle time: their slot is released; the caller answers what
         they still had queued and tells the worker. Backlogged sequences wait for a slot."""
         expired = [
-            (seq, seq.slot) for seq in self.bound.values() if seq.running is None and now - seq.active_at >= self.idle_s
+            (seq, slot)
+            for slot, seq in self.bound.items()
+            if seq.running is None and now - seq.active_at >= self.idle_s
         ]
         for seq, _ in expired:
             queued = list(seq.queue)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +16,7 @@ KINDS = ("request", "queue", "compute_input", "compute_infer", "compute_output")
 
 @dataclass
 class Latencies:
-    recent: dict[str, deque] = field(default_factory=lambda: {k: deque(maxlen=WINDOW) for k in KINDS})
+    recent: dict[str, deque[float]] = field(default_factory=lambda: {k: deque(maxlen=WINDOW) for k in KINDS})
     first_response: list[int] = field(default_factory=lambda: [0] * (len(FIRST_RESPONSE_BUCKETS_MS) + 1))
     first_response_sum_ms: float = 0.0
 
@@ -29,7 +30,7 @@ class Latencies:
             )
             self.first_response[index] += 1
 
-    def json(self, quantiles: list[float]) -> dict:
+    def json(self, quantiles: list[float]) -> dict[str, Any]:
         summaries = {}
         for kind, values in self.recent.items():
             points = np.quantile(np.fromiter(values, float), quantiles).tolist() if values and quantiles else []

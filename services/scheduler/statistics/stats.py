@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.scheduler.statistics.latency import Latencies
+from services.scheduler.statistics.reasons import FailReason
+from shared.statistics import INFERENCE_STATS, model_stats_doc
 
 
 @dataclass
@@ -69,33 +71,32 @@ class ModelStats:
         self.queue.add(ns)
         self.latencies.add("queue", ns)
 
-    def record_request(self, ok: bool, duration_ns: int, reason: str = "BACKEND") -> None:
+    def record_request(self, ok: bool, duration_ns: int, reason: FailReason = FailReason.BACKEND) -> None:
         if ok:
             self.success.add(duration_ns)
             self.latencies.add("request", duration_ns)
         else:
             self.fail.add(duration_ns)
-            self.fail_reasons[reason] = self.fail_reasons.get(reason, 0) + 1
+            self.fail_reasons[str(reason)] = self.fail_reasons.get(str(reason), 0) + 1
+
+    def record_cache_lookup(self, hit: bool, lookup_ns: int, duration_ns: int) -> None:
+        """A gateway's response-cache lookup: a hit is a successful request that never queued."""
+        if hit:
+            self.cache_hit.add(lookup_ns)
+            self.record_request(True, duration_ns)
+            self.queue.add(0)  # Triton's queue count includes cache hits
+        else:
+            self.cache_miss.add(lookup_ns)
 
     def json(self, name: str, version: str) -> dict[str, Any]:
-        return {
-            "name": name,
-            "version": version,
-            "last_inference": self.last_inference_ms,
-            "inference_count": self.inference_count,
-            "execution_count": self.execution_count,
-            "inference_stats": {
-                "success": self.success.json(),
-                "fail": self.fail.json(),
-                "queue": self.queue.json(),
-                "compute_input": self.compute_input.json(),
-                "compute_infer": self.compute_infer.json(),
-                "compute_output": self.compute_output.json(),
-                "cache_hit": self.cache_hit.json(),
-                "cache_miss": self.cache_miss.json(),
-            },
-            "response_stats": {},
-            "batch_stats": [
+        return model_stats_doc(
+            name,
+            version,
+            self.last_inference_ms,
+            self.inference_count,
+            self.execution_count,
+            {k: getattr(self, k).json() for k in INFERENCE_STATS},
+            [
                 {
                     "batch_size": size,
                     "compute_input": b.compute_input.json(),
@@ -104,5 +105,4 @@ class ModelStats:
                 }
                 for size, b in sorted(self.batches.items())
             ],
-            "memory_usage": [],
-        }
+        )

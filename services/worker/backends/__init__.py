@@ -1,17 +1,20 @@
-"""Backend registry: backend name -> module, imported only when a model needs it.
+"""Backend registry: backend name -> `Backend`, its module imported only when a model needs it.
 
-A backend module exposes `create_instance(spec, model_dir, version, kind, device, threads, name=...)`
-returning an object with `run(inputs, output_names) -> dict[str, ndarray]` and
-`close()`. A missing optional dependency becomes a model-load error naming the extra
-to install; it never breaks the worker or other models.
+A backend module exposes `BACKEND`, a `Backend` naming its default model file and the class
+whose instances implement `Runner` (`services/worker/backends/runner.py`). A missing optional
+dependency becomes a model-load error naming the extra to install; it never breaks the worker
+or other models.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
+from services.worker.backends.runner import Runner
 from shared.errors import unavailable
 from shared.model_config import ModelSpec
 from shared.paths import inside
@@ -28,16 +31,52 @@ _EXTRAS = {
 }
 
 
-def load_backend(name: str) -> ModuleType:
+@dataclass(frozen=True)
+class Placement:
+    """Where and how one instance runs."""
+
+    version: int
+    kind: str  # KIND_CPU, KIND_GPU or KIND_MODEL
+    device: int  # CUDA device of a KIND_GPU instance
+    threads: int  # intra-op threads for backends that compute on the CPU
+    name: str  # Triton's instance name
+
+
+InstanceFactory = Callable[[ModelSpec, Path, Placement], Runner]
+
+
+@dataclass(frozen=True)
+class Backend:
+    default_file: str  # the model file when the config names none (`default_model_filename`)
+    factory: InstanceFactory
+    shares_cores: bool = False  # its instances split the cores among them (intra-op threads)
+    file_only: bool = False  # the model is a file, never a directory
+
+    def create(self, spec: ModelSpec, model_dir: Path, placement: Placement) -> Runner:
+        path = model_path(spec, model_dir, placement.version, self.default_file, self.file_only)
+        return self.factory(spec, path, placement)
+
+    def default_threads(self, instances: int) -> int:
+        """Intra-op threads per instance when neither the config nor the worker's settings say:
+        a backend that shares the cores gives each instance its share; the others one thread."""
+        return default_threads(instances) if self.shares_cores else 1
+
+
+def default_threads(instances: int) -> int:
+    return max(1, (os.cpu_count() or 1) // max(1, instances))
+
+
+def load_backend(name: str) -> Backend:
     module = _MODULES.get(name)
     if module is None:
         hint = f" (install it with `pip install '{_EXTRAS[name]}'`)" if name in _EXTRAS else ""
         raise unavailable(f"backend '{name}' is not supported by this Shoal worker{hint}")
     try:
-        return importlib.import_module(module)
+        backend: Backend = importlib.import_module(module).BACKEND
     except ImportError as exc:
         extra = _EXTRAS.get(name, "shoal")
         raise unavailable(f"backend '{name}' cannot be imported ({exc}); install `pip install '{extra}'`") from None
+    return backend
 
 
 def model_path(spec: ModelSpec, model_dir: Path, version: int, default: str, is_file: bool = False) -> Path:

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import onnxruntime as ort
 
-from services.worker.backends import model_path
+from services.worker.backends import Backend, Placement
 from services.worker.backends.onnxruntime_options import CPU, SessionPlan, build_session_plan
+from services.worker.backends.runner import BatchedRunner
 from shared.errors import invalid, unavailable
 from shared.model_config import ModelSpec
 
@@ -51,10 +51,12 @@ def session_options(plan: SessionPlan) -> ort.SessionOptions:
     return options
 
 
-class OnnxInstance:
-    def __init__(self, spec: ModelSpec, path: Path, kind: str, device: int, threads: int, name: str = "") -> None:
+class OnnxInstance(BatchedRunner):
+    def __init__(self, spec: ModelSpec, path: Path, placement: Placement) -> None:
+        super().__init__(spec)
+        kind, device, name = placement.kind, placement.device, placement.name
         try:
-            plan = build_session_plan(spec.config, kind, device, threads, ort.get_available_providers())
+            plan = build_session_plan(spec.config, kind, device, placement.threads, ort.get_available_providers())
         except ValueError as exc:
             raise invalid(f"model '{spec.name}': {exc}") from None
         where = f"model '{spec.name}' instance '{name or spec.name}' ({kind}, device {device})"
@@ -113,12 +115,7 @@ class OnnxInstance:
         del self.session
 
 
-def create_instance(
-    spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int, name: str = ""
-) -> OnnxInstance:
-    path = model_path(spec, model_dir, version, "model.onnx")
-    return OnnxInstance(spec, path, kind, device, threads, name)
-
-
-def default_threads(instances: int) -> int:
-    return max(1, (os.cpu_count() or 1) // max(1, instances))
+# One intra-op thread per session unless the config (`intra_op_thread_count`) or the worker's
+# --intra-op-threads says otherwise: parallelism comes from instances and batching, and a
+# repository of hundreds of models must not start a thread pool per session (issue 17).
+BACKEND = Backend("model.onnx", OnnxInstance)

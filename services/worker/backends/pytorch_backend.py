@@ -14,7 +14,6 @@ INTER_OP_THREAD_COUNT, INFERENCE_MODE (default true), DISABLE_OPTIMIZED_EXECUTIO
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,10 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from services.worker.backends import model_path
+from services.worker.backends import Backend, Placement
+from services.worker.backends.runner import BatchedRunner
 from services.worker.backends.torch_names import bind_inputs, bind_outputs
-from shared.errors import ShoalError, invalid, unavailable
+from shared.errors import Code, ShoalError, invalid, unavailable
 from shared.model_config import ModelSpec
 
 log = logging.getLogger("shoal.worker")
@@ -58,16 +58,17 @@ def to_numpy(value: Any, name: str) -> np.ndarray:
     if isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
         return np.array([x.encode("utf-8") for x in value], dtype=object)
     raise ShoalError(
-        f"output '{name}' of the model is a {type(value).__name__}, not a tensor or a list of strings", "INTERNAL"
+        f"output '{name}' of the model is a {type(value).__name__}, not a tensor or a list of strings", Code.INTERNAL
     )
 
 
-class TorchInstance:
-    def __init__(self, spec: ModelSpec, path: Path, kind: str, device: int, threads: int, name: str = "") -> None:
-        self.spec = spec
-        self.device = self._device(kind, device)
+class TorchInstance(BatchedRunner):
+    def __init__(self, spec: ModelSpec, path: Path, placement: Placement) -> None:
+        super().__init__(spec)
+        kind, name = placement.kind, placement.name
+        self.device = self._device(kind, placement.device)
         parameters = spec.parameters
-        self.threads = int(parameters.get("INTRA_OP_THREAD_COUNT", "0") or 0) or threads
+        self.threads = int(parameters.get("INTRA_OP_THREAD_COUNT", "0") or 0) or placement.threads
         # torch's intra-op pool size is process-wide (checked: a set in one thread applies to all):
         # the latest model loaded sets it, to its per-instance share of the worker's cores
         torch.set_num_threads(max(1, self.threads))
@@ -139,14 +140,14 @@ class TorchInstance:
         lead = [next(iter(inputs.values())).shape[0]] if self.spec.max_batch_size > 0 and inputs else []
         shape = lead + list(tensor.reshape if tensor.reshape is not None else tensor.dims)
         if int(np.prod(shape)) != array.size:
-            raise ShoalError(f"output '{name}' has {array.size} strings, expected shape {shape}", "INTERNAL")
+            raise ShoalError(f"output '{name}' has {array.size} strings, expected shape {shape}", Code.INTERNAL)
         return array.reshape(shape)
 
     def _pick(self, result: Any, name: str) -> Any:
         if isinstance(result, dict):
             if name not in result:
                 raise ShoalError(
-                    f"the model returned no output '{name}' (it returned {', '.join(map(str, result))})", "INTERNAL"
+                    f"the model returned no output '{name}' (it returned {', '.join(map(str, result))})", Code.INTERNAL
                 )
             return result[name]
         index = self.outputs.get(name)
@@ -157,7 +158,7 @@ class TorchInstance:
         if not isinstance(result, (tuple, list)) or index >= len(result):
             count = len(result) if isinstance(result, (tuple, list)) else 1
             raise ShoalError(
-                f"output '{name}' maps to index {index} but the model returned {count} output(s)", "INTERNAL"
+                f"output '{name}' maps to index {index} but the model returned {count} output(s)", Code.INTERNAL
             )
         return result[index]
 
@@ -167,13 +168,4 @@ class TorchInstance:
             torch.cuda.empty_cache()
 
 
-def create_instance(
-    spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int, name: str = ""
-) -> TorchInstance:
-    path = model_path(spec, model_dir, version, "model.pt")
-    return TorchInstance(spec, path, kind, device, threads, name)
-
-
-def default_threads(instances: int) -> int:
-    # the same per-instance budget as onnxruntime: instances together use the cores once
-    return max(1, (os.cpu_count() or 1) // max(1, instances))
+BACKEND = Backend("model.pt", TorchInstance, shares_cores=True)

@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from services.worker.backends import model_path
+from services.worker.backends import Backend, Placement
+from services.worker.backends.runner import BatchedRunner
 from shared.datatypes import numpy_dtype
-from shared.errors import ShoalError, invalid, unavailable
+from shared.errors import Code, ShoalError, invalid, unavailable
 from shared.model_config import ModelSpec
 
 log = logging.getLogger("shoal.worker")
@@ -76,15 +77,23 @@ def _numpy_dtype(trt: Any, dtype: Any) -> np.dtype:
     return np.dtype(trt.nptype(dtype))
 
 
+def _bounds(engine: Any, name: str, profile: int) -> tuple[Shape, Shape]:
+    """An input's [min, max] shapes in one optimization profile (TensorRT gives min, opt, max)."""
+    low, _, high = engine.get_tensor_profile_shape(name, profile)
+    return tuple(int(d) for d in low), tuple(int(d) for d in high)
+
+
 def _device_view(array: np.ndarray) -> np.ndarray:
     """CuPy has no bfloat16: BF16 bytes travel as uint16 and are viewed back on the host."""
     return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
 
 
-class TensorRTInstance:
-    def __init__(self, spec: ModelSpec, path: Path, kind: str, device: int, name: str = "") -> None:
+class TensorRTInstance(BatchedRunner):
+    def __init__(self, spec: ModelSpec, path: Path, placement: Placement) -> None:
+        super().__init__(spec)
+        kind, device, name = placement.kind, placement.device, placement.name
         trt, cp = _modules()
-        self.trt, self.cp, self.spec = trt, cp, spec
+        self.trt, self.cp = trt, cp
         if kind != "KIND_GPU":
             log.info(
                 "model '%s' instance '%s' is %s but TensorRT runs only on GPUs: it runs on GPU %d",
@@ -116,7 +125,7 @@ class TensorRTInstance:
                 )
         self._check_config(names)
         self.profiles = [
-            {n: tuple(tuple(s) for s in self.engine.get_tensor_profile_shape(n, p)[::2]) for n in self.input_names}
+            {n: _bounds(self.engine, n, p) for n in self.input_names}
             for p in range(self.engine.num_optimization_profiles)
         ]
         self.profile = 0
@@ -161,13 +170,13 @@ class TensorRTInstance:
                 shape = tuple(context.get_tensor_shape(name))
                 if any(d < 0 for d in shape):
                     raise ShoalError(
-                        f"output '{name}' has a data-dependent shape {list(shape)}: not supported yet", "UNSUPPORTED"
+                        f"output '{name}' has a data-dependent shape {list(shape)}: not supported yet", Code.UNSUPPORTED
                     )
                 buffers[name] = cp.empty(shape, dtype=_device_view(np.empty(0, self.dtypes[name])).dtype)
             for name, buffer in buffers.items():
                 context.set_tensor_address(name, buffer.data.ptr)
             if not context.execute_async_v3(self.stream.ptr):
-                raise ShoalError(f"TensorRT failed to run model '{self.spec.name}'", "INTERNAL")
+                raise ShoalError(f"TensorRT failed to run model '{self.spec.name}'", Code.INTERNAL)
             outputs = {name: buffers[name].get(stream=self.stream).view(self.dtypes[name]) for name in output_names}
             self.stream.synchronize()
         return outputs
@@ -178,12 +187,5 @@ class TensorRTInstance:
             del self.context, self.engine, self.runtime
 
 
-def create_instance(
-    spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int, name: str = ""
-) -> TensorRTInstance:
-    path = model_path(spec, model_dir, version, "model.plan")
-    return TensorRTInstance(spec, path, kind, device, name)
-
-
-def default_threads(instances: int) -> int:
-    return 1  # the GPU does the work; the instance's thread only launches it
+# the GPU does the work: the instance's thread only launches it
+BACKEND = Backend("model.plan", TensorRTInstance)

@@ -25,10 +25,13 @@ FORWARD_ARGUMENT, NAMED_INDEX, STRICT_CONFIG_ORDERING = "FORWARD_ARGUMENT", "NAM
 
 
 def _indices(names: list[str]) -> dict[str, int] | None:
-    matches = [_INDEXED.match(n) for n in names]
-    if not names or not all(matches):
-        return None
-    return {n: int(m.group(1)) for n, m in zip(names, matches)}
+    indices = {}
+    for name in names:
+        match = _INDEXED.match(name)
+        if match is None:
+            return None
+        indices[name] = int(match.group(1))
+    return indices or None
 
 
 @dataclass(frozen=True)

@@ -20,29 +20,73 @@ import sys
 import threading
 import uuid
 from pathlib import Path
+from types import ModuleType
 
-import numpy as np
-
-from services.worker.backends import model_path
-from services.worker.python import pb_utils
-from shared.errors import ShoalError, unavailable
+from services.worker.backends import Backend, Placement
+from services.worker.backends.runner import (
+    STREAMED,
+    Batch,
+    CorrelationId,
+    ModelError,
+    Piece,
+    RequestContext,
+    ResponseStream,
+    Result,
+    Work,
+)
+from services.worker.python import environments, pb_utils
+from shared.errors import Code, unavailable
 from shared.model_config import ModelSpec
 
-DECOUPLED = "decoupled"  # a request whose responses the model sends itself, through its response sender
+
+class _Discard:
+    """The response stream of a decoupled model's warmup requests: nobody listens."""
+
+    closed = False
+
+    def send(self, piece: Piece) -> None:
+        pass
 
 
-class ModelError(Exception):
-    """A request the model answered with a `TritonError` (or by raising)."""
+def _piece(response: pb_utils.InferenceResponse | None, flags: int) -> Piece:
+    final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    if response is None:
+        return Piece(final=final)
+    error = response.error()
+    if error is not None:
+        return Piece(error=ModelError(error.message(), error.code_name()), final=final)
+    outputs = {t.name(): t.as_numpy() for t in response.output_tensors()}
+    return Piece(outputs=outputs, parameters=json.loads(response.parameters()), final=final)
 
-    def __init__(self, message: str, code: str) -> None:
-        super().__init__(message)
-        self.message, self.code = message, code
+
+def _sender(context: RequestContext, stream: ResponseStream) -> pb_utils.InferenceResponseSender:
+    return pb_utils.InferenceResponseSender(
+        lambda response, flags: stream.send(_piece(response, flags)), context.cancelled
+    )
 
 
-def _import(path: Path):
+def _request(work: Work, decoupled: bool) -> pb_utils.InferenceRequest:
+    context = work.context
+    sender = _sender(context, context.responses or _Discard()) if decoupled else None
+    return pb_utils.InferenceRequest(
+        inputs=[pb_utils.Tensor(n, a) for n, a in work.inputs.items()],
+        requested_output_names=work.outputs,
+        request_id=context.request_id,
+        correlation_id=context.correlation_id,
+        flags=context.flags,
+        parameters=dict(context.parameters),
+        timeout=context.timeout_us,
+        cancelled=context.cancelled,
+        response_sender=sender,
+    )
+
+
+def _import(path: Path) -> ModuleType:
     sys.modules.setdefault("triton_python_backend_utils", pb_utils)
     name = f"shoal_python_model_{uuid.uuid4().hex}"
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise unavailable(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(path.parent))  # models import their sibling files
     try:
@@ -53,9 +97,12 @@ def _import(path: Path):
 
 
 class PythonInstance:
-    def __init__(
-        self, spec: ModelSpec, path: Path, version: int, name: str, kind: str = "KIND_CPU", device: int = 0
-    ) -> None:
+    batches_rows = False  # execute() sees the requests one by one
+
+    def __init__(self, spec: ModelSpec, path: Path, placement: Placement) -> None:
+        kind, device, version = placement.kind, placement.device, placement.version
+        name = placement.name or f"{spec.name}_0"
+        environments.check(spec.parameters, str(path.parent.parent))  # <model>/<version>/model.py
         module = _import(path)
         if not hasattr(module, "TritonPythonModel"):
             raise unavailable(f"{path} does not define TritonPythonModel")
@@ -107,55 +154,35 @@ class PythonInstance:
         except Exception:
             return False
 
-    def run_requests(
-        self,
-        requests: list[dict[str, np.ndarray]],
-        output_names: list[list[str]],
-        metadata: list[dict],
-        deadline_ns: int = 0,
-    ) -> list[dict[str, np.ndarray] | ModelError | str]:
+    def execute(self, batch: Batch) -> list[Result]:
         """One `execute` call for the batch's requests; a result or an error per request, or
-        `DECOUPLED` for a request whose responses the model sends through its sender."""
-        batch = [
-            pb_utils.InferenceRequest(
-                inputs=[pb_utils.Tensor(n, a) for n, a in arrays.items()], requested_output_names=names, **meta
-            )
-            for arrays, names, meta in zip(requests, output_names, metadata)
-        ]
-        pb_utils.set_context(deadline_ns, self.model_dir)  # BLS requests inherit the batch's deadline
+        `STREAMED` for a request whose responses the model sends through its sender."""
+        requests = [_request(work, self.spec.decoupled) for work in batch.work]
+        batch.inputs_ready()
+        pb_utils.set_context(batch.deadline_ns, self.model_dir)  # BLS requests inherit the batch's deadline
         try:
-            responses = self.model.execute(batch)
+            responses = self.model.execute(requests)
             if inspect.isawaitable(responses):
                 responses = self._await(responses)
         except pb_utils.TritonError as exc:
-            return [ModelError(exc.message(), exc.code_name())] * len(batch)
+            return [ModelError(exc.message(), exc.code_name())] * len(requests)
         except Exception as exc:  # the model raised: its requests fail, the worker goes on
-            return [ModelError(f"{type(exc).__name__}: {exc}", "INTERNAL")] * len(batch)
+            return [ModelError(f"{type(exc).__name__}: {exc}", Code.INTERNAL)] * len(requests)
         if self.spec.decoupled:
-            return [DECOUPLED] * len(batch)  # what execute returns is ignored, as in Triton
-        if not isinstance(responses, list) or len(responses) != len(batch):
+            return [STREAMED] * len(requests)  # what execute returns is ignored, as in Triton
+        if not isinstance(responses, list) or len(responses) != len(requests):
             got = len(responses) if isinstance(responses, list) else type(responses).__name__
-            return [ModelError(f"execute returned {got} responses for {len(batch)} requests", "INTERNAL")] * len(batch)
-        results: list[dict[str, np.ndarray] | ModelError] = []
-        for response in responses:
-            if response.has_error():
-                error = response.error()
-                results.append(ModelError(error.message(), error.code_name()))
-            else:
-                results.append({t.name(): t.as_numpy() for t in response.output_tensors()})
-        return results
+            return [ModelError(f"execute returned {got} responses for {len(requests)} requests", Code.INTERNAL)] * len(
+                requests
+            )
+        return [_result(response) for response in responses]
 
-    def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
-        """One request outside the scheduler (warmup); a decoupled model's responses are dropped."""
-        meta: dict = {}
-        if self.spec.decoupled:
-            meta["response_sender"] = pb_utils.InferenceResponseSender(lambda response, flags: None, lambda: False)
-        result = self.run_requests([inputs], [output_names], [meta])[0]
-        if isinstance(result, str):
-            return {}
-        if isinstance(result, ModelError):
-            raise ShoalError(result.message, result.code)
-        return result
+    def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
+        """Shoal-only, optional: a model's `sequence_ended(correlation_id, reason)` hears of a sequence
+        that ended without its END request."""
+        hook = getattr(self.model, "sequence_ended", None)
+        if callable(hook):
+            hook(correlation_id, reason)
 
     def close(self) -> None:
         try:
@@ -164,12 +191,14 @@ class PythonInstance:
                 if inspect.isawaitable(result):
                     self._await(result)
         finally:
-            if self._loop is not None:
-                self._stop_loop()
+            self._stop_loop()
 
     def _stop_loop(self) -> None:
         """Cancel what the model left running on its loop (their requests' clients get their
         deadline error), then stop and close the loop."""
+        loop = self._loop
+        if loop is None:
+            return
 
         async def cancel_all() -> None:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -178,21 +207,20 @@ class PythonInstance:
             await asyncio.gather(*tasks, return_exceptions=True)
 
         try:
-            asyncio.run_coroutine_threadsafe(cancel_all(), self._loop).result(timeout=5)
+            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout=5)
         except Exception:
             pass  # a model task that will not end: the loop stops anyway
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        loop.call_soon_threadsafe(loop.stop)
         self._loop_thread.join(timeout=5)
-        if not self._loop.is_running():
-            self._loop.close()
+        if not loop.is_running():
+            loop.close()
 
 
-def create_instance(
-    spec: ModelSpec, model_dir: Path, version: int, kind: str, device: int, threads: int, name: str = ""
-) -> PythonInstance:
-    path = model_path(spec, model_dir, version, "model.py", is_file=True)
-    return PythonInstance(spec, path, version, name or f"{spec.name}_0", kind, device)
+def _result(response: pb_utils.InferenceResponse) -> Result:
+    error = response.error() if response.has_error() else None
+    if error is not None:
+        return ModelError(error.message(), error.code_name())
+    return {t.name(): t.as_numpy() for t in response.output_tensors()}
 
 
-def default_threads(instances: int) -> int:
-    return 1
+BACKEND = Backend("model.py", PythonInstance, file_only=True)

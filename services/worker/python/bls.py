@@ -22,13 +22,13 @@ from nats.aio.client import Client as NATS
 
 from services.inference.core import InferenceCore
 from services.inference.models import ModelRegistry
+from services.inference.shm import ShmRegistry
 from services.inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
-from services.inference.validation import validate
 from services.worker.python import pb_utils
 from shared import subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.dispatch import Dispatcher
-from shared.errors import ShoalError
+from shared.errors import Code, ShoalError
 from shared.repository_client import repository_call
 from shared.tensors import TensorStore
 
@@ -45,7 +45,10 @@ class BlsRuntime:
         self.nc = nc
         self.registry = ModelRegistry()
         self.dispatcher = Dispatcher(nc, subjects.token(f"{worker_id}-bls"), store)
-        self.core = InferenceCore(self.dispatcher, store, DEFAULT_TIMEOUT_S, shm=None)
+        # BLS tensors never live in a client's shared memory: a disabled registry refuses any that claim to
+        self.core = InferenceCore(
+            self.registry, self.dispatcher, store, DEFAULT_TIMEOUT_S, shm=ShmRegistry(nc, store.host, False)
+        )
         self.loop = asyncio.get_running_loop()
 
     async def start(self) -> None:
@@ -112,9 +115,9 @@ class BlsRuntime:
             raise pb_utils.TritonModelException(exc.message) from None
 
     # -- on the worker's loop ------------------------------------------------------------
-    def _prepare(self, request: pb_utils.InferenceRequest, deadline_ns: int, streaming: bool):
+    def _prepare(self, request: pb_utils.InferenceRequest, deadline_ns: int):
         version = request.model_version()
-        spec, resolved = self.registry.resolve(request.model_name(), "" if version < 0 else str(version))
+        spec, resolved = self.core.resolve(request.model_name(), "" if version < 0 else str(version))
         parameters = json_parameters(request)
         parsed = ParsedRequest(
             request.request_id(),
@@ -122,28 +125,27 @@ class BlsRuntime:
             [RequestedOutput(name, True) for name in request.requested_output_names()] or None,
             parameters,
         )
-        valid = validate(spec, parsed, streaming=streaming)
         timeout_s = (deadline_ns - time.time_ns()) / 1e9 if deadline_ns else DEFAULT_TIMEOUT_S
         if request.timeout():  # microseconds, as Triton's
             timeout_s = min(timeout_s, request.timeout() / 1e6)
-        return spec, resolved, parsed, valid, max(0.001, timeout_s)
+        return spec, resolved, parsed, max(0.001, timeout_s)
 
     async def _infer(self, request: pb_utils.InferenceRequest, deadline_ns: int) -> pb_utils.InferenceResponse:
         try:
-            spec, resolved, parsed, valid, timeout_s = self._prepare(request, deadline_ns, streaming=False)
-            outputs, parameters, _ = await self.core.infer(spec, resolved, parsed, valid, timeout_s=timeout_s)
+            spec, resolved, parsed, timeout_s = self._prepare(request, deadline_ns)
+            answer = await self.core.infer(spec, resolved, parsed, timeout_s=timeout_s)
         except ShoalError as exc:
             return pb_utils.InferenceResponse(error=triton_error(exc))
-        return _response(outputs, parameters)
+        return _response(answer.outputs, answer.parameters)
 
     async def _stream(self, request: pb_utils.InferenceRequest, deadline_ns: int):
         try:
-            spec, resolved, parsed, valid, timeout_s = self._prepare(request, deadline_ns, streaming=True)
-            async for item in self.core.stream(spec, resolved, parsed, valid, timeout_s=timeout_s):
+            spec, resolved, parsed, timeout_s = self._prepare(request, deadline_ns)
+            async for item in self.core.stream(spec, resolved, parsed, timeout_s=timeout_s):
                 if isinstance(item, ShoalError):
                     yield pb_utils.InferenceResponse(error=triton_error(item))
                 else:
-                    yield _response(item[0], item[1])
+                    yield _response(item.outputs, item.parameters)
         except ShoalError as exc:
             yield pb_utils.InferenceResponse(error=triton_error(exc))
 
@@ -166,6 +168,12 @@ def _input(tensor: pb_utils.Tensor) -> InputTensor:
     return InputTensor(tensor.name(), datatype, list(array.shape), to_bytes(array, datatype))
 
 
+def _data(output: OutputTensor) -> memoryview | bytes:
+    if output.data is None:  # only a request naming a client's shared-memory region gets none; BLS never does
+        raise ShoalError(f"output '{output.name}' was written into shared memory", Code.INTERNAL)
+    return output.data
+
+
 def _response(outputs: list[OutputTensor], parameters: dict) -> pb_utils.InferenceResponse:
-    tensors = [pb_utils.Tensor(o.name, from_bytes(o.data, o.datatype, o.shape)) for o in outputs]
+    tensors = [pb_utils.Tensor(o.name, from_bytes(_data(o), o.datatype, o.shape)) for o in outputs]
     return pb_utils.InferenceResponse(output_tensors=tensors, parameters=parameters)

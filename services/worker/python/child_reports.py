@@ -83,6 +83,8 @@ class ChildReports:
                 continue
             with contextlib.suppress(Exception):
                 entry = await self.kv.get(key)
+                if entry.value is None:
+                    continue
                 report = msgspec.msgpack.decode(entry.value, type=InstanceRecord)
                 if report.model == model:
                     reports.append((key, entry.revision or 0, report))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from shared.errors import Code
+
 
 class TritonError(Exception):
     UNKNOWN, INTERNAL, NOT_FOUND, INVALID_ARG, UNAVAILABLE, UNSUPPORTED, ALREADY_EXISTS, CANCELLED = range(8)
@@ -31,8 +33,8 @@ class TritonError(Exception):
         """The code for one of Shoal's error code names (INTERNAL for any other)."""
         return cls._NAMES.index(name) if name in cls._NAMES else cls.INTERNAL
 
-    def code_name(self) -> str:
-        return self._NAMES[self._code] if 0 <= self._code < len(self._NAMES) else "INTERNAL"
+    def code_name(self) -> Code:
+        return Code(self._NAMES[self._code]) if 0 <= self._code < len(self._NAMES) else Code.INTERNAL
 
 
 class TritonModelException(Exception):

@@ -36,7 +36,7 @@ def test_counter_latencies_can_be_switched_off():
 
 
 def test_replica_statistics_merge():
-    from services.gateway.http.app import merge_stats
+    from services.inference.statistics import merge_stats
 
     a = {
         "name": "m",

@@ -44,7 +44,7 @@ class Scripted(EnsembleRunner):
         for name, config in (("pre", MEMBER), ("cls", MEMBER), ("seg", MEMBER), ("pipeline", PIPELINE)):
             self.on_record(name, record(name, config))
 
-    async def _call(self, request: InferRequest) -> InferResponse:
+    async def call(self, request: InferRequest) -> InferResponse:
         self.sent.append(request)
         await asyncio.sleep(0)
         return self.answers[request.model](request)

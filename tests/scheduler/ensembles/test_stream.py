@@ -113,7 +113,7 @@ class Scripted(EnsembleRunner):
             name=name, datatype="INT32", shape=[1], shm=segment, nbytes=4, data=None, owner=int32(value).hex()
         )  # the value rides in `owner`: this store has no bytes
 
-    async def _call(self, request: InferRequest) -> InferResponse:
+    async def call(self, request: InferRequest) -> InferResponse:
         if request.model == "pre":
             return InferResponse(rid=request.rid, outputs=[self._ref("Y", 100)])
         self.post_running += 1

@@ -1,0 +1,90 @@
+"""Shoal's gRPC endpoint against its HTTP endpoint, measured in one run with perf_analyzer.
+
+    python benchmarks/grpc_vs_http.py            # starts Shoal itself on free ports
+    python benchmarks/grpc_vs_http.py --rounds 3 # repeat each point, keep the median
+
+For each model and concurrency the three protocols (HTTP binary tensors, gRPC unary,
+gRPC streaming) run back to back against the same server, round after round, so a
+busy machine slows them alike; the ratio is gRPC / HTTP throughput. Needs
+`benchmarks/get_perf_analyzer.sh` (Triton's perf_analyzer 2.41.0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PERF_ANALYZER = ROOT / "benchmarks" / ".tools" / "perf_analyzer"
+PROTOCOLS = {"http": [], "grpc": ["-i", "grpc"], "grpc-stream": ["-i", "grpc", "--streaming"]}
+
+
+def measure(url: str, protocol: str, model: str, concurrency: int, seconds: float) -> dict[str, float]:
+    command = [str(PERF_ANALYZER), "-m", model, "-u", url, *PROTOCOLS[protocol]]
+    command += ["--concurrency-range", str(concurrency), "--measurement-interval", str(int(seconds * 1000))]
+    command += ["--max-trials", "3", "--stability-percentage", "1000"]  # a shared machine never settles
+    out = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    text = out.stdout + out.stderr
+    if out.returncode != 0:
+        raise RuntimeError(f"perf_analyzer failed:\n{text[-2000:]}")
+
+    def grab(pattern: str) -> float:
+        found = re.search(pattern, text)
+        return float(found.group(1)) if found else float("nan")
+
+    return {"throughput": grab(r"Throughput: ([\d.]+) infer/sec"), "p50_us": grab(r"p50 latency: (\d+) usec")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="simple,mlp")
+    parser.add_argument("--concurrency", default="1,16")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measurement window per point")
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    if not PERF_ANALYZER.exists():
+        raise SystemExit("run benchmarks/get_perf_analyzer.sh first")
+    from services.repository.examples import write_examples
+    from tests.cluster import running_cluster
+
+    repository = write_examples(Path(tempfile.mkdtemp(prefix="shoal-grpc-bench-")))
+    rows = []
+    with running_cluster(repository) as running:
+        urls = {"http": running.url, "grpc": running.grpc_url, "grpc-stream": running.grpc_url}
+        for model in args.models.split(","):
+            for concurrency in (int(c) for c in args.concurrency.split(",")):
+                runs: dict[str, list[dict]] = {p: [] for p in PROTOCOLS}
+                for _ in range(args.rounds):
+                    for protocol in PROTOCOLS:
+                        runs[protocol].append(measure(urls[protocol], protocol, model, concurrency, args.seconds))
+                best = {p: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for p, rs in runs.items()}
+                row = {"model": model, "concurrency": concurrency, **best}
+                rows.append(row)
+                http = best["http"]["throughput"]
+                print(
+                    f"{model:7s} c={concurrency:<3d}"
+                    + "".join(
+                        f" | {p} {best[p]['throughput']:7.0f}/s p50 {best[p]['p50_us']:6.0f}us"
+                        + ("" if p == "http" else f" ({best[p]['throughput'] / http:.2f}x)")
+                        for p in PROTOCOLS
+                    ),
+                    flush=True,
+                )
+    out_dir = ROOT / "bench-out"
+    out_dir.mkdir(exist_ok=True)
+    path = out_dir / f"grpc-vs-http-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(rows, indent=2))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""The gRPC listener: grpcio's asyncio server with tritonserver's `--grpc-*` settings.
+
+Keepalive flags map one to one onto gRPC core channel arguments (as tritonserver sets them);
+messages have no size limit (as in Triton: the HTTP input-size limit is HTTP's); SO_REUSEPORT
+is off unless `--reuse-grpc-port`, so a second server on a busy port fails instead of sharing it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+from tritonclient.grpc import service_pb2_grpc
+
+from services.gateway.grpc.service import GrpcService, Restrictions
+from services.inference.server import InferenceServer
+from shared.settings import GatewaySettings
+
+CATEGORIES = frozenset(
+    (
+        "health",
+        "metadata",
+        "inference",
+        "shared-memory",
+        "model-config",
+        "model-repository",
+        "statistics",
+        "trace",
+        "logging",
+    )
+)
+COMPRESSION_LEVELS = ("none", "low", "medium", "high")
+
+
+def restrictions(entries: list[str]) -> Restrictions:
+    """`--grpc-restricted-protocol=<category>[,<category>...]:<key>=<value>`, repeatable."""
+    out: Restrictions = {}
+    for entry in entries:
+        categories, _, header = entry.partition(":")
+        key, _, value = header.partition("=")
+        if not key or not _:
+            raise ValueError(f"--grpc-restricted-protocol expects <protocols>:<key>=<value>, got '{entry}'")
+        for category in categories.split(","):
+            if category not in CATEGORIES:
+                raise ValueError(f"unknown restricted protocol '{category}' (one of {', '.join(sorted(CATEGORIES))})")
+            if category in out:
+                raise ValueError(f"restricted protocol '{category}' is given more than once")
+            out[category] = (key.lower(), value)  # gRPC metadata keys arrive lower-cased
+    return out
+
+
+def channel_options(settings: GatewaySettings) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", -1),
+        ("grpc.max_send_message_length", -1),
+        ("grpc.so_reuseport", 1 if settings.reuse_grpc_port else 0),
+        ("grpc.keepalive_time_ms", settings.grpc_keepalive_time),
+        ("grpc.keepalive_timeout_ms", settings.grpc_keepalive_timeout),
+        ("grpc.keepalive_permit_without_calls", int(settings.grpc_keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", settings.grpc_http2_max_pings_without_data),
+        (
+            "grpc.http2.min_recv_ping_interval_without_data_ms",
+            settings.grpc_http2_min_recv_ping_interval_without_data,
+        ),
+        ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
+    ]
+
+
+def credentials(settings: GatewaySettings) -> grpc.ServerCredentials | None:
+    if not settings.grpc_use_ssl:
+        return None
+    key = Path(settings.grpc_server_key).read_bytes()
+    cert = Path(settings.grpc_server_cert).read_bytes()
+    root = Path(settings.grpc_root_cert).read_bytes() if settings.grpc_root_cert else None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=root, require_client_auth=settings.grpc_use_ssl_mutual
+    )
+
+
+async def start(settings: GatewaySettings, server: InferenceServer) -> grpc.aio.Server:
+    """A started gRPC server (raises if the address cannot be bound)."""
+    service = GrpcService(
+        server,
+        restrictions(settings.grpc_restricted_protocol),
+        compress=settings.grpc_infer_response_compression_level != "none",
+    )
+    listener = grpc.aio.server(options=channel_options(settings))
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, listener)
+    address = f"{settings.grpc_address}:{settings.grpc_port}"
+    creds = credentials(settings)
+    port = listener.add_secure_port(address, creds) if creds else listener.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot bind the gRPC endpoint to {address}")
+    await listener.start()
+    return listener

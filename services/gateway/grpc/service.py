@@ -1,0 +1,289 @@
+"""Triton's `inference.GRPCInferenceService` on grpcio's asyncio server: each RPC decodes its
+message, calls the inference core or server (`services/inference/`) and encodes the answer.
+
+A cancelled call (or a closed stream) cancels the handler's task; the dispatcher then tells
+the scheduler, and the request leaves its queue, as for an HTTP client that disconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from services.gateway.grpc import convert
+from services.inference.server import InferenceServer
+from shared.errors import Code, ShoalError, invalid, not_found
+
+log = logging.getLogger("shoal.gateway")
+
+MODEL_INFER = "ModelInfer RPC"  # how Triton names this endpoint when it refuses a decoupled model
+
+# --grpc-restricted-protocol categories, as tritonserver groups the RPCs
+CATEGORY = {
+    "ServerLive": "health",
+    "ServerReady": "health",
+    "ModelReady": "health",
+    "ServerMetadata": "metadata",
+    "ModelMetadata": "metadata",
+    "ModelInfer": "inference",
+    "ModelStreamInfer": "inference",
+    "ModelConfig": "model-config",
+    "ModelStatistics": "statistics",
+    "RepositoryIndex": "model-repository",
+    "RepositoryModelLoad": "model-repository",
+    "RepositoryModelUnload": "model-repository",
+    "SystemSharedMemoryStatus": "shared-memory",
+    "SystemSharedMemoryRegister": "shared-memory",
+    "SystemSharedMemoryUnregister": "shared-memory",
+    "CudaSharedMemoryStatus": "shared-memory",
+    "CudaSharedMemoryRegister": "shared-memory",
+    "CudaSharedMemoryUnregister": "shared-memory",
+    "TraceSetting": "trace",
+    "LogSettings": "logging",
+}
+
+Restrictions = dict[str, tuple[str, str]]  # category -> (header, value)
+
+
+def version_of(text: str) -> str:
+    """A request's model version string ('' = the latest), checked as Triton's GetModelVersionFromString."""
+    if text and not text.isdigit():
+        raise invalid(
+            f"failed to get model version from specified version string '{text}' (details: stoll), "
+            "version should be an integral value > 0"
+        )
+    return text
+
+
+def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Triton's status and text for every failure; the restricted-protocol check first."""
+
+    @functools.wraps(method)
+    async def wrapped(self: GrpcService, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            self.check_allowed(method.__name__, context)
+            return await method(self, request, context)
+        except ShoalError as exc:
+            await context.abort(convert.status_code(exc), exc.message)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:  # a bug must still answer, and the server keeps serving
+            log.exception("unhandled error in %s", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
+
+    return wrapped
+
+
+class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(
+        self, server: InferenceServer, restrictions: Restrictions | None = None, compress: bool = False
+    ) -> None:
+        self.server = server
+        self.core = server.core
+        self.restrictions = restrictions or {}
+        self.compress = compress
+
+    def check_allowed(self, rpc: str, context: grpc.aio.ServicerContext) -> None:
+        restriction = self.restrictions.get(CATEGORY[rpc])
+        if restriction is None:
+            return
+        header, expected = restriction
+        if dict(context.invocation_metadata() or ()).get(header) != expected:
+            raise ShoalError(f"This protocol is restricted, expecting header '{header}'", Code.UNAVAILABLE)
+
+    # -- health and metadata --------------------------------------------------------------
+    @_rpc
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    @_rpc
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.server.ready())
+
+    @_rpc
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        version = version_of(request.version)
+        if not self.server.known(request.name):
+            raise not_found(f"Request for unknown model: '{request.name}' is not found")
+        return pb.ModelReadyResponse(ready=self.server.model_ready(request.name, version))
+
+    @_rpc
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(**self.server.metadata())
+
+    @_rpc
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        return convert.model_metadata(self.server.model_metadata(request.name, version_of(request.version)))
+
+    @_rpc
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
+        return convert.model_config(self.server.model_config(request.name, version_of(request.version)))
+
+    @_rpc
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
+        entries = await self.server.statistics(request.name, version_of(request.version))
+        return convert.statistics(entries)
+
+    # -- inference ------------------------------------------------------------------------
+    @_rpc
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        spec, version = self.core.resolve(request.model_name, version_of(request.model_version))
+        parsed, _ = convert.parse_infer(request)
+        answer = await self.core.infer(spec, version, parsed, endpoint=MODEL_INFER)
+        if self.compress:
+            context.set_compression(grpc.Compression.Gzip)
+        return convert.infer_response(answer)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Many requests on one stream, each answered as its responses come (in any order,
+        matched by id); a failed request is an error message on the stream, which goes on."""
+        try:
+            self.check_allowed("ModelStreamInfer", context)
+        except ShoalError as exc:
+            await context.abort(convert.status_code(exc), exc.message)
+        if self.compress:
+            context.set_compression(grpc.Compression.Gzip)
+        out: asyncio.Queue[Any] = asyncio.Queue()
+        done = object()
+        tasks: set[asyncio.Task] = set()
+        pending = 1  # the reader, and one per request in flight
+
+        async def answer(request: pb.ModelInferRequest) -> None:
+            try:
+                async for message in self._stream_answers(request):
+                    out.put_nowait(message)
+            finally:
+                out.put_nowait(done)
+
+        async def read() -> None:
+            nonlocal pending
+            try:
+                async for request in request_iterator:
+                    pending += 1
+                    task = asyncio.create_task(answer(request))  # starts in arrival order: sequences stay ordered
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+            finally:
+                out.put_nowait(done)
+
+        reader = asyncio.create_task(read())
+        try:
+            while pending:
+                item = await out.get()
+                if item is done:
+                    pending -= 1
+                    continue
+                yield item
+        finally:  # the client closed or cancelled the stream: requests still queued leave their queues
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    async def _stream_answers(self, request: pb.ModelInferRequest) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        try:
+            spec, version = self.core.resolve(request.model_name, version_of(request.model_version))
+            parsed, empty_final = convert.parse_infer(request)
+            if not spec.decoupled:
+                answer = await self.core.infer(spec, version, parsed, endpoint=MODEL_INFER)
+                yield pb.ModelStreamInferResponse(infer_response=convert.infer_response(answer, stream=True))
+                return
+            async for item in self.core.stream(spec, version, parsed, empty_final=empty_final):
+                if isinstance(item, ShoalError):
+                    yield convert.stream_error(item, request)
+                else:
+                    yield pb.ModelStreamInferResponse(infer_response=convert.infer_response(item, stream=True))
+        except ShoalError as exc:
+            yield convert.stream_error(exc, request)
+        except Exception as exc:  # a bug fails this request, not the stream
+            log.exception("unhandled error on a stream request")
+            yield convert.stream_error(ShoalError(f"internal error: {exc}", Code.INTERNAL), request)
+
+    # -- model repository -------------------------------------------------------------------
+    @_rpc
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
+        return convert.repository_index(await self.server.repository_index(request.ready))
+
+    @_rpc
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
+        await self.server.load(request.model_name, convert.load_parameters(request.parameters))
+        return pb.RepositoryModelLoadResponse()
+
+    @_rpc
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
+        dependents = False
+        if "unload_dependents" in request.parameters:
+            param = request.parameters["unload_dependents"]
+            if param.WhichOneof("parameter_choice") != "bool_param":
+                raise invalid("Unable to parse 'unload_dependents': attempt to access non-boolean as boolean")
+            dependents = param.bool_param
+        await self.server.unload(request.model_name, dependents)
+        return pb.RepositoryModelUnloadResponse()
+
+    # -- client shared memory ----------------------------------------------------------------
+    @property
+    def _shm(self) -> Any:
+        return self.server.shm
+
+    @_rpc
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> pb.SystemSharedMemoryStatusResponse:
+        return convert.shm_status("system", self._shm.status("system", request.name))
+
+    @_rpc
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> pb.SystemSharedMemoryRegisterResponse:
+        body = {"key": request.key, "offset": request.offset, "byte_size": request.byte_size}
+        await self._shm.register_system(request.name, body)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> pb.SystemSharedMemoryUnregisterResponse:
+        await self._shm.unregister("system", request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @_rpc
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> pb.CudaSharedMemoryStatusResponse:
+        return convert.shm_status("cuda", self._shm.status("cuda", request.name))
+
+    @_rpc
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> pb.CudaSharedMemoryRegisterResponse:
+        import base64
+
+        body = {
+            "raw_handle": {"b64": base64.b64encode(request.raw_handle).decode()},
+            "device_id": request.device_id,
+            "byte_size": request.byte_size,
+        }
+        await self._shm.register_cuda(request.name, body)
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> pb.CudaSharedMemoryUnregisterResponse:
+        await self._shm.unregister("cuda", request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    # -- trace and logging extensions ----------------------------------------------------------
+    @_rpc
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> pb.TraceSettingResponse:
+        current = self.server.trace_settings(request.model_name)  # an unknown model's error first
+        if not request.settings:
+            return convert.trace_response(current)
+        return convert.trace_response(
+            self.server.trace_settings(request.model_name, convert.trace_update(request.settings))
+        )
+
+    @_rpc
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
+        update = convert.log_update(request.settings) if request.settings else None
+        return convert.log_response(await self.server.logging(update))

@@ -1,0 +1,145 @@
+"""`POST /v2/models/{model}[/versions/{version}]/infer`: the HTTP body codec around the core.
+
+A plain ASGI handler in front of Starlette: inference is the hot path, and skipping
+Starlette's middleware stack, route table and Request/Response objects saves a measurable
+share of the gateway's CPU per request (see the benchmark notes in the README).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import Any
+
+import orjson
+
+from services.gateway.http import codec
+from services.inference.core import InferenceCore
+from services.inference.validation import raw_request
+from shared.errors import ShoalError
+
+log = logging.getLogger("shoal.gateway")
+
+_INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
+_JSON = {"content-type": "application/json"}
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        self.status, self.message = status, message
+
+
+async def infer(
+    core: InferenceCore, model: str, version: str, headers: dict[str, str], body: bytes, limit: int
+) -> tuple[bytes, dict[str, str]]:
+    """One inference: request bytes and headers in, response bytes and headers out."""
+    started = time.monotonic_ns()
+    spec, resolved = core.resolve(model, version)
+    body = codec.decompress(body, headers.get("content-encoding"), limit)
+    header_length = headers.get("inference-header-content-length")
+    if header_length is not None and header_length.strip() == "0":
+        parsed = raw_request(spec, body)
+    else:
+        header, binary = codec.split_body(body, header_length)
+        parsed = codec.parse_request(header, binary, model)
+    answer = await core.infer(spec, resolved, parsed, started_ns=started)
+    content, json_length = codec.encode_response(model, resolved, parsed.id, answer.outputs, answer.parameters)
+    out_headers = {"content-type": "application/json"}
+    if json_length is not None:
+        out_headers = {"content-type": "application/octet-stream", "inference-header-content-length": str(json_length)}
+    encoding = codec.choose_encoding(headers.get("accept-encoding"))
+    if encoding:
+        content = codec.compress(content, encoding)
+        out_headers["content-encoding"] = encoding
+    return content, out_headers
+
+
+class InferFastPath:
+    """`POST .../infer` handled here; everything else goes to the Starlette app."""
+
+    def __init__(self, core: InferenceCore, max_input_size: int, app: Any) -> None:
+        self.core = core
+        self.limit = max_input_size
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        match = _INFER_PATH.match(scope["path"]) if scope["type"] == "http" else None
+        if match is None:
+            await self.app(scope, receive, send)
+            return
+        model, version = match.group(1), match.group(2) or ""  # ASGI paths arrive percent-decoded
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            if scope["method"] != "POST":
+                raise _HTTPError(405, "Method Not Allowed")
+            if version and not version.isdigit():
+                raise _HTTPError(404, "Not Found")
+            body = await self._body(receive, headers)
+            work = infer(self.core, model, version, headers, body, self.limit)
+            content, out_headers = await self._until_disconnect(work, receive)
+            status = 200
+            log.debug("infer '%s' done", model)
+        except _HTTPError as exc:
+            status, content, out_headers = exc.status, orjson.dumps({"error": exc.message}), _JSON
+        except ShoalError as exc:
+            status, content = exc.http_status, orjson.dumps({"error": exc.message})
+            out_headers = dict(_JSON)
+            if exc.message == "Unsupported compression type":
+                out_headers["accept-encoding"] = "gzip, deflate"
+            log.debug("infer '%s' failed with %d: %s", model, status, exc.message)
+        except Exception as exc:  # a bug must still answer, and the server keeps serving
+            log.exception("unhandled error on %s", scope["path"])
+            status, content, out_headers = 500, orjson.dumps({"error": f"internal error: {exc}"}), _JSON
+        raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out_headers.items()]
+        raw_headers.append((b"content-length", str(len(content)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+        await send({"type": "http.response.body", "body": content})
+
+    @staticmethod
+    async def _until_disconnect(work, receive):
+        """Run the inference in this task, cancelling it end to end if the client goes away first
+        (one watcher task per request: the inference itself needs no task of its own)."""
+        handler = asyncio.current_task()
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            message = await receive()  # after the body, the next message is the disconnect
+            if message.get("type") == "http.disconnect":
+                gone.set()
+                handler.cancel()  # the dispatcher tells the scheduler; the request leaves its queue
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if gone.is_set():
+                raise _HTTPError(499, "client disconnected") from None
+            raise
+        finally:
+            watcher.cancel()
+
+    async def _body(self, receive, headers: dict[str, str]) -> bytes:
+        limit = self.limit
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _HTTPError(400, "client disconnected")
+            chunk = message.get("body", b"")
+            more = message.get("more_body", False)
+            size += len(chunk)
+            if size <= limit:
+                chunks.append(chunk)
+            elif size > 4 * limit:  # not worth reading further: the connection gets closed
+                break
+        if size > limit:
+            # the rest of an oversize body was read (and dropped) so the client gets this
+            # error rather than a connection reset
+            declared = headers.get("content-length", "")
+            total = int(declared) if declared.isdigit() else size
+            if headers.get("inference-header-content-length", "").strip() == "0":
+                raise codec.raw_size_error(total, limit)
+            raise codec.size_error(total, limit)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)

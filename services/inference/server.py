@@ -1,0 +1,152 @@
+"""Everything a front end answers besides inference, as plain documents: health, server and model
+metadata, model configs, statistics, the model repository, trace and log settings.
+
+HTTP renders these documents as JSON and gRPC converts them to protobuf messages, so both
+answer the same thing with the same errors (Triton's texts, `ShoalError` codes).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+import orjson
+from nats.aio.client import Client as NATS
+
+from services.inference.core import InferenceCore
+from services.inference.models import ModelRegistry
+from services.inference.shm import ShmRegistry
+from services.inference.statistics import model_entries, scheduler_stats
+from services.inference.trace import Tracer
+from shared import logsettings, subjects
+from shared.errors import invalid, unavailable
+from shared.repository_client import repository_call
+
+log = logging.getLogger("shoal.gateway")
+
+SERVER_VERSION = "2.73.0"  # the Triton protocol level Shoal answers as
+EXTENSIONS = [
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+    "generate",
+]
+
+
+class InferenceServer:
+    def __init__(
+        self,
+        nc: NATS,
+        core: InferenceCore,
+        shm: ShmRegistry,
+        tracer: Tracer,
+        server_id: str,
+        strict_readiness: bool,
+        repository_timeout_s: float,
+        log_verbose: int = 0,
+    ) -> None:
+        self.nc = nc
+        self.core = core
+        self.registry: ModelRegistry = core.registry
+        self.shm = shm
+        self.tracer = tracer
+        self.server_id = server_id
+        self.strict_readiness = strict_readiness
+        self.repository_timeout_s = repository_timeout_s
+        self.log_settings = logsettings.LogSettings(log_verbose_level=log_verbose)
+
+    # -- health and metadata --------------------------------------------------------------
+    def ready(self) -> bool:
+        return self.registry.synced.is_set() and (not self.strict_readiness or self.registry.all_ready())
+
+    def metadata(self) -> dict[str, Any]:
+        return {"name": self.server_id, "version": SERVER_VERSION, "extensions": EXTENSIONS}
+
+    def known(self, name: str) -> bool:
+        return name in self.registry.records
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self.registry.is_ready(name, version)
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        spec, resolved = self.registry.resolve(name, version)
+        versions = [str(resolved)] if version else [str(v) for v in self.registry.ready_versions(name)]
+        lead = [-1] if spec.max_batch_size > 0 else []
+
+        def io(tensors) -> list[dict[str, Any]]:
+            return [{"name": t.name, "datatype": t.datatype, "shape": lead + list(t.dims)} for t in tensors]
+
+        return {
+            "name": name,
+            "versions": versions,
+            "platform": spec.metadata_platform,
+            "inputs": io(spec.inputs),
+            "outputs": io(spec.outputs),
+        }
+
+    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        """The normalized config, as Triton's ModelConfig message in JSON form."""
+        spec, _ = self.registry.resolve(name, version)
+        return spec.config
+
+    # -- statistics -------------------------------------------------------------------------
+    async def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        """The statistics extension's `model_stats`: every ready version, or those asked for."""
+        if name:
+            if not self.registry.ready_versions(name):
+                raise invalid(f"requested model '{name}' is not available")
+            if version and int(version) not in self.registry.ready_versions(name):
+                raise invalid(f"requested model version is not available for model '{name}'")
+        stats = await scheduler_stats(self.nc)
+        models = [name] if name else sorted(self.registry.records)
+        return model_entries(stats, models, self.registry.ready_versions, version)
+
+    # -- model repository ---------------------------------------------------------------------
+    async def repository_index(self, ready: bool | None = None) -> list[dict[str, Any]]:
+        """Every model the repository knows (`ready`: only READY ones; None: as Triton without a body)."""
+        payload = b"" if ready is None else orjson.dumps({"ready": ready})
+        try:
+            reply = await self.nc.request(subjects.REPOSITORY_INDEX, payload, timeout=10)
+        except Exception as exc:
+            raise unavailable(f"the repository service is not available: {type(exc).__name__}") from None
+        return msgspec.json.decode(reply.data)
+
+    async def load(self, name: str, parameters: dict[str, Any]) -> None:
+        """Load or reload; `parameters`: `config` (JSON text) and `file:<path>` (base64 contents)."""
+        await self._repository(subjects.REPOSITORY_LOAD, {"name": name, "parameters": parameters})
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        await self._repository(subjects.REPOSITORY_UNLOAD, {"name": name, "unload_dependents": unload_dependents})
+
+    async def _repository(self, subject: str, payload: dict[str, Any]) -> None:
+        revision = await repository_call(self.nc, subject, payload, self.repository_timeout_s)
+        # answer only once this gateway sees the change, so the client's next call does too
+        await self.registry.seen(payload["name"], revision)
+
+    # -- trace and logging extensions --------------------------------------------------------
+    def trace_settings(self, model: str = "", update: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The (global or a model's) trace settings, after applying `update` when given."""
+        if model and not self.registry.ready_versions(model):
+            raise invalid(f"Request for unknown model : {model}")
+        if update is not None:
+            settings = self.tracer.update_model(model, update) if model else self.tracer.update_global(update)
+        else:
+            settings = self.tracer.for_model(model) if model else self.tracer.settings
+        return settings.json()
+
+    async def logging(self, update: Any = None) -> dict[str, Any]:
+        if update is not None:
+            self.log_settings = logsettings.update(self.log_settings, update)
+            # every service (this gateway included) applies it from the bus
+            await self.nc.publish(subjects.LOGGING, msgspec.json.encode(self.log_settings))
+        return self.log_settings.json()

@@ -1,0 +1,159 @@
+"""Worker credits coming and going: a completed batch returns its credit and its answers,
+an idle instance announces one, a reload revokes them, a dead worker takes them along.
+Also the bounds of at-most-once messaging: nothing queued or in flight waits forever."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+from services.scheduler.batching.model_queue import ModelQueue, Slot
+from services.scheduler.batching.pump import Pump
+from shared.messages import CreditsRevoked, InstanceFree
+
+log = logging.getLogger("shoal.scheduler")
+
+FLIGHT_GRACE_S = 5.0  # past the deadline of its last request, a batch still running is given up
+EXPIRE_EVERY_S = 1.0
+
+
+class Credits:
+    def __init__(self, pump: Pump) -> None:
+        self.pump = pump
+        self.flights = pump.flights
+        self.replies = pump.replies
+        self.sequences = pump.sequences
+
+    async def on_free(self, free: InstanceFree) -> None:
+        """A batch completed (its answers, its credit back), or an idle credit announced."""
+        queue = self.pump.queue(free.model, free.version)
+        if free.batch_id >= 0:
+            await self._complete(queue, free)
+        if free.instance >= 0:
+            slot = Slot(free.worker, free.instance, free.credit, free.subject, free.generation)
+            # a bare announcement for a credit now in flight is stale (sent before the batch
+            # arrived): that batch's completion returns the credit
+            stale = free.batch_id < 0 and self.flights.holds(slot)
+            if not stale and slot not in queue.free:
+                queue.free.append(slot)
+        await self.pump.pump(queue)
+        await self.pump.pump_held_back()
+
+    async def _complete(self, queue: ModelQueue, free: InstanceFree) -> None:
+        if not self.flights.mine(free.worker, free.batch_id, queue.key):
+            return  # another replica's batch
+        flight = self.flights.end((free.worker, free.batch_id))
+        if flight is None:
+            return
+        now_ns = time.time_ns()
+        headers = {p.header.rid: p.header for p in flight.requests if p.header.rid not in flight.cancelled}
+        if free.batch_size:
+            self._record_batch(queue, free)
+        for done in free.done:
+            header = headers.pop(done.rid, None)
+            if header is None:
+                continue
+            queue.stats.record_request(done.ok, now_ns - header.received_ns)
+            await self.replies.finish(queue, header, done.response or None)
+        for header in headers.values():  # the worker did not report them: fail, never lose
+            await self.replies.fail(queue, header, f"request was lost by worker {free.worker}")
+
+    @staticmethod
+    def _record_batch(queue: ModelQueue, free: InstanceFree) -> None:
+        stats = queue.stats
+        busy = free.compute_input_ns + free.compute_infer_ns + free.compute_output_ns
+        stats.worker_compute_ns[free.worker] = stats.worker_compute_ns.get(free.worker, 0) + busy
+        stats.worker_executions[free.worker] = stats.worker_executions.get(free.worker, 0) + 1
+        ok_count = sum(1 for d in free.done if d.ok)
+        stats.record_batch(
+            free.batch_size, ok_count, free.compute_input_ns, free.compute_infer_ns, free.compute_output_ns
+        )
+
+    async def revoked(self, revoked: CreditsRevoked) -> None:
+        """The worker reloaded or unloaded the instances of one generation: their credits are void."""
+        queue = self.pump.queues.get((revoked.model, revoked.version))
+        if queue is None:
+            return
+        queue.free = deque(
+            s for s in queue.free if not (s.worker == revoked.worker and s.generation == revoked.generation)
+        )
+        if queue.seq is not None:  # the instances holding the sequences' state are gone
+            await self.sequences.worker_lost(
+                queue, revoked.worker, f"its instances on worker {revoked.worker} were reloaded or unloaded"
+            )
+        await self.pump.pump(queue)
+
+    async def worker_lost(self, worker: str) -> None:
+        log.warning("worker %s is gone; failing its in-flight requests", worker)
+        queues = list(self.pump.queues.values())
+        for queue in queues:
+            queue.free = deque(s for s in queue.free if s.worker != worker)
+        for queue in queues:
+            if queue.seq is not None:  # before its flights end: freed slots must not go to backlogged sequences
+                await self.sequences.worker_lost(queue, worker)
+        await self._recover_flights(worker)
+
+    async def _recover_flights(self, worker: str) -> None:
+        """The batches a lost worker held. The oldest of each instance was running (it may be
+        what killed the worker): its requests fail. The later ones waited behind it, never
+        started: requests safe to run again (not in a sequence, not for a decoupled model,
+        before their deadline, not retried yet) go back to the head of their queue for another
+        instance; the rest fail (docs/reliability.md, metric shoal_inference_request_retry)."""
+        keys = sorted(self.flights.of_worker(worker), key=lambda k: k[1])  # batch ids grow: sending order
+        started: set[tuple[tuple[str, int], int]] = set()
+        requeued: dict[tuple[str, int], ModelQueue] = {}
+        now_ns = time.time_ns()
+        for key in keys:
+            flight = self.flights.end(key)
+            if flight is None:
+                continue
+            queue = self.pump.queue(*flight.key)
+            instance = (flight.key, flight.slot.instance)
+            waited = instance in started  # another batch of its instance was sent before it
+            started.add(instance)
+            safe = waited and queue.seq is None and not (queue.spec and queue.spec.decoupled)
+            for pending in reversed(flight.requests):  # appendleft: they keep their order
+                if pending.header.rid in flight.cancelled:
+                    continue
+                if safe and not pending.retried and pending.header.deadline_ns > now_ns:
+                    pending.retried = True
+                    queue.stats.retries += 1
+                    queue.requests.appendleft(pending)
+                    requeued[queue.key] = queue
+                else:
+                    await self.replies.fail(
+                        queue, pending.header, f"worker {worker} stopped responding while running the request"
+                    )
+        for queue in requeued.values():
+            log.warning("requests of '%s' that worker %s had not started go to another instance", queue.key[0], worker)
+            await self.pump.pump(queue)
+
+    async def expire_forever(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRE_EVERY_S)
+            await self.expire()
+
+    async def expire(self) -> None:
+        """Queued requests past their deadline leave even with no credit to wake the queue, and
+        a batch whose completion never came is failed (its requests are past their deadline by
+        then) and its credit returned."""
+        for queue in list(self.pump.queues.values()):
+            if queue.requests and not queue.free:
+                await self.pump.drop_expired(queue)
+            if queue.seq is not None:
+                await self.sequences.expire(queue)
+                await self.pump.pump(queue)
+        cutoff = time.time_ns() - int(FLIGHT_GRACE_S * 1e9)
+        for key in self.flights.overdue(cutoff):
+            flight = self.flights.end(key)
+            if flight is None:
+                continue
+            queue = self.pump.queue(*flight.key)
+            log.warning("batch %d of '%s' on worker %s never completed; failing it", key[1], flight.key[0], key[0])
+            for pending in flight.requests:
+                await self.replies.fail(queue, pending.header, "the request was lost on its way to or from a worker")
+            if flight.slot not in queue.free:
+                queue.free.append(flight.slot)
+            await self.pump.pump(queue)

@@ -1,0 +1,80 @@
+"""The batches this replica sent and has not heard back about, and what each instance runs."""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Callable
+
+from services.scheduler.batching.model_queue import InFlight, Key, Slot
+
+FlightKey = tuple[str, int]  # (worker, batch id)
+Instance = tuple[str, Key, int]  # (worker, model version, instance index): indices are per model
+
+
+def _instance(flight: InFlight) -> Instance:
+    return (flight.slot.worker, flight.key, flight.slot.instance)
+
+
+class Flights:
+    def __init__(self, on_end: Callable[[InFlight], None]) -> None:
+        self.on_end = on_end  # a flight ended (completed, given up, its worker lost): resources return
+        self.table: dict[FlightKey, InFlight] = {}
+        self.running: Counter[Instance] = Counter()  # batches in flight per instance
+        # every replica hears every completion: batch ids must not collide across replicas
+        self._batch_ids = secrets.randbits(40)
+
+    def next_id(self) -> int:
+        self._batch_ids += 1
+        return self._batch_ids
+
+    def start(self, batch_id: int, flight: InFlight) -> None:
+        self.table[(flight.slot.worker, batch_id)] = flight
+        self.running[_instance(flight)] += 1
+
+    def mine(self, worker: str, batch_id: int, key: Key) -> bool:
+        """Whether a completion is of a batch this replica sent (every replica hears them all)."""
+        flight = self.table.get((worker, batch_id))
+        return flight is not None and flight.key == key
+
+    def end(self, flight_key: FlightKey) -> InFlight | None:
+        flight = self.table.pop(flight_key, None)
+        if flight is not None:
+            self.running[_instance(flight)] -= 1
+            self.on_end(flight)
+        return flight
+
+    def holds(self, slot: Slot) -> bool:
+        """Whether the credit is taken by a batch in flight."""
+        return any(f.slot == slot for f in self.table.values())
+
+    def busy(self, key: Key, slot: Slot) -> bool:
+        """Whether the slot's instance runs a batch (of this replica) now."""
+        return self.running[(slot.worker, key, slot.instance)] > 0
+
+    def count(self, key: Key) -> int:
+        return sum(1 for f in self.table.values() if f.key == key)
+
+    def waiting(self, key: Key) -> list[InFlight]:
+        """The model version's batches sent ahead that wait at their instance behind another one
+        (an instance runs one batch at a time, in the order they were sent)."""
+        first: dict[Instance, int] = {}
+        for (_, batch_id), flight in self.table.items():
+            if flight.key == key:
+                first[_instance(flight)] = min(batch_id, first.get(_instance(flight), batch_id))
+        return [
+            flight
+            for (_, batch_id), flight in self.table.items()
+            if flight.key == key and batch_id != first[_instance(flight)]
+        ]
+
+    def waiting_requests(self, key: Key) -> int:
+        """Requests sent ahead and not started yet: still pending, as Triton counts them."""
+        return sum(len(f.requests) - len(f.cancelled) for f in self.waiting(key)) if self.table else 0
+
+    def of_worker(self, worker: str) -> list[FlightKey]:
+        return [k for k in self.table if k[0] == worker]
+
+    def overdue(self, cutoff_ns: int) -> list[FlightKey]:
+        """Flights whose every request's deadline passed before `cutoff_ns`."""
+        return [k for k, f in self.table.items() if max(p.header.deadline_ns for p in f.requests) < cutoff_ns]

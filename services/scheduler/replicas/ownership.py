@@ -1,0 +1,114 @@
+"""Which models this replica serves, and how one changes hands: the leases (`leases.py`), the
+overlap while both replicas take a model's requests, serving what was queued before letting
+go, and the live sequences kept across a hand-over (`handover.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Protocol
+
+from nats.aio.client import Client as NATS
+
+from services.scheduler.replicas.handover import RESIDUE_MAX_S, SHUTDOWN_RESIDUE_S, HandOver, Queues, Sequences, Take
+from services.scheduler.replicas.leases import TTL_S as LEASE_TTL_S
+from services.scheduler.replicas.leases import Leases
+from shared import bus, subjects
+
+log = logging.getLogger("shoal.scheduler")
+
+HANDOVER_S = 2.0  # a model changing replicas is served by both for this long
+HANDOVER_DRAIN_S = 10.0  # then the old owner finishes what it queued, for at most this long
+
+
+class Served(Protocol):
+    """What changing hands needs from the service (implemented by `service.SchedulerService`)."""
+
+    async def subscribe(self, model: str) -> None: ...  # take the model's requests
+    async def unsubscribe(self, model: str) -> None: ...
+    def idle(self, model: str) -> bool: ...  # nothing queued or running for any version
+    async def abandon(self, model: str, message: str) -> None: ...  # fail what is left
+
+
+class Ownership:
+    def __init__(self, nc: NATS, me: str, served: Served, queues: Queues, sequences: Sequences, take: Take) -> None:
+        self.nc = nc
+        self.me = me
+        self.served = served
+        self.queues = queues
+        self.handover = HandOver(nc, me, queues, sequences, self, take)  # live sequences across a hand-over
+        self._leases: Leases | None = None
+
+    async def start(self) -> None:
+        kv = await bus.bucket(self.nc, subjects.LEASES_BUCKET, ttl=LEASE_TTL_S)
+        self._leases = Leases(kv, self.me, self._gain, self._lose, self.served.idle, self.handover.begin)
+        await self.handover.start()
+        self.queues.spawn(self.handover.run())
+        self.queues.spawn(self._leases.run())
+
+    @property
+    def leases(self) -> Leases:
+        if self._leases is None:
+            raise RuntimeError("ownership not started")
+        return self._leases
+
+    def owns(self, model: str) -> bool:
+        return self._leases is not None and self._leases.owns(model)
+
+    def wants(self, model: str) -> bool:
+        return self._leases is not None and model in self._leases.wanted
+
+    async def want(self, model: str) -> None:
+        await self.leases.want(model)
+
+    async def drop(self, model: str) -> None:
+        await self.leases.drop(model)
+
+    def status(self) -> dict[str, object]:
+        return {
+            "owned": sorted(self.leases.held),
+            # sequences of models handed over that this replica still serves: "overlap" or "final"
+            "handing_over": {
+                f"{m}/{v}": "final" if final else "overlap" for (m, v), final in self.handover.held.items()
+            },
+        }
+
+    async def stop(self) -> None:
+        """Another replica takes the models over at once; one with live sequences is served
+        here until they end (bounded), as in a hand-over to a joining replica."""
+        leases, handover = self.leases, self.handover
+        keep = [m for m in leases.held if handover.worth_keeping(m)] if leases.replicas > 1 else []
+        leases.closing = True
+        for model in keep:
+            await handover.begin(model)
+        await leases.release_all()
+        if keep:
+            log.info("serving the live sequences of %s until they end (at most %g s)", keep, SHUTDOWN_RESIDUE_S)
+            await asyncio.gather(*(self._hand_over(model, SHUTDOWN_RESIDUE_S) for model in keep))
+        await handover.wait(SHUTDOWN_RESIDUE_S)  # hand-overs to a joining replica under way
+
+    async def _gain(self, model: str) -> None:
+        await self.served.subscribe(model)
+        await self.handover.regain(model)
+        await self.nc.publish(subjects.RESYNC, b"")  # workers announce their idle credits again
+
+    async def _lose(self, model: str) -> None:
+        """Stop taking requests for `model` once its new owner had time to subscribe, serve what
+        is already queued, and only then give up what is left."""
+        self.queues.spawn(self._hand_over(model))
+
+    async def _hand_over(self, model: str, keep_s: float = RESIDUE_MAX_S) -> None:
+        await asyncio.sleep(HANDOVER_S)
+        if self.owns(model):  # claimed back meanwhile
+            await self.handover.cancel(model)
+            return
+        await self.served.unsubscribe(model)
+        await self.handover.serve(model, keep_s)  # live sequences stay here until they end
+        if self.owns(model):  # it came back while we served them: ours again, nothing to give up
+            return
+        await self.handover.lost(model, f"scheduler {self.me} lost model '{model}'")
+        deadline = time.monotonic() + HANDOVER_DRAIN_S
+        while not self.served.idle(model) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await self.served.abandon(model, f"scheduler {self.me} no longer serves model '{model}'; retry")

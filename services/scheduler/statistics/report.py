@@ -1,0 +1,60 @@
+"""The scheduler's answer to a statistics request: per model version, Triton's statistics and
+what the gateway merges across replicas (failure reasons, latency quantiles, utilisation)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sized
+from typing import Any, Protocol, TypeVar
+
+import msgspec
+
+from services.scheduler.statistics.stats import ModelStats
+
+
+class Reported(Protocol):
+    """One model version's queue, as far as its statistics go (`batching.model_queue.ModelQueue`)."""
+
+    @property
+    def key(self) -> tuple[str, int]: ...
+    @property
+    def stats(self) -> ModelStats: ...
+    @property
+    def free(self) -> Sized: ...
+    @property
+    def cache_enabled(self) -> bool: ...
+
+
+R = TypeVar("R", bound=Reported)
+
+
+def quantiles_asked(data: bytes) -> list[float]:
+    """A request may ask for latency quantiles (the metrics' summaries): `{"quantiles": [...]}`."""
+    if not data:
+        return []
+    try:
+        return [float(q) for q in msgspec.json.decode(data).get("quantiles", [])]
+    except (msgspec.DecodeError, AttributeError, TypeError, ValueError):
+        return []
+
+
+def report(
+    queues: Iterable[R], owns: Callable[[str], bool], quantiles: list[float], pending: Callable[[R], int]
+) -> dict[str, Any]:
+    """Versions of the models this replica owns, and of any it served before (the gateway sums
+    replicas); `pending(queue)`: its requests not started yet."""
+    return {
+        f"{model}/{version}": {
+            "stats": q.stats.json(model, str(version)),
+            "fail_reasons": q.stats.fail_reasons,
+            "pending": pending(q),
+            "free_credits": len(q.free),
+            "cache_enabled": q.cache_enabled,
+            "latency": q.stats.latencies.json(quantiles),
+            "worker_compute_ns": q.stats.worker_compute_ns,
+            "worker_executions": q.stats.worker_executions,
+            "retries": q.stats.retries,
+        }
+        for q in queues
+        for model, version in (q.key,)
+        if owns(model) or q.stats.success.count or q.stats.fail.count or q.stats.cache_miss.count
+    }

@@ -1,0 +1,322 @@
+"""One batch on one instance: read the inputs, compute on the instance's thread, respond.
+
+Every request of a batch gets an answer whatever fails: a request whose inputs cannot be read
+fails alone, an error of the model fails the requests it names, anything else fails the rest
+of the batch. Then the instance's credit goes back to the scheduler with the batch's timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+import msgspec
+from nats.aio.client import Client as NATS
+
+from services.worker.backends.runner import Batch, ModelError, RequestContext, Result, Tensors, Work
+from services.worker.instances import Instance, LoadedModel
+from services.worker.outputs import Outputs
+from services.worker.replies import Replies
+from services.worker.sequences.controls import control_arrays, flags, pad_slots
+from services.worker.streams import Cancellations, DecoupledSenders
+from shared import subjects
+from shared.datatypes import from_bytes
+from shared.errors import Code, ShoalError
+from shared.logcontext import request_ids
+from shared.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, RequestDone, SeqControl, encode
+from shared.tensors import TensorStore
+
+log = logging.getLogger("shoal.worker")
+_request_decoder = msgspec.msgpack.Decoder(InferRequest)
+_DELIVERY_FIELDS = ("batch_size", "batch_requests", "batch_reason", "worker", "instance")
+
+
+@dataclass
+class _Run:
+    """A batch's requests that could be read, what the model made of them and when."""
+
+    requests: list[InferRequest]
+    results: list[Result]
+    started_ns: int  # monotonic: reading the inputs began
+    inputs_ns: int  # inputs read and in the runner's form
+    computed_ns: int
+
+
+class BatchExecutor:
+    def __init__(
+        self,
+        worker_id: str,
+        nc: NATS,
+        store: TensorStore,
+        outputs: Outputs,
+        cancellations: Cancellations,
+        decoupled: DecoupledSenders,
+    ) -> None:
+        self.worker_id = worker_id
+        self.nc = nc
+        self.store = store
+        self.outputs = outputs
+        self.cancellations = cancellations
+        self.decoupled = decoupled
+        self.loop = asyncio.get_running_loop()
+
+    def _free(self, batch: ExecBatch, instance: int) -> InstanceFree:
+        subject = subjects.worker_exec(self.worker_id)
+        return InstanceFree(
+            self.worker_id,
+            batch.model,
+            batch.version,
+            instance,
+            subject,
+            credit=batch.credit,
+            generation=batch.generation,
+            batch_id=batch.batch_id,
+        )
+
+    async def fail(self, batch: ExecBatch, message: str) -> None:
+        """A batch this worker cannot run (its model is not loaded here)."""
+        replies = Replies(batch.reply_via_scheduler)
+        for raw in batch.requests:
+            request = _request_decoder.decode(raw)
+            replies.add(request, InferResponse(request.rid, error=message, code="UNAVAILABLE"))
+        # instance -1: not a credit, the scheduler must not send here again
+        await self._finish(replies, self._free(batch, -1))
+
+    async def execute(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool) -> None:
+        free = self._free(batch, batch.instance)
+        replies = Replies(batch.reply_via_scheduler)
+        requests = [_request_decoder.decode(raw) for raw in batch.requests]
+        request_ids.set(",".join(f"{r.id}/{r.rid}" if r.id else r.rid for r in requests))  # this task's log lines
+        log.debug(
+            "batch %d of '%s' version %d: %d request(s) on instance %d (%s)",
+            batch.batch_id,
+            batch.model,
+            batch.version,
+            len(requests),
+            instance.index,
+            batch.reason,
+        )
+        try:
+            now = time.time_ns()
+            for request in requests:
+                if request.deadline_ns <= now:
+                    replies.skip(request)
+            live = [r for r in requests if r.deadline_ns > now]
+            if live:
+                # the scheduler's per-request lists line up with all of the batch's requests
+                rids = [r.rid for r in requests]
+                controls = dict(zip(rids, batch.controls)) if batch.controls else {}
+                enqueued = dict(zip(rids, batch.enqueued_ns)) if batch.enqueued_ns else {}
+                await self._run(loaded, instance, live, free, replies, batch, controls, enqueued)
+        except Exception as exc:  # never lose a request: every one gets an answer
+            log.exception("batch %d of '%s' failed", batch.batch_id, batch.model)
+            answered = replies.answered()
+            code = exc.code if isinstance(exc, ShoalError) else Code.INTERNAL
+            for request in requests:
+                if request.rid not in answered:
+                    replies.add(request, InferResponse(request.rid, error=str(exc), code=str(code)))
+        finally:
+            if loaded.states is not None:  # an END that failed or was skipped still ends the sequence here
+                for control in batch.controls:
+                    if control.end:
+                        loaded.states.drop(control.corrid, control.seq)
+            if holds_credit:
+                instance.idle.add(batch.credit)
+            else:
+                instance.uncredited -= 1
+            if loaded.retired and not instance.busy:
+                instance.close()
+            if loaded.retired or not holds_credit:
+                free.instance = -1  # tells the scheduler this is not a credit
+            await self._finish(replies, free)
+
+    async def _finish(self, replies: Replies, free: InstanceFree) -> None:
+        """Send the answers, then the completion; a failure of one must not lose the other."""
+        try:
+            await replies.send(self.nc, self.nc.max_payload)
+        except Exception:
+            log.exception("could not send the responses of batch %d", free.batch_id)
+        free.done = replies.done
+        try:
+            await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
+        except Exception:  # the scheduler expires the batch and returns the credit itself
+            log.exception("could not report batch %d as done", free.batch_id)
+
+    async def _run(
+        self,
+        loaded: LoadedModel,
+        instance: Instance,
+        requests: list[InferRequest],
+        free: InstanceFree,
+        replies: Replies,
+        batch: ExecBatch,
+        controls: dict[str, SeqControl],
+        enqueued: dict[str, int],
+    ) -> None:
+        started = time.monotonic_ns()
+        readable = await self._read(loaded, instance, requests, controls, replies)
+        if readable:
+            run = await self._compute(loaded, instance, readable, controls, started)
+            self._respond(loaded, instance, run, free, replies, batch, controls, enqueued)
+
+    # -- read ---------------------------------------------------------------------------
+    async def _read(
+        self,
+        loaded: LoadedModel,
+        instance: Instance,
+        requests: list[InferRequest],
+        controls: dict[str, SeqControl],
+        replies: Replies,
+    ) -> list[tuple[InferRequest, Tensors]]:
+        """Each request's input tensors; a request whose inputs cannot be read fails alone."""
+        readable = []
+        for request in requests:
+            try:
+                inputs = await self._inputs(request)
+                control = controls.get(request.rid)
+                if control is not None:  # sequence models: control tensors and implicit state join the inputs
+                    if loaded.sequence is not None:
+                        inputs.update(control_arrays(loaded.sequence, control))
+                    if loaded.states is not None:
+                        inputs.update(loaded.states.inputs(control, instance.index))
+                readable.append((request, inputs))
+            except Exception as exc:
+                code = "INVALID_ARG" if isinstance(exc, ValueError) else "INTERNAL"
+                replies.add(request, InferResponse(request.rid, error=f"cannot read the inputs: {exc}", code=code))
+        return readable
+
+    async def _inputs(self, request: InferRequest) -> Tensors:
+        timeout = max(0.1, (request.deadline_ns - time.time_ns()) / 1e9)
+        return {
+            ref.name: from_bytes(await self.store.get(ref, timeout), ref.datatype, ref.shape) for ref in request.inputs
+        }
+
+    # -- compute ------------------------------------------------------------------------
+    async def _compute(
+        self,
+        loaded: LoadedModel,
+        instance: Instance,
+        readable: list[tuple[InferRequest, Tensors]],
+        controls: dict[str, SeqControl],
+        started: int,
+    ) -> _Run:
+        spec = loaded.spec
+        requests = [request for request, _ in readable]
+        every = [o.name for o in spec.outputs]
+        work = [
+            Work(inputs, r.outputs or every, r.batch_size, self._context(loaded, r, controls.get(r.rid)))
+            for r, inputs in readable
+        ]
+        state_outputs = loaded.states.output_names if controls and loaded.states is not None else []
+        batch = Batch(work, min(r.deadline_ns for r in requests), list(state_outputs))
+        sequence = loaded.sequence
+        try:
+            if controls and sequence is not None and loaded.states is not None and _direct(loaded, instance):
+                # direct: request i runs in the batch row of its slot; empty slots below are not-ready rows
+                rows, where = pad_slots(
+                    sequence, [controls[r.rid] for r in requests], [w.inputs for w in work], loaded.states.initial()
+                )
+                names = sorted({n for w in work for n in w.outputs})
+                padded = Batch([Work(row, names) for row in rows], batch.deadline_ns, batch.extra_outputs)
+                results = await self.loop.run_in_executor(instance.executor, _execute, instance, padded)
+                results, batch.inputs_done_ns = [results[row] for row in where], padded.inputs_done_ns
+            else:
+                results = await self.loop.run_in_executor(instance.executor, _execute, instance, batch)
+        finally:
+            for request in requests:
+                if request.rid not in self.decoupled.open:
+                    self.cancellations.ended(request.rid)
+        computed = time.monotonic_ns()
+        return _Run(requests, results, started, batch.inputs_done_ns or started, computed)
+
+    def _context(self, loaded: LoadedModel, request: InferRequest, control: SeqControl | None) -> RequestContext:
+        """What a model can ask of a request besides its tensors."""
+        params = request.parameters
+        custom = {k: v for k, v in params.items() if k not in ("sequence_id", "sequence_start", "sequence_end")}
+        if control is None:  # not sequence-batched: the flags as the client sent them, as Triton passes them on
+            control = SeqControl(
+                corrid=request.sequence_id, seq=0, start=request.sequence_start, end=request.sequence_end
+            )
+        self.cancellations.started(request)
+        spec = loaded.spec
+        return RequestContext(
+            request_id=request.id,
+            correlation_id=control.corrid,
+            flags=flags(control),
+            parameters=custom,
+            timeout_us=request.timeout_us,
+            cancelled=lambda: self.cancellations.is_cancelled(request),
+            responses=self.decoupled.stream(spec, loaded.version, request) if spec.decoupled else None,
+        )
+
+    # -- respond ------------------------------------------------------------------------
+    def _respond(
+        self,
+        loaded: LoadedModel,
+        instance: Instance,
+        run: _Run,
+        free: InstanceFree,
+        replies: Replies,
+        batch: ExecBatch,
+        controls: dict[str, SeqControl],
+        enqueued: dict[str, int],
+    ) -> None:
+        spec = loaded.spec
+        free.batch_size = sum(r.batch_size for r in run.requests)
+        free.compute_input_ns = run.inputs_ns - run.started_ns
+        free.compute_infer_ns = run.computed_ns - run.inputs_ns
+        delivery = dict(
+            zip(_DELIVERY_FIELDS, (free.batch_size, len(run.requests), batch.reason, self.worker_id, instance.index))
+        )
+        t_out = time.monotonic_ns()
+        for request, result in zip(run.requests, run.results):
+            control = controls.get(request.rid)
+            if control is not None and loaded.states is not None and isinstance(result, dict):
+                loaded.states.keep(control, result)
+            if spec.decoupled:  # the model's stream answers; an error ends it unless it did already
+                if isinstance(result, ModelError):
+                    self.decoupled.fail(request, result.message, result.code)
+                replies.done.append(RequestDone(rid=request.rid, ok=not isinstance(result, ModelError)))
+                continue
+            response = self._response(loaded, request, result, batch.reply_via_scheduler)
+            if request.trace:
+                response.trace = {
+                    "COMPUTE_START": run.started_ns,
+                    "COMPUTE_INPUT_END": run.inputs_ns,
+                    "COMPUTE_OUTPUT_START": t_out,
+                    "COMPUTE_END": time.monotonic_ns(),
+                }
+                if enqueued.get(request.rid):
+                    response.trace["QUEUE_START"] = enqueued[request.rid]
+                response.batch = dict(delivery)
+            replies.add(request, response)
+        free.compute_output_ns = time.monotonic_ns() - t_out
+
+    def _response(self, loaded: LoadedModel, request: InferRequest, result: Result, small: bool) -> InferResponse:
+        try:
+            if isinstance(result, ModelError):  # the model answered this request with an error
+                raise ShoalError(result.message, result.code)
+            if not isinstance(result, dict):
+                raise ShoalError("the model streamed the responses of a model that is not decoupled", Code.INTERNAL)
+            return self.outputs.response(loaded.spec, loaded.version, request, result, small)
+        except ShoalError as exc:  # this request's problem (e.g. its output region is too small)
+            return InferResponse(request.rid, error=exc.message, code=str(exc.code))
+        except Exception as exc:
+            return InferResponse(request.rid, error=f"cannot deliver the outputs: {exc}", code="INTERNAL")
+
+
+def _direct(loaded: LoadedModel, instance: Instance) -> bool:
+    sequence = loaded.sequence
+    return (
+        sequence is not None
+        and sequence.strategy == "direct"
+        and loaded.spec.max_batch_size > 0
+        and instance.runner.batches_rows
+    )
+
+
+def _execute(instance: Instance, batch: Batch) -> list[Result]:
+    instance.executions += 1
+    return instance.runner.execute(batch)

@@ -1,0 +1,69 @@
+"""A request's outputs as a response: datatypes checked, shared-memory regions written, the
+rest inline (up to a per-response budget) or handed to the tensor store."""
+
+from __future__ import annotations
+
+import time
+
+from services.worker.backends.runner import Tensors
+from shared.datatypes import protocol_dtype, to_bytes
+from shared.errors import Code, ShoalError
+from shared.messages import InferRequest, InferResponse, TensorRef
+from shared.model_config import ModelSpec
+from shared.tensors import INLINE_BUDGET, TensorStore, region_too_small, write_region
+
+_Encoded = tuple[str, str, list[int], bytes | memoryview]
+
+
+class Outputs:
+    def __init__(self, store: TensorStore) -> None:
+        self.store = store
+
+    def response(
+        self,
+        spec: ModelSpec,
+        version: int,
+        request: InferRequest,
+        piece: Tensors,
+        small: bool = False,
+        partial: bool = False,
+    ) -> InferResponse:
+        """Outputs inline up to a per-response budget (all out of line when the response must
+        stay small: it rides in the scheduler's completion message). `partial`: a decoupled
+        model's response carries the outputs it sent, not necessarily all asked for."""
+        ttl = max(1.0, (request.deadline_ns - time.time_ns()) / 1e9)
+        names = request.outputs or [o.name for o in spec.outputs]
+        outputs = [_encode(spec, name, piece) for name in ([n for n in names if n in piece] if partial else names)]
+        for name, _, _, payload in outputs:  # every region is checked before any is written
+            region = request.output_regions.get(name)
+            if region is not None and memoryview(payload).nbytes > region.nbytes:
+                raise region_too_small(name, region, memoryview(payload).nbytes)
+        budget = 0 if small else INLINE_BUDGET
+        refs: list[TensorRef] = []
+        for name, datatype, shape, payload in outputs:
+            nbytes = memoryview(payload).nbytes
+            region = request.output_regions.get(name)
+            if region is not None and write_region(region, payload, self.store.host):
+                refs.append(TensorRef(name, datatype, shape, nbytes=nbytes, in_region=True))
+                continue
+            # no region, or one on another host (the gateway writes it)
+            ref = self.store.put(name, datatype, shape, payload, ttl, inline=nbytes <= budget)
+            budget -= nbytes if ref.data is not None else 0
+            refs.append(ref)
+        return InferResponse(request.rid, spec.name, version, refs)
+
+    def streamed(self, spec: ModelSpec, version: int, request: InferRequest, piece: Tensors) -> InferResponse:
+        """One response of a decoupled model: the outputs it sent (a stream may send a few)."""
+        return self.response(spec, version, request, piece, small=False, partial=True)
+
+
+def _encode(spec: ModelSpec, name: str, piece: Tensors) -> _Encoded:
+    array = piece[name]
+    tensor = spec.output(name)
+    datatype = protocol_dtype(array.dtype)
+    if tensor is not None and tensor.datatype != datatype:
+        raise ShoalError(
+            f"unexpected datatype {datatype} for inference output '{name}', expecting {tensor.datatype}",
+            Code.INTERNAL,
+        )
+    return name, datatype, list(array.shape), to_bytes(array, datatype)

@@ -1,0 +1,87 @@
+"""`Triton()` without `nats_url`: the cluster `shoal serve` runs, started from this process.
+
+PyTriton turns its `TritonConfig` into tritonserver's flags; so does this module, and hands
+them to `shoal serve`'s own parser and supervisor, so the embedded cluster has exactly
+`shoal serve`'s defaults (ports 8000/8001/8002, one worker, ...) and refuses a flag Shoal does
+not support with `shoal serve`'s message. As in PyTriton, the repository is in explicit
+model-control mode and (unless `model_repository` is given) an empty directory: the bound
+models are loaded into it through the load API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import tempfile
+from typing import Any
+
+from shared.natsserver import NatsServer
+from shoal.cli import parse_serve, serve_parser
+from shoal.pytriton.exceptions import PyTritonValidationError
+from shoal.supervisor import Cluster, build_cluster
+
+# TritonConfig fields that are not tritonserver flags
+NOT_FLAGS = {"nats_url", "model_repository", "cache_directory"}
+
+
+def serve_flags(config: Any) -> list[str]:
+    """The tritonserver flags of the fields set in a `TritonConfig` (PyTriton passes only those)."""
+    argv: list[str] = []
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if value is None or field.name in NOT_FLAGS:
+            continue
+        flag = "--" + field.name.replace("_", "-")
+        for item in value if isinstance(value, list) else [value]:
+            text = str(item).lower() if isinstance(item, bool) else str(item)
+            argv.append(f"{flag}={text}")
+    return argv
+
+
+def _parse(argv: list[str]):
+    _, unknown = serve_parser().parse_known_args(argv)
+    if unknown:
+        raise PyTritonValidationError(f"Shoal does not support these TritonConfig settings: {' '.join(unknown)}")
+    try:
+        return parse_serve(argv)
+    except SystemExit as exc:
+        raise PyTritonValidationError(str(exc.code)) from None
+
+
+class EmbeddedCluster:
+    def __init__(self, config: Any) -> None:
+        self.workspace: tempfile.TemporaryDirectory | None = None
+        repository = config.model_repository
+        if repository is None:
+            self.workspace = tempfile.TemporaryDirectory(prefix="shoal-pytriton-")
+            repository = self.workspace.name
+        self.args = _parse([*serve_flags(config), f"--model-repository={repository}", "--model-control-mode=explicit"])
+        self.nats: NatsServer | None = None
+        self.cluster: Cluster | None = None
+
+    @property
+    def http_port(self) -> int:
+        return self.args.http_port
+
+    def start(self) -> str:
+        """Start nats-server and the services; returns the NATS URL once the gateway answers."""
+        self.nats = NatsServer(monitor_port=self.args.nats_monitor_port).start()
+        try:
+            self.cluster = build_cluster(self.args, self.nats.url, pathlib.Path(self.args.model_repository[0]))
+            self.cluster.start()
+            self.cluster.wait_ready(self.args.ready_timeout_secs)
+        except BaseException:
+            self.stop()
+            raise
+        return self.nats.url
+
+    def stop(self) -> None:
+        try:
+            if self.cluster is not None:
+                self.cluster.stop(timeout=self.args.exit_timeout_secs)
+        finally:
+            if self.nats is not None:
+                self.nats.stop()
+            if self.workspace is not None:
+                self.workspace.cleanup()
+            self.cluster = self.nats = None

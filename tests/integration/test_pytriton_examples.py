@@ -1,0 +1,148 @@
+"""examples/pytriton/: each server script run as a process (the embedded cluster on free ports, set
+through PyTriton's `PYTRITON_TRITON_CONFIG_*` variables), its client script unchanged, plus
+tritonclient and curl; SIGINT stops a server cleanly."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from shared.natsserver import free_port
+from shoal.cli import UNSUPPORTED_FLAGS
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pytriton"
+pytestmark = pytest.mark.timeout(300)
+
+
+def _ready(port: int, model: str) -> bool:
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=5)
+    try:
+        return client.is_model_ready(model)
+    except Exception:
+        return False
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def example(script: str, model: str, *args: str, env: dict | None = None) -> Iterator[tuple[int, subprocess.Popen]]:
+    port = free_port()
+    environment = {
+        **os.environ,
+        "PYTRITON_TRITON_CONFIG_HTTP_PORT": str(port),
+        "PYTRITON_TRITON_CONFIG_METRICS_PORT": str(free_port()),
+        "PYTRITON_TRITON_CONFIG_HTTP_ADDRESS": "127.0.0.1",
+        **(env or {}),
+    }
+    log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty server never blocks on it
+    process = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / script), *args], env=environment, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not _ready(port, model):
+            assert process.poll() is None, _read(log)
+            assert time.monotonic() < deadline, f"{model} not ready"
+            time.sleep(0.2)
+        yield port, process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise
+    assert process.returncode == 0, _read(log)
+
+
+def _read(log) -> str:
+    log.seek(0)
+    return log.read()
+
+
+def client(script: str, port: int) -> str:
+    env = {**os.environ, "PYTRITON_URL": f"127.0.0.1:{port}"}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def curl(*args: str) -> str:
+    return subprocess.run(["curl", "-sS", *args], capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def test_linear_quick_start():
+    with example("linear_server.py", "Linear") as (port, _):
+        assert client("linear_client.py", port).strip() == "(128, 3)"
+        config = json.loads(curl(f"http://127.0.0.1:{port}/v2/models/Linear/config"))
+        assert (config["backend"], config["max_batch_size"]) == ("python", 128)
+        assert [i["name"] for i in config["input"]] == ["INPUT_1"]
+        assert [o["name"] for o in config["output"]] == ["OUTPUT_1"]
+    assert not _ready(port, "Linear")  # stopped: nothing answers on the port any more
+
+
+def test_add_sub():
+    with example("add_sub_server.py", "AddSub") as (port, _):
+        out = client("add_sub_client.py", port)
+        assert "add [1.5, 2.5, 3.5] sub [0.5, 1.5, 2.5]" in out
+        http = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+        a = httpclient.InferInput("a", [1, 2], "FP32")
+        a.set_data_from_numpy(np.array([[5, 6]], np.float32))
+        b = httpclient.InferInput("b", [1, 2], "FP32")
+        b.set_data_from_numpy(np.array([[1, 1]], np.float32))
+        result = http.infer("AddSub", [a, b])
+        assert result.as_numpy("sub").tolist() == [[4.0, 5.0]]
+        http.close()
+        body = {
+            "inputs": [
+                {"name": "a", "shape": [1, 1], "datatype": "FP32", "data": [2]},
+                {"name": "b", "shape": [1, 1], "datatype": "FP32", "data": [3]},
+            ]
+        }
+        answer = json.loads(curl("-d", json.dumps(body), f"http://127.0.0.1:{port}/v2/models/AddSub/infer"))
+        assert {o["name"]: o["data"] for o in answer["outputs"]} == {"add": [5.0], "sub": [-1.0]}
+
+
+def test_strings():
+    with example("strings_server.py", "Upper") as (port, _):
+        assert client("strings_client.py", port).strip() == "['HELLO', 'WÖRLD']"
+        body = {"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": ["shoal"]}]}
+        answer = json.loads(curl("-d", json.dumps(body), f"http://127.0.0.1:{port}/v2/models/Upper/infer"))
+        assert answer["outputs"][0]["data"] == ["SHOAL"]
+
+
+def test_streaming_generator():
+    with example("streaming_server.py", "Words") as (port, _):
+        out = client("streaming_client.py", port)
+        assert out.split("\n")[:4] == ["0 shoal", "1 serves", "2 python", "3 functions"]
+        events = curl("-N", "-d", '{"prompt": "a b c"}', f"http://127.0.0.1:{port}/v2/models/Words/generate_stream")
+        words = [json.loads(line[5:])["word"] for line in events.splitlines() if line.startswith("data:")]
+        assert words == ["a", "b", "c"]
+
+
+@pytest.mark.skipif("--grpc-port" in UNSUPPORTED_FLAGS, reason="this Shoal has no gRPC endpoint yet")
+def test_streaming_over_grpc():
+    grpc_port = free_port()
+    env = {"PYTRITON_TRITON_CONFIG_GRPC_PORT": str(grpc_port)}
+    with example("streaming_server.py", "Words", env=env) as (port, _):
+        from shoal.pytriton.client import DecoupledModelClient
+
+        with DecoupledModelClient(f"grpc://127.0.0.1:{grpc_port}", "Words", init_timeout_s=60) as grpc_client:
+            prompt = np.array([b"x y"], dtype=np.object_)
+            words = [r["word"][0] for r in grpc_client.infer_sample(prompt=prompt)]
+        assert words == [b"x", b"y"]
