@@ -119,7 +119,8 @@ class Serve:
 
     @property
     def nats_url(self) -> str:
-        state = self.workdir / "cache" / "shoal" / "serve.json"
+        # shoal.status.record_serve writes it under $XDG_CACHE_HOME/shoal/serves/<http port>.json
+        [state] = (self.workdir / "cache").rglob(f"{self.http_port}.json")
         return json.loads(state.read_text())["nats_url"]
 
     def tree(self) -> list[int]:
