@@ -163,6 +163,7 @@ class Dispatcher:
         batch_id = f"g{next(self._ids)}"
         # the reply subject only carries NATS "no responders" back for the whole group
         self._groups[batch_id] = [rid for rid, _ in requests]
+        self.holders.sent(self._groups[batch_id])
         payload = encode(RequestBatch([msgspec.Raw(raw) for _, raw in requests]))
         try:
             await self.nc.publish(subjects.infer(model), payload, reply=f"{self.inbox}.{batch_id}")

@@ -16,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
 from tests.cluster import identity_config, running_cluster
+from tests.serving import wait_until
 
 TIMEOUT_S = 5
 
@@ -103,5 +104,7 @@ def test_losing_one_of_three_nats_nodes_under_load(tmp_path):
         assert client.get_model_config("first")["name"] == "first"
         assert client.is_model_ready("first")
         client.load_model("second")
-        assert client.is_model_ready("second")
+        # the gateway learns the new state from its KV watch: on a cluster that just lost a node it
+        # can trail the load's answer by a moment (docs/reliability.md, known limits)
+        wait_until(lambda: client.is_model_ready("second"), 5, "'second' not ready after its load")
         client.close()
