@@ -11,7 +11,7 @@ from typing import Any
 from onnx import TensorProto
 
 from services.repository import examples
-from shared.natsserver import NatsCluster, NatsServer, free_port
+from shared.natsserver import NatsCluster, NatsServer, free_port, wait_for_port
 from shared.settings import (
     GatewaySettings,
     RepositorySettings,
@@ -169,6 +169,8 @@ def running_cluster(
     try:
         cluster.start()
         cluster.wait_ready(90)
+        for more in cluster.more_gateways:  # wait_ready asks the first gateway only
+            wait_for_port(more.http_port, 60)
         yield Running(nats, cluster)
     finally:
         cluster.stop(timeout=10)
