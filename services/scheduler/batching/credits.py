@@ -48,7 +48,7 @@ class Credits:
         if flight is None:
             return
         now_ns = time.time_ns()
-        headers = {p.header.rid: p.header for p in flight.requests if p.header.rid not in flight.cancelled}
+        headers = {p.header.rid: p.header for p in flight.live}
         if free.batch_size:
             self._record_batch(queue, free)
         for done in free.done:
@@ -98,7 +98,7 @@ class Credits:
             if flight is None:
                 continue
             queue = self.pump.queue(*flight.key)
-            for pending in flight.requests:
+            for pending in flight.live:
                 await self.replies.fail(
                     queue, pending.header, f"worker {worker} stopped responding while running the request"
                 )
@@ -125,7 +125,7 @@ class Credits:
                 continue
             queue = self.pump.queue(*flight.key)
             log.warning("batch %d of '%s' on worker %s never completed; failing it", key[1], flight.key[0], key[0])
-            for pending in flight.requests:
+            for pending in flight.live:
                 await self.replies.fail(queue, pending.header, "the request was lost on its way to or from a worker")
             if flight.slot not in queue.free:
                 queue.free.append(flight.slot)
