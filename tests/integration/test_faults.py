@@ -119,7 +119,5 @@ def test_a_cancelled_request_is_not_failed_again_when_its_worker_dies(gated):
     gate.unlink()
     assert failures(running, "gated", "CANCELED") == 1
     assert failures(running, "gated", "OTHER") == 1
-    client = httpclient.InferenceServerClient(running.url)
-    stats = client.get_inference_statistics("gated")["model_stats"][0]["inference_stats"]
-    client.close()
-    assert int(stats["fail"]["count"]) == 2, stats
+    # the model is unavailable until the restarted worker loads it: the metrics still count
+    assert sum(failures(running, "gated", r) for r in ("REJECTED", "CANCELED", "BACKEND", "OTHER")) == 2
