@@ -189,5 +189,10 @@ def test_sigkill_of_the_binding_process_takes_its_cluster_along():
         assert {port, grpc_port, metrics_port} < set(ports), ports
         process.kill()
         process.wait()
-    wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, "the cluster outlived the binding process")
-    wait_until(lambda: not [p for p in ports if listening(p)], 30, "the cluster's ports still listening")
+    try:
+        wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, "the cluster outlived the binding process")
+        wait_until(lambda: not [p for p in ports if listening(p)], 30, "the cluster's ports still listening")
+    finally:  # a failed test leaves nothing behind either
+        for pid in tree:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
