@@ -182,9 +182,10 @@ def test_sigkill_of_the_binding_process_takes_its_cluster_along():
     env = {"PYTRITON_TRITON_CONFIG_METRICS_PORT": str(metrics_port)}
     with example("linear_server.py", "Linear", env=env, returncode=-signal.SIGKILL) as (port, grpc_port, process):
         tree = descendants(process.pid)
+        commands = {pid: command_of(pid) for pid in tree}
         # nats-server, repository, scheduler, worker, gateway
-        assert len(tree) >= 5, [command_of(pid) for pid in tree]
-        assert any("nats-server" in command_of(pid) for pid in tree), [command_of(pid) for pid in tree]
+        assert len(tree) >= 5, commands
+        assert any("nats-server" in command for command in commands.values()), commands
         ports = listening_ports(tree)  # HTTP, gRPC, metrics, NATS and its monitoring
         assert {port, grpc_port, metrics_port} < set(ports), ports
         process.kill()
@@ -194,5 +195,6 @@ def test_sigkill_of_the_binding_process_takes_its_cluster_along():
         wait_until(lambda: not [p for p in ports if listening(p)], 30, "the cluster's ports still listening")
     finally:  # a failed test leaves nothing behind either
         for pid in tree:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+            if command_of(pid) == commands[pid]:  # still that process, not a reused pid
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
