@@ -176,8 +176,8 @@ def listening_ports(pids: list[int]) -> list[int]:
 
 
 def test_sigkill_of_the_binding_process_takes_its_cluster_along():
-    """The embedded cluster's processes die with the process that started it, even when nothing
-    in it runs at the end (SIGKILL): none remains and its ports are free (shared/lifeline.py)."""
+    """The embedded cluster's processes die with the process that started it even when it is
+    SIGKILLed (no clean-up of its own runs): none remains, its ports are free (shared/lifeline.py)."""
     metrics_port = free_port()
     env = {"PYTRITON_TRITON_CONFIG_METRICS_PORT": str(metrics_port)}
     with example("linear_server.py", "Linear", env=env, returncode=-signal.SIGKILL) as (port, grpc_port, process):
