@@ -27,10 +27,14 @@ async def connect(url: str, name: str) -> NATS:
     async def error_cb(exc: Exception) -> None:
         log.error("nats error: %s", exc, exc_info=exc)
 
-    async def disconnected_cb() -> None:
-        log.warning("disconnected from nats")
-
     holder: list[NATS] = []
+
+    async def disconnected_cb() -> None:
+        # nats-py calls this on a close we asked for too (drain at shutdown): only a lost connection warns
+        if holder and holder[0].is_closed:
+            log.debug("disconnected from nats (closing)")
+        else:
+            log.warning("disconnected from nats")
 
     async def reconnected_cb() -> None:
         log.info("reconnected to nats")

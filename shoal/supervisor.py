@@ -195,6 +195,8 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         id=args.id,
         http_address=args.http_address,
         http_port=args.http_port,
+        metrics_address=args.metrics_address,
+        log_started=False,  # said below, once the models are loaded (as tritonserver)
         metrics_port=args.metrics_port,
         allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size,
@@ -227,7 +229,10 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
     )
     workers = [
         WorkerSettings(
-            **common, tensor_transport=args.tensor_transport, model_load_thread_count=args.model_load_thread_count
+            **common,
+            tensor_transport=args.tensor_transport,
+            python_isolation=args.python_isolation,
+            model_load_thread_count=args.model_load_thread_count,
         )
         for _ in range(args.workers)
     ]
@@ -272,11 +277,9 @@ def serve(args: argparse.Namespace) -> int:
         nats_url = nats.url
         log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
     cluster = build_cluster(args, nats_url, repository).start()
-    from shoal.status import serve_state_path
+    from shoal.status import forget_serve, record_serve
 
-    state = serve_state_path()
-    state.parent.mkdir(parents=True, exist_ok=True)
-    state.write_text(json.dumps({"nats_url": nats_url, "http_port": args.http_port, "pid": os.getpid()}))
+    state = record_serve(args.http_port, nats_url, str(repository))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -294,7 +297,7 @@ def serve(args: argparse.Namespace) -> int:
             log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_metrics:
-            log.info("Started Metrics Service at %s:%d", args.http_address, args.metrics_port)
+            log.info("Started Metrics Service at %s:%d", args.metrics_address or args.http_address, args.metrics_port)
         stop.wait()
     except TimeoutError as exc:
         log.error("%s", exc)
@@ -304,5 +307,5 @@ def serve(args: argparse.Namespace) -> int:
         cluster.stop(timeout=args.exit_timeout_secs)
         if nats is not None:
             nats.stop()
-        state.unlink(missing_ok=True)
+        forget_serve(state)
     return code

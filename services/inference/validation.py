@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from services.inference.types import ParsedRequest, expected_byte_size
 from shared.errors import Code, ShoalError, invalid
-from shared.model_config import ModelSpec
+from shared.model_config import ModelSpec, TensorSpec
 
 _BATCH_NOTE = (
     " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
@@ -56,9 +56,12 @@ def validate(
     given = [t.name for t in request.inputs]
     for duplicate in _duplicates(given):
         raise invalid(f"{prefix}input '{duplicate}' already exists in request")
+    configs: dict[str, TensorSpec] = {}
     for tensor in request.inputs:
-        if spec.input(tensor.name) is None:
+        known = spec.input(tensor.name)
+        if known is None:
             raise invalid(f"{prefix}unexpected inference input '{tensor.name}' for model '{model}'")
+        configs[tensor.name] = known
     required = [t.name for t in spec.inputs if not t.optional]
     missing = [name for name in required if name not in given]
     if missing:
@@ -69,7 +72,7 @@ def validate(
     batch_size = 0
     sig: list[str] = []
     for tensor in request.inputs:
-        config = spec.input(tensor.name)
+        config = configs[tensor.name]
         if tensor.datatype != config.datatype:
             raise invalid(
                 f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
@@ -97,7 +100,7 @@ def validate(
                 f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
                 f"Expected {_fmt(shown)}, got {_fmt(shape)}.{note}"
             )
-        if tensor.in_shared_memory:
+        if tensor.data is None:  # in shared memory
             expected = expected_byte_size(tensor.datatype, shape, b"")[0]
             actual = tensor.parameters.get("shared_memory_byte_size", 0)
             if tensor.datatype == "BYTES":

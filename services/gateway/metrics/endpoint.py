@@ -141,7 +141,7 @@ def _summaries(entries: list, options: MetricsOptions) -> list[str]:
 
 
 def _batch_histogram(entries: list) -> list[str]:
-    rows = []
+    rows: list[tuple[dict[str, str], list[int], list[int], float]] = []
     for (model, version), value in entries:
         sizes = {b["batch_size"]: b["compute_infer"]["count"] for b in value["stats"]["batch_stats"]}
         counts = [0] * (len(BATCH_BUCKETS) + 1)
