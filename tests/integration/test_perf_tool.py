@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 import tritonclient.http as httpclient
 
-from shared.natsserver import free_port
-from shared.settings import GatewaySettings
 from shoal.analyze.configs import parse_pbtxt
 from shoal.perf.measure import server_delta
 from shoal.perf.options import PerfOptions
@@ -115,21 +113,30 @@ async def test_perf_over_system_shared_memory_cleans_up(served, client):
     assert not [name for name in os.listdir("/dev/shm") if name.startswith(f"perf_{os.getpid()}_")]
 
 
-def test_perf_over_grpc(test_repository):
-    if "grpc_port" not in GatewaySettings.model_fields:
-        pytest.skip("Shoal answers only HTTP on this branch (no gRPC endpoint in GatewaySettings)")
-    port = free_port()
-    with running_cluster(test_repository, grpc_port=port) as running:
-        options = PerfOptions(
-            model="simple", url=f"127.0.0.1:{port}", protocol="grpc", concurrency=[2], window_ms=300,
-            stability_pct=100, max_trials=3,
-        )  # fmt: skip
-        import asyncio
+async def test_perf_over_grpc_counts_agree_with_the_statistics_endpoint(served, client):
+    before = client.get_inference_statistics("identity_fp32")
+    options = PerfOptions(
+        model="identity_fp32", url=served.grpc_url, protocol="grpc", concurrency=[1, 3], shapes={"INPUT0": [16]},
+        batch_size=2, window_ms=400, stability_pct=100, max_trials=4,
+    )  # fmt: skip
+    results = await measure(options)
+    delta = server_delta(before, client.get_inference_statistics("identity_fp32"))
+    sent = sum(r.completed for r in results)
+    assert sent > 0 and delta.requests == sent
+    assert delta.inferences == 2 * sent
+    for r in results:  # the server's side read through gRPC's ModelStatistics
+        assert abs(r.server.requests - r.client.requests) <= 0.25 * r.client.requests + 2 * r.level
+        assert r.server.compute_infer_us > 0 and r.server.avg_batch_size >= 1
 
-        client = httpclient.InferenceServerClient(running.url)
-        before = client.get_inference_statistics("simple")
-        (result,) = asyncio.run(measure(options))
-        assert server_delta(before, client.get_inference_statistics("simple")).requests == result.completed > 0
+
+def test_perf_cli_over_grpc(served, client, tmp_path):
+    before = client.get_inference_statistics("simple")
+    csv_path = tmp_path / "perf.csv"
+    shoal("perf", "-m", "simple", "-i", "grpc", "-u", served.grpc_url, "--concurrency-range", "2", *QUICK,
+          "-f", str(csv_path))  # fmt: skip
+    (row,) = list(csv.DictReader(csv_path.read_text().splitlines()))
+    assert row["Concurrency"] == "2" and float(row["Inferences/Second"]) > 0
+    assert server_delta(before, client.get_inference_statistics("simple")).requests > 0
 
 
 def test_analyze_writes_a_config_shoal_loads_and_restores_the_original(served, client, tmp_path):
