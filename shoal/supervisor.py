@@ -1,9 +1,11 @@
 """`shoal serve`: an embedded nats-server and every service as its own OS process.
 
-The supervisor restarts a service that dies, prints Triton's model table once the
-models are loaded, and on SIGINT/SIGTERM stops the services (gateway first, so no
-new requests arrive while the rest drains), then nats-server, then sweeps any
-shared-memory segment this run left in /dev/shm.
+The supervisor restarts a service that dies (and the embedded nats-server, on the same
+port and JetStream store), prints Triton's model table once the models are loaded, and
+on SIGINT/SIGTERM stops the services (gateway first, so no new requests arrive while the
+rest drains), then nats-server, then sweeps any shared-memory segment this run left in
+/dev/shm; the whole stop takes at most --exit-timeout-secs. Every child dies with the
+supervisor even when it is SIGKILLed (shared/lifeline.py). See docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings
 
+from shared import lifeline
 from shared.natsserver import NatsServer, default_cache_dir
 from shared.settings import (
     GatewaySettings,
@@ -91,7 +94,7 @@ class Cluster:
     def _spawn(self, child: Child) -> None:
         env = {**os.environ, **self.env, "SHOAL_RUN_ID": self.run_id}
         argv = [sys.executable, "-m", "shoal.cli", child.service, *to_argv(child.settings)]
-        child.process = subprocess.Popen(argv, env=env, start_new_session=True)
+        child.process = lifeline.popen(argv, env=env, start_new_session=True)
         child.started = time.monotonic()
 
     def _supervise(self) -> None:
@@ -111,20 +114,26 @@ class Cluster:
         return next(c for c in self.children if c.name == name)
 
     def stop(self, timeout: float = 30.0) -> None:
+        """Stop every service within `timeout` seconds in all: gateways first (they finish their
+        in-flight requests while the rest still runs), then schedulers, workers, the repository;
+        what has not stopped by the deadline is killed."""
         self._stopping.set()
-        # gateways first (they finish their in-flight requests while the rest still runs)
-        order = [c.name for kind in ("gateway", "scheduler", "worker") for c in self.children if c.service == kind]
-        order.append("repository")
-        for name in order:
-            child = self.child(name)
-            if child.process and child.process.poll() is None:
-                child.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for stage in (("gateway",), ("scheduler",), ("worker",), ("repository",)):
+            running = [
+                (c.name, c.process)
+                for c in self.children
+                if c.service in stage and c.process is not None and c.process.poll() is None
+            ]
+            for _, process in running:  # a stage stops in parallel: hundreds of models unload at once
+                process.send_signal(signal.SIGTERM)
+            for name, process in running:
                 try:
-                    child.process.wait(timeout)
+                    process.wait(max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    log.warning("%s did not stop in %ss; killing it", name, timeout)
-                    child.process.kill()
-                    child.process.wait()
+                    log.warning("%s did not stop within the exit timeout (%ss); killing it", name, timeout)
+                    process.kill()
+                    process.wait()
         sweep_segments(self.run_id)
 
     @property
@@ -144,11 +153,12 @@ class Cluster:
         except urllib.error.HTTPError as exc:
             return exc.code
 
-    def wait_ready(self, timeout: float) -> list[dict]:
-        """Block until the gateway answers and no model is still LOADING; returns the index."""
+    def wait_ready(self, timeout: float, cancel: threading.Event | None = None) -> list[dict]:
+        """Block until the gateway answers and no model is still LOADING; returns the index.
+        `cancel` set (a SIGTERM while starting) ends the wait at once with TimeoutError."""
         deadline = time.monotonic() + timeout
         index: list[dict] = []
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (cancel is not None and cancel.is_set()):
             try:
                 request = urllib.request.Request(f"{self.base_url}/v2/repository/index", data=b"", method="POST")
                 with urllib.request.urlopen(request, timeout=2) as response:
@@ -163,6 +173,18 @@ class Cluster:
                 pass
             time.sleep(0.1)
         raise TimeoutError(f"models not loaded after {timeout}s: {index}")
+
+
+def keep_nats_alive(nats: NatsServer) -> None:
+    """The embedded nats-server died: start it again on the same port with the same JetStream
+    store (file-backed: configs, model states and leases survive); the services reconnect."""
+    if nats.alive or nats.process is None:
+        return
+    log.error("nats-server exited with code %s; restarting it on port %d", nats.process.returncode, nats.port)
+    try:
+        nats.start()
+    except (RuntimeError, TimeoutError, OSError) as exc:  # tried again on the next check
+        log.error("cannot restart nats-server: %s", exc)
 
 
 def sweep_segments(run_id: str) -> int:
@@ -285,7 +307,7 @@ def serve(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     code = 0
     try:
-        index = cluster.wait_ready(args.ready_timeout_secs)
+        index = cluster.wait_ready(args.ready_timeout_secs, cancel=stop)
         print(model_table(index), flush=True)
         apply_log_flags(cluster, args)
         failed = [e for e in index if e.get("state") == "UNAVAILABLE"]
@@ -298,14 +320,16 @@ def serve(args: argparse.Namespace) -> int:
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_metrics:
             log.info("Started Metrics Service at %s:%d", args.metrics_address or args.http_address, args.metrics_port)
-        stop.wait()
+        while not stop.wait(0.5):
+            if nats is not None:
+                keep_nats_alive(nats)
     except TimeoutError as exc:
         log.error("%s", exc)
         code = 1
     finally:
         log.info("shutting down")
-        cluster.stop(timeout=args.exit_timeout_secs)
+        cluster.stop(timeout=max(1.0, args.exit_timeout_secs - 1.0))
         if nats is not None:
-            nats.stop()
+            nats.stop(timeout=1.0)
         forget_serve(state)
     return code

@@ -181,6 +181,12 @@ def _shoal_gauges(entries: list) -> list[str]:
         [({"worker": w, "model": m, "version": v}, n) for (w, m, v), n in sorted(executions.items())],
     )
     lines += family_lines(
+        "shoal_inference_request_retry",
+        "Requests sent to another instance because the worker holding them died before starting them",
+        "counter",
+        [({"model": m, "version": v}, value.get("retries", 0)) for (m, v), value in entries],
+    )
+    lines += family_lines(
         "shoal_shm_bytes_in_use",
         "Bytes of tensors in Shoal's shared-memory segments on this host",
         "gauge",

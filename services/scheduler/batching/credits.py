@@ -93,15 +93,42 @@ class Credits:
         for queue in queues:
             if queue.seq is not None:  # before its flights end: freed slots must not go to backlogged sequences
                 await self.sequences.worker_lost(queue, worker)
-        for key in self.flights.of_worker(worker):
+        await self._recover_flights(worker)
+
+    async def _recover_flights(self, worker: str) -> None:
+        """The batches a lost worker held. The oldest of each instance was running (it may be
+        what killed the worker): its requests fail. The later ones waited behind it, never
+        started: requests safe to run again (not in a sequence, not for a decoupled model,
+        before their deadline, not retried yet) go back to the head of their queue for another
+        instance; the rest fail (docs/reliability.md, metric shoal_inference_request_retry)."""
+        keys = sorted(self.flights.of_worker(worker), key=lambda k: k[1])  # batch ids grow: sending order
+        started: set[tuple[tuple[str, int], int]] = set()
+        requeued: dict[tuple[str, int], ModelQueue] = {}
+        now_ns = time.time_ns()
+        for key in keys:
             flight = self.flights.end(key)
             if flight is None:
                 continue
             queue = self.pump.queue(*flight.key)
-            for pending in flight.requests:
-                await self.replies.fail(
-                    queue, pending.header, f"worker {worker} stopped responding while running the request"
-                )
+            instance = (flight.key, flight.slot.instance)
+            waited = instance in started  # another batch of its instance was sent before it
+            started.add(instance)
+            safe = waited and queue.seq is None and not (queue.spec and queue.spec.decoupled)
+            for pending in reversed(flight.requests):  # appendleft: they keep their order
+                if pending.header.rid in flight.cancelled:
+                    continue
+                if safe and not pending.retried and pending.header.deadline_ns > now_ns:
+                    pending.retried = True
+                    queue.stats.retries += 1
+                    queue.requests.appendleft(pending)
+                    requeued[queue.key] = queue
+                else:
+                    await self.replies.fail(
+                        queue, pending.header, f"worker {worker} stopped responding while running the request"
+                    )
+        for queue in requeued.values():
+            log.warning("requests of '%s' that worker %s had not started go to another instance", queue.key[0], worker)
+            await self.pump.pump(queue)
 
     async def expire_forever(self) -> None:
         while True:
