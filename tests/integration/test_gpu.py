@@ -114,7 +114,8 @@ def test_grpc_inputs_and_outputs_in_cuda_shared_memory(with_shm, cudashm, region
         client.unregister_cuda_shared_memory()
         try:
             response = _simple_through_cuda_shm(client, grpcclient, cudashm, regions)
-            assert len(response.raw_output_contents) == 0  # the data went to GPU memory only
+            # Triton adds one raw content per output, empty for those written to shared memory
+            assert list(response.raw_output_contents) == [b"", b""]
             status = client.get_cuda_shared_memory_status(as_json=True)["regions"]
             assert sorted(status) == ["input_data", "output_data"]
             assert int(status["input_data"]["byte_size"]) == 128
