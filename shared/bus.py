@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,19 +23,47 @@ _reconnects: weakref.WeakKeyDictionary[NATS, int] = weakref.WeakKeyDictionary() 
 log = logging.getLogger(__name__)
 
 
+class _Outage:
+    """nats-py calls the error callback on every failed reconnect attempt (twice a second while
+    the server is down): log the first error of an outage, then stay quiet until reconnected."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.down = False
+        self.reported = False
+
+    async def error(self, exc: Exception) -> None:
+        if self.down and self.reported:
+            log.debug("nats error while reconnecting: %s", exc)
+            return
+        self.reported = self.down
+        # a lost connection is expected news, not a bug: no traceback for it
+        expected = isinstance(exc, (OSError, nats.errors.UnexpectedEOF, nats.errors.StaleConnectionError))
+        log.error("nats error: %s", exc or type(exc).__name__, exc_info=None if self.down or expected else exc)
+
+    async def disconnected(self) -> None:
+        if not self.down:
+            log.warning("disconnected from nats; reconnecting")
+        self.down, self.reported = True, False
+
+
 async def connect(url: str, name: str) -> NATS:
-    """A named connection (visible in nats-server's /connz) that reconnects forever."""
-
-    async def error_cb(exc: Exception) -> None:
-        log.error("nats error: %s", exc, exc_info=exc)
-
-    async def disconnected_cb() -> None:
-        log.warning("disconnected from nats")
-
+    """A named connection (visible in nats-server's /connz) that reconnects forever, to any of
+    the comma-separated servers in `url` (and the cluster members the server announces)."""
+    outage = _Outage(name)
     holder: list[NATS] = []
 
+    async def disconnected_cb() -> None:
+        # nats-py calls this on a close we asked for too (drain at shutdown): only a lost connection warns
+        if holder and holder[0].is_closed:
+            log.debug("disconnected from nats (closing)")
+        else:
+            await outage.disconnected()
+
     async def reconnected_cb() -> None:
-        log.info("reconnected to nats")
+        outage.down = False
+        url = holder[0].connected_url if holder else None
+        log.info("reconnected to nats at %s", url.netloc if url else "?")
         if holder:  # watches restart: see `watch`
             _reconnects[holder[0]] = reconnects(holder[0]) + 1  # nats-py has no such counter
 
@@ -44,7 +74,7 @@ async def connect(url: str, name: str) -> NATS:
         reconnect_time_wait=0.5,
         connect_timeout=2,
         allow_reconnect=True,
-        error_cb=error_cb,
+        error_cb=outage.error,
         disconnected_cb=disconnected_cb,
         reconnected_cb=reconnected_cb,
         pending_size=8 * 1024 * 1024,
@@ -53,22 +83,68 @@ async def connect(url: str, name: str) -> NATS:
     return nc
 
 
+def cluster_size(nc: NATS) -> int:
+    """Servers in the NATS cluster this connection is on: the server announces the client URLs
+    of its cluster peers (`connect_urls` in INFO), itself included."""
+    info = getattr(nc, "_server_info", None) or {}
+    urls = set(info.get("connect_urls") or [])
+    if info.get("cluster") and not urls:
+        return 1
+    return max(1, len(urls))
+
+
+def kv_replicas(nc: NATS) -> int:
+    """Replicas of each control-plane KV bucket: SHOAL_KV_REPLICAS, else 3 in a cluster of three
+    or more servers (one node lost keeps a quorum), else the cluster size (1 for one server)."""
+    configured = os.environ.get("SHOAL_KV_REPLICAS", "").strip()
+    if configured:
+        return max(1, int(configured))
+    return min(3, cluster_size(nc))
+
+
 async def bucket(nc: NATS, name: str, ttl: float | None = None) -> KeyValue:
     """Open a KV bucket, creating it if needed (`ttl`: entries not renewed expire)."""
     js = nc.jetstream()
-    for _ in range(50):
+    replicas = kv_replicas(nc)
+    for _ in range(100):
         try:
             return await js.key_value(name)
         except BucketNotFoundError:
             try:
-                # file storage: the control plane survives a nats-server restart
-                return await js.create_key_value(bucket=name, history=1, storage="file", ttl=ttl)
+                # file storage: the control plane survives a nats-server restart; replicas: a node loss
+                return await js.create_key_value(bucket=name, history=1, storage="file", ttl=ttl, replicas=replicas)
             except Exception as exc:  # created concurrently by another service
                 log.debug("create bucket %s: %s", name, exc)
         except Exception as exc:  # JetStream still starting
             log.debug("open bucket %s: %s", name, exc)
         await asyncio.sleep(0.1)
     raise RuntimeError(f"cannot open JetStream KV bucket '{name}'")
+
+
+KEYS_CONSUMER_IDLE_S = 5.0
+
+
+async def keys(kv: KeyValue) -> list[str]:
+    """The bucket's keys ([] when empty, or when the bus is away). nats-py's `kv.keys()` lists
+    them through an ephemeral consumer the server keeps for 5 minutes after use, and passes no
+    setting through: called every second (leases), hundreds piled up in nats-server
+    (benchmarks/load_cycles.py). Here the consumer goes 5 s after use."""
+    try:
+        watcher = await kv.watchall(ignore_deletes=True, meta_only=True, inactive_threshold=KEYS_CONSUMER_IDLE_S)
+    except Exception:
+        return []
+    found: list[str] = []
+    try:
+        async for entry in watcher:
+            if not entry:  # the end of the current values
+                break
+            found.append(entry.key)
+    except Exception:
+        return []
+    finally:
+        with contextlib.suppress(Exception):
+            await watcher.stop()  # type: ignore[no-untyped-call]
+    return found
 
 
 @dataclass(frozen=True)

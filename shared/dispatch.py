@@ -3,6 +3,11 @@
 Used by the gateway for HTTP clients, by workers for BLS requests and by schedulers for
 ensemble steps. Each request gets its own reply subject under the caller's inbox, so a
 missing scheduler shows up at once as NATS "no responders" instead of a silent timeout.
+
+A scheduler that dies while it holds requests is noticed within about a second (see
+shared/holders.py): requests that are safe to send again (not part of a sequence, not
+streamed from a decoupled model, deadline not reached) go to another scheduler (or the
+restarted one), the others fail at once with a 503 saying why (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from nats.aio.msg import Msg
 
 from shared import subjects
 from shared.errors import ShoalError, unavailable
+from shared.holders import Holders
 from shared.messages import (
     CancelRequest,
     InferRequest,
@@ -65,9 +71,14 @@ class Dispatcher:
         self._flush_scheduled = False
         self._groups: dict[str, list[str]] = {}
         self._prefix = gateway_id
+        # rid -> (model, encoded request, safe to send again): kept while the request is pending
+        self._sent: dict[str, tuple[str, bytes, bool]] = {}
+        self.holders = Holders(nc, self._recover)
+        self.resent = 0  # requests sent again after their scheduler died
 
     async def start(self) -> None:
         await self.nc.subscribe(f"{self.inbox}.*", cb=self._on_reply)
+        self.holders.start()
 
     @property
     def in_flight(self) -> int:
@@ -86,7 +97,7 @@ class Dispatcher:
         # a timer on the future itself: cheaper than asyncio.wait_for's wrapping per request
         timer = loop.call_later(timeout, _expire, future)
         try:
-            self._enqueue(request)
+            self._enqueue(request, not request.sequence_id)
             return await future
         except asyncio.CancelledError:  # the client went away: take the request out of its queue
             cancel = CancelRequest(request.rid, request.model, request.version)
@@ -94,7 +105,7 @@ class Dispatcher:
             raise
         finally:
             timer.cancel()
-            self._pending.pop(request.rid, None)
+            self._forget(request.rid)
 
     async def stream(self, request: InferRequest, timeout: float) -> AsyncIterator[InferResponse]:
         """The responses of a decoupled model's request, until the one flagged final."""
@@ -104,7 +115,7 @@ class Dispatcher:
         deadline = loop.time() + timeout
         finished = False
         try:
-            self._enqueue(request)
+            self._enqueue(request, False)  # a decoupled model may have sent responses already
             while not finished:
                 try:
                     response = await asyncio.wait_for(queue.get(), max(0.0, deadline - loop.time()))
@@ -113,16 +124,26 @@ class Dispatcher:
                 finished = not response.more
                 yield response
         finally:
-            self._pending.pop(request.rid, None)
+            self._forget(request.rid)
             if not finished:  # the client went away or gave up: stop the model's work
                 cancel = CancelRequest(request.rid, request.model, request.version)
                 await self.nc.publish(subjects.SCHEDULER_CANCEL, encode(cancel))
             while not queue.empty():  # answers nobody will read
                 await self.store.release_remote(queue.get_nowait().outputs)
 
-    def _enqueue(self, request: InferRequest) -> None:
+    def _forget(self, rid: str) -> None:
+        self._pending.pop(rid, None)
+        self._sent.pop(rid, None)
+        self.holders.done(rid)
+
+    def _enqueue(self, request: InferRequest, resendable: bool) -> None:
+        raw = encode(request)
+        self._sent[request.rid] = (request.model, raw, resendable)
+        self._send(request.model, request.rid, raw)
+
+    def _send(self, model: str, rid: str, raw: bytes) -> None:
         """Requests started in one event-loop iteration leave as one message per model."""
-        self._outbox.setdefault(request.model, []).append((request.rid, encode(request)))
+        self._outbox.setdefault(model, []).append((rid, raw))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush()))
@@ -142,6 +163,7 @@ class Dispatcher:
         batch_id = f"g{next(self._ids)}"
         # the reply subject only carries NATS "no responders" back for the whole group
         self._groups[batch_id] = [rid for rid, _ in requests]
+        self.holders.sent(self._groups[batch_id])
         payload = encode(RequestBatch([msgspec.Raw(raw) for _, raw in requests]))
         try:
             await self.nc.publish(subjects.infer(model), payload, reply=f"{self.inbox}.{batch_id}")
@@ -156,8 +178,33 @@ class Dispatcher:
             elif waiter is not None and not waiter.done():
                 waiter.set_exception(exc)
 
+    async def _recover(self, holder: str, rids: list[str]) -> None:
+        """The scheduler holding `rids` died: send the safe ones again, fail the others now."""
+        unsafe = []
+        for rid in rids:
+            sent = self._sent.get(rid)
+            if sent is None or rid not in self._pending:
+                continue
+            model, raw, resendable = sent
+            if resendable:
+                self.resent += 1
+                self._send(model, rid, raw)
+            else:
+                unsafe.append(rid)
+        self._fail(
+            unsafe,
+            unavailable(
+                "the scheduler holding the request stopped responding; a sequence or decoupled request "
+                "is not sent again: retry it"
+            ),
+        )
+
     async def _on_reply(self, msg: Msg) -> None:
         token = msg.subject.rsplit(".", 1)[1]
+        held_by = msg.headers.get(subjects.HELD_BY_HEADER) if msg.headers else None
+        if held_by:  # a scheduler took this group: watch it until the requests are answered
+            self.holders.held(held_by, [rid for rid in self._groups.pop(token, []) if rid in self._pending])
+            return
         if msg.headers and msg.headers.get("Status") == "503":
             self._fail(
                 self._groups.pop(token, [token]),

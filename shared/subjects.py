@@ -60,6 +60,17 @@ def infer(model: str) -> str:
     return f"{PREFIX}.infer.{token(model)}"
 
 
+# A scheduler acknowledges each request group it takes with this header on the group's reply
+# subject; its value is the scheduler's liveness subject (see shared/holders.py).
+HELD_BY_HEADER = "Shoal-Held-By"
+
+
+def scheduler_alive(scheduler_id: str, incarnation: str) -> str:
+    """Answered by one scheduler process while it lives (`incarnation`: a restarted process with
+    the same id is another holder: it does not have the dead one's queue)."""
+    return f"{PREFIX}.sched.alive.{token(scheduler_id)}.{incarnation}"
+
+
 def scheduler_sequences(scheduler_id: str) -> str:
     """One scheduler replica: requests of sequences it holds, forwarded by another replica."""
     return f"{PREFIX}.sched.{token(scheduler_id)}.seq"

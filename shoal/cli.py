@@ -40,20 +40,54 @@ UNSUPPORTED_FLAGS = {
     "--model-load-gpu-limit": "GPU memory limits on load are not implemented yet",
     "--http-header-forward-pattern": "header forwarding is not implemented yet",
 }
-# boolean flags that Shoal accepts only with the value it already behaves as
-FIXED_FLAGS = {
-    "allow_http": (True, "the HTTP endpoint cannot be switched off"),
-    "allow_gpu_metrics": (None, ""),
-    "allow_cpu_metrics": (None, ""),
-    "exit_on_error": (None, ""),
-    "log_info": (None, ""),
-    "log_warning": (None, ""),
-    "log_error": (None, ""),
+# boolean flags that Shoal accepts only with the value it already behaves as: flag -> (allowed, why, help)
+FIXED_FLAGS: dict[str, tuple[bool | None, str, str]] = {
+    "allow_http": (True, "the HTTP endpoint cannot be switched off", "HTTP endpoint: only true"),
+    "allow_gpu_metrics": (None, "", s.help_text(s.GatewaySettings.model_fields["allow_gpu_metrics"])),
+    "allow_cpu_metrics": (None, "", s.help_text(s.GatewaySettings.model_fields["allow_cpu_metrics"])),
+    "exit_on_error": (None, "", "exit when a model fails to load at start (default: false; tritonserver's is true)"),
+    "log_info": (None, "", "log INFO messages (default: true)"),
+    "log_warning": (None, "", "log WARNING messages (default: true)"),
+    "log_error": (None, "", "log ERROR messages (default: true)"),
 }
+_FIXED_DEFAULTS = {"allow_http": "true"}
 
-
-def _bool_flag(parser: argparse.ArgumentParser, flag: str, default: bool | None, help: str = "") -> None:
-    parser.add_argument(flag, type=s.parse_bool, nargs="?", const=True, default=default, metavar="BOOL", help=help)
+G, R, S, W = s.GatewaySettings, s.RepositorySettings, s.SchedulerSettings, s.WorkerSettings
+# tritonserver's flag -> the setting it is (its default and help come from the settings model)
+SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
+    ("--model-control-mode", R, "model_control_mode"),
+    ("--load-model", R, "load_model"),
+    ("--repository-poll-secs", R, "repository_poll_secs"),
+    ("--strict-readiness", G, "strict_readiness"),
+    ("--disable-auto-complete-config", R, "disable_auto_complete_config"),
+    ("--strict-model-config", R, "strict_model_config"),
+    ("--exit-timeout-secs", G, "exit_timeout_s"),
+    ("--model-load-thread-count", W, "model_load_thread_count"),
+    ("--id", G, "id"),
+    ("--http-address", G, "http_address"),
+    ("--http-port", G, "http_port"),
+    ("--http-max-input-size", G, "http_max_input_size"),
+    ("--http-restricted-api", G, "http_restricted_api"),
+    ("--metrics-address", G, "metrics_address"),
+    ("--metrics-port", G, "metrics_port"),
+    ("--allow-metrics", G, "allow_metrics"),
+    ("--allow-client-shm", G, "allow_client_shm"),
+    ("--log-verbose", G, "log_verbose"),
+    ("--rate-limit", S, "rate_limit"),
+    ("--rate-limit-resource", S, "rate_limit_resource"),
+    # Shoal's own
+    ("--tensor-transport", G, "tensor_transport"),
+    ("--request-timeout-secs", G, "request_timeout_s"),
+    ("--python-isolation", W, "python_isolation"),
+]
+# the older trace flags: None when not given, so that --trace-config settings stay
+TRACE_FLAGS = [
+    ("--trace-file", "trace_file"),
+    ("--trace-level", "trace_level"),
+    ("--trace-rate", "trace_rate"),
+    ("--trace-count", "trace_count"),
+    ("--trace-log-frequency", "trace_log_frequency"),
+]
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -63,60 +97,61 @@ def serve_parser() -> argparse.ArgumentParser:
         "--model-store",
         action="append",
         default=None,
-        help="model repository (default: the example repository, generated on first use)",
+        help="model repository (default: the example repository, generated on first use in ~/.cache/shoal/models)",
     )
-    p.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none", type=str.lower)
-    p.add_argument("--load-model", action="append", default=[])
-    p.add_argument("--repository-poll-secs", type=int, default=15)
-    _bool_flag(p, "--strict-readiness", True)
-    _bool_flag(p, "--disable-auto-complete-config", False)
-    _bool_flag(p, "--strict-model-config", False)
-    p.add_argument("--exit-timeout-secs", type=int, default=30)
+    for flag, model, field in SETTING_FLAGS:
+        s.add_setting(p, flag, model, field)
     p.add_argument(
-        "--model-load-thread-count",
-        type=int,
-        default=s.WorkerSettings.model_fields["model_load_thread_count"].default,
-        help="models each worker loads at once",
+        "--log-format", choices=["default", "ISO8601"], default=None, help="log line format (default: default)"
     )
-    p.add_argument("--id", default="triton")
-    p.add_argument("--http-address", default="0.0.0.0")
-    p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024)
     p.add_argument(
-        "--http-restricted-api",
+        "--metrics-config",
         action="append",
         default=[],
-        help="<api>[,<api>...]:<header>=<value>: those API groups answer 403 without that header (repeatable)",
+        help="<key>=<value> as tritonserver: counter_latencies, summary_latencies, histogram_latencies, "
+        "summary_quantiles, repeatable (default: none)",
     )
-    p.add_argument("--metrics-port", type=int, default=8002)
-    p.add_argument("--metrics-address", default=None)
-    _bool_flag(p, "--allow-metrics", True)
-    _bool_flag(p, "--allow-client-shm", False)
-    p.add_argument("--log-verbose", type=int, default=0)
-    p.add_argument("--log-format", choices=["default", "ISO8601"], default=None)
-    p.add_argument("--rate-limit", choices=["off", "execution_count"], default="off")
-    p.add_argument("--rate-limit-resource", action="append", default=[])
-    p.add_argument("--metrics-config", action="append", default=[], help="<key>=<value>, as tritonserver")
-    p.add_argument("--cache-config", action="append", default=[], help="local,size=<bytes>")
-    p.add_argument("--response-cache-byte-size", type=int, default=None)
-    p.add_argument("--trace-config", action="append", default=[], help="[triton,]<setting>=<value>")
-    p.add_argument("--trace-file", default=None)
-    p.add_argument("--trace-level", action="append", default=None)
-    p.add_argument("--trace-rate", type=int, default=None)
-    p.add_argument("--trace-count", type=int, default=None)
-    p.add_argument("--trace-log-frequency", type=int, default=None)
-    for name in FIXED_FLAGS:
-        _bool_flag(p, "--" + name.replace("_", "-"), None)
+    p.add_argument(
+        "--cache-config", action="append", default=[], help="local,size=<bytes>: the response cache (default: none)"
+    )
+    p.add_argument(
+        "--response-cache-byte-size",
+        type=int,
+        default=None,
+        help="older form of --cache-config local,size=<bytes> (default: 0, no cache)",
+    )
+    p.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        help="[triton,]<setting>=<value>: file, level, rate, count, log-frequency, mode, repeatable (default: none)",
+    )
+    for flag, field in TRACE_FLAGS:
+        s.add_setting(p, flag, G, field, default=None, **({"action": "append"} if field == "trace_level" else {}))
+    for name, (_, _, help) in FIXED_FLAGS.items():
+        flag = "--" + name.replace("_", "-")
+        text = help if "(default" in help else f"{help} (default: {_FIXED_DEFAULTS[name]})"
+        p.add_argument(flag, type=s.parse_bool, nargs="?", const=True, default=None, metavar="BOOL", help=text)
     grpc_flags.add_flags(p)
     # Shoal's own
-    p.add_argument("--nats-url", default=None, help="use this NATS instead of starting an embedded nats-server")
     p.add_argument(
-        "--nats-monitor-port", type=int, default=0, help="embedded nats-server monitoring port (0 = free port)"
+        "--nats-url",
+        default=None,
+        help="use this NATS instead of starting one (default: none: an embedded nats-server on a free port)",
     )
-    p.add_argument("--workers", type=int, default=1, help="worker processes to start")
-    p.add_argument("--tensor-transport", choices=["auto", "shm", "bus"], default="auto")
-    p.add_argument("--request-timeout-secs", type=float, default=60.0)
-    p.add_argument("--ready-timeout-secs", type=float, default=300.0)
+    p.add_argument(
+        "--nats-monitor-port",
+        type=int,
+        default=0,
+        help="embedded nats-server monitoring port (default: 0, a free port)",
+    )
+    p.add_argument("--workers", type=int, default=1, help="worker processes to start (default: 1)")
+    p.add_argument(
+        "--ready-timeout-secs",
+        type=float,
+        default=300.0,
+        help="how long to wait at start for the models to load (default: 300.0)",
+    )
     return p
 
 
@@ -130,7 +165,7 @@ def _refuse_unsupported(argv: list[str]) -> None:
 def parse_serve(argv: list[str]) -> argparse.Namespace:
     _refuse_unsupported(argv)
     args = serve_parser().parse_args(argv)
-    for name, (allowed, why) in FIXED_FLAGS.items():
+    for name, (allowed, why, _) in FIXED_FLAGS.items():
         value = getattr(args, name)
         if value is not None and allowed is not None and value != allowed:
             raise SystemExit(f"shoal serve: --{name.replace('_', '-')}={str(value).lower()} is not supported: {why}")
@@ -253,15 +288,27 @@ def _status(argv: list[str]) -> None:
     from shoal import status
 
     parser = argparse.ArgumentParser(prog="shoal status", description="The live topology of a running Shoal.")
-    parser.add_argument("--nats-url", default=None, help="default: the NATS of the last `shoal serve`")
-    parser.add_argument("--json", action="store_true")
+    pick = parser.add_mutually_exclusive_group()
+    pick.add_argument("--nats-url", default=None, help="read the services on this NATS (default: see --http-port)")
+    pick.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="read the `shoal serve` serving HTTP on this port (default: the latest `shoal serve` started here)",
+    )
+    parser.add_argument("--json", action="store_true", help="the services as JSON on stdout (default: false)")
     args = parser.parse_args(argv)
-    url = args.nats_url or status.default_nats_url()
+    url, named = status.choose(args.nats_url, args.http_port)
     try:
         services = asyncio.run(status.collect(url))
     except Exception as exc:
         raise SystemExit(f"shoal status: cannot reach NATS at {url}: {exc}") from None
-    print(json.dumps(services, indent=2) if args.json else status.render(services))
+    if args.json:
+        print(named, file=sys.stderr)  # stdout stays JSON
+        print(json.dumps(services, indent=2))
+    else:
+        print(named)
+        print(status.render(services))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,41 +7,32 @@ from typing import Any
 
 from shared import settings as s
 
-_INTS = {
-    "--grpc-port": 8001,
-    "--grpc-infer-allocation-pool-size": 8,
-    "--grpc-keepalive-time": 7_200_000,
-    "--grpc-keepalive-timeout": 20_000,
-    "--grpc-http2-max-pings-without-data": 2,
-    "--grpc-http2-min-recv-ping-interval-without-data": 300_000,
-    "--grpc-http2-max-ping-strikes": 2,
-}
-_BOOLS = {
-    "--allow-grpc": True,
-    "--grpc-keepalive-permit-without-calls": False,
-    "--grpc-use-ssl": False,
-    "--grpc-use-ssl-mutual": False,
-    "--reuse-grpc-port": False,
-}
-_PATHS = ("--grpc-server-cert", "--grpc-server-key", "--grpc-root-cert")
-
-
-def _dest(flag: str) -> str:
-    return flag[2:].replace("-", "_")
+# tritonserver's gRPC flags: the gateway's settings of the same names (their defaults and help)
+FLAGS = [
+    "grpc_address",
+    "grpc_port",
+    "grpc_infer_allocation_pool_size",
+    "grpc_keepalive_time",
+    "grpc_keepalive_timeout",
+    "grpc_http2_max_pings_without_data",
+    "grpc_http2_min_recv_ping_interval_without_data",
+    "grpc_http2_max_ping_strikes",
+    "allow_grpc",
+    "grpc_keepalive_permit_without_calls",
+    "grpc_use_ssl",
+    "grpc_use_ssl_mutual",
+    "reuse_grpc_port",
+    "grpc_server_cert",
+    "grpc_server_key",
+    "grpc_root_cert",
+    "grpc_infer_response_compression_level",
+    "grpc_restricted_protocol",
+]
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--grpc-address", default="0.0.0.0")
-    for flag, default in _INTS.items():
-        p.add_argument(flag, type=int, default=default)
-    for flag, on in _BOOLS.items():
-        p.add_argument(flag, type=s.parse_bool, nargs="?", const=True, default=on, metavar="BOOL")
-    for flag in _PATHS:
-        p.add_argument(flag, default="")
-    p.add_argument("--grpc-infer-response-compression-level", choices=["none", "low", "medium", "high"], default="none")
-    p.add_argument(
-        "--grpc-restricted-protocol", action="append", default=[], help="<protocol>[,<protocol>...]:<key>=<value>"
-    )
+    for name in FLAGS:
+        s.add_setting(p, "--" + name.replace("_", "-"), s.GatewaySettings, name)
 
 
 def check(args: argparse.Namespace) -> None:
@@ -59,6 +50,4 @@ def check(args: argparse.Namespace) -> None:
 
 def gateway_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The gateway's gRPC settings from the parsed flags."""
-    names = ["grpc_address", "grpc_infer_response_compression_level", "grpc_restricted_protocol"]
-    names += [_dest(flag) for flag in (*_INTS, *_BOOLS, *_PATHS)]
-    return {name: getattr(args, name) for name in names}
+    return {name: getattr(args, name) for name in FLAGS}

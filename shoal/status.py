@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,18 +12,82 @@ import nats
 
 from shared.natsserver import default_cache_dir
 
-SERVE_STATE = "serve.json"  # written by `shoal serve`: where its embedded NATS listens
+SERVES = "serve"  # one record per running `shoal serve`, named by its HTTP port
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 
 
-def serve_state_path() -> Path:
-    return default_cache_dir() / SERVE_STATE
+def serves_dir() -> Path:
+    return default_cache_dir() / SERVES
 
 
-def default_nats_url() -> str:
+def record_serve(http_port: int, nats_url: str, repository: str) -> Path:
+    """Written by `shoal serve` once its services run: where `shoal status --http-port` finds its NATS."""
+    path = serves_dir() / f"{http_port}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"http_port": http_port, "nats_url": nats_url, "pid": os.getpid(), "repository": repository}
+    path.write_text(json.dumps(record))
+    return path
+
+
+def forget_serve(path: Path) -> None:
+    """Remove a serve's record unless a later `shoal serve` on the same port wrote it."""
     try:
-        return json.loads(serve_state_path().read_text())["nats_url"]
-    except (OSError, ValueError, KeyError):
-        return "nats://127.0.0.1:4222"
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process, alive
+    return True
+
+
+def recorded_serves() -> list[dict[str, Any]]:
+    """The `shoal serve` processes alive on this machine (for this user's cache), newest first."""
+    found = []
+    for path in serves_dir().glob("*.json"):
+        try:
+            record = json.loads(path.read_text())
+            started = path.stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and _alive(int(record.get("pid", 0))):
+            found.append((started, record))
+        else:
+            path.unlink(missing_ok=True)  # a serve that was killed leaves its record behind
+    return [record for _, record in sorted(found, key=lambda pair: pair[0], reverse=True)]
+
+
+def choose(nats_url: str | None, http_port: int | None) -> tuple[str, str]:
+    """The NATS to read and a line naming it (and the other clusters on this machine, if any)."""
+    if nats_url:
+        return nats_url, f"NATS {nats_url} (--nats-url)"
+    serves = recorded_serves()
+    ports = ", ".join(str(r["http_port"]) for r in serves) or "none"
+    if http_port is not None:
+        match = next((r for r in serves if r["http_port"] == http_port), None)
+        if match is None:
+            raise SystemExit(
+                f"shoal status: no `shoal serve` with HTTP port {http_port} runs here (HTTP ports: {ports})"
+            )
+        return match["nats_url"], _named(match)
+    if not serves:
+        return DEFAULT_NATS_URL, f"NATS {DEFAULT_NATS_URL} (no `shoal serve` runs here; pick with --nats-url)"
+    line = _named(serves[0])
+    if len(serves) > 1:
+        line += f"; other `shoal serve` here: HTTP port(s) {', '.join(str(r['http_port']) for r in serves[1:])}"
+        line += " (pick with --http-port)"
+    return serves[0]["nats_url"], line
+
+
+def _named(record: dict[str, Any]) -> str:
+    return f"NATS {record['nats_url']} (`shoal serve` pid {record['pid']}, HTTP port {record['http_port']})"
 
 
 async def _gather(nc, subject: str, wait: float) -> list[dict[str, Any]]:

@@ -1,9 +1,11 @@
 """`shoal serve`: an embedded nats-server and every service as its own OS process.
 
-The supervisor restarts a service that dies, prints Triton's model table once the
-models are loaded, and on SIGINT/SIGTERM stops the services (gateway first, so no
-new requests arrive while the rest drains), then nats-server, then sweeps any
-shared-memory segment this run left in /dev/shm.
+The supervisor restarts a service that dies (and the embedded nats-server, on the same
+port and JetStream store), prints Triton's model table once the models are loaded, and
+on SIGINT/SIGTERM stops the services (gateway first, so no new requests arrive while the
+rest drains), then nats-server, then sweeps any shared-memory segment this run left in
+/dev/shm; the whole stop takes at most --exit-timeout-secs. Every child dies with the
+supervisor even when it is SIGKILLed (shared/lifeline.py). See docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings
 
+from shared import lifeline
 from shared.natsserver import NatsServer, default_cache_dir
 from shared.settings import (
     GatewaySettings,
@@ -91,7 +94,7 @@ class Cluster:
     def _spawn(self, child: Child) -> None:
         env = {**os.environ, **self.env, "SHOAL_RUN_ID": self.run_id}
         argv = [sys.executable, "-m", "shoal.cli", child.service, *to_argv(child.settings)]
-        child.process = subprocess.Popen(argv, env=env, start_new_session=True)
+        child.process = lifeline.popen(argv, env=env, start_new_session=True)
         child.started = time.monotonic()
 
     def _supervise(self) -> None:
@@ -111,20 +114,26 @@ class Cluster:
         return next(c for c in self.children if c.name == name)
 
     def stop(self, timeout: float = 30.0) -> None:
+        """Stop every service within `timeout` seconds in all: gateways first (they finish their
+        in-flight requests while the rest still runs), then schedulers, workers, the repository;
+        what has not stopped by the deadline is killed."""
         self._stopping.set()
-        # gateways first (they finish their in-flight requests while the rest still runs)
-        order = [c.name for kind in ("gateway", "scheduler", "worker") for c in self.children if c.service == kind]
-        order.append("repository")
-        for name in order:
-            child = self.child(name)
-            if child.process and child.process.poll() is None:
-                child.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for stage in (("gateway",), ("scheduler",), ("worker",), ("repository",)):
+            running = [
+                (c.name, c.process)
+                for c in self.children
+                if c.service in stage and c.process is not None and c.process.poll() is None
+            ]
+            for _, process in running:  # a stage stops in parallel: hundreds of models unload at once
+                process.send_signal(signal.SIGTERM)
+            for name, process in running:
                 try:
-                    child.process.wait(timeout)
+                    process.wait(max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    log.warning("%s did not stop in %ss; killing it", name, timeout)
-                    child.process.kill()
-                    child.process.wait()
+                    log.warning("%s did not stop within the exit timeout (%ss); killing it", name, timeout)
+                    process.kill()
+                    process.wait()
         sweep_segments(self.run_id)
 
     @property
@@ -144,11 +153,12 @@ class Cluster:
         except urllib.error.HTTPError as exc:
             return exc.code
 
-    def wait_ready(self, timeout: float) -> list[dict]:
-        """Block until the gateway answers and no model is still LOADING; returns the index."""
+    def wait_ready(self, timeout: float, cancel: threading.Event | None = None) -> list[dict]:
+        """Block until the gateway answers and no model is still LOADING; returns the index.
+        `cancel` set (a SIGTERM while starting) ends the wait at once with TimeoutError."""
         deadline = time.monotonic() + timeout
         index: list[dict] = []
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (cancel is not None and cancel.is_set()):
             try:
                 request = urllib.request.Request(f"{self.base_url}/v2/repository/index", data=b"", method="POST")
                 with urllib.request.urlopen(request, timeout=2) as response:
@@ -163,6 +173,18 @@ class Cluster:
                 pass
             time.sleep(0.1)
         raise TimeoutError(f"models not loaded after {timeout}s: {index}")
+
+
+def keep_nats_alive(nats: NatsServer) -> None:
+    """The embedded nats-server died: start it again on the same port with the same JetStream
+    store (file-backed: configs, model states and leases survive); the services reconnect."""
+    if nats.alive or nats.process is None:
+        return
+    log.error("nats-server exited with code %s; restarting it on port %d", nats.process.returncode, nats.port)
+    try:
+        nats.start()
+    except (RuntimeError, TimeoutError, OSError) as exc:  # tried again on the next check
+        log.error("cannot restart nats-server: %s", exc)
 
 
 def sweep_segments(run_id: str) -> int:
@@ -195,6 +217,8 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         id=args.id,
         http_address=args.http_address,
         http_port=args.http_port,
+        metrics_address=args.metrics_address,
+        log_started=False,  # said below, once the models are loaded (as tritonserver)
         metrics_port=args.metrics_port,
         allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size,
@@ -227,7 +251,10 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
     )
     workers = [
         WorkerSettings(
-            **common, tensor_transport=args.tensor_transport, model_load_thread_count=args.model_load_thread_count
+            **common,
+            tensor_transport=args.tensor_transport,
+            python_isolation=args.python_isolation,
+            model_load_thread_count=args.model_load_thread_count,
         )
         for _ in range(args.workers)
     ]
@@ -272,17 +299,15 @@ def serve(args: argparse.Namespace) -> int:
         nats_url = nats.url
         log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
     cluster = build_cluster(args, nats_url, repository).start()
-    from shoal.status import serve_state_path
+    from shoal.status import forget_serve, record_serve
 
-    state = serve_state_path()
-    state.parent.mkdir(parents=True, exist_ok=True)
-    state.write_text(json.dumps({"nats_url": nats_url, "http_port": args.http_port, "pid": os.getpid()}))
+    state = record_serve(args.http_port, nats_url, str(repository))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     code = 0
     try:
-        index = cluster.wait_ready(args.ready_timeout_secs)
+        index = cluster.wait_ready(args.ready_timeout_secs, cancel=stop)
         print(model_table(index), flush=True)
         apply_log_flags(cluster, args)
         failed = [e for e in index if e.get("state") == "UNAVAILABLE"]
@@ -294,15 +319,17 @@ def serve(args: argparse.Namespace) -> int:
             log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_metrics:
-            log.info("Started Metrics Service at %s:%d", args.http_address, args.metrics_port)
-        stop.wait()
+            log.info("Started Metrics Service at %s:%d", args.metrics_address or args.http_address, args.metrics_port)
+        while not stop.wait(0.5):
+            if nats is not None:
+                keep_nats_alive(nats)
     except TimeoutError as exc:
         log.error("%s", exc)
         code = 1
     finally:
         log.info("shutting down")
-        cluster.stop(timeout=args.exit_timeout_secs)
+        cluster.stop(timeout=max(1.0, args.exit_timeout_secs - 1.0))
         if nats is not None:
-            nats.stop()
-        state.unlink(missing_ok=True)
+            nats.stop(timeout=1.0)
+        forget_serve(state)
     return code

@@ -6,11 +6,12 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from onnx import TensorProto
 
 from services.repository import examples
-from shared.natsserver import NatsServer, free_port
+from shared.natsserver import NatsCluster, NatsServer, free_port, wait_for_port
 from shared.settings import (
     GatewaySettings,
     RepositorySettings,
@@ -98,7 +99,7 @@ def build_test_repository(root: Path) -> Path:
 
 @dataclass
 class Running:
-    nats: NatsServer
+    nats: NatsServer  # with nats_nodes > 1: a NatsCluster (its `nodes` are NatsServers)
     cluster: Cluster
 
     @property
@@ -127,9 +128,16 @@ def running_cluster(
     gateways: int = 1,
     schedulers: int = 1,
     workers_settings: list[dict] | None = None,
+    nats_nodes: int = 1,
     **gateway: object,
 ) -> Iterator[Running]:
-    nats = NatsServer(max_payload=max_payload).start()
+    """`nats_nodes` > 1: a NATS cluster of that many servers (routes, clustered JetStream);
+    the services get every node's URL."""
+    nats: Any = (
+        NatsServer(max_payload=max_payload).start()
+        if nats_nodes <= 1
+        else NatsCluster(nats_nodes, max_payload=max_payload).start()
+    )
     common = {"nats_url": nats.url}
 
     def gateway_settings() -> GatewaySettings:
@@ -161,6 +169,8 @@ def running_cluster(
     try:
         cluster.start()
         cluster.wait_ready(90)
+        for more in cluster.more_gateways:  # wait_ready asks the first gateway only
+            wait_for_port(more.http_port, 60)
         yield Running(nats, cluster)
     finally:
         cluster.stop(timeout=10)

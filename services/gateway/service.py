@@ -136,7 +136,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
                 http=CorkedHttpToolsProtocol,
                 log_level="warning",
                 access_log=False,
-                timeout_graceful_shutdown=settings.exit_timeout_s,
+                timeout_graceful_shutdown=settings.exit_timeout_s,  # type: ignore[arg-type]  # annotated int, any seconds work
             )
         )
     ]
@@ -145,19 +145,21 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
             _Server(
                 uvicorn.Config(
                     build_metrics_app(metrics_stats, metrics_options(settings), custom_metrics),
-                    host=settings.http_address,
+                    host=settings.metrics_address or settings.http_address,
                     port=settings.metrics_port,
                     log_level="warning",
                     access_log=False,
                 )
             )
         )
+    metrics_address = settings.metrics_address or settings.http_address
+    started = log.info if settings.log_started else log.debug  # under shoal serve, the supervisor says it
     grpc_listener = await grpc_server.start(settings, server) if settings.allow_grpc else None
     if grpc_listener is not None:
-        log.info("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.grpc_port)
-    log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
+        started("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.grpc_port)
+    started("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
     if settings.allow_metrics:
-        log.info("Started Metrics Service at %s:%d", settings.http_address, settings.metrics_port)
+        started("Started Metrics Service at %s:%d", metrics_address, settings.metrics_port)
 
     async def stop_servers() -> None:
         await stop.wait()

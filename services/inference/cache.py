@@ -38,6 +38,8 @@ def cache_key(model: str, version: int, parsed: ParsedRequest, valid: Validated)
     custom = {k: v for k, v in parsed.parameters.items() if k != "binary_data_output"}
     digest.update(msgspec.msgpack.encode([model, version, sorted(valid.outputs), sorted(custom.items())]))
     for tensor in sorted(parsed.inputs, key=lambda t: t.name):
+        if tensor.data is None:  # in shared memory (refused above)
+            return None
         digest.update(
             msgspec.msgpack.encode([tensor.name, tensor.datatype, tensor.shape, memoryview(tensor.data).nbytes])
         )

@@ -15,6 +15,8 @@ def classify(out: OutputTensor, count: int, batching: bool, labels: list[str] | 
     """Triton's classification extension: top-`count` "value:index[:label]" strings per batch row."""
     if out.datatype not in _CLASSIFIABLE:
         raise invalid(f"class result not available for output '{out.name}' due to unsupported type '{out.datatype}'")
+    if out.data is None:  # an output in the client's shared memory cannot be classified (refused when parsed)
+        raise invalid(f"Output can't set both 'shared_memory_region' and 'classification' for output '{out.name}'")
     values = np.frombuffer(out.data, dtype=numpy_dtype(out.datatype)).reshape(out.shape)
     rows = values.reshape(values.shape[0], -1) if batching and values.ndim else values.reshape(1, -1)
     k = min(count, rows.shape[1])

@@ -12,7 +12,7 @@ from services.inference.shm import DISABLED, ShmRegistry
 from services.inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
 from services.inference.validation import Validated
 from shared.dispatch import Dispatcher
-from shared.errors import ShoalError, invalid, unsupported
+from shared.errors import Code, ShoalError, internal, invalid, unsupported
 from shared.logcontext import request_ids
 from shared.messages import InferRequest, InferResponse, TensorRef
 from shared.model_config import ModelSpec
@@ -26,6 +26,13 @@ def _uint(parameters: dict, key: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise invalid(f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer")
     return value
+
+
+def _output_datatype(spec: ModelSpec, name: str) -> str:
+    output = spec.output(name)
+    if output is None:  # validation refused it already; a guard for the type checker and future callers
+        raise invalid(f"unexpected inference output '{name}' for model '{spec.name}'")
+    return output.datatype
 
 
 def _regions_used(parsed: ParsedRequest) -> list[str]:
@@ -107,7 +114,7 @@ class Executor:
         try:
             budget = INLINE_BUDGET  # inline bytes per request, so requests group into bus messages
             for tensor in parsed.inputs:
-                if tensor.in_shared_memory:
+                if tensor.data is None:  # in the client's shared memory
                     inputs.append(self._shm().reference(tensor.name, tensor.datatype, tensor.shape, tensor.parameters))
                     continue
                 nbytes = memoryview(tensor.data).nbytes
@@ -117,7 +124,7 @@ class Executor:
                 budget -= nbytes if ref.data is not None else 0
                 inputs.append(ref)
             regions = {
-                o.name: self._shm().reference(o.name, spec.output(o.name).datatype, [], o.parameters)
+                o.name: self._shm().reference(o.name, _output_datatype(spec, o.name), [], o.parameters)
                 for o in parsed.outputs or []
                 if o.in_shared_memory
             }
@@ -153,7 +160,7 @@ class Executor:
     ) -> list[OutputTensor]:
         if response.error:
             await self.store.release_remote(response.outputs)
-            raise ShoalError(response.error, response.code or "INTERNAL")
+            raise ShoalError(response.error, Code(response.code) if response.code else Code.INTERNAL)
         try:
             return [await self._output(ref, regions.get(ref.name), valid, deadline) for ref in response.outputs]
         finally:
@@ -167,6 +174,6 @@ class Executor:
             raise region_too_small(ref.name, region, memoryview(data).nbytes)
         if region is not None:  # the worker could not reach the client's region: write it here
             if not write_region(region, data, self.store.host):
-                raise ShoalError(f"shared memory region of output '{ref.name}' is not reachable", "INTERNAL")
+                raise internal(f"shared memory region of output '{ref.name}' is not reachable")
             return OutputTensor(ref.name, ref.datatype, ref.shape, None, False)
         return OutputTensor(ref.name, ref.datatype, ref.shape, data, valid.binary.get(ref.name, False))

@@ -77,19 +77,19 @@ class ModelManager:
     # -- load -------------------------------------------------------------------
     def _scan(self, name: str, config: str, files: dict[str, str]) -> ScannedModel:
         check_model_name(name)
-        override = model_config.parse_json(config) if config else None
-        if files:
-            decoded: dict[str, bytes] = {}
-            for relative, text in files.items():
-                try:
-                    decoded[relative] = base64.b64decode(text, validate=True)
-                except (binascii.Error, ValueError):
-                    raise invalid(f"file override '{relative}' is not valid base64") from None
-            model_dir = overrides.write_override_dir(name, decoded)
-        else:
-            model_dir = self.root / name
-            if not model_dir.is_dir():
-                raise internal(f"failed to load '{name}', failed to poll from model repository")
+        decoded: dict[str, bytes] = {}
+        for relative, text in files.items():
+            try:
+                decoded[relative] = base64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError):
+                raise invalid(f"file override '{relative}' is not valid base64") from None
+        try:
+            override = model_config.parse_json(config) if config else None
+            model_dir = overrides.write_override_dir(name, decoded) if files else self.root / name
+        except ShoalError as exc:
+            raise overrides.poll_failed(name, exc.message) from None
+        if not files and not model_dir.is_dir():
+            raise internal(f"failed to load '{name}', failed to poll from model repository")
         scanned = scan_model(model_dir, self.auto_complete, override)
         if scanned.config is not None and is_ensemble(model_config.to_json(scanned.config)):
             graph = model_config.to_json(scanned.config)

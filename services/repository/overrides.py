@@ -10,8 +10,18 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from shared.errors import invalid
+from shared.errors import ShoalError, invalid
 from shared.paths import inside
+
+
+def poll_failed(name: str, reason: str) -> ShoalError:
+    """A load whose overrides cannot be read or written: Triton's answer, then the reason it logs.
+
+    Triton answers every such failure "failed to load '<m>', failed to poll from model repository"
+    (INTERNAL) and keeps the reason for its log; Shoal adds the reason and answers 400, as the
+    request is what is wrong (docs/compatibility.md, items 14 and 16).
+    """
+    return invalid(f"failed to load '{name}', failed to poll from model repository: {reason}")
 
 
 def write_override_dir(name: str, files: dict[str, bytes]) -> Path:
@@ -20,13 +30,27 @@ def write_override_dir(name: str, files: dict[str, bytes]) -> Path:
     model_dir.mkdir()
     try:
         for relative, content in files.items():
-            target = inside(model_dir, relative)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
+            _write_file(model_dir, relative, content)
     except Exception:
         shutil.rmtree(root, ignore_errors=True)
         raise
     return model_dir
+
+
+def _write_file(model_dir: Path, relative: str, content: bytes) -> None:
+    """One override file; file system refusals (a name too long, ...) in Triton's words."""
+    target = inside(model_dir, relative)
+    base = model_dir.resolve()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        failed = Path(exc.filename or target.parent)
+        shown = failed.relative_to(base) if failed.is_relative_to(base) else target.parent.relative_to(base)
+        raise invalid(f"Failed to create directory '{shown}', errno:{exc.strerror}") from None
+    try:
+        target.write_bytes(content)
+    except OSError as exc:
+        raise invalid(f"failed to open binary file for write {target.relative_to(base)}: {exc.strerror}") from None
 
 
 def remove_override_dir(model_dir: Path) -> None:

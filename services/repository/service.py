@@ -92,10 +92,7 @@ class RepositoryService:
 
     @staticmethod
     async def _keys(kv) -> list[str]:
-        try:
-            return await kv.keys()
-        except Exception:  # nats raises NoKeysError on an empty bucket
-            return []
+        return await bus.keys(kv)
 
     def _initial_models(self) -> list[str]:
         available = self.manager.available()

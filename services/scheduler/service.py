@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from typing import Any
 
@@ -75,8 +76,12 @@ class SchedulerService:
         self.ownership = Ownership(nc, settings.scheduler_id, self, self.pump, self.sequencer, self.take)
         self._subs: dict[str, Subscription] = {}  # model -> its infer subscription, while we hold its lease
         self._stats_sub: Subscription | None = None
+        # dispatchers ping this while we hold their requests (shared/holders.py): answered only
+        # by this process, so a restarted scheduler with the same id is not mistaken for it
+        self.alive_subject = subjects.scheduler_alive(settings.scheduler_id, secrets.token_hex(4))
 
     async def start(self) -> None:
+        await self.nc.subscribe(self.alive_subject, cb=self._on_alive)
         self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
         await self.nc.subscribe(subjects.INSTANCE_FREE, cb=self._on_free)
         await self.liveness.start()
@@ -143,7 +148,12 @@ class SchedulerService:
     async def _on_request(self, msg: Msg) -> None:
         batch: RequestBatch | None = bus.decode(_batch_decoder, msg, log)
         if batch is not None:
+            if msg.reply:  # tell the dispatcher who holds these, so that it notices if we die
+                await self.nc.publish(msg.reply, b"", headers={subjects.HELD_BY_HEADER: self.alive_subject})
             await self.take(batch.requests)
+
+    async def _on_alive(self, msg: Msg) -> None:
+        await msg.respond(b"")
 
     async def take(self, raws: list[msgspec.Raw], routed: bool = False) -> None:
         """Queue requests; those of sequences another replica holds go to it (`routed`: they
@@ -200,10 +210,13 @@ class SchedulerService:
     # -- for the model's ownership (`replicas.ownership.Served`) ------------------------
     async def subscribe(self, model: str) -> None:
         # one queue group for every replica: while a model changes hands, both the old and
-        # the new owner are subscribed and each request reaches exactly one of them
-        self._subs[model] = await self.nc.subscribe(
-            subjects.infer(model), queue=subjects.SCHEDULER_QUEUE, cb=self._on_request
-        )
+        # the new owner are subscribed and each request reaches exactly one of them. Claimed
+        # back before the hand-over let it go (a quick unload/load): the subscription is still
+        # ours; a second one would leak (benchmarks/load_cycles.py found it).
+        if model not in self._subs:
+            self._subs[model] = await self.nc.subscribe(
+                subjects.infer(model), queue=subjects.SCHEDULER_QUEUE, cb=self._on_request
+            )
 
     async def unsubscribe(self, model: str) -> None:
         sub = self._subs.pop(model, None)

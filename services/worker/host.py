@@ -26,6 +26,7 @@ from services.worker.gpus import available_gpus
 from services.worker.instances import Instance, LoadedModel
 from services.worker.loading import BoundedLoader
 from services.worker.placement import plan_instances
+from services.worker.python import environments
 from services.worker.python.callables import InProcessModels, in_process
 from services.worker.python.child_reports import ChildReports
 from services.worker.python.isolation import ModelProcesses, isolated
@@ -167,7 +168,11 @@ class ModelHost:
         ):
             hosted = None
         if hosted is not None and isolated(self.settings, hosted.config):
-            if self.processes.ensure(name, hosted.generation):  # a worker process of its own hosts it
+            # its EXECUTION_ENV_PATH, unpacked if packed (once): off the event loop
+            environ = await asyncio.to_thread(environments.process_environ, hosted.config, hosted.path)
+            if self.processes.environ_changed(name, environ):
+                await self.processes.stop(name)
+            if self.processes.ensure(name, hosted.generation, environ):  # a worker process of its own hosts it
                 await self.child_reports.forget(name, hosted.hosted)
             hosted = None
         elif name in self.processes.children:

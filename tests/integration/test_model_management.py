@@ -29,9 +29,16 @@ model_warmup [
 
 
 def wait_until(condition, timeout: float = 60.0, what: str = "condition") -> None:
+    """Poll `condition` until it holds; an error answer (a model between generations) is 'not yet'."""
     deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+    while True:
+        try:
+            if condition():
+                return
+            last = "false"
+        except InferenceServerException as exc:
+            last = str(exc)
+        assert time.monotonic() < deadline, f"timed out waiting for {what} (last: {last})"
         time.sleep(0.05)
 
 
@@ -157,6 +164,30 @@ def test_file_override_cannot_escape(explicit, explicit_repo):
         explicit.url, "/v2/repository/models/first/load", "POST", json.dumps({"parameters": {"nonsense": "1"}}).encode()
     )
     assert status == 400 and json.loads(raw)["error"] == "Unrecognized load parameter 'nonsense'."
+
+
+def test_file_override_name_too_long_is_a_clear_400(explicit):
+    """A file name longer than the file system takes (255 bytes on Linux): Triton's words, not errno 36."""
+    for relative, reason in (
+        (
+            "1/" + "m" * 300 + ".onnx",
+            "failed to open binary file for write 1/" + "m" * 300 + ".onnx: File name too long",
+        ),
+        (
+            "1/" + "d" * 300 + "/model.onnx",
+            "Failed to create directory '1/" + "d" * 300 + "', errno:File name too long",
+        ),
+    ):
+        body = {
+            "parameters": {
+                "config": json.dumps({"name": "long_name", "backend": "onnxruntime"}),
+                "file:" + relative: base64.b64encode(b"x").decode(),
+            }
+        }
+        status, _, raw = http(explicit.url, "/v2/repository/models/long_name/load", "POST", json.dumps(body).encode())
+        error = json.loads(raw)["error"]
+        assert status == 400, error
+        assert error == f"failed to load 'long_name', failed to poll from model repository: {reason}"
 
 
 def test_warmup_runs_before_ready(eclient):
@@ -300,9 +331,11 @@ def test_poll_mode_follows_the_repository(poll_repo):
         infer_identity(client, "alpha")
         import shutil
 
-        shutil.rmtree(poll_repo / "beta")  # a removed model unloads
-        wait_until(lambda: not client.is_model_ready("beta"), what="beta to unload")
-        assert "beta" not in {e["name"] for e in client.get_model_repository_index()}
+        shutil.rmtree(poll_repo / "beta")  # a removed model unloads, then leaves the index
+        # not ready and gone from the index are two steps of the repository (unload, then forget):
+        # wait for the last one, never read the index once right after the first
+        wait_until(lambda: "beta" not in index_of(client), what="beta to leave the index")
+        assert not client.is_model_ready("beta")
         client.close()
 
 

@@ -73,6 +73,8 @@ def render_generate(
     doc["model_version"] = str(version)
     doc.update(parameters or {})
     for out in outputs:
+        if out.data is None:  # generate requests name no shared-memory outputs
+            continue
         values = json_values(out.datatype, out.shape, out.data)
         values = values.tolist() if hasattr(values, "tolist") else values
         doc[out.name] = values[0] if len(values) == 1 else values

@@ -141,7 +141,7 @@ def _summaries(entries: list, options: MetricsOptions) -> list[str]:
 
 
 def _batch_histogram(entries: list) -> list[str]:
-    rows = []
+    rows: list[tuple[dict[str, str], list[int], list[int], float]] = []
     for (model, version), value in entries:
         sizes = {b["batch_size"]: b["compute_infer"]["count"] for b in value["stats"]["batch_stats"]}
         counts = [0] * (len(BATCH_BUCKETS) + 1)
@@ -179,6 +179,12 @@ def _shoal_gauges(entries: list) -> list[str]:
         "Model executions (batches) each worker ran, per model",
         "counter",
         [({"worker": w, "model": m, "version": v}, n) for (w, m, v), n in sorted(executions.items())],
+    )
+    lines += family_lines(
+        "shoal_inference_request_retry",
+        "Requests sent to another instance because the worker holding them died before starting them",
+        "counter",
+        [({"model": m, "version": v}, value.get("retries", 0)) for (m, v), value in entries],
     )
     lines += family_lines(
         "shoal_shm_bytes_in_use",

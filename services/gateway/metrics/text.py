@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 
 def _escape(text: str, quote: bool = True) -> str:
@@ -10,7 +11,7 @@ def _escape(text: str, quote: bool = True) -> str:
     return text.replace('"', '\\"') if quote else text
 
 
-def label_text(labels: dict[str, str]) -> str:
+def label_text(labels: Mapping[str, str]) -> str:
     return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + "}"
 
 
@@ -28,7 +29,9 @@ def family_lines(name: str, doc: str, kind: str, samples: list[tuple[dict[str, s
     return lines
 
 
-def histogram_lines(name: str, doc: str, rows: list[tuple[dict[str, str], list[float], list[int], float]]) -> list[str]:
+def histogram_lines(
+    name: str, doc: str, rows: Sequence[tuple[Mapping[str, str], Sequence[float], Sequence[int], float]]
+) -> list[str]:
     lines = [f"# HELP {name} {_escape(doc, quote=False)}", f"# TYPE {name} histogram"]
     for labels, bounds, counts, total in rows:
         cumulative = 0

@@ -9,7 +9,7 @@ import logging
 import time
 from collections import deque
 
-from services.scheduler.batching.model_queue import ModelQueue, Slot
+from services.scheduler.batching.model_queue import InFlight, ModelQueue, Slot
 from services.scheduler.batching.pump import Pump
 from shared.messages import CreditsRevoked, InstanceFree
 
@@ -48,9 +48,9 @@ class Credits:
         if flight is None:
             return
         now_ns = time.time_ns()
-        headers = {p.header.rid: p.header for p in flight.requests if p.header.rid not in flight.cancelled}
+        headers = {p.header.rid: p.header for p in flight.live}
         if free.batch_size:
-            self._record_batch(queue, free)
+            self._record_batch(queue, free, flight)
         for done in free.done:
             header = headers.pop(done.rid, None)
             if header is None:
@@ -61,15 +61,19 @@ class Credits:
             await self.replies.fail(queue, header, f"request was lost by worker {free.worker}")
 
     @staticmethod
-    def _record_batch(queue: ModelQueue, free: InstanceFree) -> None:
+    def _record_batch(queue: ModelQueue, free: InstanceFree, flight: InFlight) -> None:
+        """The execution in Triton's statistics as Triton would have run it: without the requests
+        cancelled while they waited at the instance (they count as CANCELED, never as executed);
+        the instance's utilisation counts all it did."""
         stats = queue.stats
         busy = free.compute_input_ns + free.compute_infer_ns + free.compute_output_ns
         stats.worker_compute_ns[free.worker] = stats.worker_compute_ns.get(free.worker, 0) + busy
         stats.worker_executions[free.worker] = stats.worker_executions.get(free.worker, 0) + 1
-        ok_count = sum(1 for d in free.done if d.ok)
-        stats.record_batch(
-            free.batch_size, ok_count, free.compute_input_ns, free.compute_infer_ns, free.compute_output_ns
-        )
+        ran = {d.rid for d in free.done if d.ok}
+        ok_count = sum(1 for rid in ran if rid not in flight.cancelled)
+        rows = free.batch_size - sum(p.batch_size for p in flight.requests if p.header.rid in flight.cancelled & ran)
+        if rows > 0:
+            stats.record_batch(rows, ok_count, free.compute_input_ns, free.compute_infer_ns, free.compute_output_ns)
 
     async def revoked(self, revoked: CreditsRevoked) -> None:
         """The worker reloaded or unloaded the instances of one generation: their credits are void."""
@@ -93,15 +97,40 @@ class Credits:
         for queue in queues:
             if queue.seq is not None:  # before its flights end: freed slots must not go to backlogged sequences
                 await self.sequences.worker_lost(queue, worker)
-        for key in self.flights.of_worker(worker):
+        await self._recover_flights(worker)
+
+    async def _recover_flights(self, worker: str) -> None:
+        """The batches a lost worker held. The oldest of each instance was running (it may be
+        what killed the worker): its requests fail. The later ones waited behind it, never
+        started: requests safe to run again (not in a sequence, not for a decoupled model,
+        before their deadline, not retried yet) go back to the head of their queue for another
+        instance; the rest fail (docs/reliability.md, metric shoal_inference_request_retry)."""
+        keys = sorted(self.flights.of_worker(worker), key=lambda k: k[1])  # batch ids grow: sending order
+        started: set[tuple[tuple[str, int], int]] = set()
+        requeued: dict[tuple[str, int], ModelQueue] = {}
+        now_ns = time.time_ns()
+        for key in keys:
             flight = self.flights.end(key)
             if flight is None:
                 continue
             queue = self.pump.queue(*flight.key)
-            for pending in flight.requests:
-                await self.replies.fail(
-                    queue, pending.header, f"worker {worker} stopped responding while running the request"
-                )
+            instance = (flight.key, flight.slot.instance)
+            waited = instance in started  # another batch of its instance was sent before it
+            started.add(instance)
+            safe = waited and queue.seq is None and not (queue.spec and queue.spec.decoupled)
+            for pending in reversed(flight.live):  # appendleft: they keep their order
+                if safe and not pending.retried and pending.header.deadline_ns > now_ns:
+                    pending.retried = True
+                    queue.stats.retries += 1
+                    queue.requests.appendleft(pending)
+                    requeued[queue.key] = queue
+                else:
+                    await self.replies.fail(
+                        queue, pending.header, f"worker {worker} stopped responding while running the request"
+                    )
+        for queue in requeued.values():
+            log.warning("requests of '%s' that worker %s had not started go to another instance", queue.key[0], worker)
+            await self.pump.pump(queue)
 
     async def expire_forever(self) -> None:
         while True:
@@ -125,7 +154,7 @@ class Credits:
                 continue
             queue = self.pump.queue(*flight.key)
             log.warning("batch %d of '%s' on worker %s never completed; failing it", key[1], flight.key[0], key[0])
-            for pending in flight.requests:
+            for pending in flight.live:
                 await self.replies.fail(queue, pending.header, "the request was lost on its way to or from a worker")
             if flight.slot not in queue.free:
                 queue.free.append(flight.slot)

@@ -31,6 +31,7 @@ class Pending:
     level: int = 0  # priority level (0: the model has one queue)
     queue_deadline_ns: int = 0  # queue policy timeout, wall clock; 0 = none
     sequence: Sequence | None = None  # sequence-batched models: the sequence it belongs to
+    retried: bool = False  # sent again once after its worker died (never twice: it may be what kills them)
 
     @property
     def batch_size(self) -> int:
@@ -62,6 +63,11 @@ class InFlight:
 
     def holds(self, rid: str) -> bool:
         return any(p.header.rid == rid for p in self.requests)
+
+    @property
+    def live(self) -> list[Pending]:
+        """Its requests still owed an answer: a cancelled one was answered (counted) already."""
+        return [p for p in self.requests if p.header.rid not in self.cancelled]
 
 
 def policy_for(spec: ModelSpec | None) -> BatchPolicy:

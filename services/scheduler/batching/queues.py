@@ -125,6 +125,14 @@ class RequestQueue(Generic[T]):
             self._reorder()
         part.append(item)
 
+    def appendleft(self, item: T) -> None:
+        """Back to the head of its level (a retried request keeps its place in line)."""
+        part = self._levels.get(item.level)
+        if part is None:
+            self._levels[item.level] = part = deque()
+            self._reorder()
+        part.appendleft(item)
+
     def size(self, level: int) -> int:
         return len(self._levels.get(level, ())) + len(self._delayed.get(level, ()))
 

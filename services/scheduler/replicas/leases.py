@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from nats.js.kv import KeyValue
 
-from shared import subjects
+from shared import bus, subjects
 
 log = logging.getLogger("shoal.scheduler")
 
@@ -93,8 +93,10 @@ class Leases:
             return
         try:
             self._presence_revision = await self.kv.put(f"{PRESENCE}{self.owner}", b"")
-            keys = await self.kv.keys()
-        except Exception:  # an empty bucket raises; the bus may be away
+            keys = await bus.keys(self.kv)
+        except Exception:  # the bus may be away
+            return
+        if not keys:  # the bus went away after the put
             return
         self.replicas = replicas = max(1, sum(1 for k in keys if k.startswith(PRESENCE)))
         self.fair = fair = -(-len(self.wanted) // replicas)

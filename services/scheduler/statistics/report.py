@@ -52,6 +52,7 @@ def report(
             "latency": q.stats.latencies.json(quantiles),
             "worker_compute_ns": q.stats.worker_compute_ns,
             "worker_executions": q.stats.worker_executions,
+            "retries": q.stats.retries,
         }
         for q in queues
         for model, version in (q.key,)

@@ -49,6 +49,7 @@ class ModelStats:
     latencies: Latencies = field(default_factory=Latencies)
     worker_compute_ns: dict[str, int] = field(default_factory=dict)  # instance utilisation, per worker
     worker_executions: dict[str, int] = field(default_factory=dict)
+    retries: int = 0  # requests sent to another instance after their worker died before starting them
 
     def record_batch(self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """One execution: each request in it is charged the batch's compute times, as Triton does."""

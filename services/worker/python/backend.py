@@ -34,7 +34,7 @@ from services.worker.backends.runner import (
     Result,
     Work,
 )
-from services.worker.python import pb_utils
+from services.worker.python import environments, pb_utils
 from shared.errors import Code, unavailable
 from shared.model_config import ModelSpec
 
@@ -102,6 +102,7 @@ class PythonInstance:
     def __init__(self, spec: ModelSpec, path: Path, placement: Placement) -> None:
         kind, device, version = placement.kind, placement.device, placement.version
         name = placement.name or f"{spec.name}_0"
+        environments.check(spec.parameters, str(path.parent.parent))  # <model>/<version>/model.py
         module = _import(path)
         if not hasattr(module, "TritonPythonModel"):
             raise unavailable(f"{path} does not define TritonPythonModel")
@@ -131,7 +132,7 @@ class PythonInstance:
                 target=self._loop.run_forever, name=f"{self.spec.name}-asyncio", daemon=True
             )
             self._loop_thread.start()
-        deadline_ns = getattr(pb_utils._context, "deadline_ns", 0)
+        deadline_ns = pb_utils.get_deadline_ns()
 
         async def with_context():
             pb_utils.set_context(deadline_ns, self.model_dir)  # BLS deadline for the loop's thread too

@@ -15,7 +15,7 @@ import logging
 import msgspec
 from nats.js.kv import KeyValue
 
-from shared import subjects
+from shared import bus, subjects
 from shared.messages import InstanceRecord, ModelRecord, encode
 
 log = logging.getLogger("shoal.worker")
@@ -74,9 +74,8 @@ class ChildReports:
 
     async def _reports_of(self, worker_prefix: str, model: str) -> list[tuple[str, int, InstanceRecord]]:
         """(key, KV revision, report) of every incarnation of a child (each has its own id)."""
-        try:
-            keys = await self.kv.keys()
-        except Exception:  # no keys at all
+        keys = await bus.keys(self.kv)
+        if not keys:
             return []
         reports = []
         for key in keys:

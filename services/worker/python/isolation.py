@@ -63,6 +63,7 @@ class ModelProcesses:
         self.stopping = False
         self._generations: dict[str, int] = {}
         self._new_generation: dict[str, asyncio.Event] = {}
+        self._environ: dict[str, dict[str, str]] = {}  # model -> what its process adds (EXECUTION_ENV_PATH)
 
     def child_id(self, model: str) -> str:
         return f"{self.parent_id}-py-{subjects.token(model)}"
@@ -77,8 +78,14 @@ class ModelProcesses:
             }
         )
 
-    def ensure(self, model: str, generation: int) -> bool:
+    def environ_changed(self, model: str, environ: dict[str, str]) -> bool:
+        """Whether `model`'s process runs with other environment variables than its config now asks
+        (a new EXECUTION_ENV_PATH): it must be stopped and started again."""
+        return model in self.children and self._environ.get(model, {}) != environ
+
+    def ensure(self, model: str, generation: int, environ: dict[str, str] | None = None) -> bool:
         """Keep a process for `model` running; True when this is a new generation of it."""
+        self._environ[model] = environ or {}
         new = self._generations.get(model) != generation
         if new:
             self._generations[model] = generation
@@ -130,7 +137,7 @@ class ModelProcesses:
 
     async def _start(self, model: str) -> asyncio.subprocess.Process:
         argv = [sys.executable, "-m", "shoal.cli", "worker", *to_argv(self.child_settings(model))]
-        process = await asyncio.create_subprocess_exec(*argv, env=dict(os.environ))
+        process = await asyncio.create_subprocess_exec(*argv, env={**os.environ, **self._environ.get(model, {})})
         log.info("python model '%s' runs in process %d", model, process.pid)
         return process
 

@@ -1,0 +1,114 @@
+"""Which scheduler holds each request a dispatcher sent, and noticing when one dies.
+
+A scheduler acknowledges every request group it takes (a header on the group's reply
+subject naming its liveness subject). While requests are held, the dispatcher asks each
+holder "are you there?" every `PING_S`: a scheduler process that died has no subscription
+left, so NATS answers "no responders" at once and its requests are handed to `on_lost`
+(re-sent or failed) within about a second instead of waiting for their deadlines. A holder
+that is merely busy (the ping times out) or a bus that is down proves nothing: no action.
+
+A scheduler SIGKILLed just after it received a group may never send its acknowledgement
+(it was still in its buffers). Requests not acknowledged within `UNACKED_S` make the
+dispatcher ping every scheduler it has heard from; if one of them is gone, those requests
+may have been its, and go to `on_lost` with its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from nats.aio.client import Client as NATS
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+
+log = logging.getLogger("shoal.gateway")
+
+PING_S = 0.5  # how often a holder of requests is asked whether it lives
+PING_TIMEOUT_S = 1.0
+MIN_AGE_S = 0.3  # requests held for less than this are usually answered before a ping matters
+UNACKED_S = 1.0  # a group no scheduler acknowledged for this long: some scheduler may have died with it
+
+LostCallback = Callable[[str, list[str]], Awaitable[None]]
+
+
+class Holders:
+    def __init__(self, nc: NATS, on_lost: LostCallback) -> None:
+        self.nc = nc
+        self.on_lost = on_lost
+        self._held: dict[str, dict[str, float]] = {}  # liveness subject -> rid -> when acknowledged
+        self._by_rid: dict[str, str] = {}
+        self._unacked: dict[str, float] = {}  # rid -> when sent, until a scheduler acknowledges it
+        self._known: set[str] = set()  # liveness subjects of the schedulers heard from
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._watch())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def sent(self, rids: list[str]) -> None:
+        now = time.monotonic()
+        for rid in rids:
+            self._unacked[rid] = now
+
+    def held(self, holder: str, rids: list[str]) -> None:
+        now = time.monotonic()
+        self._known.add(holder)
+        requests = self._held.setdefault(holder, {})
+        for rid in rids:
+            self._unacked.pop(rid, None)
+            requests[rid] = now
+            self._by_rid[rid] = holder
+
+    def done(self, rid: str) -> None:
+        self._unacked.pop(rid, None)
+        holder = self._by_rid.pop(rid, None)
+        if holder is not None:
+            requests = self._held.get(holder)
+            if requests is not None:
+                requests.pop(rid, None)
+                if not requests:
+                    del self._held[holder]
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(PING_S)
+            now = time.monotonic()
+            suspects = {h for h, rids in self._held.items() if rids and min(rids.values()) < now - MIN_AGE_S}
+            orphans = [rid for rid, sent in self._unacked.items() if sent < now - UNACKED_S]
+            if orphans:
+                suspects |= self._known
+            if not suspects:
+                continue
+            candidates = sorted(suspects)
+            gone = await asyncio.gather(*(self._gone(h) for h in candidates))
+            for holder, dead in zip(candidates, gone):
+                if dead:
+                    self._known.discard(holder)
+                    await self._lost(holder, orphans)
+                    orphans = []
+
+    async def _gone(self, holder: str) -> bool:
+        try:
+            await self.nc.request(holder, b"", timeout=PING_TIMEOUT_S)
+        except NoRespondersError:
+            return True
+        except (NatsTimeoutError, asyncio.TimeoutError, Exception):  # busy, or the bus is down: unknown
+            return False
+        return False
+
+    async def _lost(self, holder: str, orphans: list[str]) -> None:
+        rids = list(self._held.pop(holder, {}))
+        for rid in rids:
+            self._by_rid.pop(rid, None)
+        for rid in orphans:  # unacknowledged: perhaps lost in the dead scheduler's buffers
+            if self._unacked.pop(rid, None) is not None:
+                rids.append(rid)
+        if rids:
+            log.warning("the scheduler holding %d request(s) is gone (%s); recovering them", len(rids), holder)
+            await self.on_lost(holder, rids)

@@ -1,0 +1,61 @@
+"""Child processes that die with the process that started them, even when it is SIGKILLed.
+
+Linux's PR_SET_PDEATHSIG makes the kernel send a signal to a child when its parent thread
+exits. `shoal serve` starts its services and nats-server with it, so a supervisor that
+crashes or is SIGKILLed leaves no orphan holding the ports (issue 17). The signal follows
+the *thread* that forked, not the process: `popen` therefore forks every child from one
+spawner thread that lives as long as the process, whichever thread asks (a supervising
+thread, a test's worker thread).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` for subprocess.Popen: the child gets SIGKILL when this process dies.
+
+    Everything is resolved before the fork: between fork and exec the child only calls
+    prctl and getppid (no imports, no allocation-heavy work, safe with threads)."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died between fork and prctl
+            os._exit(1)
+
+    return preexec
+
+
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shoal-spawner")
+
+
+def popen(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """subprocess.Popen(args, **kwargs) for a child that dies with this process (binary pipes)."""
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(args, preexec_fn=die_with_parent(), **kwargs)
+
+    return _spawner.submit(start).result()

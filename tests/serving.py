@@ -1,0 +1,154 @@
+"""`shoal serve` as a real process for the reliability tests and benchmarks: its process tree,
+its ports, and waiting for conditions with deadlines (no psutil: /proc is enough on Linux)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared.natsserver import free_port
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[1])
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent to reap it counts as gone)."""
+    return parent_of(pid) is not None
+
+
+def descendants(pid: int) -> list[int]:
+    parents = {int(e): parent_of(int(e)) for e in os.listdir("/proc") if e.isdigit()}
+    found, frontier = [], [pid]
+    while frontier:
+        children = [c for c, p in parents.items() if p in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def command_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, step: float = 0.1) -> float:
+    """Seconds it took for `condition` to hold; AssertionError naming `what` past `timeout`."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        time.sleep(step)
+    return time.monotonic() - started
+
+
+@dataclass
+class Serve:
+    """One `shoal serve` process on free ports, its log in `log_path`."""
+
+    workdir: Path
+    args: list[str] = field(default_factory=list)
+    http_port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
+    monitor_port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "serve.log"
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "XDG_CACHE_HOME": str(self.workdir / "cache")}
+
+    def start(self, ready_timeout: float = 180) -> Serve:
+        argv = [
+            sys.executable,
+            "-m",
+            "shoal.cli",
+            "serve",
+            f"--http-port={self.http_port}",
+            f"--metrics-port={self.metrics_port}",
+            f"--nats-monitor-port={self.monitor_port}",
+            "--http-address=127.0.0.1",
+            *self.args,
+        ]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+
+        def table() -> bool:
+            assert self.process.poll() is None, self.log()[-4000:]
+            return "| Model" in self.log()[offset:]
+
+        wait_until(table, ready_timeout, "shoal serve printed no model table")
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    @property
+    def nats_url(self) -> str:
+        # shoal.status.record_serve writes it under $XDG_CACHE_HOME/shoal/serves/<http port>.json
+        [state] = (self.workdir / "cache").rglob(f"{self.http_port}.json")
+        return json.loads(state.read_text())["nats_url"]
+
+    def tree(self) -> list[int]:
+        return descendants(self.process.pid)
+
+    def pids(self, needle: str) -> list[int]:
+        return [pid for pid in self.tree() if needle in command_of(pid)]
+
+    def ports(self) -> list[int]:
+        return [self.http_port, self.metrics_port, self.monitor_port, int(self.nats_url.rsplit(":", 1)[1])]
+
+    def terminate(self, timeout: float) -> float:
+        """SIGTERM; the seconds it took to exit (AssertionError past `timeout`)."""
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(f"shoal serve did not stop within {timeout}s") from None
+        return time.monotonic() - started
+
+    def kill_tree(self) -> None:
+        """Clean-up after a failed test: nothing of this run may outlive it."""
+        for pid in [self.process.pid, *self.tree()]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        self.process.wait()

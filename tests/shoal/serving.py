@@ -1,0 +1,87 @@
+"""`shoal serve` as a user runs it: a subprocess on free ports, its output in a file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from onnx import TensorProto
+
+from services.repository import examples
+from shared.natsserver import free_port
+from tests.cluster import identity_config
+
+
+@dataclass
+class Serve:
+    process: subprocess.Popen
+    log: Path
+    http_port: int
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """The signal to the whole process group, as Ctrl-C in a terminal sends SIGINT."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, sig)
+
+    def wait_for(self, text: str, timeout: float = 120.0) -> str:
+        deadline = time.monotonic() + timeout
+        while text not in (out := self.output()):
+            assert self.process.poll() is None, f"shoal serve exited:\n{out}"
+            assert time.monotonic() < deadline, f"no {text!r} within {timeout} s:\n{out}"
+            time.sleep(0.1)
+        return out
+
+
+def one_model_repository(root: Path, name: str) -> Path:
+    examples.write_model(root, name, examples.identity_graph(TensorProto.FLOAT, 2, name), identity_config(name, "FP32"))
+    return root
+
+
+def status_env(cache: Path) -> dict[str, str]:
+    """Every `shoal serve` and `shoal status` of a test shares one cache directory (not the user's)."""
+    return {**os.environ, "XDG_CACHE_HOME": str(cache)}
+
+
+@contextlib.contextmanager
+def serve(repository: Path, cache: Path, *flags: str, stop: int = signal.SIGTERM) -> Iterator[Serve]:
+    http_port = free_port()
+    log = repository.parent / f"serve-{http_port}.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "shoal.cli",
+                "serve",
+                f"--model-repository={repository}",
+                f"--http-port={http_port}",
+                f"--metrics-port={free_port()}",
+                f"--grpc-port={free_port()}",
+                "--http-address=127.0.0.1",
+                *flags,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=status_env(cache),
+            start_new_session=True,  # its own process group, as a terminal's foreground job
+        )
+    running = Serve(process, log, http_port)
+    try:
+        yield running
+    finally:
+        running.stop(stop)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
