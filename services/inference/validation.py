@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.inference.types import ParsedRequest, expected_byte_size
+from services.inference.types import InputTensor, ParsedRequest, expected_byte_size
 from shared.errors import Code, ShoalError, invalid
 from shared.model_config import ModelSpec, TensorSpec
 
@@ -50,9 +50,28 @@ def validate(
     """`streaming`: the endpoint can carry a decoupled model's many responses; `endpoint`: how
     Triton names the one that cannot (in the refusal's text)."""
     prefix = f"[request id: {request.id or '<id_unknown>'}] "
-    model = spec.name
     if spec.decoupled and not streaming:
         raise ShoalError(f"{endpoint} doesn't support models with decoupled transaction policy", Code.UNSUPPORTED)
+    configs = _input_configs(spec, request, prefix)
+    batch_size = 0
+    sig: list[str] = []
+    for tensor in request.inputs:  # each input checked whole, in request order: Triton's first error
+        config = configs[tensor.name]
+        batch_size, item_shape = _check_shape(spec, tensor, config, batch_size, prefix)
+        _check_byte_size(spec.name, tensor, prefix)
+        if config.variable and not config.allow_ragged_batch:
+            sig.append(f"{tensor.name}{item_shape}")
+    if spec.max_batch_size > 0 and batch_size > spec.max_batch_size:
+        raise invalid(f"{prefix}inference request batch-size must be <= {spec.max_batch_size} for '{spec.name}'")
+    if len(request.inputs) != len(spec.inputs):  # optional inputs: only requests with the same inputs batch
+        sig.append("|" + ",".join(sorted(t.name for t in request.inputs)))
+    outputs, binary = _outputs(spec, request, prefix)
+    return Validated(max(batch_size, 1), ";".join(sig), outputs, binary)
+
+
+def _input_configs(spec: ModelSpec, request: ParsedRequest, prefix: str) -> dict[str, TensorSpec]:
+    """Each input's config: no input twice, none the model lacks, every required one given."""
+    model = spec.name
     given = [t.name for t in request.inputs]
     for duplicate in _duplicates(given):
         raise invalid(f"{prefix}input '{duplicate}' already exists in request")
@@ -69,62 +88,66 @@ def validate(
             f"{prefix}expected {len(required)} inputs but got {len(given)} inputs for model '{model}'. "
             f"Got input(s) {given}, but missing required input(s) {missing}. Please provide all required input(s)."
         )
-    batch_size = 0
-    sig: list[str] = []
-    for tensor in request.inputs:
-        config = configs[tensor.name]
-        if tensor.datatype != config.datatype:
-            raise invalid(
-                f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
-                f"but model '{model}' expects '{config.datatype}'"
-            )
-        shape = tensor.shape
-        if spec.max_batch_size > 0:
-            if not shape:
-                raise invalid(
-                    f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
-                    f"Expected {_fmt((-1,) + config.dims)}, got {_fmt(shape)}.{_BATCH_NOTE}"
-                )
-            if batch_size == 0:
-                batch_size = shape[0]
-            elif shape[0] != batch_size:
-                raise invalid(f"{prefix}input '{tensor.name}' batch size does not match other inputs for '{model}'")
-            item_shape = shape[1:]
-        else:
-            item_shape = shape
-        expected_dims = config.reshape if (config.reshape is not None and not config.dims) else config.dims
-        if not _shape_matches(expected_dims, item_shape):
-            shown = (-1,) + config.dims if spec.max_batch_size > 0 else config.dims
-            note = _BATCH_NOTE if spec.max_batch_size > 0 else ""
+    return configs
+
+
+def _check_shape(
+    spec: ModelSpec, tensor: InputTensor, config: TensorSpec, batch_size: int, prefix: str
+) -> tuple[int, list[int]]:
+    """The input's datatype and shape against its config; the request's batch size so far (0:
+    none yet) and the input's shape without it."""
+    model = spec.name
+    if tensor.datatype != config.datatype:
+        raise invalid(
+            f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
+            f"but model '{model}' expects '{config.datatype}'"
+        )
+    shape = tensor.shape
+    if spec.max_batch_size > 0:
+        if not shape:
             raise invalid(
                 f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
-                f"Expected {_fmt(shown)}, got {_fmt(shape)}.{note}"
+                f"Expected {_fmt((-1,) + config.dims)}, got {_fmt(shape)}.{_BATCH_NOTE}"
             )
-        if tensor.data is None:  # in shared memory
-            expected = expected_byte_size(tensor.datatype, shape, b"")[0]
-            actual = tensor.parameters.get("shared_memory_byte_size", 0)
-            if tensor.datatype == "BYTES":
-                expected = actual  # element count is checked where the bytes are read
-        else:
-            expected, actual = expected_byte_size(tensor.datatype, shape, tensor.data)
-        if expected != actual:
-            if tensor.datatype == "BYTES":
-                raise invalid(
-                    f"{prefix}input byte size mismatch for input '{tensor.name}' for model '{model}'. "
-                    f"Expected {actual} bytes holding {_count(shape)} length-prefixed elements"
-                )
-            raise invalid(
-                f"{prefix}input byte size mismatch for input '{tensor.name}' for model '{model}'. "
-                f"Expected {expected}, got {actual}"
-            )
-        if config.variable and not config.allow_ragged_batch:
-            sig.append(f"{tensor.name}{item_shape}")
-    if spec.max_batch_size > 0 and batch_size > spec.max_batch_size:
-        raise invalid(f"{prefix}inference request batch-size must be <= {spec.max_batch_size} for '{model}'")
-    if len(given) != len(spec.inputs):  # optional inputs: only requests with the same inputs batch
-        sig.append("|" + ",".join(sorted(given)))
-    outputs, binary = _outputs(spec, request, prefix)
-    return Validated(max(batch_size, 1), ";".join(sig), outputs, binary)
+        if batch_size == 0:
+            batch_size = shape[0]
+        elif shape[0] != batch_size:
+            raise invalid(f"{prefix}input '{tensor.name}' batch size does not match other inputs for '{model}'")
+        item_shape = shape[1:]
+    else:
+        item_shape = shape
+    expected_dims = config.reshape if (config.reshape is not None and not config.dims) else config.dims
+    if not _shape_matches(expected_dims, item_shape):
+        shown = (-1,) + config.dims if spec.max_batch_size > 0 else config.dims
+        note = _BATCH_NOTE if spec.max_batch_size > 0 else ""
+        raise invalid(
+            f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
+            f"Expected {_fmt(shown)}, got {_fmt(shape)}.{note}"
+        )
+    return batch_size, item_shape
+
+
+def _check_byte_size(model: str, tensor: InputTensor, prefix: str) -> None:
+    """The input's bytes (inline, or the shared-memory region's size) hold its shape."""
+    shape = tensor.shape
+    if tensor.data is None:  # in shared memory
+        expected = expected_byte_size(tensor.datatype, shape, b"")[0]
+        actual = tensor.parameters.get("shared_memory_byte_size", 0)
+        if tensor.datatype == "BYTES":
+            expected = actual  # element count is checked where the bytes are read
+    else:
+        expected, actual = expected_byte_size(tensor.datatype, shape, tensor.data)
+    if expected == actual:
+        return
+    if tensor.datatype == "BYTES":
+        raise invalid(
+            f"{prefix}input byte size mismatch for input '{tensor.name}' for model '{model}'. "
+            f"Expected {actual} bytes holding {_count(shape)} length-prefixed elements"
+        )
+    raise invalid(
+        f"{prefix}input byte size mismatch for input '{tensor.name}' for model '{model}'. "
+        f"Expected {expected}, got {actual}"
+    )
 
 
 def _count(shape: list[int]) -> int:

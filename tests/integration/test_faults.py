@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import textwrap
 import threading
 import time
 
@@ -13,6 +15,17 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.cluster import running_cluster
+from tests.integration.test_scheduling_policies import (
+    CREDITS,
+    SLEEPY,
+    Sender,
+    busy,
+    failures,
+    gauge,
+    pending,
+    sleepy_config,
+    wait_until,
+)
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +77,47 @@ def test_worker_killed_under_load(faulty):
         t.join(60)
     assert worker.process.pid != old_pid
     assert outcomes[mark:].count("ok") >= 10, outcomes[mark:][-20:]
+
+
+@pytest.fixture
+def gated(tmp_path):
+    """One instance of a python model that runs while its gate file exists: batches of one,
+    sent ahead to the busy instance (docs/scheduling.md)."""
+    name = "gated"
+    (tmp_path / name / "1").mkdir(parents=True)
+    (tmp_path / name / "1" / "model.py").write_text(textwrap.dedent(SLEEPY))
+    config = sleepy_config(name, 1, "", tmp_path / f"{name}.gate").replace("dynamic_batching {  }\n", "")
+    (tmp_path / name / "config.pbtxt").write_text(config)
+    gate = tmp_path / f"{name}.gate"
+    gate.touch()
+    try:
+        with running_cluster(tmp_path, workers=1) as running:
+            wait_until(lambda: gauge(running, "shoal_queue_free_credits", name) == CREDITS, 60)
+            yield running, gate
+    finally:
+        gate.unlink(missing_ok=True)
+
+
+def test_a_cancelled_request_is_not_failed_again_when_its_worker_dies(gated):
+    """A request cancelled while it waited at its instance was answered (CANCELED) already: the
+    worker's death fails the request that was running, and only that one."""
+    running, gate = gated
+    sender = Sender(running, "gated")
+    sender.send("running", 0)
+    wait_until(lambda: busy(running, "gated") and "running" not in sender.done)
+    body = b'{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"FP32","data":[5]}]}'
+    host, port = running.url.split(":")
+    raw = socket.create_connection((host, int(port)))
+    raw.sendall(b"POST /v2/models/gated/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    wait_until(lambda: pending(running, "gated") == 1 and gauge(running, "shoal_queue_free_credits", "gated") == 0)
+    raw.close()
+    wait_until(lambda: failures(running, "gated", "CANCELED") == 1)
+    os.kill(running.cluster.child("worker-0").process.pid, signal.SIGKILL)
+    sender.join()
+    outcome = sender.done["running"][1]
+    assert isinstance(outcome, InferenceServerException) and "stopped responding" in outcome.message(), outcome
+    gate.unlink()
+    assert failures(running, "gated", "CANCELED") == 1
+    assert failures(running, "gated", "OTHER") == 1
+    # the model is unavailable until the restarted worker loads it: the metrics still count
+    assert sum(failures(running, "gated", r) for r in ("REJECTED", "CANCELED", "BACKEND", "OTHER")) == 2

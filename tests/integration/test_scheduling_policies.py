@@ -283,3 +283,39 @@ def test_requests_arriving_while_the_instance_runs_form_one_batch(slow, root):
     client.close()
     assert stats["execution_count"] == 2, stats
     assert sorted(b["batch_size"] for b in stats["batch_stats"]) == [1, 4], stats
+
+
+def model_stats(running, model: str) -> dict:
+    client = httpclient.InferenceServerClient(running.url)
+    try:
+        return client.get_inference_statistics(model)["model_stats"][0]
+    finally:
+        client.close()
+
+
+def test_a_request_cancelled_while_sent_ahead_counts_as_never_executed(slow):
+    """slow_plain's batches of one go ahead to its busy instance (docs/scheduling.md): one whose
+    client leaves while it waits there is CANCELED, as if it had waited here, and the statistics
+    count only what Triton would have executed (the worker still runs it, unseen)."""
+    before = model_stats(slow, "slow_plain")
+    sender = Sender(slow, "slow_plain")
+    sender.send("running", 0)
+    wait_until(lambda: busy(slow, "slow_plain") and "running" not in sender.done)
+    body = b'{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"FP32","data":[5]}]}'
+    host, port = slow.url.split(":")
+    raw = socket.create_connection((host, int(port)))
+    raw.sendall(
+        b"POST /v2/models/slow_plain/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    # sent ahead: waiting at the instance, both credits taken
+    wait_until(lambda: pending(slow, "slow_plain") == 1 and gauge(slow, "shoal_queue_free_credits", "slow_plain") == 0)
+    raw.close()
+    wait_until(lambda: pending(slow, "slow_plain") == 0)
+    sender.join()
+    wait_until(lambda: gauge(slow, "shoal_queue_free_credits", "slow_plain") == CREDITS)  # it ran, unseen
+    after = model_stats(slow, "slow_plain")
+    stats = after["inference_stats"]
+    assert int(after["execution_count"]) - int(before["execution_count"]) == 1, (before, after)
+    assert int(after["inference_count"]) - int(before["inference_count"]) == 1, (before, after)
+    assert int(stats["success"]["count"]) == int(stats["compute_infer"]["count"]), stats
+    assert int(stats["fail"]["count"]) - int(before["inference_stats"]["fail"]["count"]) == 1, (before, after)

@@ -9,7 +9,7 @@ import logging
 import time
 from collections import deque
 
-from services.scheduler.batching.model_queue import ModelQueue, Slot
+from services.scheduler.batching.model_queue import InFlight, ModelQueue, Slot
 from services.scheduler.batching.pump import Pump
 from shared.messages import CreditsRevoked, InstanceFree
 
@@ -48,9 +48,9 @@ class Credits:
         if flight is None:
             return
         now_ns = time.time_ns()
-        headers = {p.header.rid: p.header for p in flight.requests if p.header.rid not in flight.cancelled}
+        headers = {p.header.rid: p.header for p in flight.live}
         if free.batch_size:
-            self._record_batch(queue, free)
+            self._record_batch(queue, free, flight)
         for done in free.done:
             header = headers.pop(done.rid, None)
             if header is None:
@@ -61,15 +61,19 @@ class Credits:
             await self.replies.fail(queue, header, f"request was lost by worker {free.worker}")
 
     @staticmethod
-    def _record_batch(queue: ModelQueue, free: InstanceFree) -> None:
+    def _record_batch(queue: ModelQueue, free: InstanceFree, flight: InFlight) -> None:
+        """The execution in Triton's statistics as Triton would have run it: without the requests
+        cancelled while they waited at the instance (they count as CANCELED, never as executed);
+        the instance's utilisation counts all it did."""
         stats = queue.stats
         busy = free.compute_input_ns + free.compute_infer_ns + free.compute_output_ns
         stats.worker_compute_ns[free.worker] = stats.worker_compute_ns.get(free.worker, 0) + busy
         stats.worker_executions[free.worker] = stats.worker_executions.get(free.worker, 0) + 1
-        ok_count = sum(1 for d in free.done if d.ok)
-        stats.record_batch(
-            free.batch_size, ok_count, free.compute_input_ns, free.compute_infer_ns, free.compute_output_ns
-        )
+        ran = {d.rid for d in free.done if d.ok}
+        ok_count = sum(1 for rid in ran if rid not in flight.cancelled)
+        rows = free.batch_size - sum(p.batch_size for p in flight.requests if p.header.rid in flight.cancelled & ran)
+        if rows > 0:
+            stats.record_batch(rows, ok_count, free.compute_input_ns, free.compute_infer_ns, free.compute_output_ns)
 
     async def revoked(self, revoked: CreditsRevoked) -> None:
         """The worker reloaded or unloaded the instances of one generation: their credits are void."""
@@ -114,9 +118,7 @@ class Credits:
             waited = instance in started  # another batch of its instance was sent before it
             started.add(instance)
             safe = waited and queue.seq is None and not (queue.spec and queue.spec.decoupled)
-            for pending in reversed(flight.requests):  # appendleft: they keep their order
-                if pending.header.rid in flight.cancelled:
-                    continue
+            for pending in reversed(flight.live):  # appendleft: they keep their order
                 if safe and not pending.retried and pending.header.deadline_ns > now_ns:
                     pending.retried = True
                     queue.stats.retries += 1
@@ -152,7 +154,7 @@ class Credits:
                 continue
             queue = self.pump.queue(*flight.key)
             log.warning("batch %d of '%s' on worker %s never completed; failing it", key[1], flight.key[0], key[0])
-            for pending in flight.requests:
+            for pending in flight.live:
                 await self.replies.fail(queue, pending.header, "the request was lost on its way to or from a worker")
             if flight.slot not in queue.free:
                 queue.free.append(flight.slot)

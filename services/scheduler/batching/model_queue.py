@@ -64,6 +64,11 @@ class InFlight:
     def holds(self, rid: str) -> bool:
         return any(p.header.rid == rid for p in self.requests)
 
+    @property
+    def live(self) -> list[Pending]:
+        """Its requests still owed an answer: a cancelled one was answered (counted) already."""
+        return [p for p in self.requests if p.header.rid not in self.cancelled]
+
 
 def policy_for(spec: ModelSpec | None) -> BatchPolicy:
     if spec is None or spec.dynamic_batching is None:

@@ -203,14 +203,7 @@ class Sequencer:
         """The worker died, or retired the instances (reload, unload): their sequences are lost."""
         reason = reason or f"worker {worker} stopped responding"
         for seq in _seq(queue).book.forget_worker(worker, reason):
-            while seq.queue:
-                pending = seq.queue.popleft()
-                await self._error(
-                    queue,
-                    pending.header,
-                    f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: {reason}",
-                    Code.UNAVAILABLE,
-                )
+            await self._answer_queued(queue, seq, f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: {reason}")
         await self.host.pump(queue)
 
     async def abandon(self, queue: ModelQueue, message: str) -> None:
@@ -230,15 +223,11 @@ class Sequencer:
         for seq in list(book.bound.values()) + list(book.backlog):
             if book.live.get(seq.corrid) is seq:
                 lost.append(seq.corrid)
-            while seq.queue:
-                pending = seq.queue.popleft()
-                await self._error(
-                    queue,
-                    pending.header,
-                    f"sequence {seq.corrid} to model '{queue.key[0]}' was "
-                    f"lost: {reason}; start it again with the START flag",
-                    Code.UNAVAILABLE,
-                )
+            await self._answer_queued(
+                queue,
+                seq,
+                f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: {reason}; start it again with the START flag",
+            )
             if seq.slot is not None:
                 await self._tell_worker(queue, seq, seq.slot, "no longer served by this scheduler")
         config = seq_queue.config
@@ -266,15 +255,12 @@ class Sequencer:
             log.info(
                 "sequence %s of model '%s' idle for %d us: its slot is released", seq.corrid, queue.key[0], idle_us
             )
-            while seq.queue:
-                pending = seq.queue.popleft()
-                await self._error(
-                    queue,
-                    pending.header,
-                    f"sequence {seq.corrid} to model '{queue.key[0]}' timed out: no "
-                    f"request for {idle_us} us (max_sequence_idle_microseconds)",
-                    Code.UNAVAILABLE,
-                )
+            await self._answer_queued(
+                queue,
+                seq,
+                f"sequence {seq.corrid} to model '{queue.key[0]}' timed out: no "
+                f"request for {idle_us} us (max_sequence_idle_microseconds)",
+            )
             await self._tell_worker(queue, seq, slot, "idle timeout")
         await self.host.pump(queue)  # backlogged sequences may have got the freed slots
 
@@ -287,6 +273,11 @@ class Sequencer:
             await self.publish(subjects.worker_sequence(slot[0]), encode(ended))
         except Exception as exc:  # the worker drops state of a restarted sequence at START anyway
             log.warning("cannot tell worker %s that sequence %s ended: %s", slot[0], seq.corrid, exc)
+
+    async def _answer_queued(self, queue: ModelQueue, seq: Sequence, message: str) -> None:
+        """The sequence ended here: every request it still queued is answered with why."""
+        while seq.queue:
+            await self._error(queue, seq.queue.popleft().header, message, Code.UNAVAILABLE)
 
     async def _error(self, queue: ModelQueue, header: RequestHeader, message: str, code: Code) -> None:
         # Triton's failure reasons: a refused request is OTHER, one the server gave up on REJECTED

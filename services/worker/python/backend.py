@@ -132,7 +132,7 @@ class PythonInstance:
                 target=self._loop.run_forever, name=f"{self.spec.name}-asyncio", daemon=True
             )
             self._loop_thread.start()
-        deadline_ns = getattr(pb_utils._context, "deadline_ns", 0)
+        deadline_ns = pb_utils.get_deadline_ns()
 
         async def with_context():
             pb_utils.set_context(deadline_ns, self.model_dir)  # BLS deadline for the loop's thread too

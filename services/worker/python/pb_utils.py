@@ -133,6 +133,11 @@ def get_model_dir() -> str:
     return getattr(_context, "model_dir", _model_dir)
 
 
+def get_deadline_ns() -> int:
+    """The deadline of the request this thread runs (0: none): what BLS calls made here inherit."""
+    return getattr(_context, "deadline_ns", 0)
+
+
 def _bls_runtime() -> Runtime:
     if _runtime is None:
         raise TritonModelException("BLS requests need a running Shoal worker")
@@ -246,7 +251,7 @@ class InferenceRequest:
         self._release_flags = flags
 
     def _deadline_ns(self) -> int:
-        return getattr(_context, "deadline_ns", 0)
+        return get_deadline_ns()
 
     def exec(self, decoupled: bool = False) -> InferenceResponse | Iterator[InferenceResponse]:
         """Run this request on another model (BLS) and wait for its response."""
