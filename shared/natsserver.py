@@ -22,7 +22,6 @@ from typing import BinaryIO
 
 from shared import lifeline
 
-
 _handed_out: set[int] = set()  # ports this process was given: the kernel may offer a closed one again
 
 
