@@ -6,7 +6,8 @@
 For each model and concurrency the three protocols (HTTP binary tensors, gRPC unary,
 gRPC streaming) run back to back against the same server, round after round, so a
 busy machine slows them alike; the ratio is gRPC / HTTP throughput. Needs
-`benchmarks/get_perf_analyzer.sh` (Triton's perf_analyzer 2.41.0).
+Triton's perf_analyzer 2.41.0: `benchmarks/get_perf_analyzer.sh`, or the anchor environment's
+`/tmp/anchor-venv/bin/pa` (made by the setup step of `benchmarks/vs_triton.py`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PERF_ANALYZER = ROOT / "benchmarks" / ".tools" / "perf_analyzer"
+# benchmarks/get_perf_analyzer.sh's copy, else the anchor environment's wrapper (benchmarks/vs_triton.py sets it up)
+CANDIDATES = (ROOT / "benchmarks" / ".tools" / "perf_analyzer", Path("/tmp/anchor-venv/bin/pa"))
+PERF_ANALYZER = next((p for p in CANDIDATES if p.exists()), CANDIDATES[0])
 PROTOCOLS = {"http": [], "grpc": ["-i", "grpc"], "grpc-stream": ["-i", "grpc", "--streaming"]}
 
 

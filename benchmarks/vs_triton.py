@@ -13,7 +13,7 @@ What it does, in one run on this machine:
      never imported) on free ports, both up at once, on the same python-backend models; Shoal's
      repository also holds the native onnxruntime `mlp_onnx` (symlinks to the same directories);
   4. measures every case Triton, Shoal, Triton, Shoal with perf_analyzer (HTTP; gRPC too with
-     `--grpc`, Shoal on its own gRPC port), so drift hits both alike;
+     `--grpc`: `shoal serve` opens gRPC on a free port, or `--shoal-grpc-port`), so drift hits both alike;
   5. CPU µs per request for every process of each server at c=16 (mlp and simple), and the design
      floor (benchmarks/hops.py: TCP echo, bare uvicorn, nats-py 2/3-hop relays);
   6. prints a markdown table (each figure, Shoal/Triton ratio = median over the two pairs) and
@@ -262,14 +262,10 @@ class Triton:
 class Shoal:
     def __init__(self, cmd: list[str], repo: Path, logfile: Path, grpc_port: int | None) -> None:
         self.http, self.metrics, self.monitor = free_port(), free_port(), free_port()
-        self.grpc = grpc_port or free_port()  # gRPC is on by default: never Triton's 8001 (it may be taken)
+        self.grpc = grpc_port or free_port()  # never Triton's default 8001, which another server may hold
         self.cmd = [
             *cmd,
             "serve",
-            "--grpc-address",
-            "127.0.0.1",
-            "--grpc-port",
-            str(self.grpc),
             "--model-repository",
             str(repo),
             "--http-address",
@@ -278,6 +274,10 @@ class Shoal:
             str(self.http),
             "--metrics-port",
             str(self.metrics),
+            "--grpc-address",
+            "127.0.0.1",
+            "--grpc-port",
+            str(self.grpc),
             "--nats-monitor-port",
             str(self.monitor),
         ]
@@ -349,11 +349,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="shorter windows, one CPU pass (under ~4 min)")
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma list of {', '.join(CASES)} (default all)")
-    ap.add_argument(
-        "--grpc",
-        action="store_true",
-        help="also measure over gRPC (Shoal: on its gRPC port, a free one unless --shoal-grpc-port)",
-    )
+    ap.add_argument("--grpc", action="store_true", help="also measure over gRPC (perf_analyzer -i grpc, unary)")
     ap.add_argument("--shoal-grpc-port", type=int, default=None, help="Shoal's gRPC port (default: a free one)")
     ap.add_argument("--shoal-cmd", default=os.environ.get("SHOAL_CMD", "shoal"), help="how to run Shoal's CLI")
     ap.add_argument(
@@ -422,7 +418,7 @@ def main() -> int:
         protocols = ["http"] + (["grpc"] if args.grpc else [])
         shoal_grpc = port_open(shoal.grpc)
         if args.grpc and not shoal_grpc:
-            log("--grpc: Shoal answers on no gRPC port (pass --shoal-grpc-port): gRPC measured for Triton only")
+            log(f"--grpc: Shoal answers on no gRPC port ({shoal.grpc}): gRPC measured for Triton only")
         url = {
             ("triton", "http"): f"127.0.0.1:{triton.http}",
             ("triton", "grpc"): f"127.0.0.1:{triton.grpc}",

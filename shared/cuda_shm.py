@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from types import ModuleType
 
-from shared.errors import invalid
+from shared.errors import internal, invalid
 
 HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t)
 _opened: dict[tuple[bytes, int], int] = {}  # (handle, device) -> device pointer
@@ -36,8 +36,13 @@ def open_handle(handle: bytes, device_id: int) -> int:
     with _lock:
         pointer = _opened.get((handle, device_id))
         if pointer is None:
-            with cupy.cuda.Device(device_id):
-                pointer = int(cupy.cuda.runtime.ipcOpenMemHandle(handle))
+            try:
+                with cupy.cuda.Device(device_id):
+                    pointer = int(cupy.cuda.runtime.ipcOpenMemHandle(handle))
+            except cupy.cuda.runtime.CUDARuntimeError as exc:
+                # Triton's text and status (INTERNAL) for a handle CUDA will not open; CuPy's
+                # message is "<cudaError name>: <cudaGetErrorString>", Triton shows the latter
+                raise internal(f"failed to open CUDA IPC handle: {str(exc).partition(': ')[2] or exc}") from None
             _opened[(handle, device_id)] = pointer
         return pointer
 

@@ -22,12 +22,19 @@ from typing import BinaryIO
 
 from shared import lifeline
 
+_handed_out: set[int] = set()  # ports this process was given: the kernel may offer a closed one again
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port nothing listens on, never one this process was given before (callers bind it later,
+    so two calls in a row must not get the same port)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def find_binary() -> str:

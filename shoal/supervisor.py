@@ -38,6 +38,7 @@ from shared.settings import (
     to_argv,
 )
 from shoal import grpc_flags
+from shoal.ports import busy_endpoint
 
 log = logging.getLogger("shoal.serve")
 
@@ -308,6 +309,10 @@ def serve(args: argparse.Namespace) -> int:
 
         repository = write_examples(default_cache_dir() / "models")
         log.info("no --model-repository: serving the example repository in %s", repository)
+    busy = busy_endpoint(args)
+    if busy is not None:
+        log.error("%s", busy)
+        return 1
     nats = None
     if args.nats_url:
         nats_url = args.nats_url

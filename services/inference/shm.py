@@ -184,6 +184,10 @@ class ShmRegistry:
         try:
             cuda_shm.open_handle(handle, device_id)  # proves the handle is usable here
         except ShoalError as exc:
+            if exc.code == Code.INTERNAL:  # CUDA refused the handle: Triton's wording, its status
+                raise ShoalError(
+                    f"failed to register CUDA shared memory region '{name}': {exc.message}", exc.code
+                ) from None
             raise invalid(f"failed to register CUDA shared memory region: '{name}', {exc.message}") from None
         await self._store(ShmRegion(name, "cuda", byte_size, cuda_handle=handle, device_id=device_id))
 

@@ -16,6 +16,7 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-u", "--url", default=None, help="host:port (default localhost:8000, 8001 for grpc)")
     p.add_argument("-i", "--protocol", choices=["http", "grpc"], default="http", type=str.lower)
     p.add_argument("-b", "--batch-size", type=int, default=1)
+    p.add_argument("--streaming", action="store_true", help="gRPC only: send requests on bidirectional streams")
     p.add_argument("--shape", action="append", default=[], help="NAME:d1,d2,... for variable dims")
     p.add_argument("--input-data", default="random", help="zero, random, or a perf_analyzer JSON file")
     p.add_argument("-p", "--measurement-interval", type=int, default=None, metavar="MS", help="window length")
@@ -42,10 +43,13 @@ def parser() -> argparse.ArgumentParser:
 def options_from(args: argparse.Namespace, **extra: object) -> PerfOptions:
     if args.batch_size < 1:
         raise PerfError("-b must be at least 1")
+    if args.streaming and args.protocol != "grpc":
+        raise PerfError("streaming is only allowed with gRPC protocol")
     return PerfOptions(
         model=args.model,
         url=args.url or DEFAULT_URLS[args.protocol],
         protocol=args.protocol,
+        streaming=args.streaming,
         batch_size=args.batch_size,
         shapes=dict(parse_shape(s) for s in args.shape),
         input_data=args.input_data,

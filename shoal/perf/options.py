@@ -14,6 +14,7 @@ class PerfOptions:
     model: str
     url: str = "localhost:8000"
     protocol: str = "http"
+    streaming: bool = False  # gRPC only: requests on bidirectional streams (perf_analyzer's --streaming)
     model_version: str = ""
     batch_size: int = 1
     concurrency: list[int] = field(default_factory=lambda: [1])

@@ -22,7 +22,12 @@ async def measure(
     on_level: Callable[[LevelResult], None] | None = None,
 ) -> list[LevelResult]:
     transport = open_transport(
-        options.protocol, options.url, options.model, options.model_version, options.request_timeout_s
+        options.protocol,
+        options.url,
+        options.model,
+        options.model_version,
+        options.request_timeout_s,
+        options.streaming,
     )
     regions: SystemShm | None = None
     try:

@@ -26,7 +26,15 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
-def open_transport(protocol: str, url: str, model: str, version: str, timeout_s: float) -> Transport:
+def open_transport(
+    protocol: str, url: str, model: str, version: str, timeout_s: float, streaming: bool = False
+) -> Transport:
+    if streaming:
+        if protocol != "grpc":
+            raise ValueError("streaming is only allowed with gRPC protocol")
+        from shoal.perf.over_grpc_stream import StreamingGrpcTransport
+
+        return StreamingGrpcTransport(url, model, version, timeout_s)
     if protocol == "http":
         from shoal.perf.over_http import HttpTransport
 

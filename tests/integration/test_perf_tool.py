@@ -17,13 +17,12 @@ from pathlib import Path
 import pytest
 import tritonclient.http as httpclient
 
-from shared.natsserver import free_port
-from shared.settings import GatewaySettings
 from shoal.analyze.configs import parse_pbtxt
 from shoal.perf.measure import server_delta
 from shoal.perf.options import PerfOptions
 from shoal.perf.run import measure
-from tests.cluster import running_cluster
+from tests.cluster import build_test_repository, running_cluster
+from tests.integration import stream_models
 from tests.shoal.perf.test_output import PERF_ANALYZER_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,9 +31,12 @@ QUICK = ["-p", "400", "-s", "100", "-r", "4"]  # short windows; a loaded CI mach
 
 
 @pytest.fixture(scope="module")
-def served(test_repository):
-    repository = {"model_control_mode": "explicit", "load_model": ["simple", "identity_fp32"]}
-    with running_cluster(test_repository, repository=repository, allow_client_shm=True) as running:
+def served(tmp_path_factory):
+    # the test models plus a decoupled generator (`gen`: one response per PROMPT value)
+    root = build_test_repository(tmp_path_factory.mktemp("perf-models"))
+    stream_models.write_models(root)
+    repository = {"model_control_mode": "explicit", "load_model": ["simple", "identity_fp32", "gen"]}
+    with running_cluster(root, repository=repository, allow_client_shm=True) as running:
         yield running
 
 
@@ -115,21 +117,56 @@ async def test_perf_over_system_shared_memory_cleans_up(served, client):
     assert not [name for name in os.listdir("/dev/shm") if name.startswith(f"perf_{os.getpid()}_")]
 
 
-def test_perf_over_grpc(test_repository):
-    if "grpc_port" not in GatewaySettings.model_fields:
-        pytest.skip("Shoal answers only HTTP on this branch (no gRPC endpoint in GatewaySettings)")
-    port = free_port()
-    with running_cluster(test_repository, grpc_port=port) as running:
-        options = PerfOptions(
-            model="simple", url=f"127.0.0.1:{port}", protocol="grpc", concurrency=[2], window_ms=300,
-            stability_pct=100, max_trials=3,
-        )  # fmt: skip
-        import asyncio
+async def test_perf_over_grpc_counts_agree_with_the_statistics_endpoint(served, client):
+    before = client.get_inference_statistics("identity_fp32")
+    options = PerfOptions(
+        model="identity_fp32", url=served.grpc_url, protocol="grpc", concurrency=[1, 3], shapes={"INPUT0": [16]},
+        batch_size=2, window_ms=400, stability_pct=100, max_trials=4,
+    )  # fmt: skip
+    results = await measure(options)
+    delta = server_delta(before, client.get_inference_statistics("identity_fp32"))
+    sent = sum(r.completed for r in results)
+    assert sent > 0 and delta.requests == sent
+    assert delta.inferences == 2 * sent
+    for r in results:  # the server's side read through gRPC's ModelStatistics
+        assert abs(r.server.requests - r.client.requests) <= 0.25 * r.client.requests + 2 * r.level
+        assert r.server.compute_infer_us > 0 and r.server.avg_batch_size >= 1
 
-        client = httpclient.InferenceServerClient(running.url)
-        before = client.get_inference_statistics("simple")
-        (result,) = asyncio.run(measure(options))
-        assert server_delta(before, client.get_inference_statistics("simple")).requests == result.completed > 0
+
+def test_perf_cli_over_grpc(served, client, tmp_path):
+    before = client.get_inference_statistics("simple")
+    csv_path = tmp_path / "perf.csv"
+    shoal("perf", "-m", "simple", "-i", "grpc", "-u", served.grpc_url, "--concurrency-range", "2", *QUICK,
+          "-f", str(csv_path))  # fmt: skip
+    (row,) = list(csv.DictReader(csv_path.read_text().splitlines()))
+    assert row["Concurrency"] == "2" and float(row["Inferences/Second"]) > 0
+    assert server_delta(before, client.get_inference_statistics("simple")).requests > 0
+
+
+@pytest.mark.parametrize("model", ["identity_fp32", "gen"])
+async def test_perf_streaming_counts_agree_with_the_statistics_endpoint(served, client, model):
+    """--streaming: requests on gRPC streams, each done at its final response (a decoupled model's many)."""
+    before = client.get_inference_statistics(model)
+    options = PerfOptions(
+        model=model, url=served.grpc_url, protocol="grpc", streaming=True, concurrency=[3],
+        shapes={"identity_fp32": {"INPUT0": [16]}, "gen": {"PROMPT": [4]}}[model], window_ms=400, stability_pct=100, max_trials=4,
+    )  # fmt: skip
+    (result,) = await measure(options)
+    delta = server_delta(before, client.get_inference_statistics(model))
+    assert result.completed > 0 and delta.requests == result.completed
+    assert 0 < result.client.percentiles_us[50] <= result.client.percentiles_us[99]
+
+
+def test_perf_cli_streaming_flags(served):
+    out = subprocess.run([*SHOAL, "perf", "-m", "simple", "-u", served.url, "--streaming"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 1 and "streaming is only allowed with gRPC protocol" in out.stderr
+    # a decoupled model without --streaming: Triton's answer, not a hang
+    out = subprocess.run([*SHOAL, "perf", "-m", "gen", "-i", "grpc", "-u", served.grpc_url, "--shape", "PROMPT:2",
+                          *QUICK], capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 1
+    assert "ModelInfer RPC doesn't support models with decoupled transaction policy" in out.stderr
+    shoal("perf", "-m", "gen", "-i", "grpc", "-u", served.grpc_url, "--streaming", "--shape", "PROMPT:2", *QUICK)
 
 
 def test_analyze_writes_a_config_shoal_loads_and_restores_the_original(served, client, tmp_path):

@@ -4,11 +4,13 @@ ModelClient and curl."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -16,8 +18,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from shared.natsserver import free_port
-from shoal.pytriton.client import ModelClient
-from shoal.pytriton.client.exceptions import PyTritonClientInferenceServerError
+from shoal.pytriton.client import AsyncioModelClient, DecoupledModelClient, FuturesModelClient, ModelClient
+from shoal.pytriton.client.exceptions import PyTritonClientClosedError, PyTritonClientInferenceServerError
 from shoal.pytriton.decorators import batch
 from shoal.pytriton.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from shoal.pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
@@ -45,13 +47,33 @@ def validate(requests):
     return out
 
 
+@batch
+def countdown(n: np.ndarray):
+    """Decoupled: n, n-1, ..., 1 (one response each), then fails if n was 13."""
+    for step in range(int(n.max()), 0, -1):
+        yield {"left": np.full_like(n, step)}
+    if int(n.max()) == 13:
+        raise PyTritonValidationError("unlucky number")
+
+
 def doomed(requests):
     raise PyTritonUnrecoverableError("the device is gone")
 
 
+def free_ports_config() -> TritonConfig:
+    """Every endpoint on a free port (several clusters run at once on a test machine)."""
+    return TritonConfig(
+        http_port=free_port(),
+        grpc_port=free_port(),
+        metrics_port=free_port(),
+        http_address="127.0.0.1",
+        grpc_address="127.0.0.1",
+    )
+
+
 @pytest.fixture(scope="module")
 def triton():
-    config = TritonConfig(http_port=free_port(), metrics_port=free_port(), http_address="127.0.0.1")
+    config = free_ports_config()
     with Triton(config=config) as triton:
         floats = [Tensor(dtype=np.float32, shape=(-1,))]
         # PyTriton's defaults: max_batch_size 4, batching, default tensor names
@@ -65,7 +87,24 @@ def triton():
         )
         named = ([Tensor(name="x", dtype=np.int32, shape=(2,))], [Tensor(name="y", dtype=np.int32, shape=(2,))])
         triton.bind("Validate", validate, *named)
-        yield triton, config.http_port
+        triton.bind(
+            "Countdown",
+            countdown,
+            [Tensor(name="n", dtype=np.int32, shape=(1,))],
+            [Tensor(name="left", dtype=np.int32, shape=(1,))],
+            config=ModelConfig(max_batch_size=8, decoupled=True),
+        )
+        yield Served(triton, config.http_port, config.grpc_port)
+
+
+class Served(NamedTuple):
+    triton: Triton
+    port: int
+    grpc_port: int
+
+    @property
+    def urls(self) -> dict[str, str]:
+        return {"http": f"http://127.0.0.1:{self.port}", "grpc": f"grpc://127.0.0.1:{self.grpc_port}"}
 
 
 @pytest.fixture
@@ -164,9 +203,70 @@ def test_model_client_reports_server_errors(triton):
             client.infer_sample(np.array([-5, 1], dtype=np.int32))
 
 
+def test_model_client_over_grpc(triton):
+    with ModelClient(triton.urls["grpc"], "Double", init_timeout_s=30) as client:
+        assert client.model_config.max_batch_size == 4
+        assert client.infer_sample(np.array([1.0, 2.0], np.float32))["OUTPUT_1"].tolist() == [2.0, 4.0]
+        assert client.infer_batch(np.ones((3, 2), np.float32))["OUTPUT_1"].tolist() == [[2.0, 2.0]] * 3
+    with ModelClient(triton.urls["grpc"], "Validate", init_timeout_s=30) as client:
+        assert client.infer_sample(x=np.array([3, 4], np.int32))["y"].tolist() == [3, 4]
+        with pytest.raises(PyTritonClientInferenceServerError, match="x must not be negative"):
+            client.infer_sample(x=np.array([-5, 1], np.int32))
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_decoupled_model_client_streams_a_generator(triton, protocol):
+    with DecoupledModelClient(triton.urls[protocol], "Countdown", init_timeout_s=30) as client:
+        assert [r["left"].tolist() for r in client.infer_sample(n=np.array([3], np.int32))] == [[3], [2], [1]]
+        assert [r["left"].tolist() for r in client.infer_sample(n=np.array([1], np.int32))] == [[1]]
+        answers = []
+        with pytest.raises(PyTritonClientInferenceServerError, match="unlucky number"):
+            for response in client.infer_sample(n=np.array([13], np.int32)):
+                answers.append(int(response["left"][0]))
+        assert answers == list(range(13, 0, -1))  # every response before the error arrived
+        if protocol == "grpc":  # a batch over a stream (HTTP's /generate_stream takes one sample)
+            batch_answers = list(client.infer_batch(n=np.array([[2], [2]], np.int32)))
+            assert [r["left"].tolist() for r in batch_answers] == [[[2], [2]], [[1], [1]]]
+    with ModelClient(triton.urls[protocol], "Countdown", init_timeout_s=30) as coupled:
+        with pytest.raises(PyTritonClientInferenceServerError, match="decoupled"):
+            coupled.infer_sample(n=np.array([2], np.int32))
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_asyncio_model_client(triton, protocol):
+    async def run() -> None:
+        async with AsyncioModelClient(triton.urls[protocol], "Double", init_timeout_s=30) as client:
+            assert (await client.model_config).max_batch_size == 4
+            samples = await asyncio.gather(
+                *(client.infer_sample(np.full(2, i, np.float32)) for i in range(6))
+            )  # concurrent requests on one client
+            assert [r["OUTPUT_1"].tolist() for r in samples] == [[2.0 * i, 2.0 * i] for i in range(6)]
+            assert (await client.infer_batch(np.ones((3, 2), np.float32)))["OUTPUT_1"].shape == (3, 2)
+        async with AsyncioModelClient(triton.urls[protocol], "Validate", init_timeout_s=30) as client:
+            with pytest.raises(PyTritonClientInferenceServerError, match="x must not be negative"):
+                await client.infer_sample(x=np.array([-1, 1], np.int32))
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_futures_model_client(triton, protocol):
+    with FuturesModelClient(triton.urls[protocol], "Double", max_workers=4, init_timeout_s=30) as client:
+        assert client.model_config().result(60).max_batch_size == 4
+        futures = [client.infer_sample(np.full(2, i, np.float32)) for i in range(12)]
+        assert [f.result(60)["OUTPUT_1"].tolist() for f in futures] == [[2.0 * i, 2.0 * i] for i in range(12)]
+        assert client.infer_batch(np.ones((2, 2), np.float32)).result(60)["OUTPUT_1"].tolist() == [[2.0, 2.0]] * 2
+    with FuturesModelClient(triton.urls[protocol], "Validate", init_timeout_s=30) as client:
+        with pytest.raises(PyTritonClientInferenceServerError, match="x must not be negative"):
+            client.infer_sample(x=np.array([-1, 1], np.int32)).result(60)
+    with pytest.raises(PyTritonClientClosedError):
+        client.infer_sample(x=np.array([1, 1], np.int32))
+
+
 def test_unrecoverable_error_stops_serving():
-    port = free_port()
-    triton = Triton(config=TritonConfig(http_port=port, metrics_port=free_port(), http_address="127.0.0.1"))
+    config = free_ports_config()
+    port = config.http_port
+    triton = Triton(config=config)
     triton.bind("Doomed", doomed, [Tensor(dtype=np.float32, shape=(-1,))], [Tensor(dtype=np.float32, shape=(-1,))])
     triton.run()
     served = threading.Thread(target=triton.serve, daemon=True)  # returns once the error stopped it

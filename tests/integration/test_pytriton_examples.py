@@ -17,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from shared.natsserver import free_port
-from shoal.cli import UNSUPPORTED_FLAGS
+from tests.serving import alive, command_of, descendants, listening, wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pytriton"
 pytestmark = pytest.mark.timeout(300)
@@ -37,13 +38,18 @@ def _ready(port: int, model: str) -> bool:
 
 
 @contextlib.contextmanager
-def example(script: str, model: str, *args: str, env: dict | None = None) -> Iterator[tuple[int, subprocess.Popen]]:
-    port = free_port()
+def example(
+    script: str, model: str, *args: str, env: dict | None = None, returncode: int = 0
+) -> Iterator[tuple[int, int, subprocess.Popen]]:
+    """The server script as a process with every endpoint on a free port; yields (HTTP port, gRPC port, process)."""
+    port, grpc_port = free_port(), free_port()
     environment = {
         **os.environ,
         "PYTRITON_TRITON_CONFIG_HTTP_PORT": str(port),
+        "PYTRITON_TRITON_CONFIG_GRPC_PORT": str(grpc_port),
         "PYTRITON_TRITON_CONFIG_METRICS_PORT": str(free_port()),
         "PYTRITON_TRITON_CONFIG_HTTP_ADDRESS": "127.0.0.1",
+        "PYTRITON_TRITON_CONFIG_GRPC_ADDRESS": "127.0.0.1",
         **(env or {}),
     }
     log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty server never blocks on it
@@ -56,7 +62,7 @@ def example(script: str, model: str, *args: str, env: dict | None = None) -> Ite
             assert process.poll() is None, _read(log)
             assert time.monotonic() < deadline, f"{model} not ready"
             time.sleep(0.2)
-        yield port, process
+        yield port, grpc_port, process
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
@@ -65,7 +71,7 @@ def example(script: str, model: str, *args: str, env: dict | None = None) -> Ite
             except subprocess.TimeoutExpired:
                 process.kill()
                 raise
-    assert process.returncode == 0, _read(log)
+    assert process.returncode == returncode, _read(log)
 
 
 def _read(log) -> str:
@@ -87,7 +93,7 @@ def curl(*args: str) -> str:
 
 
 def test_linear_quick_start():
-    with example("linear_server.py", "Linear") as (port, _):
+    with example("linear_server.py", "Linear") as (port, _, _):
         assert client("linear_client.py", port).strip() == "(128, 3)"
         config = json.loads(curl(f"http://127.0.0.1:{port}/v2/models/Linear/config"))
         assert (config["backend"], config["max_batch_size"]) == ("python", 128)
@@ -97,7 +103,7 @@ def test_linear_quick_start():
 
 
 def test_add_sub():
-    with example("add_sub_server.py", "AddSub") as (port, _):
+    with example("add_sub_server.py", "AddSub") as (port, grpc_port, _):
         out = client("add_sub_client.py", port)
         assert "add [1.5, 2.5, 3.5] sub [0.5, 1.5, 2.5]" in out
         http = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
@@ -108,6 +114,12 @@ def test_add_sub():
         result = http.infer("AddSub", [a, b])
         assert result.as_numpy("sub").tolist() == [[4.0, 5.0]]
         http.close()
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as grpc:
+            ga = grpcclient.InferInput("a", [1, 2], "FP32")
+            ga.set_data_from_numpy(np.array([[5, 6]], np.float32))
+            gb = grpcclient.InferInput("b", [1, 2], "FP32")
+            gb.set_data_from_numpy(np.array([[1, 1]], np.float32))
+            assert grpc.infer("AddSub", [ga, gb]).as_numpy("add").tolist() == [[6.0, 7.0]]
         body = {
             "inputs": [
                 {"name": "a", "shape": [1, 1], "datatype": "FP32", "data": [2]},
@@ -119,7 +131,7 @@ def test_add_sub():
 
 
 def test_strings():
-    with example("strings_server.py", "Upper") as (port, _):
+    with example("strings_server.py", "Upper") as (port, _, _):
         assert client("strings_client.py", port).strip() == "['HELLO', 'WÖRLD']"
         body = {"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": ["shoal"]}]}
         answer = json.loads(curl("-d", json.dumps(body), f"http://127.0.0.1:{port}/v2/models/Upper/infer"))
@@ -127,7 +139,7 @@ def test_strings():
 
 
 def test_streaming_generator():
-    with example("streaming_server.py", "Words") as (port, _):
+    with example("streaming_server.py", "Words") as (port, _, _):
         out = client("streaming_client.py", port)
         assert out.split("\n")[:4] == ["0 shoal", "1 serves", "2 python", "3 functions"]
         events = curl("-N", "-d", '{"prompt": "a b c"}', f"http://127.0.0.1:{port}/v2/models/Words/generate_stream")
@@ -135,14 +147,54 @@ def test_streaming_generator():
         assert words == ["a", "b", "c"]
 
 
-@pytest.mark.skipif("--grpc-port" in UNSUPPORTED_FLAGS, reason="this Shoal has no gRPC endpoint yet")
 def test_streaming_over_grpc():
-    grpc_port = free_port()
-    env = {"PYTRITON_TRITON_CONFIG_GRPC_PORT": str(grpc_port)}
-    with example("streaming_server.py", "Words", env=env) as (port, _):
+    with example("streaming_server.py", "Words") as (_, grpc_port, _):
         from shoal.pytriton.client import DecoupledModelClient
 
         with DecoupledModelClient(f"grpc://127.0.0.1:{grpc_port}", "Words", init_timeout_s=60) as grpc_client:
             prompt = np.array([b"x y"], dtype=np.object_)
             words = [r["word"][0] for r in grpc_client.infer_sample(prompt=prompt)]
         assert words == [b"x", b"y"]
+
+
+def listening_ports(pids: list[int]) -> list[int]:
+    """The TCP ports these processes listen on (their sockets' inodes in /proc/net/tcp*)."""
+    inodes = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    inodes.add(os.readlink(f"/proc/{pid}/fd/{fd}").removeprefix("socket:[").removesuffix("]"))
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return sorted(ports)
+
+
+def test_sigkill_of_the_binding_process_takes_its_cluster_along():
+    """The embedded cluster's processes die with the process that started it even when it is
+    SIGKILLed (no clean-up of its own runs): none remains, its ports are free (shared/lifeline.py)."""
+    metrics_port = free_port()
+    env = {"PYTRITON_TRITON_CONFIG_METRICS_PORT": str(metrics_port)}
+    with example("linear_server.py", "Linear", env=env, returncode=-signal.SIGKILL) as (port, grpc_port, process):
+        tree = descendants(process.pid)
+        commands = {pid: command_of(pid) for pid in tree}
+        # nats-server, repository, scheduler, worker, gateway
+        assert len(tree) >= 5, commands
+        assert any("nats-server" in command for command in commands.values()), commands
+        ports = listening_ports(tree)  # HTTP, gRPC, metrics, NATS and its monitoring
+        assert {port, grpc_port, metrics_port} < set(ports), ports
+        process.kill()
+        process.wait()
+    try:
+        wait_until(lambda: not [pid for pid in tree if alive(pid)], 30, "the cluster outlived the binding process")
+        wait_until(lambda: not [p for p in ports if listening(p)], 30, "the cluster's ports still listening")
+    finally:  # a failed test leaves nothing behind either
+        for pid in tree:
+            if command_of(pid) == commands[pid]:  # still that process, not a reused pid
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)

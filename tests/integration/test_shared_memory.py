@@ -12,6 +12,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
+from services.worker.gpus import available_gpus
 from tests.cluster import running_cluster
 from tests.integration.test_endpoints import http
 
@@ -167,6 +168,7 @@ def test_disabled_by_default(shoal, regions):
     client.close()
 
 
+@pytest.mark.skipif(bool(available_gpus()), reason="this host has a GPU: test_gpu.py covers CUDA shared memory")
 def test_cuda_register_without_gpu(sclient):
     import base64
 
