@@ -42,6 +42,7 @@ class HeartbeatThread:
         self._updated = time.monotonic()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
+        self._wake: asyncio.Event | None = None
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
 
@@ -54,6 +55,12 @@ class HeartbeatThread:
         self._beat = beat
         self._updated = time.monotonic()
 
+    def beat_now(self) -> None:
+        """Send the next beat at once, from any thread: when the loads end, the last beat must not
+        go on saying "loading" (a loading worker is given far longer before it is taken for dead)."""
+        if self._loop is not None and self._wake is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake.set)
+
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop.set)
@@ -65,21 +72,29 @@ class HeartbeatThread:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
         self._started.set()
         nc: NATS | None = None
         try:
             nc = await bus.connect(self.nats_url, self.name)
             while not self._stop.is_set():
                 await self._send(nc)
-                try:
-                    await asyncio.wait_for(self._stop.wait(), self.interval_s)
-                except TimeoutError:
-                    pass
+                await self._pause(self._stop, self._wake)
         except Exception:
             log.exception("the heartbeat thread failed; the worker will be taken for dead")
         finally:
             if nc is not None:
                 await nc.close()
+
+    async def _pause(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
+        """Until the next beat is due, or the worker asks for one now, or the thread stops."""
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+        try:
+            await asyncio.wait(waits, timeout=self.interval_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        wake.clear()
 
     async def _send(self, nc: NATS) -> None:
         beat = self._beat

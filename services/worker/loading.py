@@ -22,6 +22,7 @@ class BoundedLoader:
         self.threads = max(1, threads)
         self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="model-load")
         self.loading = 0
+        self.on_idle: Callable[[], None] | None = None  # called when the last load in progress ends
 
     async def run(self, load: Callable[[], T]) -> T:
         """Run `load` on one of the loader's threads once one is free; its result or its exception."""
@@ -30,6 +31,8 @@ class BoundedLoader:
             return await asyncio.get_running_loop().run_in_executor(self._executor, load)
         finally:
             self.loading -= 1
+            if self.loading == 0 and self.on_idle is not None:
+                self.on_idle()
 
     def shutdown(self) -> None:
         """Queued loads are dropped; running ones finish on their threads (a load cannot be interrupted)."""

@@ -88,6 +88,7 @@ class WorkerService:
         await self.nc.subscribe(subjects.worker_report(self.id), cb=self._on_report_request)
         await self.nc.subscribe(subjects.worker_sequence(self.id), cb=self._on_sequence_ended)
         await self.host.start()
+        self.host.loader.on_idle = self.beats.beat_now  # "no longer loading" must not wait a beat
         self.beats.start()
         self._spawn(self._tick())
         self.micro = await discovery.register(self.nc, "worker", self.id, self.status, shm_host=self.store.host)

@@ -52,3 +52,26 @@ def test_a_failed_load_raises_and_is_no_longer_loading():
         loader.shutdown()
 
     asyncio.run(main())
+
+
+def test_the_end_of_the_last_load_is_announced_once():
+    """The worker beats at once when loading stops: a stale "loading" beat would give a worker that
+    dies right after its loads the long loading grace before it is taken for dead."""
+
+    async def main() -> list[int]:
+        loader = BoundedLoader(2)
+        seen: list[int] = []
+        loader.on_idle = lambda: seen.append(loader.loading)
+        gate = threading.Event()
+        first = asyncio.create_task(loader.run(lambda: gate.wait(timeout=10)))
+        second = asyncio.create_task(loader.run(lambda: 2))
+        await second  # one load still running: not idle yet
+        assert seen == []
+        gate.set()
+        await first
+        with pytest.raises(ZeroDivisionError):  # a failed load ends a load too
+            await loader.run(lambda: 1 // 0)
+        loader.shutdown()
+        return seen
+
+    assert asyncio.run(main()) == [0, 0]
