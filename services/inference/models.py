@@ -25,6 +25,7 @@ class ModelRegistry:
         self.specs: dict[str, ModelSpec] = {}
         self.synced = asyncio.Event()
         self.revisions: dict[str, int] = {}  # model -> KV revision of the record seen
+        self.latest = 0  # the newest KV revision seen: the watch delivers the bucket in order
         self.changed = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -43,6 +44,7 @@ class ModelRegistry:
                 continue
             name = subjects.untoken(change.key)
             self.revisions[name] = change.revision
+            self.latest = max(self.latest, change.revision)
             self.changed.set()
             self.changed = asyncio.Event()
             if change.value is None:
@@ -70,10 +72,11 @@ class ModelRegistry:
                 if decoupled != spec.decoupled:
                     self.specs[name] = dataclasses.replace(spec, decoupled=decoupled)
 
-    async def seen(self, name: str, revision: int, timeout: float = 10.0) -> None:
-        """Wait until this gateway has the repository's record `revision` of `name` (or newer)."""
+    async def seen(self, revision: int, timeout: float = 10.0) -> None:
+        """Wait until this gateway has every record up to the repository's KV `revision`: revisions
+        are one sequence over the bucket and the watch applies them in order."""
         deadline = asyncio.get_running_loop().time() + timeout
-        while self.revisions.get(name, 0) < revision:
+        while self.latest < revision:
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 return

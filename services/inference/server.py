@@ -131,7 +131,7 @@ class InferenceServer:
     async def _repository(self, subject: str, payload: dict[str, Any]) -> None:
         revision = await repository_call(self.nc, subject, payload, self.repository_timeout_s)
         # answer only once this gateway sees the change, so the client's next call does too
-        await self.registry.seen(payload["name"], revision)
+        await self.registry.seen(revision)
 
     # -- trace and logging extensions --------------------------------------------------------
     def trace_settings(self, model: str = "", update: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -170,8 +170,11 @@ class RepositoryService:
 
     async def _answer(self, msg, work) -> None:
         try:
-            name = await work
-            await self._reply(msg, revision=self.revisions.get(name, 0))
+            await work
+            # the last record this repository wrote, not just the model's: an unload with
+            # unload_dependents (or a load that pulls in an ensemble's members) changes several
+            # records, and the gateway answers only once it has seen all of them
+            await self._reply(msg, revision=max(self.revisions.values(), default=0))
         except ShoalError as exc:
             await self._reply(msg, exc)
         except Exception as exc:

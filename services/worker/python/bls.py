@@ -107,7 +107,7 @@ class BlsRuntime:
     def _control(self, subject: str, payload: dict) -> None:
         async def call() -> None:
             revision = await repository_call(self.nc, subject, payload, REPOSITORY_TIMEOUT_S)
-            await self.registry.seen(payload["name"], revision)  # the model's next BLS call sees it
+            await self.registry.seen(revision)  # the model's next BLS call sees it
 
         try:
             asyncio.run_coroutine_threadsafe(call(), self.loop).result()
