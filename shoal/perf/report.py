@@ -14,9 +14,8 @@ from shoal.perf.run import measure, run_loop
 
 def run_and_report(options: PerfOptions, csv_path: str | None, plot_path: str | None) -> int:
     kind = "rate" if options.mode == "request_rate" else "concurrency"
-    print(
-        f"shoal perf: {options.model} at {options.url} ({options.protocol}), {kind} {options.levels}", file=sys.stderr
-    )
+    levels = ", ".join(f"{level:g}" for level in options.levels)  # 1, 3, 5 rather than 1.0, 3.0, 5.0
+    print(f"shoal perf: {options.model} at {options.url} ({options.protocol}), {kind} {levels}", file=sys.stderr)
     bar = tqdm(total=len(options.levels), unit="level", file=sys.stderr, dynamic_ncols=True)
 
     def on_window(level: float, trial: int, window: ClientStats) -> None:
