@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 
-class PyTritonError(Exception):
-    """Generic PyTriton exception."""
+class MessageError(Exception):
+    """An error whose text is its `message`, as PyTriton's server and client errors both are."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -16,6 +16,10 @@ class PyTritonError(Exception):
     @property
     def message(self) -> str:
         return self._message
+
+
+class PyTritonError(MessageError):
+    """Generic PyTriton exception."""
 
 
 class PyTritonValidationError(PyTritonError):

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
+from shoal.pytriton.exceptions import MessageError
 
-class PyTritonClientError(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self._message = message
 
-    def __str__(self) -> str:
-        return self._message
-
-    @property
-    def message(self) -> str:
-        return self._message
+class PyTritonClientError(MessageError):
+    """Generic client exception (a hierarchy of its own, as in PyTriton)."""
 
 
 class PyTritonClientValueError(PyTritonClientError):
