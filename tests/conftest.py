@@ -4,8 +4,14 @@ from pathlib import Path
 
 import pytest
 import tritonclient.http as httpclient
+from hypothesis import HealthCheck, settings
 
 from tests.cluster import Running, build_test_repository, running_cluster
+
+# The properties are checked as written; only the wall-clock checks go: on a loaded machine (CI's two
+# cores, or a suite run in parallel) one example or one draw can take a second for reasons of its own.
+settings.register_profile("loaded-machine", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("loaded-machine")
 
 
 @pytest.fixture(scope="session")
