@@ -39,6 +39,7 @@ from tests.integration.ensemble_models import write_python  # noqa: E402
 from tests.serving import Serve, command_of  # noqa: E402
 
 GRACE_S = 3.0  # past its deadline, a request still running counts as hung
+RECOVERY_S = 12.0  # no fault in the run's last seconds: a recovery needs load after it to be seen
 # model -> its inputs: (name, shape, datatype)
 MODELS = {
     "simple": [("INPUT0", [1, 16], "INT32"), ("INPUT1", [1, 16], "INT32")],
@@ -240,10 +241,11 @@ def _soak(serve: Serve, seconds: float, clients: int, timeout_s: float, grpc_por
         "reload mlp",
         "bad bodies",
     ]
-    interval = max(8.0, (seconds - 10) / len(order)) if seconds < 120 else 15.0
+    interval = max(8.0, (seconds - 5 - RECOVERY_S) / len(order)) if seconds < 120 else 15.0
     next_fault, index = began + 5, 0
+    last_fault = began + seconds - RECOVERY_S  # the load goes on long enough to see the last fault recover
     while time.monotonic() - began < seconds:
-        if time.monotonic() >= next_fault:
+        if next_fault <= time.monotonic() <= last_fault:
             soak.fault(order[index % len(order)])
             index += 1
             next_fault += interval
