@@ -13,22 +13,10 @@ import grpc
 from tritonclient.grpc import service_pb2_grpc
 
 from services.gateway.grpc.service import GrpcService, Restrictions
+from services.inference.restrictions import CATEGORIES
 from services.inference.server import InferenceServer
 from shared.settings import GatewaySettings
 
-CATEGORIES = frozenset(
-    (
-        "health",
-        "metadata",
-        "inference",
-        "shared-memory",
-        "model-config",
-        "model-repository",
-        "statistics",
-        "trace",
-        "logging",
-    )
-)
 COMPRESSION_LEVELS = ("none", "low", "medium", "high")
 
 

@@ -14,17 +14,7 @@ from typing import Any
 
 import orjson
 
-CATEGORIES = (
-    "health",
-    "metadata",
-    "inference",
-    "shared-memory",
-    "model-config",
-    "model-repository",
-    "statistics",
-    "trace",
-    "logging",
-)
+from services.inference.restrictions import CATEGORIES
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
