@@ -500,7 +500,11 @@ def test_a_dead_worker_fails_its_sequences_clearly_and_the_others_go_on(seq_clus
     ids = list(range(500, 508))
     for corrid in ids:
         client.infer("py_acc", _int_input(1), sequence_id=corrid, sequence_start=True)
-    os.kill(seq_cluster.cluster.child("worker-0").process.pid, signal.SIGKILL)
+    worker = seq_cluster.cluster.child("worker-0").process.pid
+    models = _children(worker)  # its python models' processes, which die with it
+    os.kill(worker, signal.SIGKILL)
+    # until they are gone, one of them may still answer a request sent at once: no test of anything
+    _wait_gone([worker, *models])
     outcomes = {}
     for corrid in ids:
         try:
@@ -527,3 +531,31 @@ def test_a_dead_worker_fails_its_sequences_clearly_and_the_others_go_on(seq_clus
             == 6
         )
     client.close()
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def _wait_gone(pids: list[int], timeout: float = 30.0) -> None:
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + timeout
+    while any(alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"processes {pids} outlived their worker"
+        time.sleep(0.02)
