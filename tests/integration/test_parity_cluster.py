@@ -10,7 +10,6 @@ import mmap
 import textwrap
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -75,21 +74,6 @@ def client(server):
     yield c
     c.unregister_system_shared_memory()
     c.close()
-
-
-@pytest.fixture
-def region():
-    made = []
-
-    def make(byte_size: int):
-        key = f"/parity_{uuid.uuid4().hex[:8]}"
-        handle = shm.create_shared_memory_region(key.lstrip("/"), key, byte_size)
-        made.append(handle)
-        return key, handle
-
-    yield make
-    for handle in made:
-        shm.destroy_shared_memory_region(handle)
 
 
 # -- item 11: size limits per body kind -----------------------------------------------------
@@ -173,12 +157,12 @@ def test_restricted_api_flag_is_checked(spec, message):
 
 
 # -- item 17: a region registered at a large offset into its key -------------------------------
-def test_region_at_a_large_offset_reads_and_writes_the_right_bytes(client, region):
+def test_region_at_a_large_offset_reads_and_writes_the_right_bytes(client, regions):
     page = mmap.PAGESIZE
     size = page * 1024
     offset = page * 1023 + 24  # neither page- nor allocation-aligned, far into the key
-    in_key, in_handle = region(size)
-    out_key, out_handle = region(size)
+    in_key, in_handle = regions(size)
+    out_key, out_handle = regions(size)
     shm.set_shared_memory_region(in_handle, [np.full(size // 4, 7, np.int32)])  # garbage before the region
     a = np.arange(16, dtype=np.int32)
     b = np.full(16, 3, dtype=np.int32)
@@ -201,9 +185,9 @@ def test_region_at_a_large_offset_reads_and_writes_the_right_bytes(client, regio
 
 
 # -- item 18: unregister while requests use the region -----------------------------------------
-def test_unregister_during_inference_lets_requests_finish(server, client, region, tmp_path):
-    in_key, in_handle = region(64)
-    out_key, out_handle = region(64)
+def test_unregister_during_inference_lets_requests_finish(server, client, regions, tmp_path):
+    in_key, in_handle = regions(64)
+    out_key, out_handle = regions(64)
     data = np.arange(16, dtype=np.int32)
     shm.set_shared_memory_region(in_handle, [data])
     client.register_system_shared_memory("slow_in", in_key, 64)
@@ -251,8 +235,8 @@ def deadline_wait(condition, timeout: float = 30) -> None:
 
 
 # -- item 19: overflowing offsets, reserved and invalid keys --------------------------------------
-def test_offset_and_size_overflow_get_tritons_texts(client, region):
-    key, handle = region(64)
+def test_offset_and_size_overflow_get_tritons_texts(client, regions):
+    key, handle = regions(64)
     shm.set_shared_memory_region(handle, [np.arange(16, dtype=np.int32)])
     client.register_system_shared_memory("r", key, 64)
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
@@ -274,7 +258,7 @@ def test_offset_and_size_overflow_get_tritons_texts(client, region):
     assert "failed to register shared memory region 'big': invalid args" in err.value.message()
 
 
-def test_reserved_and_invalid_keys(client, region):
+def test_reserved_and_invalid_keys(client, regions):
     reserved = "triton_python_backend_shm_region__my_test_shm_key"
     with pytest.raises(InferenceServerException) as err:
         client.register_system_shared_memory("my_test_shm_name", reserved, 10000)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 
 import numpy as np
 import pytest
@@ -30,21 +29,6 @@ def sclient(with_shm):
     yield client
     client.unregister_system_shared_memory()
     client.close()
-
-
-@pytest.fixture
-def regions():
-    made = []
-
-    def make(byte_size: int):
-        key = f"/client_test_{uuid.uuid4().hex[:8]}"
-        handle = shm.create_shared_memory_region(key.lstrip("/"), key, byte_size)
-        made.append(handle)
-        return key, handle
-
-    yield make
-    for handle in made:
-        shm.destroy_shared_memory_region(handle)
 
 
 def test_simple_through_system_shared_memory(sclient, regions):

@@ -1,0 +1,26 @@
+"""Fixtures several integration modules share."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import tritonclient.utils.shared_memory as shm
+
+
+@pytest.fixture
+def regions() -> Iterator[Callable[[int], tuple[str, Any]]]:
+    """Make client system shared-memory regions (key, handle) that are destroyed after the test."""
+    made = []
+
+    def make(byte_size: int) -> tuple[str, Any]:
+        key = f"/client_test_{uuid.uuid4().hex[:8]}"
+        handle = shm.create_shared_memory_region(key.lstrip("/"), key, byte_size)
+        made.append(handle)
+        return key, handle
+
+    yield make
+    for handle in made:
+        shm.destroy_shared_memory_region(handle)
