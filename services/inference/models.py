@@ -24,7 +24,6 @@ class ModelRegistry:
         self.records: dict[str, ModelRecord] = {}
         self.specs: dict[str, ModelSpec] = {}
         self.synced = asyncio.Event()
-        self.revisions: dict[str, int] = {}  # model -> KV revision of the record seen
         self.latest = 0  # the newest KV revision seen: the watch delivers the bucket in order
         self.changed = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -43,7 +42,6 @@ class ModelRegistry:
                 self.synced.set()
                 continue
             name = subjects.untoken(change.key)
-            self.revisions[name] = change.revision
             self.latest = max(self.latest, change.revision)
             self.changed.set()
             self.changed = asyncio.Event()
