@@ -26,6 +26,7 @@ from shared.errors import ShoalError, unavailable
 from shared.holders import Holders
 from shared.messages import (
     CancelRequest,
+    HeldGroups,
     InferRequest,
     InferResponse,
     RequestBatch,
@@ -44,6 +45,7 @@ class _Responses(msgspec.Struct):
 
 
 _batch_decoder = msgspec.msgpack.Decoder(_Responses)
+_held_decoder = msgspec.msgpack.Decoder(HeldGroups)
 
 
 def _groups(requests: list[tuple[str, bytes]], budget: int) -> Iterator[list[tuple[str, bytes]]]:
@@ -162,8 +164,8 @@ class Dispatcher:
         for model, requests in outbox.items():
             for group in _groups(requests, budget):
                 await self._publish_group(model, group)
-        if len(self._groups) > 4096:  # groups whose publish succeeded never hear back: forget old ones
-            for key in list(self._groups)[:2048]:
+        if len(self._groups) > 65536:  # groups no scheduler acknowledged (it died): forget old ones
+            for key in list(self._groups)[:32768]:
                 del self._groups[key]
 
     async def _publish_group(self, model: str, requests: list[tuple[str, bytes]]) -> None:
@@ -176,6 +178,14 @@ class Dispatcher:
             await self.nc.publish(subjects.infer(model), payload, reply=f"{self.inbox}.{batch_id}")
         except Exception as exc:  # not connected, payload too large: fail these requests now
             self._fail(self._groups.pop(batch_id), unavailable(f"cannot reach the scheduler: {exc}"))
+
+    def _held(self, msg: Msg) -> None:
+        held_by = msg.headers.get(subjects.HELD_BY_HEADER) if msg.headers else None
+        held: HeldGroups | None = bus.decode(_held_decoder, msg, log)
+        if not held_by or held is None:
+            return
+        rids = [rid for group in held.groups for rid in self._groups.pop(group, ()) if rid in self._pending]
+        self.holders.held(held_by, rids)
 
     def _fail(self, rids: list[str], exc: ShoalError) -> None:
         for rid in rids:
@@ -208,9 +218,8 @@ class Dispatcher:
 
     async def _on_reply(self, msg: Msg) -> None:
         token = msg.subject.rsplit(".", 1)[1]
-        held_by = msg.headers.get(subjects.HELD_BY_HEADER) if msg.headers else None
-        if held_by:  # a scheduler took this group: watch it until the requests are answered
-            self.holders.held(held_by, [rid for rid in self._groups.pop(token, []) if rid in self._pending])
+        if token == "held":  # a scheduler took these groups: watch it until their requests are answered
+            self._held(msg)
             return
         if msg.headers and msg.headers.get("Status") == "503":
             self._fail(

@@ -1,16 +1,18 @@
 """Which scheduler holds each request a dispatcher sent, and noticing when one dies.
 
-A scheduler acknowledges every request group it takes (a header on the group's reply
-subject naming its liveness subject). While requests are held, the dispatcher asks each
-holder "are you there?" every `PING_S`: a scheduler process that died has no subscription
-left, so NATS answers "no responders" at once and its requests are handed to `on_lost`
-(re-sent or failed) within about a second instead of waiting for their deadlines. A holder
-that is merely busy (the ping times out) or a bus that is down proves nothing: no action.
+A scheduler acknowledges the request groups it takes: a `HeldGroups` message on the
+dispatcher's inbox, with a header naming its liveness subject, that lists the groups taken in
+the last 0.1 s (services/scheduler/acknowledgements.py; the first group from an inbox at once).
+While requests are held, the dispatcher asks each holder "are you there?" every `PING_S`: a
+scheduler process that died has no subscription left, so NATS answers "no responders" at once
+and its requests are handed to `on_lost` (re-sent or failed) within about a second instead of
+waiting for their deadlines. A holder that is merely busy (the ping times out) or a bus that is
+down proves nothing: no action.
 
-A scheduler SIGKILLed just after it received a group may never send its acknowledgement
-(it was still in its buffers). Requests not acknowledged within `UNACKED_S` make the
-dispatcher ping every scheduler it has heard from; if one of them is gone, those requests
-may have been its, and go to `on_lost` with its own.
+A scheduler that dies after it received a group but before it acknowledged it (SIGKILLed
+within those 0.1 s, or with the group still in its buffers) never says so. Requests not
+acknowledged within `UNACKED_S` make the dispatcher ping every scheduler it has heard from; if
+one of them is gone, those requests may have been its, and go to `on_lost` with its own.
 """
 
 from __future__ import annotations

@@ -116,6 +116,13 @@ class RequestBatch(msgspec.Struct):
     requests: list[msgspec.Raw]
 
 
+class HeldGroups(msgspec.Struct, array_like=True):
+    """Scheduler -> dispatcher: the request groups (the last token of each group's reply subject)
+    it took since its last `HeldGroups` to this inbox (shared/holders.py)."""
+
+    groups: list[str]
+
+
 class SeqControl(msgspec.Struct, omit_defaults=True):
     """A sequence request's controls, per request of an `ExecBatch`: the worker builds the
     model's control tensors (and implicit state) from these, so the scheduler never touches tensors."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Protocol
@@ -43,7 +45,7 @@ def configure_logging(service: str, verbose: int = 0) -> None:
     logging.getLogger("nats").setLevel(logging.WARNING)  # its debug chatter is not Triton's verbose log
 
 
-def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+def run_service(main: Callable[[asyncio.Event], Awaitable[None]], name: str = "service") -> None:
     """Run `main(stop)`; SIGTERM/SIGINT set `stop`, and `main` shuts down its own way."""
 
     async def wrapper() -> None:
@@ -53,10 +55,28 @@ def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
             loop.add_signal_handler(sig, stop.set)
         await main(stop)
 
-    if uvloop is not None:
-        uvloop.run(wrapper())
-    else:
-        asyncio.run(wrapper())
+    profile_dir = os.environ.get("SHOAL_PROFILE_DIR")
+    profiler = _start_profile() if profile_dir else None
+    try:
+        if uvloop is not None:
+            uvloop.run(wrapper())
+        else:
+            asyncio.run(wrapper())
+    finally:
+        if profiler is not None and profile_dir:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile_dir, f"{name}-{os.getpid()}.prof"))
+
+
+def _start_profile() -> cProfile.Profile:
+    """A developer's tool (SHOAL_PROFILE_DIR): cProfile of the main thread, in thread CPU time.
+
+    Thread CPU time, not wall time: on a loaded host a socket write that wakes its reader loses
+    the core, and a wall-clock profile then charges that wait to the write (docs/performance.md).
+    """
+    profiler = cProfile.Profile(time.thread_time)
+    profiler.enable()
+    return profiler
 
 
 async def serve_until(stop: asyncio.Event, nc: NATS, service: Service, name: str) -> None:

@@ -60,8 +60,8 @@ def infer(model: str) -> str:
     return f"{PREFIX}.infer.{token(model)}"
 
 
-# A scheduler acknowledges each request group it takes with this header on the group's reply
-# subject; its value is the scheduler's liveness subject (see shared/holders.py).
+# A scheduler acknowledges the request groups it takes with a message on `held_groups(inbox)`
+# carrying this header; its value is the scheduler's liveness subject (see shared/holders.py).
 HELD_BY_HEADER = "Shoal-Held-By"
 
 
@@ -106,6 +106,11 @@ def inbox_of(reply: str) -> str:
 
 def response_batch(inbox: str) -> str:
     return f"{inbox}.batch"
+
+
+def held_groups(inbox: str) -> str:
+    """Where a scheduler lists the request groups of this inbox it took (a `HeldGroups`)."""
+    return f"{inbox}.held"
 
 
 def tensor_owner(owner_id: str) -> str:

@@ -287,7 +287,7 @@ def _service(name: str, argv: list[str]) -> None:
     settings = s.from_namespace(SERVICES[name], parser.parse_args(argv))
     configure_logging(name, settings.log_verbose)
     module = __import__(f"services.{name}.service", fromlist=["run"])
-    run_service(lambda stop: module.run(settings, stop))
+    run_service(lambda stop: module.run(settings, stop), name)
 
 
 def _status(argv: list[str]) -> None:

@@ -20,6 +20,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from services.scheduler.acknowledgements import Acknowledgements
 from services.scheduler.batching.credits import Credits
 from services.scheduler.batching.model_queue import Key, ModelQueue
 from services.scheduler.batching.pump import Pump
@@ -79,6 +80,7 @@ class SchedulerService:
         # dispatchers ping this while we hold their requests (shared/holders.py): answered only
         # by this process, so a restarted scheduler with the same id is not mistaken for it
         self.alive_subject = subjects.scheduler_alive(settings.scheduler_id, secrets.token_hex(4))
+        self.acknowledgements = Acknowledgements(nc.publish, self.alive_subject)
 
     async def start(self) -> None:
         await self.nc.subscribe(self.alive_subject, cb=self._on_alive)
@@ -117,6 +119,7 @@ class SchedulerService:
         await self.ownership.stop()
         await self.micro.stop()
         self.liveness.stop()
+        self.acknowledgements.cancel()
         self.tasks.cancel_all()
 
     async def _watch_models(self) -> None:
@@ -149,7 +152,7 @@ class SchedulerService:
         batch: RequestBatch | None = bus.decode(_batch_decoder, msg, log)
         if batch is not None:
             if msg.reply:  # tell the dispatcher who holds these, so that it notices if we die
-                await self.nc.publish(msg.reply, b"", headers={subjects.HELD_BY_HEADER: self.alive_subject})
+                await self.acknowledgements.took(msg.reply)
             await self.take(batch.requests)
 
     async def _on_alive(self, msg: Msg) -> None:

@@ -38,6 +38,12 @@ class Pending:
         return self.header.batch_size
 
     @property
+    def expires_ns(self) -> int:
+        if self.queue_deadline_ns:
+            return min(self.header.deadline_ns, self.queue_deadline_ns)
+        return self.header.deadline_ns
+
+    @property
     def shape_sig(self) -> str:
         return self.header.shape_sig
 

@@ -173,11 +173,9 @@ class Pump:
 
     async def drop_expired(self, queue: ModelQueue) -> None:
         """Requests nobody waits for (past their deadline) leave; queue timeouts apply their policy."""
-        if not queue.requests:
-            return
         now_ns = time.time_ns()
-        if all(p.header.deadline_ns > now_ns and not 0 < p.queue_deadline_ns <= now_ns for p in queue.requests):
-            return  # the common case: nothing to do, and no queue rebuilt
+        if not queue.requests.due(now_ns):
+            return  # the common case: nothing can have expired, and the queue is not read
         expired = queue.requests.remove(lambda p: p.header.deadline_ns <= now_ns)  # before any await
         timed_out = queue.requests.time_out(now_ns, queue.priorities)
         for pending in expired:

@@ -19,6 +19,14 @@ class Queued(Protocol):
     level: int
     queue_deadline_ns: int  # 0 = no queue timeout
 
+    @property
+    def expires_ns(self) -> int:
+        """When it must leave the queue at the latest (its deadline, or its queue timeout)."""
+        ...
+
+
+_NEVER = 1 << 63
+
 
 class TimeoutAction(StrEnum):
     REJECT = "REJECT"
@@ -87,6 +95,13 @@ class RequestQueue(Generic[T]):
         self._levels: dict[int, deque[T]] = {}
         self._delayed: dict[int, deque[T]] = {}
         self._parts: list[deque[T]] = []  # serving order; rebuilt only when the deques change
+        # No request expires before this (a watermark: requests taken out leave it early, never late),
+        # so the scheduler's check for expired requests is O(1) until one may have.
+        self._earliest_ns = _NEVER
+
+    def due(self, now_ns: int) -> bool:
+        """Whether some request may have reached its deadline or queue timeout by `now_ns`."""
+        return self._earliest_ns <= now_ns
 
     def _reorder(self) -> None:
         self._parts = []
@@ -124,6 +139,7 @@ class RequestQueue(Generic[T]):
             self._levels[item.level] = part = deque()
             self._reorder()
         part.append(item)
+        self._earliest_ns = min(self._earliest_ns, item.expires_ns)
 
     def appendleft(self, item: T) -> None:
         """Back to the head of its level (a retried request keeps its place in line)."""
@@ -132,6 +148,7 @@ class RequestQueue(Generic[T]):
             self._levels[item.level] = part = deque()
             self._reorder()
         part.appendleft(item)
+        self._earliest_ns = min(self._earliest_ns, item.expires_ns)
 
     def size(self, level: int) -> int:
         return len(self._levels.get(level, ())) + len(self._delayed.get(level, ()))
@@ -146,6 +163,7 @@ class RequestQueue(Generic[T]):
                     (removed if predicate(item) else kept).append(item)
                 queues[level] = kept
         self._reorder()
+        self._rescan()
         return removed
 
     def time_out(self, now_ns: int, priorities: Priorities) -> list[T]:
@@ -163,4 +181,8 @@ class RequestQueue(Generic[T]):
             else:
                 rejected.extend(expired)
         self._reorder()
+        self._rescan()
         return rejected
+
+    def _rescan(self) -> None:
+        self._earliest_ns = min((item.expires_ns for part in self._parts for item in part), default=_NEVER)

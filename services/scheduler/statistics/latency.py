@@ -3,6 +3,8 @@ summaries (quantiles over recent requests) and the first-response histogram."""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,15 +22,17 @@ class Latencies:
     first_response: list[int] = field(default_factory=lambda: [0] * (len(FIRST_RESPONSE_BUCKETS_MS) + 1))
     first_response_sum_ms: float = 0.0
 
-    def add(self, kind: str, ns: int) -> None:
-        self.recent[kind].append(ns / 1000)  # microseconds, as Triton's *_summary_us
+    def add(self, kind: str, ns: int, count: int = 1) -> None:
+        """`count` samples of `ns` (each request of a batch is charged the batch's compute time)."""
+        recent = self.recent[kind]
+        if count == 1:
+            recent.append(ns / 1000)  # microseconds, as Triton's *_summary_us
+        else:
+            recent.extend(itertools.repeat(ns / 1000, count))
         if kind == "request":
             ms = ns / 1e6
             self.first_response_sum_ms += ms
-            index = next(
-                (i for i, bound in enumerate(FIRST_RESPONSE_BUCKETS_MS) if ms <= bound), len(FIRST_RESPONSE_BUCKETS_MS)
-            )
-            self.first_response[index] += 1
+            self.first_response[bisect.bisect_left(FIRST_RESPONSE_BUCKETS_MS, ms)] += count
 
     def json(self, quantiles: list[float]) -> dict[str, Any]:
         summaries = {}

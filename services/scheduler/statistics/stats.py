@@ -59,9 +59,9 @@ class ModelStats:
         self.compute_input.add(input_ns * requests, requests)
         self.compute_infer.add(infer_ns * requests, requests)
         self.compute_output.add(output_ns * requests, requests)
-        for kind, ns in (("compute_input", input_ns), ("compute_infer", infer_ns), ("compute_output", output_ns)):
-            for _ in range(requests):
-                self.latencies.add(kind, ns)
+        self.latencies.add("compute_input", input_ns, requests)
+        self.latencies.add("compute_infer", infer_ns, requests)
+        self.latencies.add("compute_output", output_ns, requests)
         stat = self.batches.setdefault(batch_size, BatchStat())
         stat.compute_input.add(input_ns)
         stat.compute_infer.add(infer_ns)

@@ -1,0 +1,75 @@
+"""services/scheduler/acknowledgements.py on a real nats-server: the first group from an inbox
+is acknowledged at once, later ones together in one message per inbox, each with the header
+that names the scheduler's liveness subject."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgspec
+import nats
+import pytest
+
+from services.scheduler.acknowledgements import Acknowledgements
+from shared import subjects
+from shared.messages import HeldGroups
+from shared.natsserver import NatsServer
+
+
+@pytest.fixture(scope="module")
+def server():
+    with NatsServer() as running:
+        yield running
+
+
+async def _until(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_groups_are_acknowledged_once_at_first_then_together(server):
+    nc = await nats.connect(server.url)
+    got: list[tuple[str, str, list[str]]] = []
+
+    async def collect(msg) -> None:
+        groups = msgspec.msgpack.decode(msg.data, type=HeldGroups).groups
+        got.append((msg.subject, msg.headers[subjects.HELD_BY_HEADER], groups))
+
+    await nc.subscribe("inbox.*.held", cb=collect)
+    await nc.flush()
+    acks = Acknowledgements(nc.publish, "alive.s1", delay_s=0.2)
+    await acks.took("inbox.a.g1")
+    await _until(lambda: len(got) == 1)
+    assert got[0] == ("inbox.a.held", "alive.s1", ["g1"])  # a new inbox: at once
+    for group in ("g2", "g3", "g4"):
+        await acks.took(f"inbox.a.{group}")
+    await acks.took("inbox.b.g1")  # another dispatcher: its own first acknowledgement
+    await _until(lambda: len(got) == 2)
+    assert got[1] == ("inbox.b.held", "alive.s1", ["g1"])
+    await _until(lambda: len(got) == 3)
+    assert got[2] == ("inbox.a.held", "alive.s1", ["g2", "g3", "g4"])  # one message for the three
+    acks.cancel()
+    await nc.close()
+
+
+async def test_cancel_stops_the_pending_acknowledgement(server):
+    nc = await nats.connect(server.url)
+    got: list[bytes] = []
+
+    async def collect(msg) -> None:
+        got.append(msg.data)
+
+    await nc.subscribe("inbox.c.held", cb=collect)
+    await nc.flush()
+    acks = Acknowledgements(nc.publish, "alive.s2", delay_s=0.05)
+    await acks.took("inbox.c.g1")
+    await _until(lambda: len(got) == 1)
+    await acks.took("inbox.c.g2")
+    acks.cancel()
+    await asyncio.sleep(0.2)  # longer than the delay: nothing more may arrive
+    await nc.flush()
+    assert len(got) == 1
+    await nc.close()
