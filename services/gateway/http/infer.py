@@ -220,6 +220,10 @@ class InferFastPath:
         return codec.size_error(total, self.limit)
 
 
+# the request headers inference reads: only these are decoded (an HTTP client sends 5-10 others)
+_READ = frozenset({b"content-encoding", b"inference-header-content-length", b"accept-encoding", b"content-length"})
+
+
 def header_dict(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
-    """ASGI's header list (names lower case already) as a dict; a repeated header keeps its last value."""
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in raw}
+    """The headers inference reads, from ASGI's list (names lower case already); a repeated one keeps its last value."""
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in raw if k in _READ}
