@@ -58,14 +58,19 @@ def cpu_list(cpus: range) -> str:
 
 
 def plan(
-    workers: list[int], gateways: list[str], per_worker: int, cores_per_worker: int, client_cores: int, pin: bool
+    workers: list[int],
+    gateways: list[str],
+    per_worker: int,
+    cores_per_worker: int,
+    client_cores: int,
+    total: int | None,
 ) -> list[Config]:
-    """The (N, G) runs in order, each with its cores; refuses pinning that does not fit this host."""
-    total = os.cpu_count() or 1
+    """The (N, G) runs in order, each with its cores (`total`: the host's cores to pin to, None: no
+    pinning); refuses pinning that does not fit: the client must never share Shoal's cores."""
     out: list[Config] = []
     for n in workers:
         server, client = "", ""
-        if pin:
+        if total is not None:
             if n * cores_per_worker + client_cores > total:
                 raise SystemExit(f"{n} workers × {cores_per_worker} cores + {client_cores} client cores > {total}")
             server = cpu_list(range(n * cores_per_worker))
@@ -229,6 +234,32 @@ def table(runs: list[dict], models: list[str]) -> str:
     return "\n".join(lines)
 
 
+def cpu_table(runs: list[dict], models: list[str]) -> str:
+    """CPU µs per request by role (all processes of a role together) and the single busiest process."""
+    roles = ["gateway", "scheduler", "nats-server", "worker", "pychild"]
+    lines = [
+        "| model | N | G | " + " | ".join(roles) + " | total µs/request | scheduler % of one core |",
+        "|---|---|---|" + "---|" * (len(roles) + 2),
+    ]
+    for model in models:
+        for r in runs:
+            m, c = r["models"].get(model, {}), r["config"]
+            if "throughput" not in m:
+                continue
+            cpu = m["cpu_us_per_request"]
+            lines.append(
+                f"| {model} | {c['workers']} | {c['gateways']} | "
+                + " | ".join(f"{cpu.get(k, 0):.0f}" for k in roles)
+                + f" | {sum(cpu.values()):.0f} | {m['core_pct'].get('scheduler#1', 0):.0f} |"
+            )
+    return "\n".join(lines)
+
+
+def render(report: dict) -> str:
+    models = report["settings"]["models"]
+    return f"{header(report)}\n\n{table(report['runs'], models)}\n\n{cpu_table(report['runs'], models)}\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", default="1,2,4,6", help="comma list of worker counts N (default 1,2,4,6)")
@@ -246,7 +277,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=HERE / "results" / "scale")
     ap.add_argument("--log-dir", type=Path, default=None, help="where shoal serve logs go (default: --out)")
     ap.add_argument("--keep-logs", action="store_true", help="keep every shoal serve log (default: only large ones)")
+    ap.add_argument("--render", type=Path, default=None, help="only print the markdown of a saved scale.json")
     args = ap.parse_args()
+    if args.render:
+        print(render(json.loads(args.render.read_text())))
+        return 0
     args.models = [m for m in args.models.split(",") if m]
     if unknown := [m for m in args.models if m not in MODELS]:
         ap.error(f"unknown model(s) {unknown}; known: {list(MODELS)}")
@@ -257,7 +292,7 @@ def main() -> int:
         args.per_worker_concurrency,
         args.cores_per_worker,
         args.client_cores,
-        not args.no_pin,
+        None if args.no_pin else os.cpu_count() or 1,
     )
     args.out.mkdir(parents=True, exist_ok=True)
     if args.log_dir:
@@ -277,8 +312,8 @@ def main() -> int:
                 log(f"N={cfg.workers} G={cfg.gateways} failed: {e!r}")
                 report["runs"].append({"config": cfg.__dict__, "models": {}, "error": repr(e)})
             (args.out / "scale.json").write_text(json.dumps(report, indent=1, default=str))
-    md = table(report["runs"], args.models)
-    (args.out / "scale.md").write_text(f"{header(report)}\n\n{md}\n")
+    md = render(report)
+    (args.out / "scale.md").write_text(md)
     print(md)
     return 0
 
