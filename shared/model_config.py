@@ -9,6 +9,7 @@ returns); every other service converts that JSON once into a frozen `ModelSpec`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -240,10 +241,30 @@ class ModelSpec:
         return self.platform or self.backend
 
     def input(self, name: str) -> TensorSpec | None:
-        return next((t for t in self.inputs if t.name == name), None)
+        return self._inputs_by_name.get(name)
 
     def output(self, name: str) -> TensorSpec | None:
-        return next((t for t in self.outputs if t.name == name), None)
+        return self._outputs_by_name.get(name)
+
+    @cached_property
+    def required_inputs(self) -> list[str]:
+        return [t.name for t in self.inputs if not t.optional]
+
+    # looked up for every input and output of every request: built once per spec (the first of a name wins)
+    @cached_property
+    def _inputs_by_name(self) -> dict[str, TensorSpec]:
+        return _by_name(self.inputs)
+
+    @cached_property
+    def _outputs_by_name(self) -> dict[str, TensorSpec]:
+        return _by_name(self.outputs)
+
+
+def _by_name(tensors: tuple[TensorSpec, ...]) -> dict[str, TensorSpec]:
+    named: dict[str, TensorSpec] = {}
+    for tensor in tensors:
+        named.setdefault(tensor.name, tensor)
+    return named
 
 
 def _tensor(io: dict[str, Any]) -> TensorSpec:

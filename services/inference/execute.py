@@ -21,7 +21,14 @@ from shared.tensors import INLINE_BUDGET, TensorStore, region_too_small, write_r
 GATEWAY_PARAMETERS = frozenset({"binary_data_output", "priority", "timeout", "headers"})  # used up here
 
 
+def _forwarded(parameters: dict) -> dict:
+    """The request's parameters the model sees (the sequence ones stay: backends read them)."""
+    return {k: v for k, v in parameters.items() if k not in GATEWAY_PARAMETERS} if parameters else {}
+
+
 def _uint(parameters: dict, key: str) -> int:
+    if not parameters:
+        return 0
     value = parameters.get(key, 0)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise invalid(f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer")
@@ -140,8 +147,7 @@ class Executor:
                 inputs=inputs,
                 outputs=valid.outputs,
                 output_regions=regions,
-                # the sequence ones stay: backends read them (correlation id, start/end flags)
-                parameters={k: v for k, v in parsed.parameters.items() if k not in GATEWAY_PARAMETERS},
+                parameters=_forwarded(parsed.parameters),
                 priority=_uint(parsed.parameters, "priority"),
                 timeout_us=_uint(parsed.parameters, "timeout"),
                 received_ns=now,

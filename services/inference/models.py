@@ -27,6 +27,7 @@ class ModelRegistry:
         self.latest = 0  # the newest KV revision seen: the watch delivers the bucket in order
         self.changed = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._ready: dict[str, tuple[int, ...]] = {}  # name -> READY versions, until a record changes
 
     async def start(self, nc: NATS) -> None:
         kv = await bus.bucket(nc, subjects.MODELS_BUCKET)
@@ -45,6 +46,7 @@ class ModelRegistry:
             self.latest = max(self.latest, change.revision)
             self.changed.set()
             self.changed = asyncio.Event()
+            self._ready.clear()
             if change.value is None:
                 self.records.pop(name, None)
                 self.specs.pop(name, None)
@@ -83,11 +85,14 @@ class ModelRegistry:
             except asyncio.TimeoutError:
                 return
 
-    def ready_versions(self, name: str) -> list[int]:
-        record = self.records.get(name)
-        if record is None:
-            return []
-        return sorted(int(v) for v, s in record.versions.items() if s.state == "READY")
+    def ready_versions(self, name: str) -> tuple[int, ...]:
+        """The model's READY versions, oldest first (kept until a record changes: every request asks)."""
+        ready = self._ready.get(name)
+        if ready is None:
+            record = self.records.get(name)
+            versions = record.versions.items() if record is not None else ()
+            ready = self._ready[name] = tuple(sorted(int(v) for v, s in versions if s.state == "READY"))
+        return ready
 
     def resolve(self, name: str, version: str = "") -> tuple[ModelSpec, int]:
         """The model and version a request goes to, or Triton's error for why not."""

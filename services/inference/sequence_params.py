@@ -21,8 +21,13 @@ class SequenceParams:
     end: bool = False
 
 
+_NONE = SequenceParams()
+
+
 def sequence_params(parameters: dict[str, Any]) -> SequenceParams:
     """Triton parses `sequence_id` as an unsigned integer first, a string second."""
+    if not parameters:  # most requests carry none
+        return _NONE
     corrid = parameters.get("sequence_id", 0)
     if (
         isinstance(corrid, bool)

@@ -128,7 +128,8 @@ class Tracer:
 
     def sample(self, model: str) -> bool:
         """Every `trace_rate`-th request of a model is traced, up to `trace_count` traces."""
-        settings = self.for_model(model)
+        # the settings copied only for a model with overrides: this runs on every request
+        settings = self.for_model(model) if model in self.overrides else self.settings
         if not settings.enabled or not settings.file:
             return False
         seen = self._seen.get(model, 0) + 1

@@ -81,8 +81,8 @@ def _input_configs(spec: ModelSpec, request: ParsedRequest, prefix: str) -> dict
         if known is None:
             raise invalid(f"{prefix}unexpected inference input '{tensor.name}' for model '{model}'")
         configs[tensor.name] = known
-    required = [t.name for t in spec.inputs if not t.optional]
-    missing = [name for name in required if name not in given]
+    required = spec.required_inputs
+    missing = [name for name in required if name not in configs] if len(configs) < len(spec.inputs) else []
     if missing:
         raise invalid(
             f"{prefix}expected {len(required)} inputs but got {len(given)} inputs for model '{model}'. "

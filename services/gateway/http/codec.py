@@ -124,9 +124,14 @@ def _json_error(what: str, detail: str) -> ShoalError:
 
 
 def _uint_list(value: Any, what: str) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if not isinstance(value, list):
         raise _json_error(what, "attempt to access JSON non-array or non-integer as unsigned-integer array")
-    if any(v < 0 for v in value):
+    negative = False
+    for v in value:  # one pass (this runs for every input of every request); bool is not an int here
+        if type(v) is not int:
+            raise _json_error(what, "attempt to access JSON non-array or non-integer as unsigned-integer array")
+        negative = negative or v < 0
+    if negative:
         raise _json_error(what, "attempt to access JSON non-unsigned-integer as unsigned-integer")
     return value
 
@@ -186,9 +191,9 @@ def _parse_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTensor
     params = raw.get("parameters", {})
     if not isinstance(params, dict):
         raise _json_error("parameters", "attempt to access JSON non-object as object")
-    sources = [k for k in ("data",) if k in raw] + [
-        k for k in ("binary_data_size", "shared_memory_region") if k in params
-    ]
+    sources = ["data"] if "data" in raw else []
+    if params:
+        sources += [k for k in ("binary_data_size", "shared_memory_region") if k in params]
     if len(sources) != 1:
         named = " set " + " ".join(f"'{k}'" for k in sources) if sources else " no field is set"
         raise invalid(

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 import orjson
@@ -58,12 +59,21 @@ async def infer(
 
 
 class InferFastPath:
-    """`POST .../infer` handled here; everything else goes to the Starlette app."""
+    """`POST .../infer` handled here; everything else goes to the Starlette app.
+
+    Two ways in: as an ASGI app, and directly from the HTTP protocol (`claim` and `respond`,
+    services/gateway/http/protocol.py), which skips uvicorn's ASGI request cycle for requests
+    whose body it has read whole."""
 
     def __init__(self, core: InferenceCore, max_input_size: int, app: Any) -> None:
         self.core = core
         self.limit = max_input_size
         self.app = app
+
+    def claim(self, method: str, path: str) -> tuple[str, str] | None:
+        """(model, version) of a request the protocol may hand to `answer` directly."""
+        match = _INFER_PATH.match(path) if method == "POST" else None
+        return None if match is None else (match.group(1), match.group(2) or "")
 
     async def __call__(self, scope, receive, send) -> None:
         match = _INFER_PATH.match(scope["path"]) if scope["type"] == "http" else None
@@ -71,36 +81,75 @@ class InferFastPath:
             await self.app(scope, receive, send)
             return
         model, version = match.group(1), match.group(2) or ""  # ASGI paths arrive percent-decoded
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        try:
-            if scope["method"] != "POST":
-                raise _HTTPError(405, "Method Not Allowed")
-            if version and not version.isdigit():
-                raise _HTTPError(404, "Not Found")
-            body = await self._body(receive, headers)
-            work = infer(self.core, model, version, headers, body, self.limit)
-            disconnect = scope.get("extensions", {}).get(DISCONNECT)
-            if disconnect is not None:
-                content, out_headers = await self._until_lost(work, disconnect)
-            else:
-                content, out_headers = await self._until_disconnect(work, receive)
-            status = 200
-            log.debug("infer '%s' done", model)
-        except _HTTPError as exc:
-            status, content, out_headers = exc.status, orjson.dumps({"error": exc.message}), _JSON
-        except ShoalError as exc:
-            status, content = exc.http_status, orjson.dumps({"error": exc.message})
-            out_headers = dict(_JSON)
-            if exc.message == "Unsupported compression type":
-                out_headers["accept-encoding"] = "gzip, deflate"
-            log.debug("infer '%s' failed with %d: %s", model, status, exc.message)
-        except Exception as exc:  # a bug must still answer, and the server keeps serving
-            log.exception("unhandled error on %s", scope["path"])
-            status, content, out_headers = 500, orjson.dumps({"error": f"internal error: {exc}"}), _JSON
+        headers = header_dict(scope["headers"])
+        disconnect = scope.get("extensions", {}).get(DISCONNECT)
+
+        async def read() -> bytes:
+            return await self._body(receive, headers)
+
+        if scope["method"] != "POST":
+            status, content, out_headers = 405, orjson.dumps({"error": "Method Not Allowed"}), _JSON
+        elif disconnect is not None:
+            status, content, out_headers = await self._answer(
+                model, version, headers, read, lambda work: self._until_lost(work, disconnect)
+            )
+        else:
+            status, content, out_headers = await self._answer(
+                model, version, headers, read, lambda work: self._until_disconnect(work, receive)
+            )
         raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out_headers.items()]
         raw_headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": raw_headers})
         await send({"type": "http.response.body", "body": content})
+
+    async def respond(
+        self,
+        claim: tuple[str, str],
+        headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+        size: int,
+        disconnect: Disconnect,
+    ) -> tuple[int, bytes, dict[str, str]]:
+        """A claimed request whose body the protocol read (`size` bytes came, at most `limit` kept):
+        the status, body and headers of its answer."""
+        model, version = claim
+        named = header_dict(headers)
+
+        async def read() -> bytes:
+            if size > self.limit:
+                raise self._size_error(size, named)
+            return body
+
+        return await self._answer(model, version, named, read, lambda work: self._until_lost(work, disconnect))
+
+    async def _answer(
+        self,
+        model: str,
+        version: str,
+        headers: dict[str, str],
+        read: Callable[[], Awaitable[bytes]],
+        until_done: Callable[
+            [Coroutine[Any, Any, tuple[bytes, dict[str, str]]]], Awaitable[tuple[bytes, dict[str, str]]]
+        ],
+    ) -> tuple[int, bytes, dict[str, str]]:
+        try:
+            if version and not version.isdigit():
+                raise _HTTPError(404, "Not Found")
+            body = await read()
+            content, out_headers = await until_done(infer(self.core, model, version, headers, body, self.limit))
+            log.debug("infer '%s' done", model)
+            return 200, content, out_headers
+        except _HTTPError as exc:
+            return exc.status, orjson.dumps({"error": exc.message}), _JSON
+        except ShoalError as exc:
+            out_headers = dict(_JSON)
+            if exc.message == "Unsupported compression type":
+                out_headers["accept-encoding"] = "gzip, deflate"
+            log.debug("infer '%s' failed with %d: %s", model, exc.http_status, exc.message)
+            return exc.http_status, orjson.dumps({"error": exc.message}), out_headers
+        except Exception as exc:  # a bug must still answer, and the server keeps serving
+            log.exception("unhandled error on infer of '%s'", model)
+            return 500, orjson.dumps({"error": f"internal error: {exc}"}), _JSON
 
     @staticmethod
     async def _until_lost(work, disconnect: Disconnect):
@@ -160,9 +209,21 @@ class InferFastPath:
         if size > limit:
             # the rest of an oversize body was read (and dropped) so the client gets this
             # error rather than a connection reset
-            declared = headers.get("content-length", "")
-            total = int(declared) if declared.isdigit() else size
-            if headers.get("inference-header-content-length", "").strip() == "0":
-                raise codec.raw_size_error(total, limit)
-            raise codec.size_error(total, limit)
+            raise self._size_error(size, headers)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _size_error(self, size: int, headers: dict[str, str]) -> ShoalError:
+        declared = headers.get("content-length", "")
+        total = int(declared) if declared.isdigit() else size
+        if headers.get("inference-header-content-length", "").strip() == "0":
+            return codec.raw_size_error(total, self.limit)
+        return codec.size_error(total, self.limit)
+
+
+# the request headers inference reads: only these are decoded (an HTTP client sends 5-10 others)
+_READ = frozenset({b"content-encoding", b"inference-header-content-length", b"accept-encoding", b"content-length"})
+
+
+def header_dict(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The headers inference reads, from ASGI's list (names lower case already); a repeated one keeps its last value."""
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in raw if k in _READ}

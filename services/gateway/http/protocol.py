@@ -8,15 +8,23 @@ in one `writelines` call.
 
 It also tells a request's handler when its client goes away (`Disconnect`, in the ASGI
 scope's extensions) from `connection_lost`, so the handler needs no watcher task per request.
+
+Requests the app `claim`s (inference: services/gateway/http/infer.py) skip ASGI: the body is
+read whole here, the handler answers status, body and headers, and the response leaves in one
+write. ASGI's receive/send messages, uvicorn's response checks and the corked write cost
+about a fifth of the gateway's CPU per request (docs/performance.md). Pipelined requests,
+`Expect: 100-continue` and a server at its concurrency limit still go through ASGI.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, runtime_checkable
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
+
+Claim = tuple[str, str]
 
 
 class CorkedTransport:
@@ -38,6 +46,13 @@ class CorkedTransport:
             buffer, self._buffer = self._buffer, []
             if not self._transport.is_closing():
                 self._transport.writelines(buffer)
+
+    def write_now(self, data: bytes) -> None:
+        """One whole response: nothing to merge it with, so no flush scheduled for it."""
+        if self._buffer:
+            self.flush()
+        if not self._transport.is_closing():
+            self._transport.write(data)
 
     def close(self) -> None:
         self.flush()
@@ -77,6 +92,19 @@ class Disconnect:
             self.task.cancel()
 
 
+@runtime_checkable
+class DirectHandler(Protocol):
+    """An app that answers some requests without ASGI, from their whole body."""
+
+    limit: int  # bytes of body kept; more is counted and dropped (the handler refuses it)
+
+    def claim(self, method: str, path: str) -> Claim | None: ...
+
+    async def respond(
+        self, claim: Claim, headers: Iterable[tuple[bytes, bytes]], body: bytes, size: int, disconnect: Disconnect
+    ) -> tuple[int, bytes, dict[str, str]]: ...
+
+
 class CorkedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -86,9 +114,83 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
 
         self._disconnects: list[Disconnect] = []  # this connection's requests (more than one when pipelined)
+        self._direct = self.app if isinstance(self.app, DirectHandler) else None
+        self._reading: tuple[RequestResponseCycle, Claim] | None = None  # a claimed request's body coming in
+        self._size = 0  # its bytes so far
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
+
+    # -- claimed requests, without ASGI ----------------------------------------------------
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        direct = self._direct
+        claim = None
+        if direct is not None and app is direct and not cycle.waiting_for_100_continue:
+            claim = direct.claim(cycle.scope["method"], cycle.scope["path"])
+        if claim is None:
+            super()._start_asgi_task(cycle, app)
+        elif cycle.more_body:
+            self._reading, self._size = (cycle, claim), len(cycle.body)
+        else:  # a pipelined request, read whole while it waited its turn
+            self._launch(cycle, claim, len(cycle.body))
+
+    def on_body(self, body: bytes) -> None:
+        reading = self._reading
+        if reading is None or reading[0] is not self.cycle:
+            super().on_body(body)
+            return
+        cycle, claim = reading
+        if cycle.response_complete:
+            return
+        self._size += len(body)
+        limit = self._direct.limit  # type: ignore[union-attr]  # set whenever something is being read
+        if self._size <= limit:
+            cycle.body += body
+        elif self._size > 4 * limit:  # not worth reading on: answer now, and close the connection
+            self._reading = None
+            cycle.keep_alive = False
+            self._launch(cycle, claim, self._size)
+
+    def on_message_complete(self) -> None:
+        reading = self._reading
+        if reading is None or reading[0] is not self.cycle:
+            super().on_message_complete()
+            return
+        self._reading = None
+        cycle, claim = reading
+        cycle.more_body = False
+        self._launch(cycle, claim, self._size)
+
+    def _launch(self, cycle: RequestResponseCycle, claim: Claim, size: int) -> None:
+        task = self.loop.create_task(self._respond(cycle, claim, size))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    async def _respond(self, cycle: RequestResponseCycle, claim: Claim, size: int) -> None:
+        scope = cycle.scope
+        disconnect: Disconnect = scope["extensions"][DISCONNECT]  # type: ignore[assignment]
+        body = bytes(cycle.body)
+        cycle.body = bytearray()
+        status, content, headers = await self._direct.respond(  # type: ignore[union-attr]
+            claim, scope["headers"], body, size, disconnect
+        )
+        if cycle.disconnected:
+            return
+        parts = [STATUS_LINE[status]]
+        for name, value in cycle.default_headers:
+            parts += [name, b": ", value, b"\r\n"]
+        for key, text in headers.items():
+            parts += [key.encode("latin-1"), b": ", text.encode("latin-1"), b"\r\n"]
+        parts += [b"content-length: ", str(len(content)).encode(), b"\r\n"]
+        if not cycle.keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts += [b"\r\n", content]
+        self.transport.write_now(b"".join(parts))  # type: ignore[attr-defined]
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not cycle.keep_alive:
+            self.transport.close()
+        cycle.on_response()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

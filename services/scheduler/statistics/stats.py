@@ -56,16 +56,23 @@ class ModelStats:
         self.execution_count += 1
         self.inference_count += batch_size
         self.last_inference_ms = int(time.time() * 1000)
-        self.compute_input.add(input_ns * requests, requests)
-        self.compute_infer.add(infer_ns * requests, requests)
-        self.compute_output.add(output_ns * requests, requests)
+        input_ns, infer_ns, output_ns = max(0, input_ns), max(0, infer_ns), max(0, output_ns)
+        stat = self.batches.get(batch_size)
+        if stat is None:
+            stat = self.batches[batch_size] = BatchStat()
+        # attributes updated in place, not through Duration.add: this runs for every batch
+        for total, per_batch, ns in (
+            (self.compute_input, stat.compute_input, input_ns),
+            (self.compute_infer, stat.compute_infer, infer_ns),
+            (self.compute_output, stat.compute_output, output_ns),
+        ):
+            total.count += requests
+            total.ns += ns * requests
+            per_batch.count += 1
+            per_batch.ns += ns
         self.latencies.add("compute_input", input_ns, requests)
         self.latencies.add("compute_infer", infer_ns, requests)
         self.latencies.add("compute_output", output_ns, requests)
-        stat = self.batches.setdefault(batch_size, BatchStat())
-        stat.compute_input.add(input_ns)
-        stat.compute_infer.add(infer_ns)
-        stat.compute_output.add(output_ns)
 
     def record_queue(self, ns: int) -> None:
         self.queue.add(ns)
