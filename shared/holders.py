@@ -12,7 +12,9 @@ down proves nothing: no action.
 A scheduler that dies after it received a group but before it acknowledged it (SIGKILLed
 within those 0.1 s, or with the group still in its buffers) never says so. Requests not
 acknowledged within `UNACKED_S` make the dispatcher ping every scheduler it has heard from; if
-one of them is gone, those requests may have been its, and go to `on_lost` with its own.
+one of them is gone, those requests may have been its, and go to `on_lost` with its own. The
+requests still unacknowledged when a scheduler is found dead, but younger than `UNACKED_S`, go
+to `on_lost` too once they are that old and still unacknowledged.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ class Holders:
         self._by_rid: dict[str, str] = {}
         self._unacked: dict[str, float] = {}  # rid -> when sent, until a scheduler acknowledges it
         self._known: set[str] = set()  # liveness subjects of the schedulers heard from
+        # requests unacknowledged when a scheduler was found dead: perhaps its, taken in the 0.1 s before it
+        # died; lost if still unacknowledged once UNACKED_S old (rid -> the dead scheduler)
+        self._unacked_at_death: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -81,6 +86,7 @@ class Holders:
         while True:
             await asyncio.sleep(PING_S)
             now = time.monotonic()
+            await self._orphans_of_the_dead(now)
             suspects = {h for h, rids in self._held.items() if rids and min(rids.values()) < now - MIN_AGE_S}
             orphans = [rid for rid, sent in self._unacked.items() if sent < now - UNACKED_S]
             if orphans:
@@ -94,6 +100,21 @@ class Holders:
                     self._known.discard(holder)
                     await self._lost(holder, orphans)
                     orphans = []
+                    for rid in self._unacked:  # younger than UNACKED_S: looked at again on later rounds
+                        self._unacked_at_death.setdefault(rid, holder)
+
+    async def _orphans_of_the_dead(self, now: float) -> None:
+        """Requests unacknowledged when a scheduler died: acknowledged since, answered, or lost now."""
+        lost: dict[str, list[str]] = {}
+        for rid, holder in list(self._unacked_at_death.items()):
+            sent = self._unacked.get(rid)
+            if sent is None:
+                del self._unacked_at_death[rid]
+            elif sent < now - UNACKED_S:
+                del self._unacked_at_death[rid]
+                lost.setdefault(holder, []).append(rid)
+        for holder, rids in lost.items():
+            await self._lost(holder, rids)
 
     async def _gone(self, holder: str) -> bool:
         try:

@@ -90,8 +90,9 @@ class ModelRegistry:
         ready = self._ready.get(name)
         if ready is None:
             record = self.records.get(name)
-            versions = record.versions.items() if record is not None else ()
-            ready = self._ready[name] = tuple(sorted(int(v) for v, s in versions if s.state == "READY"))
+            if record is None:  # not kept: clients may ask for any name
+                return ()
+            ready = self._ready[name] = tuple(sorted(int(v) for v, s in record.versions.items() if s.state == "READY"))
         return ready
 
     def resolve(self, name: str, version: str = "") -> tuple[ModelSpec, int]:

@@ -3,14 +3,16 @@
 An acknowledgement per group was one more bus message per request at batch 1 (5 instead of 4:
 docs/performance.md). The dispatcher only needs to know who holds its requests within about a
 second (`holders.UNACKED_S`), so the groups taken from one inbox are listed in one `HeldGroups`
-message at most every `DELAY_S`. The first group from an inbox not heard from before is
-acknowledged at once: until a dispatcher knows a scheduler, it cannot ask whether it lives.
+message at most every `DELAY_S`. The first group from an inbox not heard from for a second is
+acknowledged at once: until a dispatcher knows a scheduler, it cannot ask whether it lives (a
+dispatcher restarted with the same inbox has forgotten the schedulers it knew).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from shared import subjects
@@ -19,7 +21,8 @@ from shared.messages import HeldGroups, encode
 log = logging.getLogger("shoal.scheduler")
 
 DELAY_S = 0.1  # well under holders.UNACKED_S (1 s) and holders.MIN_AGE_S (0.3 s)
-_KNOWN_LIMIT = 4096  # inboxes remembered as acknowledged before (restarted processes bring new ones)
+QUIET_S = 1.0  # an inbox not heard from for this long gets its next acknowledgement at once
+_KNOWN_LIMIT = 4096  # inboxes remembered (restarted processes bring new ones)
 
 Publish = Callable[..., Awaitable[None]]
 
@@ -30,16 +33,19 @@ class Acknowledgements:
         self._headers = {subjects.HELD_BY_HEADER: alive_subject}
         self._delay_s = delay_s
         self._due: dict[str, list[str]] = {}  # inbox -> groups taken since its last acknowledgement
-        self._known: set[str] = set()
+        self._heard: dict[str, float] = {}  # inbox -> when it last sent a group
         self._timer: asyncio.TimerHandle | None = None
+        self._flushing: asyncio.Task[None] | None = None
 
     async def took(self, reply: str) -> None:
         """A request group arrived with this reply subject (`<inbox>.<group>`)."""
         inbox, _, group = reply.rpartition(".")
-        if inbox not in self._known:
-            if len(self._known) >= _KNOWN_LIMIT:
-                self._known.clear()
-            self._known.add(inbox)
+        now = time.monotonic()
+        last = self._heard.get(inbox)
+        if len(self._heard) >= _KNOWN_LIMIT and last is None:
+            self._heard.clear()
+        self._heard[inbox] = now
+        if last is None or now - last > QUIET_S:
             await self._send(inbox, [group])
             return
         due = self._due.get(inbox)
@@ -50,14 +56,16 @@ class Acknowledgements:
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._delay_s, self._flush_soon)
 
-    def cancel(self) -> None:
+    async def stop(self) -> None:
+        """Send what is due now (a scheduler stopping still holds those requests until it drains)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        await self.flush()
 
     def _flush_soon(self) -> None:
         self._timer = None
-        asyncio.get_running_loop().create_task(self.flush())
+        self._flushing = asyncio.get_running_loop().create_task(self.flush())
 
     async def flush(self) -> None:
         due, self._due = self._due, {}

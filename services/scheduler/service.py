@@ -119,7 +119,7 @@ class SchedulerService:
         await self.ownership.stop()
         await self.micro.stop()
         self.liveness.stop()
-        self.acknowledgements.cancel()
+        await self.acknowledgements.stop()
         self.tasks.cancel_all()
 
     async def _watch_models(self) -> None:

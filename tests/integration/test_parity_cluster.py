@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import mmap
+import socket
 import textwrap
 import threading
 import time
@@ -104,6 +105,26 @@ def test_oversize_json_body_keeps_the_json_message(server):
     body = good_body() + b" " * LIMIT
     status, _, raw = http(server.url, "/v2/models/simple/infer", "POST", body)
     assert status == 400 and error_of(raw).startswith(f"request JSON size of {len(body)} bytes exceeds")
+
+
+def test_a_far_oversize_body_is_answered_and_the_connection_serves_on(server):
+    """More than 4x the limit: answered before the body ends; the rest is read and dropped, so the
+    client gets the error (no reset) and its connection serves the next request."""
+    body = b"{" + b" " * (5 * LIMIT) + b"}"
+    host, port = server.url.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        head = f"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+        sender = threading.Thread(target=sock.sendall, args=(head.encode() + body,))
+        sender.start()
+        reply = sock.makefile("rb")
+        status = reply.readline()
+        headers = dict(line.decode().strip().split(": ", 1) for line in iter(reply.readline, b"\r\n"))
+        error = json.loads(reply.read(int(headers["content-length"])))["error"]
+        sender.join()
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        after = reply.readline()
+    assert status.startswith(b"HTTP/1.1 400") and after.startswith(b"HTTP/1.1 200")
+    assert error.startswith(f"request JSON size of {len(body)} bytes exceeds the maximum allowed input size")
 
 
 # -- item 15: restricted APIs --------------------------------------------------------------------

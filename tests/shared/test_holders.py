@@ -66,6 +66,29 @@ async def test_a_dead_holder_is_noticed_and_a_live_one_is_not(server):
     await nc.close()
 
 
+async def test_requests_sent_just_before_a_holder_died_are_recovered_too(server):
+    nc = await nats.connect(server.url)
+    lost: list = []
+
+    async def on_lost(holder: str, rids: list[str]) -> None:
+        lost.append((holder, sorted(rids)))
+
+    holders = Holders(nc, on_lost)
+    holders.start()
+    dead = await _scheduler(server.url, "alive.c")
+    holders.held("alive.c", ["r1"])
+    holders.sent(["r2"])  # taken by the scheduler in the 0.1 s before it died: never acknowledged
+    holders.sent(["r3"])
+    await dead.close()
+    holders.done("r3")  # answered after all: not recovered
+    deadline = time.monotonic() + 6
+    while len(lost) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert lost == [("alive.c", ["r1"]), ("alive.c", ["r2"])]
+    holders.stop()
+    await nc.close()
+
+
 async def test_an_outage_logs_one_error(caplog):
     outage = bus._Outage("test")
     caplog.set_level(logging.DEBUG, logger="shared.bus")

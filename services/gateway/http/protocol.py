@@ -12,8 +12,9 @@ scope's extensions) from `connection_lost`, so the handler needs no watcher task
 Requests the app `claim`s (inference: services/gateway/http/infer.py) skip ASGI: the body is
 read whole here, the handler answers status, body and headers, and the response leaves in one
 write. ASGI's receive/send messages, uvicorn's response checks and the corked write cost
-about a fifth of the gateway's CPU per request (docs/performance.md). Pipelined requests,
-`Expect: 100-continue` and a server at its concurrency limit still go through ASGI.
+about a fifth of the gateway's CPU per request (docs/performance.md). Pipelined requests take
+the same path in their turn; `Expect: 100-continue`, a restricted inference API (the app is then
+the restriction's wrapper) and a server at its concurrency limit still go through ASGI.
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         self._direct = self.app if isinstance(self.app, DirectHandler) else None
         self._reading: tuple[RequestResponseCycle, Claim] | None = None  # a claimed request's body coming in
         self._size = 0  # its bytes so far
+        self._answered = False  # answered before its body ended (far too large): the rest is dropped
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
@@ -130,7 +132,7 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         if claim is None:
             super()._start_asgi_task(cycle, app)
         elif cycle.more_body:
-            self._reading, self._size = (cycle, claim), len(cycle.body)
+            self._reading, self._size, self._answered = (cycle, claim), len(cycle.body), False
         else:  # a pipelined request, read whole while it waited its turn
             self._launch(cycle, claim, len(cycle.body))
 
@@ -140,15 +142,14 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
             super().on_body(body)
             return
         cycle, claim = reading
-        if cycle.response_complete:
-            return
         self._size += len(body)
         limit = self._direct.limit  # type: ignore[union-attr]  # set whenever something is being read
         if self._size <= limit:
             cycle.body += body
-        elif self._size > 4 * limit:  # not worth reading on: answer now, and close the connection
-            self._reading = None
-            cycle.keep_alive = False
+        elif self._size > 4 * limit and not self._answered:
+            # not worth waiting for the rest: answer now (the size error), and read and drop what
+            # still comes so that the client gets the answer, as the ASGI path does
+            self._answered = True
             self._launch(cycle, claim, self._size)
 
     def on_message_complete(self) -> None:
@@ -159,7 +160,8 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         self._reading = None
         cycle, claim = reading
         cycle.more_body = False
-        self._launch(cycle, claim, self._size)
+        if not self._answered:
+            self._launch(cycle, claim, self._size)
 
     def _launch(self, cycle: RequestResponseCycle, claim: Claim, size: int) -> None:
         task = self.loop.create_task(self._respond(cycle, claim, size))
@@ -167,25 +169,23 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         self.tasks.add(task)
 
     async def _respond(self, cycle: RequestResponseCycle, claim: Claim, size: int) -> None:
-        scope = cycle.scope
-        disconnect: Disconnect = scope["extensions"][DISCONNECT]  # type: ignore[assignment]
-        body = bytes(cycle.body)
-        cycle.body = bytearray()
-        status, content, headers = await self._direct.respond(  # type: ignore[union-attr]
-            claim, scope["headers"], body, size, disconnect
-        )
+        try:
+            scope = cycle.scope
+            disconnect: Disconnect = scope["extensions"][DISCONNECT]  # type: ignore[assignment]
+            body = bytes(cycle.body)
+            cycle.body = bytearray()
+            status, content, headers = await self._direct.respond(  # type: ignore[union-attr]
+                claim, scope["headers"], body, size, disconnect
+            )
+            if self.flow.write_paused and not cycle.disconnected:  # a client that does not read: wait for it
+                await self.flow.drain()
+        except BaseException:  # cancelled at shutdown, or a bug: no answer, so the connection goes (as uvicorn)
+            if not cycle.response_complete:
+                self.transport.close()
+            raise
         if cycle.disconnected:
             return
-        parts = [STATUS_LINE[status]]
-        for name, value in cycle.default_headers:
-            parts += [name, b": ", value, b"\r\n"]
-        for key, text in headers.items():
-            parts += [key.encode("latin-1"), b": ", text.encode("latin-1"), b"\r\n"]
-        parts += [b"content-length: ", str(len(content)).encode(), b"\r\n"]
-        if not cycle.keep_alive:
-            parts.append(b"connection: close\r\n")
-        parts += [b"\r\n", content]
-        self.transport.write_now(b"".join(parts))  # type: ignore[attr-defined]
+        self.transport.write_now(_response(status, headers, content, cycle))  # type: ignore[attr-defined]
         cycle.response_complete = True
         cycle.message_event.set()
         if not cycle.keep_alive:
@@ -206,3 +206,17 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         disconnects, self._disconnects = self._disconnects, []
         for disconnect in disconnects:
             disconnect.lost()
+
+
+def _response(status: int, headers: dict[str, str], content: bytes, cycle: RequestResponseCycle) -> bytes:
+    """Status line, uvicorn's default headers (date, server), the handler's, length and close."""
+    parts = [STATUS_LINE[status]]
+    for name, value in cycle.default_headers:
+        parts += [name, b": ", value, b"\r\n"]
+    for key, text in headers.items():
+        parts += [key.encode("latin-1"), b": ", text.encode("latin-1"), b"\r\n"]
+    parts += [b"content-length: ", str(len(content)).encode(), b"\r\n"]
+    if not cycle.keep_alive:
+        parts.append(b"connection: close\r\n")
+    parts += [b"\r\n", content]
+    return b"".join(parts)

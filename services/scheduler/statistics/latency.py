@@ -31,7 +31,7 @@ class Latencies:
             recent.extend(itertools.repeat(ns / 1000, count))
         if kind == "request":
             ms = ns / 1e6
-            self.first_response_sum_ms += ms
+            self.first_response_sum_ms += ms * count
             self.first_response[bisect.bisect_left(FIRST_RESPONSE_BUCKETS_MS, ms)] += count
 
     def json(self, quantiles: list[float]) -> dict[str, Any]:
