@@ -71,7 +71,7 @@ class InferFastPath:
         self.app = app
 
     def claim(self, method: str, path: str) -> tuple[str, str] | None:
-        """(model, version) of a request the protocol may hand to `answer` directly."""
+        """(model, version) of a request the protocol may hand to `respond` directly."""
         match = _INFER_PATH.match(path) if method == "POST" else None
         return None if match is None else (match.group(1), match.group(2) or "")
 

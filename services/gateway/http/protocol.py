@@ -11,8 +11,8 @@ scope's extensions) from `connection_lost`, so the handler needs no watcher task
 
 Requests the app `claim`s (inference: services/gateway/http/infer.py) skip ASGI: the body is
 read whole here, the handler answers status, body and headers, and the response leaves in one
-write. ASGI's receive/send messages, uvicorn's response checks and the corked write cost
-about a fifth of the gateway's CPU per request (docs/performance.md). Pipelined requests take
+write: no ASGI receive/send messages, no uvicorn response checks, no corked flush (with the
+batched acknowledgements, the gateway's CPU per request fell by a fifth: docs/performance.md). Pipelined requests take
 the same path in their turn; `Expect: 100-continue`, a restricted inference API (the app is then
 the restriction's wrapper) and a server at its concurrency limit still go through ASGI.
 """
