@@ -70,8 +70,8 @@ class _GenericHandlersOnly:
     """The server as the generated `add_..._to_server` sees it: the service's methods are added as
     a generic handler only, not also as registered methods. grpcio's asyncio server keeps one
     pending call request per registered method and waits on all of them (`asyncio.wait`) for every
-    call it accepts: ~21 futures per RPC for this service, measured at a third of the gRPC
-    front end's CPU per request (docs/grpc.md). The generic handler serves the same methods."""
+    call it accepts: ~21 futures per RPC for this service (7% of the gateway's loop-thread CPU per
+    gRPC request, docs/grpc.md). The generic handler serves the same methods."""
 
     def __init__(self, server: grpc.aio.Server) -> None:
         self._server = server
