@@ -154,6 +154,13 @@ def serve_parser() -> argparse.ArgumentParser:
         help="gateway processes sharing the HTTP and gRPC ports with SO_REUSEPORT (default: 1)",
     )
     p.add_argument(
+        "--schedulers",
+        type=int,
+        default=1,
+        help="scheduler processes (replicas): the models are shared out among them, each model served by "
+        "one at a time (default: 1)",
+    )
+    p.add_argument(
         "--ready-timeout-secs",
         type=float,
         default=300.0,
@@ -202,6 +209,8 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         raise SystemExit("shoal serve: --workers must be at least 1")
     if args.gateways < 1:
         raise SystemExit("shoal serve: --gateways must be at least 1")
+    if args.schedulers < 1:
+        raise SystemExit("shoal serve: --schedulers must be at least 1")
     if args.model_load_thread_count < 1:
         raise SystemExit("shoal serve: --model-load-thread-count must be at least 1")
     return args

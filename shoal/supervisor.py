@@ -262,7 +262,12 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
     ]
     scheduler = SchedulerSettings(**common, rate_limit=args.rate_limit, rate_limit_resource=args.rate_limit_resource)
     gateway, more_gateways = port_sharing_gateways(gateway, args.gateways)
-    return Cluster(gateway, scheduler, repo, workers, more_gateways=more_gateways)
+    # replicas share the models by lease (services/scheduler/replicas/): one hot model is still one
+    # scheduler's, many models spread over them (docs/performance.md, "Scale")
+    more_schedulers = [
+        scheduler.model_copy(update={"scheduler_id": uuid.uuid4().hex[:12]}) for _ in range(args.schedulers - 1)
+    ]
+    return Cluster(gateway, scheduler, repo, workers, more_gateways=more_gateways, more_schedulers=more_schedulers)
 
 
 def port_sharing_gateways(gateway: GatewaySettings, count: int) -> tuple[GatewaySettings, list[GatewaySettings]]:

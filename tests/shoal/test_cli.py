@@ -184,3 +184,15 @@ def test_shoal_serve_end_to_end(tmp_path):
 
 def serve_started(tmp_path) -> float:
     return os.path.getmtime(tmp_path / "cache")
+
+
+def test_schedulers_and_gateways_flags_build_replicas(tmp_path):
+    from shoal.supervisor import build_cluster
+
+    cluster = build_cluster(parse_serve(["--schedulers", "3", "--gateways", "2"]), "nats://127.0.0.1:4222", tmp_path)
+    ids = [cluster.scheduler.scheduler_id] + [s.scheduler_id for s in cluster.more_schedulers]
+    assert len(ids) == 3 and len(set(ids)) == 3  # replicas: each its own id on the bus
+    assert len(cluster.more_gateways) == 1 and cluster.more_gateways[0].gateway_id != cluster.gateway.gateway_id
+    assert build_cluster(parse_serve([]), "nats://127.0.0.1:4222", tmp_path).more_schedulers == []
+    with pytest.raises(SystemExit, match="--schedulers must be at least 1"):
+        parse_serve(["--schedulers", "0"])
