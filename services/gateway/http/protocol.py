@@ -13,7 +13,7 @@ Requests the app `claim`s (inference: services/gateway/http/infer.py) skip ASGI:
 read whole here, the handler answers status, body and headers, and the response leaves in one
 write: no ASGI receive/send messages, no uvicorn response checks, no corked flush (with the
 batched acknowledgements, the gateway's CPU per request fell by a fifth: docs/performance.md). Pipelined requests take
-the same path in their turn; `Expect: 100-continue`, a restricted inference API (the app is then
+the same path in their turn; `Expect: 100-continue`, any `--http-restricted-api` (the app is then
 the restriction's wrapper) and a server at its concurrency limit still go through ASGI.
 """
 
