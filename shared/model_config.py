@@ -247,8 +247,8 @@ class ModelSpec:
         return self._outputs_by_name.get(name)
 
     @cached_property
-    def required_inputs(self) -> list[str]:
-        return [t.name for t in self.inputs if not t.optional]
+    def required_inputs(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.inputs if not t.optional)
 
     # looked up for every input and output of every request: built once per spec (the first of a name wins)
     @cached_property
