@@ -41,8 +41,9 @@ async def _lost_within(holders: Holders, lost: list, seconds: float) -> float | 
     return None
 
 
-async def test_a_dead_holder_is_noticed_and_a_live_one_is_not(server):
-    nc = await nats.connect(server.url)
+async def _watching(url: str) -> tuple[nats.NATS, Holders, list]:
+    """A started `Holders` on its own connection, and the (holder, rids) it reports lost."""
+    nc = await nats.connect(url)
     lost: list = []
 
     async def on_lost(holder: str, rids: list[str]) -> None:
@@ -50,6 +51,11 @@ async def test_a_dead_holder_is_noticed_and_a_live_one_is_not(server):
 
     holders = Holders(nc, on_lost)
     holders.start()
+    return nc, holders, lost
+
+
+async def test_a_dead_holder_is_noticed_and_a_live_one_is_not(server):
+    nc, holders, lost = await _watching(server.url)
     dead, live = await _scheduler(server.url, "alive.a"), await _scheduler(server.url, "alive.b")
     holders.held("alive.a", ["r1", "r2"])
     holders.held("alive.b", ["r3"])
@@ -67,14 +73,7 @@ async def test_a_dead_holder_is_noticed_and_a_live_one_is_not(server):
 
 
 async def test_requests_sent_just_before_a_holder_died_are_recovered_too(server):
-    nc = await nats.connect(server.url)
-    lost: list = []
-
-    async def on_lost(holder: str, rids: list[str]) -> None:
-        lost.append((holder, sorted(rids)))
-
-    holders = Holders(nc, on_lost)
-    holders.start()
+    nc, holders, lost = await _watching(server.url)
     dead = await _scheduler(server.url, "alive.c")
     holders.held("alive.c", ["r1"])
     holders.sent(["r2"])  # taken by the scheduler in the 0.1 s before it died: never acknowledged
