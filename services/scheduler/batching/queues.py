@@ -134,21 +134,20 @@ class RequestQueue(Generic[T]):
         raise IndexError("empty queue")
 
     def append(self, item: T) -> None:
-        part = self._levels.get(item.level)
-        if part is None:
-            self._levels[item.level] = part = deque()
-            self._reorder()
-        part.append(item)
-        self._earliest_ns = min(self._earliest_ns, item.expires_ns)
+        self._level_of(item).append(item)
 
     def appendleft(self, item: T) -> None:
         """Back to the head of its level (a retried request keeps its place in line)."""
+        self._level_of(item).appendleft(item)
+
+    def _level_of(self, item: T) -> deque[T]:
+        """The deque `item` joins (made on first use), with the expiry watermark lowered for it."""
         part = self._levels.get(item.level)
         if part is None:
             self._levels[item.level] = part = deque()
             self._reorder()
-        part.appendleft(item)
         self._earliest_ns = min(self._earliest_ns, item.expires_ns)
+        return part
 
     def size(self, level: int) -> int:
         return len(self._levels.get(level, ())) + len(self._delayed.get(level, ()))
