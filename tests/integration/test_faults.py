@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import textwrap
 import threading
 import time
@@ -23,6 +22,7 @@ from tests.integration.test_scheduling_policies import (
     failures,
     gauge,
     pending,
+    raw_request,
     sleepy_config,
     wait_until,
 )
@@ -105,10 +105,7 @@ def test_a_cancelled_request_is_not_failed_again_when_its_worker_dies(gated):
     sender = Sender(running, "gated")
     sender.send("running", 0)
     wait_until(lambda: busy(running, "gated") and "running" not in sender.done)
-    body = b'{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"FP32","data":[5]}]}'
-    host, port = running.url.split(":")
-    raw = socket.create_connection((host, int(port)))
-    raw.sendall(b"POST /v2/models/gated/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    raw = raw_request(running, "gated")
     wait_until(lambda: pending(running, "gated") == 1 and gauge(running, "shoal_queue_free_credits", "gated") == 0)
     raw.close()
     wait_until(lambda: failures(running, "gated", "CANCELED") == 1)

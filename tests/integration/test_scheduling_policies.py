@@ -112,6 +112,16 @@ def pending(running, model: str) -> float:
     return gauge(running, "nv_inference_pending_request_count", model)
 
 
+def raw_request(running, model: str) -> socket.socket:
+    """A one-row FP32 request sent on a raw connection, left open: closing it is the client leaving."""
+    body = b'{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"FP32","data":[5]}]}'
+    host, port = running.url.split(":")
+    raw = socket.create_connection((host, int(port)))
+    head = f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+    raw.sendall(head.encode() + body)
+    return raw
+
+
 def busy(running, model: str) -> bool:
     """The model's only instance runs a batch: nothing waits, one of its credits is taken."""
     return pending(running, model) == 0 and gauge(running, "shoal_queue_free_credits", model) == CREDITS - 1
@@ -229,12 +239,7 @@ def test_client_disconnect_cancels_the_queued_request(slow):
     sender = Sender(slow, "slow_plain")
     sender.send("running", 0)
     wait_until(lambda: busy(slow, "slow_plain") and "running" not in sender.done)
-    body = b'{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"FP32","data":[5]}]}'
-    host, port = slow.url.split(":")
-    raw = socket.create_connection((host, int(port)))
-    raw.sendall(
-        b"POST /v2/models/slow_plain/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-    )
+    raw = raw_request(slow, "slow_plain")
     wait_until(lambda: pending(slow, "slow_plain") == 1)
     raw.close()  # the client goes away while its request waits in the queue
     wait_until(lambda: failures(slow, "slow_plain", "CANCELED") == before + 1)
@@ -301,12 +306,7 @@ def test_a_request_cancelled_while_sent_ahead_counts_as_never_executed(slow):
     sender = Sender(slow, "slow_plain")
     sender.send("running", 0)
     wait_until(lambda: busy(slow, "slow_plain") and "running" not in sender.done)
-    body = b'{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"FP32","data":[5]}]}'
-    host, port = slow.url.split(":")
-    raw = socket.create_connection((host, int(port)))
-    raw.sendall(
-        b"POST /v2/models/slow_plain/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-    )
+    raw = raw_request(slow, "slow_plain")
     # sent ahead: waiting at the instance, both credits taken
     wait_until(lambda: pending(slow, "slow_plain") == 1 and gauge(slow, "shoal_queue_free_credits", "slow_plain") == 0)
     raw.close()
