@@ -53,11 +53,13 @@ def shoal(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return out
 
 
-async def test_perf_counts_agree_with_the_statistics_endpoint(served, client):
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+async def test_perf_counts_agree_with_the_statistics_endpoint(served, client, protocol):
     before = client.get_inference_statistics("identity_fp32")
+    url = served.grpc_url if protocol == "grpc" else served.url
     options = PerfOptions(
-        model="identity_fp32", url=served.url, concurrency=[1, 3], shapes={"INPUT0": [16]}, batch_size=2,
-        window_ms=400, stability_pct=100, max_trials=4,
+        model="identity_fp32", url=url, protocol=protocol, concurrency=[1, 3], shapes={"INPUT0": [16]},
+        batch_size=2, window_ms=400, stability_pct=100, max_trials=4,
     )  # fmt: skip
     results = await measure(options)
     delta = server_delta(before, client.get_inference_statistics("identity_fp32"))
@@ -65,7 +67,8 @@ async def test_perf_counts_agree_with_the_statistics_endpoint(served, client):
     assert sent > 0 and delta.requests == sent
     assert delta.inferences == 2 * sent
     for r in results:
-        # the windows' own server side: the same requests, give or take those crossing a window's edge
+        # the windows' own server side (over gRPC read through ModelStatistics): the same requests,
+        # give or take those crossing a window's edge
         assert abs(r.server.requests - r.client.requests) <= 0.25 * r.client.requests + 2 * r.level
         assert r.server.compute_infer_us > 0 and r.server.avg_batch_size >= 1
         assert 0 < r.client.percentiles_us[50] <= r.client.percentiles_us[99]
@@ -115,22 +118,6 @@ async def test_perf_over_system_shared_memory_cleans_up(served, client):
     assert result.completed > 0 and result.server.requests > 0
     assert client.get_system_shared_memory_status() == []
     assert not [name for name in os.listdir("/dev/shm") if name.startswith(f"perf_{os.getpid()}_")]
-
-
-async def test_perf_over_grpc_counts_agree_with_the_statistics_endpoint(served, client):
-    before = client.get_inference_statistics("identity_fp32")
-    options = PerfOptions(
-        model="identity_fp32", url=served.grpc_url, protocol="grpc", concurrency=[1, 3], shapes={"INPUT0": [16]},
-        batch_size=2, window_ms=400, stability_pct=100, max_trials=4,
-    )  # fmt: skip
-    results = await measure(options)
-    delta = server_delta(before, client.get_inference_statistics("identity_fp32"))
-    sent = sum(r.completed for r in results)
-    assert sent > 0 and delta.requests == sent
-    assert delta.inferences == 2 * sent
-    for r in results:  # the server's side read through gRPC's ModelStatistics
-        assert abs(r.server.requests - r.client.requests) <= 0.25 * r.client.requests + 2 * r.level
-        assert r.server.compute_infer_us > 0 and r.server.avg_batch_size >= 1
 
 
 def test_perf_cli_over_grpc(served, client, tmp_path):
