@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import tritonclient.utils.shared_memory as shm
 
+from tests.cluster import Running, running_cluster
+
 
 @pytest.fixture
 def regions() -> Iterator[Callable[[int], tuple[str, Any]]]:
@@ -24,3 +26,10 @@ def regions() -> Iterator[Callable[[int], tuple[str, Any]]]:
     yield make
     for handle in made:
         shm.destroy_shared_memory_region(handle)
+
+
+@pytest.fixture(scope="module")
+def with_shm(test_repository: Any) -> Iterator[Running]:
+    """A cluster that allows client shared memory (`--allow-client-shm`), one per module."""
+    with running_cluster(test_repository, allow_client_shm=True) as running:
+        yield running

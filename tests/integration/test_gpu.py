@@ -15,7 +15,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from services.worker.gpus import available_gpus
-from tests.cluster import running_cluster
 
 pytestmark = [
     pytest.mark.gpu,
@@ -29,12 +28,6 @@ def cudashm():
     return pytest.importorskip(
         "tritonclient.utils.cuda_shared_memory", reason="tritonclient's CUDA shared memory needs cuda-python"
     )
-
-
-@pytest.fixture(scope="module")
-def with_shm(test_repository):
-    with running_cluster(test_repository, allow_client_shm=True) as running:
-        yield running
 
 
 @pytest.fixture

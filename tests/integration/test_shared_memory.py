@@ -12,14 +12,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from services.worker.gpus import available_gpus
-from tests.cluster import running_cluster
 from tests.integration.test_endpoints import http
-
-
-@pytest.fixture(scope="module")
-def with_shm(test_repository):
-    with running_cluster(test_repository, allow_client_shm=True) as running:
-        yield running
 
 
 @pytest.fixture
