@@ -37,6 +37,13 @@ def free_port() -> int:
             return port
 
 
+def reserve_ports(*ports: int) -> None:
+    """Ports this process will bind later (its own services'): `free_port` never hands them out.
+    The kernel offers any port not bound yet, and a service port chosen by the caller (a test's
+    free port, say) is not bound until its service starts."""
+    _handed_out.update(port for port in ports if port)
+
+
 def find_binary() -> str:
     scripts = Path(sysconfig.get_path("scripts")) / "nats-server"
     found = str(scripts) if scripts.exists() else shutil.which("nats-server")

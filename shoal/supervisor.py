@@ -29,7 +29,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings
 
 from shared import lifeline
-from shared.natsserver import NatsServer, default_cache_dir
+from shared.natsserver import NatsServer, default_cache_dir, reserve_ports
 from shared.settings import (
     GatewaySettings,
     RepositorySettings,
@@ -322,6 +322,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.nats_url:
         nats_url = args.nats_url
     else:
+        reserve_ports(args.http_port, args.grpc_port, args.metrics_port)  # not for nats-server, even if free now
         nats = NatsServer(monitor_port=args.nats_monitor_port).start()
         nats_url = nats.url
         log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
