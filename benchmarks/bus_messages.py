@@ -13,17 +13,22 @@ reads around them:
   - /proc CPU time (user + system) of every process of the `shoal serve` tree, µs per request.
 Cases: `simple` at concurrency 1 and 16, and `identity_fp32` (dynamic batching) at 16.
 The CPU figures move with the machine's load (printed beside them); the message counts do not.
-With `SHOAL_PROFILE_DIR` set, every service also writes a cProfile (calls per process: a
-load-independent A/B of the Python each process runs).
+`--calls`: instead, Python function calls per request per process, a count the load does not move
+(cProfile through `SHOAL_PROFILE_DIR`, shared/runtime.py): each shape is served twice, with N and 2N
+requests of `simple` at c=1 after the same warm-up, and the difference between the two profiles of
+each process is divided by N (start-up and shutdown cancel out).
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import pstats
 import shlex
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -100,6 +105,44 @@ def measure(shoal: Shoal, model: str, concurrency: int, total: int) -> dict:
     }
 
 
+def profiled_calls(cmd: list[str], repo: Path, log: Path, shape: str, requests: int) -> dict[str, int]:
+    """Function calls per service over a whole `shoal serve` run that served `requests` (+ warm-up)."""
+    with tempfile.TemporaryDirectory() as folder:
+        os.environ["SHOAL_PROFILE_DIR"] = folder
+        try:
+            shoal = Shoal(cmd, repo, log, None)
+            shoal.cmd += ["--cohost-scheduler", "true" if shape == "cohost" else "false"]
+            shoal.start(["simple"])
+            try:
+                url = f"127.0.0.1:{shoal.http}"
+                drive(url, "simple", 1, 200)
+                drive(url, "simple", 1, requests)
+            finally:
+                shoal.stop()
+        finally:
+            del os.environ["SHOAL_PROFILE_DIR"]
+        calls: dict[str, int] = {}
+        for path in glob.glob(f"{folder}/*.prof"):
+            service = os.path.basename(path).rsplit("-", 1)[0]
+            calls[service] = calls.get(service, 0) + pstats.Stats(path).total_calls  # type: ignore[attr-defined]
+        return calls
+
+
+def calls_per_request(args: argparse.Namespace, repo: Path, out: Path) -> None:
+    n = args.requests
+    results = {}
+    for shape in args.shapes.split(","):
+        cmd = shlex.split(args.shoal_cmd)
+        one = profiled_calls(cmd, repo, out / f"calls-{shape}-1.log", shape, n)
+        two = profiled_calls(cmd, repo, out / f"calls-{shape}-2.log", shape, 2 * n)
+        results[shape] = {k: round((two.get(k, 0) - one.get(k, 0)) / n) for k in sorted(set(one) | set(two))}
+        print(shape, json.dumps(results[shape]), flush=True)
+    (out / "calls_per_request.json").write_text(json.dumps(results, indent=2))
+    print("\n| shape | Python calls per request (`simple`, c=1) | total |\n|---|---|---|")
+    for shape, per in results.items():
+        print(f"| {shape} | {', '.join(f'{k} {v}' for k, v in per.items())} | {sum(per.values())} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2000)
@@ -107,12 +150,16 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--out", default="benchmarks/results/cohost")
     parser.add_argument("--shoal-cmd", default="shoal")
+    parser.add_argument("--calls", action="store_true", help="Python calls per request per process instead")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from services.repository.examples import write_examples
 
     repo = write_examples(out / "models")
+    if args.calls:
+        calls_per_request(args, repo, out)
+        return
     results: dict[str, dict] = {}
     for shape in args.shapes.split(","):
         shoal = Shoal(shlex.split(args.shoal_cmd), repo, out / f"serve-{shape}.log", None)

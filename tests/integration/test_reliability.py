@@ -104,6 +104,13 @@ def test_requests_queued_at_a_killed_gateways_scheduler_end_within_seconds(tmp_p
         other = next(g for gid, g in gateways.items() if gid != owner)
         url = f"127.0.0.1:{other.http_port}"  # its requests go over the bus to the owner's replica
         value = np.arange(4, dtype=np.float32).reshape(1, 4)
+        # first, one batch of both gateways' requests (a full batch of 8 leaves at once): each
+        # gateway gets its answers, and the credit comes back (the next batch runs)
+        urls = [f"127.0.0.1:{g.http_port}" for g in gateways.values()] * 4
+        for _ in range(2):
+            with ThreadPoolExecutor(8) as pool:
+                assert all(np.array_equal(r, value) for _, r in pool.map(lambda u: call(u, "held", value), urls))
+        assert metric(running, "nv_inference_exec_count", "held") == 2
         with ThreadPoolExecutor(4) as pool:
             futures = [pool.submit(call, url, "held", value) for _ in range(4)]
             wait_until(lambda: metric(running, "nv_inference_pending_request_count", "held") == 4, 10, "not queued")
