@@ -156,10 +156,15 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     from services.repository.examples import write_examples
 
-    repo = write_examples(out / "models")
-    if args.calls:
-        calls_per_request(args, repo, out)
-        return
+    with tempfile.TemporaryDirectory() as models:  # the results folder keeps only results
+        repo = write_examples(Path(models))
+        if args.calls:
+            calls_per_request(args, repo, out)
+        else:
+            messages_per_request(args, repo, out)
+
+
+def messages_per_request(args: argparse.Namespace, repo: Path, out: Path) -> None:
     results: dict[str, dict] = {}
     for shape in args.shapes.split(","):
         shoal = Shoal(shlex.split(args.shoal_cmd), repo, out / f"serve-{shape}.log", None)
