@@ -64,7 +64,7 @@ def measure(pa: str, once: Once, urls: dict[str, str], rounds: int, log: Callabl
 
 
 def _median_at(runs: list[list[dict]], conc: int, key: str) -> float | None:
-    values = [row[key] for rows in runs for row in rows if row.get("concurrency") == conc]
+    values = [row[key] for rows in runs for row in rows if row.get("concurrency") == conc and key in row]
     return statistics.median(values) if values else None
 
 
