@@ -90,6 +90,11 @@ def worker_resync(worker_id: str) -> str:
     return f"{PREFIX}.worker.{worker_id}.resync"
 
 
+def worker_alive(worker_id: str) -> str:
+    """One worker process answers here while its NATS connection lives (shared/liveness.py)."""
+    return f"{PREFIX}.worker.{worker_id}.alive"
+
+
 def worker_report(worker_id: str) -> str:
     """One worker: report your instances again."""
     return f"{PREFIX}.worker.{worker_id}.report"

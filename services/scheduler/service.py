@@ -72,7 +72,9 @@ class SchedulerService:
 
         self.pump = Pump(nc, limiter, self.tasks, sequencer)
         self.credits = Credits(self.pump)
-        self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self.credits.worker_lost, self._worker_back)
+        self.liveness = WorkerLiveness(
+            nc, settings.worker_timeout_s, self.credits.worker_lost, self._worker_back, probe=True
+        )
         self.ensembles = EnsembleRunner(nc, settings.scheduler_id)  # ensembles run here, not on workers
         self.ownership = Ownership(nc, settings.scheduler_id, self, self.pump, self.sequencer, self.take)
         self._subs: dict[str, Subscription] = {}  # model -> its infer subscription, while we hold its lease

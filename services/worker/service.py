@@ -86,6 +86,9 @@ class WorkerService:
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_report(self.id), cb=self._on_report_request)
+        # schedulers ask here whether this worker's connection lives (shared/liveness.py): subscribed
+        # before the first heartbeat names this worker
+        await self.nc.subscribe(subjects.worker_alive(self.id), cb=self._on_alive)
         await self.nc.subscribe(subjects.worker_sequence(self.id), cb=self._on_sequence_ended)
         await self.host.start()
         self.host.loader.on_idle = self.beats.beat_now  # "no longer loading" must not wait a beat
@@ -93,6 +96,9 @@ class WorkerService:
         self._spawn(self._tick())
         self.micro = await discovery.register(self.nc, "worker", self.id, self.status, shm_host=self.store.host)
         log.info("worker %s started", self.id)
+
+    async def _on_alive(self, msg: Msg) -> None:
+        await msg.respond(b"")
 
     def status(self) -> dict[str, object]:
         return {

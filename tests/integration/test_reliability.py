@@ -100,3 +100,23 @@ def test_a_request_waiting_at_a_killed_worker_runs_on_another_instance(tmp_path)
         assert "stopped responding" in failed.message()
         assert np.array_equal(retried, value * 6), retried
         assert metric(running, "shoal_inference_request_retry", "py_slow") == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_worker_is_found_by_nats_not_by_its_heartbeat(tmp_path):
+    """kill -9 of the worker running a request: NATS drops its connection, the scheduler's probe
+    hears "no responders" and fails the request within about a second, though the heartbeat
+    timeout is 30 s (shared/liveness.py)."""
+    write_python(tmp_path, "py_slow", "double", batching="", max_batch_size=0)
+    patient = {"worker_timeout_s": 30}
+    with running_cluster(tmp_path, request_timeout_s=40, scheduler=patient, repository=patient) as running:
+        value = np.ones(4, np.float32)
+        with ThreadPoolExecutor(1) as pool:
+            running_request = pool.submit(call, running.url, "py_slow", value, {"delay_ms": 20000})
+            wait_until(lambda: metric(running, "shoal_queue_free_credits", "py_slow") < 2, 10, "not sent")
+            killed = time.monotonic()
+            os.kill(running.cluster.child("worker-0").process.pid, signal.SIGKILL)
+            ended, failed = running_request.result()
+        assert isinstance(failed, InferenceServerException) and failed.status() == "503", failed
+        assert "stopped responding" in failed.message()
+        assert ended - killed < 3, f"the request failed {ended - killed:.1f}s after its worker was killed"
