@@ -24,6 +24,9 @@ from shared import eager
 T = TypeVar("T")
 ErrorCallback = Callable[[Exception], Awaitable[None]]
 _reconnects: weakref.WeakKeyDictionary[NATS, int] = weakref.WeakKeyDictionary()  # per connection
+Listener = Callable[[], object]
+# per connection: (called when it is lost, called when it is back), for those that must act on both
+_listeners: weakref.WeakKeyDictionary[NATS, list[tuple[Listener, Listener]]] = weakref.WeakKeyDictionary()
 log = logging.getLogger(__name__)
 
 
@@ -63,6 +66,8 @@ async def connect(url: str, name: str) -> NATS:
             log.debug("disconnected from nats (closing)")
         else:
             await outage.disconnected()
+            for lost, _ in _listeners.get(holder[0], []) if holder else []:
+                lost()
 
     async def reconnected_cb() -> None:
         outage.down = False
@@ -70,6 +75,8 @@ async def connect(url: str, name: str) -> NATS:
         log.info("reconnected to nats at %s", url.netloc if url else "?")
         if holder:  # watches restart: see `watch`
             _reconnects[holder[0]] = reconnects(holder[0]) + 1  # nats-py has no such counter
+            for _, back in _listeners.get(holder[0], []):
+                back()
 
     nc = await nats.connect(
         servers=[u.strip() for u in url.split(",") if u.strip()],
@@ -85,6 +92,12 @@ async def connect(url: str, name: str) -> NATS:
     )
     holder.append(nc)
     return nc
+
+
+def on_connection(nc: NATS, lost: Listener, back: Listener) -> None:
+    """`lost()` when `nc` (made by `connect`) loses its server, `back()` once it has reconnected
+    (its subscriptions restored; what was published meanwhile is flushed after that)."""
+    _listeners.setdefault(nc, []).append((lost, back))
 
 
 def cluster_size(nc: NATS) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -106,3 +107,55 @@ def test_shoal_serve_restarts_a_killed_nats_server(tmp_path):
     finally:
         if serve.process.poll() is None:
             serve.kill_tree()
+
+
+def _load(url: str, stop: threading.Event, results: list) -> None:
+    client = httpclient.InferenceServerClient(url, network_timeout=60)
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            infer(client, "first")
+            error = ""
+        except InferenceServerException as exc:
+            error = f"{exc.status()} {exc.message()}"
+        results.append((started, time.monotonic(), error))
+        if error:
+            time.sleep(0.05)
+    client.close()
+
+
+@pytest.mark.timeout(300)
+def test_no_request_outlives_a_lost_bus_connection(tmp_path):
+    """kill -9 of nats-server under load (6 clients, 30 s request timeout): every request in flight
+    is sent again after the reconnect or answered 503 with the reason within seconds, none is left
+    to the timeout (shared/dispatch.py; the worker side: shared/liveness.py, credits)."""
+    examples.write_model(
+        tmp_path, "first", examples.identity_graph(TensorProto.FLOAT, 2, "first"), identity_config("first", "FP32")
+    )
+    with running_cluster(tmp_path, request_timeout_s=30) as running:
+        results: list = []
+        stop = threading.Event()
+        clients = [threading.Thread(target=_load, args=(running.url, stop, results)) for _ in range(6)]
+        for thread in clients:
+            thread.start()
+        try:
+            wait_until(lambda: len(results) > 50, 30, "no load before the kill")
+            killed = time.monotonic()
+            running.nats.kill()
+            running.nats.start()  # what `shoal serve` does: the same port and JetStream store
+            wait_until(
+                lambda: any(s > killed + 0.5 and not e for s, _, e in results),
+                30,
+                f"no success after the kill: {results[-3:]}",
+            )
+            time.sleep(1)
+        finally:
+            stop.set()
+            for thread in clients:
+                thread.join(60)
+        around = [(s, e, error) for s, e, error in results if e > killed]
+        slowest = max(e - s for s, e, _ in around)
+        failures = [error for *_, error in around if error]
+        print(f"{len(around)} requests after the kill, {len(failures)} failed, slowest {slowest:.1f}s: {failures[:3]}")
+        assert slowest < 8, f"a request in flight at the kill took {slowest:.1f}s (timeout 30 s)"
+        assert all(error.startswith("503 ") and len(error) > 8 for error in failures), failures[:5]
