@@ -16,7 +16,7 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js.errors import BucketNotFoundError
+from nats.js.errors import BucketNotFoundError, NoStreamResponseError
 from nats.js.kv import KeyValue
 
 from shared import eager
@@ -136,6 +136,32 @@ async def bucket(nc: NATS, name: str, ttl: float | None = None) -> KeyValue:
             log.debug("open bucket %s: %s", name, exc)
         await asyncio.sleep(0.1)
     raise RuntimeError(f"cannot open JetStream KV bucket '{name}'")
+
+
+LEADERLESS_S = 15.0  # how long a KV write waits for its stream to have a leader again
+
+
+async def put(kv: KeyValue, key: str, value: bytes) -> int:
+    """`kv.put`, waiting out a stream without a leader (after the loss of the NATS node that led
+    it the others elect one within seconds: "no responders" / "no response from stream" meanwhile)."""
+    return await _leader_patient(lambda: kv.put(key, value))
+
+
+async def delete(kv: KeyValue, key: str) -> None:
+    """`kv.delete`, waiting out a stream without a leader as `put` does."""
+    await _leader_patient(lambda: kv.delete(key))
+
+
+async def _leader_patient(write: Callable[[], Awaitable[T]]) -> T:
+    deadline = asyncio.get_running_loop().time() + LEADERLESS_S
+    while True:
+        try:
+            return await write()
+        except (nats.errors.NoRespondersError, NoStreamResponseError, nats.errors.TimeoutError):
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.info("a KV stream has no leader yet; writing again")
+            await asyncio.sleep(0.25)
 
 
 KEYS_CONSUMER_IDLE_S = 5.0

@@ -40,14 +40,15 @@ from pydantic_settings import BaseSettings
 
 from shared import lifeline
 from shared.natsserver import NatsServer
-from shared.settings import to_argv
+from shared.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
 PREFIX = "shoal-"  # namespace names: shoal-<pid of the test process>-<run>-<role>
 SUBNET = "10.77.0"  # private addresses, only ever inside the namespaces made here
 NATS_PORT, ROUTE_PORT, MONITOR_PORT = 4222, 6222, 8222
-PING_INTERVAL_S = 1.0  # a route across a partition is given up after two missed pings
+HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
+PING_INTERVAL_S = 2.0  # a route across a partition is given up after two missed pings (as in the compose file)
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -264,6 +265,47 @@ class Hosts:
             log,
             {"SHOAL_RUN_ID": self.run, **(env or {})},
         )
+
+    def serve(
+        self,
+        models: Path,
+        repository: dict[str, Any] | None = None,
+        gateway: dict[str, Any] | None = None,
+        scheduler: dict[str, Any] | None = None,
+        worker: dict[str, Any] | None = None,
+    ) -> None:
+        """Shoal as the compose file places it: the repository, scheduler and gateway on host 1, one
+        worker on each other host (named after it); each service on its host's NATS node."""
+        first = self[1]
+        url = self.nats_url(first)
+        self.service(
+            first, "repository", RepositorySettings(nats_url=url, model_repository=str(models), **(repository or {}))
+        )
+        self.service(
+            first, "scheduler", SchedulerSettings(nats_url=url, scheduler_id="scheduler-1", **(scheduler or {}))
+        )
+        self.service(
+            first,
+            "gateway",
+            GatewaySettings(
+                nats_url=url,
+                http_address=first.address,
+                http_port=HTTP_PORT,
+                grpc_address=first.address,
+                grpc_port=GRPC_PORT,
+                metrics_port=METRICS_PORT,
+                **(gateway or {}),
+            ),
+        )
+        for host in self.hosts[1:]:
+            self.service(
+                host, "worker", WorkerSettings(nats_url=self.nats_url(host), worker_id=host.name, **(worker or {}))
+            )
+
+    @property
+    def url(self) -> str:
+        """The gateway's HTTP endpoint (reachable from inside the hosts: `Host.call`)."""
+        return f"{self[1].address}:{HTTP_PORT}"
 
     def logs(self) -> str:
         return "\n".join(

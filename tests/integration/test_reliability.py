@@ -72,7 +72,7 @@ def test_requests_held_by_a_killed_scheduler_end_within_seconds(tmp_path):
         # each answer after the kill came from a copy the gateway sent again, and /metrics counts them
         served = sum(1 for _, result in results if not isinstance(result, InferenceServerException))
         resent = metric(running, "shoal_inference_request_resent", "held")
-        assert resent >= served and (resent > 0) == (served > 0), (resent, served)
+        assert resent >= max(served, 4), (resent, served)  # the dead scheduler held all four
         # the restarted scheduler serves again
         wait_until(lambda: not isinstance(call(running.url, "held", value)[1], Exception), 30, "no recovery")
 
