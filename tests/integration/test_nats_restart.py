@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -159,3 +160,43 @@ def test_no_request_outlives_a_lost_bus_connection(tmp_path):
         print(f"{len(around)} requests after the kill, {len(failures)} failed, slowest {slowest:.1f}s: {failures[:3]}")
         assert slowest < 8, f"a request in flight at the kill took {slowest:.1f}s (timeout 30 s)"
         assert all(error.startswith("503 ") and len(error) > 8 for error in failures), failures[:5]
+
+
+@pytest.mark.timeout(300)
+def test_requests_in_flight_fail_when_the_bus_stays_away(tmp_path):
+    """nats-server killed and not back: the requests the gateway had sent fail with a 503 naming
+    the lost connection about 3 s later (shared/dispatch.py), not at their 30 s deadline; once it
+    is back, serving resumes."""
+    examples.write_model(
+        tmp_path,
+        "held",  # a 4 s batching delay: the requests sit in the scheduler's queue at the kill
+        examples.identity_graph(TensorProto.FLOAT, 2, "held"),
+        identity_config("held", "FP32", 8, "dynamic_batching { max_queue_delay_microseconds: 4000000 }\n"),
+    )
+    with running_cluster(tmp_path, request_timeout_s=30) as running:
+        value = np.arange(4, dtype=np.float32).reshape(1, 4)
+
+        def held() -> tuple[float, str]:
+            client = httpclient.InferenceServerClient(running.url, network_timeout=60)
+            tensor = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+            tensor.set_data_from_numpy(value)
+            try:
+                client.infer("held", [tensor])
+                return time.monotonic(), ""
+            except InferenceServerException as exc:
+                return time.monotonic(), f"{exc.status()} {exc.message()}"
+            finally:
+                client.close()
+
+        assert held()[1] == ""  # served (a batch of one after 4 s)
+        with ThreadPoolExecutor(3) as pool:
+            futures = [pool.submit(held) for _ in range(3)]
+            time.sleep(1)  # sent and queued: the scheduler waits up to 4 s to fill a batch
+            killed = time.monotonic()
+            running.nats.kill()
+            results = [f.result() for f in futures]
+        for ended, error in results:
+            assert error.startswith("503 ") and "connection to NATS was lost" in error, error
+            assert ended - killed < 8, f"failed {ended - killed:.1f}s after the kill (deadline 30 s)"
+        running.nats.start()
+        wait_until(lambda: held()[1] == "", 60, "not serving after nats-server came back")
