@@ -129,11 +129,13 @@ def running_cluster(
     schedulers: int = 1,
     workers_settings: list[dict] | None = None,
     nats_nodes: int = 1,
+    nats_server: NatsServer | None = None,
     **gateway: object,
 ) -> Iterator[Running]:
     """`nats_nodes` > 1: a NATS cluster of that many servers (routes, clustered JetStream);
-    the services get every node's URL."""
-    nats: Any = (
+    the services get every node's URL. `nats_server`: a started one the caller owns (and stops);
+    `worker={"nats_url": ...}` then lets the workers reach it another way (tests/proxy.py)."""
+    nats: Any = nats_server or (
         NatsServer(max_payload=max_payload).start()
         if nats_nodes <= 1
         else NatsCluster(nats_nodes, max_payload=max_payload).start()
@@ -157,7 +159,7 @@ def running_cluster(
         SchedulerSettings(**common, **{"worker_timeout_s": 3, **(scheduler or {})}),
         RepositorySettings(**common, model_repository=str(root), **{"worker_timeout_s": 3, **(repository or {})}),
         [
-            WorkerSettings(**common, tensor_transport=transport, heartbeat_s=0.5, **(worker or {}), **extra)
+            WorkerSettings(**{**common, "tensor_transport": transport, "heartbeat_s": 0.5, **(worker or {}), **extra})
             for extra in (workers_settings or [{}] * workers)
         ],
         supervise=supervise,
@@ -174,4 +176,5 @@ def running_cluster(
         yield Running(nats, cluster)
     finally:
         cluster.stop(timeout=10)
-        nats.stop()
+        if nats_server is None:
+            nats.stop()

@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -16,8 +17,19 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
+from services.scheduler.service import IN_TRANSIT_S
+from shared.natsserver import NatsServer
 from tests.cluster import identity_config, running_cluster
+from tests.proxy import proxy_to
 from tests.serving import Serve, listening, wait_until
+
+
+def metric(url: str, name: str, model: str) -> float:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + "{") and f'model="{model}"' in line:
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def infer(client, model: str) -> None:
@@ -200,3 +212,37 @@ def test_requests_in_flight_fail_when_the_bus_stays_away(tmp_path):
             assert ended - killed < 8, f"failed {ended - killed:.1f}s after the kill (deadline 30 s)"
         running.nats.start()
         wait_until(lambda: held()[1] == "", 60, "not serving after nats-server came back")
+
+
+@pytest.mark.timeout(300)
+def test_a_batch_lost_with_a_workers_connection_runs_again(tmp_path):
+    """A worker's link loses the batch sent to it, then drops (tests/proxy.py): once reconnected the
+    worker says which batches it holds, and the scheduler sends the lost one's request to run
+    again at once instead of holding its credit until past the 30 s deadline."""
+    examples.write_model(
+        tmp_path, "first", examples.identity_graph(TensorProto.FLOAT, 2, "first"), identity_config("first", "FP32")
+    )
+    with NatsServer() as nats, proxy_to(nats.port) as proxy:
+        with running_cluster(
+            tmp_path, request_timeout_s=30, nats_server=nats, worker={"nats_url": proxy.url}
+        ) as running:
+            client = httpclient.InferenceServerClient(running.url, network_timeout=60)
+            infer(client, "first")
+            credits = metric(running.metrics_url, "shoal_queue_free_credits", "first")
+            proxy.blackhole()  # what nats-server sends the worker from now on is lost
+            with ThreadPoolExecutor(1) as pool:
+                request = pool.submit(
+                    lambda: infer(httpclient.InferenceServerClient(running.url, network_timeout=60), "first")
+                )
+                wait_until(
+                    lambda: metric(running.metrics_url, "shoal_queue_free_credits", "first") < credits, 10, "not sent"
+                )
+                time.sleep(IN_TRANSIT_S + 0.2)  # the protocol's window, not a wait for an event: a batch
+                # sent this shortly before the worker's holdings is not judged by them
+                severed = time.monotonic()
+                proxy.sever()  # the worker reconnects; nats-server has not noticed the old connection go
+                request.result(timeout=25)
+            took = time.monotonic() - severed
+            assert took < 5, f"the lost batch's request was answered {took:.1f}s after the reconnect"
+            assert metric(running.metrics_url, "shoal_inference_request_retry", "first") == 1
+            client.close()
