@@ -8,7 +8,9 @@ drops its subscriptions, and a request to the subject only that worker answers
 `PROBE_S`, so a dead worker is dropped within about a second; the heartbeat timeout stays as
 the fallback for a silence NATS has not noticed yet (a partition inside nats-server's ping
 interval, a stuck worker whose connection lives). A probe that times out (a busy worker) or
-fails because this process's own bus is down proves nothing and changes nothing.
+fails because this process's own bus is down proves nothing and changes nothing, and only a
+worker that has answered a probe before is judged by one (a worker of an older version, or one
+whose subscription has not reached this node yet, is left to its heartbeat).
 
 Two things never count as a worker's death (issue 17): a load in progress (a worker whose last
 heartbeat reported loads gets `LOADING_TIMEOUT_S`), and this process's own deafness: when the
@@ -36,7 +38,6 @@ _decoder = msgspec.msgpack.Decoder(WorkerHeartbeat)
 LOADING_TIMEOUT_S = 60.0  # a worker loading models may be slow to beat; a crash is still noticed
 PROBE_S = 0.5  # how often each worker's connection is asked after
 PROBE_TIMEOUT_S = 1.0
-PROBE_AFTER_S = 1.0  # a worker heard first this recently: its subscription may not have reached every node
 
 
 def overdue(seen: dict[str, float], loading: set[str], now: float, timeout_s: float) -> list[str]:
@@ -65,7 +66,7 @@ class WorkerLiveness:
         self.loading: set[str] = set()  # workers whose last heartbeat reported loads in progress
         self.probe = probe
         self.found_by_nats = 0  # workers dropped because NATS said their connection was gone
-        self._first_heard: dict[str, float] = {}
+        self._answered: set[str] = set()  # workers that answered a probe: "no responders" now means gone
         self._task: asyncio.Task[None] | None = None
         self._prober: asyncio.Task[None] | None = None
 
@@ -80,10 +81,13 @@ class WorkerLiveness:
             if task:
                 task.cancel()
 
+    @property
+    def answering(self) -> frozenset[str]:
+        """The workers the probe judges: they answered it once."""
+        return frozenset(self._answered)
+
     def heard(self, worker: str) -> None:
-        now = time.monotonic()
-        self.seen[worker] = now
-        self._first_heard.setdefault(worker, now)
+        self.seen[worker] = time.monotonic()
 
     async def _on_heartbeat(self, msg: Msg) -> None:
         beat = bus.decode(_decoder, msg, log)
@@ -118,7 +122,7 @@ class WorkerLiveness:
     async def _drop(self, worker: str) -> None:
         if self.seen.pop(worker, None) is None:
             return  # dropped already (by the other path)
-        self._first_heard.pop(worker, None)
+        self._answered.discard(worker)
         self.loading.discard(worker)
         self.gone.add(worker)
         await self.on_gone(worker)
@@ -126,20 +130,22 @@ class WorkerLiveness:
     async def _probe_forever(self) -> None:
         while True:
             await asyncio.sleep(PROBE_S)
-            settled = time.monotonic() - PROBE_AFTER_S
-            workers = [w for w in self.seen if self._first_heard.get(w, settled) <= settled]
-            gone = await asyncio.gather(*(self._disconnected(w) for w in workers))
-            for worker, dead in zip(workers, gone):
-                if dead and worker in self.seen:
+            workers = list(self.seen)
+            answers = await asyncio.gather(*(self._connected(w) for w in workers))
+            for worker, connected in zip(workers, answers):
+                if connected:
+                    self._answered.add(worker)
+                elif connected is False and worker in self._answered and worker in self.seen:
                     log.warning("worker %s has no connection to NATS any more; dropping it", worker)
                     self.found_by_nats += 1
                     await self._drop(worker)
 
-    async def _disconnected(self, worker: str) -> bool:
+    async def _connected(self, worker: str) -> bool | None:
+        """True: it answered; False: NATS knows no such subscriber; None: unknown."""
         try:
             await self.nc.request(subjects.worker_alive(worker), b"", timeout=PROBE_TIMEOUT_S)
         except NoRespondersError:
-            return True
-        except Exception:  # busy, or our own bus is down: unknown
             return False
-        return False
+        except Exception:  # busy, or our own bus is down
+            return None
+        return True

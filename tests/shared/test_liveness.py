@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shared import subjects
-from shared.liveness import LOADING_TIMEOUT_S, PROBE_AFTER_S, WorkerLiveness, overdue
+from shared.liveness import LOADING_TIMEOUT_S, PROBE_S, WorkerLiveness, overdue
 from shared.natsserver import NatsServer
 
 
@@ -67,17 +67,20 @@ async def test_a_worker_whose_connection_closed_is_dropped_long_before_its_heart
     dead, live = await _worker(server.url, "w-dead"), await _worker(server.url, "w-live")
     liveness.heard("w-dead")
     liveness.heard("w-live")
-    silent = "w-never-subscribed"  # heard within PROBE_AFTER_S: its subscription may still be travelling
-    await asyncio.sleep(PROBE_AFTER_S + 0.5)
-    assert gone == []  # both answer
-    liveness.heard(silent)
+    liveness.heard("w-never-answered")  # an older worker without the subject: left to its heartbeat
+    started = time.monotonic()
+    while not {"w-dead", "w-live"} <= liveness.answering:  # both answered a probe
+        assert time.monotonic() - started < 10, liveness.answering
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(2 * PROBE_S)  # two more rounds: "w-never-answered" gets no responders each time
+    assert gone == [] and "w-never-answered" not in liveness.answering
     closed = time.monotonic()
     await dead.close()
     while "w-dead" not in gone and time.monotonic() - closed < 5:
         await asyncio.sleep(0.05)
     found = time.monotonic() - closed
     assert gone[:1] == ["w-dead"] and found < 2.5, (gone, found)
-    assert "w-live" in liveness.seen and liveness.found_by_nats >= 1
+    assert "w-live" in liveness.seen and "w-never-answered" in liveness.seen and liveness.found_by_nats == 1
     liveness.stop()
     await live.close()
     await nc.close()
