@@ -274,8 +274,9 @@ class Hosts:
         scheduler: dict[str, Any] | None = None,
         worker: dict[str, Any] | None = None,
     ) -> None:
-        """Shoal as the compose file places it: the repository, scheduler and gateway on host 1, one
-        worker on each other host (named after it); each service on its host's NATS node."""
+        """Shoal as the compose file places it: the repository, scheduler and gateway (no co-hosted
+        scheduler) on host 1, one worker on each other host (named after it); each service on its
+        host's NATS node."""
         first = self[1]
         url = self.nats_url(first)
         self.service(
@@ -294,7 +295,7 @@ class Hosts:
                 grpc_address=first.address,
                 grpc_port=GRPC_PORT,
                 metrics_port=METRICS_PORT,
-                **(gateway or {}),
+                **{"cohost_scheduler": False, **(gateway or {})},  # the compose file's default
             ),
         )
         for host in self.hosts[1:]:
