@@ -124,6 +124,8 @@ class SchedulerService:
             },
             "sequences": {f"{m}/{v}": q.seq.book.summary() for (m, v), q in queues.items() if q.seq},
             "workers": sorted(self.liveness.seen),
+            # the workers NATS would show gone at once (shared/liveness.py); the others by heartbeat only
+            "probed_workers": sorted(self.liveness.answering),
             **self.ownership.status(),
         }
 

@@ -166,6 +166,14 @@ def test_a_killed_worker_is_found_by_nats_not_by_its_heartbeat(tmp_path):
     patient = {"worker_timeout_s": 30}
     with running_cluster(tmp_path, request_timeout_s=40, scheduler=patient, repository=patient) as running:
         value = np.ones(4, np.float32)
+        assert np.array_equal(call(running.url, "py_slow", value)[1], value * 2)  # its process runs
+
+        def probed() -> bool:  # a worker the probe never heard answer is left to its heartbeat
+            services = asyncio.run(collect(running.nats.url, wait=0.3))
+            schedulers = [s["status"] for s in services if s["name"] == "shoal-scheduler"]
+            return bool(schedulers) and all(len(s.get("probed_workers", [])) >= 2 for s in schedulers)
+
+        wait_until(probed, 20, "the scheduler's probe never heard the worker and its model's process")
         with ThreadPoolExecutor(1) as pool:
             running_request = pool.submit(call, running.url, "py_slow", value, {"delay_ms": 20000})
             wait_until(lambda: metric(running, "shoal_queue_free_credits", "py_slow") < 2, 10, "not sent")
