@@ -24,7 +24,7 @@ from services.worker.batches import BatchExecutor
 from services.worker.completions import Completions
 from services.worker.heartbeat import HeartbeatThread
 from services.worker.host import ModelHost
-from services.worker.instances import LoadedModel
+from services.worker.instances import Instance, LoadedModel
 from services.worker.outputs import Outputs
 from services.worker.python import pb_utils
 from services.worker.python.bls import BlsRuntime
@@ -39,6 +39,7 @@ from shared.messages import (
     InstanceFree,
     SequenceEnded,
     WorkerHeartbeat,
+    WorkerHoldings,
     encode,
 )
 from shared.runtime import serve_until
@@ -74,6 +75,7 @@ class WorkerService:
         )
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
+        self.holding: set[int] = set()  # batch ids received and not finished (WorkerHoldings)
         self.beats = HeartbeatThread(
             settings.nats_url, f"shoal-worker-{settings.worker_id}-heartbeat", settings.heartbeat_s, self._loading
         )
@@ -91,6 +93,12 @@ class WorkerService:
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_report(self.id), cb=self._on_report_request)
+        # schedulers ask here whether this worker's connection lives (shared/liveness.py): subscribed
+        # before the first heartbeat names this worker
+        await self.nc.subscribe(subjects.worker_alive(self.id), cb=self._on_alive)
+        await self.nc.subscribe(subjects.HOLDINGS_ASK, cb=self._on_holdings_asked)
+        # batches sent to us while our connection was down are lost: schedulers learn which we hold
+        bus.on_connection(self.nc, lambda: None, lambda: self._spawn(self._say_holdings()))
         await self.nc.subscribe(subjects.worker_sequence(self.id), cb=self._on_sequence_ended)
         await self.host.start()
         self.host.loader.on_idle = self.beats.beat_now  # "no longer loading" must not wait a beat
@@ -98,6 +106,15 @@ class WorkerService:
         self._spawn(self._tick())
         self.micro = await discovery.register(self.nc, "worker", self.id, self.status, shm_host=self.store.host)
         log.info("worker %s started", self.id)
+
+    async def _on_alive(self, msg: Msg) -> None:
+        await msg.respond(b"")
+
+    async def _on_holdings_asked(self, msg: Msg) -> None:
+        await self._say_holdings()
+
+    async def _say_holdings(self) -> None:
+        await self.nc.publish(subjects.WORKER_HOLDINGS, encode(WorkerHoldings(self.id, sorted(self.holding))))
 
     def status(self) -> dict[str, object]:
         return {
@@ -229,15 +246,26 @@ class WorkerService:
             # outside its credits (the instance's thread still runs one batch at a time)
             instance = loaded.instances[batch.instance % len(loaded.instances)]
             instance.uncredited += 1
-            self._spawn(self.batches.execute(loaded, instance, batch, holds_credit=False))
+            self._execute(loaded, instance, batch, holds_credit=False)
             return
         instance = loaded.instances[batch.instance]
         if batch.credit not in instance.idle:  # a duplicate credit: run it, but it returns no credit
             instance.uncredited += 1
-            self._spawn(self.batches.execute(loaded, instance, batch, holds_credit=False))
+            self._execute(loaded, instance, batch, holds_credit=False)
             return
         instance.idle.discard(batch.credit)
-        self._spawn(self.batches.execute(loaded, instance, batch, holds_credit=True))
+        self._execute(loaded, instance, batch, holds_credit=True)
+
+    def _execute(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool) -> None:
+        self.holding.add(batch.batch_id)
+
+        async def run() -> None:
+            try:
+                await self.batches.execute(loaded, instance, batch, holds_credit)
+            finally:
+                self.holding.discard(batch.batch_id)
+
+        self._spawn(run())
 
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
