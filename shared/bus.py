@@ -285,3 +285,39 @@ async def subscribe(nc: NATS, subject: str, cb: Callable[[Msg], Awaitable[None]]
         inline.put_nowait(sub._pending_queue.get_nowait())
     sub._pending_queue = inline  # type: ignore[assignment]
     return sub
+
+
+_CRLF = b"\r\n"
+
+
+async def publish_all(nc: NATS, messages: list[tuple[str, bytes]]) -> None:
+    """Publish `messages` (subject, payload) in order, with one flush: what `nc.publish` does for
+    each, less its per-call cost (subject validation, a command built by copying the payload, a
+    flusher wake-up per message). For the hot path's few messages per batch, whose subjects are
+    built by `shared.subjects`; while reconnecting it is `nc.publish` (its buffering rules)."""
+    if not nc.is_connected:
+        for subject, payload in messages:
+            await nc.publish(subject, payload)
+        return
+    if nc.is_closed:
+        raise nats.errors.ConnectionClosedError
+    if nc.is_draining_pubs:
+        raise nats.errors.ConnectionDrainingError
+    for subject, payload in messages:  # all or none: nothing goes out when one cannot
+        if not subject:
+            raise nats.errors.BadSubjectError
+        if len(payload) > nc._max_payload:
+            raise nats.errors.MaxPayloadError
+    pending = nc._pending
+    size = 0
+    for subject, payload in messages:
+        header = b"PUB %s %d\r\n" % (subject.encode(), len(payload))
+        pending += (header, payload, _CRLF)  # writelines sends the parts: the payload is not copied
+        size += len(header) + len(payload) + 2
+        nc.stats["out_msgs"] += 1
+        nc.stats["out_bytes"] += len(payload)
+    nc._pending_data_size += size
+    if 0 < nc._max_pending_size < nc._pending_data_size:
+        await nc._flush_pending(force_flush=True)
+    elif nc._flush_queue is not None and nc._flush_queue.empty():
+        await nc._flush_pending()

@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 from services.worker.batches import BatchExecutor
 from services.worker.heartbeat import HeartbeatThread
 from services.worker.host import ModelHost
-from services.worker.instances import LoadedModel
+from services.worker.instances import Instance, LoadedModel
 from services.worker.outputs import Outputs
 from services.worker.python import pb_utils
 from services.worker.python.bls import BlsRuntime
@@ -224,15 +224,20 @@ class WorkerService:
             # outside its credits (the instance's thread still runs one batch at a time)
             instance = loaded.instances[batch.instance % len(loaded.instances)]
             instance.uncredited += 1
-            self._spawn(self.batches.execute(loaded, instance, batch, holds_credit=False))
+            self._run_batch(loaded, instance, batch, holds_credit=False)
             return
         instance = loaded.instances[batch.instance]
         if batch.credit not in instance.idle:  # a duplicate credit: run it, but it returns no credit
             instance.uncredited += 1
-            self._spawn(self.batches.execute(loaded, instance, batch, holds_credit=False))
+            self._run_batch(loaded, instance, batch, holds_credit=False)
             return
         instance.idle.discard(batch.credit)
-        self._spawn(self.batches.execute(loaded, instance, batch, holds_credit=True))
+        self._run_batch(loaded, instance, batch, holds_credit=True)
+
+    def _run_batch(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool) -> None:
+        waits = self.batches.start(loaded, instance, batch, holds_credit)
+        if waits is not None:
+            self._spawn(waits)
 
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
