@@ -129,22 +129,25 @@ KEYS_CONSUMER_IDLE_S = 5.0
 
 
 async def keys(kv: KeyValue) -> list[str]:
-    """The bucket's keys ([] when empty, or when the bus is away). nats-py's `kv.keys()` lists
-    them through an ephemeral consumer the server keeps for 5 minutes after use, and passes no
-    setting through: called every second (leases), hundreds piled up in nats-server
-    (benchmarks/load_cycles.py). Here the consumer goes 5 s after use."""
+    """The bucket's keys ([] when empty, or when the bus is away: `list_keys` tells the two apart)."""
     try:
-        watcher = await kv.watchall(ignore_deletes=True, meta_only=True, inactive_threshold=KEYS_CONSUMER_IDLE_S)
+        return await list_keys(kv)
     except Exception:
         return []
+
+
+async def list_keys(kv: KeyValue) -> list[str]:
+    """The bucket's keys; raises when they cannot be listed. nats-py's `kv.keys()` lists them
+    through an ephemeral consumer the server keeps for 5 minutes after use, and passes no
+    setting through: called every second (leases), hundreds piled up in nats-server
+    (benchmarks/load_cycles.py). Here the consumer goes 5 s after use."""
+    watcher = await kv.watchall(ignore_deletes=True, meta_only=True, inactive_threshold=KEYS_CONSUMER_IDLE_S)
     found: list[str] = []
     try:
         async for entry in watcher:
             if not entry:  # the end of the current values
                 break
             found.append(entry.key)
-    except Exception:
-        return []
     finally:
         with contextlib.suppress(Exception):
             await watcher.stop()  # type: ignore[no-untyped-call]
