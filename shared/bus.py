@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import weakref
@@ -290,14 +291,77 @@ async def subscribe(nc: NATS, subject: str, cb: Callable[[Msg], Awaitable[None]]
     return sub
 
 
+class _Synchronous:
+    """`_Inline` for a callback that is a plain function: it runs as its message is read, with
+    no coroutine to step, in a copy of the context (what it sets stays its own)."""
+
+    def __init__(self, sub: Subscription, cb: Callable[[Msg], None], error_cb: ErrorCallback) -> None:
+        self._sub, self._cb, self._error_cb = sub, cb, error_cb
+
+    def put_nowait(self, msg: Msg) -> None:
+        self._sub._pending_size -= len(msg.data)
+        try:
+            contextvars.copy_context().run(self._cb, msg)
+        except Exception as exc:  # as nats-py does: to the error callback, never into its read loop
+            eager.start(self._error_cb(exc))  # type: ignore[arg-type]
+
+    def qsize(self) -> int:
+        return 0
+
+    def empty(self) -> bool:
+        return True
+
+    def task_done(self) -> None:
+        pass
+
+    async def join(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+
+async def subscribe_now(nc: NATS, subject: str, cb: Callable[[Msg], None]) -> Subscription:
+    """`subscribe` for a callback that never waits (a plain function): it runs as its message is
+    read, without a coroutine per message. What it must wait for, it starts itself."""
+
+    async def unused(msg: Msg) -> None:  # nats-py wants a coroutine function; never called
+        cb(msg)
+
+    sub = await nc.subscribe(subject, cb=unused)
+    task = sub._wait_for_msgs_task
+    if task is not None:
+        task.cancel()
+    synchronous = _Synchronous(sub, cb, nc._error_cb)
+    while not sub._pending_queue.empty():
+        synchronous.put_nowait(sub._pending_queue.get_nowait())
+    sub._pending_queue = synchronous  # type: ignore[assignment]
+    return sub
+
+
 _CRLF = b"\r\n"
+
+
+def publish_now(nc: NATS, messages: list[tuple[str, bytes]]) -> bool:
+    """Write `messages` (subject, payload) to the socket in this call, when nothing waits in
+    nats-py's buffer to go before them: no flusher task to wake. False when it cannot (reconnecting,
+    draining, something queued): `publish_all` then queues them behind. Raises as `publish_all`
+    does for a message that cannot go (nothing goes then). For the hot path's few messages per
+    batch, whose subjects are built by `shared.subjects`."""
+    transport = nc._transport
+    if nc._pending or transport is None or nc._status != NATS.CONNECTED:
+        return False
+    if nc._flush_queue is None or not nc._flush_queue.empty():
+        return False
+    parts, _ = _commands(nc, messages)
+    transport.writelines(parts)
+    return True
 
 
 async def publish_all(nc: NATS, messages: list[tuple[str, bytes]]) -> None:
     """Publish `messages` (subject, payload) in order, with one flush: what `nc.publish` does for
     each, less its per-call cost (subject validation, a command built by copying the payload, a
-    flusher wake-up per message). For the hot path's few messages per batch, whose subjects are
-    built by `shared.subjects`; while reconnecting it is `nc.publish` (its buffering rules)."""
+    flusher wake-up per message). While reconnecting it is `nc.publish` (its buffering rules)."""
     if not nc.is_connected:
         for subject, payload in messages:
             await nc.publish(subject, payload)
@@ -306,21 +370,29 @@ async def publish_all(nc: NATS, messages: list[tuple[str, bytes]]) -> None:
         raise nats.errors.ConnectionClosedError
     if nc.is_draining_pubs:
         raise nats.errors.ConnectionDrainingError
-    for subject, payload in messages:  # all or none: nothing goes out when one cannot
-        if not subject:
-            raise nats.errors.BadSubjectError
-        if len(payload) > nc._max_payload:
-            raise nats.errors.MaxPayloadError
-    pending = nc._pending
-    size = 0
-    for subject, payload in messages:
-        header = b"PUB %s %d\r\n" % (subject.encode(), len(payload))
-        pending += (header, payload, _CRLF)  # writelines sends the parts: the payload is not copied
-        size += len(header) + len(payload) + 2
-        nc.stats["out_msgs"] += 1
-        nc.stats["out_bytes"] += len(payload)
+    parts, size = _commands(nc, messages)
+    nc._pending += parts
     nc._pending_data_size += size
     if 0 < nc._max_pending_size < nc._pending_data_size:
         await nc._flush_pending(force_flush=True)
     elif nc._flush_queue is not None and nc._flush_queue.empty():
         await nc._flush_pending()
+
+
+def _commands(nc: NATS, messages: list[tuple[str, bytes]]) -> tuple[list[bytes], int]:
+    """The PUB commands of `messages` as parts for `writelines` (the payloads are not copied), and
+    their size; nothing when one of them cannot go."""
+    for subject, payload in messages:
+        if not subject:
+            raise nats.errors.BadSubjectError
+        if len(payload) > nc._max_payload:
+            raise nats.errors.MaxPayloadError
+    parts: list[bytes] = []
+    size = 0
+    for subject, payload in messages:
+        header = b"PUB %s %d\r\n" % (subject.encode(), len(payload))
+        parts += (header, payload, _CRLF)
+        size += len(header) + len(payload) + 2
+        nc.stats["out_msgs"] += 1
+        nc.stats["out_bytes"] += len(payload)
+    return parts, size

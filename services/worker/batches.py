@@ -8,6 +8,7 @@ of the batch. Then the instance's credit goes back to the scheduler with the bat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import time
@@ -125,7 +126,7 @@ class BatchExecutor:
             self._ended(requests)
             self._failed(batch, requests, replies, exc)
         self._settle(loaded, instance, batch, holds_credit, free)
-        eager.start(self._finish(replies, free))
+        self._finish_now(replies, free)
         return None
 
     def _computed(
@@ -156,7 +157,7 @@ class BatchExecutor:
             self._failed(batch, requests, replies, exc)
         finally:
             self._settle(loaded, instance, batch, holds_credit, free)
-            eager.start(self._finish(replies, free))
+            self._finish_now(replies, free)
 
     async def execute(
         self,
@@ -238,25 +239,39 @@ class BatchExecutor:
             free.instance = -1  # tells the scheduler this is not a credit
 
     async def _finish(self, replies: Replies, free: InstanceFree) -> None:
-        """Send the answers, then the completion, in one flush; a failure of the answers must not
-        lose the completion."""
+        await self._send(*self._messages(replies, free), free.batch_id)
+
+    def _finish_now(self, replies: Replies, free: InstanceFree) -> None:
+        """`_finish` from a callback: written at once in the common case, else by a coroutine."""
+        messages, completion = self._messages(replies, free)
+        with contextlib.suppress(Exception):  # `_send` tries again and reports
+            if bus.publish_now(self.nc, [*messages, completion]):
+                return
+        eager.start(self._send(messages, completion, free.batch_id))
+
+    async def _send(self, messages: list[tuple[str, bytes]], completion: tuple[str, bytes], batch_id: int) -> None:
+        """The answers, then the completion, in one write; a failure of the answers must not lose
+        the completion."""
+        try:
+            if not bus.publish_now(self.nc, [*messages, completion]):
+                await bus.publish_all(self.nc, [*messages, completion])
+            return
+        except Exception:  # both send all of the messages or none
+            if messages:
+                log.exception("could not send the responses of batch %d", batch_id)
+        try:
+            await bus.publish_all(self.nc, [completion])
+        except Exception:  # the scheduler expires the batch and returns the credit itself
+            log.exception("could not report batch %d as done", batch_id)
+
+    def _messages(self, replies: Replies, free: InstanceFree) -> tuple[list[tuple[str, bytes]], tuple[str, bytes]]:
         try:
             messages = replies.messages(self.nc.max_payload)
         except Exception:
             log.exception("could not encode the responses of batch %d", free.batch_id)
             messages = []
         free.done = replies.done
-        completion = (subjects.INSTANCE_FREE, encode(free))
-        try:
-            await bus.publish_all(self.nc, [*messages, completion])
-            return
-        except Exception:  # publish_all sends all of them or none
-            if messages:
-                log.exception("could not send the responses of batch %d", free.batch_id)
-        try:
-            await bus.publish_all(self.nc, [completion])
-        except Exception:  # the scheduler expires the batch and returns the credit itself
-            log.exception("could not report batch %d as done", free.batch_id)
+        return messages, (subjects.INSTANCE_FREE, encode(free))
 
     async def _run(
         self,

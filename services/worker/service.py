@@ -82,7 +82,7 @@ class WorkerService:
         await self.bls.start()
         self._spawn(self.decoupled.run())
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
-        await bus.subscribe(self.nc, self.subject, self._on_batch)
+        await bus.subscribe_now(self.nc, self.subject, self._on_batch)
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_report(self.id), cb=self._on_report_request)
@@ -209,15 +209,14 @@ class WorkerService:
             self.cancellations.cancel(cancel.rid)
 
     # -- batches ----------------------------------------------------------------
-    async def _on_batch(self, msg: Msg) -> None:
+    def _on_batch(self, msg: Msg) -> None:
         batch = bus.decode(_batch_decoder, msg, log)
         if batch is None:
             return
         loaded = self.host.models.get((batch.model, batch.version))
         if loaded is None or not loaded.instances:
-            await self.batches.fail(
-                batch, f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}"
-            )
+            message = f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}"
+            self._spawn(self.batches.fail(batch, message))
             return
         if batch.generation != loaded.generation:
             # sent on a credit of a generation retired meanwhile: run it on the current one,
