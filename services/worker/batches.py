@@ -186,7 +186,7 @@ class BatchExecutor:
 
     @staticmethod
     def _label(batch: ExecBatch, instance: Instance, requests: list[InferRequest]) -> None:
-        request_ids.set(",".join(f"{r.id}/{r.rid}" if r.id else r.rid for r in requests))  # this batch's log lines
+        request_ids.set(",".join([f"{r.id}/{r.rid}" if r.id else r.rid for r in requests]))  # this batch's log lines
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "batch %d of '%s' version %d: %d request(s) on instance %d (%s)",
@@ -415,9 +415,7 @@ class BatchExecutor:
         free.batch_size = sum(r.batch_size for r in run.requests)
         free.compute_input_ns = run.inputs_ns - run.started_ns
         free.compute_infer_ns = run.computed_ns - run.inputs_ns
-        delivery = dict(
-            zip(_DELIVERY_FIELDS, (free.batch_size, len(run.requests), batch.reason, self.worker_id, instance.index))
-        )
+        delivery = (free.batch_size, len(run.requests), batch.reason, self.worker_id, instance.index)
         t_out = time.monotonic_ns()
         for request, result in zip(run.requests, run.results):
             control = controls.get(request.rid)
@@ -438,7 +436,7 @@ class BatchExecutor:
                 }
                 if enqueued.get(request.rid):
                     response.trace["QUEUE_START"] = enqueued[request.rid]
-                response.batch = dict(delivery)
+                response.batch = dict(zip(_DELIVERY_FIELDS, delivery))
             replies.add(request, response)
         free.compute_output_ns = time.monotonic_ns() - t_out
 

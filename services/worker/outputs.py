@@ -13,6 +13,7 @@ from shared.model_config import ModelSpec
 from shared.tensors import INLINE_BUDGET, TensorStore, region_too_small, write_region
 
 _Encoded = tuple[str, str, list[int], bytes | memoryview]
+SMALL_BYTES = 16 * 1024
 
 
 class Outputs:
@@ -68,4 +69,6 @@ def _encode(spec: ModelSpec, name: str, piece: Tensors) -> _Encoded:
             f"unexpected datatype {datatype} for inference output '{name}', expecting {tensor.datatype}",
             Code.INTERNAL,
         )
+    if datatype != "BYTES" and array.nbytes <= SMALL_BYTES:  # one call and one copy, made anyway to travel inline
+        return name, datatype, list(array.shape), array.tobytes()
     return name, datatype, list(array.shape), to_bytes(array, datatype)
