@@ -189,7 +189,7 @@ def _callgrind(nats_url: str, http: str, model: str, requests: int, concurrency:
     argv += ["--models", model, "--python-isolation", "none", "--worker-id", "callgrind"]
     worker = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(out_dir / "worker.log", "w"))
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 900  # numpy and the model imported under valgrind, on a loaded machine
         while True:
             try:
                 if urllib.request.urlopen(f"http://{http}/v2/models/{model}/ready", timeout=2).status == 200:

@@ -10,7 +10,7 @@ import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import msgspec
 import nats
@@ -342,8 +342,16 @@ async def subscribe_now(nc: NATS, subject: str, cb: Callable[[Msg], None]) -> Su
 _CRLF = b"\r\n"
 
 
-def publish_now(nc: NATS, messages: list[tuple[str, bytes]]) -> bool:
-    """Write `messages` (subject, payload) to the socket in this call, when nothing waits in
+class Outgoing(NamedTuple):
+    """A message for `publish_now` / `publish_all`."""
+
+    subject: str
+    payload: bytes
+    reply: str = ""
+
+
+def publish_now(nc: NATS, messages: list[Outgoing]) -> bool:
+    """Write `messages` to the socket in this call, when nothing waits in
     nats-py's buffer to go before them: no flusher task to wake. False when it cannot (reconnecting,
     draining, something queued): `publish_all` then queues them behind. Raises as `publish_all`
     does for a message that cannot go (nothing goes then). For the hot path's few messages per
@@ -358,13 +366,13 @@ def publish_now(nc: NATS, messages: list[tuple[str, bytes]]) -> bool:
     return True
 
 
-async def publish_all(nc: NATS, messages: list[tuple[str, bytes]]) -> None:
-    """Publish `messages` (subject, payload) in order, with one flush: what `nc.publish` does for
+async def publish_all(nc: NATS, messages: list[Outgoing]) -> None:
+    """Publish `messages` in order, with one flush: what `nc.publish` does for
     each, less its per-call cost (subject validation, a command built by copying the payload, a
     flusher wake-up per message). While reconnecting it is `nc.publish` (its buffering rules)."""
     if not nc.is_connected:
-        for subject, payload in messages:
-            await nc.publish(subject, payload)
+        for subject, payload, reply in messages:
+            await nc.publish(subject, payload, reply=reply)
         return
     if nc.is_closed:
         raise nats.errors.ConnectionClosedError
@@ -379,18 +387,21 @@ async def publish_all(nc: NATS, messages: list[tuple[str, bytes]]) -> None:
         await nc._flush_pending()
 
 
-def _commands(nc: NATS, messages: list[tuple[str, bytes]]) -> tuple[list[bytes], int]:
+def _commands(nc: NATS, messages: list[Outgoing]) -> tuple[list[bytes], int]:
     """The PUB commands of `messages` as parts for `writelines` (the payloads are not copied), and
     their size; nothing when one of them cannot go."""
-    for subject, payload in messages:
+    for subject, payload, _ in messages:
         if not subject:
             raise nats.errors.BadSubjectError
         if len(payload) > nc._max_payload:
             raise nats.errors.MaxPayloadError
     parts: list[bytes] = []
     size = 0
-    for subject, payload in messages:
-        header = b"PUB %s %d\r\n" % (subject.encode(), len(payload))
+    for subject, payload, reply in messages:
+        if reply:
+            header = b"PUB %s %s %d\r\n" % (subject.encode(), reply.encode(), len(payload))
+        else:
+            header = b"PUB %s %d\r\n" % (subject.encode(), len(payload))
         parts += (header, payload, _CRLF)
         size += len(header) + len(payload) + 2
         nc.stats["out_msgs"] += 1

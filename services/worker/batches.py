@@ -21,16 +21,18 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.worker.backends.runner import Batch, ModelError, RequestContext, Result, Tensors, Work
+from services.worker.completions import Completions
 from services.worker.instances import Instance, LoadedModel
 from services.worker.outputs import Outputs
 from services.worker.replies import Replies
 from services.worker.sequences.controls import control_arrays, flags, pad_slots
 from services.worker.streams import Cancellations, DecoupledSenders
 from shared import bus, eager, subjects
+from shared.bus import Outgoing
 from shared.datatypes import from_bytes
 from shared.errors import Code, ShoalError
 from shared.logcontext import request_ids
-from shared.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, RequestDone, SeqControl, encode
+from shared.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, RequestDone, SeqControl
 from shared.tensors import TensorStore
 
 log = logging.getLogger("shoal.worker")
@@ -58,8 +60,10 @@ class BatchExecutor:
         outputs: Outputs,
         cancellations: Cancellations,
         decoupled: DecoupledSenders,
+        completions: Completions,
     ) -> None:
         self.worker_id = worker_id
+        self.completions = completions
         self.nc = nc
         self.store = store
         self.outputs = outputs
@@ -87,7 +91,7 @@ class BatchExecutor:
             request = _request_decoder.decode(raw)
             replies.add(request, InferResponse(request.rid, error=message, code="UNAVAILABLE"))
         # instance -1: not a credit, the scheduler must not send here again
-        await self._finish(replies, self._free(batch, -1))
+        await self._finish(replies, self._free(batch, -1), batch.complete_to)
 
     def start(
         self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool
@@ -126,7 +130,7 @@ class BatchExecutor:
             self._ended(requests)
             self._failed(batch, requests, replies, exc)
         self._settle(loaded, instance, batch, holds_credit, free)
-        self._finish_now(replies, free)
+        self._finish_now(replies, free, batch.complete_to)
         return None
 
     def _computed(
@@ -157,7 +161,7 @@ class BatchExecutor:
             self._failed(batch, requests, replies, exc)
         finally:
             self._settle(loaded, instance, batch, holds_credit, free)
-            self._finish_now(replies, free)
+            self._finish_now(replies, free, batch.complete_to)
 
     async def execute(
         self,
@@ -182,7 +186,7 @@ class BatchExecutor:
             self._failed(batch, requests, replies, exc)
         finally:
             self._settle(loaded, instance, batch, holds_credit, free)
-            await self._finish(replies, free)
+            await self._finish(replies, free, batch.complete_to)
 
     @staticmethod
     def _label(batch: ExecBatch, instance: Instance, requests: list[InferRequest]) -> None:
@@ -238,18 +242,18 @@ class BatchExecutor:
         if loaded.retired or not holds_credit:
             free.instance = -1  # tells the scheduler this is not a credit
 
-    async def _finish(self, replies: Replies, free: InstanceFree) -> None:
-        await self._send(*self._messages(replies, free), free.batch_id)
+    async def _finish(self, replies: Replies, free: InstanceFree, complete_to: str) -> None:
+        await self._send(*self._messages(replies, free, complete_to), free.batch_id)
 
-    def _finish_now(self, replies: Replies, free: InstanceFree) -> None:
+    def _finish_now(self, replies: Replies, free: InstanceFree, complete_to: str) -> None:
         """`_finish` from a callback: written at once in the common case, else by a coroutine."""
-        messages, completion = self._messages(replies, free)
+        messages, completion = self._messages(replies, free, complete_to)
         with contextlib.suppress(Exception):  # `_send` tries again and reports
             if bus.publish_now(self.nc, [*messages, completion]):
                 return
         eager.start(self._send(messages, completion, free.batch_id))
 
-    async def _send(self, messages: list[tuple[str, bytes]], completion: tuple[str, bytes], batch_id: int) -> None:
+    async def _send(self, messages: list[Outgoing], completion: Outgoing, batch_id: int) -> None:
         """The answers, then the completion, in one write; a failure of the answers must not lose
         the completion."""
         try:
@@ -264,14 +268,19 @@ class BatchExecutor:
         except Exception:  # the scheduler expires the batch and returns the credit itself
             log.exception("could not report batch %d as done", batch_id)
 
-    def _messages(self, replies: Replies, free: InstanceFree) -> tuple[list[tuple[str, bytes]], tuple[str, bytes]]:
+    def _messages(self, replies: Replies, free: InstanceFree, complete_to: str) -> tuple[list[Outgoing], Outgoing]:
+        """The answers for each gateway, and the completion: for a co-hosted scheduler
+        (`complete_to`), its gateway's answers travel with the completion."""
+        together = replies.take(subjects.inbox_of(complete_to)) if complete_to else []
         try:
             messages = replies.messages(self.nc.max_payload)
         except Exception:
             log.exception("could not encode the responses of batch %d", free.batch_id)
             messages = []
         free.done = replies.done
-        return messages, (subjects.INSTANCE_FREE, encode(free))
+        if complete_to:
+            return messages, self.completions.done_message(complete_to, free, together)
+        return messages, self.completions.free_message(free)
 
     async def _run(
         self,

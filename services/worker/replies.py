@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from shared import subjects
+from shared.bus import Outgoing
 from shared.messages import (
     InferRequest,
     InferResponse,
@@ -40,11 +41,15 @@ class Replies:
         """A request nobody waits for any more (its deadline passed)."""
         self.done.append(RequestDone(request.rid, False))
 
-    def messages(self, max_payload: int) -> list[tuple[str, bytes]]:
-        """(subject, payload): one message per gateway, split where it would pass the server's
-        max_payload. The answers are handed over: a second call returns none."""
+    def take(self, inbox: str) -> list[bytes]:
+        """The encoded answers for one gateway inbox, which the caller sends itself."""
+        return [encode(r) for r in self._by_inbox.pop(inbox, [])]
+
+    def messages(self, max_payload: int) -> list[Outgoing]:
+        """One message per gateway, split where it would pass the server's max_payload. The
+        answers are handed over: a second call returns none."""
         budget = max(64 * 1024, max_payload - 64 * 1024)
-        out: list[tuple[str, bytes]] = []
+        out: list[Outgoing] = []
         for inbox, responses in self._by_inbox.items():
             subject = subjects.response_batch(inbox)
             group: list[msgspec.Raw] = []
@@ -52,10 +57,10 @@ class Replies:
             for response in responses:
                 encoded = encode(response)
                 if group and size + len(encoded) > budget:
-                    out.append((subject, encode(ResponseBatch(group))))
+                    out.append(Outgoing(subject, encode(ResponseBatch(group))))
                     group, size = [], 0
                 group.append(msgspec.Raw(encoded))
                 size += len(encoded)
-            out.append((subject, encode(ResponseBatch(group))))
+            out.append(Outgoing(subject, encode(ResponseBatch(group))))
         self._by_inbox.clear()
         return out

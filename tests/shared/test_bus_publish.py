@@ -1,5 +1,5 @@
-"""bus.publish_now / publish_all (the worker's answers and completion in one write) and
-bus.subscribe_now (a plain-function callback) against a real nats-server."""
+"""bus.publish_now / publish_all (the worker's answers and completion in one write, reply subjects
+included) and bus.subscribe_now (a plain-function callback) against a real nats-server."""
 
 from __future__ import annotations
 
@@ -31,26 +31,26 @@ async def _until(condition, timeout: float = 10.0) -> None:
 async def test_publishes_keep_their_order_and_bytes_with_nats_py_publishes_between(nats_url):
     receiver = await bus.connect(nats_url, "test-publish-rx")
     sender = await bus.connect(nats_url, "test-publish-tx")
-    got: list[tuple[str, bytes]] = []
+    got: list[tuple[str, bytes, str]] = []
 
     async def on_msg(msg) -> None:
-        got.append((msg.subject, msg.data))
+        got.append((msg.subject, msg.data, msg.reply))
 
     try:
         await bus.subscribe(receiver, "pub.>", on_msg)
         await receiver.flush()
-        sent: list[tuple[str, bytes]] = []
+        sent: list[tuple[str, bytes, str]] = []
         for n in range(50):
-            batch = [("pub.a", b"PUB x 3\r\n\r\n" + bytes([n])), ("pub.b", b"")]
+            batch = [bus.Outgoing("pub.a", b"PUB x 3\r\n\r\n" + bytes([n])), bus.Outgoing("pub.b", b"", f"re.{n}")]
             if n % 2:
                 await sender.publish("pub.plain", b"%d" % n)  # queued for nats-py's flusher
-                sent.append(("pub.plain", b"%d" % n))
+                sent.append(("pub.plain", b"%d" % n, ""))
                 assert not bus.publish_now(sender, batch)  # something queued before: it must wait behind
                 await bus.publish_all(sender, batch)
             else:
                 await sender.flush()  # nothing queued: written at once
                 assert bus.publish_now(sender, batch)
-            sent += batch
+            sent += [tuple(m) for m in batch]
         await _until(lambda: len(got) == len(sent))
         assert got == sent
         assert sender.stats["out_msgs"] == len(sent)
@@ -65,7 +65,7 @@ async def test_a_message_over_max_payload_sends_none_of_its_batch(nats_url):
         await nc.flush()
         for publish in (bus.publish_now, bus.publish_all):
             with pytest.raises(nats.errors.MaxPayloadError):
-                result = publish(nc, [("pub.small", b"x"), ("pub.big", b"x" * 5000)])
+                result = publish(nc, [bus.Outgoing("pub.small", b"x"), bus.Outgoing("pub.big", b"x" * 5000)])
                 if asyncio.iscoroutine(result):
                     await result
         assert nc._pending_data_size == 0 and nc.stats["out_msgs"] == 0
