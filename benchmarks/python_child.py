@@ -167,9 +167,11 @@ def callgrind(repo: Path, model: str, requests: int, concurrency: int) -> dict:
         grpc_address="127.0.0.1",
         grpc_port=free_port(),
     )
+    # as `shoal serve` runs it: the scheduler in the gateway where the tree can co-host it
+    cohosts = "cohost_scheduler" in GatewaySettings.model_fields
     cluster = Cluster(
         gateway,
-        SchedulerSettings(**common),
+        None if cohosts else SchedulerSettings(**common),
         RepositorySettings(**common, model_repository=str(repo)),
         [],
         supervise=False,
