@@ -4,6 +4,7 @@ tritonclient against the real services. Texts and statuses: docs/compatibility.m
 from __future__ import annotations
 
 import json
+import random
 import socket
 from http.client import HTTPResponse
 
@@ -105,9 +106,7 @@ def nested(depth: int) -> bytes:
     return b'{"a":' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
 
 
-@pytest.mark.parametrize(
-    "path", [INFER, "/v2/repository/index", "/v2/repository/models/simple/load", "/v2/repository/models/x/unload"]
-)
+@pytest.mark.parametrize("path", [INFER, "/v2/repository/models/simple/load", "/v2/repository/models/x/unload"])
 def test_json_nested_too_deep_is_refused(shoal, path):
     status, _, raw = http(shoal.url, path, "POST", nested(101))
     assert (status, error_of(raw)) == (400, "JSON nesting depth exceeds maximum allowed limit (100)")
@@ -120,9 +119,26 @@ def test_json_nested_too_deep_is_refused(shoal, path):
         assert http(shoal.url, path, "POST", deep_text)[0] == 200
 
 
-def test_repository_index_ready_must_be_boolean(shoal):
-    status, _, raw = http(shoal.url, "/v2/repository/index", "POST", b'{"ready": "yes"}')
-    assert (status, error_of(raw)) == (400, "attempt to access JSON non-boolean as boolean")
+@pytest.mark.parametrize("depth", [2, 101, 250_000])
+def test_repository_index_ready_must_be_boolean_however_deep(shoal, depth):
+    """Issue 28 item 5: the index reads `ready` with no nesting limit (Triton's HandleRepositoryIndex)."""
+    ready = b"[" * depth + b"]" * depth
+    for body in (b'{"ready": "yes"}', b'{"ready": ' + ready + b"}"):
+        status, _, raw = http(shoal.url, "/v2/repository/index", "POST", body)
+        assert (status, error_of(raw)) == (400, "Invalid value for 'ready': expected a boolean")
+    status, _, raw = http(shoal.url, "/v2/repository/index", "POST", b'{"other": ' + ready + b', "ready": true}')
+    assert status == 200 and {"name": "simple", "version": "1", "state": "READY"} in json.loads(raw)
+    assert http(shoal.url, "/v2/health/live")[0] == 200
+
+
+# -- issue 28 item 18: a body that is not JSON -----------------------------------------------------
+@pytest.mark.parametrize("path", [INFER, "/v2/repository/index", "/v2/repository/models/simple/load"])
+def test_random_bytes_get_the_parsers_error_not_the_depth_limit(shoal, path):
+    noise = bytes(random.Random(28).randrange(256) for _ in range(4096)) + b"[" * 300  # brackets too
+    status, _, raw = http(shoal.url, path, "POST", b"\x8f" + noise)
+    assert (status, error_of(raw)) == (500, "failed to parse the request JSON buffer: Invalid value. at 0")
+    status, _, raw = http(shoal.url, path, "POST", b'{"inputs": [')
+    assert status == 500 and error_of(raw).startswith("failed to parse the request JSON buffer: ")
 
 
 # -- item 12: chunked raw binary request -------------------------------------------------------
