@@ -77,7 +77,7 @@ def client(server):
     c.close()
 
 
-# -- item 11: size limits per body kind -----------------------------------------------------
+# -- item 11 (issue 28 item 2: Triton's texts per body kind): size limits per body kind -----------------------------------------------------
 def test_oversize_raw_binary_body_gets_the_raw_message(server):
     body = bytes(LIMIT + 16)
     status, _, raw = http(
@@ -85,7 +85,7 @@ def test_oversize_raw_binary_body_gets_the_raw_message(server):
     )
     assert (status, error_of(raw)) == (
         400,
-        f"raw request size of {len(body)} bytes exceeds the maximum allowed input size of {LIMIT} bytes. "
+        f"Raw input has a byte_size ({len(body)} bytes) that exceeds the maximum allowed value of {LIMIT} bytes. "
         "Use --http-max-input-size to increase the limit.",
     )
 
@@ -96,7 +96,7 @@ def test_oversize_decompressed_body_gets_the_decompressed_message(server):
     status, _, raw = http(server.url, "/v2/models/simple/infer", "POST", body, {"Content-Encoding": "gzip"})
     assert (status, error_of(raw)) == (
         400,
-        f"decompressed request size exceeds the maximum allowed input size of {LIMIT} bytes. "
+        f"Decompressed data size exceeds the maximum allowed value of {LIMIT} bytes. "
         "Use --http-max-input-size to increase the limit.",
     )
 

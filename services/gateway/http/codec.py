@@ -57,15 +57,16 @@ def size_error(size: int, limit: int) -> ShoalError:
 
 
 def raw_size_error(size: int, limit: int) -> ShoalError:
-    """A raw binary body (`Inference-Header-Content-Length: 0`) has no JSON to speak of."""
+    """A raw binary body (`Inference-Header-Content-Length: 0`): Triton's EVBufferToRawInput."""
     return invalid(
-        f"raw request size of {size} bytes exceeds the maximum allowed input size of {limit} bytes. {_USE_FLAG}"
+        f"Raw input has a byte_size ({size} bytes) that exceeds the maximum allowed value of {limit} bytes. "
+        + _USE_FLAG
     )
 
 
 def decompressed_size_error(limit: int) -> ShoalError:
-    """The inflated size is not known (inflating stops at the limit)."""
-    return invalid(f"decompressed request size exceeds the maximum allowed input size of {limit} bytes. {_USE_FLAG}")
+    """Inflating stops at the limit, as Triton's DataCompressor: the full size is not known."""
+    return invalid(f"Decompressed data size exceeds the maximum allowed value of {limit} bytes. {_USE_FLAG}")
 
 
 MAX_JSON_DEPTH = 100
@@ -304,7 +305,10 @@ def json_tensor_bytes(name: str, datatype: str, shape: list[int], data: Any) -> 
             raise _json_error("data", "attempt to access JSON non-signed-integer as signed-integer")
     elif not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat):
         raise _json_error("data", "attempt to access JSON non-number as double")
-    if len(flat) != element_count(shape):
+    expected = element_count(shape)
+    if len(flat) < expected:  # Triton's check after reading (ReadDataFromJson)
+        raise invalid("Failed to parse 'data' field: shape does not match true shape")
+    if len(flat) > expected:  # Triton's check while reading, one element past the shape
         raise invalid("Unable to parse 'data': Shape does not match true shape of 'data' field")
     if datatype == "BYTES":
         array = np.empty(len(flat), dtype=object)
