@@ -287,10 +287,20 @@ def test_reserved_and_invalid_keys(client, regions):
         f"cannot register shared memory region 'my_test_shm_name' with key '{reserved}' as the key contains "
         "the reserved prefix 'triton_python_backend_shm_region_'"
     )
-    for key in ("/a/b", "/..", "/"):
+    with pytest.raises(InferenceServerException) as err:  # the prefix after leading slashes counts too
+        client.register_system_shared_memory("my_test_shm_name", "//" + reserved, 10000)
+    assert "as the key contains the reserved prefix" in err.value.message()
+    for key in ("/a/b", "/.."):
         with pytest.raises(InferenceServerException) as err:
             client.register_system_shared_memory("bad", key, 8)
         assert (err.value.status(), err.value.message()) == ("500", f"Unable to open shared memory region: '{key}'")
+    for key in ("/", "///"):  # issue 28 item 6: Triton's ValidateSharedMemoryKey, before shm_open
+        with pytest.raises(InferenceServerException) as err:
+            client.register_system_shared_memory("bad", key, 8)
+        assert (err.value.status(), err.value.message()) == (
+            "400",
+            f"cannot register shared memory region 'bad' - invalid shm key '{key}'",
+        )
 
 
 # -- item 13: BYTES that are not UTF-8 ------------------------------------------------------------
