@@ -1,0 +1,84 @@
+"""Triton parity III (issue 28) behaviours against one cluster on a repository of their models,
+through tritonclient. Texts and sources: docs/compatibility.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from onnx import TensorProto
+
+from services.repository import examples
+from tests.cluster import identity_config, running_cluster
+from tests.integration.ensemble_models import ensemble_config, write_ensemble
+
+F = "TYPE_FP32"
+
+
+def build_repository(root: Path) -> Path:
+    # item 7: an output with a label file (index 2's label is empty: no label, as Triton), an
+    # ensemble whose output takes the producing step's labels, and a label file outside the model
+    labelled = 'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] label_filename: "labels.txt" } ]'
+    for name, label_file in (("classes", "labels.txt"), ("bad_labels", "../labels.txt")):
+        config = identity_config(name, "FP32").replace(
+            'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]',
+            labelled.replace("labels.txt", label_file),
+        )
+        model_dir = examples.write_model(root, name, examples.identity_graph(TensorProto.FLOAT, 2, name), config)
+        (model_dir / "labels.txt").write_text("cat\ndog\n\nbird\n")
+    write_ensemble(
+        root,
+        "classes_ensemble",
+        ensemble_config(
+            "classes_ensemble",
+            [("IN", F, "-1")],
+            [("SCORES", F, "-1")],
+            [("classes", {"INPUT0": "IN"}, {"OUTPUT0": "SCORES"})],
+        ),
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    with running_cluster(build_repository(tmp_path_factory.mktemp("parity3"))) as running:
+        yield running
+
+
+@pytest.fixture
+def client(served):
+    c = httpclient.InferenceServerClient(served.url, network_timeout=60)
+    yield c
+    c.close()
+
+
+SCORES = np.array([[0.1, 0.7, 0.3, 0.9]], dtype=np.float32)
+TOP3 = [b"0.900000:3:bird", b"0.700000:1:dog", b"0.300000:2"]
+
+
+# -- item 7: classification labels ----------------------------------------------------------------
+@pytest.mark.parametrize("model, tensors", [("classes", ("INPUT0", "OUTPUT0")), ("classes_ensemble", ("IN", "SCORES"))])
+def test_classification_entries_carry_the_label_file(served, client, model, tensors):
+    source, output = tensors
+    tensor = httpclient.InferInput(source, [1, 4], "FP32")
+    tensor.set_data_from_numpy(SCORES)
+    result = client.infer(model, [tensor], outputs=[httpclient.InferRequestedOutput(output, class_count=3)])
+    assert result.as_numpy(output).tolist() == [TOP3]
+    grpc = grpcclient.InferenceServerClient(served.grpc_url)
+    tensor = grpcclient.InferInput(source, [1, 4], "FP32")
+    tensor.set_data_from_numpy(SCORES)
+    result = grpc.infer(model, [tensor], outputs=[grpcclient.InferRequestedOutput(output, class_count=3)])
+    assert result.as_numpy(output).tolist() == [TOP3]
+    grpc.close()
+
+
+def test_a_label_file_outside_the_model_fails_its_load(served, client):
+    index = {entry["name"]: entry for entry in client.get_model_repository_index()}
+    assert index["bad_labels"]["state"] == "UNAVAILABLE"
+    assert index["bad_labels"]["reason"].startswith("label file path '")
+    assert index["bad_labels"]["reason"].endswith(
+        "' for output 'OUTPUT0' in model 'bad_labels' is outside model directory"
+    )
