@@ -120,9 +120,7 @@ class ModelManager:
         labels: dict[str, list[str]] = {}
         if scanned.config is not None:
             try:
-                labels = await asyncio.to_thread(
-                    read_labels, scanned.path, name, model_config.to_json(scanned.config)
-                )
+                labels = await asyncio.to_thread(read_labels, scanned.path, name, model_config.to_json(scanned.config))
             except LabelError as exc:
                 scanned = ScannedModel(scanned.name, scanned.path, None, scanned.versions, str(exc))
         if not files and (self.root / name).is_dir():
