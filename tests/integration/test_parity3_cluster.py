@@ -39,7 +39,37 @@ def build_repository(root: Path) -> Path:
             [("classes", {"INPUT0": "IN"}, {"OUTPUT0": "SCORES"})],
         ),
     )
+    write_numpy1_model(root)
     return root
+
+
+# item 13: a model.py written for Triton's numpy 1 environment, unchanged
+NUMPY1_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            y = np.maximum(x.astype(np.float_), np.NINF) + np.product([1.0]) * np.bool8(True)
+            flags = np.array([[np.__version__.encode()]] * len(x), dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("Y", y.astype(np.float64)), pb_utils.Tensor("NUMPY", flags)]))
+        return responses
+"""
+
+
+def write_numpy1_model(root: Path) -> None:
+    (root / "numpy1_names" / "1").mkdir(parents=True)
+    (root / "numpy1_names" / "1" / "model.py").write_text(NUMPY1_MODEL)
+    (root / "numpy1_names" / "config.pbtxt").write_text(
+        'name: "numpy1_names"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP64 dims: [ 1 ] }, { name: "NUMPY" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +112,12 @@ def test_a_label_file_outside_the_model_fails_its_load(served, client):
     assert index["bad_labels"]["reason"].endswith(
         "' for output 'OUTPUT0' in model 'bad_labels' is outside model directory"
     )
+
+
+# -- item 13: numpy 1 names in python models --------------------------------------------------------
+def test_a_model_written_for_numpy1_runs_unchanged(client):
+    x = httpclient.InferInput("X", [2, 1], "FP32")
+    x.set_data_from_numpy(np.array([[1.5], [-2.0]], dtype=np.float32))
+    result = client.infer("numpy1_names", [x])
+    assert result.as_numpy("NUMPY")[0, 0].decode() == np.__version__  # the server's numpy, not an environment
+    np.testing.assert_array_equal(result.as_numpy("Y"), [[2.5], [-1.0]])
