@@ -3,6 +3,7 @@ through tritonclient. Texts and sources: docs/compatibility.md."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,18 @@ def build_repository(root: Path) -> Path:
         ),
     )
     write_numpy1_model(root)
+    # item 9: preferred sizes [2, 6] and a queue delay (Triton's test holds 10 s; 3 s show the same)
+    batching = f"dynamic_batching {{ preferred_batch_size: [ 2, 6 ] max_queue_delay_microseconds: {DELAY_US} }}"
+    examples.write_model(
+        root,
+        "preferred",
+        examples.identity_graph(TensorProto.FLOAT, 2, "preferred"),
+        identity_config("preferred", "FP32", extra=batching),
+    )
     return root
+
+
+DELAY_US = 3_000_000
 
 
 # item 13: a model.py written for Triton's numpy 1 environment, unchanged
@@ -121,3 +133,26 @@ def test_a_model_written_for_numpy1_runs_unchanged(client):
     result = client.infer("numpy1_names", [x])
     assert result.as_numpy("NUMPY")[0, 0].decode() == np.__version__  # the server's numpy, not an environment
     np.testing.assert_array_equal(result.as_numpy("Y"), [[2.5], [-1.0]])
+
+
+# -- item 9: preferred batch sizes and the queue delay ------------------------------------------------
+def batch_sizes(client: httpclient.InferenceServerClient, model: str) -> dict[int, int]:
+    stats = client.get_inference_statistics(model)["model_stats"][0]
+    return {b["batch_size"]: b["compute_infer"]["count"] for b in stats.get("batch_stats", [])}
+
+
+def test_a_batch_past_the_largest_preferred_size_goes_and_the_rest_waits_its_delay(served):
+    client = httpclient.InferenceServerClient(served.url, concurrency=2, network_timeout=60)
+    pending = []
+    for rows in (3, 4):  # the 4 arrives while the 3 waits in the batcher
+        tensor = httpclient.InferInput("INPUT0", [rows, 2], "FP32")
+        tensor.set_data_from_numpy(np.ones((rows, 2), np.float32))
+        pending.append((time.monotonic(), client.async_infer("preferred", [tensor])))
+    answered = []
+    for sent, request in pending:
+        request.get_result()
+        answered.append(time.monotonic() - sent)
+    # 3 + 4 = 7 would pass 6: the 3 ran alone at once; the 4 alone is no preferred size: its full delay
+    assert batch_sizes(client, "preferred") == {3: 1, 4: 1}
+    assert answered[1] >= DELAY_US / 1e6
+    client.close()
