@@ -3,6 +3,7 @@ through tritonclient. Texts and sources: docs/compatibility.md."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from onnx import TensorProto
+from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
 from tests.cluster import identity_config, running_cluster
@@ -48,6 +50,27 @@ def build_repository(root: Path) -> Path:
         "preferred",
         examples.identity_graph(TensorProto.FLOAT, 2, "preferred"),
         identity_config("preferred", "FP32", extra=batching),
+    )
+    # item 11: qa/L0_model_queue's test_timeout_override model
+    policy = (
+        "dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 10000000 "
+        "default_queue_policy { allow_timeout_override: true default_timeout_microseconds: 1000000 } }"
+    )
+    examples.write_model(
+        root,
+        "queue_timeout",
+        examples.identity_graph(TensorProto.FLOAT, 2, "queue_timeout"),
+        identity_config("queue_timeout", "FP32", extra=policy),
+    )
+    write_ensemble(
+        root,
+        "queue_timeout_ensemble",
+        ensemble_config(
+            "queue_timeout_ensemble",
+            [("INPUT0", F, "-1")],
+            [("OUTPUT0", F, "-1")],
+            [("queue_timeout", {"INPUT0": "INPUT0"}, {"OUTPUT0": "OUTPUT0"})],
+        ),
     )
     return root
 
@@ -156,3 +179,44 @@ def test_a_batch_past_the_largest_preferred_size_goes_and_the_rest_waits_its_del
     assert batch_sizes(client, "preferred") == {3: 1, 4: 1}
     assert answered[1] >= DELAY_US / 1e6
     client.close()
+
+
+# -- item 11: queue policy timeouts with allow_timeout_override ---------------------------------------
+def timed_infer(running, model: str, protocol: str, rows: int, timeout_us: int, results: dict, key: str) -> None:
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(running.url if protocol == "http" else running.grpc_url)
+    tensor = module.InferInput("INPUT0", [rows, 16], "FP32")
+    tensor.set_data_from_numpy(np.zeros((rows, 16), np.float32))
+    started = time.monotonic()
+    try:
+        client.infer(model, [tensor], timeout=timeout_us or None)
+        results[key] = ("ok", time.monotonic() - started)
+    except InferenceServerException as exc:
+        results[key] = (exc.message(), time.monotonic() - started)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("model", ["queue_timeout", "queue_timeout_ensemble"])
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("first_timeout_us, runs_after_s", [(100_000, 0.0), (10_000_000, 0.7), (0, 0.7)])
+def test_a_request_timeout_shortens_the_default_only_and_fails_only_its_request(
+    served, model, protocol, first_timeout_us, runs_after_s
+):
+    """qa/L0_model_queue test_timeout_override: a 1-row request, then (0.2 s later) two 2-row
+    requests. The 1 times out alone (its 100 ms, or the 1 s default: a longer timeout does not
+    extend it); the two 2s then form the preferred 4 and run at once, long before the 10 s delay."""
+    results: dict = {}
+    args = (served, model, protocol)
+    first = threading.Thread(target=timed_infer, args=(*args, 1, first_timeout_us, results, "first"))
+    first.start()
+    time.sleep(0.2)  # the order of arrival is the scenario, as in Triton's test; no result waits on it
+    others = [threading.Thread(target=timed_infer, args=(*args, 2, 0, results, k)) for k in ("a", "b")]
+    for thread in others:
+        thread.start()
+    for thread in (first, *others):
+        thread.join(60)
+    assert results["first"][0].endswith("Request timeout expired"), results
+    assert [results[k][0] for k in ("a", "b")] == ["ok", "ok"], results
+    for key in ("a", "b"):
+        assert runs_after_s <= results[key][1] < 5.0, results  # the delay is 10 s
