@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from tritonclient.utils import InferenceServerException
 from services.repository import examples
 from tests.cluster import identity_config, running_cluster
 from tests.integration.ensemble_models import ensemble_config, write_ensemble
+from tests.serving import wait_until
 
 F = "TYPE_FP32"
 
@@ -220,3 +222,27 @@ def test_a_request_timeout_shortens_the_default_only_and_fails_only_its_request(
     assert [results[k][0] for k in ("a", "b")] == ["ok", "ok"], results
     for key in ("a", "b"):
         assert runs_after_s <= results[key][1] < 5.0, results  # the delay is 10 s
+
+
+# -- item 12: ensemble failure counts ------------------------------------------------------------------
+def failures(served, model: str, reason: str) -> int:
+    with urllib.request.urlopen(served.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    line = f'nv_inference_request_failure{{model="{model}",reason="{reason}",version="1"}} '
+    return next((int(float(row[len(line) :])) for row in text.splitlines() if row.startswith(line)), 0)
+
+
+def test_a_member_rejecting_counts_each_failed_ensemble_request_as_triton_does(served):
+    """qa/L0_model_queue test_policy_reject: per failed ensemble request Triton counts two OTHER
+    failures for the ensemble (its error answer, then its statistics) and one REJECTED for the member."""
+    before = failures(served, "queue_timeout_ensemble", "OTHER"), failures(served, "queue_timeout", "REJECTED")
+    for protocol in ("http", "grpc"):
+        test_a_request_timeout_shortens_the_default_only_and_fails_only_its_request(
+            served, "queue_timeout_ensemble", protocol, 0, 0.7
+        )
+    expected = (before[0] + 4, before[1] + 2)
+
+    def counts() -> tuple[int, int]:
+        return failures(served, "queue_timeout_ensemble", "OTHER"), failures(served, "queue_timeout", "REJECTED")
+
+    wait_until(lambda: counts() == expected, 30, f"failure counts {expected}")
