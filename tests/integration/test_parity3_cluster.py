@@ -74,10 +74,35 @@ def build_repository(root: Path) -> Path:
             [("queue_timeout", {"INPUT0": "INPUT0"}, {"OUTPUT0": "OUTPUT0"})],
         ),
     )
+    write_ragged_model(root)
     return root
 
 
 DELAY_US = 3_000_000
+
+# item 10: a python model whose input is ragged: each request keeps its own shape in execute()
+RAGGED_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+            "SUM", np.array([[pb_utils.get_input_tensor_by_name(r, "X").as_numpy().sum()]], np.float32))])
+            for r in requests]
+"""
+
+
+def write_ragged_model(root: Path) -> None:
+    (root / "ragged" / "1").mkdir(parents=True)
+    (root / "ragged" / "1" / "model.py").write_text(RAGGED_MODEL)
+    (root / "ragged" / "config.pbtxt").write_text(
+        'name: "ragged"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]\n'
+        'output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        f"dynamic_batching {{ max_queue_delay_microseconds: {DELAY_US} preferred_batch_size: [ 3 ] }}\n"
+    )
 
 
 # item 13: a model.py written for Triton's numpy 1 environment, unchanged
@@ -246,3 +271,16 @@ def test_a_member_rejecting_counts_each_failed_ensemble_request_as_triton_does(s
         return failures(served, "queue_timeout_ensemble", "OTHER"), failures(served, "queue_timeout", "REJECTED")
 
     wait_until(lambda: counts() == expected, 30, f"failure counts {expected}")
+
+
+# -- item 10: ragged batching ----------------------------------------------------------------------------
+def test_requests_of_different_shapes_form_one_ragged_batch(served):
+    client = httpclient.InferenceServerClient(served.url, concurrency=3, network_timeout=60)
+    pending = []
+    for width in (2, 3, 4):
+        tensor = httpclient.InferInput("X", [1, width], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, width), np.float32))
+        pending.append(client.async_infer("ragged", [tensor]))
+    assert [p.get_result().as_numpy("SUM").tolist() for p in pending] == [[[2.0]], [[3.0]], [[4.0]]]
+    assert batch_sizes(client, "ragged") == {3: 1}  # one batch of the three, as its statistics say
+    client.close()
