@@ -216,6 +216,15 @@ class InstanceFree(msgspec.Struct, omit_defaults=True):
     done: list[RequestDone] = []
 
 
+class WorkerHoldings(msgspec.Struct):
+    """The batches a worker received and has not finished. Sent when its NATS connection is back
+    (or a scheduler's is): a batch sent to it before that and not listed was lost with the
+    connection, or its completion was, and the scheduler ends it (services/scheduler/batching/credits.py)."""
+
+    worker: str
+    batch_ids: list[int]
+
+
 class BatchDone(msgspec.Struct):
     """Worker -> the gateway whose co-hosted scheduler sent the batch: the batch's answers (each an
     encoded InferResponse) and its completion, which returns the credit, in one message."""
@@ -255,6 +264,7 @@ class ModelRecord(msgspec.Struct, omit_defaults=True):
     serving_config: dict[str, Any] = {}  # config of the generation now serving (empty: `config`)
     serving_path: str = ""  # and its directory
     reason: str = ""  # model-level failure (bad config), shown for every version
+    labels: dict[str, list[str]] = {}  # output -> classification labels of `config` (label_filename)
 
     @property
     def active_config(self) -> dict[str, Any]:
