@@ -82,7 +82,8 @@ class SchedulerService:
         self.liveness = WorkerLiveness(
             nc, settings.worker_timeout_s, self.credits.worker_lost, self._worker_back, probe=True
         )
-        self.ensembles = EnsembleRunner(nc, settings.scheduler_id)  # ensembles run here, not on workers
+        # ensembles run here, not on workers; their steps reach this replica's own models by a call
+        self.ensembles = EnsembleRunner(nc, settings.scheduler_id, local=self)
         self.ownership = Ownership(nc, settings.scheduler_id, self, self.pump, self.sequencer, self.take)
         self._subs: dict[str, Subscription] = {}  # model -> its infer subscription, while we hold its lease
         self._stats_sub: Subscription | None = None
@@ -215,6 +216,10 @@ class SchedulerService:
         if free is not None:
             self.liveness.heard(free.worker)
             await self.credits.on_free(free)
+
+    def owns(self, model: str) -> bool:
+        """Whether this replica holds the model's lease (`shared.dispatch.LocalScheduler`)."""
+        return self.ownership.owns(model)
 
     async def completed(self, free: InstanceFree) -> None:
         """A batch this co-hosted replica sent completed (from `BatchDone`). A model it no longer
