@@ -264,6 +264,7 @@ class ModelRecord(msgspec.Struct, omit_defaults=True):
     serving_config: dict[str, Any] = {}  # config of the generation now serving (empty: `config`)
     serving_path: str = ""  # and its directory
     reason: str = ""  # model-level failure (bad config), shown for every version
+    labels: dict[str, list[str]] = {}  # output -> classification labels of `config` (label_filename)
 
     @property
     def active_config(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from services.gateway.http.listener import http_sockets
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
+from services.gateway.metrics.quantiles import parse_quantiles
 from services.inference import trace
 from services.inference.cache import ResponseCache
 from services.inference.core import InferenceCore
@@ -42,9 +43,7 @@ class _Server(uvicorn.Server):
 
 
 def metrics_options(settings: GatewaySettings) -> MetricsOptions:
-    quantiles = tuple(
-        (float(q), float(e)) for q, _, e in (p.partition(":") for p in settings.summary_quantiles.split(",") if p)
-    )
+    quantiles = parse_quantiles(settings.summary_quantiles)
     return MetricsOptions(
         settings.counter_latencies,
         settings.summary_latencies,
@@ -65,6 +64,7 @@ def tracer(settings: GatewaySettings) -> trace.Tracer:
 
 
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
+    options = metrics_options(settings)  # read before anything starts: what it logs comes first
     nc = await bus.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
     await follow(nc, "gateway")
     store = TensorStore(nc, settings.gateway_id, settings.inline_max_bytes, settings.tensor_transport)
@@ -151,7 +151,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         servers.append(
             _Server(
                 uvicorn.Config(
-                    build_metrics_app(metrics_stats, metrics_options(settings), custom_metrics),
+                    build_metrics_app(metrics_stats, options, custom_metrics),
                     host=settings.metrics_address or settings.http_address,
                     port=settings.metrics_port,
                     log_level="warning",

@@ -75,7 +75,6 @@ class WorkerService:
         )
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
-        self.holding: set[int] = set()  # batch ids received and not finished (WorkerHoldings)
         self.beats = HeartbeatThread(
             settings.nats_url, f"shoal-worker-{settings.worker_id}-heartbeat", settings.heartbeat_s, self._loading
         )
@@ -89,7 +88,7 @@ class WorkerService:
         await self.completions.start()
         self._spawn(self.decoupled.run())
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
-        await bus.subscribe(self.nc, self.subject, self._on_batch)
+        await bus.subscribe_now(self.nc, self.subject, self._on_batch)
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_report(self.id), cb=self._on_report_request)
@@ -114,7 +113,7 @@ class WorkerService:
         await self._say_holdings()
 
     async def _say_holdings(self) -> None:
-        await self.nc.publish(subjects.WORKER_HOLDINGS, encode(WorkerHoldings(self.id, sorted(self.holding))))
+        await self.nc.publish(subjects.WORKER_HOLDINGS, encode(WorkerHoldings(self.id, sorted(self.batches.holding))))
 
     def status(self) -> dict[str, object]:
         return {
@@ -231,41 +230,34 @@ class WorkerService:
             self.cancellations.cancel(cancel.rid)
 
     # -- batches ----------------------------------------------------------------
-    async def _on_batch(self, msg: Msg) -> None:
+    def _on_batch(self, msg: Msg) -> None:
         batch = bus.decode(_batch_decoder, msg, log)
         if batch is None:
             return
         loaded = self.host.models.get((batch.model, batch.version))
         if loaded is None or not loaded.instances:
-            await self.batches.fail(
-                batch, f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}"
-            )
+            message = f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}"
+            self._spawn(self.batches.fail(batch, message))
             return
         if batch.generation != loaded.generation:
             # sent on a credit of a generation retired meanwhile: run it on the current one,
             # outside its credits (the instance's thread still runs one batch at a time)
             instance = loaded.instances[batch.instance % len(loaded.instances)]
             instance.uncredited += 1
-            self._execute(loaded, instance, batch, holds_credit=False)
+            self._run_batch(loaded, instance, batch, holds_credit=False)
             return
         instance = loaded.instances[batch.instance]
         if batch.credit not in instance.idle:  # a duplicate credit: run it, but it returns no credit
             instance.uncredited += 1
-            self._execute(loaded, instance, batch, holds_credit=False)
+            self._run_batch(loaded, instance, batch, holds_credit=False)
             return
         instance.idle.discard(batch.credit)
-        self._execute(loaded, instance, batch, holds_credit=True)
+        self._run_batch(loaded, instance, batch, holds_credit=True)
 
-    def _execute(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool) -> None:
-        self.holding.add(batch.batch_id)
-
-        async def run() -> None:
-            try:
-                await self.batches.execute(loaded, instance, batch, holds_credit)
-            finally:
-                self.holding.discard(batch.batch_id)
-
-        self._spawn(run())
+    def _run_batch(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool) -> None:
+        waits = self.batches.start(loaded, instance, batch, holds_credit)
+        if waits is not None:
+            self._spawn(waits)
 
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
