@@ -3,6 +3,7 @@ through tritonclient. Texts and sources: docs/compatibility.md."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import urllib.request
@@ -75,6 +76,7 @@ def build_repository(root: Path) -> Path:
         ),
     )
     write_ragged_model(root)
+    write_qa_int32_model(root)
     return root
 
 
@@ -134,9 +136,50 @@ def write_numpy1_model(root: Path) -> None:
     )
 
 
+# item 8: gen_qa_models.py's onnx_int32_int32_int32 as qa_model_repository holds it: version 1 from
+# create_fixed_models(int32, ..., ("all", None)) (Identity, Add, Sub, Cast; dims [16], max batch 8,
+# OUTPUT0's labels), versions 2 and 3 from create_onnx_modelfile(..., swap=True): OUTPUT0 = INPUT0 - INPUT1
+QA_INT32_CONFIG = """
+name: "onnx_int32_int32_int32"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+version_policy: { all { }}
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+input [ { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] label_filename: "output0_labels.txt" } ]
+output [ { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+"""
+
+
+def qa_int32_graph(swap: bool) -> object:
+    from onnx import helper
+
+    def io(name: str) -> object:
+        return helper.make_tensor_value_info(name, TensorProto.INT32, [None, 16])
+
+    nodes = [
+        helper.make_node("Identity", ["INPUT0"], ["_INPUT0"]),
+        helper.make_node("Identity", ["INPUT1"], ["_INPUT1"]),
+        helper.make_node("Add", ["_INPUT0", "_INPUT1"], ["CAST1" if swap else "CAST0"]),
+        helper.make_node("Sub", ["_INPUT0", "_INPUT1"], ["CAST0" if swap else "CAST1"]),
+        helper.make_node("Cast", ["CAST0"], ["OUTPUT0"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["CAST1"], ["OUTPUT1"], to=TensorProto.INT32),
+    ]
+    inputs, outputs = [io("INPUT0"), io("INPUT1")], [io("OUTPUT0"), io("OUTPUT1")]
+    return helper.make_graph(nodes, "onnx_int32_int32_int32", inputs, outputs)
+
+
+def write_qa_int32_model(root: Path) -> None:
+    for version in (1, 2, 3):
+        model_dir = examples.write_model(
+            root, "onnx_int32_int32_int32", qa_int32_graph(version > 1), QA_INT32_CONFIG, version
+        )
+    (model_dir / "output0_labels.txt").write_text("".join(f"label{i}\n" for i in range(16)))
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    with running_cluster(build_repository(tmp_path_factory.mktemp("parity3"))) as running:
+    with running_cluster(build_repository(tmp_path_factory.mktemp("parity3")), allow_client_shm=True) as running:
         yield running
 
 
@@ -284,3 +327,52 @@ def test_requests_of_different_shapes_form_one_ragged_batch(served):
     assert [p.get_result().as_numpy("SUM").tolist() for p in pending] == [[[2.0]], [[3.0]], [[4.0]]]
     assert batch_sizes(client, "ragged") == {3: 1}  # one batch of the three, as its statistics say
     client.close()
+
+
+# -- item 8: shared memory registered 1023 pages into a 1024-page key -----------------------------------
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_qa_large_shm_register_offset_on_the_generated_int32_model(served, protocol):
+    """qa/L0_shared_memory test_large_shm_register_offset with iu.shm_basic_infer's pattern."""
+    import tritonclient.utils.shared_memory as shm
+
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(served.url if protocol == "http" else served.grpc_url)
+    page = os.sysconf("SC_PAGE_SIZE")
+    offset = page * 1023
+    names = ["input0_data", "input1_data", "output0_data", "output1_data"]
+    tag = f"{protocol}_{os.getpid()}"
+    handles = [shm.create_shared_memory_region(n, f"/{n}_{tag}", page * 1024) for n in names]
+    try:
+        for name in names:
+            client.register_system_shared_memory(name, f"/{name}_{tag}", 64, offset=offset)
+        input0, input1 = np.arange(16, dtype=np.int32), np.ones(16, dtype=np.int32)
+        shm.set_shared_memory_region(handles[0], [input0], offset=offset)
+        shm.set_shared_memory_region(handles[1], [input1], offset=offset)
+        inputs = [module.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        inputs[0].set_shared_memory("input0_data", 64)
+        inputs[1].set_shared_memory("input1_data", 64)
+        if protocol == "http":
+            outputs = [
+                httpclient.InferRequestedOutput("OUTPUT0", binary_data=True),
+                httpclient.InferRequestedOutput("OUTPUT1", binary_data=False),
+            ]
+        else:
+            outputs = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT1")]
+        outputs[0].set_shared_memory("output0_data", 64, offset=0)
+        outputs[1].set_shared_memory("output1_data", 64, offset=0)
+        # version 1 (what Triton's test.sh copies: `cp -r .../${model}/1`): OUTPUT0 = INPUT0 + INPUT1;
+        # the latest, 3, is generated with swap=True: OUTPUT0 = INPUT0 - INPUT1, on Triton too
+        added, subtracted = input0 + input1, input0 - input1
+        for version, expected in (("1", (added, subtracted)), ("", (subtracted, added))):
+            result = client.infer("onnx_int32_int32_int32", inputs, model_version=version, outputs=outputs)
+            output = result.get_output("OUTPUT0")
+            shape = output["shape"] if protocol == "http" else list(output.shape)
+            for handle, values in zip(handles[2:], expected):
+                np.testing.assert_array_equal(
+                    shm.get_contents_as_numpy(handle, np.int32, shape, offset=offset)[0], values
+                )
+    finally:
+        client.unregister_system_shared_memory()
+        for handle in handles:
+            shm.destroy_shared_memory_region(handle)
+        client.close()
