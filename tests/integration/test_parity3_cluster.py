@@ -77,6 +77,20 @@ def build_repository(root: Path) -> Path:
     )
     write_ragged_model(root)
     write_qa_int32_model(root)
+    # item 15: qa/L0_model_queue test_priority_with_policy's model (its 10 s delay as 4 s)
+    policies = (
+        "dynamic_batching { preferred_batch_size: [ 4, 8, 32 ] max_queue_delay_microseconds: 4000000 "
+        "priority_levels: 2 default_priority_level: 2 "
+        "default_queue_policy { timeout_action: DELAY allow_timeout_override: true default_timeout_microseconds: 11000000 } "
+        "priority_queue_policy { key: 2 value: { timeout_action: REJECT allow_timeout_override: true "
+        "default_timeout_microseconds: 11000000 } } }"
+    )
+    examples.write_model(
+        root,
+        "priority_policy",
+        examples.identity_graph(TensorProto.FLOAT, 2, "priority_policy"),
+        identity_config("priority_policy", "FP32", max_batch_size=32, extra=policies),
+    )
     return root
 
 
@@ -376,3 +390,39 @@ def test_qa_large_shm_register_offset_on_the_generated_int32_model(served, proto
         for handle in handles:
             shm.destroy_shared_memory_region(handle)
         client.close()
+
+
+# -- item 15: priorities with queue policies ---------------------------------------------------------
+def test_priority_levels_with_their_queue_policies_answer_within_tritons_bounds(served):
+    """qa/L0_model_queue test_priority_with_policy, sent 0.2 s apart as there: (rows, priority,
+    timeout). The 1-row priority-1 request times out at 1 s and is DELAYED behind its level, which
+    makes the two 2-row priority-1 requests the preferred 4 at once; the 2-row priority-2 request
+    is REJECTED at 2 s, which makes the delayed 1 and the 3 the next 4; the 6 waits for the delay.
+    Bounds are Triton's (seconds after each send), the 10 s delay being 4 s here."""
+    sends = [(2, 1, 0), (1, 1, 1_000_000), (2, 1, 0), (2, 2, 2_000_000), (3, 2, 0), (6, 2, 0)]
+    bounds = [(1.0, 2.0), (2.4, 3.4), (0.7, 1.7), None, (1.7, 2.7), (4.0, 6.0)]
+    results: dict[int, tuple[str, float]] = {}
+
+    def send(index: int, rows: int, priority: int, timeout_us: int) -> None:
+        client = httpclient.InferenceServerClient(served.url, network_timeout=60)
+        tensor = httpclient.InferInput("INPUT0", [rows, 16], "FP32")
+        tensor.set_data_from_numpy(np.zeros((rows, 16), np.float32))
+        started = time.monotonic()
+        try:
+            client.infer("priority_policy", [tensor], priority=priority, timeout=timeout_us or None)
+            results[index] = ("ok", time.monotonic() - started)
+        except InferenceServerException as exc:
+            results[index] = (exc.message(), time.monotonic() - started)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=send, args=(i, *spec)) for i, spec in enumerate(sends)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.2)  # the scenario's spacing (Triton's), not a synchronisation: no result waits on it
+    for thread in threads:
+        thread.join(60)
+    assert results[3][0].endswith("Request timeout expired"), results
+    for index, bound in enumerate(bounds):
+        if bound is not None:
+            assert results[index][0] == "ok" and bound[0] <= results[index][1] < bound[1], (index, results)
