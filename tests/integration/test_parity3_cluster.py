@@ -76,6 +76,7 @@ def build_repository(root: Path) -> Path:
         ),
     )
     write_ragged_model(root)
+    write_ragged_onnx_model(root)
     write_qa_int32_model(root)
     # item 15: qa/L0_model_queue test_priority_with_policy's model (its 10 s delay as 4 s)
     policies = (
@@ -108,6 +109,17 @@ class TritonPythonModel:
             "SUM", np.array([[pb_utils.get_input_tensor_by_name(r, "X").as_numpy().sum()]], np.float32))])
             for r in requests]
 """
+
+
+def write_ragged_onnx_model(root: Path) -> None:
+    """qa/L0_batcher's onnx ragged model: onnx_nobatch_zero_1_float32 (a 1-D identity) given a max
+    batch size, a ragged INPUT0 and OUTPUT0 scattered back with each request's input shape."""
+    config = (
+        identity_config("ragged_onnx", "FP32").replace("dims: [ -1 ] }", "dims: [ -1 ] allow_ragged_batch: true }", 1)
+        + 'batch_output [ { target_name: "OUTPUT0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "INPUT0" } ]\n'
+        + f"dynamic_batching {{ preferred_batch_size: [ 2, 6 ] max_queue_delay_microseconds: {DELAY_US} }}\n"
+    )
+    examples.write_model(root, "ragged_onnx", examples.identity_graph(TensorProto.FLOAT, 1, "ragged_onnx"), config)
 
 
 def write_ragged_model(root: Path) -> None:
@@ -426,3 +438,20 @@ def test_priority_levels_with_their_queue_policies_answer_within_tritons_bounds(
     for index, bound in enumerate(bounds):
         if bound is not None:
             assert results[index][0] == "ok" and bound[0] <= results[index][1] < bound[1], (index, results)
+
+
+def test_a_tensor_backend_gets_the_ragged_batch_flat_and_each_request_its_shape(served):
+    """qa/L0_batcher test_multi_batch_different_shape_allow_ragged: [1, 16] and [1, 8] form one
+    batch of 2 (the preferred size) on an onnx model with BATCH_SCATTER_WITH_INPUT_SHAPE."""
+    client = httpclient.InferenceServerClient(served.url, concurrency=2, network_timeout=60)
+    pending, sent = [], []
+    for width in (16, 8):
+        data = np.arange(width, dtype=np.float32).reshape(1, width) + width
+        tensor = httpclient.InferInput("INPUT0", [1, width], "FP32")
+        tensor.set_data_from_numpy(data)
+        pending.append(client.async_infer("ragged_onnx", [tensor]))
+        sent.append(data)
+    for request, data in zip(pending, sent):
+        np.testing.assert_array_equal(request.get_result().as_numpy("OUTPUT0"), data)
+    assert batch_sizes(client, "ragged_onnx") == {2: 1}
+    client.close()
