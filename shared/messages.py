@@ -216,6 +216,15 @@ class InstanceFree(msgspec.Struct, omit_defaults=True):
     done: list[RequestDone] = []
 
 
+class WorkerHoldings(msgspec.Struct):
+    """The batches a worker received and has not finished. Sent when its NATS connection is back
+    (or a scheduler's is): a batch sent to it before that and not listed was lost with the
+    connection, or its completion was, and the scheduler ends it (services/scheduler/batching/credits.py)."""
+
+    worker: str
+    batch_ids: list[int]
+
+
 class BatchDone(msgspec.Struct):
     """Worker -> the gateway whose co-hosted scheduler sent the batch: the batch's answers (each an
     encoded InferResponse) and its completion, which returns the credit, in one message."""

@@ -14,7 +14,7 @@ from services.gateway.http.app import build_app
 from services.gateway.http.listener import http_sockets
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics.custom import CustomMetrics
-from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app
+from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
 from services.gateway.metrics.quantiles import parse_quantiles
 from services.inference import trace
 from services.inference.cache import ResponseCache
@@ -131,7 +131,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     await custom.start(nc)
 
     async def custom_metrics() -> list[str]:
-        return custom.lines()
+        return custom.lines() + resent_lines(dispatcher.resent)
 
     servers = [
         _Server(

@@ -74,7 +74,7 @@ def _request(work: Work, decoupled: bool) -> pb_utils.InferenceRequest:
         request_id=context.request_id,
         correlation_id=context.correlation_id,
         flags=context.flags,
-        parameters=dict(context.parameters),
+        parameters=context.parameters,  # InferenceRequest keeps a copy
         timeout=context.timeout_us,
         cancelled=context.cancelled,
         response_sender=sender,
