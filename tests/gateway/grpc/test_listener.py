@@ -1,0 +1,193 @@
+"""Shoal's gRPC server (services/gateway/grpc/listener.py) driven by grpcio's own client: answers,
+statuses, deadlines, cancellation, flow control both ways, compression, streams, and calls that
+arrive in one read starting in one loop iteration. The servicer is a small one of the test's."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import grpc
+import hpack
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+
+from services.gateway.grpc import frames as f
+from services.gateway.grpc.connection import KeepAlive
+from services.gateway.grpc.listener import GrpcListener
+
+SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+class Servicer:
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.iterations: list[list[str]] = []  # request ids, by the loop iteration their call started in
+        self.cancelled = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def _started(self, rid: str) -> None:
+        self.started.append(rid)
+        if not self.iterations or self.iterations[-1] is not self._current:
+            self._current: list[str] = []
+            self.iterations.append(self._current)
+            asyncio.get_running_loop().call_soon(self._close_iteration)
+        self._current.append(rid)
+
+    def _close_iteration(self) -> None:
+        self._current = []
+
+    async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
+        self._started(request.id)
+        metadata = dict(context.invocation_metadata())
+        if request.model_name == "fail":
+            await context.abort(grpc.StatusCode.NOT_FOUND, "Request for unknown model: 'fail' ¡ 100%")
+        if request.model_name == "wait":
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        if request.model_name == "gzip":
+            context.set_compression(grpc.Compression.Gzip)
+        answer = pb.ModelInferResponse(model_name=request.model_name, id=metadata.get("x-key", request.id))
+        answer.raw_output_contents.extend(request.raw_input_contents)
+        return answer
+
+    async def ModelStreamInfer(self, requests: AsyncIterator[pb.ModelInferRequest], context):
+        async for request in requests:
+            if request.model_name == "fail":
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bad stream")
+            yield pb.ModelStreamInferResponse(infer_response=pb.ModelInferResponse(id=request.id))
+
+
+@pytest.fixture
+async def served():
+    servicer = Servicer()
+    listener = GrpcListener(servicer, SERVICE, pb, KeepAlive())
+    port = await listener.start("127.0.0.1", 0)
+    try:
+        yield servicer, port
+    finally:
+        await listener.stop(0)
+
+
+def infer(channel: grpc.aio.Channel, **kwargs):
+    return channel.unary_unary(
+        INFER,
+        request_serializer=pb.ModelInferRequest.SerializeToString,
+        response_deserializer=pb.ModelInferResponse.FromString,
+    )
+
+
+async def test_unary_answers_metadata_and_statuses(served):
+    _, port = served
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = infer(channel)
+        answer = await call(pb.ModelInferRequest(model_name="m", id="a", raw_input_contents=[b"xy"]), timeout=10)
+        assert (answer.model_name, answer.id, list(answer.raw_output_contents)) == ("m", "a", [b"xy"])
+        assert (await call(pb.ModelInferRequest(id="a"), metadata=[("x-key", "k")], timeout=10)).id == "k"
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call(pb.ModelInferRequest(model_name="fail"), timeout=10)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert err.value.details() == "Request for unknown model: 'fail' ¡ 100%"
+        unknown = channel.unary_unary("/inference.GRPCInferenceService/Nope")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await unknown(b"", timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_large_messages_flow_both_ways(served):
+    _, port = served
+    big = bytes(range(256)) * (12 * 4096)  # 12 MiB: beyond every default window
+    options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
+        answers = await asyncio.gather(
+            *(infer(channel)(pb.ModelInferRequest(id=str(i), raw_input_contents=[big]), timeout=60) for i in range(3))
+        )
+    assert all(a.raw_output_contents[0] == big for a in answers)
+
+
+async def test_compressed_requests_and_responses(served):
+    _, port = served
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", compression=grpc.Compression.Gzip) as channel:
+        data = b"a" * 100_000
+        answer = await infer(channel)(pb.ModelInferRequest(model_name="gzip", raw_input_contents=[data]), timeout=10)
+        assert answer.raw_output_contents[0] == data
+
+
+async def test_deadline_and_client_cancel_cancel_the_handler(served):
+    servicer, port = served
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await infer(channel)(pb.ModelInferRequest(model_name="wait"), timeout=0.3)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        await asyncio.wait_for(servicer.cancelled.wait(), 10)
+        servicer.cancelled.clear()
+        call = infer(channel)(pb.ModelInferRequest(model_name="wait", id="c"), timeout=30)
+        while "c" not in servicer.started:
+            await asyncio.sleep(0.01)  # polls a condition; the bound is the test's timeout
+        call.cancel()
+        await asyncio.wait_for(servicer.cancelled.wait(), 10)
+        assert (await infer(channel)(pb.ModelInferRequest(id="after"), timeout=10)).id == "after"
+
+
+async def test_a_stream_answers_each_request_and_ends_with_its_status(served):
+    _, port = served
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stream = channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer",
+            request_serializer=pb.ModelInferRequest.SerializeToString,
+            response_deserializer=pb.ModelStreamInferResponse.FromString,
+        )
+        call = stream(iter([pb.ModelInferRequest(id=str(i)) for i in range(50)]), timeout=30)
+        assert [r.infer_response.id async for r in call] == [str(i) for i in range(50)]
+        assert await call.code() == grpc.StatusCode.OK
+        failing = stream(iter([pb.ModelInferRequest(id="1"), pb.ModelInferRequest(model_name="fail")]), timeout=30)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            [r async for r in failing]
+        assert (err.value.code(), err.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, "bad stream")
+
+
+async def test_calls_that_arrive_in_one_read_start_in_one_loop_iteration(served):
+    """What the dispatcher needs to send them to the scheduler in one bus message (docs/grpc.md)."""
+    servicer, port = served
+    encoder = hpack.Encoder()
+    wire = [f.PREFACE, f.settings([])]
+    for i in range(8):
+        stream_id = 2 * i + 1
+        headers = [(":method", "POST"), (":scheme", "http"), (":path", INFER), (":authority", "x")]
+        headers += [("content-type", "application/grpc"), ("te", "trailers")]
+        wire.append(f.frame(f.HEADERS, f.END_HEADERS, stream_id, encoder.encode(headers)))
+        body = f.message(pb.ModelInferRequest(id=str(i)).SerializeToString())
+        wire.append(f.frame(f.DATA, f.END_STREAM, stream_id, body))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"".join(wire))  # one write: one read on the server's side (loopback, a few hundred bytes)
+        await writer.drain()
+        received = b""
+        while received.count(f.OK_TRAILERS) < 8:
+            chunk = await asyncio.wait_for(reader.read(65536), 10)
+            assert chunk, "the server closed the connection"
+            received += chunk
+    finally:
+        writer.close()
+    assert [sorted(group, key=int) for group in servicer.iterations] == [[str(i) for i in range(8)]]
+
+
+async def test_stop_lets_calls_finish_and_refuses_new_ones(served):
+    servicer, port = served
+    listener = GrpcListener(servicer, SERVICE, pb, KeepAlive())
+    port = await listener.start("127.0.0.1", 0)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = asyncio.ensure_future(infer(channel)(pb.ModelInferRequest(model_name="wait", id="w"), timeout=30))
+        while "w" not in servicer.started:
+            await asyncio.sleep(0.01)  # polls a condition; the bound is the test's timeout
+        stopping = asyncio.ensure_future(listener.stop(30))
+        servicer.release.set()
+        assert (await call).id == "w"
+        await asyncio.wait_for(stopping, 10)
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
