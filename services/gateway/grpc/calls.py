@@ -122,6 +122,7 @@ class GrpcCall:
         "_encoding",
         "_gzip_ok",
         "_requests",
+        "_answering",
     )
 
     def __init__(self, calls: Calls, stream: Stream, method: Method, context: CallContext) -> None:
@@ -136,6 +137,7 @@ class GrpcCall:
         self._encoding = b"identity"
         self._gzip_ok = False
         self._requests: _Requests | None = None
+        self._answering = False  # response headers sent: the status goes in trailers, not trailers-only
 
     def start(self, headers: dict[bytes, bytes], timeout: float | None) -> None:
         self._encoding = headers.get(b"grpc-encoding", b"identity")
@@ -204,23 +206,22 @@ class GrpcCall:
         context = self._context
         stream = self._stream
         answers: AsyncIterator[Message] = getattr(self._calls.servicer, self._method.name)(requests, context)
-        started = False
         try:
             async for response in answers:
                 body, compressed = self._encode(response)
-                if not started:
-                    started = True
+                if not self._answering:
+                    self._answering = True
                     stream.send_headers(f.GZIP_RESPONSE_HEADERS if compressed else f.RESPONSE_HEADERS)
                 stream.send(f.message(body, compressed))
         except grpc.aio.AbortError:
-            self._status(started, context.code, context.details)
+            self._status(context.code, context.details)
         except asyncio.CancelledError:
             self._cancelled()
         except Exception as exc:
             log.exception("unhandled error in %s", self._method.name)
-            self._status(started, grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
+            self._status(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
         else:
-            self._status(started, grpc.StatusCode.OK, "")
+            self._status(grpc.StatusCode.OK, "")
         finally:
             await _close(answers)
             self._done()
@@ -241,8 +242,8 @@ class GrpcCall:
         raise _Status(grpc.StatusCode.UNIMPLEMENTED, f"Compression algorithm '{self._encoding.decode()}' not supported")
 
     # -- the end of a call --------------------------------------------------------------------
-    def _status(self, started: bool, code: grpc.StatusCode, details: str) -> None:
-        if started:
+    def _status(self, code: grpc.StatusCode, details: str) -> None:
+        if self._answering:
             self._stream.send(b"", f.status_trailers(code.value[0], details))
         else:
             self._trailers_only(code, details)
@@ -253,7 +254,7 @@ class GrpcCall:
     def _cancelled(self) -> None:
         """The client reset the stream (nothing to answer), its deadline passed, or the server stops."""
         if self._expired:
-            self._status(False, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            self._status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         else:
             self._stream.cancel()
 
@@ -262,12 +263,12 @@ class GrpcCall:
         if self._task is not None:
             self._task.cancel()
         else:  # the request is not whole yet
-            self._status(False, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            self._status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
     def _fail_stream(self) -> None:
         if self._task is not None:
             self._task.cancel()
-        self._status(False, grpc.StatusCode.INTERNAL, "Failed to parse request")
+        self._status(grpc.StatusCode.INTERNAL, "Failed to parse request")
         self._requests = None
 
     def _done(self) -> None:
