@@ -257,7 +257,10 @@ def main() -> None:
     import uvloop
 
     if args.serve:
-        uvloop.run(serve(args.serve, args.port, args.ready))
+        try:
+            uvloop.run(serve(args.serve, args.port, args.ready))
+        except KeyboardInterrupt:  # SIGINT: a normal exit, so that callgrind writes its counts
+            pass
         return
     if args.drive:
         uvloop.run(drive(args.port, args.calls, args.concurrency, args.stream))

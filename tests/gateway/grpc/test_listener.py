@@ -5,8 +5,11 @@ arrive in one read starting in one loop iteration. The servicer is a small one o
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
+import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import hpack
@@ -15,7 +18,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from services.gateway.grpc import frames as f
 from services.gateway.grpc.connection import KeepAlive
-from services.gateway.grpc.listener import GrpcListener
+from services.gateway.grpc.listener import GrpcListener, tls_context
 
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -191,3 +194,43 @@ async def test_stop_lets_calls_finish_and_refuses_new_ones(served):
         await asyncio.wait_for(stopping, 10)
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.fixture
+def certificate(tmp_path):
+    """A self-signed certificate for 127.0.0.1 (openssl, as an operator would make one)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1"]
+        + ["-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return str(cert), str(key)
+
+
+async def test_tls_with_and_without_client_certificates(certificate):
+    cert, key = certificate
+    pem = Path(cert).read_bytes()
+    for mutual in (False, True):
+        listener = GrpcListener(Servicer(), SERVICE, pb, KeepAlive())
+        port = await listener.start("127.0.0.1", 0, tls=tls_context(cert, key, cert if mutual else None, mutual))
+        try:
+            anonymous = grpc.ssl_channel_credentials(root_certificates=pem)
+            async with grpc.aio.secure_channel(f"127.0.0.1:{port}", anonymous) as channel:
+                call = infer(channel)(pb.ModelInferRequest(id="t"), timeout=10)
+                if mutual:  # no client certificate: the handshake fails
+                    with pytest.raises(grpc.aio.AioRpcError) as err:
+                        await call
+                    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+                else:
+                    assert (await call).id == "t"
+            if mutual:
+                signed = grpc.ssl_channel_credentials(pem, Path(key).read_bytes(), pem)
+                async with grpc.aio.secure_channel(f"127.0.0.1:{port}", signed) as channel:
+                    assert (await infer(channel)(pb.ModelInferRequest(id="m"), timeout=10)).id == "m"
+        finally:
+            await listener.stop(0)
