@@ -6,8 +6,9 @@
 For each model and concurrency the three protocols (HTTP binary tensors, gRPC unary,
 gRPC streaming) run back to back against the same server, round after round, so a
 busy machine slows them alike; the ratio is gRPC / HTTP throughput. Beside each: NATS
-messages per request (nats-server `/varz` `in_msgs`) and requests per model execution (the
-batch size the scheduler formed), from counters read around each run.
+messages per request (nats-server `/varz` `in_msgs`), requests per model execution (the
+batch size the scheduler formed) and the gateway process's CPU per request (/proc), from
+counters read around each run.
 `--compare-grpcio` also starts a second Shoal with grpcio's server (`--grpc-server=grpcio`)
 and measures its gRPC in the same rotation. Needs
 Triton's perf_analyzer 2.41.0: `benchmarks/get_perf_analyzer.sh`, or the anchor environment's
@@ -37,9 +38,13 @@ PERF_ANALYZER = next((p for p in CANDIDATES if p.exists()), CANDIDATES[0])
 PROTOCOLS = {"http": "", "grpc": "-i grpc", "grpc-stream": "-i grpc --streaming"}
 
 
-def counters(running: object, model: str) -> tuple[float, float, float]:
-    """(NATS messages in, successful requests, executions) of `model` so far."""
+def counters(running: object, model: str) -> tuple[float, float, float, float]:
+    """(NATS messages in, successful requests, executions) of `model` so far, and the gateway's CPU seconds."""
     import urllib.request
+
+    gateway = running.cluster.child("gateway").process  # type: ignore[attr-defined]
+    fields = Path(f"/proc/{gateway.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     nats = running.nats  # type: ignore[attr-defined]
     with urllib.request.urlopen(f"http://127.0.0.1:{nats.monitor_port}/varz", timeout=10) as response:
@@ -53,7 +58,7 @@ def counters(running: object, model: str) -> tuple[float, float, float]:
                 requests += float(line.rsplit(" ", 1)[1])
             elif line.startswith("nv_inference_exec_count"):
                 executions += float(line.rsplit(" ", 1)[1])
-    return in_msgs, requests, executions
+    return in_msgs, requests, executions, cpu
 
 
 def measure(running: object, url: str, protocol: str, model: str, concurrency: int, seconds: float) -> dict[str, float]:
@@ -63,6 +68,7 @@ def measure(running: object, url: str, protocol: str, model: str, concurrency: i
     requests = max(after[1] - before[1], 1.0)
     result["msgs_per_request"] = (after[0] - before[0]) / requests
     result["batch"] = requests / max(after[2] - before[2], 1.0)
+    result["gateway_us"] = (after[3] - before[3]) / requests * 1e6
     return result
 
 
@@ -121,6 +127,7 @@ def main() -> None:
                         f" | {p} {best[p]['throughput']:7.0f}/s p50 {best[p]['p50_us']:6.0f}us"
                         + ("" if p == "http" else f" ({best[p]['throughput'] / http:.2f}x)")
                         + f" {best[p]['msgs_per_request']:.2f} msg/req batch {best[p]['batch']:.1f}"
+                        + f" gateway {best[p]['gateway_us']:.0f}us/req"
                         for p in points
                     ),
                     flush=True,

@@ -53,16 +53,19 @@ def methods(service: ServiceDescriptor, module: Any) -> dict[bytes, Method]:
 class CallContext:
     """What a servicer method may ask of its call (a subset of `grpc.aio.ServicerContext`)."""
 
-    __slots__ = ("_metadata", "_peer", "compress", "code", "details")
+    __slots__ = ("_headers", "_metadata", "_peer", "compress", "code", "details")
 
-    def __init__(self, metadata: tuple[tuple[str, str | bytes], ...], peer: str) -> None:
-        self._metadata = metadata
+    def __init__(self, headers: list[tuple[bytes, bytes]], peer: str) -> None:
+        self._headers = headers
+        self._metadata: tuple[tuple[str, str | bytes], ...] | None = None  # made when asked for
         self._peer = peer
         self.compress = False
         self.code = grpc.StatusCode.OK
         self.details = ""
 
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        if self._metadata is None:
+            self._metadata = _metadata(self._headers)
         return self._metadata
 
     def peer(self) -> str:
@@ -335,7 +338,7 @@ class Calls:
         timeout = None
         if b"grpc-timeout" in fields:
             timeout = f.timeout_seconds(fields[b"grpc-timeout"])
-        call = GrpcCall(self, stream, method, CallContext(_metadata(headers), stream.conn.peer))
+        call = GrpcCall(self, stream, method, CallContext(headers, stream.conn.peer))
         call.start(fields, timeout)
         return call
 

@@ -22,6 +22,7 @@ from typing import Protocol, cast
 import hpack
 
 from services.gateway.grpc import frames as f
+from services.gateway.grpc.headers import HeaderDecoder
 
 log = logging.getLogger("shoal.gateway")
 
@@ -104,8 +105,7 @@ class GrpcConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._preface = False
-        self._decoder = hpack.Decoder()
-        self._decoder.max_header_list_size = 1 << 20
+        self._decoder = HeaderDecoder()
         self._streams: dict[int, Stream] = {}
         self._last_stream = 0
         self._headers_in: tuple[int, int, list[bytes]] | None = None  # a header block awaiting CONTINUATION
@@ -263,7 +263,7 @@ class GrpcConnection(asyncio.Protocol):
 
     def _header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         try:  # every block is decoded, even one we drop: the peer's encoder shares its table with us
-            headers = self._decoder.decode(block, raw=True)
+            headers = self._decoder.decode(block)
         except hpack.HPACKError:
             self._connection_error(f.COMPRESSION_ERROR, b"undecodable header block")
             return
@@ -282,7 +282,7 @@ class GrpcConnection(asyncio.Protocol):
             return
         stream = Stream(stream_id, self, self._peer_initial)
         self._streams[stream_id] = stream
-        stream.call = self._calls.open(stream, headers)  # type: ignore[arg-type]  # raw=True: bytes pairs
+        stream.call = self._calls.open(stream, headers)
         if flags & f.END_STREAM and not stream.closed:
             stream.recv_open = False
             stream.call.data(b"", True)
