@@ -51,6 +51,7 @@ class KeepAlive:
     permit_without_calls: bool = False
     min_ping_interval_s: float = 300.0
     max_ping_strikes: int = 2
+    max_pings_without_data: int = 2  # keepalive pings sent with no data in between (0: no limit)
 
 
 class Stream:
@@ -123,6 +124,7 @@ class GrpcConnection(asyncio.Protocol):
         self._last_ping_in = float("-inf")
         self._ping_strikes = 0
         self._sent_since_ping = False  # headers or data sent since the client's last ping
+        self._pings_without_data = 0  # keepalive pings sent since we last sent headers or data
 
     # -- the transport ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -349,10 +351,12 @@ class GrpcConnection(asyncio.Protocol):
     # -- frames out -------------------------------------------------------------------------
     def sent_headers(self) -> None:
         self._sent_since_ping = True
+        self._pings_without_data = 0
 
     def send_data(self, stream: Stream, data: bytes, trailers: bytes | None) -> None:
         """As much of `data` as the windows allow; the rest (and the trailers) wait for WINDOW_UPDATE."""
         self._sent_since_ping = True
+        self._pings_without_data = 0
         sent = 0
         view = memoryview(data)
         while sent < len(data):
@@ -400,7 +404,9 @@ class GrpcConnection(asyncio.Protocol):
     def _send_ping(self) -> None:
         if self._transport is None:
             return
-        if self._streams or self._keepalive.permit_without_calls:
+        limit = self._keepalive.max_pings_without_data
+        if (self._streams or self._keepalive.permit_without_calls) and not 0 < limit <= self._pings_without_data:
+            self._pings_without_data += 1
             self.write(f.frame(f.PING, 0, 0, b"shoal-ka"))
             if self._ping_deadline is None:
                 self._ping_deadline = self._loop.call_later(self._keepalive.timeout_s, self._ping_timeout)

@@ -98,6 +98,7 @@ def keepalive(settings: GatewaySettings) -> KeepAlive:
         permit_without_calls=settings.grpc_keepalive_permit_without_calls,
         min_ping_interval_s=settings.grpc_http2_min_recv_ping_interval_without_data / 1000,
         max_ping_strikes=settings.grpc_http2_max_ping_strikes,
+        max_pings_without_data=settings.grpc_http2_max_pings_without_data,
     )
 
 

@@ -234,3 +234,48 @@ async def test_tls_with_and_without_client_certificates(certificate):
                     assert (await infer(channel)(pb.ModelInferRequest(id="m"), timeout=10)).id == "m"
         finally:
             await listener.stop(0)
+
+
+async def read_frames(reader: asyncio.StreamReader, until) -> list[tuple[int, int, int, bytes]]:
+    """Frames from the server until `until(frames)` holds or the connection closes."""
+    frames: list[tuple[int, int, int, bytes]] = []
+    while not until(frames):
+        try:
+            header = await asyncio.wait_for(reader.readexactly(9), 10)
+        except asyncio.IncompleteReadError:
+            break
+        length, kind, flags, stream_id = f.parse_header(header, 0)
+        frames.append((kind, flags, stream_id, await reader.readexactly(length)))
+    return frames
+
+
+async def test_a_client_that_pings_too_often_is_told_off():
+    listener = GrpcListener(Servicer(), SERVICE, pb, KeepAlive(max_ping_strikes=1))
+    port = await listener.start("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f.PREFACE + f.settings([]) + f.frame(f.PING, 0, 0, b"12345678") * 3)  # no call open
+        frames = await read_frames(reader, lambda got: any(kind == f.GOAWAY for kind, *_ in got))
+        acks = [payload for kind, flags, _, payload in frames if kind == f.PING and flags & f.ACK]
+        goaway = next(payload for kind, _, _, payload in frames if kind == f.GOAWAY)
+        assert acks == [b"12345678"]  # the first strike is forgiven, the second ends it
+        assert (f.u32(goaway, 4), goaway[8:]) == (f.ENHANCE_YOUR_CALM, b"too_many_pings")
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # and the connection closes
+    finally:
+        writer.close()
+        await listener.stop(0)
+
+
+async def test_keepalive_pings_and_drops_a_client_that_does_not_answer():
+    keepalive = KeepAlive(time_s=0.1, timeout_s=0.3, permit_without_calls=True, max_pings_without_data=0)
+    listener = GrpcListener(Servicer(), SERVICE, pb, keepalive)
+    port = await listener.start("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f.PREFACE + f.settings([]))
+        frames = await read_frames(reader, lambda got: False)  # until the server closes the connection
+        pings = [kind for kind, flags, _, _ in frames if kind == f.PING and not flags & f.ACK]
+        assert pings and any(kind == f.GOAWAY for kind, *_ in frames)
+    finally:
+        writer.close()
+        await listener.stop(0)
