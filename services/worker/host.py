@@ -287,4 +287,4 @@ class ModelHost:
             serving_generation=serving.generation if serving else 0,
             warmup_ms=serving.warmup_ms if serving else 0.0,
         )
-        await self.instances_kv.put(subjects.instance_key(self.worker_id, record.name, version), encode(report))
+        await bus.put(self.instances_kv, subjects.instance_key(self.worker_id, record.name, version), encode(report))
