@@ -155,19 +155,25 @@ class GrpcCall:
     def data(self, chunk: bytes, end: bool) -> None:
         if chunk:
             self._buffer += chunk
-        requests = self._requests
-        if requests is not None:
-            messages, self._buffer = f.split_messages(self._buffer)
-            for compressed, payload in messages:
-                try:
-                    requests.put(self._method.request.FromString(self._decompress(compressed, payload)))
-                except (DecodeError, OSError, zlib.error):
-                    self._fail_stream()
-                    return
+        if not self._method.streaming:
             if end:
-                requests.put(None)
-        elif end:
-            self._launch(self._serve_unary())
+                self._launch(self._serve_unary())
+            return
+        requests = self._requests
+        if requests is None:  # the stream failed: what still comes is dropped
+            return
+        messages, self._buffer = f.split_messages(self._buffer)
+        for compressed, payload in messages:
+            try:
+                requests.put(self._method.request.FromString(self._decompress(compressed, payload)))
+            except _Status as status:
+                self._fail_stream(status.code, status.details)
+                return
+            except (DecodeError, OSError, zlib.error):
+                self._fail_stream(grpc.StatusCode.INTERNAL, "Failed to parse request")
+                return
+        if end:
+            requests.put(None)
 
     def reset(self) -> None:
         if self._task is not None:
@@ -268,11 +274,11 @@ class GrpcCall:
         else:  # the request is not whole yet
             self._status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
-    def _fail_stream(self) -> None:
+    def _fail_stream(self, code: grpc.StatusCode, details: str) -> None:
+        self._requests = None
         if self._task is not None:
             self._task.cancel()
-        self._status(grpc.StatusCode.INTERNAL, "Failed to parse request")
-        self._requests = None
+        self._status(code, details)
 
     def _done(self) -> None:
         if self._timer is not None:

@@ -279,3 +279,16 @@ async def test_keepalive_pings_and_drops_a_client_that_does_not_answer():
     finally:
         writer.close()
         await listener.stop(0)
+
+
+async def test_undecodable_requests_fail_with_internal(served):
+    _, port = served
+    garbage = b"\xff\xff\xff"  # not a ModelInferRequest
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await channel.unary_unary(INFER)(garbage, timeout=10)
+        assert (err.value.code(), err.value.details()) == (grpc.StatusCode.INTERNAL, "Failed to parse request")
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            [answer async for answer in stream(iter([garbage]), timeout=10)]
+        assert (err.value.code(), err.value.details()) == (grpc.StatusCode.INTERNAL, "Failed to parse request")
