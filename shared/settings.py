@@ -115,6 +115,9 @@ class GatewaySettings(BusSettings):
         default_factory=list, description="<protocol>[,<protocol>...]:<key>=<value>: those need that header"
     )
     reuse_grpc_port: bool = Field(False, description="let several servers listen on the gRPC port (SO_REUSEPORT)")
+    grpc_server: Literal["shoal", "grpcio"] = Field(
+        "shoal", description="gRPC server: Shoal's HTTP/2 on the event loop, or grpcio's asyncio server (docs/grpc.md)"
+    )
     # the scheduler replica in this process (docs/design.md, "Co-hosting"); the same settings as `shoal scheduler`
     cohost_scheduler: bool = Field(
         True, description="run a scheduler replica in this process (false: only standalone schedulers schedule)"
