@@ -48,6 +48,7 @@ class WorkerLiveness:
         self.seen: dict[str, float] = {}
         self.gone: set[str] = set()
         self.loading: set[str] = set()  # workers whose last heartbeat reported loads in progress
+        self.beats: dict[str, WorkerHeartbeat] = {}  # each worker's last heartbeat (its budget, its selector)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -67,6 +68,7 @@ class WorkerLiveness:
             return
         worker = beat.worker
         self.heard(worker)
+        self.beats[worker] = beat
         if beat.loading:
             self.loading.add(worker)
         else:

@@ -15,6 +15,7 @@ from services.inference import classification
 from services.inference.cache import ResponseCache, cache_key
 from services.inference.execute import Executor
 from services.inference.models import ModelRegistry
+from services.inference.on_demand import DemandLoads
 from services.inference.shm import DISABLED, ShmRegistry
 from services.inference.trace import Tracer
 from services.inference.types import OutputTensor, ParsedRequest
@@ -53,8 +54,10 @@ class InferenceCore:
         cache: ResponseCache | None = None,
         tracer: Tracer | None = None,
         cache_events: CacheEvents | None = None,
+        demand: DemandLoads | None = None,
     ) -> None:
         self.registry = registry
+        self.demand = demand
         self.shm = shm
         self.cache = cache
         self.tracer = tracer
@@ -64,6 +67,17 @@ class InferenceCore:
     def resolve(self, model: str, version: str = "") -> tuple[ModelSpec, int]:
         """The model and version a request goes to, or Triton's error for why not."""
         return self.registry.resolve(model, version)
+
+    async def load_on_demand(
+        self, model: str, version: str, missing: ShoalError, timeout_s: float | None = None
+    ) -> tuple[ModelSpec, int]:
+        """A model `resolve` refused (`missing`): loaded now when it loads on demand, else `missing`."""
+        if self.demand is None:
+            raise missing
+        return await self.demand.resolve(model, version, missing, timeout_s)
+
+    def loads_on_demand(self, model: str) -> bool:
+        return self.demand is not None and self.demand.loads(model)
 
     def _check(self, spec: ModelSpec, parsed: ParsedRequest, streaming: bool, endpoint: str) -> Validated:
         in_shm = any(t.in_shared_memory for t in parsed.inputs + (parsed.outputs or []))

@@ -30,7 +30,7 @@ from services.worker.python.bls import BlsRuntime
 from services.worker.python.callables import InProcessModels
 from services.worker.python.isolation import die_with_parent
 from services.worker.streams import Cancellations, DecoupledSenders
-from shared import bus, discovery, subjects
+from shared import bus, discovery, memory, subjects
 from shared.messages import (
     CancelRequest,
     CreditsRevoked,
@@ -70,6 +70,7 @@ class WorkerService:
         self.batches = BatchExecutor(self.id, nc, self.store, outputs, self.cancellations, self.decoupled)
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
+        self.budget_bytes = memory.parse_budget(settings.model_memory_budget)
         self.beats = HeartbeatThread(
             settings.nats_url, f"shoal-worker-{settings.worker_id}-heartbeat", settings.heartbeat_s, self._loading
         )
@@ -96,11 +97,15 @@ class WorkerService:
 
     def status(self) -> dict[str, object]:
         return {
+            "budget_bytes": self.budget_bytes,
+            "max_models": self.settings.max_loaded_models,
             "models": {
                 f"{m}/{v}": {
                     "generation": loaded.generation,
                     "instances": len(loaded.instances),
                     "busy_instances": sum(1 for i in loaded.instances if i.busy),
+                    "rss_bytes": loaded.rss_bytes,
+                    "device_bytes": loaded.device_bytes,
                     "instance_list": [
                         {"name": i.name, "kind": i.kind, "device": i.device, "executions": i.executions}
                         for i in loaded.instances
@@ -183,7 +188,19 @@ class WorkerService:
         last = time.monotonic()
         while True:
             instances = {f"{m}/{v}": len(loaded.instances) for (m, v), loaded in self.host.models.items()}
-            self.beats.update(WorkerHeartbeat(self.id, self.subject, self.store.host, instances, interval))
+            self.beats.update(
+                WorkerHeartbeat(
+                    self.id,
+                    self.subject,
+                    self.store.host,
+                    instances,
+                    interval,
+                    budget_bytes=self.budget_bytes,
+                    max_models=self.settings.max_loaded_models,
+                    models=self.settings.models,
+                    placeable=self.host.local is None and not self.settings.parent_pid,
+                )
+            )
             now = time.monotonic()
             if now - last > interval + LATE_S:
                 log.info(
