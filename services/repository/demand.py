@@ -112,6 +112,10 @@ class OnDemand:
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if self.ready(name):
             return
+        record = self.manager.records.get(name)
+        if record is not None and record.hosted and any(s.state == "LOADING" for s in record.versions.values()):
+            await self.manager.wait_loaded(name, record.generation, self.settings.load_timeout_s)
+            return  # an explicit load (or --load-model) already under way
         self._requested(name)
         if await self.is_ensemble(name):
             await self._ensure_ensemble(name, timeout_s)

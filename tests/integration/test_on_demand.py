@@ -192,15 +192,43 @@ def test_unknown_model_is_still_not_found(cluster: Running) -> None:
     assert "Request for unknown model: 'no_such_model'" in error.value.message()
 
 
-def test_placement_prefers_the_worker_with_room(repository: Path) -> None:
+BIG_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.weights = np.ones(6 << 20, dtype=np.float32)  # 24 MiB, held while the model is loaded
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
+"""
+
+
+def test_placement_prefers_the_worker_with_room_under_a_memory_budget(tmp_path: Path) -> None:
+    for name in ("big0", "big1", "big2"):
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "model.py").write_text(BIG_MODEL)
+        config = identity_config(name, "FP32").replace('backend: "onnxruntime"', 'backend: "python"')
+        (tmp_path / name / "config.pbtxt").write_text(config)
     with running_cluster(
-        repository, workers=2, repository={"model_control_mode": "on-demand"}, worker={"max_loaded_models": 1}
+        tmp_path,
+        workers=2,
+        repository={"model_control_mode": "on-demand"},
+        worker={"model_memory_budget": "40M", "python_isolation": "none"},
     ) as running:
         client = httpclient.InferenceServerClient(running.url)
-        wait_until(lambda: _metric(running, "shoal_worker_max_loaded_models") == 2, 30, "both workers heard")
-        _infer(client, "od1")
-        _infer(client, "od2")
-        assert {"od1", "od2"} <= _ready(client)  # one on each worker: nothing was evicted
+        budgets = "shoal_worker_model_memory_budget_bytes"
+        wait_until(lambda: _metric(running, budgets) == 2 * (40 << 20), 30, "both workers heard")
+        _infer(client, "big0")
+        _infer(client, "big1")  # 24 MiB more would not fit beside big0: the other worker takes it
+        assert {"big0", "big1"} <= _ready(client)
+        sizes = {e["name"]: e.get("memory_bytes", 0) for e in client.get_model_repository_index()}
+        assert sizes["big0"] >= 20 << 20 and sizes["big1"] >= 20 << 20, sizes
+        assert _metric(running, "shoal_model_memory_bytes", model="big1", kind="rss") >= 20 << 20
         assert _metric(running, "shoal_model_evictions_total") == 0
-        _infer(client, "od3")
-        assert _metric(running, "shoal_model_evictions_total", model="od1") == 1  # the least recently used
+        _infer(client, "big2")  # no room anywhere: the least recently used goes
+        assert _metric(running, "shoal_model_evictions_total", model="big0", reason="memory budget") == 1
+        assert _ready(client) >= {"big1", "big2"} and "big0" not in _ready(client)
