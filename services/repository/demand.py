@@ -184,8 +184,11 @@ class OnDemand:
         usage: Usage | None = None  # asked only when something must go
         while True:
             rooms = self.rooms(name, usage)
-            if not rooms:
-                raise unavailable(f"load failed for model '{name}': no worker is available to load it")
+            if not rooms:  # none yet (just started, restarting): one may beat before the deadline
+                if time.monotonic() >= deadline:
+                    raise unavailable(f"load failed for model '{name}': no worker is available to load it")
+                await asyncio.sleep(ROOM_RETRY_S)
+                continue
             placement = place(rooms, size) if usage is not None or any(r.fits(size) for r in rooms) else None
             if placement is not None:
                 await self._evict(placement)
