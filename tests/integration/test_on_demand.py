@@ -24,6 +24,7 @@ from tritonclient.utils import InferenceServerException
 from services.repository import examples
 from shared import bus, subjects
 from shared.messages import ModelRecord
+from shoal import status
 from tests.cluster import Running, identity_config, running_cluster
 from tests.integration.many_models import _ensemble_config
 from tests.serving import wait_until
@@ -188,8 +189,23 @@ def test_unknown_model_is_still_not_found(cluster: Running) -> None:
     client = httpclient.InferenceServerClient(cluster.url)
     with pytest.raises(InferenceServerException) as error:
         _infer(client, "no_such_model")
-    assert error.value.status() == "400" or error.value.status() == "404"
+    assert error.value.status() == "404"
     assert "Request for unknown model: 'no_such_model'" in error.value.message()
+
+
+def test_an_explicit_load_pins_until_unloaded(cluster: Running) -> None:
+    client = httpclient.InferenceServerClient(cluster.url)
+    client.load_model("od9")
+    evicted = _metric(cluster, "shoal_model_evictions_total", model="od9")
+    for model in MODELS[:4]:  # beside `pinned` and `od9`, one slot serves the other models in turn
+        _infer(client, model)
+    assert "od9" in _ready(client)
+    assert _metric(cluster, "shoal_model_evictions_total", model="od9") == evicted
+    client.unload_model("od9")
+    _infer(client, "od9")  # now loaded on demand, and evictable
+    for model in MODELS[:3]:
+        _infer(client, model)
+    assert _metric(cluster, "shoal_model_evictions_total", model="od9") == evicted + 1
 
 
 BIG_MODEL = """
@@ -229,6 +245,8 @@ def test_placement_prefers_the_worker_with_room_under_a_memory_budget(tmp_path: 
         assert sizes["big0"] >= 20 << 20 and sizes["big1"] >= 20 << 20, sizes
         assert _metric(running, "shoal_model_memory_bytes", model="big1", kind="rss") >= 20 << 20
         assert _metric(running, "shoal_model_evictions_total") == 0
+        shown = status.render(asyncio.run(status.collect(running.nats.url)))
+        assert re.search(r"big[01]/1 x1 \(0 busy, \d\d\.\d MiB\); budget 40\.0 MiB", shown), shown
         _infer(client, "big2")  # no room anywhere: the least recently used goes
         assert _metric(running, "shoal_model_evictions_total", model="big0", reason="memory budget") == 1
         assert _ready(client) >= {"big1", "big2"} and "big0" not in _ready(client)
