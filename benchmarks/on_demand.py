@@ -85,15 +85,14 @@ def _metrics(serve: Serve) -> dict[str, float]:
 
 def run_workload(serve: Serve, workload: list[str], concurrency: int) -> dict[str, Any]:
     before = _metrics(serve)
-    errors = 0
+    errors: list[str] = []
     latencies: list[float] = []
 
     def one(model: str) -> None:
-        nonlocal errors
         try:
             latencies.append(_infer(serve.url, model))
-        except Exception:
-            errors += 1
+        except Exception as exc:
+            errors.append(str(exc))
 
     chunks = [workload[i::concurrency] for i in range(concurrency)]
     started = time.perf_counter()
@@ -105,7 +104,8 @@ def run_workload(serve: Serve, workload: list[str], concurrency: int) -> dict[st
     ms = np.array(latencies) * 1000
     return {
         "requests": len(workload),
-        "errors": errors,
+        "errors": len(errors),
+        "first_errors": errors[:3],
         "seconds": round(elapsed, 2),
         "throughput": round(len(workload) / elapsed, 1),
         "p50_ms": round(float(np.percentile(ms, 50)), 2) if len(ms) else None,

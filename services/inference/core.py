@@ -26,6 +26,7 @@ from shared.messages import CacheEvent
 from shared.model_config import ModelSpec
 from shared.tensors import TensorStore
 
+UNLOADED = "was unloaded"  # how a scheduler fails the requests still queued for a version that left
 HTTP_ENDPOINT = "HTTP end point"  # how Triton names the transport that refuses a decoupled model
 
 CacheEvents = Callable[[CacheEvent], Awaitable[None]]
@@ -107,7 +108,14 @@ class InferenceCore:
             await self._cache_event(spec.name, version, True, time.monotonic_ns() - started)
             return Answer(spec.name, version, parsed.id, self._classify(spec, parsed, outputs))
         traced = self.tracer is not None and self.tracer.sample(spec.name)
-        outputs, parameters, response = await self.executor.infer(spec, version, parsed, valid, traced, timeout_s)
+        try:
+            outputs, parameters, response = await self.executor.infer(spec, version, parsed, valid, traced, timeout_s)
+        except ShoalError as exc:
+            # evicted between this gateway's look-up and the scheduler: it never ran, load it again
+            if not (exc.message.endswith(UNLOADED) and self.loads_on_demand(spec.name)):
+                raise
+            spec, version = await self.load_on_demand(spec.name, str(version), exc, timeout_s)
+            outputs, parameters, response = await self.executor.infer(spec, version, parsed, valid, traced, timeout_s)
         if self.cache is not None and key is not None:
             inserted = time.monotonic_ns()
             self.cache.put(key, outputs)

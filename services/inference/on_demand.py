@@ -46,7 +46,9 @@ class DemandLoads:
         timeout = timeout_s or self.timeout_s
         task = self._loads.get(name)
         if task is None:
-            task = self._loads[name] = asyncio.create_task(self._load(name, timeout))
+            # shared by every request waiting for it: bounded by the longest wait any may have, so
+            # that a first request with a short timeout does not cut the load short for the others
+            task = self._loads[name] = asyncio.create_task(self._load(name, max(timeout, self.timeout_s)))
             task.add_done_callback(lambda done: self._loads.pop(name, None) if self._loads.get(name) is done else None)
             task.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved: never logged
         try:
