@@ -26,7 +26,9 @@ from shared.messages import CacheEvent
 from shared.model_config import ModelSpec
 from shared.tensors import TensorStore
 
-UNLOADED = "was unloaded"  # how a scheduler fails the requests still queued for a version that left
+# a request that failed with one of these never ran: its model left (evicted) between this gateway's
+# look-up and the scheduler, which failed it from its queue or had stopped serving the model
+NEVER_RAN = ("was unloaded", "no scheduler is serving requests")
 HTTP_ENDPOINT = "HTTP end point"  # how Triton names the transport that refuses a decoupled model
 
 CacheEvents = Callable[[CacheEvent], Awaitable[None]]
@@ -111,9 +113,8 @@ class InferenceCore:
         try:
             outputs, parameters, response = await self.executor.infer(spec, version, parsed, valid, traced, timeout_s)
         except ShoalError as exc:
-            # evicted between this gateway's look-up and the scheduler: it never ran, load it again
-            if not (exc.message.endswith(UNLOADED) and self.loads_on_demand(spec.name)):
-                raise
+            if not (self.loads_on_demand(spec.name) and any(text in exc.message for text in NEVER_RAN)):
+                raise  # else: load it again and send it once more
             spec, version = await self.load_on_demand(spec.name, str(version), exc, timeout_s)
             outputs, parameters, response = await self.executor.infer(spec, version, parsed, valid, traced, timeout_s)
         if self.cache is not None and key is not None:
