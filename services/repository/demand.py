@@ -132,6 +132,14 @@ class OnDemand:
                 log.info("on-demand load of '%s' on worker %s", name, worker)
                 await self.manager.wait_loaded(name, record.generation, self.settings.load_timeout_s)
             self._sizes[name] = self._measured(name) or self._sizes.get(name, 0)
+        await self._until_served(name, deadline)
+
+    async def _until_served(self, name: str, deadline: float) -> None:
+        """READY is the worker's word; a request sent now also needs a scheduler that took the
+        model's lease and subscribed to its requests, which a busy scheduler may do after the
+        worker loaded it (benchmarks/on_demand.py saw requests find no scheduler)."""
+        while name not in await self.usage() and time.monotonic() < deadline:
+            await asyncio.sleep(ROOM_RETRY_S)
 
     async def _ensure_ensemble(self, name: str, timeout_s: float) -> None:
         """Its members first (each placed like any model, and not evicted while the others
