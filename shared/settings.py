@@ -13,9 +13,11 @@ import socket
 import uuid
 from typing import Any, Literal, get_args, get_origin
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.memory import parse_budget
 
 TRUE = {"true", "on", "1", "yes"}
 FALSE = {"false", "off", "0", "no"}
@@ -178,6 +180,12 @@ class WorkerSettings(BusSettings):
         description="batches the scheduler may send an instance ahead: the next one waits at the worker "
         "instead of a bus round trip after each batch",
     )
+
+    @field_validator("model_memory_budget")
+    @classmethod
+    def _budget(cls, value: str) -> str:
+        parse_budget(value, ram=0)  # a bad budget stops the worker at once, saying what is expected
+        return value
 
 
 class RepositorySettings(BusSettings):
