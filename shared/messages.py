@@ -187,6 +187,9 @@ class ExecBatch(msgspec.Struct):
     reason: str = ""  # why the batcher sent it now (trace and --log-verbose)
     enqueued_ns: list[int] = []  # per request (CLOCK_MONOTONIC), only in a batch with traced requests
     controls: list[SeqControl] = []  # per request, only for sequence-batched models
+    # set by a scheduler co-hosted in a gateway when every request came from that gateway: the
+    # answers and the completion go there as one `BatchDone` (docs/design.md, "Co-hosting")
+    complete_to: str = ""
 
 
 class RequestDone(msgspec.Struct, omit_defaults=True):
@@ -211,6 +214,23 @@ class InstanceFree(msgspec.Struct, omit_defaults=True):
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
     done: list[RequestDone] = []
+
+
+class WorkerHoldings(msgspec.Struct):
+    """The batches a worker received and has not finished. Sent when its NATS connection is back
+    (or a scheduler's is): a batch sent to it before that and not listed was lost with the
+    connection, or its completion was, and the scheduler ends it (services/scheduler/batching/credits.py)."""
+
+    worker: str
+    batch_ids: list[int]
+
+
+class BatchDone(msgspec.Struct):
+    """Worker -> the gateway whose co-hosted scheduler sent the batch: the batch's answers (each an
+    encoded InferResponse) and its completion, which returns the credit, in one message."""
+
+    free: InstanceFree
+    responses: list[msgspec.Raw] = []
 
 
 class WorkerHeartbeat(msgspec.Struct):
@@ -248,6 +268,7 @@ class ModelRecord(msgspec.Struct, omit_defaults=True):
     serving_config: dict[str, Any] = {}  # config of the generation now serving (empty: `config`)
     serving_path: str = ""  # and its directory
     reason: str = ""  # model-level failure (bad config), shown for every version
+    labels: dict[str, list[str]] = {}  # output -> classification labels of `config` (label_filename)
     workers: list[str] = []  # the workers that host it (empty: every worker); on-demand placement sets it
     on_demand: bool = False  # --model-control-mode=on-demand: a request for it loads it when it is not
 

@@ -18,6 +18,9 @@ INSTANCE_FREE = f"{PREFIX}.sched.free"
 # scheduler -> all workers: re-announce free instances (a scheduler (re)started)
 RESYNC = f"{PREFIX}.worker.resync"
 WORKER_HEARTBEAT = f"{PREFIX}.worker.heartbeat"
+# worker -> schedulers: the batches it holds, after a reconnect; scheduler -> workers: say them (after its own)
+WORKER_HOLDINGS = f"{PREFIX}.sched.holdings"
+HOLDINGS_ASK = f"{PREFIX}.worker.holdings.ask"
 WORKER_METRICS = (
     f"{PREFIX}.worker.metrics"  # worker -> every gateway, with each heartbeat: python models' custom metrics
 )
@@ -88,9 +91,19 @@ def worker_sequence(worker_id: str) -> str:
     return f"{PREFIX}.worker.{worker_id}.seqend"
 
 
+def worker_undelivered(worker_id: str) -> str:
+    """One worker: "no responders" for a `BatchDone` whose gateway is gone (`.<batch id>`)."""
+    return f"{PREFIX}.worker.{worker_id}.undelivered"
+
+
 def worker_resync(worker_id: str) -> str:
     """One worker: announce your idle credits again."""
     return f"{PREFIX}.worker.{worker_id}.resync"
+
+
+def worker_alive(worker_id: str) -> str:
+    """One worker process answers here while its NATS connection lives (shared/liveness.py)."""
+    return f"{PREFIX}.worker.{worker_id}.alive"
 
 
 def worker_report(worker_id: str) -> str:
@@ -109,6 +122,11 @@ def inbox_of(reply: str) -> str:
 
 def response_batch(inbox: str) -> str:
     return f"{inbox}.batch"
+
+
+def batch_done(inbox: str) -> str:
+    """Where a worker sends a `BatchDone` for the scheduler co-hosted with this gateway inbox."""
+    return f"{inbox}.done"
 
 
 def held_groups(inbox: str) -> str:

@@ -43,6 +43,10 @@ from shoal.ports import busy_endpoint
 log = logging.getLogger("shoal.serve")
 
 
+class StartFailed(RuntimeError):
+    """A service exited before the cluster was ready (`Cluster.fail_fast`)."""
+
+
 @dataclass
 class Child:
     name: str
@@ -58,7 +62,7 @@ class Cluster:
     """The Shoal services as processes on one NATS; used by `shoal serve` and by the tests."""
 
     gateway: GatewaySettings
-    scheduler: SchedulerSettings
+    scheduler: SchedulerSettings | None  # None: no standalone scheduler (the gateways co-host theirs)
     repository: RepositorySettings
     workers: list[WorkerSettings]
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
@@ -66,14 +70,18 @@ class Cluster:
     supervise: bool = True  # restart services that exit (tests switch it off to see them gone)
     more_gateways: list[GatewaySettings] = field(default_factory=list)  # behind a load balancer
     more_schedulers: list[SchedulerSettings] = field(default_factory=list)  # replicas sharing the models
+    # a service that exits before wait_ready returns ends the start (shoal serve: tritonserver exits when
+    # anything fails at start) instead of being restarted, which repeats the failure until the ready timeout
+    fail_fast: bool = False
+    failure: str = ""
     children: list[Child] = field(default_factory=list)
+    _ready: threading.Event = field(default_factory=threading.Event)
     _stopping: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> "Cluster":
-        self.children = [
-            Child("repository", "repository", self.repository),
-            Child("scheduler", "scheduler", self.scheduler),
-        ]
+        self.children = [Child("repository", "repository", self.repository)]
+        if self.scheduler is not None:
+            self.children.append(Child("scheduler", "scheduler", self.scheduler))
         self.children += [Child(f"scheduler-{i + 1}", "scheduler", s) for i, s in enumerate(self.more_schedulers)]
         self.children += [Child(f"worker-{i}", "worker", w) for i, w in enumerate(self.workers)]
         self.children.append(Child("gateway", "gateway", self.gateway))
@@ -103,6 +111,10 @@ class Cluster:
             for child in self.children:
                 code = child.process.poll() if child.process else None
                 if code is None or self._stopping.is_set():
+                    continue
+                if self.fail_fast and not self._ready.is_set():
+                    self.failure = f"{child.name} exited with code {code} while starting (its reason is logged above)"
+                    child.process = None  # not restarted: wait_ready raises StartFailed
                     continue
                 child.restarts += 1
                 delay = min(5.0, 0.2 * 2 ** min(child.restarts, 5)) if time.monotonic() - child.started < 5 else 0.2
@@ -160,6 +172,8 @@ class Cluster:
         deadline = time.monotonic() + timeout
         index: list[dict] = []
         while time.monotonic() < deadline and not (cancel is not None and cancel.is_set()):
+            if self.failure:
+                raise StartFailed(self.failure)
             try:
                 request = urllib.request.Request(f"{self.base_url}/v2/repository/index", data=b"", method="POST")
                 with urllib.request.urlopen(request, timeout=2) as response:
@@ -167,8 +181,9 @@ class Cluster:
                 loaded = all(e.get("state") != "LOADING" for e in index) and (
                     self.repository.model_control_mode in ("explicit", "on-demand") or all("state" in e for e in index)
                 )
-                # the statistics endpoint answers only once the scheduler is on the bus
+                # the statistics endpoint answers only once a scheduler is on the bus
                 if loaded and self._get("/v2/models/stats") == 200:
+                    self._ready.set()
                     return index
             except (urllib.error.URLError, OSError, ValueError):
                 pass
@@ -240,6 +255,9 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         allow_gpu_metrics=args.allow_gpu_metrics is not False,
         **args.metrics,
         **grpc_flags.gateway_settings(args),
+        cohost_scheduler=args.cohost_scheduler,
+        rate_limit=args.rate_limit,
+        rate_limit_resource=args.rate_limit_resource,
     )
     repo = RepositorySettings(
         **common,
@@ -263,13 +281,20 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         )
         for _ in range(args.workers)
     ]
-    scheduler = SchedulerSettings(**common, rate_limit=args.rate_limit, rate_limit_resource=args.rate_limit_resource)
     gateway, more_gateways = port_sharing_gateways(gateway, args.gateways)
     # replicas share the models by lease (services/scheduler/replicas/): one hot model is still one
-    # scheduler's, many models spread over them (docs/performance.md, "Scale")
-    more_schedulers = [
-        scheduler.model_copy(update={"scheduler_id": uuid.uuid4().hex[:12]}) for _ in range(args.schedulers - 1)
+    # scheduler's, many models spread over them (docs/performance.md, "Scale"). Each gateway hosts
+    # one unless --cohost-scheduler=false; --schedulers adds standalone ones (docs/design.md, "Co-hosting")
+    standalone = [
+        SchedulerSettings(
+            **common,
+            scheduler_id=uuid.uuid4().hex[:12],
+            rate_limit=args.rate_limit,
+            rate_limit_resource=args.rate_limit_resource,
+        )
+        for _ in range(args.schedulers)
     ]
+    scheduler, more_schedulers = (standalone[0], standalone[1:]) if standalone else (None, [])
     return Cluster(gateway, scheduler, repo, workers, more_gateways=more_gateways, more_schedulers=more_schedulers)
 
 
@@ -329,7 +354,9 @@ def serve(args: argparse.Namespace) -> int:
         nats = NatsServer(monitor_port=args.nats_monitor_port).start()
         nats_url = nats.url
         log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
-    cluster = build_cluster(args, nats_url, repository).start()
+    cluster = build_cluster(args, nats_url, repository)
+    cluster.fail_fast = True
+    cluster.start()
     from shoal.status import forget_serve, record_serve
 
     state = record_serve(args.http_port, nats_url, str(repository))
@@ -354,7 +381,7 @@ def serve(args: argparse.Namespace) -> int:
         while not stop.wait(0.5):
             if nats is not None:
                 keep_nats_alive(nats)
-    except TimeoutError as exc:
+    except (TimeoutError, StartFailed) as exc:
         log.error("%s", exc)
         code = 1
     finally:

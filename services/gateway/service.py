@@ -15,7 +15,8 @@ from services.gateway.http.listener import http_sockets
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
 from services.gateway.metrics import models as model_metrics
 from services.gateway.metrics.custom import CustomMetrics
-from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app
+from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
+from services.gateway.metrics.quantiles import parse_quantiles
 from services.inference import trace
 from services.inference.cache import ResponseCache
 from services.inference.core import InferenceCore
@@ -24,11 +25,12 @@ from services.inference.on_demand import DemandLoads
 from services.inference.server import InferenceServer
 from services.inference.shm import ShmRegistry
 from services.inference.statistics import scheduler_stats
+from services.scheduler.cohosted import CoHosted
 from shared import bus, discovery, subjects
 from shared.dispatch import Dispatcher
 from shared.logsettings import follow
 from shared.messages import CacheEvent
-from shared.settings import GatewaySettings
+from shared.settings import GatewaySettings, cohosted_scheduler
 from shared.tensors import TensorStore
 
 log = logging.getLogger("shoal.gateway")
@@ -43,9 +45,7 @@ class _Server(uvicorn.Server):
 
 
 def metrics_options(settings: GatewaySettings) -> MetricsOptions:
-    quantiles = tuple(
-        (float(q), float(e)) for q, _, e in (p.partition(":") for p in settings.summary_quantiles.split(",") if p)
-    )
+    quantiles = parse_quantiles(settings.summary_quantiles)
     return MetricsOptions(
         settings.counter_latencies,
         settings.summary_latencies,
@@ -66,14 +66,19 @@ def tracer(settings: GatewaySettings) -> trace.Tracer:
 
 
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
+    options = metrics_options(settings)  # read before anything starts: what it logs comes first
     nc = await bus.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
     await follow(nc, "gateway")
     store = TensorStore(nc, settings.gateway_id, settings.inline_max_bytes, settings.tensor_transport)
     await store.start()
     registry = ModelRegistry()
     await registry.start(nc)
-    dispatcher = Dispatcher(nc, settings.gateway_id, store)
+    inbox = subjects.gateway_inbox(settings.gateway_id)
+    scheduler = CoHosted(cohosted_scheduler(settings), nc, inbox) if settings.cohost_scheduler else None
+    dispatcher = Dispatcher(nc, settings.gateway_id, store, scheduler)
     await dispatcher.start()
+    if scheduler is not None:  # after the dispatcher: the batches it sends complete on the dispatcher's inbox
+        await scheduler.start()
     shm = ShmRegistry(nc, store.host, settings.allow_client_shm)
     await shm.start()
 
@@ -129,7 +134,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     await custom.start(nc)
 
     async def custom_metrics() -> list[str]:
-        return model_metrics.render(await model_metrics.fetch(nc)) + custom.lines()
+        return model_metrics.render(await model_metrics.fetch(nc)) + custom.lines() + resent_lines(dispatcher.resent)
 
     servers = [
         _Server(
@@ -149,7 +154,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         servers.append(
             _Server(
                 uvicorn.Config(
-                    build_metrics_app(metrics_stats, metrics_options(settings), custom_metrics),
+                    build_metrics_app(metrics_stats, options, custom_metrics),
                     host=settings.metrics_address or settings.http_address,
                     port=settings.metrics_port,
                     log_level="warning",
@@ -182,6 +187,8 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         if grpc_listener is not None:
             await grpc_listener.stop(0)
         await micro.stop()
+        if scheduler is not None:  # after the listeners: their in-flight requests were answered
+            await scheduler.stop()
         await shm.stop()
         await registry.stop()
         await store.close()

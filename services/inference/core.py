@@ -152,14 +152,19 @@ class InferenceCore:
         finally:
             await stream.aclose()
 
-    @staticmethod
-    def _classify(spec: ModelSpec, parsed: ParsedRequest, outputs: list[OutputTensor]) -> list[OutputTensor]:
-        """The classification extension: requested outputs replaced by their top classes."""
+    def _classify(self, spec: ModelSpec, parsed: ParsedRequest, outputs: list[OutputTensor]) -> list[OutputTensor]:
+        """The classification extension: requested outputs replaced by their top classes, labelled
+        from the outputs' label files."""
         classify = {o.name: o.classification for o in parsed.outputs or [] if o.classification}
         if not classify:
             return outputs
         batching = spec.max_batch_size > 0
-        return [classification.classify(o, classify[o.name], batching) if o.name in classify else o for o in outputs]
+        return [
+            classification.classify(o, classify[o.name], batching, self.registry.labels(spec.name, o.name))
+            if o.name in classify
+            else o
+            for o in outputs
+        ]
 
     async def _cache_event(self, model: str, version: int, hit: bool, ns: int) -> None:
         if self.cache_events is not None:

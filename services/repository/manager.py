@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from services.repository import ensembles, overrides
+from services.repository.labels import LabelError, read_labels
 from services.repository.scan import ScannedModel, check_model_name, list_models, scan_model, signature
 from shared import model_config
 from shared.ensemble_graph import check_structure, is_ensemble
@@ -131,6 +132,12 @@ class ModelManager:
         `workers`: only those host it (on-demand placement); none: every worker."""
         # reading configs and ONNX files takes time: off the event loop
         scanned = await asyncio.to_thread(self._scan, name, config, files or {})
+        labels: dict[str, list[str]] = {}
+        if scanned.config is not None:
+            try:
+                labels = await asyncio.to_thread(read_labels, scanned.path, name, model_config.to_json(scanned.config))
+            except LabelError as exc:
+                scanned = ScannedModel(scanned.name, scanned.path, None, scanned.versions, str(exc))
         if not files and (self.root / name).is_dir():
             self.signatures[name] = await asyncio.to_thread(signature, self.root / name)
         previous = self.records.get(name)
@@ -165,6 +172,7 @@ class ModelManager:
                 hosted,
                 serving_config=serving,
                 serving_path=serving_path,
+                labels=labels,
             )
             if not hosted:
                 record.reason = f"no version is available for model '{name}'"

@@ -116,10 +116,10 @@ class RepositoryService:
 
     # -- the bus ------------------------------------------------------------------------
     async def _publish(self, record: ModelRecord) -> None:
-        self.revisions[record.name] = await self.models_kv.put(subjects.model_key(record.name), encode(record))
+        self.revisions[record.name] = await bus.put(self.models_kv, subjects.model_key(record.name), encode(record))
 
     async def _forget(self, name: str) -> None:
-        await self.models_kv.delete(subjects.model_key(name))
+        await bus.delete(self.models_kv, subjects.model_key(name))
 
     async def _drain(self, model: str, version: int) -> None:
         """Wait until the schedulers hold nothing for this version (bounded by the exit timeout)."""

@@ -42,6 +42,7 @@ from shared.messages import (
     ModelRecord,
     RequestBatch,
     RequestHeader,
+    WorkerHoldings,
 )
 from shared.model_config import spec_from_json
 from shared.runtime import serve_until
@@ -57,10 +58,16 @@ _cancel_decoder = msgspec.msgpack.Decoder(CancelRequest)
 _cache_decoder = msgspec.msgpack.Decoder(CacheEvent)
 _free_decoder = msgspec.msgpack.Decoder(InstanceFree)
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
+_holdings_decoder = msgspec.msgpack.Decoder(WorkerHoldings)
+HOLDINGS_SETTLE_S = 0.25  # completions that arrived with the holdings are applied first
+IN_TRANSIT_S = 0.5  # a batch sent this shortly before the holdings may not be in them yet
 
 
 class SchedulerService:
-    def __init__(self, settings: SchedulerSettings, nc: NATS) -> None:
+    """The scheduler's parts on one NATS connection. `local_inbox`: co-hosted in the gateway with
+    that inbox, whose requests come by function call (`cohosted.CoHosted`), not over the bus."""
+
+    def __init__(self, settings: SchedulerSettings, nc: NATS, local_inbox: str = "") -> None:
         self.settings = settings
         self.nc = nc
         self.tasks = Tasks()
@@ -71,9 +78,11 @@ class SchedulerService:
             self.sequencer = Sequencer(host, nc.publish)
             return self.sequencer
 
-        self.pump = Pump(nc, limiter, self.tasks, sequencer)
+        self.pump = Pump(nc, limiter, self.tasks, sequencer, local_inbox)
         self.credits = Credits(self.pump)
-        self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self.credits.worker_lost, self._worker_back)
+        self.liveness = WorkerLiveness(
+            nc, settings.worker_timeout_s, self.credits.worker_lost, self._worker_back, probe=True
+        )
         self.ensembles = EnsembleRunner(nc, settings.scheduler_id)  # ensembles run here, not on workers
         self.ownership = Ownership(nc, settings.scheduler_id, self, self.pump, self.sequencer, self.take)
         self._subs: dict[str, Subscription] = {}  # model -> its infer subscription, while we hold its lease
@@ -94,6 +103,9 @@ class SchedulerService:
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
         await self.nc.subscribe(subjects.SCHEDULER_CACHE, cb=self._on_cache)
         await self.nc.subscribe(subjects.SCHEDULER_USAGE, cb=self._on_usage)
+        await self.nc.subscribe(subjects.WORKER_HOLDINGS, cb=self._on_holdings)
+        # batches sent just before our own connection dropped may be lost: workers say what they hold
+        bus.on_connection(self.nc, lambda: None, lambda: self.tasks.spawn(self.nc.publish(subjects.HOLDINGS_ASK, b"")))
         await self.ownership.start()
         self.tasks.spawn(self._watch_models())
         self.tasks.spawn(self.credits.expire_forever())
@@ -114,6 +126,8 @@ class SchedulerService:
             },
             "sequences": {f"{m}/{v}": q.seq.book.summary() for (m, v), q in queues.items() if q.seq},
             "workers": sorted(self.liveness.seen),
+            # the workers NATS would show gone at once (shared/liveness.py); the others by heartbeat only
+            "probed_workers": sorted(self.liveness.answering),
             **self.ownership.status(),
         }
 
@@ -204,10 +218,29 @@ class SchedulerService:
             self.liveness.heard(free.worker)
             await self.credits.on_free(free)
 
+    async def completed(self, free: InstanceFree) -> None:
+        """A batch this co-hosted replica sent completed (from `BatchDone`). A model it no longer
+        serves: the completion goes to every scheduler as the worker would have sent it, so the
+        credit reaches the model's new owner (and this replica ends its flight from there)."""
+        if not self.ownership.owns(free.model):
+            await self.nc.publish(subjects.INSTANCE_FREE, msgspec.msgpack.encode(free))
+            return
+        self.liveness.heard(free.worker)
+        await self.credits.on_free(free)
+
     async def _on_revoked(self, msg: Msg) -> None:
         revoked: CreditsRevoked | None = bus.decode(_revoked_decoder, msg, log)
         if revoked is not None:
             await self.credits.revoked(revoked)
+
+    async def _on_holdings(self, msg: Msg) -> None:
+        holdings: WorkerHoldings | None = bus.decode(_holdings_decoder, msg, log)
+        if holdings is not None:
+            self.tasks.spawn(self._reconcile(holdings, time.monotonic() - IN_TRANSIT_S))
+
+    async def _reconcile(self, holdings: WorkerHoldings, cutoff: float) -> None:
+        await asyncio.sleep(HOLDINGS_SETTLE_S)
+        await self.credits.lost_in_transit(holdings.worker, set(holdings.batch_ids), cutoff)
 
     async def _worker_back(self, worker: str) -> None:
         await self.nc.publish(subjects.worker_resync(worker), b"")  # its idle credits were dropped

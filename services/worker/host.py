@@ -301,4 +301,4 @@ class ModelHost:
             rss_bytes=serving.rss_bytes if serving else 0,
             device_bytes=serving.device_bytes if serving else 0,
         )
-        await self.instances_kv.put(subjects.instance_key(self.worker_id, record.name, version), encode(report))
+        await bus.put(self.instances_kv, subjects.instance_key(self.worker_id, record.name, version), encode(report))

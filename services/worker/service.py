@@ -22,9 +22,10 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from services.worker.batches import BatchExecutor
+from services.worker.completions import Completions
 from services.worker.heartbeat import HeartbeatThread
 from services.worker.host import ModelHost
-from services.worker.instances import LoadedModel
+from services.worker.instances import Instance, LoadedModel
 from services.worker.outputs import Outputs
 from services.worker.python import pb_utils
 from services.worker.python.bls import BlsRuntime
@@ -39,6 +40,7 @@ from shared.messages import (
     InstanceFree,
     SequenceEnded,
     WorkerHeartbeat,
+    WorkerHoldings,
     encode,
 )
 from shared.runtime import serve_until
@@ -68,7 +70,10 @@ class WorkerService:
         self.cancellations = Cancellations()
         outputs = Outputs(self.store)
         self.decoupled = DecoupledSenders(nc, outputs.streamed, self.cancellations)
-        self.batches = BatchExecutor(self.id, nc, self.store, outputs, self.cancellations, self.decoupled)
+        self.completions = Completions(nc, self.id)
+        self.batches = BatchExecutor(
+            self.id, nc, self.store, outputs, self.cancellations, self.decoupled, self.completions
+        )
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
         self.budget_bytes = memory.parse_budget(settings.model_memory_budget)
@@ -82,12 +87,19 @@ class WorkerService:
     async def start(self) -> None:
         await self.store.start()
         await self.bls.start()
+        await self.completions.start()
         self._spawn(self.decoupled.run())
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
-        await bus.subscribe(self.nc, self.subject, self._on_batch)
+        await bus.subscribe_now(self.nc, self.subject, self._on_batch)
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_report(self.id), cb=self._on_report_request)
+        # schedulers ask here whether this worker's connection lives (shared/liveness.py): subscribed
+        # before the first heartbeat names this worker
+        await self.nc.subscribe(subjects.worker_alive(self.id), cb=self._on_alive)
+        await self.nc.subscribe(subjects.HOLDINGS_ASK, cb=self._on_holdings_asked)
+        # batches sent to us while our connection was down are lost: schedulers learn which we hold
+        bus.on_connection(self.nc, lambda: None, lambda: self._spawn(self._say_holdings()))
         await self.nc.subscribe(subjects.worker_sequence(self.id), cb=self._on_sequence_ended)
         await self.host.start()
         self.host.loader.on_idle = self.beats.beat_now  # "no longer loading" must not wait a beat
@@ -100,6 +112,15 @@ class WorkerService:
         gc.collect()
         gc.freeze()
         log.info("worker %s started", self.id)
+
+    async def _on_alive(self, msg: Msg) -> None:
+        await msg.respond(b"")
+
+    async def _on_holdings_asked(self, msg: Msg) -> None:
+        await self._say_holdings()
+
+    async def _say_holdings(self) -> None:
+        await self.nc.publish(subjects.WORKER_HOLDINGS, encode(WorkerHoldings(self.id, sorted(self.batches.holding))))
 
     def status(self) -> dict[str, object]:
         return {
@@ -232,30 +253,34 @@ class WorkerService:
             self.cancellations.cancel(cancel.rid)
 
     # -- batches ----------------------------------------------------------------
-    async def _on_batch(self, msg: Msg) -> None:
+    def _on_batch(self, msg: Msg) -> None:
         batch = bus.decode(_batch_decoder, msg, log)
         if batch is None:
             return
         loaded = self.host.models.get((batch.model, batch.version))
         if loaded is None or not loaded.instances:
-            await self.batches.fail(
-                batch, f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}"
-            )
+            message = f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}"
+            self._spawn(self.batches.fail(batch, message))
             return
         if batch.generation != loaded.generation:
             # sent on a credit of a generation retired meanwhile: run it on the current one,
             # outside its credits (the instance's thread still runs one batch at a time)
             instance = loaded.instances[batch.instance % len(loaded.instances)]
             instance.uncredited += 1
-            self._spawn(self.batches.execute(loaded, instance, batch, holds_credit=False))
+            self._run_batch(loaded, instance, batch, holds_credit=False)
             return
         instance = loaded.instances[batch.instance]
         if batch.credit not in instance.idle:  # a duplicate credit: run it, but it returns no credit
             instance.uncredited += 1
-            self._spawn(self.batches.execute(loaded, instance, batch, holds_credit=False))
+            self._run_batch(loaded, instance, batch, holds_credit=False)
             return
         instance.idle.discard(batch.credit)
-        self._spawn(self.batches.execute(loaded, instance, batch, holds_credit=True))
+        self._run_batch(loaded, instance, batch, holds_credit=True)
+
+    def _run_batch(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool) -> None:
+        waits = self.batches.start(loaded, instance, batch, holds_credit)
+        if waits is not None:
+            self._spawn(waits)
 
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:

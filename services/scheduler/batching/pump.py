@@ -27,6 +27,7 @@ from services.scheduler.batching.ratelimit import RateLimiter, instance_needs
 from services.scheduler.batching.replies import Replies
 from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.tasks import Tasks
+from shared import subjects
 from shared.logcontext import request_ids
 from shared.messages import ExecBatch, RequestHeader, SeqControl, encode
 from shared.model_config import ModelSpec
@@ -41,8 +42,13 @@ class Pump:
         limiter: RateLimiter,
         tasks: Tasks,
         sequences: Callable[[Pump], SequenceBatching],
+        local_inbox: str = "",
     ) -> None:
         self.nc = nc
+        # co-hosted in a gateway: a batch whose requests all came from that gateway's inbox is
+        # answered and completed there in one message (`ExecBatch.complete_to`)
+        self._local_prefix = f"{local_inbox}." if local_inbox else ""
+        self._local_done = subjects.batch_done(local_inbox) if local_inbox else ""
         self.limiter = limiter
         self.tasks = tasks
         self.queues: dict[Key, ModelQueue] = {}
@@ -142,8 +148,9 @@ class Pump:
             now = time.monotonic()
             decision = next_batch(queue.requests, queue.policy, now)
             if decision.take == 0:
-                if decision.wake_at is not None:
-                    queue.timer = self.after(decision.wake_at - now, lambda: self.pump(queue))
+                wake_at = _wake_at(queue, decision.wake_at, now)
+                if wake_at is not None:
+                    queue.timer = self.after(wake_at - now, lambda: self.pump(queue))
                 return
             prefetch = may_prefetch(queue.priorities, self.limiter.enabled, decision)
             slot = self._take_slot(queue, prefetch)
@@ -234,6 +241,7 @@ class Pump:
             reason=reason,
             enqueued_ns=[p.enqueued_ns for p in batch] if any(p.header.trace for p in batch) else [],
             controls=controls or [],
+            complete_to=self._complete_to(batch),
         )
         try:
             await self.nc.publish(slot.subject, encode(message))
@@ -248,6 +256,12 @@ class Pump:
         self.flights.start(batch_id, InFlight(queue.key, slot, batch, now))
         self.limiter.acquire(queue.need(slot.instance), slot.worker, (slot.worker, queue.key, slot.instance))
         return True
+
+    def _complete_to(self, batch: list[Pending]) -> str:
+        prefix = self._local_prefix
+        if prefix and all(p.header.reply.startswith(prefix) for p in batch):
+            return self._local_done
+        return ""
 
     def _flight_ended(self, flight: InFlight) -> None:
         queue = self.queue(*flight.key)
@@ -279,3 +293,14 @@ def _log_batch(queue: ModelQueue, batch: list[Pending], reason: str) -> None:
         reason,
         len(queue.requests),
     )
+
+
+def _wake_at(queue: ModelQueue, batch_due: float | None, now: float) -> float | None:
+    """When a waiting queue must be looked at again (monotonic): its batch's delay, or the first
+    request's queue timeout or deadline if sooner (Triton's batcher waits until the closest
+    timeout too): a request timing out must leave when it does, so that the requests behind it
+    form their batch then, not when the delay ends (issue 28 item 11)."""
+    expiry_ns = queue.requests.earliest_expiry_ns()
+    expiry = None if expiry_ns is None else now + (expiry_ns - time.time_ns()) / 1e9
+    times = [t for t in (batch_due, expiry) if t is not None]
+    return min(times) if times else None

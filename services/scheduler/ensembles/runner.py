@@ -163,7 +163,7 @@ class EnsembleRunner:
                 await self.store.release_remote(leftovers)
         duration = time.time_ns() - request.received_ns
         if outcome.error:
-            stats.record_request(False, duration, FailReason.OTHER)
+            record_failure(stats, duration)
             response = InferResponse(rid=request.rid, error=outcome.error, code=str(outcome.code))
         else:
             # as Triton counts an ensemble: one execution of the request's batch size, whose
@@ -207,7 +207,7 @@ class EnsembleRunner:
             error = StreamFailed(f"{type(exc).__name__}: {exc}", Code.INTERNAL)
         duration = time.time_ns() - request.received_ns
         if error is not None:
-            stats.record_request(False, duration, FailReason.OTHER)
+            record_failure(stats, duration)
         else:
             stats.record_queue(started - arrived)
             stats.record_request(True, duration)
@@ -315,3 +315,13 @@ def _renamed(spec: ModelSpec | None, name: str, ref: TensorRef, batched: bool) -
         else ref.shape
     )
     return msgspec.structs.replace(ref, name=name, shape=shape)
+
+
+def record_failure(stats: ModelStats, duration_ns: int) -> None:
+    """A failed ensemble request counts twice, reason OTHER, as in Triton's core: the ensemble
+    answers the error (`RespondIfError`: one failure) and then reports the request's statistics
+    unsuccessful (`ReportStatisticsWithDuration`: another). qa/L0_model_queue `test_policy_reject`
+    expects 4 in `nv_inference_request_failure{reason="OTHER"}` for 2 failed ensemble requests
+    (issue 28 item 12)."""
+    stats.record_request(False, duration_ns, FailReason.OTHER)
+    stats.record_request(False, duration_ns, FailReason.OTHER)
