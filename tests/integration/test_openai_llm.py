@@ -21,7 +21,9 @@ from tests.serving import Serve
 
 pytestmark = [
     pytest.mark.skipif(not installed(EMBEDDER), reason="needs the embeddings extra"),
-    pytest.mark.timeout(420),  # the first test waits for the models to load: torch's import alone is slow on 2 loaded cores
+    pytest.mark.timeout(
+        420
+    ),  # the first test waits for the models to load: torch's import alone is slow on 2 loaded cores
 ]
 needs_llm = pytest.mark.skipif(not installed(LLM), reason="needs the llm extra: pip install '.[llm]'")
 
