@@ -2,7 +2,8 @@
 """Shoal against the real Triton, side by side, in one run (issue 19's benchmark).
 
 usage: python benchmarks/vs_triton.py [--quick] [--cases simple_c1,mlp_py_c16,...] [--grpc]
-                                      [--out DIR] [--shoal-cmd 'shoal'] [--setup-script PATH]
+                                      [--str [--str-rounds N]] [--out DIR] [--shoal-cmd 'shoal']
+                                      [--setup-script PATH]
 
 What it does, in one run on this machine:
   1. makes sure the anchor environment exists (real tritonserver 2.51 + perf_analyzer 2.41 from
@@ -16,6 +17,9 @@ What it does, in one run on this machine:
      `--grpc`: `shoal serve` opens gRPC on a free port, or `--shoal-grpc-port`), so drift hits both alike;
   5. CPU µs per request for every process of each server at c=16 (mlp and simple), and the design
      floor (benchmarks/hops.py: TCP echo, bare uvicorn, nats-py 2/3-hop relays);
+  5d. with `--str`: the text-recognition tutorial's table (benchmarks/str_table.py): its STR model
+     swept with `-b 2 --shape input.1:1,32,100 --concurrency-range 2:16:2` in its three
+     configurations, on Triton, on Shoal with the same model.py, and on Shoal's native backend;
   6. prints a markdown table (each figure, Shoal/Triton ratio = median over the two pairs) and
      writes DIR/vs_triton.json with the raw numbers.
 Ratios within one run are what count: the machine is shared and absolute numbers move.
@@ -40,6 +44,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+import str_table
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
@@ -126,6 +132,7 @@ def pa_once(pa: str, url: str, model: str, conc: int, extra: list[str], protocol
                 return {
                     "throughput": float(row["Inferences/Second"]),
                     "p50_us": float(row["p50 latency"]),
+                    "p95_us": float(row["p95 latency"]),
                     "p99_us": float(row["p99 latency"]),
                     "stability_pct": int(stability),
                 }
@@ -361,6 +368,8 @@ def main() -> int:
     ap.add_argument("--no-cpu", action="store_true", help="skip the CPU-per-request pass")
     ap.add_argument("--no-hops", action="store_true", help="skip the design-floor pass")
     ap.add_argument("--keep-models", default=None, help="reuse/keep the model directory here")
+    ap.add_argument("--str", action="store_true", help="also the text-recognition tutorial's table (~9 min a round)")
+    ap.add_argument("--str-rounds", type=int, default=1, help="rounds of the text-recognition sweeps (default 1)")
     args = ap.parse_args()
 
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -386,9 +395,11 @@ def main() -> int:
     # 2. models (one onnxruntime thread, one instance, as Triton is given)
     work = Path(tempfile.mkdtemp(prefix="vs_triton-"))  # models, Shoal's repository, Triton's runtime copy
     models = Path(args.keep_models).resolve() if args.keep_models else work / "models"
-    if not (models / "repo" / "simple").exists():
+    have_str = (models / "repo" / "text_recognition_py").exists()
+    if not (models / "repo" / "simple").exists() or (args.str and not have_str):
         subprocess.run(
-            [str(venv / "bin" / "python"), str(HERE / "triton_models.py"), str(models), "--ort-threads", "1"],
+            [str(venv / "bin" / "python"), str(HERE / "triton_models.py"), str(models), "--ort-threads", "1"]
+            + (["--str"] if args.str else []),
             check=True,
             stdout=sys.stderr,
         )
@@ -397,7 +408,7 @@ def main() -> int:
     shoal_repo = work / "shoal_repo"
     shutil.rmtree(shoal_repo, ignore_errors=True)
     shoal_repo.mkdir()
-    for d in [*(models / "repo").iterdir(), models / "native_repo" / "mlp_onnx"]:
+    for d in [*(models / "repo").iterdir(), *(models / "native_repo").iterdir()]:
         shutil.copytree(d, shoal_repo / d.name, copy_function=_link_or_copy)
 
     result: dict = {
@@ -407,13 +418,16 @@ def main() -> int:
         "cases": {},
         "cpu": {},
         "hops": None,
+        "str": None,
     }
     triton = Triton(venv, models / "repo", work / "triton-rt")
     shoal = Shoal(shoal_cmd, shoal_repo, out / "shoal.log", args.shoal_grpc_port)
     leftovers: list[int] = []
     try:
         triton.start()
-        shoal.start(["simple", "identity_fp32", "mlp_onnx_py", "mlp_onnx"])
+        shoal.start(
+            ["simple", "identity_fp32", "mlp_onnx_py", "mlp_onnx"] + (str_table.models(True) if args.str else [])
+        )
         result["shoal_cmd"] = shoal.cmd
         protocols = ["http"] + (["grpc"] if args.grpc else [])
         shoal_grpc = port_open(shoal.grpc)
@@ -476,6 +490,15 @@ def main() -> int:
                     "shoal": runs["shoal"],
                     "ratio_shoal_over_triton": ratio(metric, t, s),
                 }
+
+        # 5d. the text-recognition tutorial's table
+        if args.str:
+            urls = {"triton": url[("triton", "http")], "shoal": url[("shoal", "http")]}
+
+            def once(u: str, m: str, conc: int, extra: list[str]) -> dict:
+                return pa_once(str(pa), u, m, conc, extra, "http", args.quick)
+
+            result["str"] = str_table.measure(str(pa), once, urls, args.str_rounds, log)
 
         # 5a. CPU per request per process, c=16, Triton/Shoal/Triton/Shoal (one pair in --quick)
         if not args.no_cpu:
@@ -599,6 +622,8 @@ def render(result: dict) -> str:
             return statistics.mean(rows) if rows else None
 
         lines.append(f"| (throughput during the pass, infer/s) | {fmt(thr('triton'))} | {fmt(thr('shoal'))} |")
+    if result.get("str"):
+        lines += str_table.render(result["str"], fmt)
     msgs = result.get("nats_msgs_per_request_c1_simple")
     if msgs:
         lines += ["", f"NATS messages per request (simple, c=1, nats-server /varz): {msgs}"]
