@@ -6,6 +6,7 @@ the `llm` extra: they answer in milliseconds, so the protocol is tested in every
   prompt starting with "slow" waits 50 ms between words and, when its client goes away, leaves
   a `cancelled-<request id>` file in its version folder.
 - `plain`: the same without a `messages` input (no chat template) and without sampling inputs.
+- `templated`: `plain` with a chat template in its config, which the front end applies.
 - `hashing`: an embedding model: each word hashed into one of 64 dimensions, normalised.
 """
 
@@ -130,6 +131,15 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
 
+TEMPLATE = """
+parameters {
+  key: "chat_template"
+  value { string_value: "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }} {% endfor %}{% if add_generation_prompt %}assistant:{% endif %}" }
+}
+parameters { key: "bos_token" value { string_value: "<s>" } }
+"""
+
+
 def _model(root: Path, name: str, config: str, source: str) -> None:
     (root / name / "1").mkdir(parents=True, exist_ok=True)
     (root / name / "config.pbtxt").write_text(f'name: "{name}"\n' + textwrap.dedent(config))
@@ -139,5 +149,6 @@ def _model(root: Path, name: str, config: str, source: str) -> None:
 def write_openai_models(root: Path) -> Path:
     _model(root, "echo", GENERATION_IO % ECHO_INPUTS, ECHO)
     _model(root, "plain", GENERATION_IO % "", ECHO)
+    _model(root, "templated", GENERATION_IO % "" + TEMPLATE, ECHO)
     _model(root, "hashing", HASHING_CONFIG, HASHING)
     return root

@@ -34,7 +34,7 @@ def client(served: Running) -> Iterator[openai.OpenAI]:
 
 
 def test_models_lists_what_the_api_can_serve(client: openai.OpenAI):
-    assert sorted(m.id for m in client.models.list()) == ["echo", "hashing", "plain"]
+    assert sorted(m.id for m in client.models.list()) == ["echo", "hashing", "plain", "templated"]
     assert client.models.retrieve("echo").owned_by == "shoal"
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("nope")
@@ -49,6 +49,12 @@ def test_chat_answers_with_usage(client: openai.OpenAI):
     assert answer.choices[0].message.content == "one two three"
     assert answer.choices[0].finish_reason == "stop"
     assert (answer.usage.prompt_tokens, answer.usage.completion_tokens, answer.usage.total_tokens) == (3, 3, 6)
+
+
+def test_the_front_end_applies_a_chat_template_from_the_config(client: openai.OpenAI):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
+    answer = client.chat.completions.create(model="templated", messages=messages)
+    assert answer.choices[0].message.content == "<s>system: be brief user: hi there assistant:"
 
 
 def test_chat_streams_one_chunk_per_response_then_usage(client: openai.OpenAI):
@@ -95,7 +101,7 @@ def test_what_a_model_cannot_do_is_refused(client: openai.OpenAI):
         assert refused.value.body["param"] == next(iter(extra))
     with pytest.raises(openai.BadRequestError, match="no 'temperature' input"):
         client.completions.create(model="plain", prompt="hi", temperature=0.5)
-    with pytest.raises(openai.BadRequestError, match="applies no chat template"):
+    with pytest.raises(openai.BadRequestError, match="has no chat template"):
         client.chat.completions.create(model="plain", messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(openai.BadRequestError, match="cannot serve /v1/embeddings"):
         client.embeddings.create(model="echo", input="hi")

@@ -4,7 +4,8 @@ As Triton's OpenAI front end does (docs/openai.md, "Which models are offered"):
 - a *generation* model (chat and completions) is decoupled, with a BYTES `text_input`, a BOOL
   `stream` and a BYTES `text_output`. Optional scalar inputs take the sampling parameters
   (`max_tokens`, `temperature`, `top_p`, `seed`); an optional BYTES `messages` input takes the
-  chat as JSON, and then the model applies its own chat template. Optional outputs
+  chat as JSON, and then the model applies its own chat template (otherwise a `chat_template`
+  parameter lets the front end apply it, `templates.py`). Optional outputs
   `prompt_tokens` / `completion_tokens` (integers) give the usage counts, and `finish_reason`
   (BYTES) says why generation ended;
 - an *embedding* model is not decoupled, has one BYTES input and an FP32 output (the embedding),
@@ -49,6 +50,7 @@ class Offer:
     usage: tuple[str, ...] = ()  # the usage outputs the model has
     finish_reason: bool = False
     batching: bool = False  # max_batch_size > 0: tensors carry a leading batch dimension
+    chat: bool = False  # chat is served: by the model's `messages` input or a template in its config
 
 
 def offer(spec: ModelSpec) -> Offer | None:
@@ -95,6 +97,7 @@ def _generation(spec: ModelSpec) -> Offer:
         tuple(name for name in USAGE_OUTPUTS if _has(spec.output(name), INTEGER_TYPES)),
         _has(spec.output("finish_reason"), "BYTES"),
         spec.max_batch_size > 0,
+        _has(messages, "BYTES") or bool(spec.parameters.get("chat_template")),
     )
 
 

@@ -86,7 +86,7 @@ def model_entry(offer: Offer, created: int) -> dict[str, Any]:
 def _api(offer: Offer) -> list[str]:
     if offer.kind == Kind.EMBEDDING:
         return ["embeddings"]
-    return ["chat.completions", "completions"] if offer.messages is not None else ["completions"]
+    return ["chat.completions", "completions"] if offer.chat else ["completions"]
 
 
 def model_list(offers: list[Offer], created: int) -> dict[str, Any]:

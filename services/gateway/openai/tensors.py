@@ -14,6 +14,7 @@ import orjson
 from services.gateway.openai.catalog import Offer
 from services.gateway.openai.errors import refused
 from services.gateway.openai.requests import GenerationRequest
+from services.gateway.openai.templates import has_template, render_chat
 from services.inference.types import InputTensor, OutputTensor, ParsedRequest
 from shared.datatypes import from_bytes, numpy_dtype, to_bytes
 from shared.model_config import ModelSpec
@@ -31,9 +32,11 @@ def generation_request(spec: ModelSpec, offer: Offer, request: GenerationRequest
     """The model's inputs for a chat or completion request; a sampling parameter the model has no
     input for is refused (400), never dropped."""
     inputs = [_input(spec, "stream", "BOOL", request.stream)]
-    if request.messages is not None:
-        if offer.messages is None:
-            raise refused("messages", f"model '{offer.model}' applies no chat template; use /v1/completions")
+    if request.messages is not None and offer.messages is None:  # the front end applies the template
+        if not has_template(spec):
+            raise refused("messages", f"model '{offer.model}' has no chat template; use /v1/completions")
+        inputs.append(_input(spec, offer.text_input, "BYTES", render_chat(spec, request.messages).encode()))
+    elif request.messages is not None and offer.messages is not None:
         inputs.append(_input(spec, offer.messages.name, "BYTES", orjson.dumps(request.messages)))
         text_input = spec.input(offer.text_input)
         if text_input is not None and not text_input.optional:
