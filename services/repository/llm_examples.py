@@ -51,6 +51,7 @@ LLM_MODEL = """
 import codecs
 import importlib.util
 import json
+import random
 from pathlib import Path
 
 import numpy as np
@@ -118,9 +119,8 @@ class TritonPythonModel:
             raise ValueError(f"the prompt has {len(tokens)} tokens; the context holds {self.n_ctx}")
         limit = min(int(_scalar(request, "max_tokens", room)), room)
         stream = bool(_scalar(request, "stream", True))
-        seed = _scalar(request, "seed", None)
-        if seed is not None:
-            self.llm.set_seed(int(seed))
+        seed = _scalar(request, "seed", None)  # without one, each request samples differently
+        self.llm.set_seed(int(seed) if seed is not None else random.randrange(2**31))
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         produced, held, reason = 0, [], "length"
         sampling = {"temp": float(_scalar(request, "temperature", 0.8)), "top_p": float(_scalar(request, "top_p", 0.95))}

@@ -8,6 +8,7 @@ The config carries it rather than a file, because a gateway need not see the mod
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from typing import Any
 
@@ -27,8 +28,14 @@ def _compiled(source: str) -> Any:
     def raise_exception(message: str) -> None:  # what templates call to refuse a conversation
         raise TemplateError(message)
 
-    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    def tojson(value: Any, indent: int | None = None) -> str:  # Hugging Face's: no HTML escaping
+        return json.dumps(value, ensure_ascii=False, indent=indent)
+
+    environment = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
     environment.globals["raise_exception"] = raise_exception
+    environment.filters["tojson"] = tojson
     return environment.from_string(source)
 
 

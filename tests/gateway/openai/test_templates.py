@@ -34,3 +34,10 @@ def test_a_template_that_refuses_the_conversation_is_a_400():
 def test_the_sandbox_keeps_templates_away_from_python():
     with pytest.raises(OpenAIError):
         render_chat(_spec("{{ messages.__class__.__mro__ }}{{ ''.__class__.__subclasses__() }}"), [])
+
+
+def test_loop_controls_and_tojson_work_as_in_hugging_face_templates():
+    source = "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m | tojson }}{% endfor %}"
+    assert render_chat(_spec(source), [{"role": "user", "content": "é<"}, {"role": "user", "content": "no"}]) == (
+        '{"role": "user", "content": "é<"}'
+    )
