@@ -3,8 +3,8 @@ the `llm` extra: they answer in milliseconds, so the protocol is tested in every
 
 - `echo`: a generation model that streams the words of its prompt back, one response per word
   (chat: the last message's words), honouring `max_tokens` and `seed` and counting usage. A
-  prompt starting with "slow" waits 50 ms between words and, when its client goes away, leaves
-  a `cancelled-<request id>` file in its version folder.
+  prompt starting with "slow" leaves a `started-<request id>` file in its version folder, waits
+  50 ms between words and, when its client goes away, leaves a `cancelled-<request id>` file.
 - `plain`: the same without a `messages` input (no chat template) and without sampling inputs.
 - `templated`: `plain` with a chat template in its config, which the front end applies.
 - `hashing`: an embedding model: each word hashed into one of 64 dimensions, normalised.
@@ -59,6 +59,8 @@ class TritonPythonModel:
         limit = int(_get(request, "max_tokens", len(words)))
         stream = bool(_get(request, "stream", True))
         slow = prompt.startswith("slow")
+        if slow:
+            open(os.path.join(self.dir, "started-" + request.request_id()), "w").close()
         sent = []
         for word in words[:limit]:
             if sender.is_cancelled():

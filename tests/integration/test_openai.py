@@ -9,6 +9,7 @@ import http.client
 import json
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import openai
@@ -146,21 +147,29 @@ def test_unknown_arguments_and_bad_json_are_400(served: Running):
     assert status == 400 and json.loads(body)["error"]["param"] == "messages"
 
 
-def test_a_closed_stream_stops_the_generation_at_the_model(served: Running):
-    port = served.cluster.gateway.openai_port
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    words = " ".join(f"w{i}" for i in range(200))
-    body = {"model": "echo", "prompt": f"slow {words}", "stream": True}
-    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-    response = conn.getresponse()
-    assert response.status == 200
-    assert response.read(6) == b"data: "  # the stream has started
+def _abandon(served: Running, path: str, body: dict, read_first: bool) -> str:
+    """Send a slow request, close the connection once the model runs it; the request's id."""
+    folder = Path(served.cluster.repository.model_repository) / "echo" / "1"
+    before = set(folder.glob("started-*"))
+    conn = http.client.HTTPConnection("127.0.0.1", served.cluster.gateway.openai_port, timeout=30)
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    wait_until(lambda: set(folder.glob("started-*")) - before, 30, "the model never started the request")
+    if read_first:
+        response = conn.getresponse()
+        assert response.status == 200 and response.read(6) == b"data: "  # the stream has started
     conn.sock.close()
     conn.close()
-    folder = served.cluster.repository.model_repository + "/echo/1"
-    from pathlib import Path
+    [started] = set(folder.glob("started-*")) - before
+    return started.name.removeprefix("started-")
 
-    wait_until(lambda: any(Path(folder).glob("cancelled-cmpl-*")), 15, "the model never saw is_cancelled()")
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_that_goes_away_stops_the_generation_at_the_model(served: Running, stream: bool):
+    words = " ".join(f"w{i}" for i in range(200))
+    body = {"model": "echo", "messages": [{"role": "user", "content": f"slow {words}"}], "stream": stream}
+    request_id = _abandon(served, "/v1/chat/completions", body, read_first=stream)
+    marker = Path(served.cluster.repository.model_repository) / "echo" / "1" / f"cancelled-{request_id}"
+    wait_until(marker.exists, 15, "the model never saw is_cancelled()")
 
 
 def test_statistics_and_metrics_count_openai_requests(client: openai.OpenAI, served: Running):
