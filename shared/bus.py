@@ -17,7 +17,7 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js.errors import BucketNotFoundError
+from nats.js.errors import BucketNotFoundError, NoStreamResponseError
 from nats.js.kv import KeyValue
 
 from shared import eager
@@ -25,6 +25,9 @@ from shared import eager
 T = TypeVar("T")
 ErrorCallback = Callable[[Exception], Awaitable[None]]
 _reconnects: weakref.WeakKeyDictionary[NATS, int] = weakref.WeakKeyDictionary()  # per connection
+Listener = Callable[[], object]
+# per connection: (called when it is lost, called when it is back), for those that must act on both
+_listeners: weakref.WeakKeyDictionary[NATS, list[tuple[Listener, Listener]]] = weakref.WeakKeyDictionary()
 log = logging.getLogger(__name__)
 
 
@@ -64,6 +67,8 @@ async def connect(url: str, name: str) -> NATS:
             log.debug("disconnected from nats (closing)")
         else:
             await outage.disconnected()
+            for lost, _ in _listeners.get(holder[0], []) if holder else []:
+                lost()
 
     async def reconnected_cb() -> None:
         outage.down = False
@@ -71,6 +76,8 @@ async def connect(url: str, name: str) -> NATS:
         log.info("reconnected to nats at %s", url.netloc if url else "?")
         if holder:  # watches restart: see `watch`
             _reconnects[holder[0]] = reconnects(holder[0]) + 1  # nats-py has no such counter
+            for _, back in _listeners.get(holder[0], []):
+                back()
 
     nc = await nats.connect(
         servers=[u.strip() for u in url.split(",") if u.strip()],
@@ -86,6 +93,12 @@ async def connect(url: str, name: str) -> NATS:
     )
     holder.append(nc)
     return nc
+
+
+def on_connection(nc: NATS, lost: Listener, back: Listener) -> None:
+    """`lost()` when `nc` (made by `connect`) loses its server, `back()` once it has reconnected
+    (its subscriptions restored; what was published meanwhile is flushed after that)."""
+    _listeners.setdefault(nc, []).append((lost, back))
 
 
 def cluster_size(nc: NATS) -> int:
@@ -124,6 +137,32 @@ async def bucket(nc: NATS, name: str, ttl: float | None = None) -> KeyValue:
             log.debug("open bucket %s: %s", name, exc)
         await asyncio.sleep(0.1)
     raise RuntimeError(f"cannot open JetStream KV bucket '{name}'")
+
+
+LEADERLESS_S = 15.0  # how long a KV write waits for its stream to have a leader again
+
+
+async def put(kv: KeyValue, key: str, value: bytes) -> int:
+    """`kv.put`, waiting out a stream without a leader (after the loss of the NATS node that led
+    it the others elect one within seconds: "no responders" / "no response from stream" meanwhile)."""
+    return await _leader_patient(lambda: kv.put(key, value))
+
+
+async def delete(kv: KeyValue, key: str) -> None:
+    """`kv.delete`, waiting out a stream without a leader as `put` does."""
+    await _leader_patient(lambda: kv.delete(key))
+
+
+async def _leader_patient(write: Callable[[], Awaitable[T]]) -> T:
+    deadline = asyncio.get_running_loop().time() + LEADERLESS_S
+    while True:
+        try:
+            return await write()
+        except (nats.errors.NoRespondersError, NoStreamResponseError, nats.errors.TimeoutError):
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.info("a KV stream has no leader yet; writing again")
+            await asyncio.sleep(0.25)
 
 
 KEYS_CONSUMER_IDLE_S = 5.0

@@ -71,6 +71,7 @@ class BatchExecutor:
         self.decoupled = decoupled
         self.loop = asyncio.get_running_loop()
         self.subject = subjects.worker_exec(worker_id)
+        self.holding: set[int] = set()  # batch ids received and not finished (WorkerHoldings)
 
     def _free(self, batch: ExecBatch, instance: int) -> InstanceFree:
         return InstanceFree(
@@ -102,6 +103,7 @@ class BatchExecutor:
         The common case (inline inputs, no sequence) needs no Task: the inputs are read here, the
         instance's thread runs the model and calls `_computed` back on the loop, which responds.
         That saves, per batch, a Task, its first step and its wake-up (a loop iteration each)."""
+        self.holding.add(batch.batch_id)
         requests = [_request_decoder.decode(raw) for raw in batch.requests]
         if batch.controls or any(ref.data is None for r in requests for ref in r.inputs):
             return self.execute(loaded, instance, batch, holds_credit, requests)
@@ -243,10 +245,12 @@ class BatchExecutor:
             free.instance = -1  # tells the scheduler this is not a credit
 
     async def _finish(self, replies: Replies, free: InstanceFree, complete_to: str) -> None:
+        self.holding.discard(free.batch_id)
         await self._send(*self._messages(replies, free, complete_to), free.batch_id)
 
     def _finish_now(self, replies: Replies, free: InstanceFree, complete_to: str) -> None:
         """`_finish` from a callback: written at once in the common case, else by a coroutine."""
+        self.holding.discard(free.batch_id)
         messages, completion = self._messages(replies, free, complete_to)
         with contextlib.suppress(Exception):  # `_send` tries again and reports
             if bus.publish_now(self.nc, [*messages, completion]):
