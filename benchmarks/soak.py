@@ -106,10 +106,13 @@ class Soak:
         client.close()
 
     # -- faults ------------------------------------------------------------------
-    def kill(self, needle: str) -> None:
-        pids = [p for p in self.serve.tree() if needle in command_of(p)]
-        if pids:
-            os.kill(pids[0], signal.SIGKILL)
+    def kill(self, *needles: str) -> None:
+        """SIGKILL the first process matching the first needle that matches any."""
+        for needle in needles:
+            pids = [p for p in self.serve.tree() if needle in command_of(p)]
+            if pids:
+                os.kill(pids[0], signal.SIGKILL)
+                return
 
     def reload(self) -> None:
         request = urllib.request.Request(f"http://{self.serve.url}/v2/repository/models/mlp/load", data=b"{}")
@@ -149,7 +152,8 @@ class Soak:
     def _inject(self, name: str) -> None:
         {
             "kill worker": lambda: self.kill("shoal.cli worker"),
-            "kill scheduler": lambda: self.kill("shoal.cli scheduler"),
+            # co-hosted (shoal serve's default): the scheduler dies with its gateway (docs/design.md §7)
+            "kill scheduler": lambda: self.kill("shoal.cli scheduler", "shoal.cli gateway"),
             "kill nats-server": lambda: self.kill("nats-server"),
             "kill python model process": lambda: self.kill("--models py_double"),
             "reload mlp": self.reload,

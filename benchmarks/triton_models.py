@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the benchmark model repository (Triton layout) and the raw MLP ONNX file.
 
-usage: python benchmarks/triton_models.py OUT_DIR [--ort-threads N] [--instances N]
+usage: python benchmarks/triton_models.py OUT_DIR [--ort-threads N] [--instances N] [--str]
 
 Writes:
   OUT_DIR/repo/                    model repository for a Triton-compatible server
@@ -15,6 +15,10 @@ Writes:
       mlp_onnx_py_delay500/        same, dynamic_batching { max_queue_delay_microseconds: 500 }
   OUT_DIR/native_repo/mlp_onnx/    the identical ONNX model laid out for a native onnxruntime
                                    backend (platform onnxruntime_onnx), dynamic_batching {}
+      text_recognition_py{,_dyn,_dyn2}/  with --str: the tutorial's text-recognition model (benchmarks/str_model.py)
+                                   run by the same model.py: no batching, dynamic batching, and
+                                   dynamic batching with two instances (max_batch_size 8)
+  OUT_DIR/native_repo/text_recognition_onnx{,_dyn,_dyn2}/  the same ONNX for a native backend
   OUT_DIR/mlp.onnx                 raw ONNX file (same bytes as every copy above)
   OUT_DIR/mlp_reference.npz        one reference input/output pair (batch 4) for correctness checks
 
@@ -112,7 +116,8 @@ class TritonPythonModel:
         return responses
 '''
 
-MLP_PY = '''\
+# Runs the model.onnx beside it, whatever its input and output names (the MLP, the STR model)
+ONNX_PY = '''\
 import json
 import os
 import sys
@@ -148,7 +153,7 @@ class TritonPythonModel:
             f"python {sys.version.split()[0]} prefix {sys.prefix} intra_op={intra} inter_op={inter}")
 
     def execute(self, requests):
-        xs = [pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() for r in requests]
+        xs = [pb_utils.get_input_tensor_by_name(r, self.in_name).as_numpy() for r in requests]
         x = xs[0] if len(xs) == 1 else np.concatenate(xs, axis=0)
         y = self.sess.run([self.out_name], {self.in_name: np.ascontiguousarray(x, dtype=np.float32)})[0]
         responses = []
@@ -156,7 +161,7 @@ class TritonPythonModel:
         for xi in xs:
             n = xi.shape[0]
             responses.append(pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor("OUTPUT0", y[start:start + n])]))
+                output_tensors=[pb_utils.Tensor(self.out_name, y[start:start + n])]))
             start += n
         return responses
 
@@ -183,11 +188,46 @@ def write_model(repo: pathlib.Path, name: str, config: str, files: dict[str, byt
             p.write_text(content)
 
 
+# The tutorial's three configurations (issue 23 item 4): suffix -> (dynamic batching, instances)
+STR_CONFIGS = {"": ("", 1), "_dyn": ("dynamic_batching { }", 1), "_dyn2": ("dynamic_batching { }", 2)}
+
+
+def write_str_models(repo: pathlib.Path, native: pathlib.Path, ort_threads: int) -> None:
+    """text_recognition_py{,_dyn,_dyn2} (model.py + onnxruntime, both servers) and
+    text_recognition_onnx{,_dyn,_dyn2} (a native onnxruntime backend on its defaults)."""
+    from str_model import STR_CLASSES, STR_INPUT, STR_OUTPUT, STR_SEQ, STR_SHAPE, build_str
+
+    onnx_bytes = build_str()
+    io = f"""
+        max_batch_size: 8
+        input [ {{ name: "{STR_INPUT}", data_type: TYPE_FP32, dims: [ {", ".join(map(str, STR_SHAPE))} ] }} ]
+        output [ {{ name: "{STR_OUTPUT}", data_type: TYPE_FP32, dims: [ {STR_SEQ}, {STR_CLASSES} ] }} ]"""
+    params = f"""
+        parameters {{ key: "intra_op_num_threads" value: {{ string_value: "{ort_threads}" }} }}
+        parameters {{ key: "inter_op_num_threads" value: {{ string_value: "1" }} }}"""
+    for suffix, (db, count) in STR_CONFIGS.items():
+        name = f"text_recognition_py{suffix}"
+        config = f"""
+            name: "{name}"
+            backend: "python"{io}
+            {db}{params}
+            {instance_group(count)}"""
+        write_model(repo, name, config, {"model.py": ONNX_PY, "model.onnx": onnx_bytes})
+        name = f"text_recognition_onnx{suffix}"
+        config = f"""
+            name: "{name}"
+            platform: "onnxruntime_onnx"{io}
+            {db}
+            {instance_group(count)}"""
+        write_model(native, name, config, {"model.onnx": onnx_bytes})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=pathlib.Path)
     ap.add_argument("--ort-threads", type=int, default=1, help="onnxruntime intra_op_num_threads (default 1)")
     ap.add_argument("--instances", type=int, default=1, help="instance_group count for every model (default 1)")
+    ap.add_argument("--str", action="store_true", help="also write the text-recognition models (~200 MB)")
     args = ap.parse_args()
 
     out: pathlib.Path = args.out
@@ -260,7 +300,7 @@ def main() -> None:
             max_batch_size: 64{mlp_io}
             {db}{ort_params}
             {ig}""",
-            {"model.py": MLP_PY, "model.onnx": onnx_bytes},
+            {"model.py": ONNX_PY, "model.onnx": onnx_bytes},
         )
 
     # Same bytes for a server with a native onnxruntime backend (not loadable by the PyTriton
@@ -278,6 +318,9 @@ def main() -> None:
         {ig}""",
         {"model.onnx": onnx_bytes},
     )
+
+    if args.str:
+        write_str_models(repo, native, args.ort_threads)
 
     print(f"repo:        {repo}")
     print(f"native_repo: {native}")

@@ -2,7 +2,8 @@
 """Shoal against the real Triton, side by side, in one run (issue 19's benchmark).
 
 usage: python benchmarks/vs_triton.py [--quick] [--cases simple_c1,mlp_py_c16,...] [--grpc]
-                                      [--out DIR] [--shoal-cmd 'shoal'] [--setup-script PATH]
+                                      [--str [--str-rounds N]] [--out DIR] [--shoal-cmd 'shoal']
+                                      [--setup-script PATH]
 
 What it does, in one run on this machine:
   1. makes sure the anchor environment exists (real tritonserver 2.51 + perf_analyzer 2.41 from
@@ -16,6 +17,9 @@ What it does, in one run on this machine:
      `--grpc`: `shoal serve` opens gRPC on a free port, or `--shoal-grpc-port`), so drift hits both alike;
   5. CPU µs per request for every process of each server at c=16 (mlp and simple), and the design
      floor (benchmarks/hops.py: TCP echo, bare uvicorn, nats-py 2/3-hop relays);
+  5d. with `--str`: the text-recognition tutorial's table (benchmarks/str_table.py): its STR model
+     swept with `-b 2 --shape input.1:1,32,100 --concurrency-range 2:16:2` in its three
+     configurations, on Triton, on Shoal with the same model.py, and on Shoal's native backend;
   6. MLServer, the Python peer (skip with `--no-mlserver`): its own venv (benchmarks/setup_mlserver.sh,
      `--mlserver-venv`), the same identity and MLP (benchmarks/mlserver_models.py, adaptive batching),
      and the three servers measured alike with wrk on plain V2 JSON requests, which is all MLServer
@@ -46,6 +50,7 @@ import urllib.request
 from pathlib import Path
 
 import mlserver_peer  # benchmarks/: this script's directory is first on sys.path
+import str_table
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
@@ -132,6 +137,7 @@ def pa_once(pa: str, url: str, model: str, conc: int, extra: list[str], protocol
                 return {
                     "throughput": float(row["Inferences/Second"]),
                     "p50_us": float(row["p50 latency"]),
+                    "p95_us": float(row["p95 latency"]),
                     "p99_us": float(row["p99 latency"]),
                     "stability_pct": int(stability),
                 }
@@ -369,6 +375,8 @@ def main() -> int:
     ap.add_argument("--keep-models", default=None, help="reuse/keep the model directory here")
     ap.add_argument("--no-mlserver", action="store_true", help="skip MLServer (the Python peer)")
     ap.add_argument("--mlserver-venv", default=os.environ.get("MLSERVER_VENV", "/tmp/mlserver-venv"))
+    ap.add_argument("--str", action="store_true", help="also the text-recognition tutorial's table (~9 min a round)")
+    ap.add_argument("--str-rounds", type=int, default=1, help="rounds of the text-recognition sweeps (default 1)")
     args = ap.parse_args()
 
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -402,9 +410,11 @@ def main() -> int:
     # 2. models (one onnxruntime thread, one instance, as Triton is given)
     work = Path(tempfile.mkdtemp(prefix="vs_triton-"))  # models, Shoal's repository, Triton's runtime copy
     models = Path(args.keep_models).resolve() if args.keep_models else work / "models"
-    if not (models / "repo" / "simple").exists():
+    have_str = (models / "repo" / "text_recognition_py").exists()
+    if not (models / "repo" / "simple").exists() or (args.str and not have_str):
         subprocess.run(
-            [str(venv / "bin" / "python"), str(HERE / "triton_models.py"), str(models), "--ort-threads", "1"],
+            [str(venv / "bin" / "python"), str(HERE / "triton_models.py"), str(models), "--ort-threads", "1"]
+            + (["--str"] if args.str else []),
             check=True,
             stdout=sys.stderr,
         )
@@ -413,7 +423,7 @@ def main() -> int:
     shoal_repo = work / "shoal_repo"
     shutil.rmtree(shoal_repo, ignore_errors=True)
     shoal_repo.mkdir()
-    for d in [*(models / "repo").iterdir(), models / "native_repo" / "mlp_onnx"]:
+    for d in [*(models / "repo").iterdir(), *(models / "native_repo").iterdir()]:
         shutil.copytree(d, shoal_repo / d.name, copy_function=_link_or_copy)
 
     result: dict = {
@@ -424,6 +434,7 @@ def main() -> int:
         "cpu": {},
         "hops": None,
         "json_cases": {},
+        "str": None,
     }
     triton = Triton(venv, models / "repo", work / "triton-rt")
     shoal = Shoal(shoal_cmd, shoal_repo, out / "shoal.log", args.shoal_grpc_port)
@@ -439,7 +450,9 @@ def main() -> int:
     leftovers: list[int] = []
     try:
         triton.start()
-        shoal.start(["simple", "identity_fp32", "mlp_onnx_py", "mlp_onnx"])
+        shoal.start(
+            ["simple", "identity_fp32", "mlp_onnx_py", "mlp_onnx"] + (str_table.models(True) if args.str else [])
+        )
         if mlserver is not None:
             mlserver.start(list({m for m, _ in mlserver_peer.JSON_CASES.values()}))
         result["shoal_cmd"] = shoal.cmd
@@ -504,6 +517,15 @@ def main() -> int:
                     "shoal": runs["shoal"],
                     "ratio_shoal_over_triton": ratio(metric, t, s),
                 }
+
+        # 5d. the text-recognition tutorial's table
+        if args.str:
+            urls = {"triton": url[("triton", "http")], "shoal": url[("shoal", "http")]}
+
+            def once(u: str, m: str, conc: int, extra: list[str]) -> dict:
+                return pa_once(str(pa), u, m, conc, extra, "http", args.quick)
+
+            result["str"] = str_table.measure(str(pa), once, urls, args.str_rounds, log)
 
         # 5a. CPU per request per process, c=16, Triton/Shoal/Triton/Shoal (one pair in --quick)
         if not args.no_cpu:
@@ -641,6 +663,8 @@ def render(result: dict) -> str:
 
         lines.append(f"| (throughput during the pass, infer/s) | {fmt(thr('triton'))} | {fmt(thr('shoal'))} |")
     lines += mlserver_peer.render(result.get("json_cases", {}))
+    if result.get("str"):
+        lines += str_table.render(result["str"], fmt)
     msgs = result.get("nats_msgs_per_request_c1_simple")
     if msgs:
         lines += ["", f"NATS messages per request (simple, c=1, nats-server /varz): {msgs}"]

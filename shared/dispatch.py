@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import AsyncIterator, Iterator
+from typing import Protocol
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -29,6 +30,7 @@ from shared.messages import (
     HeldGroups,
     InferRequest,
     InferResponse,
+    InstanceFree,
     RequestBatch,
     encode,
 )
@@ -44,7 +46,15 @@ class _Responses(msgspec.Struct):
     responses: list[InferResponse]
 
 
+class _Done(msgspec.Struct):
+    """A `BatchDone` read with its responses typed."""
+
+    free: InstanceFree
+    responses: list[InferResponse] = []
+
+
 _batch_decoder = msgspec.msgpack.Decoder(_Responses)
+_done_decoder = msgspec.msgpack.Decoder(_Done)
 _held_decoder = msgspec.msgpack.Decoder(HeldGroups)
 
 
@@ -67,9 +77,18 @@ def _expire(future: asyncio.Future[InferResponse]) -> None:
         future.set_exception(unavailable("Request timeout expired"))
 
 
+class LocalScheduler(Protocol):
+    """A scheduler replica in this process (services/scheduler/cohosted.py)."""
+
+    def owns(self, model: str) -> bool: ...  # holds the model's lease: its requests come here
+    async def take(self, requests: list[msgspec.Raw]) -> None: ...
+    async def completed(self, free: InstanceFree) -> None: ...  # a batch it sent is done
+
+
 class Dispatcher:
-    def __init__(self, nc: NATS, gateway_id: str, store: TensorStore) -> None:
+    def __init__(self, nc: NATS, gateway_id: str, store: TensorStore, local: LocalScheduler | None = None) -> None:
         self.nc = nc
+        self.local = local
         self.inbox = subjects.gateway_inbox(gateway_id)
         self.store = store
         self._pending: dict[
@@ -169,6 +188,14 @@ class Dispatcher:
                 del self._groups[key]
 
     async def _publish_group(self, model: str, requests: list[tuple[str, bytes]]) -> None:
+        local = self.local
+        if local is not None and local.owns(model):  # a function call; it dies with this process
+            try:
+                await local.take([msgspec.Raw(raw) for _, raw in requests])
+            except Exception as exc:  # never lose a request: the ones not answered fail now
+                log.exception("the co-hosted scheduler could not take %d request(s)", len(requests))
+                self._fail([rid for rid, _ in requests], unavailable(f"the scheduler failed: {exc}"))
+            return
         batch_id = f"g{next(self._ids)}"
         # the reply subject only carries NATS "no responders" back for the whole group
         self._groups[batch_id] = [rid for rid, _ in requests]
@@ -227,14 +254,27 @@ class Dispatcher:
                 unavailable("no scheduler is serving requests (is the scheduler running?)"),
             )
             return
+        free = None
         try:
             if token == "batch":
                 responses = _batch_decoder.decode(msg.data).responses
+            elif token == "done":
+                done = _done_decoder.decode(msg.data)
+                responses, free = done.responses, done.free
             else:
                 responses = [_response_decoder.decode(msg.data)]
         except msgspec.DecodeError as exc:
             log.error("undecodable response on %s: %s", msg.subject, exc)
             return
+        await self._resolve(responses)
+        if free is None:
+            return
+        if self.local is not None:  # the answers first, then the credit
+            await self.local.completed(free)
+        else:  # sent to this inbox's previous process, which co-hosted a scheduler: every scheduler gets it
+            await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
+
+    async def _resolve(self, responses: list[InferResponse]) -> None:
         for response in responses:
             future = self._pending.get(response.rid)
             if isinstance(future, asyncio.Queue):

@@ -187,6 +187,9 @@ class ExecBatch(msgspec.Struct):
     reason: str = ""  # why the batcher sent it now (trace and --log-verbose)
     enqueued_ns: list[int] = []  # per request (CLOCK_MONOTONIC), only in a batch with traced requests
     controls: list[SeqControl] = []  # per request, only for sequence-batched models
+    # set by a scheduler co-hosted in a gateway when every request came from that gateway: the
+    # answers and the completion go there as one `BatchDone` (docs/design.md, "Co-hosting")
+    complete_to: str = ""
 
 
 class RequestDone(msgspec.Struct, omit_defaults=True):
@@ -211,6 +214,14 @@ class InstanceFree(msgspec.Struct, omit_defaults=True):
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
     done: list[RequestDone] = []
+
+
+class BatchDone(msgspec.Struct):
+    """Worker -> the gateway whose co-hosted scheduler sent the batch: the batch's answers (each an
+    encoded InferResponse) and its completion, which returns the credit, in one message."""
+
+    free: InstanceFree
+    responses: list[msgspec.Raw] = []
 
 
 class WorkerHeartbeat(msgspec.Struct):

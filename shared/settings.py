@@ -115,6 +115,29 @@ class GatewaySettings(BusSettings):
         default_factory=list, description="<protocol>[,<protocol>...]:<key>=<value>: those need that header"
     )
     reuse_grpc_port: bool = Field(False, description="let several servers listen on the gRPC port (SO_REUSEPORT)")
+    # the scheduler replica in this process (docs/design.md, "Co-hosting"); the same settings as `shoal scheduler`
+    cohost_scheduler: bool = Field(
+        True, description="run a scheduler replica in this process (false: only standalone schedulers schedule)"
+    )
+    worker_timeout_s: float = Field(5.0, description="co-hosted scheduler: a worker silent this long is dropped")
+    rate_limit: Literal["off", "execution_count"] = Field(
+        "off", description="co-hosted scheduler: rate limiter, off or execution_count (as tritonserver)"
+    )
+    rate_limit_resource: list[str] = Field(
+        default_factory=list, description="co-hosted scheduler: <name>:<count>[:<device>], a resource it shares out"
+    )
+
+
+def cohosted_scheduler(gateway: GatewaySettings) -> SchedulerSettings:
+    """The settings of the scheduler replica a gateway co-hosts: the gateway's id and bus."""
+    return SchedulerSettings(
+        nats_url=gateway.nats_url,
+        log_verbose=gateway.log_verbose,
+        scheduler_id=gateway.gateway_id,
+        worker_timeout_s=gateway.worker_timeout_s,
+        rate_limit=gateway.rate_limit,
+        rate_limit_resource=gateway.rate_limit_resource,
+    )
 
 
 class SchedulerSettings(BusSettings):

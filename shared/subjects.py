@@ -85,6 +85,11 @@ def worker_sequence(worker_id: str) -> str:
     return f"{PREFIX}.worker.{worker_id}.seqend"
 
 
+def worker_undelivered(worker_id: str) -> str:
+    """One worker: "no responders" for a `BatchDone` whose gateway is gone (`.<batch id>`)."""
+    return f"{PREFIX}.worker.{worker_id}.undelivered"
+
+
 def worker_resync(worker_id: str) -> str:
     """One worker: announce your idle credits again."""
     return f"{PREFIX}.worker.{worker_id}.resync"
@@ -106,6 +111,11 @@ def inbox_of(reply: str) -> str:
 
 def response_batch(inbox: str) -> str:
     return f"{inbox}.batch"
+
+
+def batch_done(inbox: str) -> str:
+    """Where a worker sends a `BatchDone` for the scheduler co-hosted with this gateway inbox."""
+    return f"{inbox}.done"
 
 
 def held_groups(inbox: str) -> str:

@@ -154,11 +154,21 @@ def serve_parser() -> argparse.ArgumentParser:
         help="gateway processes sharing the HTTP and gRPC ports with SO_REUSEPORT (default: 1)",
     )
     p.add_argument(
+        "--cohost-scheduler",
+        type=s.parse_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="each gateway process hosts a scheduler replica, which takes the requests of the models it "
+        "holds by a function call (default: true; false: standalone scheduler processes only)",
+    )
+    p.add_argument(
         "--schedulers",
         type=int,
-        default=1,
-        help="scheduler processes (replicas): the models are shared out among them, each model served by "
-        "one at a time (default: 1)",
+        default=None,
+        help="standalone scheduler processes (replicas): the models are shared out among them and the "
+        "co-hosted ones, each model served by one at a time (default: 0 with --cohost-scheduler, else 1)",
     )
     p.add_argument(
         "--ready-timeout-secs",
@@ -209,8 +219,14 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         raise SystemExit("shoal serve: --workers must be at least 1")
     if args.gateways < 1:
         raise SystemExit("shoal serve: --gateways must be at least 1")
-    if args.schedulers < 1:
-        raise SystemExit("shoal serve: --schedulers must be at least 1")
+    if args.schedulers is None:
+        args.schedulers = 0 if args.cohost_scheduler else 1
+    if args.schedulers < (0 if args.cohost_scheduler else 1):
+        raise SystemExit(
+            "shoal serve: --schedulers must be at least 1 with --cohost-scheduler=false"
+            if not args.cohost_scheduler
+            else "shoal serve: --schedulers must not be negative"
+        )
     if args.model_load_thread_count < 1:
         raise SystemExit("shoal serve: --model-load-thread-count must be at least 1")
     return args

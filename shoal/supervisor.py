@@ -58,7 +58,7 @@ class Cluster:
     """The Shoal services as processes on one NATS; used by `shoal serve` and by the tests."""
 
     gateway: GatewaySettings
-    scheduler: SchedulerSettings
+    scheduler: SchedulerSettings | None  # None: no standalone scheduler (the gateways co-host theirs)
     repository: RepositorySettings
     workers: list[WorkerSettings]
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
@@ -70,10 +70,9 @@ class Cluster:
     _stopping: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> "Cluster":
-        self.children = [
-            Child("repository", "repository", self.repository),
-            Child("scheduler", "scheduler", self.scheduler),
-        ]
+        self.children = [Child("repository", "repository", self.repository)]
+        if self.scheduler is not None:
+            self.children.append(Child("scheduler", "scheduler", self.scheduler))
         self.children += [Child(f"scheduler-{i + 1}", "scheduler", s) for i, s in enumerate(self.more_schedulers)]
         self.children += [Child(f"worker-{i}", "worker", w) for i, w in enumerate(self.workers)]
         self.children.append(Child("gateway", "gateway", self.gateway))
@@ -167,7 +166,7 @@ class Cluster:
                 loaded = all(e.get("state") != "LOADING" for e in index) and (
                     self.repository.model_control_mode == "explicit" or all("state" in e for e in index)
                 )
-                # the statistics endpoint answers only once the scheduler is on the bus
+                # the statistics endpoint answers only once a scheduler is on the bus
                 if loaded and self._get("/v2/models/stats") == 200:
                     return index
             except (urllib.error.URLError, OSError, ValueError):
@@ -240,6 +239,9 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         allow_gpu_metrics=args.allow_gpu_metrics is not False,
         **args.metrics,
         **grpc_flags.gateway_settings(args),
+        cohost_scheduler=args.cohost_scheduler,
+        rate_limit=args.rate_limit,
+        rate_limit_resource=args.rate_limit_resource,
     )
     repo = RepositorySettings(
         **common,
@@ -260,13 +262,20 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         )
         for _ in range(args.workers)
     ]
-    scheduler = SchedulerSettings(**common, rate_limit=args.rate_limit, rate_limit_resource=args.rate_limit_resource)
     gateway, more_gateways = port_sharing_gateways(gateway, args.gateways)
     # replicas share the models by lease (services/scheduler/replicas/): one hot model is still one
-    # scheduler's, many models spread over them (docs/performance.md, "Scale")
-    more_schedulers = [
-        scheduler.model_copy(update={"scheduler_id": uuid.uuid4().hex[:12]}) for _ in range(args.schedulers - 1)
+    # scheduler's, many models spread over them (docs/performance.md, "Scale"). Each gateway hosts
+    # one unless --cohost-scheduler=false; --schedulers adds standalone ones (docs/design.md, "Co-hosting")
+    standalone = [
+        SchedulerSettings(
+            **common,
+            scheduler_id=uuid.uuid4().hex[:12],
+            rate_limit=args.rate_limit,
+            rate_limit_resource=args.rate_limit_resource,
+        )
+        for _ in range(args.schedulers)
     ]
+    scheduler, more_schedulers = (standalone[0], standalone[1:]) if standalone else (None, [])
     return Cluster(gateway, scheduler, repo, workers, more_gateways=more_gateways, more_schedulers=more_schedulers)
 
 

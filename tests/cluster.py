@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,13 @@ def build_test_repository(root: Path) -> Path:
     return root
 
 
+# The two shapes of a cluster (docs/design.md, "Co-hosting"): each gateway hosts a scheduler replica
+# (`shoal serve`'s default), or standalone scheduler processes only. Tests run in the default
+# shape unless they name one; the scheduling modules run in both (`shape` in tests/integration/conftest.py).
+SHAPES = ("cohost", "standalone")
+DEFAULT_SHAPE = os.environ.get("SHOAL_TEST_SHAPE", "cohost")
+
+
 @dataclass
 class Running:
     nats: NatsServer  # with nats_nodes > 1: a NatsCluster (its `nodes` are NatsServers)
@@ -129,10 +137,15 @@ def running_cluster(
     schedulers: int = 1,
     workers_settings: list[dict] | None = None,
     nats_nodes: int = 1,
+    shape: str = "",
     **gateway: object,
 ) -> Iterator[Running]:
     """`nats_nodes` > 1: a NATS cluster of that many servers (routes, clustered JetStream);
-    the services get every node's URL."""
+    the services get every node's URL. `shape` (default `DEFAULT_SHAPE`): "cohost", each gateway
+    hosts a scheduler replica and `schedulers` - 1 standalone ones join it ("scheduler-1", ...);
+    "standalone": `schedulers` scheduler processes ("scheduler", "scheduler-1", ...)."""
+    cohost = (shape or DEFAULT_SHAPE) == "cohost"
+    scheduling = {"worker_timeout_s": 3, **(scheduler or {})}
     nats: Any = (
         NatsServer(max_payload=max_payload).start()
         if nats_nodes <= 1
@@ -150,11 +163,14 @@ def running_cluster(
             grpc_address="127.0.0.1",
             grpc_port=free_port(),
             tensor_transport=transport,
+            cohost_scheduler=cohost,
+            **scheduling,
         )
 
+    standalone = [SchedulerSettings(**common, **scheduling) for _ in range(schedulers)]
     cluster = Cluster(
         gateway_settings(),
-        SchedulerSettings(**common, **{"worker_timeout_s": 3, **(scheduler or {})}),
+        None if cohost else standalone[0],
         RepositorySettings(**common, model_repository=str(root), **{"worker_timeout_s": 3, **(repository or {})}),
         [
             WorkerSettings(**common, tensor_transport=transport, heartbeat_s=0.5, **(worker or {}), **extra)
@@ -162,9 +178,7 @@ def running_cluster(
         ],
         supervise=supervise,
         more_gateways=[gateway_settings() for _ in range(gateways - 1)],
-        more_schedulers=[
-            SchedulerSettings(**common, **{"worker_timeout_s": 3, **(scheduler or {})}) for _ in range(schedulers - 1)
-        ],
+        more_schedulers=standalone[1:],
     )
     try:
         cluster.start()

@@ -43,3 +43,5 @@ def test_compose_runs_every_service_with_health_and_shared_memory(compose):
         assert services[name]["depends_on"]["nats"]["condition"] == "service_healthy"
     assert services["worker"]["ipc"] == "service:gateway" and services["gateway"]["ipc"] == "shareable"
     assert services["worker"]["deploy"]["replicas"] == 1
+    # the scheduler is a container of its own unless the deployment asks the gateways to co-host it
+    assert services["gateway"]["command"][-2:] == ["--cohost-scheduler", "false"]

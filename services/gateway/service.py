@@ -22,11 +22,12 @@ from services.inference.models import ModelRegistry
 from services.inference.server import InferenceServer
 from services.inference.shm import ShmRegistry
 from services.inference.statistics import scheduler_stats
+from services.scheduler.cohosted import CoHosted
 from shared import bus, discovery, subjects
 from shared.dispatch import Dispatcher
 from shared.logsettings import follow
 from shared.messages import CacheEvent
-from shared.settings import GatewaySettings
+from shared.settings import GatewaySettings, cohosted_scheduler
 from shared.tensors import TensorStore
 
 log = logging.getLogger("shoal.gateway")
@@ -70,8 +71,12 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     await store.start()
     registry = ModelRegistry()
     await registry.start(nc)
-    dispatcher = Dispatcher(nc, settings.gateway_id, store)
+    inbox = subjects.gateway_inbox(settings.gateway_id)
+    scheduler = CoHosted(cohosted_scheduler(settings), nc, inbox) if settings.cohost_scheduler else None
+    dispatcher = Dispatcher(nc, settings.gateway_id, store, scheduler)
     await dispatcher.start()
+    if scheduler is not None:  # after the dispatcher: the batches it sends complete on the dispatcher's inbox
+        await scheduler.start()
     shm = ShmRegistry(nc, store.host, settings.allow_client_shm)
     await shm.start()
 
@@ -179,6 +184,8 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         if grpc_listener is not None:
             await grpc_listener.stop(0)
         await micro.stop()
+        if scheduler is not None:  # after the listeners: their in-flight requests were answered
+            await scheduler.stop()
         await shm.stop()
         await registry.stop()
         await store.close()

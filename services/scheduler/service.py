@@ -59,7 +59,10 @@ _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
 
 
 class SchedulerService:
-    def __init__(self, settings: SchedulerSettings, nc: NATS) -> None:
+    """The scheduler's parts on one NATS connection. `local_inbox`: co-hosted in the gateway with
+    that inbox, whose requests come by function call (`cohosted.CoHosted`), not over the bus."""
+
+    def __init__(self, settings: SchedulerSettings, nc: NATS, local_inbox: str = "") -> None:
         self.settings = settings
         self.nc = nc
         self.tasks = Tasks()
@@ -70,7 +73,7 @@ class SchedulerService:
             self.sequencer = Sequencer(host, nc.publish)
             return self.sequencer
 
-        self.pump = Pump(nc, limiter, self.tasks, sequencer)
+        self.pump = Pump(nc, limiter, self.tasks, sequencer, local_inbox)
         self.credits = Credits(self.pump)
         self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self.credits.worker_lost, self._worker_back)
         self.ensembles = EnsembleRunner(nc, settings.scheduler_id)  # ensembles run here, not on workers
@@ -201,6 +204,16 @@ class SchedulerService:
         if free is not None:
             self.liveness.heard(free.worker)
             await self.credits.on_free(free)
+
+    async def completed(self, free: InstanceFree) -> None:
+        """A batch this co-hosted replica sent completed (from `BatchDone`). A model it no longer
+        serves: the completion goes to every scheduler as the worker would have sent it, so the
+        credit reaches the model's new owner (and this replica ends its flight from there)."""
+        if not self.ownership.owns(free.model):
+            await self.nc.publish(subjects.INSTANCE_FREE, msgspec.msgpack.encode(free))
+            return
+        self.liveness.heard(free.worker)
+        await self.credits.on_free(free)
 
     async def _on_revoked(self, msg: Msg) -> None:
         revoked: CreditsRevoked | None = bus.decode(_revoked_decoder, msg, log)

@@ -16,6 +16,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.worker.backends.runner import Batch, ModelError, RequestContext, Result, Tensors, Work
+from services.worker.completions import Completions
 from services.worker.instances import Instance, LoadedModel
 from services.worker.outputs import Outputs
 from services.worker.replies import Replies
@@ -25,7 +26,7 @@ from shared import subjects
 from shared.datatypes import from_bytes
 from shared.errors import Code, ShoalError
 from shared.logcontext import request_ids
-from shared.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, RequestDone, SeqControl, encode
+from shared.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, RequestDone, SeqControl
 from shared.tensors import TensorStore
 
 log = logging.getLogger("shoal.worker")
@@ -53,8 +54,10 @@ class BatchExecutor:
         outputs: Outputs,
         cancellations: Cancellations,
         decoupled: DecoupledSenders,
+        completions: Completions,
     ) -> None:
         self.worker_id = worker_id
+        self.completions = completions
         self.nc = nc
         self.store = store
         self.outputs = outputs
@@ -82,7 +85,7 @@ class BatchExecutor:
             request = _request_decoder.decode(raw)
             replies.add(request, InferResponse(request.rid, error=message, code="UNAVAILABLE"))
         # instance -1: not a credit, the scheduler must not send here again
-        await self._finish(replies, self._free(batch, -1))
+        await self._finish(replies, self._free(batch, -1), batch.complete_to)
 
     async def execute(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool) -> None:
         free = self._free(batch, batch.instance)
@@ -130,17 +133,22 @@ class BatchExecutor:
                 instance.close()
             if loaded.retired or not holds_credit:
                 free.instance = -1  # tells the scheduler this is not a credit
-            await self._finish(replies, free)
+            await self._finish(replies, free, batch.complete_to)
 
-    async def _finish(self, replies: Replies, free: InstanceFree) -> None:
-        """Send the answers, then the completion; a failure of one must not lose the other."""
+    async def _finish(self, replies: Replies, free: InstanceFree, complete_to: str) -> None:
+        """Send the answers, then the completion; a failure of one must not lose the other. For a
+        co-hosted scheduler (`complete_to`), its gateway's answers travel with the completion."""
+        together = replies.take(subjects.inbox_of(complete_to)) if complete_to else []
         try:
             await replies.send(self.nc, self.nc.max_payload)
         except Exception:
             log.exception("could not send the responses of batch %d", free.batch_id)
         free.done = replies.done
         try:
-            await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
+            if complete_to:
+                await self.completions.done(complete_to, free, together)
+            else:
+                await self.completions.free(free)
         except Exception:  # the scheduler expires the batch and returns the credit itself
             log.exception("could not report batch %d as done", free.batch_id)
 

@@ -41,6 +41,10 @@ class Replies:
         """A request nobody waits for any more (its deadline passed)."""
         self.done.append(RequestDone(request.rid, False))
 
+    def take(self, inbox: str) -> list[bytes]:
+        """The encoded answers for one gateway inbox, which the caller sends itself."""
+        return [encode(r) for r in self._by_inbox.pop(inbox, [])]
+
     async def send(self, nc: NATS, max_payload: int) -> None:
         """One message per gateway, split where it would pass the server's max_payload."""
         budget = max(64 * 1024, max_payload - 64 * 1024)

@@ -21,6 +21,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from services.worker.batches import BatchExecutor
+from services.worker.completions import Completions
 from services.worker.heartbeat import HeartbeatThread
 from services.worker.host import ModelHost
 from services.worker.instances import LoadedModel
@@ -67,7 +68,10 @@ class WorkerService:
         self.cancellations = Cancellations()
         outputs = Outputs(self.store)
         self.decoupled = DecoupledSenders(nc, outputs.streamed, self.cancellations)
-        self.batches = BatchExecutor(self.id, nc, self.store, outputs, self.cancellations, self.decoupled)
+        self.completions = Completions(nc, self.id)
+        self.batches = BatchExecutor(
+            self.id, nc, self.store, outputs, self.cancellations, self.decoupled, self.completions
+        )
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
         self.beats = HeartbeatThread(
@@ -80,6 +84,7 @@ class WorkerService:
     async def start(self) -> None:
         await self.store.start()
         await self.bls.start()
+        await self.completions.start()
         self._spawn(self.decoupled.run())
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
         await bus.subscribe(self.nc, self.subject, self._on_batch)

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 import tritonclient.utils.shared_memory as shm
 
-from tests.cluster import Running, running_cluster
+from tests.cluster import SHAPES, Running, running_cluster
+
+
+@pytest.fixture(scope="module", params=SHAPES)
+def shape(request: pytest.FixtureRequest) -> str:
+    """The scheduling modules run in both cluster shapes: each gateway hosting a scheduler replica
+    (the default) and standalone scheduler processes (tests/cluster.py, docs/design.md)."""
+    return str(request.param)
 
 
 @pytest.fixture

@@ -5,7 +5,17 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 import tritonclient.http.aio as aioclient
+
+from tests.cluster import Running, running_cluster
+
+
+@pytest.fixture(scope="module")
+def shoal(test_repository, shape) -> Running:
+    """The shared cluster's models, in each cluster shape (`shape`)."""
+    with running_cluster(test_repository, shape=shape) as running:
+        yield running
 
 
 def batch_counts(stats: dict) -> dict[int, int]:

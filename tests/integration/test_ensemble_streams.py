@@ -18,10 +18,10 @@ from tests.integration import stream_models
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, shape):
     root = tmp_path_factory.mktemp("ensemble_streams")
     stream_models.write_models(root)
-    with running_cluster(root) as running:
+    with running_cluster(root, shape=shape) as running:
         running.root = root
         yield running
 

@@ -19,9 +19,9 @@ from tests.integration import ensemble_models
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, shape):
     root = ensemble_models.build(tmp_path_factory.mktemp("ensembles"))
-    with running_cluster(root, allow_client_shm=True) as running:
+    with running_cluster(root, allow_client_shm=True, shape=shape) as running:
         yield running
 
 

@@ -39,7 +39,8 @@ def wait_serving(url: str, timeout: float = 60) -> None:
 
 @pytest.fixture(scope="module")
 def unsupervised(test_repository):
-    with running_cluster(test_repository, supervise=False, request_timeout_s=1.5) as running:
+    # standalone: a scheduler process that can be gone while its gateway lives
+    with running_cluster(test_repository, supervise=False, request_timeout_s=1.5, shape="standalone") as running:
         yield running
 
 

@@ -14,7 +14,7 @@ from tests.cluster import running_cluster
 from tests.integration.test_scheduling_policies import config
 
 
-def test_shared_resource_serialises_executions(tmp_path):
+def test_shared_resource_serialises_executions(tmp_path, shape):
     limiter = 'rate_limiter { resources [ { name: "R" count: 1 } ] }'
     for name in ("rl_a", "rl_b"):
         text = config(name, "").replace("count: 1 kind: KIND_CPU", f"count: 1 kind: KIND_CPU {limiter}")
@@ -27,6 +27,7 @@ def test_shared_resource_serialises_executions(tmp_path):
         trace_file=str(trace),
         trace_level="TIMESTAMPS",
         trace_rate=1,
+        shape=shape,
     ) as running:
 
         def send(model: str) -> None:

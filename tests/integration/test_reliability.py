@@ -1,8 +1,10 @@
 """Faults under load that must not leave a request to its deadline (docs/reliability.md):
-a scheduler killed while it holds queued requests, a worker killed while requests wait at it."""
+a scheduler killed while it holds queued requests (a standalone one, or a gateway with the
+scheduler it co-hosts), a worker killed while requests wait at it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -16,6 +18,7 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
+from shoal.status import collect
 from tests.cluster import identity_config, running_cluster
 from tests.integration.ensemble_models import write_python
 from tests.serving import command_of, descendants, wait_until
@@ -44,16 +47,30 @@ def call(url: str, model: str, value: np.ndarray, parameters: dict | None = None
     return time.monotonic(), result
 
 
-@pytest.mark.timeout(300)
-def test_requests_held_by_a_killed_scheduler_end_within_seconds(tmp_path):
-    # a 4 s batching delay: requests sit in the scheduler's queue when it is killed
+def write_held(root) -> None:
+    """A 4 s batching delay: requests sit in the scheduler's queue when it is killed."""
     examples.write_model(
-        tmp_path,
+        root,
         "held",
         examples.identity_graph(TensorProto.FLOAT, 2, "held"),
         identity_config("held", "FP32", 8, "dynamic_batching { max_queue_delay_microseconds: 4000000 }\n"),
     )
-    with running_cluster(tmp_path, request_timeout_s=30) as running:
+
+
+def check_held_requests_end(results: list, killed: float, value: np.ndarray) -> None:
+    for _, result in results:
+        if isinstance(result, InferenceServerException):
+            assert result.status() == "503" and "scheduler" in result.message(), result
+        else:
+            assert np.array_equal(result, value)
+    latest = max(ended for ended, _ in results) - killed
+    assert latest < 5, f"requests held by the dead scheduler ended {latest:.1f}s after the kill"
+
+
+@pytest.mark.timeout(300)
+def test_requests_held_by_a_killed_scheduler_end_within_seconds(tmp_path):
+    write_held(tmp_path)
+    with running_cluster(tmp_path, request_timeout_s=30, shape="standalone") as running:
         value = np.arange(4, dtype=np.float32).reshape(1, 4)
         assert np.array_equal(call(running.url, "held", value)[1], value)  # a batch of one after 4 s
         with ThreadPoolExecutor(4) as pool:
@@ -62,15 +79,49 @@ def test_requests_held_by_a_killed_scheduler_end_within_seconds(tmp_path):
             killed = time.monotonic()
             os.kill(running.cluster.child("scheduler").process.pid, signal.SIGKILL)
             results = [f.result() for f in futures]
-        for _, result in results:
-            if isinstance(result, InferenceServerException):
-                assert result.status() == "503" and "scheduler" in result.message(), result
-            else:
-                assert np.array_equal(result, value)
-        latest = max(ended for ended, _ in results) - killed
-        assert latest < 5, f"requests held by the dead scheduler ended {latest:.1f}s after the kill"
+        check_held_requests_end(results, killed, value)
         # the restarted scheduler serves again
         wait_until(lambda: not isinstance(call(running.url, "held", value)[1], Exception), 30, "no recovery")
+
+
+def lease_holder(running) -> str | None:
+    """The id of the scheduler replica serving `held` (a co-hosted one has its gateway's id)."""
+    for service in asyncio.run(collect(running.nats.url, wait=0.2)):
+        if service["name"] == "shoal-scheduler" and "held" in service["status"].get("owned", []):
+            return service["metadata"]["instance"]
+    return None
+
+
+@pytest.mark.timeout(300)
+def test_requests_queued_at_a_killed_gateways_scheduler_end_within_seconds(tmp_path):
+    """Co-hosted: a gateway dies with its scheduler replica and the requests other gateways sent
+    it; they end within seconds, and the other replica takes the model over."""
+    write_held(tmp_path)
+    with running_cluster(tmp_path, request_timeout_s=30, gateways=2, supervise=False, shape="cohost") as running:
+        gateways = {g.gateway_id: g for g in (running.cluster.gateway, *running.cluster.more_gateways)}
+        wait_until(lambda: lease_holder(running) is not None, 30, "no replica serves the model")
+        owner = lease_holder(running)
+        other = next(g for gid, g in gateways.items() if gid != owner)
+        url = f"127.0.0.1:{other.http_port}"  # its requests go over the bus to the owner's replica
+        value = np.arange(4, dtype=np.float32).reshape(1, 4)
+        # first, one batch of both gateways' requests (a full batch of 8 leaves at once): each
+        # gateway gets its answers, and the credit comes back (the next batch runs)
+        urls = [f"127.0.0.1:{g.http_port}" for g in gateways.values()] * 4
+        for _ in range(2):
+            with ThreadPoolExecutor(8) as pool:
+                assert all(np.array_equal(r, value) for _, r in pool.map(lambda u: call(u, "held", value), urls))
+        assert metric(running, "nv_inference_exec_count", "held") == 2
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(call, url, "held", value) for _ in range(4)]
+            wait_until(lambda: metric(running, "nv_inference_pending_request_count", "held") == 4, 10, "not queued")
+            dying = next(c for c in running.cluster.children if c.settings is gateways[owner])
+            killed = time.monotonic()
+            dying.process.kill()
+            results = [f.result() for f in futures]
+        check_held_requests_end(results, killed, value)
+        # the lease expires and the surviving gateway's replica takes the model over
+        wait_until(lambda: lease_holder(running) == other.gateway_id, 30, "no takeover")
+        wait_until(lambda: not isinstance(call(url, "held", value)[1], Exception), 30, "no recovery")
 
 
 @pytest.mark.timeout(300)

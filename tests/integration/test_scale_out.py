@@ -133,7 +133,8 @@ def test_scheduler_replicas_divide_the_models_and_take_over(tmp_path):
     from shoal.status import collect
 
     write_examples(tmp_path)
-    with running_cluster(tmp_path, schedulers=2, supervise=False, request_timeout_s=5) as running:
+    # standalone replicas (co-hosted ones die with their gateway: test_reliability.py)
+    with running_cluster(tmp_path, schedulers=2, supervise=False, request_timeout_s=5, shape="standalone") as running:
         client = httpclient.InferenceServerClient(running.url, network_timeout=30)
 
         def infer(model: str) -> None:

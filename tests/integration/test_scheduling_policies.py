@@ -85,7 +85,7 @@ def root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def slow(root):
+def slow(root, shape):
     for name, batching in POLICIES.items():
         size = 2048  # ~0.3 s an execution: long enough to queue requests behind it, whatever the machine
         examples.write_model(root, name, examples.slow_graph(size), config(name, batching))
@@ -93,7 +93,7 @@ def slow(root):
         (root / name / "1").mkdir(parents=True)
         (root / name / "1" / "model.py").write_text(textwrap.dedent(SLEEPY))
         (root / name / "config.pbtxt").write_text(sleepy_config(name, max_batch_size, batching, root / f"{name}.gate"))
-    with running_cluster(root, worker={"intra_op_threads": 1}) as running:
+    with running_cluster(root, worker={"intra_op_threads": 1}, shape=shape) as running:
         models = [*POLICIES, *SLEEPY_MODELS]
         wait_until(lambda: all(gauge(running, "shoal_queue_free_credits", m) == CREDITS for m in models), 60)
         yield running

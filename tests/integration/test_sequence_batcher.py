@@ -166,7 +166,7 @@ def _python_model(
 
 
 @pytest.fixture(scope="module")
-def seq_cluster(tmp_path_factory):
+def seq_cluster(tmp_path_factory, shape):
     root = tmp_path_factory.mktemp("sequences")
     _python_model(root, "py_acc", count=2)  # 2 workers x 2 instances x 4 slots
     _python_model(
@@ -180,7 +180,7 @@ def seq_cluster(tmp_path_factory):
     )
     (root / "acc_pipeline" / "1").mkdir(parents=True)  # an ensemble whose step is a sequence model
     (root / "acc_pipeline" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
-    with running_cluster(root, workers=2, worker={"credits_per_instance": 1}) as running:
+    with running_cluster(root, workers=2, worker={"credits_per_instance": 1}, shape=shape) as running:
         # ready means one instance is; these tests count slots, so wait for every instance of both workers
         instances = {"py_acc": 4, "py_oldest": 2, "py_one": 2, "py_idle": 2, "onnx_acc": 2, "onnx_oldest": 2}
         wait_until(

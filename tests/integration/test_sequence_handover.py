@@ -93,7 +93,9 @@ def check_residue(running, old: str, new: str, sequences: Sequences) -> None:
 def test_live_sequences_survive_a_joining_replica_and_a_clean_shutdown(tmp_path):
     for name in (MODEL, "py_zz"):
         _python_model(tmp_path, name, count=2)  # 2 instances x 4 slots
-    with running_cluster(tmp_path, schedulers=2, supervise=False, worker={"credits_per_instance": 1}) as running:
+    with running_cluster(
+        tmp_path, schedulers=2, supervise=False, worker={"credits_per_instance": 1}, shape="standalone"
+    ) as running:
         first = running.cluster.child("scheduler")
         second = running.cluster.child("scheduler-1")
         first_id, second_id = first.settings.scheduler_id, second.settings.scheduler_id

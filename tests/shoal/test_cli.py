@@ -171,7 +171,7 @@ def test_shoal_serve_end_to_end(tmp_path):
         with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as grpc_client:
             assert grpc_client.is_server_ready()
         children = children_of(serve.pid)
-        assert len(children) == 6  # nats-server, repository, scheduler, 2 workers, gateway
+        assert len(children) == 5  # nats-server, repository, 2 workers, gateway (the scheduler is in it)
     finally:
         serve.send_signal(signal.SIGTERM)
         code = serve.wait(60)
@@ -193,6 +193,21 @@ def test_schedulers_and_gateways_flags_build_replicas(tmp_path):
     ids = [cluster.scheduler.scheduler_id] + [s.scheduler_id for s in cluster.more_schedulers]
     assert len(ids) == 3 and len(set(ids)) == 3  # replicas: each its own id on the bus
     assert len(cluster.more_gateways) == 1 and cluster.more_gateways[0].gateway_id != cluster.gateway.gateway_id
+    assert cluster.gateway.cohost_scheduler and cluster.more_gateways[0].cohost_scheduler
     assert build_cluster(parse_serve([]), "nats://127.0.0.1:4222", tmp_path).more_schedulers == []
-    with pytest.raises(SystemExit, match="--schedulers must be at least 1"):
-        parse_serve(["--schedulers", "0"])
+
+
+def test_the_gateways_cohost_the_schedulers_unless_told_not_to(tmp_path):
+    from shoal.supervisor import build_cluster
+
+    url = "nats://127.0.0.1:4222"
+    default = build_cluster(parse_serve(["--rate-limit", "execution_count"]), url, tmp_path)
+    assert default.scheduler is None and default.more_schedulers == []  # no scheduler process
+    assert default.gateway.cohost_scheduler and default.gateway.rate_limit == "execution_count"
+    standalone = build_cluster(parse_serve(["--cohost-scheduler", "false"]), url, tmp_path)
+    assert not standalone.gateway.cohost_scheduler and standalone.scheduler is not None
+    assert standalone.more_schedulers == []
+    with pytest.raises(SystemExit, match="--schedulers must be at least 1 with --cohost-scheduler=false"):
+        parse_serve(["--cohost-scheduler", "false", "--schedulers", "0"])
+    with pytest.raises(SystemExit, match="--schedulers must not be negative"):
+        parse_serve(["--schedulers", "-1"])

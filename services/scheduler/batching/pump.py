@@ -27,6 +27,7 @@ from services.scheduler.batching.ratelimit import RateLimiter, instance_needs
 from services.scheduler.batching.replies import Replies
 from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.tasks import Tasks
+from shared import subjects
 from shared.logcontext import request_ids
 from shared.messages import ExecBatch, RequestHeader, SeqControl, encode
 from shared.model_config import ModelSpec
@@ -41,8 +42,13 @@ class Pump:
         limiter: RateLimiter,
         tasks: Tasks,
         sequences: Callable[[Pump], SequenceBatching],
+        local_inbox: str = "",
     ) -> None:
         self.nc = nc
+        # co-hosted in a gateway: a batch whose requests all came from that gateway's inbox is
+        # answered and completed there in one message (`ExecBatch.complete_to`)
+        self._local_prefix = f"{local_inbox}." if local_inbox else ""
+        self._local_done = subjects.batch_done(local_inbox) if local_inbox else ""
         self.limiter = limiter
         self.tasks = tasks
         self.queues: dict[Key, ModelQueue] = {}
@@ -234,6 +240,7 @@ class Pump:
             reason=reason,
             enqueued_ns=[p.enqueued_ns for p in batch] if any(p.header.trace for p in batch) else [],
             controls=controls or [],
+            complete_to=self._complete_to(batch),
         )
         try:
             await self.nc.publish(slot.subject, encode(message))
@@ -248,6 +255,12 @@ class Pump:
         self.flights.start(batch_id, InFlight(queue.key, slot, batch, now))
         self.limiter.acquire(queue.need(slot.instance), slot.worker, (slot.worker, queue.key, slot.instance))
         return True
+
+    def _complete_to(self, batch: list[Pending]) -> str:
+        prefix = self._local_prefix
+        if prefix and all(p.header.reply.startswith(prefix) for p in batch):
+            return self._local_done
+        return ""
 
     def _flight_ended(self, flight: InFlight) -> None:
         queue = self.queue(*flight.key)
