@@ -31,7 +31,8 @@ from pathlib import Path
 
 from shared.natsserver import NatsServer, free_port
 
-NUMPY_ZERO = {"BYTES": "", "BOOL": False}
+ITEM_SIZE = {"BOOL": 1, "INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BF16": 2, "INT32": 4}
+ITEM_SIZE |= {"UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8}
 
 
 def wait_until(condition, timeout: float, what: str) -> None:
@@ -51,36 +52,48 @@ def ready(port: int, model: str) -> bool:
         return False
 
 
-def request_body(port: int, model: str) -> bytes:
-    """A JSON request with every input of the model, batch 1, variable dimensions at 16."""
+def request_body(port: int, model: str) -> tuple[bytes, dict[str, str]]:
+    """What perf_analyzer sends: every input at batch 1 (variable dimensions at 16) in the binary
+    tensor extension, every output asked for as binary."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     conn.request("GET", f"/v2/models/{model}")
     meta = json.loads(conn.getresponse().read())
-    inputs = []
+    conn.request("GET", f"/v2/models/{model}/config")
+    batching = json.loads(conn.getresponse().read()).get("max_batch_size", 0) > 0
+    inputs, raw = [], b""
     for spec in meta["inputs"]:
         shape = [16 if d == -1 else d for d in spec["shape"]]
+        if batching:
+            shape[0] = 1
         count = 1
         for d in shape:
             count *= d
+        data = bytes(count * ITEM_SIZE[spec["datatype"]])
         inputs.append(
             {
                 "name": spec["name"],
                 "shape": shape,
                 "datatype": spec["datatype"],
-                "data": [NUMPY_ZERO.get(spec["datatype"], 1)] * count,
+                "parameters": {"binary_data_size": len(data)},
             }
         )
-    return json.dumps({"inputs": inputs}).encode()
+        raw += data
+    outputs = [{"name": o["name"], "parameters": {"binary_data": True}} for o in meta["outputs"]]
+    header = json.dumps({"inputs": inputs, "outputs": outputs}).encode()
+    return header + raw, {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(header)),
+    }
 
 
-def load(port: int, model: str, body: bytes, total: int, concurrency: int) -> None:
+def load(port: int, model: str, request: tuple[bytes, dict[str, str]], total: int, concurrency: int) -> None:
     """`total` requests over `concurrency` keep-alive connections; every answer must be 200."""
     failures: list[str] = []
 
     def one_connection(n: int) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         for _ in range(n):
-            conn.request("POST", f"/v2/models/{model}/infer", body, {"Content-Type": "application/json"})
+            conn.request("POST", f"/v2/models/{model}/infer", *request)
             response = conn.getresponse()
             data = response.read()
             if response.status != 200:

@@ -77,7 +77,7 @@ async def natsrpy_requester(url: str) -> tuple[Callable[[bytes], Awaitable[None]
         await requester.publish("bench.req", key + PAYLOAD, reply="bench.inbox")
 
     async def close() -> None:
-        await subscription.unsubscribe()  # natsrpy drops a subscription whose object is collected
+        await subscription.unsubscribe()
         await requester.shutdown()
 
     return send, close
