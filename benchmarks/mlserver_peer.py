@@ -108,12 +108,17 @@ def wrk(port: int, model: str, script: Path, seconds: int) -> dict:
     url = f"http://127.0.0.1:{port}/v2/models/{model}/infer"
     cmd = ["wrk", "-t1", f"-c{CONCURRENCY}", f"-d{seconds}s", "--latency", "-s", str(script), url]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
-    rate = re.search(r"Requests/sec:\s+([\d.]+)", r.stdout)
-    p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)\b", r.stdout)
-    count = re.search(r"(\d+) requests in", r.stdout)
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", r.stdout)
-    if rate is None or p50 is None or count is None or errors is not None or "HTTP " in r.stderr:
-        return {"error": (r.stderr or r.stdout).strip()[-300:]}
+    return parse_wrk(r.stdout, r.stderr)
+
+
+def parse_wrk(stdout: str, stderr: str) -> dict:
+    """wrk's report as numbers; an error when any answer was not 200 (the script logs those)."""
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", stdout)
+    p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)\b", stdout)
+    count = re.search(r"(\d+) requests in", stdout)
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", stdout)
+    if rate is None or p50 is None or count is None or errors is not None or "HTTP " in stderr:
+        return {"error": (stderr or stdout).strip()[-300:]}
     scale = {"us": 1, "ms": 1e3, "s": 1e6}[p50.group(2)]
     return {"throughput": float(rate.group(1)), "p50_us": float(p50.group(1)) * scale, "requests": int(count.group(1))}
 
