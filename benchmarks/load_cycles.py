@@ -27,6 +27,7 @@ import tritonclient.http as httpclient  # noqa: E402
 
 from benchmarks.soak import rss_by_role  # noqa: E402
 from services.repository import examples  # noqa: E402
+from shared.natsserver import free_port  # noqa: E402
 from tests.serving import Serve  # noqa: E402
 
 
@@ -50,13 +51,23 @@ def jetstream(serve: Serve) -> dict[str, int]:
             jsz = json.loads(response.read())
     except (OSError, ValueError):
         return {}
-    return {key: int(jsz.get(key, 0)) for key in ("streams", "consumers", "messages", "bytes")}
+    found = {key: int(jsz.get(key, 0)) for key in ("streams", "consumers", "messages", "bytes")}
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{serve.monitor_port}/varz", timeout=5) as response:
+            varz = json.loads(response.read())
+    except (OSError, ValueError):
+        return found
+    # the server's own view: its RSS, and the interest it keeps (a leak of subscriptions shows here)
+    return {**found, "mem_kib": int(varz.get("mem", 0)) // 1024, "subscriptions": int(varz.get("subscriptions", 0))}
 
 
 def run(cycles: int, max_seconds: float, warmup: int, every: int) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="shoal-cycles-"))
     examples.write_examples(workdir / "models")
-    serve = Serve(workdir / "run", [f"--model-repository={workdir / 'models'}", "--model-control-mode=explicit"])
+    serve = Serve(
+        workdir / "run",
+        [f"--model-repository={workdir / 'models'}", "--model-control-mode=explicit", f"--grpc-port={free_port()}"],
+    )
     samples: list[tuple[int, dict[str, int]]] = []
     try:
         serve.start()

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import msgspec
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js.errors import BucketNotFoundError
+from nats.js.errors import BucketNotFoundError, NoStreamResponseError
 from nats.js.kv import KeyValue
 
 from shared import eager
@@ -24,6 +25,9 @@ from shared import eager
 T = TypeVar("T")
 ErrorCallback = Callable[[Exception], Awaitable[None]]
 _reconnects: weakref.WeakKeyDictionary[NATS, int] = weakref.WeakKeyDictionary()  # per connection
+Listener = Callable[[], object]
+# per connection: (called when it is lost, called when it is back), for those that must act on both
+_listeners: weakref.WeakKeyDictionary[NATS, list[tuple[Listener, Listener]]] = weakref.WeakKeyDictionary()
 log = logging.getLogger(__name__)
 
 
@@ -63,6 +67,8 @@ async def connect(url: str, name: str) -> NATS:
             log.debug("disconnected from nats (closing)")
         else:
             await outage.disconnected()
+            for lost, _ in _listeners.get(holder[0], []) if holder else []:
+                lost()
 
     async def reconnected_cb() -> None:
         outage.down = False
@@ -70,6 +76,8 @@ async def connect(url: str, name: str) -> NATS:
         log.info("reconnected to nats at %s", url.netloc if url else "?")
         if holder:  # watches restart: see `watch`
             _reconnects[holder[0]] = reconnects(holder[0]) + 1  # nats-py has no such counter
+            for _, back in _listeners.get(holder[0], []):
+                back()
 
     nc = await nats.connect(
         servers=[u.strip() for u in url.split(",") if u.strip()],
@@ -85,6 +93,12 @@ async def connect(url: str, name: str) -> NATS:
     )
     holder.append(nc)
     return nc
+
+
+def on_connection(nc: NATS, lost: Listener, back: Listener) -> None:
+    """`lost()` when `nc` (made by `connect`) loses its server, `back()` once it has reconnected
+    (its subscriptions restored; what was published meanwhile is flushed after that)."""
+    _listeners.setdefault(nc, []).append((lost, back))
 
 
 def cluster_size(nc: NATS) -> int:
@@ -125,26 +139,55 @@ async def bucket(nc: NATS, name: str, ttl: float | None = None) -> KeyValue:
     raise RuntimeError(f"cannot open JetStream KV bucket '{name}'")
 
 
+LEADERLESS_S = 15.0  # how long a KV write waits for its stream to have a leader again
+
+
+async def put(kv: KeyValue, key: str, value: bytes) -> int:
+    """`kv.put`, waiting out a stream without a leader (after the loss of the NATS node that led
+    it the others elect one within seconds: "no responders" / "no response from stream" meanwhile)."""
+    return await _leader_patient(lambda: kv.put(key, value))
+
+
+async def delete(kv: KeyValue, key: str) -> None:
+    """`kv.delete`, waiting out a stream without a leader as `put` does."""
+    await _leader_patient(lambda: kv.delete(key))
+
+
+async def _leader_patient(write: Callable[[], Awaitable[T]]) -> T:
+    deadline = asyncio.get_running_loop().time() + LEADERLESS_S
+    while True:
+        try:
+            return await write()
+        except (nats.errors.NoRespondersError, NoStreamResponseError, nats.errors.TimeoutError):
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.info("a KV stream has no leader yet; writing again")
+            await asyncio.sleep(0.25)
+
+
 KEYS_CONSUMER_IDLE_S = 5.0
 
 
 async def keys(kv: KeyValue) -> list[str]:
-    """The bucket's keys ([] when empty, or when the bus is away). nats-py's `kv.keys()` lists
-    them through an ephemeral consumer the server keeps for 5 minutes after use, and passes no
-    setting through: called every second (leases), hundreds piled up in nats-server
-    (benchmarks/load_cycles.py). Here the consumer goes 5 s after use."""
+    """The bucket's keys ([] when empty, or when the bus is away: `list_keys` tells the two apart)."""
     try:
-        watcher = await kv.watchall(ignore_deletes=True, meta_only=True, inactive_threshold=KEYS_CONSUMER_IDLE_S)
+        return await list_keys(kv)
     except Exception:
         return []
+
+
+async def list_keys(kv: KeyValue) -> list[str]:
+    """The bucket's keys; raises when they cannot be listed. nats-py's `kv.keys()` lists them
+    through an ephemeral consumer the server keeps for 5 minutes after use, and passes no
+    setting through: called every second (leases), hundreds piled up in nats-server
+    (benchmarks/load_cycles.py). Here the consumer goes 5 s after use."""
+    watcher = await kv.watchall(ignore_deletes=True, meta_only=True, inactive_threshold=KEYS_CONSUMER_IDLE_S)
     found: list[str] = []
     try:
         async for entry in watcher:
             if not entry:  # the end of the current values
                 break
             found.append(entry.key)
-    except Exception:
-        return []
     finally:
         with contextlib.suppress(Exception):
             await watcher.stop()  # type: ignore[no-untyped-call]
@@ -285,3 +328,121 @@ async def subscribe(nc: NATS, subject: str, cb: Callable[[Msg], Awaitable[None]]
         inline.put_nowait(sub._pending_queue.get_nowait())
     sub._pending_queue = inline  # type: ignore[assignment]
     return sub
+
+
+class _Synchronous:
+    """`_Inline` for a callback that is a plain function: it runs as its message is read, with
+    no coroutine to step, in a copy of the context (what it sets stays its own)."""
+
+    def __init__(self, sub: Subscription, cb: Callable[[Msg], None], error_cb: ErrorCallback) -> None:
+        self._sub, self._cb, self._error_cb = sub, cb, error_cb
+
+    def put_nowait(self, msg: Msg) -> None:
+        self._sub._pending_size -= len(msg.data)
+        try:
+            contextvars.copy_context().run(self._cb, msg)
+        except Exception as exc:  # as nats-py does: to the error callback, never into its read loop
+            eager.start(self._error_cb(exc))  # type: ignore[arg-type]
+
+    def qsize(self) -> int:
+        return 0
+
+    def empty(self) -> bool:
+        return True
+
+    def task_done(self) -> None:
+        pass
+
+    async def join(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+
+async def subscribe_now(nc: NATS, subject: str, cb: Callable[[Msg], None]) -> Subscription:
+    """`subscribe` for a callback that never waits (a plain function): it runs as its message is
+    read, without a coroutine per message. What it must wait for, it starts itself."""
+
+    async def unused(msg: Msg) -> None:  # nats-py wants a coroutine function; never called
+        cb(msg)
+
+    sub = await nc.subscribe(subject, cb=unused)
+    task = sub._wait_for_msgs_task
+    if task is not None:
+        task.cancel()
+    synchronous = _Synchronous(sub, cb, nc._error_cb)
+    while not sub._pending_queue.empty():
+        synchronous.put_nowait(sub._pending_queue.get_nowait())
+    sub._pending_queue = synchronous  # type: ignore[assignment]
+    return sub
+
+
+_CRLF = b"\r\n"
+
+
+class Outgoing(NamedTuple):
+    """A message for `publish_now` / `publish_all`."""
+
+    subject: str
+    payload: bytes
+    reply: str = ""
+
+
+def publish_now(nc: NATS, messages: list[Outgoing]) -> bool:
+    """Write `messages` to the socket in this call, when nothing waits in
+    nats-py's buffer to go before them: no flusher task to wake. False when it cannot (reconnecting,
+    draining, something queued): `publish_all` then queues them behind. Raises as `publish_all`
+    does for a message that cannot go (nothing goes then). For the hot path's few messages per
+    batch, whose subjects are built by `shared.subjects`."""
+    transport = nc._transport
+    if nc._pending or transport is None or nc._status != NATS.CONNECTED:
+        return False
+    if nc._flush_queue is None or not nc._flush_queue.empty():
+        return False
+    parts, _ = _commands(nc, messages)
+    transport.writelines(parts)
+    return True
+
+
+async def publish_all(nc: NATS, messages: list[Outgoing]) -> None:
+    """Publish `messages` in order, with one flush: what `nc.publish` does for
+    each, less its per-call cost (subject validation, a command built by copying the payload, a
+    flusher wake-up per message). While reconnecting it is `nc.publish` (its buffering rules)."""
+    if not nc.is_connected:
+        for subject, payload, reply in messages:
+            await nc.publish(subject, payload, reply=reply)
+        return
+    if nc.is_closed:
+        raise nats.errors.ConnectionClosedError
+    if nc.is_draining_pubs:
+        raise nats.errors.ConnectionDrainingError
+    parts, size = _commands(nc, messages)
+    nc._pending += parts
+    nc._pending_data_size += size
+    if 0 < nc._max_pending_size < nc._pending_data_size:
+        await nc._flush_pending(force_flush=True)
+    elif nc._flush_queue is not None and nc._flush_queue.empty():
+        await nc._flush_pending()
+
+
+def _commands(nc: NATS, messages: list[Outgoing]) -> tuple[list[bytes], int]:
+    """The PUB commands of `messages` as parts for `writelines` (the payloads are not copied), and
+    their size; nothing when one of them cannot go."""
+    for subject, payload, _ in messages:
+        if not subject:
+            raise nats.errors.BadSubjectError
+        if len(payload) > nc._max_payload:
+            raise nats.errors.MaxPayloadError
+    parts: list[bytes] = []
+    size = 0
+    for subject, payload, reply in messages:
+        if reply:
+            header = b"PUB %s %s %d\r\n" % (subject.encode(), reply.encode(), len(payload))
+        else:
+            header = b"PUB %s %d\r\n" % (subject.encode(), len(payload))
+        parts += (header, payload, _CRLF)
+        size += len(header) + len(payload) + 2
+        nc.stats["out_msgs"] += 1
+        nc.stats["out_bytes"] += len(payload)
+    return parts, size

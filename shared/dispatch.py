@@ -8,6 +8,12 @@ A scheduler that dies while it holds requests is noticed within about a second (
 shared/holders.py): requests that are safe to send again (not part of a sequence, not
 streamed from a decoupled model, deadline not reached) go to another scheduler (or the
 restarted one), the others fail at once with a 503 saying why (docs/reliability.md).
+
+The same holds when this process's own connection to NATS drops (its server killed, its host
+cut off): what was sent before is presumed lost with the connection. Once reconnected, the
+requests safe to send again are sent again and the others fail with a 503 saying why; if the
+bus is not back within `BUS_LOSS_GRACE_S`, every request in flight fails with a 503 then, and new
+ones fail at once until it is back. Nothing is left to its deadline.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
 
@@ -37,6 +45,8 @@ from shared.messages import (
 from shared.tensors import TensorStore
 
 log = logging.getLogger("shoal.gateway")
+BUS_LOSS_GRACE_S = 3.0  # a lost NATS connection not back by then: the requests in flight fail
+NOT_RESENT = "a sequence or decoupled request is not sent again: retry it"
 _response_decoder = msgspec.msgpack.Decoder(InferResponse)
 
 
@@ -99,13 +109,19 @@ class Dispatcher:
         self._flush_scheduled = False
         self._groups: dict[str, list[str]] = {}
         self._prefix = gateway_id
-        # rid -> (model, encoded request, safe to send again): kept while the request is pending
-        self._sent: dict[str, tuple[str, bytes, bool]] = {}
+        # rid -> (model, encoded request, safe to send again, connection epoch it was sent in):
+        # kept while the request is pending
+        self._sent: dict[str, tuple[str, bytes, bool, int]] = {}
         self.holders = Holders(nc, self._recover)
-        self.resent = 0  # requests sent again after their scheduler died
+        # requests sent again, by (model, why): "scheduler_lost" (its scheduler died), "bus_reconnect"
+        # (this process's NATS connection dropped after they were sent); /metrics shows them
+        self.resent: Counter[tuple[str, str]] = Counter()
+        self._epoch = 0  # connections lost so far: a request sent in an earlier epoch went with one
+        self._down_since: float | None = None
 
     async def start(self) -> None:
         await bus.subscribe(self.nc, f"{self.inbox}.*", self._on_reply)
+        bus.on_connection(self.nc, self._bus_lost, self._bus_back)
         self.holders.start()
 
     @property
@@ -166,7 +182,7 @@ class Dispatcher:
 
     def _enqueue(self, request: InferRequest, resendable: bool) -> None:
         raw = encode(request)
-        self._sent[request.rid] = (request.model, raw, resendable)
+        self._sent[request.rid] = (request.model, raw, resendable, self._epoch)
         self._send(request.model, request.rid, raw)
 
     def _send(self, model: str, rid: str, raw: bytes) -> None:
@@ -188,6 +204,11 @@ class Dispatcher:
                 del self._groups[key]
 
     async def _publish_group(self, model: str, requests: list[tuple[str, bytes]]) -> None:
+        down = self._down_since
+        if down is not None and time.monotonic() - down > BUS_LOSS_GRACE_S:  # not buffered for an outage
+            lost_for = time.monotonic() - down
+            self._fail([rid for rid, _ in requests], unavailable(f"no connection to NATS for {lost_for:.0f}s"))
+            return
         local = self.local
         if local is not None and local.owns(model):  # a function call; it dies with this process
             try:
@@ -229,18 +250,50 @@ class Dispatcher:
             sent = self._sent.get(rid)
             if sent is None or rid not in self._pending:
                 continue
-            model, raw, resendable = sent
+            model, raw, resendable, _ = sent
             if resendable:
-                self.resent += 1
+                self.resent[(model, "scheduler_lost")] += 1
                 self._send(model, rid, raw)
             else:
                 unsafe.append(rid)
+        self._fail(unsafe, unavailable(f"the scheduler holding the request stopped responding; {NOT_RESENT}"))
+
+    # -- this process's own connection to NATS ------------------------------------------
+    def _bus_lost(self) -> None:
+        self._epoch += 1
+        self._down_since = time.monotonic()
+        epoch = self._epoch
+        asyncio.get_running_loop().call_later(BUS_LOSS_GRACE_S, self._bus_still_lost, epoch)
+
+    def _bus_still_lost(self, epoch: int) -> None:
+        if self._down_since is None or epoch != self._epoch:
+            return  # back meanwhile (or lost again: that loss has its own timer)
+        rids = list(self._pending)
+        if rids:
+            log.warning("NATS not back after %.0fs: failing %d request(s) in flight", BUS_LOSS_GRACE_S, len(rids))
+        self._fail(rids, unavailable(f"the connection to NATS was lost and is not back after {BUS_LOSS_GRACE_S:.0f}s"))
+
+    def _bus_back(self) -> None:
+        """What was sent before the connection dropped may have been lost with it (in the server,
+        or its answer on the way back): send the safe requests again, fail the others now."""
+        self._down_since = None
+        unsafe, again = [], 0
+        for rid, (model, raw, resendable, epoch) in list(self._sent.items()):
+            if epoch == self._epoch or rid not in self._pending:
+                continue  # sent while reconnecting: nats-py held it and sends it now
+            if self.local is not None and self.local.owns(model):
+                continue  # queued in this process: its scheduler asks the workers what they hold (reconnected)
+            if resendable:
+                self.resent[(model, "bus_reconnect")] += 1
+                again += 1
+                self._sent[rid] = (model, raw, resendable, self._epoch)
+                self._send(model, rid, raw)
+            else:
+                unsafe.append(rid)
+        if unsafe or again:
+            log.warning("reconnected to NATS: %d request(s) in flight sent again, %d failed", again, len(unsafe))
         self._fail(
-            unsafe,
-            unavailable(
-                "the scheduler holding the request stopped responding; a sequence or decoupled request "
-                "is not sent again: retry it"
-            ),
+            unsafe, unavailable(f"the connection to NATS was lost while the request was in flight; {NOT_RESENT}")
         )
 
     async def _on_reply(self, msg: Msg) -> None:

@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from shared import lifeline
 
@@ -52,13 +52,15 @@ def find_binary() -> str:
     return found
 
 
-def wait_for_port(port: int, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
+def wait_for_port(
+    port: int, timeout: float, process: subprocess.Popen[bytes] | None = None, host: str = "127.0.0.1"
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"nats-server exited with code {process.returncode}")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            with socket.create_connection((host, port), timeout=0.2):
                 return
         except OSError:
             time.sleep(0.02)
@@ -67,7 +69,12 @@ def wait_for_port(port: int, timeout: float, process: subprocess.Popen[bytes] | 
 
 class NatsServer:
     """A JetStream-enabled nats-server on loopback, on free ports unless given; with `routes`,
-    one node of a cluster (see NatsCluster)."""
+    one node of a cluster (see NatsCluster).
+
+    On another host (tests/hosts.py): `host` is the address it listens on, `route_urls` the
+    cluster's routes as `host:port`, `prefix` the command that runs it there (entering the
+    host's network namespace), and `ping_interval_s` how soon a silent peer (a route across a
+    partition) is given up: nats-server's default is two minutes."""
 
     def __init__(
         self,
@@ -78,6 +85,10 @@ class NatsServer:
         name: str = "shoal",
         route_port: int = 0,
         routes: list[int] | None = None,
+        host: str = "127.0.0.1",
+        route_urls: list[str] | None = None,
+        prefix: list[str] | None = None,
+        ping_interval_s: float | None = None,
     ) -> None:
         self.port = port or free_port()
         self.monitor_port = monitor_port or free_port()
@@ -86,26 +97,33 @@ class NatsServer:
         self.name = name
         self.route_port = route_port
         self.routes = routes or []
+        self.host = host
+        self.route_urls = route_urls if route_urls is not None else [f"127.0.0.1:{p}" for p in self.routes]
+        self.prefix = prefix or []
+        self.ping_interval_s = ping_interval_s
         self.log_path = Path(self.store_dir) / "nats-server.log"
         self.process: subprocess.Popen[bytes] | None = None
         self._log: BinaryIO | None = None
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"nats://{self.host}:{self.port}"
 
     def config(self) -> str:
         lines = [
             f'server_name: "{self.name}"',
-            f"listen: 127.0.0.1:{self.port}",
-            f"http: 127.0.0.1:{self.monitor_port}",
+            f"listen: {self.host}:{self.port}",
+            f"http: {self.host}:{self.monitor_port}",
             f'jetstream {{ store_dir: "{self.store_dir}" }}',
         ]
         if self.max_payload:
             lines.append(f"max_payload: {self.max_payload}")
+        if self.ping_interval_s:  # a peer that misses two pings is cut off, its interest dropped
+            lines += [f'ping_interval: "{self.ping_interval_s}s"', "ping_max: 2"]
         if self.route_port:
-            routes = ", ".join(f"nats-route://127.0.0.1:{p}" for p in self.routes if p != self.route_port)
-            lines.append(f"cluster {{ name: shoal, listen: 127.0.0.1:{self.route_port}, routes: [{routes}] }}")
+            own = f"{self.host}:{self.route_port}"
+            routes = ", ".join(f"nats-route://{url}" for url in self.route_urls if url != own)
+            lines.append(f"cluster {{ name: shoal, listen: {own}, routes: [{routes}] }}")
         return "\n".join(lines) + "\n"
 
     def start(self, timeout: float = 15.0) -> NatsServer:
@@ -115,9 +133,12 @@ class NatsServer:
             self._log.close()
         self._log = open(self.log_path, "ab")
         self.process = lifeline.popen(
-            [find_binary(), "-c", str(path)], stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            [*self.prefix, find_binary(), "-c", str(path)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-        wait_for_port(self.port, timeout, self.process)
+        wait_for_port(self.port, timeout, self.process, self.host)
         return self
 
     @property
@@ -146,10 +167,16 @@ class NatsServer:
     def healthy(self) -> bool:
         """`/healthz`: the server accepts clients and its JetStream is up (clustered: has a meta leader)."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor_port}/healthz", timeout=1) as response:
+            with urllib.request.urlopen(f"http://{self.host}:{self.monitor_port}/healthz", timeout=1) as response:
                 return bool(json.loads(response.read()).get("status") == "ok")
         except (urllib.error.URLError, OSError, ValueError):
             return False
+
+    def monitor(self, path: str) -> dict[str, Any]:
+        """A monitoring endpoint's JSON (`varz`, `jsz?streams=true`, `connz`, `routez`)."""
+        with urllib.request.urlopen(f"http://{self.host}:{self.monitor_port}/{path}", timeout=5) as response:
+            found: dict[str, Any] = json.loads(response.read())
+        return found
 
     def wait_healthy(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

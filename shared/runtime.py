@@ -58,14 +58,29 @@ def run_service(main: Callable[[asyncio.Event], Awaitable[None]], name: str = "s
     profile_dir = os.environ.get("SHOAL_PROFILE_DIR")
     profiler = _start_profile() if profile_dir else None
     try:
-        if uvloop is not None:
-            uvloop.run(wrapper())
-        else:
-            asyncio.run(wrapper())
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop is not None else None) as runner:
+            try:
+                runner.run(wrapper())
+            except (Exception, SystemExit):  # SystemExit: uvicorn's answer to a socket it cannot bind
+                fail(name)  # before the runner's cleanup, which can wait forever
     finally:
         if profiler is not None and profile_dir:
             profiler.disable()
             profiler.dump_stats(os.path.join(profile_dir, f"{name}-{os.getpid()}.prof"))
+
+
+def fail(name: str) -> None:
+    """End a service whose `main` raised, at once, with the reason on stderr.
+
+    Not through the runner's cleanup: it cancels every task the service started and waits for
+    each, and a task that outlives its cancel (a bus watcher mid-retry) held a failed gateway
+    for the whole exit timeout, deaf to SIGTERM (issue 28 item 14).
+    """
+    logging.getLogger(f"shoal.{name}").critical("%s failed", name, exc_info=True)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def _start_profile() -> cProfile.Profile:

@@ -18,6 +18,9 @@ INSTANCE_FREE = f"{PREFIX}.sched.free"
 # scheduler -> all workers: re-announce free instances (a scheduler (re)started)
 RESYNC = f"{PREFIX}.worker.resync"
 WORKER_HEARTBEAT = f"{PREFIX}.worker.heartbeat"
+# worker -> schedulers: the batches it holds, after a reconnect; scheduler -> workers: say them (after its own)
+WORKER_HOLDINGS = f"{PREFIX}.sched.holdings"
+HOLDINGS_ASK = f"{PREFIX}.worker.holdings.ask"
 WORKER_METRICS = (
     f"{PREFIX}.worker.metrics"  # worker -> every gateway, with each heartbeat: python models' custom metrics
 )
@@ -32,6 +35,9 @@ SCHEDULER_RESIDUE = f"{PREFIX}.sched.residue"
 REPOSITORY_INDEX = f"{PREFIX}.repository.index"
 REPOSITORY_LOAD = f"{PREFIX}.repository.load"
 REPOSITORY_UNLOAD = f"{PREFIX}.repository.unload"
+REPOSITORY_DEMAND = f"{PREFIX}.repository.demand"  # on-demand mode: load this model for a waiting request
+REPOSITORY_MODELS = f"{PREFIX}.repository.models"  # on-demand figures for /metrics: memory, evictions, loads
+SCHEDULER_USAGE = f"{PREFIX}.sched.usage"  # which models requests wait on, run on or hold a sequence on
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -93,6 +99,11 @@ def worker_undelivered(worker_id: str) -> str:
 def worker_resync(worker_id: str) -> str:
     """One worker: announce your idle credits again."""
     return f"{PREFIX}.worker.{worker_id}.resync"
+
+
+def worker_alive(worker_id: str) -> str:
+    """One worker process answers here while its NATS connection lives (shared/liveness.py)."""
+    return f"{PREFIX}.worker.{worker_id}.alive"
 
 
 def worker_report(worker_id: str) -> str:

@@ -43,6 +43,10 @@ from shoal.ports import busy_endpoint
 log = logging.getLogger("shoal.serve")
 
 
+class StartFailed(RuntimeError):
+    """A service exited before the cluster was ready (`Cluster.fail_fast`)."""
+
+
 @dataclass
 class Child:
     name: str
@@ -66,7 +70,12 @@ class Cluster:
     supervise: bool = True  # restart services that exit (tests switch it off to see them gone)
     more_gateways: list[GatewaySettings] = field(default_factory=list)  # behind a load balancer
     more_schedulers: list[SchedulerSettings] = field(default_factory=list)  # replicas sharing the models
+    # a service that exits before wait_ready returns ends the start (shoal serve: tritonserver exits when
+    # anything fails at start) instead of being restarted, which repeats the failure until the ready timeout
+    fail_fast: bool = False
+    failure: str = ""
     children: list[Child] = field(default_factory=list)
+    _ready: threading.Event = field(default_factory=threading.Event)
     _stopping: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> "Cluster":
@@ -102,6 +111,10 @@ class Cluster:
             for child in self.children:
                 code = child.process.poll() if child.process else None
                 if code is None or self._stopping.is_set():
+                    continue
+                if self.fail_fast and not self._ready.is_set():
+                    self.failure = f"{child.name} exited with code {code} while starting (its reason is logged above)"
+                    child.process = None  # not restarted: wait_ready raises StartFailed
                     continue
                 child.restarts += 1
                 delay = min(5.0, 0.2 * 2 ** min(child.restarts, 5)) if time.monotonic() - child.started < 5 else 0.2
@@ -159,15 +172,18 @@ class Cluster:
         deadline = time.monotonic() + timeout
         index: list[dict] = []
         while time.monotonic() < deadline and not (cancel is not None and cancel.is_set()):
+            if self.failure:
+                raise StartFailed(self.failure)
             try:
                 request = urllib.request.Request(f"{self.base_url}/v2/repository/index", data=b"", method="POST")
                 with urllib.request.urlopen(request, timeout=2) as response:
                     index = json.loads(response.read())
                 loaded = all(e.get("state") != "LOADING" for e in index) and (
-                    self.repository.model_control_mode == "explicit" or all("state" in e for e in index)
+                    self.repository.model_control_mode in ("explicit", "on-demand") or all("state" in e for e in index)
                 )
                 # the statistics endpoint answers only once a scheduler is on the bus
                 if loaded and self._get("/v2/models/stats") == 200:
+                    self._ready.set()
                     return index
             except (urllib.error.URLError, OSError, ValueError):
                 pass
@@ -252,6 +268,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         strict_model_config=args.strict_model_config,
         repository_poll_secs=args.repository_poll_secs,
         unload_timeout_s=args.exit_timeout_secs,
+        pin_model=args.pin_model,
     )
     workers = [
         WorkerSettings(
@@ -259,6 +276,8 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
             tensor_transport=args.tensor_transport,
             python_isolation=args.python_isolation,
             model_load_thread_count=args.model_load_thread_count,
+            model_memory_budget=args.model_memory_budget,
+            max_loaded_models=args.max_loaded_models,
         )
         for _ in range(args.workers)
     ]
@@ -335,7 +354,9 @@ def serve(args: argparse.Namespace) -> int:
         nats = NatsServer(monitor_port=args.nats_monitor_port).start()
         nats_url = nats.url
         log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
-    cluster = build_cluster(args, nats_url, repository).start()
+    cluster = build_cluster(args, nats_url, repository)
+    cluster.fail_fast = True
+    cluster.start()
     from shoal.status import forget_serve, record_serve
 
     state = record_serve(args.http_port, nats_url, str(repository))
@@ -360,7 +381,7 @@ def serve(args: argparse.Namespace) -> int:
         while not stop.wait(0.5):
             if nats is not None:
                 keep_nats_alive(nats)
-    except TimeoutError as exc:
+    except (TimeoutError, StartFailed) as exc:
         log.error("%s", exc)
         code = 1
     finally:

@@ -137,16 +137,19 @@ def running_cluster(
     schedulers: int = 1,
     workers_settings: list[dict] | None = None,
     nats_nodes: int = 1,
+    nats_server: NatsServer | None = None,
     shape: str = "",
     **gateway: object,
 ) -> Iterator[Running]:
     """`nats_nodes` > 1: a NATS cluster of that many servers (routes, clustered JetStream);
-    the services get every node's URL. `shape` (default `DEFAULT_SHAPE`): "cohost", each gateway
+    the services get every node's URL. `nats_server`: a started one the caller owns (and stops);
+    `worker={"nats_url": ...}` then lets the workers reach it another way (tests/proxy.py).
+    `shape` (default `DEFAULT_SHAPE`): "cohost", each gateway
     hosts a scheduler replica and `schedulers` - 1 standalone ones join it ("scheduler-1", ...);
     "standalone": `schedulers` scheduler processes ("scheduler", "scheduler-1", ...)."""
     cohost = (shape or DEFAULT_SHAPE) == "cohost"
     scheduling = {"worker_timeout_s": 3, **(scheduler or {})}
-    nats: Any = (
+    nats: Any = nats_server or (
         NatsServer(max_payload=max_payload).start()
         if nats_nodes <= 1
         else NatsCluster(nats_nodes, max_payload=max_payload).start()
@@ -173,7 +176,7 @@ def running_cluster(
         None if cohost else standalone[0],
         RepositorySettings(**common, model_repository=str(root), **{"worker_timeout_s": 3, **(repository or {})}),
         [
-            WorkerSettings(**common, tensor_transport=transport, heartbeat_s=0.5, **(worker or {}), **extra)
+            WorkerSettings(**{**common, "tensor_transport": transport, "heartbeat_s": 0.5, **(worker or {}), **extra})
             for extra in (workers_settings or [{}] * workers)
         ],
         supervise=supervise,
@@ -188,4 +191,5 @@ def running_cluster(
         yield Running(nats, cluster)
     finally:
         cluster.stop(timeout=10)
-        nats.stop()
+        if nats_server is None:
+            nats.stop()

@@ -13,12 +13,15 @@ from services.gateway.grpc import server as grpc_server
 from services.gateway.http.app import build_app
 from services.gateway.http.listener import http_sockets
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
+from services.gateway.metrics import models as model_metrics
 from services.gateway.metrics.custom import CustomMetrics
-from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app
+from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
+from services.gateway.metrics.quantiles import parse_quantiles
 from services.inference import trace
 from services.inference.cache import ResponseCache
 from services.inference.core import InferenceCore
 from services.inference.models import ModelRegistry
+from services.inference.on_demand import DemandLoads
 from services.inference.server import InferenceServer
 from services.inference.shm import ShmRegistry
 from services.inference.statistics import scheduler_stats
@@ -42,9 +45,7 @@ class _Server(uvicorn.Server):
 
 
 def metrics_options(settings: GatewaySettings) -> MetricsOptions:
-    quantiles = tuple(
-        (float(q), float(e)) for q, _, e in (p.partition(":") for p in settings.summary_quantiles.split(",") if p)
-    )
+    quantiles = parse_quantiles(settings.summary_quantiles)
     return MetricsOptions(
         settings.counter_latencies,
         settings.summary_latencies,
@@ -65,6 +66,7 @@ def tracer(settings: GatewaySettings) -> trace.Tracer:
 
 
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
+    options = metrics_options(settings)  # read before anything starts: what it logs comes first
     nc = await bus.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
     await follow(nc, "gateway")
     store = TensorStore(nc, settings.gateway_id, settings.inline_max_bytes, settings.tensor_transport)
@@ -93,6 +95,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         ResponseCache(settings.cache_bytes) if settings.cache_bytes > 0 else None,
         requests_tracer,
         cache_event,
+        DemandLoads(nc, registry, settings.request_timeout_s),
     )
     server = InferenceServer(
         nc,
@@ -131,7 +134,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     await custom.start(nc)
 
     async def custom_metrics() -> list[str]:
-        return custom.lines()
+        return model_metrics.render(await model_metrics.fetch(nc)) + custom.lines() + resent_lines(dispatcher.resent)
 
     servers = [
         _Server(
@@ -151,7 +154,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         servers.append(
             _Server(
                 uvicorn.Config(
-                    build_metrics_app(metrics_stats, metrics_options(settings), custom_metrics),
+                    build_metrics_app(metrics_stats, options, custom_metrics),
                     host=settings.metrics_address or settings.http_address,
                     port=settings.metrics_port,
                     log_level="warning",

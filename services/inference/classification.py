@@ -25,7 +25,7 @@ def classify(out: OutputTensor, count: int, batching: bool, labels: list[str] | 
         for index in np.argsort(-row.astype(np.float64), kind="stable")[:k]:
             value = row[index]
             text = f"{value:.6f}" if out.datatype.startswith("FP") else str(int(value))
-            label = f":{labels[index]}" if labels and index < len(labels) else ""
+            label = f":{labels[index]}" if labels and index < len(labels) and labels[index] else ""
             result.append(f"{text}:{index}{label}".encode())
     array = np.empty(len(result), dtype=object)
     array[:] = result

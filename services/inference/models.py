@@ -112,6 +112,22 @@ class ModelRegistry:
             raise unavailable(f"Request for unknown model: '{name}' version {int(version)} is not at ready state")
         return self.specs[name], int(version)
 
+    def labels(self, name: str, output: str, depth: int = 0) -> list[str] | None:
+        """The classification labels of a model's output: its own `label_filename`, or for an
+        ensemble's output without one, the labels of the step's model that produces it (Triton's
+        core completes an ensemble's label provider so: `model_lifecycle.cc`)."""
+        record = self.records.get(name)
+        if record is None or depth > 16:  # an ensemble graph is acyclic; the bound is a guard
+            return None
+        own = record.labels.get(output)
+        if own is not None or not is_ensemble(record.active_config):
+            return own
+        for step in record.active_config.get("ensemble_scheduling", {}).get("step", []):
+            for member_output, tensor in step.get("output_map", {}).items():
+                if tensor == output:
+                    return self.labels(step["model_name"], member_output, depth + 1)
+        return None
+
     def is_ready(self, name: str, version: str = "") -> bool:
         try:
             self.resolve(name, version)

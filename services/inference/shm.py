@@ -31,18 +31,21 @@ _UINT64_MAX = 2**64 - 1
 
 
 def check_key(name: str, key: str) -> None:
-    """A POSIX shm name as shm_open takes it: one leading '/', no other '/', not '.'/'..'.
+    """Triton's ValidateSharedMemoryKey (`src/common.cc`), then a POSIX shm name as glibc's
+    shm_open takes it: leading '/'s dropped, no other '/', not '.'/'..'.
 
     Anything else could name a file outside /dev/shm (Triton's shm_open fails on it: its text);
     Shoal's own segments are refused too, so a client cannot read or write another client's tensors.
     """
-    if TRITON_RESERVED_PREFIX in key:
+    bare = key.lstrip("/")
+    if not bare:
+        raise invalid(f"cannot register shared memory region '{name}' - invalid shm key '{key}'")
+    if bare.startswith(TRITON_RESERVED_PREFIX):
         raise invalid(
             f"cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved "
             f"prefix '{TRITON_RESERVED_PREFIX}'"
         )
-    bare = key[1:] if key.startswith("/") else key
-    if not bare or "/" in bare or bare in (".", "..") or "\0" in bare:
+    if "/" in bare or bare in (".", "..") or "\0" in bare:
         raise internal(f"Unable to open shared memory region: '{key}'")
     if bare.startswith(_SHOAL_PREFIXES):
         raise invalid(f"cannot register shared memory region '{name}' with key '{key}': the key is reserved")

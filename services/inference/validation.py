@@ -36,12 +36,16 @@ _INT64_MAX = 2**63 - 1
 
 
 def check_shape(name: str, shape: list[int]) -> None:
-    """Triton keeps element counts in int64: a shape whose count (or a dim) overflows it is a 400."""
+    """Triton keeps element counts in int64: a shape whose count (or a dim) overflows it is a 400
+    (GetElementCount's -3, http_server.cc)."""
     count = 1
     for dim in shape:
         count *= dim
         if dim > _INT64_MAX or count > _INT64_MAX:
-            raise invalid(f"input '{name}' has a shape {_fmt(shape)} whose element count overflows int64")
+            raise invalid(
+                f"invalid shape for input '{name}': shape {_fmt(shape)} causes total element count "
+                f"to exceed maximum size of {_INT64_MAX}"
+            )
 
 
 def validate(

@@ -6,22 +6,26 @@ exactly the given files, each written only inside it.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from pathlib import Path
 
-from shared.errors import ShoalError, invalid
+from shared.errors import ShoalError, internal, invalid
 from shared.paths import inside
+
+log = logging.getLogger("shoal.repository")
 
 
 def poll_failed(name: str, reason: str) -> ShoalError:
-    """A load whose overrides cannot be read or written: Triton's answer, then the reason it logs.
+    """A load whose overrides cannot be read or written: Triton's answer, the reason logged.
 
     Triton answers every such failure "failed to load '<m>', failed to poll from model repository"
-    (INTERNAL) and keeps the reason for its log; Shoal adds the reason and answers 400, as the
-    request is what is wrong (docs/compatibility.md, items 14 and 16).
+    (INTERNAL, 500) and keeps the reason for its log; so does Shoal (docs/compatibility.md,
+    issue 28 item 4: Shoal answered 400 with the reason until clients' checks of the status won).
     """
-    return invalid(f"failed to load '{name}', failed to poll from model repository: {reason}")
+    log.error("failed to load '%s', failed to poll from model repository: %s", name, reason)
+    return internal(f"failed to load '{name}', failed to poll from model repository")
 
 
 def write_override_dir(name: str, files: dict[str, bytes]) -> Path:

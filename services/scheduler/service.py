@@ -30,6 +30,7 @@ from services.scheduler.replicas.ownership import Ownership
 from services.scheduler.sequences.batcher import Dispatch, Sequencer
 from services.scheduler.statistics.report import quantiles_asked, report
 from services.scheduler.tasks import Tasks
+from services.scheduler.usage import model_usage
 from shared import bus, discovery, subjects
 from shared.liveness import WorkerLiveness
 from shared.messages import (
@@ -41,6 +42,7 @@ from shared.messages import (
     ModelRecord,
     RequestBatch,
     RequestHeader,
+    WorkerHoldings,
 )
 from shared.model_config import spec_from_json
 from shared.runtime import serve_until
@@ -56,6 +58,9 @@ _cancel_decoder = msgspec.msgpack.Decoder(CancelRequest)
 _cache_decoder = msgspec.msgpack.Decoder(CacheEvent)
 _free_decoder = msgspec.msgpack.Decoder(InstanceFree)
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
+_holdings_decoder = msgspec.msgpack.Decoder(WorkerHoldings)
+HOLDINGS_SETTLE_S = 0.25  # completions that arrived with the holdings are applied first
+IN_TRANSIT_S = 0.5  # a batch sent this shortly before the holdings may not be in them yet
 
 
 class SchedulerService:
@@ -75,8 +80,11 @@ class SchedulerService:
 
         self.pump = Pump(nc, limiter, self.tasks, sequencer, local_inbox)
         self.credits = Credits(self.pump)
-        self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self.credits.worker_lost, self._worker_back)
-        self.ensembles = EnsembleRunner(nc, settings.scheduler_id)  # ensembles run here, not on workers
+        self.liveness = WorkerLiveness(
+            nc, settings.worker_timeout_s, self.credits.worker_lost, self._worker_back, probe=True
+        )
+        # ensembles run here, not on workers; their steps reach this replica's own models by a call
+        self.ensembles = EnsembleRunner(nc, settings.scheduler_id, local=self)
         self.ownership = Ownership(nc, settings.scheduler_id, self, self.pump, self.sequencer, self.take)
         self._subs: dict[str, Subscription] = {}  # model -> its infer subscription, while we hold its lease
         self._stats_sub: Subscription | None = None
@@ -95,6 +103,10 @@ class SchedulerService:
         await self.nc.subscribe(subjects.SCHEDULER_DRAIN, cb=self._on_drain)
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
         await self.nc.subscribe(subjects.SCHEDULER_CACHE, cb=self._on_cache)
+        await self.nc.subscribe(subjects.SCHEDULER_USAGE, cb=self._on_usage)
+        await self.nc.subscribe(subjects.WORKER_HOLDINGS, cb=self._on_holdings)
+        # batches sent just before our own connection dropped may be lost: workers say what they hold
+        bus.on_connection(self.nc, lambda: None, lambda: self.tasks.spawn(self.nc.publish(subjects.HOLDINGS_ASK, b"")))
         await self.ownership.start()
         self.tasks.spawn(self._watch_models())
         self.tasks.spawn(self.credits.expire_forever())
@@ -115,6 +127,8 @@ class SchedulerService:
             },
             "sequences": {f"{m}/{v}": q.seq.book.summary() for (m, v), q in queues.items() if q.seq},
             "workers": sorted(self.liveness.seen),
+            # the workers NATS would show gone at once (shared/liveness.py); the others by heartbeat only
+            "probed_workers": sorted(self.liveness.answering),
             **self.ownership.status(),
         }
 
@@ -205,6 +219,10 @@ class SchedulerService:
             self.liveness.heard(free.worker)
             await self.credits.on_free(free)
 
+    def owns(self, model: str) -> bool:
+        """Whether this replica holds the model's lease (`shared.dispatch.LocalScheduler`)."""
+        return self.ownership.owns(model)
+
     async def completed(self, free: InstanceFree) -> None:
         """A batch this co-hosted replica sent completed (from `BatchDone`). A model it no longer
         serves: the completion goes to every scheduler as the worker would have sent it, so the
@@ -219,6 +237,15 @@ class SchedulerService:
         revoked: CreditsRevoked | None = bus.decode(_revoked_decoder, msg, log)
         if revoked is not None:
             await self.credits.revoked(revoked)
+
+    async def _on_holdings(self, msg: Msg) -> None:
+        holdings: WorkerHoldings | None = bus.decode(_holdings_decoder, msg, log)
+        if holdings is not None:
+            self.tasks.spawn(self._reconcile(holdings, time.monotonic() - IN_TRANSIT_S))
+
+    async def _reconcile(self, holdings: WorkerHoldings, cutoff: float) -> None:
+        await asyncio.sleep(HOLDINGS_SETTLE_S)
+        await self.credits.lost_in_transit(holdings.worker, set(holdings.batch_ids), cutoff)
 
     async def _worker_back(self, worker: str) -> None:
         await self.nc.publish(subjects.worker_resync(worker), b"")  # its idle credits were dropped
@@ -271,6 +298,10 @@ class SchedulerService:
             self.pump.queue(event.model, event.version).stats.record_cache_lookup(
                 event.hit, event.ns, event.duration_ns
             )
+
+    async def _on_usage(self, msg: Msg) -> None:
+        """On-demand eviction asks which models are in use and when each was last used."""
+        await msg.respond(msgspec.json.encode(model_usage(self.pump.queues.values(), self.ownership.owns, self.idle)))
 
     async def _on_stats(self, msg: Msg) -> None:
         """Statistics per model version; a request may ask for latency quantiles (metrics summaries)."""

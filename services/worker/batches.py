@@ -8,9 +8,14 @@ of the batch. Then the instance's credit goes back to the scheduler with the bat
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -22,7 +27,8 @@ from services.worker.outputs import Outputs
 from services.worker.replies import Replies
 from services.worker.sequences.controls import control_arrays, flags, pad_slots
 from services.worker.streams import Cancellations, DecoupledSenders
-from shared import subjects
+from shared import bus, eager, subjects
+from shared.bus import Outgoing
 from shared.datatypes import from_bytes
 from shared.errors import Code, ShoalError
 from shared.logcontext import request_ids
@@ -64,15 +70,16 @@ class BatchExecutor:
         self.cancellations = cancellations
         self.decoupled = decoupled
         self.loop = asyncio.get_running_loop()
+        self.subject = subjects.worker_exec(worker_id)
+        self.holding: set[int] = set()  # batch ids received and not finished (WorkerHoldings)
 
     def _free(self, batch: ExecBatch, instance: int) -> InstanceFree:
-        subject = subjects.worker_exec(self.worker_id)
         return InstanceFree(
             self.worker_id,
             batch.model,
             batch.version,
             instance,
-            subject,
+            self.subject,
             credit=batch.credit,
             generation=batch.generation,
             batch_id=batch.batch_id,
@@ -87,70 +94,197 @@ class BatchExecutor:
         # instance -1: not a credit, the scheduler must not send here again
         await self._finish(replies, self._free(batch, -1), batch.complete_to)
 
-    async def execute(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool) -> None:
+    def start(
+        self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool
+    ) -> Coroutine[Any, Any, None] | None:
+        """Run a batch; returns the coroutine to run as a Task when it must wait on the loop before
+        the model runs (inputs to fetch, sequence controls), else None.
+
+        The common case (inline inputs, no sequence) needs no Task: the inputs are read here, the
+        instance's thread runs the model and calls `_computed` back on the loop, which responds.
+        That saves, per batch, a Task, its first step and its wake-up (a loop iteration each)."""
+        self.holding.add(batch.batch_id)
+        requests = [_request_decoder.decode(raw) for raw in batch.requests]
+        if batch.controls or any(ref.data is None for r in requests for ref in r.inputs):
+            return self.execute(loaded, instance, batch, holds_credit, requests)
         free = self._free(batch, batch.instance)
         replies = Replies(batch.reply_via_scheduler)
-        requests = [_request_decoder.decode(raw) for raw in batch.requests]
-        request_ids.set(",".join(f"{r.id}/{r.rid}" if r.id else r.rid for r in requests))  # this task's log lines
-        log.debug(
-            "batch %d of '%s' version %d: %d request(s) on instance %d (%s)",
-            batch.batch_id,
-            batch.model,
-            batch.version,
-            len(requests),
-            instance.index,
-            batch.reason,
-        )
+        self._label(batch, instance, requests)
         try:
-            now = time.time_ns()
-            for request in requests:
-                if request.deadline_ns <= now:
-                    replies.skip(request)
-            live = [r for r in requests if r.deadline_ns > now]
+            live = self._live(requests, replies)
+            started = time.monotonic_ns()
+            readable = []
+            for request in live:
+                inputs = self._inline_inputs(request, replies)
+                if inputs is not None:
+                    readable.append((request, inputs))
+            if readable:
+                run = self._batch(loaded, readable, {})
+                ran = [r for r, _ in readable]
+                enqueued = _enqueued(batch, requests)
+                context = contextvars.copy_context()  # this batch's log lines, on the loop again
+                done = partial(
+                    self._computed, loaded, instance, batch, holds_credit, free, replies, ran, enqueued, run, started
+                )
+                instance.executor.call(_execute, (instance, run), lambda r, e: context.run(done, r, e))
+                return None
+        except Exception as exc:  # never lose a request: every one gets an answer
+            self._ended(requests)
+            self._failed(batch, requests, replies, exc)
+        self._settle(loaded, instance, batch, holds_credit, free)
+        self._finish_now(replies, free, batch.complete_to)
+        return None
+
+    def _computed(
+        self,
+        loaded: LoadedModel,
+        instance: Instance,
+        batch: ExecBatch,
+        holds_credit: bool,
+        free: InstanceFree,
+        replies: Replies,
+        requests: list[InferRequest],
+        enqueued: dict[str, int],
+        run: Batch,
+        started: int,
+        results: list[Result] | None,
+        error: BaseException | None,
+    ) -> None:
+        """Back on the loop after `start` handed the batch to the instance's thread."""
+        try:
+            self._ended(requests)
+            if error is not None:
+                raise error
+            assert results is not None
+            computed = time.monotonic_ns()
+            done = _Run(requests, results, started, run.inputs_done_ns or started, computed)
+            self._respond(loaded, instance, done, free, replies, batch, {}, enqueued)
+        except Exception as exc:
+            self._failed(batch, requests, replies, exc)
+        finally:
+            self._settle(loaded, instance, batch, holds_credit, free)
+            self._finish_now(replies, free, batch.complete_to)
+
+    async def execute(
+        self,
+        loaded: LoadedModel,
+        instance: Instance,
+        batch: ExecBatch,
+        holds_credit: bool,
+        requests: list[InferRequest] | None = None,
+    ) -> None:
+        free = self._free(batch, batch.instance)
+        replies = Replies(batch.reply_via_scheduler)
+        if requests is None:
+            requests = [_request_decoder.decode(raw) for raw in batch.requests]
+        self._label(batch, instance, requests)
+        try:
+            live = self._live(requests, replies)
             if live:
                 # the scheduler's per-request lists line up with all of the batch's requests
-                rids = [r.rid for r in requests]
-                controls = dict(zip(rids, batch.controls)) if batch.controls else {}
-                enqueued = dict(zip(rids, batch.enqueued_ns)) if batch.enqueued_ns else {}
-                await self._run(loaded, instance, live, free, replies, batch, controls, enqueued)
+                controls = dict(zip([r.rid for r in requests], batch.controls)) if batch.controls else {}
+                await self._run(loaded, instance, live, free, replies, batch, controls, _enqueued(batch, requests))
         except Exception as exc:  # never lose a request: every one gets an answer
-            log.exception("batch %d of '%s' failed", batch.batch_id, batch.model)
-            answered = replies.answered()
-            code = exc.code if isinstance(exc, ShoalError) else Code.INTERNAL
-            for request in requests:
-                if request.rid not in answered:
-                    replies.add(request, InferResponse(request.rid, error=str(exc), code=str(code)))
+            self._failed(batch, requests, replies, exc)
         finally:
-            if loaded.states is not None:  # an END that failed or was skipped still ends the sequence here
-                for control in batch.controls:
-                    if control.end:
-                        loaded.states.drop(control.corrid, control.seq)
-            if holds_credit:
-                instance.idle.add(batch.credit)
-            else:
-                instance.uncredited -= 1
-            if loaded.retired and not instance.busy:
-                instance.close()
-            if loaded.retired or not holds_credit:
-                free.instance = -1  # tells the scheduler this is not a credit
+            self._settle(loaded, instance, batch, holds_credit, free)
             await self._finish(replies, free, batch.complete_to)
 
+    @staticmethod
+    def _label(batch: ExecBatch, instance: Instance, requests: list[InferRequest]) -> None:
+        request_ids.set(",".join([f"{r.id}/{r.rid}" if r.id else r.rid for r in requests]))  # this batch's log lines
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "batch %d of '%s' version %d: %d request(s) on instance %d (%s)",
+                batch.batch_id,
+                batch.model,
+                batch.version,
+                len(requests),
+                instance.index,
+                batch.reason,
+            )
+
+    @staticmethod
+    def _live(requests: list[InferRequest], replies: Replies) -> list[InferRequest]:
+        """The requests someone still waits for; the others are answered as skipped."""
+        now = time.time_ns()
+        live = []
+        for request in requests:
+            if request.deadline_ns > now:
+                live.append(request)
+            else:
+                replies.skip(request)
+        return live
+
+    @staticmethod
+    def _failed(batch: ExecBatch, requests: list[InferRequest], replies: Replies, exc: BaseException) -> None:
+        """The batch failed: every request not answered yet gets the error."""
+        log.error("batch %d of '%s' failed", batch.batch_id, batch.model, exc_info=exc)
+        answered = replies.answered()
+        code = exc.code if isinstance(exc, ShoalError) else Code.INTERNAL
+        for request in requests:
+            if request.rid not in answered:
+                replies.add(request, InferResponse(request.rid, error=str(exc), code=str(code)))
+
+    @staticmethod
+    def _settle(
+        loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool, free: InstanceFree
+    ) -> None:
+        """The batch is over on this instance: its credit comes back (or the instance closes)."""
+        if loaded.states is not None:  # an END that failed or was skipped still ends the sequence here
+            for control in batch.controls:
+                if control.end:
+                    loaded.states.drop(control.corrid, control.seq)
+        if holds_credit:
+            instance.idle.add(batch.credit)
+        else:
+            instance.uncredited -= 1
+        if loaded.retired and not instance.busy:
+            instance.close()
+        if loaded.retired or not holds_credit:
+            free.instance = -1  # tells the scheduler this is not a credit
+
     async def _finish(self, replies: Replies, free: InstanceFree, complete_to: str) -> None:
-        """Send the answers, then the completion; a failure of one must not lose the other. For a
-        co-hosted scheduler (`complete_to`), its gateway's answers travel with the completion."""
+        self.holding.discard(free.batch_id)
+        await self._send(*self._messages(replies, free, complete_to), free.batch_id)
+
+    def _finish_now(self, replies: Replies, free: InstanceFree, complete_to: str) -> None:
+        """`_finish` from a callback: written at once in the common case, else by a coroutine."""
+        self.holding.discard(free.batch_id)
+        messages, completion = self._messages(replies, free, complete_to)
+        with contextlib.suppress(Exception):  # `_send` tries again and reports
+            if bus.publish_now(self.nc, [*messages, completion]):
+                return
+        eager.start(self._send(messages, completion, free.batch_id))
+
+    async def _send(self, messages: list[Outgoing], completion: Outgoing, batch_id: int) -> None:
+        """The answers, then the completion, in one write; a failure of the answers must not lose
+        the completion."""
+        try:
+            if not bus.publish_now(self.nc, [*messages, completion]):
+                await bus.publish_all(self.nc, [*messages, completion])
+            return
+        except Exception:  # both send all of the messages or none
+            if messages:
+                log.exception("could not send the responses of batch %d", batch_id)
+        try:
+            await bus.publish_all(self.nc, [completion])
+        except Exception:  # the scheduler expires the batch and returns the credit itself
+            log.exception("could not report batch %d as done", batch_id)
+
+    def _messages(self, replies: Replies, free: InstanceFree, complete_to: str) -> tuple[list[Outgoing], Outgoing]:
+        """The answers for each gateway, and the completion: for a co-hosted scheduler
+        (`complete_to`), its gateway's answers travel with the completion."""
         together = replies.take(subjects.inbox_of(complete_to)) if complete_to else []
         try:
-            await replies.send(self.nc, self.nc.max_payload)
+            messages = replies.messages(self.nc.max_payload)
         except Exception:
-            log.exception("could not send the responses of batch %d", free.batch_id)
+            log.exception("could not encode the responses of batch %d", free.batch_id)
+            messages = []
         free.done = replies.done
-        try:
-            if complete_to:
-                await self.completions.done(complete_to, free, together)
-            else:
-                await self.completions.free(free)
-        except Exception:  # the scheduler expires the batch and returns the credit itself
-            log.exception("could not report batch %d as done", free.batch_id)
+        if complete_to:
+            return messages, self.completions.done_message(complete_to, free, together)
+        return messages, self.completions.free_message(free)
 
     async def _run(
         self,
@@ -191,8 +325,7 @@ class BatchExecutor:
                         inputs.update(loaded.states.inputs(control, instance.index))
                 readable.append((request, inputs))
             except Exception as exc:
-                code = "INVALID_ARG" if isinstance(exc, ValueError) else "INTERNAL"
-                replies.add(request, InferResponse(request.rid, error=f"cannot read the inputs: {exc}", code=code))
+                replies.add(request, _unreadable(request, exc))
         return readable
 
     async def _inputs(self, request: InferRequest) -> Tensors:
@@ -201,7 +334,35 @@ class BatchExecutor:
             ref.name: from_bytes(await self.store.get(ref, timeout), ref.datatype, ref.shape) for ref in request.inputs
         }
 
+    @staticmethod
+    def _inline_inputs(request: InferRequest, replies: Replies) -> Tensors | None:
+        """`_read` for a request whose tensors all came inline (nothing to wait for); None when
+        they cannot be read (the request is answered with the error)."""
+        try:
+            return {ref.name: from_bytes(ref.data, ref.datatype, ref.shape) for ref in request.inputs}  # type: ignore[arg-type]
+        except Exception as exc:
+            replies.add(request, _unreadable(request, exc))
+            return None
+
     # -- compute ------------------------------------------------------------------------
+    def _batch(
+        self, loaded: LoadedModel, readable: list[tuple[InferRequest, Tensors]], controls: dict[str, SeqControl]
+    ) -> Batch:
+        """The runner's batch: one `Work` per request."""
+        every = [o.name for o in loaded.spec.outputs]
+        work = [
+            Work(inputs, r.outputs or every, r.batch_size, self._context(loaded, r, controls.get(r.rid)))
+            for r, inputs in readable
+        ]
+        state_outputs = loaded.states.output_names if controls and loaded.states is not None else []
+        return Batch(work, min(r.deadline_ns for r, _ in readable), list(state_outputs))
+
+    def _ended(self, requests: list[InferRequest]) -> None:
+        """The model returned: requests it does not stream any more can no longer be cancelled."""
+        for request in requests:
+            if request.rid not in self.decoupled.open:
+                self.cancellations.ended(request.rid)
+
     async def _compute(
         self,
         loaded: LoadedModel,
@@ -210,15 +371,9 @@ class BatchExecutor:
         controls: dict[str, SeqControl],
         started: int,
     ) -> _Run:
-        spec = loaded.spec
         requests = [request for request, _ in readable]
-        every = [o.name for o in spec.outputs]
-        work = [
-            Work(inputs, r.outputs or every, r.batch_size, self._context(loaded, r, controls.get(r.rid)))
-            for r, inputs in readable
-        ]
-        state_outputs = loaded.states.output_names if controls and loaded.states is not None else []
-        batch = Batch(work, min(r.deadline_ns for r in requests), list(state_outputs))
+        batch = self._batch(loaded, readable, controls)
+        work = batch.work
         sequence = loaded.sequence
         try:
             if controls and sequence is not None and loaded.states is not None and _direct(loaded, instance):
@@ -233,9 +388,7 @@ class BatchExecutor:
             else:
                 results = await instance.executor.run(_execute, instance, batch)
         finally:
-            for request in requests:
-                if request.rid not in self.decoupled.open:
-                    self.cancellations.ended(request.rid)
+            self._ended(requests)
         computed = time.monotonic_ns()
         return _Run(requests, results, started, batch.inputs_done_ns or started, computed)
 
@@ -275,9 +428,7 @@ class BatchExecutor:
         free.batch_size = sum(r.batch_size for r in run.requests)
         free.compute_input_ns = run.inputs_ns - run.started_ns
         free.compute_infer_ns = run.computed_ns - run.inputs_ns
-        delivery = dict(
-            zip(_DELIVERY_FIELDS, (free.batch_size, len(run.requests), batch.reason, self.worker_id, instance.index))
-        )
+        delivery = (free.batch_size, len(run.requests), batch.reason, self.worker_id, instance.index)
         t_out = time.monotonic_ns()
         for request, result in zip(run.requests, run.results):
             control = controls.get(request.rid)
@@ -298,7 +449,7 @@ class BatchExecutor:
                 }
                 if enqueued.get(request.rid):
                     response.trace["QUEUE_START"] = enqueued[request.rid]
-                response.batch = dict(delivery)
+                response.batch = dict(zip(_DELIVERY_FIELDS, delivery))
             replies.add(request, response)
         free.compute_output_ns = time.monotonic_ns() - t_out
 
@@ -313,6 +464,16 @@ class BatchExecutor:
             return InferResponse(request.rid, error=exc.message, code=str(exc.code))
         except Exception as exc:
             return InferResponse(request.rid, error=f"cannot deliver the outputs: {exc}", code="INTERNAL")
+
+
+def _unreadable(request: InferRequest, exc: Exception) -> InferResponse:
+    code = "INVALID_ARG" if isinstance(exc, ValueError) else "INTERNAL"
+    return InferResponse(request.rid, error=f"cannot read the inputs: {exc}", code=code)
+
+
+def _enqueued(batch: ExecBatch, requests: list[InferRequest]) -> dict[str, int]:
+    """When each request was queued (for its trace), when the scheduler says."""
+    return dict(zip([r.rid for r in requests], batch.enqueued_ns)) if batch.enqueued_ns else {}
 
 
 def _direct(loaded: LoadedModel, instance: Instance) -> bool:

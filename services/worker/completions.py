@@ -19,7 +19,8 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from shared import subjects
+from shared import bus, subjects
+from shared.bus import Outgoing
 from shared.messages import BatchDone, InstanceFree, encode
 
 log = logging.getLogger("shoal.worker")
@@ -38,17 +39,26 @@ class Completions:
         await self.nc.subscribe(f"{self._undelivered}.*", cb=self._on_undelivered)
 
     async def free(self, free: InstanceFree) -> None:
-        await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
+        await bus.publish_all(self.nc, [self.free_message(free)])
 
     async def done(self, complete_to: str, free: InstanceFree, responses: list[bytes]) -> None:
-        """The answers and the completion in one message to the co-hosted scheduler's gateway."""
+        await bus.publish_all(self.nc, [self.done_message(complete_to, free, responses)])
+
+    @staticmethod
+    def free_message(free: InstanceFree) -> Outgoing:
+        """The completion for every scheduler."""
+        return Outgoing(subjects.INSTANCE_FREE, encode(free))
+
+    def done_message(self, complete_to: str, free: InstanceFree, responses: list[bytes]) -> Outgoing:
+        """The answers and the completion in one message to the co-hosted scheduler's gateway
+        (the caller publishes it: with the batch's other answers, in one write)."""
         now = time.monotonic()
         while self._sent and next(iter(self._sent.values()))[0] < now - KEEP_S:
             self._sent.popitem(last=False)
         key = next(self._ids)
         self._sent[key] = (now, free)
         payload = encode(BatchDone(free, [msgspec.Raw(r) for r in responses]))
-        await self.nc.publish(complete_to, payload, reply=f"{self._undelivered}.{key}")
+        return Outgoing(complete_to, payload, f"{self._undelivered}.{key}")
 
     async def _on_undelivered(self, msg: Msg) -> None:
         if not (msg.headers and msg.headers.get("Status") == "503"):

@@ -5,7 +5,9 @@ the loop). `loop.run_in_executor` on a one-thread ThreadPoolExecutor costs, per 
 concurrent Future with its Condition, a work item, the pool's thread accounting and two chained
 futures copied across: about 15% of a python model child's CPU at batch 1 under load
 (docs/performance.md). `run` hands the call over through a SimpleQueue and answers with one
-`call_soon_threadsafe`. The class is still an Executor (`submit`, `shutdown`) for the other uses.
+`call_soon_threadsafe`; `call` answers a plain callback instead of an awaited future (no future,
+no Task to wake: `BatchExecutor.start`). The class is still an Executor (`submit`, `shutdown`) for
+the other uses.
 """
 
 from __future__ import annotations
@@ -39,14 +41,23 @@ class InstanceThread(Executor):
             raise RuntimeError("cannot schedule new calls after shutdown")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._calls.put((fn, args, loop, future))
+        self._calls.put((_run_for_loop, fn, args, loop, future))
         return await future
+
+    def call(
+        self, fn: Callable[..., T], args: tuple, on_done: Callable[[T | None, BaseException | None], None]
+    ) -> None:
+        """`fn(*args)` on this thread, then `on_done(result, None)` (or `on_done(None, exception)`)
+        on the caller's loop. It always runs: there is nothing to cancel."""
+        if self._stopped:
+            raise RuntimeError("cannot schedule new calls after shutdown")
+        self._calls.put((_run_for_callback, fn, args, asyncio.get_running_loop(), on_done))
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         if self._stopped:
             raise RuntimeError("cannot schedule new calls after shutdown")
         future: Future[T] = Future()
-        self._calls.put((fn, args, kwargs, future))
+        self._calls.put((_run_submitted, fn, args, kwargs, future))
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -62,10 +73,7 @@ class InstanceThread(Executor):
             call = self._calls.get()
             if call is _STOP:
                 return
-            if isinstance(call[-1], Future):
-                _run_submitted(*call)
-            else:
-                _run_for_loop(*call)
+            call[0](*call[1:])
 
 
 def _run_submitted(fn: Callable[..., Any], args: tuple, kwargs: dict, future: Future[Any]) -> None:
@@ -90,6 +98,24 @@ def _run_for_loop(
         _deliver_soon(loop, future, None, exc)
     else:
         _deliver_soon(loop, future, result, None)
+
+
+def _run_for_callback(
+    fn: Callable[..., Any],
+    args: tuple,
+    loop: asyncio.AbstractEventLoop,
+    on_done: Callable[[Any, BaseException | None], None],
+) -> None:
+    result: Any = None
+    error: BaseException | None = None
+    try:
+        result = fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - handed to the callback
+        error = exc
+    try:
+        loop.call_soon_threadsafe(on_done, result, error)
+    except RuntimeError:  # the loop is closed: nobody waits any more
+        pass
 
 
 def _deliver_soon(

@@ -13,6 +13,7 @@ from shared.model_config import ModelSpec
 from shared.tensors import INLINE_BUDGET, TensorStore, region_too_small, write_region
 
 _Encoded = tuple[str, str, list[int], bytes | memoryview]
+SMALL_BYTES = 16 * 1024
 
 
 class Outputs:
@@ -34,15 +35,17 @@ class Outputs:
         ttl = max(1.0, (request.deadline_ns - time.time_ns()) / 1e9)
         names = request.outputs or [o.name for o in spec.outputs]
         outputs = [_encode(spec, name, piece) for name in ([n for n in names if n in piece] if partial else names)]
-        for name, _, _, payload in outputs:  # every region is checked before any is written
-            region = request.output_regions.get(name)
-            if region is not None and memoryview(payload).nbytes > region.nbytes:
-                raise region_too_small(name, region, memoryview(payload).nbytes)
+        regions = request.output_regions
+        if regions:  # every region is checked before any is written
+            for name, _, _, payload in outputs:
+                region = regions.get(name)
+                if region is not None and memoryview(payload).nbytes > region.nbytes:
+                    raise region_too_small(name, region, memoryview(payload).nbytes)
         budget = 0 if small else INLINE_BUDGET
         refs: list[TensorRef] = []
         for name, datatype, shape, payload in outputs:
             nbytes = memoryview(payload).nbytes
-            region = request.output_regions.get(name)
+            region = regions.get(name) if regions else None
             if region is not None and write_region(region, payload, self.store.host):
                 refs.append(TensorRef(name, datatype, shape, nbytes=nbytes, in_region=True))
                 continue
@@ -66,4 +69,6 @@ def _encode(spec: ModelSpec, name: str, piece: Tensors) -> _Encoded:
             f"unexpected datatype {datatype} for inference output '{name}', expecting {tensor.datatype}",
             Code.INTERNAL,
         )
+    if datatype != "BYTES" and array.nbytes <= SMALL_BYTES:  # one call and one copy, made anyway to travel inline
+        return name, datatype, list(array.shape), array.tobytes()
     return name, datatype, list(array.shape), to_bytes(array, datatype)

@@ -8,9 +8,9 @@ routing and the gateway's message handling by the batch size.
 from __future__ import annotations
 
 import msgspec
-from nats.aio.client import Client as NATS
 
 from shared import subjects
+from shared.bus import Outgoing
 from shared.messages import (
     InferRequest,
     InferResponse,
@@ -45,22 +45,22 @@ class Replies:
         """The encoded answers for one gateway inbox, which the caller sends itself."""
         return [encode(r) for r in self._by_inbox.pop(inbox, [])]
 
-    async def send(self, nc: NATS, max_payload: int) -> None:
-        """One message per gateway, split where it would pass the server's max_payload."""
+    def messages(self, max_payload: int) -> list[Outgoing]:
+        """One message per gateway, split where it would pass the server's max_payload. The
+        answers are handed over: a second call returns none."""
         budget = max(64 * 1024, max_payload - 64 * 1024)
+        out: list[Outgoing] = []
         for inbox, responses in self._by_inbox.items():
-            group: list[bytes] = []
+            subject = subjects.response_batch(inbox)
+            group: list[msgspec.Raw] = []
             size = 0
             for response in responses:
                 encoded = encode(response)
                 if group and size + len(encoded) > budget:
-                    await self._publish(nc, inbox, group)
+                    out.append(Outgoing(subject, encode(ResponseBatch(group))))
                     group, size = [], 0
-                group.append(encoded)
+                group.append(msgspec.Raw(encoded))
                 size += len(encoded)
-            await self._publish(nc, inbox, group)
+            out.append(Outgoing(subject, encode(ResponseBatch(group))))
         self._by_inbox.clear()
-
-    @staticmethod
-    async def _publish(nc: NATS, inbox: str, group: list[bytes]) -> None:
-        await nc.publish(subjects.response_batch(inbox), encode(ResponseBatch([msgspec.Raw(r) for r in group])))
+        return out

@@ -10,6 +10,7 @@ which models it hosts `host.ModelHost`'s; this module wires them to the bus.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 import uuid
@@ -24,14 +25,14 @@ from services.worker.batches import BatchExecutor
 from services.worker.completions import Completions
 from services.worker.heartbeat import HeartbeatThread
 from services.worker.host import ModelHost
-from services.worker.instances import LoadedModel
+from services.worker.instances import Instance, LoadedModel
 from services.worker.outputs import Outputs
 from services.worker.python import pb_utils
 from services.worker.python.bls import BlsRuntime
 from services.worker.python.callables import InProcessModels
 from services.worker.python.isolation import die_with_parent
 from services.worker.streams import Cancellations, DecoupledSenders
-from shared import bus, discovery, subjects
+from shared import bus, discovery, memory, subjects
 from shared.messages import (
     CancelRequest,
     CreditsRevoked,
@@ -39,6 +40,7 @@ from shared.messages import (
     InstanceFree,
     SequenceEnded,
     WorkerHeartbeat,
+    WorkerHoldings,
     encode,
 )
 from shared.runtime import serve_until
@@ -74,6 +76,7 @@ class WorkerService:
         )
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
+        self.budget_bytes = memory.parse_budget(settings.model_memory_budget)
         self.beats = HeartbeatThread(
             settings.nats_url, f"shoal-worker-{settings.worker_id}-heartbeat", settings.heartbeat_s, self._loading
         )
@@ -87,25 +90,49 @@ class WorkerService:
         await self.completions.start()
         self._spawn(self.decoupled.run())
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
-        await bus.subscribe(self.nc, self.subject, self._on_batch)
+        await bus.subscribe_now(self.nc, self.subject, self._on_batch)
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_report(self.id), cb=self._on_report_request)
+        # schedulers ask here whether this worker's connection lives (shared/liveness.py): subscribed
+        # before the first heartbeat names this worker
+        await self.nc.subscribe(subjects.worker_alive(self.id), cb=self._on_alive)
+        await self.nc.subscribe(subjects.HOLDINGS_ASK, cb=self._on_holdings_asked)
+        # batches sent to us while our connection was down are lost: schedulers learn which we hold
+        bus.on_connection(self.nc, lambda: None, lambda: self._spawn(self._say_holdings()))
         await self.nc.subscribe(subjects.worker_sequence(self.id), cb=self._on_sequence_ended)
         await self.host.start()
         self.host.loader.on_idle = self.beats.beat_now  # "no longer loading" must not wait a beat
         self.beats.start()
         self._spawn(self._tick())
         self.micro = await discovery.register(self.nc, "worker", self.id, self.status, shm_host=self.store.host)
+        # the objects made by imports and start-up live as long as the process: out of the
+        # collector's sight, the full collection each unload runs (host.py) costs ~0 ms instead
+        # of ~125 ms, which was most of an on-demand eviction (benchmarks/on_demand.py)
+        gc.collect()
+        gc.freeze()
         log.info("worker %s started", self.id)
+
+    async def _on_alive(self, msg: Msg) -> None:
+        await msg.respond(b"")
+
+    async def _on_holdings_asked(self, msg: Msg) -> None:
+        await self._say_holdings()
+
+    async def _say_holdings(self) -> None:
+        await self.nc.publish(subjects.WORKER_HOLDINGS, encode(WorkerHoldings(self.id, sorted(self.batches.holding))))
 
     def status(self) -> dict[str, object]:
         return {
+            "budget_bytes": self.budget_bytes,
+            "max_models": self.settings.max_loaded_models,
             "models": {
                 f"{m}/{v}": {
                     "generation": loaded.generation,
                     "instances": len(loaded.instances),
                     "busy_instances": sum(1 for i in loaded.instances if i.busy),
+                    "rss_bytes": loaded.rss_bytes,
+                    "device_bytes": loaded.device_bytes,
                     "instance_list": [
                         {"name": i.name, "kind": i.kind, "device": i.device, "executions": i.executions}
                         for i in loaded.instances
@@ -188,7 +215,19 @@ class WorkerService:
         last = time.monotonic()
         while True:
             instances = {f"{m}/{v}": len(loaded.instances) for (m, v), loaded in self.host.models.items()}
-            self.beats.update(WorkerHeartbeat(self.id, self.subject, self.store.host, instances, interval))
+            self.beats.update(
+                WorkerHeartbeat(
+                    self.id,
+                    self.subject,
+                    self.store.host,
+                    instances,
+                    interval,
+                    budget_bytes=self.budget_bytes,
+                    max_models=self.settings.max_loaded_models,
+                    models=self.settings.models,
+                    placeable=self.host.local is None and not self.settings.parent_pid,
+                )
+            )
             now = time.monotonic()
             if now - last > interval + LATE_S:
                 log.info(
@@ -214,30 +253,34 @@ class WorkerService:
             self.cancellations.cancel(cancel.rid)
 
     # -- batches ----------------------------------------------------------------
-    async def _on_batch(self, msg: Msg) -> None:
+    def _on_batch(self, msg: Msg) -> None:
         batch = bus.decode(_batch_decoder, msg, log)
         if batch is None:
             return
         loaded = self.host.models.get((batch.model, batch.version))
         if loaded is None or not loaded.instances:
-            await self.batches.fail(
-                batch, f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}"
-            )
+            message = f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}"
+            self._spawn(self.batches.fail(batch, message))
             return
         if batch.generation != loaded.generation:
             # sent on a credit of a generation retired meanwhile: run it on the current one,
             # outside its credits (the instance's thread still runs one batch at a time)
             instance = loaded.instances[batch.instance % len(loaded.instances)]
             instance.uncredited += 1
-            self._spawn(self.batches.execute(loaded, instance, batch, holds_credit=False))
+            self._run_batch(loaded, instance, batch, holds_credit=False)
             return
         instance = loaded.instances[batch.instance]
         if batch.credit not in instance.idle:  # a duplicate credit: run it, but it returns no credit
             instance.uncredited += 1
-            self._spawn(self.batches.execute(loaded, instance, batch, holds_credit=False))
+            self._run_batch(loaded, instance, batch, holds_credit=False)
             return
         instance.idle.discard(batch.credit)
-        self._spawn(self.batches.execute(loaded, instance, batch, holds_credit=True))
+        self._run_batch(loaded, instance, batch, holds_credit=True)
+
+    def _run_batch(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool) -> None:
+        waits = self.batches.start(loaded, instance, batch, holds_credit)
+        if waits is not None:
+            self._spawn(waits)
 
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:

@@ -54,7 +54,9 @@ def main(argv: list[str]) -> int:
     except PerfError as exc:
         log(str(exc))
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the search's own handler is installed
+        return 130
+    if analysis.stopped == "interrupted":
         log("interrupted; the original configuration is back")
         return 130
     for path in write_outputs(analysis, args.latency_budget_ms, Path(args.output)):

@@ -76,33 +76,55 @@ async def restore(repo: Repository, original: dict) -> None:
 
 
 async def analyze(opts: AnalyzeOptions, log: Log) -> Analysis:
-    task = asyncio.current_task()
+    """The search; Ctrl-C or SIGTERM at any point ends it with `stopped == "interrupted"` and the
+    original configuration back.
+
+    The signals are this run's own, not asyncio.Runner's: the runner turns SIGINT into one cancel
+    of the main task and reports KeyboardInterrupt only if that cancel comes out of the task, and a
+    client library under it may swallow a cancel (an interrupted run exited 0, issue 28 item 17).
+    Here the interrupt is a flag, read whatever the cancel became, and it cancels only the search
+    task: the restore below runs in a task no interrupt cancels.
+    """
     loop = asyncio.get_running_loop()
-    if task is not None:  # SIGTERM like Ctrl-C: cancel, so that the finally below restores the original
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    interrupted = asyncio.Event()
+    searching: asyncio.Task | None = None
+
+    def interrupt() -> None:
+        interrupted.set()
+        if searching is not None:
+            searching.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, interrupt)
     repo = Repository(opts.perf.url, opts.perf.model)
     try:
         original = await repo.config()
         analysis = Analysis(original, candidate_of(original))
+        searching = asyncio.create_task(_search(repo, opts, analysis, log, interrupted))
         try:
-            await _search(repo, opts, analysis, log)
+            await searching
         except asyncio.CancelledError:
-            analysis.stopped = "interrupted"
-            raise
+            if not interrupted.is_set():
+                raise
         finally:
             log("restoring the original configuration")
             await restore(repo, original)
+            if interrupted.is_set():
+                analysis.stopped = "interrupted"
         return analysis
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
         await repo.close()
 
 
-async def _search(repo: Repository, opts: AnalyzeOptions, analysis: Analysis, log: Log) -> None:
+async def _search(
+    repo: Repository, opts: AnalyzeOptions, analysis: Analysis, log: Log, interrupted: asyncio.Event
+) -> None:
     search = QuickSearch(analysis.default, opts.limits)
     deadline = time.monotonic() + opts.max_minutes * 60
     last = 0.0  # how long the last candidate took: the next one needs about as long
-    while (candidate := search.next()) is not None:
+    while not interrupted.is_set() and (candidate := search.next()) is not None:
         if time.monotonic() + last > deadline:
             analysis.stopped = f"time budget ({opts.max_minutes:g} min) reached"
             break

@@ -17,8 +17,9 @@ from typing import Any
 
 from shared.natsserver import NatsServer
 from shoal.cli import parse_serve, serve_parser
-from shoal.pytriton.exceptions import PyTritonValidationError
-from shoal.supervisor import Cluster, build_cluster
+from shoal.ports import busy_endpoint
+from shoal.pytriton.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
+from shoal.supervisor import Cluster, StartFailed, build_cluster
 
 # TritonConfig fields that are not tritonserver flags
 NOT_FLAGS = {"nats_url", "model_repository", "cache_directory"}
@@ -64,12 +65,23 @@ class EmbeddedCluster:
         return self.args.http_port
 
     def start(self) -> str:
-        """Start nats-server and the services; returns the NATS URL once the gateway answers."""
-        self.nats = NatsServer(monitor_port=self.args.nats_monitor_port).start()
+        """Start nats-server and the services; returns the NATS URL once the gateway answers.
+
+        A port in use fails at once with tritonserver's words, before anything starts: the
+        readiness probe would otherwise reach whatever holds the port (another `shoal serve`)."""
         try:
+            busy = busy_endpoint(self.args)
+            if busy is not None:
+                raise PyTritonUnrecoverableError(busy)
+            self.nats = NatsServer(monitor_port=self.args.nats_monitor_port)  # stop() removes its store
+            self.nats.start()
             self.cluster = build_cluster(self.args, self.nats.url, pathlib.Path(self.args.model_repository[0]))
+            self.cluster.fail_fast = True
             self.cluster.start()
             self.cluster.wait_ready(self.args.ready_timeout_secs)
+        except StartFailed as exc:
+            self.stop()
+            raise PyTritonUnrecoverableError(str(exc)) from None
         except BaseException:
             self.stop()
             raise

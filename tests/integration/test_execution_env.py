@@ -12,13 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException
 
 from tests.cluster import running_cluster
 
 NUMPY_1 = "1.26.4"
 
-# np.float_ and np.NINF are gone in numpy 2: this model.py runs only in a numpy 1.x environment
+# np.float_ and np.NINF are gone in numpy 2: Shoal gives them back to python models (numpy_compat)
 MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -78,7 +77,7 @@ def env_cluster(numpy1_env, tmp_path_factory):
     packed = write_model(root, "numpy1_packed", REMOVED_NAMES, "$$TRITON_MODEL_DIRECTORY/env.tar.gz")
     with tarfile.open(packed / "env.tar.gz", "w:gz") as tar:
         tar.add(numpy1_env, arcname=".")
-    write_model(root, "removed_names_default", REMOVED_NAMES, None)  # no environment: numpy 2 refuses
+    write_model(root, "removed_names_default", REMOVED_NAMES, None)  # no environment: numpy 2 with numpy 1 names back
     write_model(root, "missing_env", PLAIN, "$$TRITON_MODEL_DIRECTORY/nowhere.tar.gz")
     cache = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as patch:
@@ -109,12 +108,14 @@ def test_models_run_in_their_own_numpy(env_cluster):
     client.close()
 
 
-def test_numpy1_names_fail_without_the_environment(env_cluster):
+def test_numpy1_names_run_unchanged_without_an_environment(env_cluster):
+    """Issue 28 item 13: as in Triton's python backend (numpy 1), `np.float_`, `np.NINF` work by
+    default: the model's process gets numpy 1's removed names back (numpy_compat)."""
     running, _ = env_cluster
     client = httpclient.InferenceServerClient(running.url, network_timeout=120)
-    with pytest.raises(InferenceServerException) as err:
-        infer(client, "removed_names_default")
-    assert "np.float_" in err.value.message()
+    version, y = infer(client, "removed_names_default")
+    assert version == np.__version__ and version.startswith("2.")
+    np.testing.assert_array_equal(y, [[1.5], [-2.0]])
     client.close()
 
 

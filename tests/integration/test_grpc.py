@@ -207,10 +207,10 @@ async def test_asyncio_client(served):
 class Stream:
     """A started stream; its results and errors arrive on a queue."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
         self.client = grpcclient.InferenceServerClient(url)
         self.results: queue.Queue = queue.Queue()
-        self.client.start_stream(callback=lambda result, error: self.results.put((result, error)))
+        self.client.start_stream(callback=lambda result, error: self.results.put((result, error)), headers=headers)
 
     def next(self, timeout: float = 30):
         return self.results.get(timeout=timeout)
@@ -385,7 +385,8 @@ def test_model_control(client, served):
     assert err.status() == "StatusCode.INTERNAL"
     assert "failed to load 'not_there', failed to poll from model repository" in err.message()
     err = error_of(lambda: client.load_model("simple", config="{not json"))
-    assert err.status() == "StatusCode.INVALID_ARGUMENT" and "Invalid config override" in err.message()
+    assert err.status() == "StatusCode.INTERNAL"
+    assert err.message() == "failed to load 'simple', failed to poll from model repository"
 
 
 def test_trace_and_log_settings(client):
@@ -406,3 +407,39 @@ def test_trace_and_log_settings(client):
     client.update_log_settings({"log_verbose_level": 0})
     err = error_of(lambda: client.update_log_settings({"log_file": "/tmp/x"}))
     assert err.status() == "StatusCode.UNIMPLEMENTED"
+
+
+# -- both servers: the flags that shape the transport (Shoal's own, and grpcio's behind --grpc-server) --
+
+
+@pytest.fixture(scope="module", params=["shoal", "grpcio"])
+def flagged(request, tmp_path_factory):
+    root = build_test_repository(tmp_path_factory.mktemp(f"grpc_flags_{request.param}"))
+    with running_cluster(
+        root,
+        grpc_server=request.param,
+        grpc_restricted_protocol=["health,inference:x-shoal-key=secret"],
+        grpc_infer_response_compression_level="high",
+    ) as running:
+        yield running
+
+
+def test_restricted_protocol_and_compressed_answers(flagged):
+    header = {"x-shoal-key": "secret"}
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    with grpcclient.InferenceServerClient(flagged.grpc_url) as c:
+        for call in (c.is_server_live, lambda: c.infer("simple", simple_inputs(a, a))):
+            err = error_of(call)
+            assert err.status() == "StatusCode.UNAVAILABLE"
+            assert err.message() == "This protocol is restricted, expecting header 'x-shoal-key'"
+        assert c.is_server_live(headers=header)
+        assert c.get_server_metadata().name == "triton"  # metadata is not restricted
+        result = c.infer("simple", simple_inputs(a, a), headers=header, compression_algorithm="gzip")
+        assert np.array_equal(result.as_numpy("OUTPUT0"), a + a)
+        stream = Stream(flagged.grpc_url, headers=header)
+        try:
+            stream.client.async_stream_infer("simple", simple_inputs(a, a))
+            result, error = stream.next()
+            assert error is None and np.array_equal(result.as_numpy("OUTPUT1"), a - a)
+        finally:
+            stream.close()

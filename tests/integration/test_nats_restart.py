@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -14,8 +17,19 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
+from services.scheduler.service import IN_TRANSIT_S
+from shared.natsserver import NatsServer
 from tests.cluster import identity_config, running_cluster
+from tests.proxy import proxy_to
 from tests.serving import Serve, listening, wait_until
+
+
+def metric(url: str, name: str, model: str) -> float:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + "{") and f'model="{model}"' in line:
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def infer(client, model: str) -> None:
@@ -106,3 +120,129 @@ def test_shoal_serve_restarts_a_killed_nats_server(tmp_path):
     finally:
         if serve.process.poll() is None:
             serve.kill_tree()
+
+
+def _load(url: str, stop: threading.Event, results: list) -> None:
+    client = httpclient.InferenceServerClient(url, network_timeout=60)
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            infer(client, "first")
+            error = ""
+        except InferenceServerException as exc:
+            error = f"{exc.status()} {exc.message()}"
+        results.append((started, time.monotonic(), error))
+        if error:
+            time.sleep(0.05)
+    client.close()
+
+
+@pytest.mark.timeout(300)
+def test_no_request_outlives_a_lost_bus_connection(tmp_path):
+    """kill -9 of nats-server under load (6 clients, 30 s request timeout): every request in flight
+    is sent again after the reconnect or answered 503 with the reason within seconds, none is left
+    to the timeout (shared/dispatch.py; the worker side: shared/liveness.py, credits)."""
+    examples.write_model(
+        tmp_path, "first", examples.identity_graph(TensorProto.FLOAT, 2, "first"), identity_config("first", "FP32")
+    )
+    with running_cluster(tmp_path, request_timeout_s=30) as running:
+        results: list = []
+        stop = threading.Event()
+        clients = [threading.Thread(target=_load, args=(running.url, stop, results)) for _ in range(6)]
+        for thread in clients:
+            thread.start()
+        try:
+            wait_until(lambda: len(results) > 50, 30, "no load before the kill")
+            killed = time.monotonic()
+            running.nats.kill()
+            running.nats.start()  # what `shoal serve` does: the same port and JetStream store
+            wait_until(
+                lambda: any(s > killed + 0.5 and not e for s, _, e in results),
+                30,
+                f"no success after the kill: {results[-3:]}",
+            )
+            time.sleep(1)
+        finally:
+            stop.set()
+            for thread in clients:
+                thread.join(60)
+        around = [(s, e, error) for s, e, error in results if e > killed]
+        slowest = max(e - s for s, e, _ in around)
+        failures = [error for *_, error in around if error]
+        print(f"{len(around)} requests after the kill, {len(failures)} failed, slowest {slowest:.1f}s: {failures[:3]}")
+        assert slowest < 8, f"a request in flight at the kill took {slowest:.1f}s (timeout 30 s)"
+        assert all(error.startswith("503 ") and len(error) > 8 for error in failures), failures[:5]
+
+
+@pytest.mark.timeout(300)
+def test_requests_in_flight_fail_when_the_bus_stays_away(tmp_path):
+    """nats-server killed and not back: the requests the gateway had sent fail with a 503 naming
+    the lost connection about 3 s later (shared/dispatch.py), not at their 30 s deadline; once it
+    is back, serving resumes."""
+    examples.write_model(
+        tmp_path,
+        "held",  # a 4 s batching delay: the requests sit in the scheduler's queue at the kill
+        examples.identity_graph(TensorProto.FLOAT, 2, "held"),
+        identity_config("held", "FP32", 8, "dynamic_batching { max_queue_delay_microseconds: 4000000 }\n"),
+    )
+    with running_cluster(tmp_path, request_timeout_s=30) as running:
+        value = np.arange(4, dtype=np.float32).reshape(1, 4)
+
+        def held() -> tuple[float, str]:
+            client = httpclient.InferenceServerClient(running.url, network_timeout=60)
+            tensor = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+            tensor.set_data_from_numpy(value)
+            try:
+                client.infer("held", [tensor])
+                return time.monotonic(), ""
+            except InferenceServerException as exc:
+                return time.monotonic(), f"{exc.status()} {exc.message()}"
+            finally:
+                client.close()
+
+        assert held()[1] == ""  # served (a batch of one after 4 s)
+        with ThreadPoolExecutor(3) as pool:
+            futures = [pool.submit(held) for _ in range(3)]
+            time.sleep(1)  # sent and queued: the scheduler waits up to 4 s to fill a batch
+            killed = time.monotonic()
+            running.nats.kill()
+            results = [f.result() for f in futures]
+        for ended, error in results:
+            assert error.startswith("503 ") and "connection to NATS was lost" in error, error
+            assert ended - killed < 8, f"failed {ended - killed:.1f}s after the kill (deadline 30 s)"
+        running.nats.start()
+        wait_until(lambda: held()[1] == "", 60, "not serving after nats-server came back")
+
+
+@pytest.mark.timeout(300)
+def test_a_batch_lost_with_a_workers_connection_runs_again(tmp_path):
+    """A worker's link loses the batch sent to it, then drops (tests/proxy.py): once reconnected the
+    worker says which batches it holds, and the scheduler sends the lost one's request to run
+    again at once instead of holding its credit until past the 30 s deadline."""
+    examples.write_model(
+        tmp_path, "first", examples.identity_graph(TensorProto.FLOAT, 2, "first"), identity_config("first", "FP32")
+    )
+    with NatsServer() as nats, proxy_to(nats.port) as proxy:
+        with running_cluster(
+            tmp_path, request_timeout_s=30, nats_server=nats, worker={"nats_url": proxy.url}
+        ) as running:
+            client = httpclient.InferenceServerClient(running.url, network_timeout=60)
+            infer(client, "first")
+            credits = metric(running.metrics_url, "shoal_queue_free_credits", "first")
+            proxy.blackhole()  # what nats-server sends the worker from now on is lost
+            with ThreadPoolExecutor(1) as pool:
+                request = pool.submit(
+                    lambda: infer(httpclient.InferenceServerClient(running.url, network_timeout=60), "first")
+                )
+                wait_until(
+                    lambda: metric(running.metrics_url, "shoal_queue_free_credits", "first") < credits, 10, "not sent"
+                )
+                time.sleep(IN_TRANSIT_S + 0.2)  # the protocol's window, not a wait for an event: a batch
+                # sent this shortly before the worker's holdings is not judged by them
+                severed = time.monotonic()
+                proxy.sever()  # the worker reconnects; nats-server has not noticed the old connection go
+                request.result(timeout=25)
+            took = time.monotonic() - severed
+            assert took < 5, f"the lost batch's request was answered {took:.1f}s after the reconnect"
+            assert metric(running.metrics_url, "shoal_inference_request_retry", "first") == 1
+            client.close()

@@ -34,7 +34,9 @@ def test_connections_are_named(shoal):
     url = f"http://127.0.0.1:{shoal.nats.monitor_port}/connz?limit=100"
     with urllib.request.urlopen(url, timeout=5) as response:
         names = {c.get("name", "") for c in json.loads(response.read())["connections"]}
-    for prefix in ("shoal-gateway-", "shoal-scheduler-", "shoal-worker-", "shoal-repository"):
+    # a co-hosted scheduler (the default) uses its gateway's connection
+    standalone = ("shoal-scheduler-",) if shoal.cluster.scheduler is not None else ()
+    for prefix in ("shoal-gateway-", *standalone, "shoal-worker-", "shoal-repository"):
         assert any(n.startswith(prefix) for n in names), (prefix, names)
 
 

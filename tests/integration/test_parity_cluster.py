@@ -77,7 +77,7 @@ def client(server):
     c.close()
 
 
-# -- item 11: size limits per body kind -----------------------------------------------------
+# -- item 11 (issue 28 item 2: Triton's texts per body kind): size limits per body kind -----------------------------------------------------
 def test_oversize_raw_binary_body_gets_the_raw_message(server):
     body = bytes(LIMIT + 16)
     status, _, raw = http(
@@ -85,7 +85,7 @@ def test_oversize_raw_binary_body_gets_the_raw_message(server):
     )
     assert (status, error_of(raw)) == (
         400,
-        f"raw request size of {len(body)} bytes exceeds the maximum allowed input size of {LIMIT} bytes. "
+        f"Raw input has a byte_size ({len(body)} bytes) that exceeds the maximum allowed value of {LIMIT} bytes. "
         "Use --http-max-input-size to increase the limit.",
     )
 
@@ -96,7 +96,7 @@ def test_oversize_decompressed_body_gets_the_decompressed_message(server):
     status, _, raw = http(server.url, "/v2/models/simple/infer", "POST", body, {"Content-Encoding": "gzip"})
     assert (status, error_of(raw)) == (
         400,
-        f"decompressed request size exceeds the maximum allowed input size of {LIMIT} bytes. "
+        f"Decompressed data size exceeds the maximum allowed value of {LIMIT} bytes. "
         "Use --http-max-input-size to increase the limit.",
     )
 
@@ -287,10 +287,20 @@ def test_reserved_and_invalid_keys(client, regions):
         f"cannot register shared memory region 'my_test_shm_name' with key '{reserved}' as the key contains "
         "the reserved prefix 'triton_python_backend_shm_region_'"
     )
-    for key in ("/a/b", "/..", "/"):
+    with pytest.raises(InferenceServerException) as err:  # the prefix after leading slashes counts too
+        client.register_system_shared_memory("my_test_shm_name", "//" + reserved, 10000)
+    assert "as the key contains the reserved prefix" in err.value.message()
+    for key in ("/a/b", "/.."):
         with pytest.raises(InferenceServerException) as err:
             client.register_system_shared_memory("bad", key, 8)
         assert (err.value.status(), err.value.message()) == ("500", f"Unable to open shared memory region: '{key}'")
+    for key in ("/", "///"):  # issue 28 item 6: Triton's ValidateSharedMemoryKey, before shm_open
+        with pytest.raises(InferenceServerException) as err:
+            client.register_system_shared_memory("bad", key, 8)
+        assert (err.value.status(), err.value.message()) == (
+            "400",
+            f"cannot register shared memory region 'bad' - invalid shm key '{key}'",
+        )
 
 
 # -- item 13: BYTES that are not UTF-8 ------------------------------------------------------------

@@ -218,6 +218,7 @@ def test_analyze_puts_the_original_back_after_an_interrupt(served, client, tmp_p
         _wait_for(second_candidate_tried, 120, "a second candidate")
         _wait_for(lambda: client.get_model_config("simple") != original, 60, "a candidate's config to load")
         proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)  # an impatient second Ctrl-C must not cut the restore short
         assert proc.wait(timeout=120) == 130
     finally:
         if proc.poll() is None:

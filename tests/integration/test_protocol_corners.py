@@ -4,6 +4,7 @@ tritonclient against the real services. Texts and statuses: docs/compatibility.m
 from __future__ import annotations
 
 import json
+import random
 import socket
 from http.client import HTTPResponse
 
@@ -31,7 +32,7 @@ def int32_input(name: str, data, shape=(1, 16)) -> dict:
 @pytest.mark.parametrize(
     "data, status, message",
     [
-        (list(range(15)), 400, "Unable to parse 'data': Shape does not match true shape of 'data' field"),
+        (list(range(15)), 400, "Failed to parse 'data' field: shape does not match true shape"),  # qa/L0_http
         (list(range(17)), 400, "Unable to parse 'data': Shape does not match true shape of 'data' field"),
         (["x"] * 16, 500, "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"),
         ([1.5] * 16, 500, "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"),
@@ -84,7 +85,11 @@ def test_shape_overflowing_int64_is_400(shoal, shape):
         header,
         {"Inference-Header-Content-Length": str(len(header))},
     )
-    assert status == 400 and "overflows int64" in error_of(raw), raw
+    assert status == 400, raw
+    assert error_of(raw) == (  # issue 28 item 3: Triton's text (http_server.cc, GetElementCount's -3)
+        f"invalid shape for input 'INPUT0': shape [{shape[0]},{shape[1]}] causes total element count "
+        "to exceed maximum size of 9223372036854775807"
+    )
 
 
 # -- item 9: an output asked for twice ---------------------------------------------------------
@@ -105,9 +110,7 @@ def nested(depth: int) -> bytes:
     return b'{"a":' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
 
 
-@pytest.mark.parametrize(
-    "path", [INFER, "/v2/repository/index", "/v2/repository/models/simple/load", "/v2/repository/models/x/unload"]
-)
+@pytest.mark.parametrize("path", [INFER, "/v2/repository/models/simple/load", "/v2/repository/models/x/unload"])
 def test_json_nested_too_deep_is_refused(shoal, path):
     status, _, raw = http(shoal.url, path, "POST", nested(101))
     assert (status, error_of(raw)) == (400, "JSON nesting depth exceeds maximum allowed limit (100)")
@@ -120,9 +123,26 @@ def test_json_nested_too_deep_is_refused(shoal, path):
         assert http(shoal.url, path, "POST", deep_text)[0] == 200
 
 
-def test_repository_index_ready_must_be_boolean(shoal):
-    status, _, raw = http(shoal.url, "/v2/repository/index", "POST", b'{"ready": "yes"}')
-    assert (status, error_of(raw)) == (400, "attempt to access JSON non-boolean as boolean")
+@pytest.mark.parametrize("depth", [2, 101, 250_000])
+def test_repository_index_ready_must_be_boolean_however_deep(shoal, depth):
+    """Issue 28 item 5: the index reads `ready` with no nesting limit (Triton's HandleRepositoryIndex)."""
+    ready = b"[" * depth + b"]" * depth
+    for body in (b'{"ready": "yes"}', b'{"ready": ' + ready + b"}"):
+        status, _, raw = http(shoal.url, "/v2/repository/index", "POST", body)
+        assert (status, error_of(raw)) == (400, "Invalid value for 'ready': expected a boolean")
+    status, _, raw = http(shoal.url, "/v2/repository/index", "POST", b'{"other": ' + ready + b', "ready": true}')
+    assert status == 200 and ("simple", "READY") in {(e["name"], e.get("state")) for e in json.loads(raw)}
+    assert http(shoal.url, "/v2/health/live")[0] == 200
+
+
+# -- issue 28 item 18: a body that is not JSON -----------------------------------------------------
+@pytest.mark.parametrize("path", [INFER, "/v2/repository/index", "/v2/repository/models/simple/load"])
+def test_random_bytes_get_the_parsers_error_not_the_depth_limit(shoal, path):
+    noise = bytes(random.Random(28).randrange(256) for _ in range(4096)) + b"[" * 300  # brackets too
+    status, _, raw = http(shoal.url, path, "POST", b"\x8f" + noise)
+    assert (status, error_of(raw)) == (500, "failed to parse the request JSON buffer: Invalid value. at 0")
+    status, _, raw = http(shoal.url, path, "POST", b'{"inputs": [')
+    assert status == 500 and error_of(raw).startswith("failed to parse the request JSON buffer: ")
 
 
 # -- item 12: chunked raw binary request -------------------------------------------------------

@@ -80,6 +80,10 @@ def test_requests_held_by_a_killed_scheduler_end_within_seconds(tmp_path):
             os.kill(running.cluster.child("scheduler").process.pid, signal.SIGKILL)
             results = [f.result() for f in futures]
         check_held_requests_end(results, killed, value)
+        # each answer after the kill came from a copy the gateway sent again, and /metrics counts them
+        served = sum(1 for _, result in results if not isinstance(result, InferenceServerException))
+        resent = metric(running, "shoal_inference_request_resent", "held")
+        assert resent >= max(served, 4), (resent, served)  # the dead scheduler held all four
         # the restarted scheduler serves again
         wait_until(lambda: not isinstance(call(running.url, "held", value)[1], Exception), 30, "no recovery")
 
@@ -110,7 +114,8 @@ def test_requests_queued_at_a_killed_gateways_scheduler_end_within_seconds(tmp_p
         for _ in range(2):
             with ThreadPoolExecutor(8) as pool:
                 assert all(np.array_equal(r, value) for _, r in pool.map(lambda u: call(u, "held", value), urls))
-        assert metric(running, "nv_inference_exec_count", "held") == 2
+        # counted when the scheduler reads the completion, which may come after the answers
+        wait_until(lambda: metric(running, "nv_inference_exec_count", "held") == 2, 10, "two executions")
         with ThreadPoolExecutor(4) as pool:
             futures = [pool.submit(call, url, "held", value) for _ in range(4)]
             wait_until(lambda: metric(running, "nv_inference_pending_request_count", "held") == 4, 10, "not queued")
@@ -151,3 +156,31 @@ def test_a_request_waiting_at_a_killed_worker_runs_on_another_instance(tmp_path)
         assert "stopped responding" in failed.message()
         assert np.array_equal(retried, value * 6), retried
         assert metric(running, "shoal_inference_request_retry", "py_slow") == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_worker_is_found_by_nats_not_by_its_heartbeat(tmp_path):
+    """kill -9 of the worker running a request: NATS drops its connection, the scheduler's probe
+    hears "no responders" and fails the request within about a second, though the heartbeat
+    timeout is 30 s (shared/liveness.py)."""
+    write_python(tmp_path, "py_slow", "double", batching="", max_batch_size=0)
+    patient = {"worker_timeout_s": 30}
+    with running_cluster(tmp_path, request_timeout_s=40, scheduler=patient, repository=patient) as running:
+        value = np.ones(4, np.float32)
+        assert np.array_equal(call(running.url, "py_slow", value)[1], value * 2)  # its process runs
+
+        def probed() -> bool:  # a worker the probe never heard answer is left to its heartbeat
+            services = asyncio.run(collect(running.nats.url, wait=0.3))
+            schedulers = [s["status"] for s in services if s["name"] == "shoal-scheduler"]
+            return bool(schedulers) and all(len(s.get("probed_workers", [])) >= 2 for s in schedulers)
+
+        wait_until(probed, 20, "the scheduler's probe never heard the worker and its model's process")
+        with ThreadPoolExecutor(1) as pool:
+            running_request = pool.submit(call, running.url, "py_slow", value, {"delay_ms": 20000})
+            wait_until(lambda: metric(running, "shoal_queue_free_credits", "py_slow") < 2, 10, "not sent")
+            killed = time.monotonic()
+            os.kill(running.cluster.child("worker-0").process.pid, signal.SIGKILL)
+            ended, failed = running_request.result()
+        assert isinstance(failed, InferenceServerException) and failed.status() == "503", failed
+        assert "stopped responding" in failed.message()
+        assert ended - killed < 3, f"the request failed {ended - killed:.1f}s after its worker was killed"

@@ -61,3 +61,28 @@ async def test_a_call_cancelled_before_it_starts_does_not_run_and_submit_works_a
         worker.shutdown()
     with pytest.raises(RuntimeError):
         worker.submit(print)
+
+
+async def test_call_answers_a_callback_on_the_loop_with_the_result_or_the_error():
+    worker = InstanceThread("test-call")
+    loop = asyncio.get_running_loop()
+    answers: asyncio.Queue[tuple[object, BaseException | None, bool]] = asyncio.Queue()
+
+    def on_done(result: object, error: BaseException | None) -> None:
+        on_loop = asyncio.get_running_loop() is loop  # raises off the loop's thread
+        answers.put_nowait((result, error, on_loop))
+
+    def fails() -> None:
+        raise ValueError("model failed")
+
+    try:
+        worker.call(threading.current_thread, (), on_done)
+        worker.call(fails, (), on_done)
+        thread, no_error, on_loop = await asyncio.wait_for(answers.get(), 10)
+        assert (thread.name, no_error, on_loop) == ("test-call", None, True)
+        nothing, error, on_loop = await asyncio.wait_for(answers.get(), 10)
+        assert nothing is None and isinstance(error, ValueError) and str(error) == "model failed" and on_loop
+    finally:
+        worker.shutdown()
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        worker.call(fails, (), on_done)

@@ -1,4 +1,6 @@
-"""The gRPC listener: grpcio's asyncio server with tritonserver's `--grpc-*` settings.
+"""The gRPC listener with tritonserver's `--grpc-*` settings: Shoal's own HTTP/2 server on the event
+loop (services/gateway/grpc/listener.py, the default), or grpcio's asyncio server
+(`--grpc-server=grpcio`, the fallback).
 
 Keepalive flags map one to one onto gRPC core channel arguments (as tritonserver sets them);
 messages have no size limit (as in Triton: the HTTP input-size limit is HTTP's); SO_REUSEPORT
@@ -8,11 +10,13 @@ is off unless `--reuse-grpc-port`, so a second server on a busy port fails inste
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
-from tritonclient.grpc import service_pb2_grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from services.gateway.grpc.connection import KeepAlive
+from services.gateway.grpc.listener import GrpcListener, tls_context
 from services.gateway.grpc.service import GrpcService, Restrictions
 from services.inference.restrictions import CATEGORIES
 from services.inference.server import InferenceServer
@@ -83,13 +87,42 @@ class _GenericHandlersOnly:
         pass  # on purpose: see the class's docstring
 
 
-async def start(settings: GatewaySettings, server: InferenceServer) -> grpc.aio.Server:
+class Listener(Protocol):
+    async def stop(self, grace: float | None) -> None: ...
+
+
+def keepalive(settings: GatewaySettings) -> KeepAlive:
+    return KeepAlive(
+        time_s=settings.grpc_keepalive_time / 1000,
+        timeout_s=settings.grpc_keepalive_timeout / 1000,
+        permit_without_calls=settings.grpc_keepalive_permit_without_calls,
+        min_ping_interval_s=settings.grpc_http2_min_recv_ping_interval_without_data / 1000,
+        max_ping_strikes=settings.grpc_http2_max_ping_strikes,
+        max_pings_without_data=settings.grpc_http2_max_pings_without_data,
+    )
+
+
+async def start(settings: GatewaySettings, server: InferenceServer) -> Listener:
     """A started gRPC server (raises if the address cannot be bound)."""
     service = GrpcService(
         server,
         restrictions(settings.grpc_restricted_protocol),
         compress=settings.grpc_infer_response_compression_level != "none",
     )
+    if settings.grpc_server == "grpcio":
+        return await _start_grpcio(settings, service)
+    listener = GrpcListener(
+        service, service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], service_pb2, keepalive(settings)
+    )
+    tls = None
+    if settings.grpc_use_ssl:
+        root = settings.grpc_root_cert or None
+        tls = tls_context(settings.grpc_server_cert, settings.grpc_server_key, root, settings.grpc_use_ssl_mutual)
+    await listener.start(settings.grpc_address, settings.grpc_port, settings.reuse_grpc_port, tls)
+    return listener
+
+
+async def _start_grpcio(settings: GatewaySettings, service: GrpcService) -> grpc.aio.Server:
     listener = grpc.aio.server(options=channel_options(settings))
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, _GenericHandlersOnly(listener))
     address = f"{settings.grpc_address}:{settings.grpc_port}"

@@ -57,35 +57,70 @@ def size_error(size: int, limit: int) -> ShoalError:
 
 
 def raw_size_error(size: int, limit: int) -> ShoalError:
-    """A raw binary body (`Inference-Header-Content-Length: 0`) has no JSON to speak of."""
+    """A raw binary body (`Inference-Header-Content-Length: 0`): Triton's EVBufferToRawInput."""
     return invalid(
-        f"raw request size of {size} bytes exceeds the maximum allowed input size of {limit} bytes. {_USE_FLAG}"
+        f"Raw input has a byte_size ({size} bytes) that exceeds the maximum allowed value of {limit} bytes. "
+        + _USE_FLAG
     )
 
 
 def decompressed_size_error(limit: int) -> ShoalError:
-    """The inflated size is not known (inflating stops at the limit)."""
-    return invalid(f"decompressed request size exceeds the maximum allowed input size of {limit} bytes. {_USE_FLAG}")
+    """Inflating stops at the limit, as Triton's DataCompressor: the full size is not known."""
+    return invalid(f"Decompressed data size exceeds the maximum allowed value of {limit} bytes. {_USE_FLAG}")
 
 
 MAX_JSON_DEPTH = 100
 
 
-def load_json(body: bytes | memoryview) -> Any:
-    """A request body as JSON with Triton's limits: nesting depth (400), then parse errors."""
-    check_depth(body)
+def load_json(body: bytes | memoryview, depth_limit: bool = True) -> Any:
+    """A request body as JSON, parsed first as Triton parses it (a body that is not JSON gets the
+    parser's error, whatever its brackets); then, with `depth_limit`, Triton's nesting limit (400).
+
+    Without `depth_limit` (Triton's control APIs read only their own top-level fields) a body
+    nested deeper than the parser's own limit is read with its deep parts as null, so the handler
+    still answers for the fields it reads (issue 28 items 5 and 18)."""
     try:
-        return orjson.loads(body)
+        doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        if "utf-8" not in str(exc).lower():
-            raise internal(f"failed to parse the request JSON buffer: {exc}") from None
-        error = exc
-    # Triton's parser takes strings' bytes as they are (BYTES elements need not be UTF-8):
-    # the stdlib parser keeps undecodable bytes as surrogate escapes, encoded back in BYTES.
-    try:
-        return json.loads(bytes(body).decode("utf-8", errors="surrogateescape"))
-    except ValueError:
-        raise internal(f"failed to parse the request JSON buffer: {error}") from None
+        if "depth limit" in exc.msg:  # orjson's recursion limit (1024): JSON, deeper than Triton reads data
+            if depth_limit:
+                raise depth_error() from None
+            return orjson.loads(shallow(bytes(body)))
+        doc = _load_non_utf8(body, exc)
+    if depth_limit:
+        check_depth(body)
+    return doc
+
+
+def _load_non_utf8(body: bytes | memoryview, error: orjson.JSONDecodeError) -> Any:
+    """Triton's parser takes strings' bytes as they are (BYTES elements need not be UTF-8): the
+    stdlib parser keeps undecodable bytes as surrogate escapes, encoded back in BYTES."""
+    if "utf-8" in error.msg.lower():
+        try:
+            return json.loads(bytes(body).decode("utf-8", errors="surrogateescape"))
+        except ValueError:
+            pass
+    raise internal(parse_error_text(bytes(body), error)) from None
+
+
+# where rapidjson (Triton's parser) names the error in its own words; other errors keep orjson's
+_JSON_VALUE_START = frozenset(b'{["-0123456789tfn')
+
+
+def parse_error_text(body: bytes, error: ValueError) -> str:
+    """Triton's `failed to parse the request JSON buffer: <what> at <offset>` (triton_json.h)."""
+    start = len(body) - len(body.lstrip(b" \t\r\n"))
+    if start == len(body):
+        return f"failed to parse the request JSON buffer: The document is empty. at {start}"
+    if body[start] not in _JSON_VALUE_START:
+        return f"failed to parse the request JSON buffer: Invalid value. at {start}"
+    if isinstance(error, json.JSONDecodeError):
+        return f"failed to parse the request JSON buffer: {error.msg}. at {error.pos}"
+    return f"failed to parse the request JSON buffer: {error}"
+
+
+def depth_error() -> ShoalError:
+    return invalid(f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH})")
 
 
 def check_depth(body: bytes | memoryview) -> None:
@@ -98,7 +133,29 @@ def check_depth(body: bytes | memoryview) -> None:
     steps = np.frombuffer(structure, dtype=np.uint8)
     depth = np.cumsum(np.where((steps == ord("[")) | (steps == ord("{")), 1, -1), dtype=np.int64)
     if depth.size and int(depth.max()) > MAX_JSON_DEPTH:
-        raise invalid(f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH})")
+        raise depth_error()
+
+
+SHALLOW_DEPTH = 64
+
+
+def shallow(raw: bytes, keep: int = SHALLOW_DEPTH) -> bytes:
+    """`raw` with every array or object nested deeper than `keep` replaced by `null` (the parts
+    removed are not checked for syntax: nothing reads them)."""
+    blanked = _STRINGS.sub(lambda m: b'"' + b" " * (len(m.group()) - 2) + b'"', raw)  # brackets in strings
+    chars = np.frombuffer(blanked, dtype=np.uint8)
+    opens = (chars == ord("[")) | (chars == ord("{"))
+    closes = (chars == ord("]")) | (chars == ord("}"))
+    depth = np.cumsum(opens.astype(np.int64) - closes)
+    deep = np.concatenate(([False], (depth > keep) | (closes & (depth == keep)), [False])).astype(np.int8)
+    edges = np.diff(deep)
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    parts, at = [], 0
+    for start, end in zip(starts.tolist(), ends.tolist()):
+        parts += [raw[at:start], b"null"]
+        at = end
+    parts.append(raw[at:])
+    return b"".join(parts)
 
 
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
@@ -248,7 +305,10 @@ def json_tensor_bytes(name: str, datatype: str, shape: list[int], data: Any) -> 
             raise _json_error("data", "attempt to access JSON non-signed-integer as signed-integer")
     elif not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat):
         raise _json_error("data", "attempt to access JSON non-number as double")
-    if len(flat) != element_count(shape):
+    expected = element_count(shape)
+    if len(flat) < expected:  # Triton's check after reading (ReadDataFromJson)
+        raise invalid("Failed to parse 'data' field: shape does not match true shape")
+    if len(flat) > expected:  # Triton's check while reading, one element past the shape
         raise invalid("Unable to parse 'data': Shape does not match true shape of 'data' field")
     if datatype == "BYTES":
         array = np.empty(len(flat), dtype=object)

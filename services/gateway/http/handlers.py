@@ -26,18 +26,15 @@ def error_response(message: str, status: int, headers: dict[str, str] | None = N
     )
 
 
-def decode_json(body: bytes) -> Any:
-    codec.check_depth(body)
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:  # Triton's 400
-        raise invalid(f"failed to parse the request JSON buffer: {exc}") from None
+def decode_json(body: bytes, depth_limit: bool = True) -> Any:
+    """A control-API body; a parse error is Triton's 500 with rapidjson's words (codec.load_json)."""
+    return codec.load_json(body, depth_limit)
 
 
-async def parse_json(request: Request) -> Any:
-    """A small control-API body (`{}` when empty); a parse error is Triton's 400."""
+async def parse_json(request: Request, depth_limit: bool = True) -> Any:
+    """A small control-API body (`{}` when empty)."""
     body = await request.body()
-    return decode_json(body) if body.strip() else {}
+    return decode_json(body, depth_limit) if body.strip() else {}
 
 
 async def json_body(request: Request) -> dict:
@@ -87,7 +84,11 @@ class Handlers:
 
     # -- generate extension --------------------------------------------------------------
     async def _generate_request(self, request: Request):
-        spec, resolved = self.server.core.resolve(*model_path(request))
+        name, version = model_path(request)
+        try:
+            spec, resolved = self.server.core.resolve(name, version)
+        except ShoalError as exc:  # a model that loads on demand is loaded first
+            spec, resolved = await self.server.core.load_on_demand(name, version, exc)
         if request.headers.get("content-encoding", "identity").strip().lower() not in ("", "identity"):
             raise invalid("Unsupported content-encoding, only 'identity' is supported.")
         declared = request.headers.get("content-length", "")
@@ -144,12 +145,13 @@ class Handlers:
 
     # -- repository and statistics -------------------------------------------------------
     async def repository_index(self, request: Request) -> Response:
-        doc = await parse_json(request)
+        # Triton reads only `ready` here: no nesting limit, the type checked (http_server.cc, HandleRepositoryIndex)
+        doc = await parse_json(request, depth_limit=False)
         ready = None
         if doc != {}:
             ready = doc.get("ready", False) if isinstance(doc, dict) else None
             if not isinstance(ready, bool):
-                raise invalid("attempt to access JSON non-boolean as boolean")  # Triton's text, unprefixed
+                raise invalid("Invalid value for 'ready': expected a boolean")
         return json_response(await self.server.repository_index(ready))
 
     async def load(self, request: Request) -> Response:

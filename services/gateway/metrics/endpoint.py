@@ -10,7 +10,7 @@ exact names.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,6 +193,20 @@ def _shoal_gauges(entries: list) -> list[str]:
         [({}, system_metrics.shm_bytes_in_use())],
     )
     return lines
+
+
+def resent_lines(resent: Mapping[tuple[str, str], int]) -> list[str]:
+    """This gateway's requests sent again (shared/dispatch.py), by model and why: `scheduler_lost`
+    (the scheduler holding them died), `bus_reconnect` (the gateway's NATS connection dropped);
+    shown once there is one (a labelled counter has no sample before its first event)."""
+    if not resent:
+        return []
+    return family_lines(
+        "shoal_inference_request_resent",
+        "Requests this gateway sent again because their scheduler died or its NATS connection dropped",
+        "counter",
+        [({"model": m, "reason": why}, n) for (m, why), n in sorted(resent.items())],
+    )
 
 
 def _gpu(gpu: GpuMetrics) -> list[str]:

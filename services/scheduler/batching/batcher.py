@@ -43,7 +43,16 @@ class Decision:
 
 
 def next_batch(queue: Iterable[Queued], policy: BatchPolicy, now: float) -> Decision:
-    """`queue` in serving order (only its head matters unless the model batches dynamically)."""
+    """`queue` in serving order (only its head matters unless the model batches dynamically).
+
+    Triton's `DynamicBatchScheduler::GetDynamicBatch` (core): requests join the pending batch in
+    order while it fits the max batch size and the head's shapes. The best batch is the last one
+    whose size is preferred or, once a request would take the batch past the largest preferred
+    size, the batch before that request (it is "saturated"). Within the queue delay the best batch
+    goes at once; past it, everything pending goes. So with preferred sizes [2, 6] a batch of 3
+    followed by a 4 sends the 3 at once (3 + 4 passes 6), and the 4 waits its own full delay
+    (issue 28 item 9).
+    """
     requests = iter(queue)
     head = next(requests, None)
     if head is None:
@@ -51,31 +60,35 @@ def next_batch(queue: Iterable[Queued], policy: BatchPolicy, now: float) -> Deci
     if not policy.dynamic or policy.max_batch_size <= 1:
         return Decision(1, "default scheduler", complete=True)
     preferred = set(policy.preferred or (policy.max_batch_size,))
-    total = count = preferred_count = 0
-    can_grow = True
-    shape_sig = head.shape_sig
+    largest = policy.largest_preferred
+    total = count = best = best_total = 0
+    saturated = send_now = False
     reason = ""
     for request in itertools.chain((head,), requests):
         size = max(1, request.batch_size)
-        if request.shape_sig != shape_sig:
-            can_grow, reason = False, "shape mismatch"
-            break
-        if total + size > policy.max_batch_size:
-            can_grow, reason = False, "max batch size"
-            break
+        if count:
+            if total + size > largest and not best:
+                best, best_total, saturated = count, total, True
+            if total + size > policy.max_batch_size:
+                send_now, reason = True, "max batch size"
+                break
+            if request.shape_sig != head.shape_sig:
+                send_now, reason = True, "shape mismatch"
+                break
         total += size
         count += 1
         if total in preferred:
-            preferred_count = count
-        if total >= policy.largest_preferred:
-            can_grow, reason = False, "preferred batch size"
-            break
-    oldest = head.arrived
-    expired = policy.max_queue_delay_s <= 0 or now - oldest >= policy.max_queue_delay_s
-    if not can_grow:
-        return Decision(count, reason, complete=True)
-    if expired:
-        return Decision(count, "queue delay expired" if policy.max_queue_delay_s > 0 else "no queue delay")
-    if preferred_count:
-        return Decision(preferred_count, "preferred batch size")
-    return Decision(0, "waiting", oldest + policy.max_queue_delay_s)
+            best, best_total = count, total
+    delay = policy.max_queue_delay_s
+    expired = delay > 0 and now - head.arrived >= delay
+    # complete: nothing arriving later, and no delay expiring, changes the batch. Past the delay
+    # everything pending goes, so a batch with a delay is complete only once nothing can join it.
+    full = send_now or total >= policy.max_batch_size
+    if best and not expired:
+        complete = (saturated or best_total >= largest) if delay <= 0 else (best == count and full)
+        return Decision(best, "preferred batch size", complete=complete)
+    if send_now or total >= largest:
+        return Decision(count, reason or "preferred batch size", complete=full)
+    if expired or delay <= 0:
+        return Decision(count, "queue delay expired" if delay > 0 else "no queue delay")
+    return Decision(0, "waiting", head.arrived + delay)

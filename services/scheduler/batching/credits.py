@@ -132,6 +132,42 @@ class Credits:
             log.warning("requests of '%s' that worker %s had not started go to another instance", queue.key[0], worker)
             await self.pump.pump(queue)
 
+    async def lost_in_transit(self, worker: str, holding: set[int], cutoff: float) -> int:
+        """The worker's NATS connection dropped and is back: the batches sent to it before `cutoff`
+        that it does not hold were lost on the way (or their completion was). None of them runs
+        there now, so each request safe to run again goes back to the head of its queue and the
+        others fail; the credit is the worker's again. Returns how many batches ended."""
+        ended = 0
+        requeued: dict[tuple[str, int], ModelQueue] = {}
+        now_ns = time.time_ns()
+        for key in self.flights.sent_before(worker, cutoff):
+            if key[1] in holding:
+                continue
+            flight = self.flights.end(key)
+            if flight is None:
+                continue
+            ended += 1
+            queue = self.pump.queue(*flight.key)
+            safe = queue.seq is None and not (queue.spec and queue.spec.decoupled)
+            for pending in reversed(flight.live):  # appendleft: they keep their order
+                if safe and not pending.retried and pending.header.deadline_ns > now_ns:
+                    pending.retried = True
+                    queue.stats.retries += 1
+                    queue.requests.appendleft(pending)
+                    requeued[queue.key] = queue
+                else:
+                    await self.replies.fail(
+                        queue, pending.header, f"the batch was lost when worker {worker}'s connection to NATS dropped"
+                    )
+            if flight.slot not in queue.free:
+                queue.free.append(flight.slot)
+            requeued[queue.key] = queue
+        for queue in requeued.values():
+            await self.pump.pump(queue)
+        if ended:
+            log.warning("%d batch(es) sent to worker %s were lost with its NATS connection", ended, worker)
+        return ended
+
     async def expire_forever(self) -> None:
         while True:
             await asyncio.sleep(EXPIRE_EVERY_S)

@@ -75,6 +75,12 @@ class Flights:
     def of_worker(self, worker: str) -> list[FlightKey]:
         return [k for k in self.table if k[0] == worker]
 
+    def sent_before(self, worker: str, cutoff: float) -> list[FlightKey]:
+        """The worker's flights dispatched before `cutoff` (time.monotonic()), in sending order."""
+        return sorted(
+            (k for k, f in self.table.items() if k[0] == worker and f.dispatched < cutoff), key=lambda k: k[1]
+        )
+
     def overdue(self, cutoff_ns: int) -> list[FlightKey]:
         """Flights whose every request's deadline passed before `cutoff_ns`."""
         return [k for k, f in self.table.items() if max(p.header.deadline_ns for p in f.requests) < cutoff_ns]

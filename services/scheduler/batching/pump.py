@@ -148,8 +148,9 @@ class Pump:
             now = time.monotonic()
             decision = next_batch(queue.requests, queue.policy, now)
             if decision.take == 0:
-                if decision.wake_at is not None:
-                    queue.timer = self.after(decision.wake_at - now, lambda: self.pump(queue))
+                wake_at = _wake_at(queue, decision.wake_at, now)
+                if wake_at is not None:
+                    queue.timer = self.after(wake_at - now, lambda: self.pump(queue))
                 return
             prefetch = may_prefetch(queue.priorities, self.limiter.enabled, decision)
             slot = self._take_slot(queue, prefetch)
@@ -292,3 +293,14 @@ def _log_batch(queue: ModelQueue, batch: list[Pending], reason: str) -> None:
         reason,
         len(queue.requests),
     )
+
+
+def _wake_at(queue: ModelQueue, batch_due: float | None, now: float) -> float | None:
+    """When a waiting queue must be looked at again (monotonic): its batch's delay, or the first
+    request's queue timeout or deadline if sooner (Triton's batcher waits until the closest
+    timeout too): a request timing out must leave when it does, so that the requests behind it
+    form their batch then, not when the delay ends (issue 28 item 11)."""
+    expiry_ns = queue.requests.earliest_expiry_ns()
+    expiry = None if expiry_ns is None else now + (expiry_ns - time.time_ns()) / 1e9
+    times = [t for t in (batch_due, expiry) if t is not None]
+    return min(times) if times else None

@@ -99,6 +99,11 @@ class RequestQueue(Generic[T]):
         # so the scheduler's check for expired requests is O(1) until one may have.
         self._earliest_ns = _NEVER
 
+    def earliest_expiry_ns(self) -> int | None:
+        """When the first request may reach its deadline or queue timeout (wall-clock ns; never
+        later than the truth, maybe earlier), or None with nothing that expires."""
+        return None if self._earliest_ns == _NEVER else self._earliest_ns
+
     def due(self, now_ns: int) -> bool:
         """Whether some request may have reached its deadline or queue timeout by `now_ns`."""
         return self._earliest_ns <= now_ns

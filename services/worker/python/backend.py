@@ -34,7 +34,7 @@ from services.worker.backends.runner import (
     Result,
     Work,
 )
-from services.worker.python import environments, pb_utils
+from services.worker.python import environments, numpy_compat, pb_utils
 from shared.errors import Code, unavailable
 from shared.model_config import ModelSpec
 
@@ -74,7 +74,7 @@ def _request(work: Work, decoupled: bool) -> pb_utils.InferenceRequest:
         request_id=context.request_id,
         correlation_id=context.correlation_id,
         flags=context.flags,
-        parameters=dict(context.parameters),
+        parameters=context.parameters,  # InferenceRequest keeps a copy
         timeout=context.timeout_us,
         cancelled=context.cancelled,
         response_sender=sender,
@@ -83,6 +83,7 @@ def _request(work: Work, decoupled: bool) -> pb_utils.InferenceRequest:
 
 def _import(path: Path) -> ModuleType:
     sys.modules.setdefault("triton_python_backend_utils", pb_utils)
+    numpy_compat.install()  # models written for Triton's numpy 1 environment run unchanged
     name = f"shoal_python_model_{uuid.uuid4().hex}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

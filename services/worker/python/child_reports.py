@@ -5,14 +5,21 @@ died: the parent writes an UNAVAILABLE report under its own id (it stays alive t
 and does not restart the child until the next load. A child that dies later is restarted.
 Either way the dead incarnation's own reports are deleted at once, so the repository does not
 take its instances for live ones until the heartbeat timeout.
+
+Its reports are what tell the two deaths apart, so a failure to read them (the bus busy or away)
+is retried for a while: read as "no reports", a deliberate crash of a model that had loaded
+within `QUICK_DEATH_S` was taken for a death while loading, and the model was never restarted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import time
 
 import msgspec
+from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from shared import bus, subjects
@@ -21,6 +28,7 @@ from shared.messages import InstanceRecord, ModelRecord, encode
 log = logging.getLogger("shoal.worker")
 
 QUICK_DEATH_S = 10.0  # a child that said nothing and died this soon died starting or loading
+READ_REPORTS_S = 10.0  # how long to retry reading a dead child's reports before judging without them
 
 
 class ChildReports:
@@ -31,7 +39,7 @@ class ChildReports:
 
     async def crashed(self, record: ModelRecord, child_id: str, code: int, lived_s: float) -> bool:
         """Record the death of `child_id`'s last incarnation; True if it died loading the model."""
-        reports = await self._reports_of(child_id, record.name)
+        reports = await self._read_reports(child_id, record.name)
         loading = False
         for version in record.hosted:
             mine = [(revision, report) for key, revision, report in reports if report.version == version]
@@ -72,20 +80,38 @@ class ChildReports:
         )
         await self.kv.put(subjects.instance_key(self.parent_id, record.name, version), encode(failed))
 
+    async def _read_reports(self, worker_prefix: str, model: str) -> list[tuple[str, int, InstanceRecord]]:
+        """`_reports_of`, retried while the bucket cannot be read, up to READ_REPORTS_S."""
+        deadline = time.monotonic() + READ_REPORTS_S
+        delay = 0.05
+        while True:
+            try:
+                return await self._reports_of(worker_prefix, model)
+            except Exception as exc:
+                if time.monotonic() + delay > deadline:
+                    log.warning("cannot read the reports of %s (%s); judging its death by its age", worker_prefix, exc)
+                    return []
+                log.debug("reading the reports of %s: %s; retrying", worker_prefix, exc)
+            await asyncio.sleep(delay)  # a retry back-off, not a synchronisation
+            delay = min(1.0, delay * 2)
+
     async def _reports_of(self, worker_prefix: str, model: str) -> list[tuple[str, int, InstanceRecord]]:
-        """(key, KV revision, report) of every incarnation of a child (each has its own id)."""
-        keys = await bus.keys(self.kv)
-        if not keys:
-            return []
+        """(key, KV revision, report) of every incarnation of a child (each has its own id); raises
+        when the bucket cannot be read (a missing key is a report deleted meanwhile)."""
         reports = []
-        for key in keys:
+        for key in await bus.list_keys(self.kv):
             if not key.startswith(worker_prefix + "-"):
                 continue
-            with contextlib.suppress(Exception):
+            try:
                 entry = await self.kv.get(key)
-                if entry.value is None:
-                    continue
+            except (KeyNotFoundError, KeyDeletedError):
+                continue
+            if entry.value is None:
+                continue
+            try:
                 report = msgspec.msgpack.decode(entry.value, type=InstanceRecord)
-                if report.model == model:
-                    reports.append((key, entry.revision or 0, report))
+            except msgspec.DecodeError:
+                continue
+            if report.model == model:
+                reports.append((key, entry.revision or 0, report))
         return reports

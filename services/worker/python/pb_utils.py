@@ -333,11 +333,17 @@ class Logger:
 
 
 def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | None:
-    return next((t for t in request.inputs() if t.name() == name), None)
+    for tensor in request.inputs():  # a loop, not next(generator): called per input of every request
+        if tensor._name == name:
+            return tensor
+    return None
 
 
 def get_output_tensor_by_name(response: InferenceResponse, name: str) -> Tensor | None:
-    return next((t for t in response.output_tensors() if t.name() == name), None)
+    for tensor in response.output_tensors():
+        if tensor._name == name:
+            return tensor
+    return None
 
 
 def get_input_config_by_name(model_config: dict, name: str) -> dict | None:

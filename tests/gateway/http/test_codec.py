@@ -7,6 +7,8 @@ import zlib
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.gateway.http import codec
 from services.inference import classification, types
@@ -104,7 +106,7 @@ def test_decompress_and_limits():
     assert codec.decompress(zlib.compress(b"abc"), "deflate", 10) == b"abc"
     with pytest.raises(ShoalError) as err:
         codec.decompress(gzip.compress(b"x" * 100), "gzip", 10)
-    assert "exceeds the maximum allowed input size" in err.value.message
+    assert err.value.message.startswith("Decompressed data size exceeds the maximum allowed value of 10 bytes.")
     with pytest.raises(ShoalError) as err:
         codec.decompress(b"abc", "br", 10)
     assert err.value.http_status == 501
@@ -135,3 +137,38 @@ def test_cache_key_includes_shapes_and_evicts_by_bytes():
     assert cache.get(b"k1") is not None  # k1 is now the most recent
     cache.put(b"k3", out)  # evicts the least recently used: k2
     assert cache.get(b"k2") is None and cache.get(b"k1") is not None and cache.bytes == 32
+
+
+# -- issue 28 items 5 and 18: parse first, then the nesting limit ----------------------------------
+@settings(max_examples=60)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(),
+        lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(), c, max_size=4),
+        max_leaves=20,
+    )
+)
+def test_shallow_keeps_json_within_its_depth(doc):
+    raw = orjson.dumps(doc)
+    assert orjson.loads(codec.shallow(raw, keep=1000)) == doc
+
+
+def test_shallow_cuts_only_what_is_deeper():
+    raw = b'{"a": [[["x", "]"]]], "b": "[[[", "c": [1, [2]]}'
+    assert orjson.loads(codec.shallow(raw, keep=2)) == {"a": [None], "b": "[[[", "c": [1, None]}
+
+
+def test_a_body_that_is_not_json_gets_rapidjsons_words():
+    for body, text in [
+        (b"\x00[[[", "Invalid value. at 0"),
+        (b"  ", "The document is empty. at 2"),
+        (b" x", "Invalid value. at 1"),
+    ]:
+        with pytest.raises(ShoalError) as err:
+            codec.load_json(body)
+        assert err.value.message == f"failed to parse the request JSON buffer: {text}"
+    deep = b"[" * 2000 + b"]" * 2000
+    with pytest.raises(ShoalError, match="JSON nesting depth exceeds maximum allowed limit"):
+        codec.load_json(deep)
+    read = codec.load_json(b'{"r": ' + deep + b', "s": 1}', depth_limit=False)  # past orjson's own limit
+    assert isinstance(read["r"], list) and read["s"] == 1

@@ -43,6 +43,17 @@ def test_preferred_size_prefix():
     assert next_batch(deque(R() for _ in range(5)), policy, now=0.0).take == 4
 
 
+def test_a_batch_that_would_pass_the_largest_preferred_size_goes_without_the_next():
+    """Issue 28 item 9 (Triton's GetDynamicBatch): preferred [2, 6], a 3 then a 4: the 3 goes at
+    once (3 + 4 passes 6), the 4 alone waits its own full delay; past the delay all pending goes."""
+    policy = BatchPolicy(8, (2, 6), 10.0, True)
+    decision = next_batch(deque([R(3, arrived=0.0), R(4, arrived=0.001)]), policy, now=0.002)
+    assert (decision.take, decision.reason, decision.complete) == (1, "preferred batch size", False)
+    decision = next_batch(deque([R(4, arrived=0.001)]), policy, now=0.003)
+    assert (decision.take, decision.wake_at) == (0, 10.001)
+    assert next_batch(deque([R(3, arrived=0.0), R(4, arrived=0.001)]), policy, now=10.0).take == 2
+
+
 def test_shape_mismatch_stops_the_batch():
     queue = deque([R(shape_sig="a"), R(shape_sig="a"), R(shape_sig="b")])
     decision = next_batch(queue, DYN, now=0.0)

@@ -76,4 +76,4 @@ def test_a_batch_sent_ahead_is_the_batch_formed_when_the_instance_frees(queued, 
     now = next_batch(deque(queued), policy, now=0.0)
     if may_prefetch(PLAIN, False, now):
         then = next_batch(deque(queued + later), policy, now=waited)
-        assert (then.take, then.reason) == (now.take, now.reason)
+        assert then.take == now.take  # the reason may differ: the same batch, sent once its delay expired

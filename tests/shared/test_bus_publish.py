@@ -1,0 +1,98 @@
+"""bus.publish_now / publish_all (the worker's answers and completion in one write, reply subjects
+included) and bus.subscribe_now (a plain-function callback) against a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+import nats
+import pytest
+
+from shared import bus
+from shared.natsserver import NatsServer
+
+_tag: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="")
+
+
+@pytest.fixture(scope="module")
+def nats_url():
+    with NatsServer(max_payload=4096) as server:
+        yield server.url
+
+
+async def _until(condition, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+async def test_publishes_keep_their_order_and_bytes_with_nats_py_publishes_between(nats_url):
+    receiver = await bus.connect(nats_url, "test-publish-rx")
+    sender = await bus.connect(nats_url, "test-publish-tx")
+    got: list[tuple[str, bytes, str]] = []
+
+    async def on_msg(msg) -> None:
+        got.append((msg.subject, msg.data, msg.reply))
+
+    try:
+        await bus.subscribe(receiver, "pub.>", on_msg)
+        await receiver.flush()
+        sent: list[tuple[str, bytes, str]] = []
+        for n in range(50):
+            batch = [bus.Outgoing("pub.a", b"PUB x 3\r\n\r\n" + bytes([n])), bus.Outgoing("pub.b", b"", f"re.{n}")]
+            if n % 2:
+                await sender.publish("pub.plain", b"%d" % n)  # queued for nats-py's flusher
+                sent.append(("pub.plain", b"%d" % n, ""))
+                assert not bus.publish_now(sender, batch)  # something queued before: it must wait behind
+                await bus.publish_all(sender, batch)
+            else:
+                await sender.flush()  # nothing queued: written at once
+                assert bus.publish_now(sender, batch)
+            sent += [tuple(m) for m in batch]
+        await _until(lambda: len(got) == len(sent))
+        assert got == sent
+        assert sender.stats["out_msgs"] == len(sent)
+    finally:
+        await receiver.close()
+        await sender.close()
+
+
+async def test_a_message_over_max_payload_sends_none_of_its_batch(nats_url):
+    nc = await bus.connect(nats_url, "test-publish-big")
+    try:
+        await nc.flush()
+        for publish in (bus.publish_now, bus.publish_all):
+            with pytest.raises(nats.errors.MaxPayloadError):
+                result = publish(nc, [bus.Outgoing("pub.small", b"x"), bus.Outgoing("pub.big", b"x" * 5000)])
+                if asyncio.iscoroutine(result):
+                    await result
+        assert nc._pending_data_size == 0 and nc.stats["out_msgs"] == 0
+    finally:
+        await nc.close()
+
+
+async def test_subscribe_now_runs_a_plain_callback_in_order_in_a_context_of_its_own(nats_url):
+    nc = await bus.connect(nats_url, "test-subscribe-now")
+    seen: list[int] = []
+    tags: list[str] = []
+
+    def on_msg(msg) -> None:
+        tags.append(_tag.get())
+        _tag.set(msg.data.decode())  # must not leak into the next message's callback
+        seen.append(int(msg.data))
+        if int(msg.data) % 5 == 0:
+            raise RuntimeError("a bad message")
+
+    try:
+        sub = await bus.subscribe_now(nc, "now.test", on_msg)
+        for n in range(100):
+            await nc.publish("now.test", str(n).encode())
+        await _until(lambda: len(seen) == 100)
+        assert seen == list(range(100)) and set(tags) == {""}
+        assert sub.pending_bytes == 0
+        await sub.unsubscribe()
+        assert nc.is_connected
+    finally:
+        await nc.close()
