@@ -64,6 +64,7 @@ class WorkerLiveness:
         self.seen: dict[str, float] = {}
         self.gone: set[str] = set()
         self.loading: set[str] = set()  # workers whose last heartbeat reported loads in progress
+        self.beats: dict[str, WorkerHeartbeat] = {}  # each worker's last heartbeat (its budget, its selector)
         self.probe = probe
         self.found_by_nats = 0  # workers dropped because NATS said their connection was gone
         self._answered: set[str] = set()  # workers that answered a probe: "no responders" now means gone
@@ -95,6 +96,7 @@ class WorkerLiveness:
             return
         worker = beat.worker
         self.heard(worker)
+        self.beats[worker] = beat
         if beat.loading:
             self.loading.add(worker)
         else:

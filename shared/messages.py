@@ -240,6 +240,10 @@ class WorkerHeartbeat(msgspec.Struct):
     instances: dict[str, int]  # "model/version" -> instance count
     interval_s: float
     loading: int = 0  # model loads in progress (queued included): a loading worker is never taken for dead
+    budget_bytes: int = 0  # --model-memory-budget (0: none); on-demand placement reads it
+    max_models: int = 0  # --max-loaded-models (0: no limit)
+    models: list[str] = []  # its --models globs (none: every model)
+    placeable: bool = True  # False: it hosts only its own models (a python model's process, bound functions)
 
 
 class ModelVersionState(msgspec.Struct, omit_defaults=True):
@@ -265,6 +269,8 @@ class ModelRecord(msgspec.Struct, omit_defaults=True):
     serving_path: str = ""  # and its directory
     reason: str = ""  # model-level failure (bad config), shown for every version
     labels: dict[str, list[str]] = {}  # output -> classification labels of `config` (label_filename)
+    workers: list[str] = []  # the workers that host it (empty: every worker); on-demand placement sets it
+    on_demand: bool = False  # --model-control-mode=on-demand: a request for it loads it when it is not
 
     @property
     def active_config(self) -> dict[str, Any]:
@@ -283,6 +289,8 @@ class InstanceRecord(msgspec.Struct, omit_defaults=True):
     count: int = 0
     serving_generation: int = 0  # generation of the instances serving now (0 = none)
     warmup_ms: float = 0.0
+    rss_bytes: int = 0  # memory its instances took at load: the worker's resident set after - before
+    device_bytes: int = 0  # and GPU memory, where there is a GPU
 
 
 class DrainRequest(msgspec.Struct):

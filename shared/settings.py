@@ -13,9 +13,11 @@ import socket
 import uuid
 from typing import Any, Literal, get_args, get_origin
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.memory import parse_budget
 
 TRUE = {"true", "on", "1", "yes"}
 FALSE = {"false", "off", "0", "no"}
@@ -192,20 +194,43 @@ class WorkerSettings(BusSettings):
         description="set for the worker process of one python model: the worker that "
         "started it (it dies with that worker)",
     )
+    model_memory_budget: str = Field(
+        "",
+        description="on-demand mode: memory this worker's loaded models may take, in bytes (2G, 512M) or a "
+        "percentage of RAM (40%%); the least recently used idle models are evicted to stay under it",
+        json_schema_extra={"shown": "none"},
+    )
+    max_loaded_models: int = Field(0, ge=0, description="on-demand mode: models this worker may hold (0 = no limit)")
     credits_per_instance: int = Field(
         2,
         description="batches the scheduler may send an instance ahead: the next one waits at the worker "
         "instead of a bus round trip after each batch",
     )
 
+    @field_validator("model_memory_budget")
+    @classmethod
+    def _budget(cls, value: str) -> str:
+        parse_budget(value, ram=0)  # a bad budget stops the worker at once, saying what is expected
+        return value
+
 
 class RepositorySettings(BusSettings):
     model_config = SettingsConfigDict(env_prefix="SHOAL_REPOSITORY_")
     model_repository: str = Field("", description="model repository path")
-    model_control_mode: Literal["none", "poll", "explicit"] = Field(
-        "none", description="none: load everything at start; poll: follow the repository; explicit: load API"
+    model_control_mode: Literal["none", "poll", "explicit", "on-demand"] = Field(
+        "none",
+        description="none: load everything at start; poll: follow the repository; explicit: load API; "
+        "on-demand: a request loads its model, idle ones are evicted under the workers' budgets",
     )
-    load_model: list[str] = Field(default_factory=list, description="explicit mode: models to load at start (* = all)")
+    load_model: list[str] = Field(
+        default_factory=list, description="explicit and on-demand modes: models to load at start (* = all)"
+    )
+    pin_model: list[str] = Field(
+        default_factory=list, description="on-demand mode: models (globs) never evicted once loaded"
+    )
+    thrash_window_s: float = Field(
+        60.0, description="on-demand mode: a model requested again this soon after its eviction counts as thrash"
+    )
     disable_auto_complete_config: bool = Field(False, description="never complete configs from the model files")
     strict_model_config: bool = Field(False, description="older name of --disable-auto-complete-config")
     repository_poll_secs: int = Field(15, description="poll mode: rescan interval (file events act sooner)")

@@ -35,6 +35,9 @@ SCHEDULER_RESIDUE = f"{PREFIX}.sched.residue"
 REPOSITORY_INDEX = f"{PREFIX}.repository.index"
 REPOSITORY_LOAD = f"{PREFIX}.repository.load"
 REPOSITORY_UNLOAD = f"{PREFIX}.repository.unload"
+REPOSITORY_DEMAND = f"{PREFIX}.repository.demand"  # on-demand mode: load this model for a waiting request
+REPOSITORY_MODELS = f"{PREFIX}.repository.models"  # on-demand figures for /metrics: memory, evictions, loads
+SCHEDULER_USAGE = f"{PREFIX}.sched.usage"  # which models requests wait on, run on or hold a sequence on
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 

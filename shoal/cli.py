@@ -80,6 +80,9 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--tensor-transport", G, "tensor_transport"),
     ("--request-timeout-secs", G, "request_timeout_s"),
     ("--python-isolation", W, "python_isolation"),
+    ("--model-memory-budget", W, "model_memory_budget"),
+    ("--max-loaded-models", W, "max_loaded_models"),
+    ("--pin-model", R, "pin_model"),
 ]
 # the older trace flags: None when not given, so that --trace-config settings stay
 TRACE_FLAGS = [
@@ -193,8 +196,14 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and allowed is not None and value != allowed:
             raise SystemExit(f"shoal serve: --{name.replace('_', '-')}={str(value).lower()} is not supported: {why}")
-    if args.load_model and args.model_control_mode != "explicit":
-        raise SystemExit("shoal serve: --load-model is only allowed with --model-control-mode=explicit")
+    if args.load_model and args.model_control_mode not in ("explicit", "on-demand"):
+        raise SystemExit("shoal serve: --load-model is only allowed with --model-control-mode=explicit or on-demand")
+    try:
+        from shared.memory import parse_budget
+
+        parse_budget(args.model_memory_budget)
+    except ValueError as exc:
+        raise SystemExit(f"shoal serve: --model-memory-budget: {exc}") from None
     if "*" in args.load_model and len(args.load_model) > 1:
         raise SystemExit("shoal serve: --load-model=* must be the only --load-model")
     if args.model_repository and len(args.model_repository) > 1:

@@ -141,9 +141,10 @@ def describe(service: dict[str, Any]) -> str:
         return f"{len(status.get('workers', []))} worker(s); {queues or 'no queues'}"
     if kind == "worker":
         models = ", ".join(
-            f"{k} x{m['instances']} ({m['busy_instances']} busy)" for k, m in status.get("models", {}).items()
+            f"{k} x{m['instances']} ({m['busy_instances']} busy{_memory(m)})"
+            for k, m in status.get("models", {}).items()
         )
-        return models or "no models"
+        return (models or "no models") + _budget(status)
     if kind == "repository":
         models = ", ".join(
             f"{name}/{v} {state}"
@@ -152,6 +153,25 @@ def describe(service: dict[str, Any]) -> str:
         )
         return f"{meta.get('repository')} ({meta.get('mode')}): {models or 'no models'}"
     return json.dumps(status)
+
+
+def _mib(value: int) -> str:
+    return f"{value / (1 << 20):.1f} MiB"
+
+
+def _memory(model: dict[str, Any]) -> str:
+    """What a model's instances took at load (shared/memory.py)."""
+    rss, device = model.get("rss_bytes", 0), model.get("device_bytes", 0)
+    return (f", {_mib(rss)}" if rss else "") + (f", GPU {_mib(device)}" if device else "")
+
+
+def _budget(status: dict[str, Any]) -> str:
+    limits = []
+    if status.get("budget_bytes"):
+        limits.append(f"budget {_mib(status['budget_bytes'])}")
+    if status.get("max_models"):
+        limits.append(f"at most {status['max_models']} models")
+    return f"; {', '.join(limits)}" if limits else ""
 
 
 def render(services: list[dict[str, Any]]) -> str:

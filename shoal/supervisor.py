@@ -179,7 +179,7 @@ class Cluster:
                 with urllib.request.urlopen(request, timeout=2) as response:
                     index = json.loads(response.read())
                 loaded = all(e.get("state") != "LOADING" for e in index) and (
-                    self.repository.model_control_mode == "explicit" or all("state" in e for e in index)
+                    self.repository.model_control_mode in ("explicit", "on-demand") or all("state" in e for e in index)
                 )
                 # the statistics endpoint answers only once a scheduler is on the bus
                 if loaded and self._get("/v2/models/stats") == 200:
@@ -268,6 +268,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         strict_model_config=args.strict_model_config,
         repository_poll_secs=args.repository_poll_secs,
         unload_timeout_s=args.exit_timeout_secs,
+        pin_model=args.pin_model,
     )
     workers = [
         WorkerSettings(
@@ -275,6 +276,8 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
             tensor_transport=args.tensor_transport,
             python_isolation=args.python_isolation,
             model_load_thread_count=args.model_load_thread_count,
+            model_memory_budget=args.model_memory_budget,
+            max_loaded_models=args.max_loaded_models,
         )
         for _ in range(args.workers)
     ]

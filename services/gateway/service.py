@@ -13,6 +13,7 @@ from services.gateway.grpc import server as grpc_server
 from services.gateway.http.app import build_app
 from services.gateway.http.listener import http_sockets
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
+from services.gateway.metrics import models as model_metrics
 from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
 from services.gateway.metrics.quantiles import parse_quantiles
@@ -20,6 +21,7 @@ from services.inference import trace
 from services.inference.cache import ResponseCache
 from services.inference.core import InferenceCore
 from services.inference.models import ModelRegistry
+from services.inference.on_demand import DemandLoads
 from services.inference.server import InferenceServer
 from services.inference.shm import ShmRegistry
 from services.inference.statistics import scheduler_stats
@@ -93,6 +95,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         ResponseCache(settings.cache_bytes) if settings.cache_bytes > 0 else None,
         requests_tracer,
         cache_event,
+        DemandLoads(nc, registry, settings.request_timeout_s),
     )
     server = InferenceServer(
         nc,
@@ -131,7 +134,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     await custom.start(nc)
 
     async def custom_metrics() -> list[str]:
-        return custom.lines() + resent_lines(dispatcher.resent)
+        return model_metrics.render(await model_metrics.fetch(nc)) + custom.lines() + resent_lines(dispatcher.resent)
 
     servers = [
         _Server(

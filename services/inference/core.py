@@ -15,6 +15,7 @@ from services.inference import classification
 from services.inference.cache import ResponseCache, cache_key
 from services.inference.execute import Executor
 from services.inference.models import ModelRegistry
+from services.inference.on_demand import DemandLoads
 from services.inference.shm import DISABLED, ShmRegistry
 from services.inference.trace import Tracer
 from services.inference.types import OutputTensor, ParsedRequest
@@ -25,6 +26,9 @@ from shared.messages import CacheEvent
 from shared.model_config import ModelSpec
 from shared.tensors import TensorStore
 
+# a request that failed with one of these never ran: its model left (evicted) between this gateway's
+# look-up and the scheduler, which failed it from its queue or had stopped serving the model
+NEVER_RAN = ("was unloaded", "no scheduler is serving requests")
 HTTP_ENDPOINT = "HTTP end point"  # how Triton names the transport that refuses a decoupled model
 
 CacheEvents = Callable[[CacheEvent], Awaitable[None]]
@@ -53,8 +57,10 @@ class InferenceCore:
         cache: ResponseCache | None = None,
         tracer: Tracer | None = None,
         cache_events: CacheEvents | None = None,
+        demand: DemandLoads | None = None,
     ) -> None:
         self.registry = registry
+        self.demand = demand
         self.shm = shm
         self.cache = cache
         self.tracer = tracer
@@ -64,6 +70,17 @@ class InferenceCore:
     def resolve(self, model: str, version: str = "") -> tuple[ModelSpec, int]:
         """The model and version a request goes to, or Triton's error for why not."""
         return self.registry.resolve(model, version)
+
+    async def load_on_demand(
+        self, model: str, version: str, missing: ShoalError, timeout_s: float | None = None
+    ) -> tuple[ModelSpec, int]:
+        """A model `resolve` refused (`missing`): loaded now when it loads on demand, else `missing`."""
+        if self.demand is None:
+            raise missing
+        return await self.demand.resolve(model, version, missing, timeout_s)
+
+    def loads_on_demand(self, model: str) -> bool:
+        return self.demand is not None and self.demand.loads(model)
 
     def _check(self, spec: ModelSpec, parsed: ParsedRequest, streaming: bool, endpoint: str) -> Validated:
         in_shm = any(t.in_shared_memory for t in parsed.inputs + (parsed.outputs or []))
@@ -93,7 +110,13 @@ class InferenceCore:
             await self._cache_event(spec.name, version, True, time.monotonic_ns() - started)
             return Answer(spec.name, version, parsed.id, self._classify(spec, parsed, outputs))
         traced = self.tracer is not None and self.tracer.sample(spec.name)
-        outputs, parameters, response = await self.executor.infer(spec, version, parsed, valid, traced, timeout_s)
+        try:
+            outputs, parameters, response = await self.executor.infer(spec, version, parsed, valid, traced, timeout_s)
+        except ShoalError as exc:
+            if not (self.loads_on_demand(spec.name) and any(text in exc.message for text in NEVER_RAN)):
+                raise  # else: load it again and send it once more
+            spec, version = await self.load_on_demand(spec.name, str(version), exc, timeout_s)
+            outputs, parameters, response = await self.executor.infer(spec, version, parsed, valid, traced, timeout_s)
         if self.cache is not None and key is not None:
             inserted = time.monotonic_ns()
             self.cache.put(key, outputs)

@@ -113,8 +113,23 @@ class ModelManager:
         for stale in self._stale_dirs.pop(name, []):
             overrides.remove_override_dir(stale)
 
-    async def load(self, name: str, config: str = "", files: dict[str, str] | None = None) -> ModelRecord:
-        """Publish a new generation of `name`; old instances keep serving until it is ready."""
+    @property
+    def on_demand(self) -> bool:
+        return self.settings.model_control_mode == "on-demand"
+
+    async def announce(self) -> None:
+        """On-demand mode: every model of the repository not known yet gets a record with nothing
+        loaded, which tells gateways that a request for it loads it."""
+        for name in self.available():
+            if name not in self.records:
+                self.records[name] = ModelRecord(name, str(self.root / name), on_demand=True)
+                await self.publish(self.records[name])
+
+    async def load(
+        self, name: str, config: str = "", files: dict[str, str] | None = None, workers: list[str] | None = None
+    ) -> ModelRecord:
+        """Publish a new generation of `name`; old instances keep serving until it is ready.
+        `workers`: only those host it (on-demand placement); none: every worker."""
         # reading configs and ONNX files takes time: off the event loop
         scanned = await asyncio.to_thread(self._scan, name, config, files or {})
         labels: dict[str, list[str]] = {}
@@ -163,6 +178,7 @@ class ModelManager:
                 record.reason = f"no version is available for model '{name}'"
         if is_ensemble(record.config):  # nothing to swap: an ensemble's new graph serves at once
             record.serving_config, record.serving_path = {}, ""
+        record.workers, record.on_demand = list(workers or []), self.on_demand
         self.records[name] = record
         await self.publish(record)
         if ensembles.record_is_ensemble(record) and record.hosted:
@@ -336,7 +352,7 @@ class ModelManager:
         entries: list[dict] = []
         for name in sorted(set(self.available()) | set(self.records)):
             record = self.records.get(name)
-            if record is None:
+            if record is None or not record.versions:
                 if not ready_only:
                     entries.append({"name": name})
                 continue
@@ -346,9 +362,14 @@ class ModelManager:
                 entry: dict[str, Any] = {"name": name, "version": version, "state": state.state}
                 if state.reason:
                     entry["reason"] = state.reason
-                warmup = [r.warmup_ms for r in self._reports(name, int(version)) if r.warmup_ms]
+                reports = self._reports(name, int(version))
+                warmup = [r.warmup_ms for r in reports if r.warmup_ms]
                 if warmup and state.state == "READY":
                     entry["warmup_ms"] = round(max(warmup), 3)
+                if state.state == "READY" and any(r.rss_bytes or r.device_bytes for r in reports):
+                    # what its instances took at load, on every worker that hosts it (shared/memory.py)
+                    entry["memory_bytes"] = sum(r.rss_bytes for r in reports)
+                    entry["device_memory_bytes"] = sum(r.device_bytes for r in reports)
                 entries.append(entry)
         return entries
 

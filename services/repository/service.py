@@ -19,6 +19,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from services.repository import ensembles
+from services.repository.demand import Budget, OnDemand, Usage
 from services.repository.manager import ModelManager
 from services.repository.overrides import check_parameters
 from shared import bus, discovery, subjects
@@ -32,6 +33,7 @@ log = logging.getLogger("shoal.repository")
 
 _instance_decoder = msgspec.msgpack.Decoder(InstanceRecord)
 NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
+CONTROLLED = ("explicit", "on-demand")  # the modes that take load/unload requests
 
 
 class RepositoryService:
@@ -40,6 +42,7 @@ class RepositoryService:
         self.nc = nc
         self.manager = ModelManager(settings, self._publish, self._forget, self._drain)
         self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._worker_gone, self._worker_back)
+        self.demand = OnDemand(self.manager, settings, self._usage, self._budgets)
         self._tasks: list[asyncio.Task] = []
         self._stop_watch = asyncio.Event()
         self.revisions: dict[str, int] = {}  # model -> KV revision of its latest record
@@ -52,9 +55,14 @@ class RepositoryService:
         for name in self._initial_models():
             try:
                 await self.manager.load(name)
+                self.demand.pin(name)  # on-demand mode: --load-model is an explicit load
             except ShoalError as exc:
                 log.error("%s", exc.message.strip())
+        if self.manager.on_demand:
+            await self.manager.announce()
         await self.nc.subscribe(subjects.REPOSITORY_INDEX, cb=self._on_index)
+        await self.nc.subscribe(subjects.REPOSITORY_DEMAND, cb=self._on_demand)
+        await self.nc.subscribe(subjects.REPOSITORY_MODELS, cb=self._on_models)
         await self.nc.subscribe(subjects.REPOSITORY_LOAD, cb=self._on_load)
         await self.nc.subscribe(subjects.REPOSITORY_UNLOAD, cb=self._on_unload)
         await self.liveness.start()
@@ -96,7 +104,7 @@ class RepositoryService:
 
     def _initial_models(self) -> list[str]:
         available = self.manager.available()
-        if self.settings.model_control_mode != "explicit":
+        if self.settings.model_control_mode not in CONTROLLED:
             return available
         wanted = self.settings.load_model
         if "*" in wanted:
@@ -154,6 +162,7 @@ class RepositoryService:
         await self.nc.publish(msg.reply, payload)
 
     async def _on_index(self, msg) -> None:
+        await self._on_index_changed()
         ready_only = False
         if msg.data:
             try:
@@ -161,6 +170,47 @@ class RepositoryService:
             except (msgspec.DecodeError, AttributeError):
                 pass
         await self.nc.publish(msg.reply, msgspec.json.encode(self.manager.index(ready_only)))
+
+    async def _on_index_changed(self) -> None:
+        if self.manager.on_demand:
+            await self.manager.announce()  # models added to the repository since
+
+    async def _on_demand(self, msg) -> None:
+        asyncio.create_task(self._answer(msg, self._demand(msg.data)))
+
+    async def _demand(self, data: bytes) -> str:
+        body = msgspec.json.decode(data)
+        name = body["name"]
+        if not self.manager.on_demand:
+            raise unavailable(f"model '{name}' is not loaded and --model-control-mode is not on-demand")
+        await self.demand.ensure(name, min(float(body.get("timeout_s", 60.0)), self.settings.load_timeout_s))
+        return name
+
+    async def _on_models(self, msg) -> None:
+        """On-demand figures and every loaded model's measured memory, for the gateways' /metrics."""
+        memory = [
+            {"model": r.model, "version": r.version, "worker": r.worker, "rss": r.rss_bytes, "device": r.device_bytes}
+            for r in self.manager.reports.values()
+            if r.serving_generation and (r.rss_bytes or r.device_bytes)
+        ]
+        budgets = {w: {"bytes": b.budget_bytes, "models": b.max_models} for w, b in self._budgets().items()}
+        figures = {**self.demand.figures(), "memory": memory, "budgets": budgets}
+        await self.nc.publish(msg.reply, msgspec.json.encode(figures))
+
+    async def _usage(self) -> Usage:
+        """Every scheduler replica's view of the models it serves: in use, last used."""
+        merged: Usage = {}
+        for reply in await bus.gather(self.nc, subjects.SCHEDULER_USAGE, timeout=1.0):
+            for model, usage in msgspec.json.decode(reply).items():
+                known = merged.setdefault(model, {"busy": False, "last_used_ms": 0})
+                known["busy"] = known["busy"] or usage.get("busy", False)
+                known["last_used_ms"] = max(known["last_used_ms"], usage.get("last_used_ms", 0))
+        return merged
+
+    def _budgets(self) -> dict[str, Budget]:
+        """The live workers on-demand placement may choose (not a python model's own process)."""
+        beats = self.liveness.beats
+        return {w: Budget.of(beats[w]) for w in self.liveness.seen if w in beats and beats[w].placeable}
 
     async def _on_load(self, msg) -> None:
         asyncio.create_task(self._answer(msg, self._load(msg.data)))  # a load takes long: never block the others
@@ -182,21 +232,27 @@ class RepositoryService:
             await self._reply(msg, ShoalError(f"internal error: {exc}", Code.INTERNAL))
 
     async def _load(self, data: bytes) -> str:
-        if self.settings.model_control_mode != "explicit":
+        if self.settings.model_control_mode not in CONTROLLED:
             raise unavailable(NOT_EXPLICIT)
         body = msgspec.json.decode(data)
         name = body["name"]
         config, files = check_parameters(body.get("parameters", {}))
+        if self.manager.on_demand and not (config or files) and await self.demand.is_ensemble(name):
+            await self.demand.ensure(name, self.settings.load_timeout_s)  # its members placed under the budgets
+            self.demand.pin(name)
+            return name
         async with self.manager.lock(name):
             record = await self.manager.load(name, config, files)
+            self.demand.pin(name)  # on-demand mode: an explicit load stays until unloaded
             await self.manager.wait_loaded(name, record.generation, self.settings.load_timeout_s)
         return name
 
     async def _unload(self, data: bytes) -> str:
-        if self.settings.model_control_mode != "explicit":
+        if self.settings.model_control_mode not in CONTROLLED:
             raise unavailable(NOT_EXPLICIT)
         body = msgspec.json.decode(data)
         name = body["name"]
+        self.demand.unpin(name)
         async with self.manager.lock(name):
             record = self.manager.records.get(name)
             await self.manager.unload(name)

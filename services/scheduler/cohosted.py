@@ -29,7 +29,7 @@ class CoHosted:
         await self._service.stop()
 
     def owns(self, model: str) -> bool:
-        return self._service.ownership.owns(model)
+        return self._service.owns(model)
 
     async def take(self, requests: list[msgspec.Raw]) -> None:
         await self._service.take(requests)

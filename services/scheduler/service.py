@@ -30,6 +30,7 @@ from services.scheduler.replicas.ownership import Ownership
 from services.scheduler.sequences.batcher import Dispatch, Sequencer
 from services.scheduler.statistics.report import quantiles_asked, report
 from services.scheduler.tasks import Tasks
+from services.scheduler.usage import model_usage
 from shared import bus, discovery, subjects
 from shared.liveness import WorkerLiveness
 from shared.messages import (
@@ -82,7 +83,8 @@ class SchedulerService:
         self.liveness = WorkerLiveness(
             nc, settings.worker_timeout_s, self.credits.worker_lost, self._worker_back, probe=True
         )
-        self.ensembles = EnsembleRunner(nc, settings.scheduler_id)  # ensembles run here, not on workers
+        # ensembles run here, not on workers; their steps reach this replica's own models by a call
+        self.ensembles = EnsembleRunner(nc, settings.scheduler_id, local=self)
         self.ownership = Ownership(nc, settings.scheduler_id, self, self.pump, self.sequencer, self.take)
         self._subs: dict[str, Subscription] = {}  # model -> its infer subscription, while we hold its lease
         self._stats_sub: Subscription | None = None
@@ -101,6 +103,7 @@ class SchedulerService:
         await self.nc.subscribe(subjects.SCHEDULER_DRAIN, cb=self._on_drain)
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
         await self.nc.subscribe(subjects.SCHEDULER_CACHE, cb=self._on_cache)
+        await self.nc.subscribe(subjects.SCHEDULER_USAGE, cb=self._on_usage)
         await self.nc.subscribe(subjects.WORKER_HOLDINGS, cb=self._on_holdings)
         # batches sent just before our own connection dropped may be lost: workers say what they hold
         bus.on_connection(self.nc, lambda: None, lambda: self.tasks.spawn(self.nc.publish(subjects.HOLDINGS_ASK, b"")))
@@ -216,6 +219,10 @@ class SchedulerService:
             self.liveness.heard(free.worker)
             await self.credits.on_free(free)
 
+    def owns(self, model: str) -> bool:
+        """Whether this replica holds the model's lease (`shared.dispatch.LocalScheduler`)."""
+        return self.ownership.owns(model)
+
     async def completed(self, free: InstanceFree) -> None:
         """A batch this co-hosted replica sent completed (from `BatchDone`). A model it no longer
         serves: the completion goes to every scheduler as the worker would have sent it, so the
@@ -291,6 +298,10 @@ class SchedulerService:
             self.pump.queue(event.model, event.version).stats.record_cache_lookup(
                 event.hit, event.ns, event.duration_ns
             )
+
+    async def _on_usage(self, msg: Msg) -> None:
+        """On-demand eviction asks which models are in use and when each was last used."""
+        await msg.respond(msgspec.json.encode(model_usage(self.pump.queues.values(), self.ownership.owns, self.idle)))
 
     async def _on_stats(self, msg: Msg) -> None:
         """Statistics per model version; a request may ask for latency quantiles (metrics summaries)."""

@@ -32,7 +32,7 @@ from services.worker.python.child_reports import ChildReports
 from services.worker.python.isolation import ModelProcesses, isolated
 from services.worker.sequences.state import StateStore
 from services.worker.warmup import run_warmup
-from shared import bus, subjects
+from shared import bus, memory, subjects
 from shared.messages import InstanceRecord, ModelRecord, encode
 from shared.model_config import ModelSpec, load_error, spec_from_json
 from shared.sequence_config import sequence_config
@@ -148,6 +148,11 @@ class ModelHost:
                 self._records[name] = record
             await self.apply(name, record)
 
+    def placed_here(self, record: ModelRecord) -> bool:
+        """On-demand placement names the workers that host a model (none named: every worker). A
+        python model's own process follows the worker that started it, which checked already."""
+        return not record.workers or self.worker_id in record.workers or self.settings.parent_pid != 0
+
     def hosts(self, name: str, config: dict | None = None) -> bool:
         """This worker's selector (`--models` globs): by default it hosts every model, except the
         functions other processes bound (only the process that bound one can run it)."""
@@ -164,6 +169,7 @@ class ModelHost:
             record is None
             or record.reason
             or not self.hosts(name, record.config)
+            or not self.placed_here(record)
             or record.active_config.get("platform") == "ensemble"
         ):
             hosted = None
@@ -216,13 +222,14 @@ class ModelHost:
             await self.on_retired(old)
         await self.report(record, version, "READY", count=len(loaded.instances))
         log.info(
-            "loaded '%s' version %d (generation %d): %d instance(s) in %.0f ms, warmup %.1f ms",
+            "loaded '%s' version %d (generation %d): %d instance(s) in %.0f ms, warmup %.1f ms, %.1f MiB",
             record.name,
             version,
             record.generation,
             len(loaded.instances),
             (time.perf_counter() - started) * 1000,
             loaded.warmup_ms,
+            (loaded.rss_bytes + loaded.device_bytes) / (1 << 20),
         )
         await self.on_ready(loaded)
 
@@ -236,6 +243,9 @@ class ModelHost:
         loaded.sequence = sequence_config(record.config)
         if loaded.sequence is not None:
             loaded.states = StateStore(loaded.sequence, model_dir / str(version) / "initial_state")
+        # what the model costs: the process's memory before and after its instances exist (loads
+        # running beside this one blur it; on-demand mode loads one model at a time per worker)
+        rss, device = memory.rss_bytes(), memory.device_bytes()
         try:
             for index, plan in enumerate(plans):
                 runner = backend.create(spec, model_dir, Placement(version, plan.kind, plan.device, threads, plan.name))
@@ -255,6 +265,8 @@ class ModelHost:
                 started = time.perf_counter()
                 run_warmup(loaded, record.config, model_dir)
                 loaded.warmup_ms = (time.perf_counter() - started) * 1000
+            loaded.rss_bytes = max(0, memory.rss_bytes() - rss)
+            loaded.device_bytes = max(0, memory.device_bytes() - device)
         except Exception:
             loaded.close()
             raise
@@ -286,5 +298,7 @@ class ModelHost:
             count,
             serving_generation=serving.generation if serving else 0,
             warmup_ms=serving.warmup_ms if serving else 0.0,
+            rss_bytes=serving.rss_bytes if serving else 0,
+            device_bytes=serving.device_bytes if serving else 0,
         )
         await bus.put(self.instances_kv, subjects.instance_key(self.worker_id, record.name, version), encode(report))

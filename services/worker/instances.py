@@ -60,6 +60,8 @@ class LoadedModel:
     instances: list[Instance] = field(default_factory=list)
     retired: bool = False
     warmup_ms: float = 0.0
+    rss_bytes: int = 0  # memory its instances took at load (shared/memory.py)
+    device_bytes: int = 0
     ready: bool = True  # what the model's own `is_ready()` said last (python backend)
     sequence: SequenceConfig | None = None  # of a sequence-batched model
     states: StateStore | None = None  # its implicit state

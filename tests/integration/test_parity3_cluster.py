@@ -3,6 +3,7 @@ through tritonclient. Texts and sources: docs/compatibility.md."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import urllib.request
@@ -75,6 +76,22 @@ def build_repository(root: Path) -> Path:
         ),
     )
     write_ragged_model(root)
+    write_ragged_onnx_model(root)
+    write_qa_int32_model(root)
+    # item 15: qa/L0_model_queue test_priority_with_policy's model (its 10 s delay as 4 s)
+    policies = (
+        "dynamic_batching { preferred_batch_size: [ 4, 8, 32 ] max_queue_delay_microseconds: 4000000 "
+        "priority_levels: 2 default_priority_level: 2 "
+        "default_queue_policy { timeout_action: DELAY allow_timeout_override: true default_timeout_microseconds: 11000000 } "
+        "priority_queue_policy { key: 2 value: { timeout_action: REJECT allow_timeout_override: true "
+        "default_timeout_microseconds: 11000000 } } }"
+    )
+    examples.write_model(
+        root,
+        "priority_policy",
+        examples.identity_graph(TensorProto.FLOAT, 2, "priority_policy"),
+        identity_config("priority_policy", "FP32", max_batch_size=32, extra=policies),
+    )
     return root
 
 
@@ -92,6 +109,17 @@ class TritonPythonModel:
             "SUM", np.array([[pb_utils.get_input_tensor_by_name(r, "X").as_numpy().sum()]], np.float32))])
             for r in requests]
 """
+
+
+def write_ragged_onnx_model(root: Path) -> None:
+    """qa/L0_batcher's onnx ragged model: onnx_nobatch_zero_1_float32 (a 1-D identity) given a max
+    batch size, a ragged INPUT0 and OUTPUT0 scattered back with each request's input shape."""
+    config = (
+        identity_config("ragged_onnx", "FP32").replace("dims: [ -1 ] }", "dims: [ -1 ] allow_ragged_batch: true }", 1)
+        + 'batch_output [ { target_name: "OUTPUT0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "INPUT0" } ]\n'
+        + f"dynamic_batching {{ preferred_batch_size: [ 2, 6 ] max_queue_delay_microseconds: {DELAY_US} }}\n"
+    )
+    examples.write_model(root, "ragged_onnx", examples.identity_graph(TensorProto.FLOAT, 1, "ragged_onnx"), config)
 
 
 def write_ragged_model(root: Path) -> None:
@@ -134,9 +162,50 @@ def write_numpy1_model(root: Path) -> None:
     )
 
 
+# item 8: gen_qa_models.py's onnx_int32_int32_int32 as qa_model_repository holds it: version 1 from
+# create_fixed_models(int32, ..., ("all", None)) (Identity, Add, Sub, Cast; dims [16], max batch 8,
+# OUTPUT0's labels), versions 2 and 3 from create_onnx_modelfile(..., swap=True): OUTPUT0 = INPUT0 - INPUT1
+QA_INT32_CONFIG = """
+name: "onnx_int32_int32_int32"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+version_policy: { all { }}
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+input [ { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] label_filename: "output0_labels.txt" } ]
+output [ { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+"""
+
+
+def qa_int32_graph(swap: bool) -> object:
+    from onnx import helper
+
+    def io(name: str) -> object:
+        return helper.make_tensor_value_info(name, TensorProto.INT32, [None, 16])
+
+    nodes = [
+        helper.make_node("Identity", ["INPUT0"], ["_INPUT0"]),
+        helper.make_node("Identity", ["INPUT1"], ["_INPUT1"]),
+        helper.make_node("Add", ["_INPUT0", "_INPUT1"], ["CAST1" if swap else "CAST0"]),
+        helper.make_node("Sub", ["_INPUT0", "_INPUT1"], ["CAST0" if swap else "CAST1"]),
+        helper.make_node("Cast", ["CAST0"], ["OUTPUT0"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["CAST1"], ["OUTPUT1"], to=TensorProto.INT32),
+    ]
+    inputs, outputs = [io("INPUT0"), io("INPUT1")], [io("OUTPUT0"), io("OUTPUT1")]
+    return helper.make_graph(nodes, "onnx_int32_int32_int32", inputs, outputs)
+
+
+def write_qa_int32_model(root: Path) -> None:
+    for version in (1, 2, 3):
+        model_dir = examples.write_model(
+            root, "onnx_int32_int32_int32", qa_int32_graph(version > 1), QA_INT32_CONFIG, version
+        )
+    (model_dir / "output0_labels.txt").write_text("".join(f"label{i}\n" for i in range(16)))
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    with running_cluster(build_repository(tmp_path_factory.mktemp("parity3"))) as running:
+    with running_cluster(build_repository(tmp_path_factory.mktemp("parity3")), allow_client_shm=True) as running:
         yield running
 
 
@@ -283,4 +352,106 @@ def test_requests_of_different_shapes_form_one_ragged_batch(served):
         pending.append(client.async_infer("ragged", [tensor]))
     assert [p.get_result().as_numpy("SUM").tolist() for p in pending] == [[[2.0]], [[3.0]], [[4.0]]]
     assert batch_sizes(client, "ragged") == {3: 1}  # one batch of the three, as its statistics say
+    client.close()
+
+
+# -- item 8: shared memory registered 1023 pages into a 1024-page key -----------------------------------
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_qa_large_shm_register_offset_on_the_generated_int32_model(served, protocol):
+    """qa/L0_shared_memory test_large_shm_register_offset with iu.shm_basic_infer's pattern."""
+    import tritonclient.utils.shared_memory as shm
+
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(served.url if protocol == "http" else served.grpc_url)
+    page = os.sysconf("SC_PAGE_SIZE")
+    offset = page * 1023
+    names = ["input0_data", "input1_data", "output0_data", "output1_data"]
+    tag = f"{protocol}_{os.getpid()}"
+    handles = [shm.create_shared_memory_region(n, f"/{n}_{tag}", page * 1024) for n in names]
+    try:
+        for name in names:
+            client.register_system_shared_memory(name, f"/{name}_{tag}", 64, offset=offset)
+        input0, input1 = np.arange(16, dtype=np.int32), np.ones(16, dtype=np.int32)
+        shm.set_shared_memory_region(handles[0], [input0], offset=offset)
+        shm.set_shared_memory_region(handles[1], [input1], offset=offset)
+        inputs = [module.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        inputs[0].set_shared_memory("input0_data", 64)
+        inputs[1].set_shared_memory("input1_data", 64)
+        if protocol == "http":
+            outputs = [
+                httpclient.InferRequestedOutput("OUTPUT0", binary_data=True),
+                httpclient.InferRequestedOutput("OUTPUT1", binary_data=False),
+            ]
+        else:
+            outputs = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT1")]
+        outputs[0].set_shared_memory("output0_data", 64, offset=0)
+        outputs[1].set_shared_memory("output1_data", 64, offset=0)
+        # version 1 (what Triton's test.sh copies: `cp -r .../${model}/1`): OUTPUT0 = INPUT0 + INPUT1;
+        # the latest, 3, is generated with swap=True: OUTPUT0 = INPUT0 - INPUT1, on Triton too
+        added, subtracted = input0 + input1, input0 - input1
+        for version, expected in (("1", (added, subtracted)), ("", (subtracted, added))):
+            result = client.infer("onnx_int32_int32_int32", inputs, model_version=version, outputs=outputs)
+            output = result.get_output("OUTPUT0")
+            shape = output["shape"] if protocol == "http" else list(output.shape)
+            for handle, values in zip(handles[2:], expected):
+                np.testing.assert_array_equal(
+                    shm.get_contents_as_numpy(handle, np.int32, shape, offset=offset)[0], values
+                )
+    finally:
+        client.unregister_system_shared_memory()
+        for handle in handles:
+            shm.destroy_shared_memory_region(handle)
+        client.close()
+
+
+# -- item 15: priorities with queue policies ---------------------------------------------------------
+def test_priority_levels_with_their_queue_policies_answer_within_tritons_bounds(served):
+    """qa/L0_model_queue test_priority_with_policy, sent 0.2 s apart as there: (rows, priority,
+    timeout). The 1-row priority-1 request times out at 1 s and is DELAYED behind its level, which
+    makes the two 2-row priority-1 requests the preferred 4 at once; the 2-row priority-2 request
+    is REJECTED at 2 s, which makes the delayed 1 and the 3 the next 4; the 6 waits for the delay.
+    Bounds are Triton's (seconds after each send), the 10 s delay being 4 s here."""
+    sends = [(2, 1, 0), (1, 1, 1_000_000), (2, 1, 0), (2, 2, 2_000_000), (3, 2, 0), (6, 2, 0)]
+    bounds = [(1.0, 2.0), (2.4, 3.4), (0.7, 1.7), None, (1.7, 2.7), (4.0, 6.0)]
+    results: dict[int, tuple[str, float]] = {}
+
+    def send(index: int, rows: int, priority: int, timeout_us: int) -> None:
+        client = httpclient.InferenceServerClient(served.url, network_timeout=60)
+        tensor = httpclient.InferInput("INPUT0", [rows, 16], "FP32")
+        tensor.set_data_from_numpy(np.zeros((rows, 16), np.float32))
+        started = time.monotonic()
+        try:
+            client.infer("priority_policy", [tensor], priority=priority, timeout=timeout_us or None)
+            results[index] = ("ok", time.monotonic() - started)
+        except InferenceServerException as exc:
+            results[index] = (exc.message(), time.monotonic() - started)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=send, args=(i, *spec)) for i, spec in enumerate(sends)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.2)  # the scenario's spacing (Triton's), not a synchronisation: no result waits on it
+    for thread in threads:
+        thread.join(60)
+    assert results[3][0].endswith("Request timeout expired"), results
+    for index, bound in enumerate(bounds):
+        if bound is not None:
+            assert results[index][0] == "ok" and bound[0] <= results[index][1] < bound[1], (index, results)
+
+
+def test_a_tensor_backend_gets_the_ragged_batch_flat_and_each_request_its_shape(served):
+    """qa/L0_batcher test_multi_batch_different_shape_allow_ragged: [1, 16] and [1, 8] form one
+    batch of 2 (the preferred size) on an onnx model with BATCH_SCATTER_WITH_INPUT_SHAPE."""
+    client = httpclient.InferenceServerClient(served.url, concurrency=2, network_timeout=60)
+    pending, sent = [], []
+    for width in (16, 8):
+        data = np.arange(width, dtype=np.float32).reshape(1, width) + width
+        tensor = httpclient.InferInput("INPUT0", [1, width], "FP32")
+        tensor.set_data_from_numpy(data)
+        pending.append(client.async_infer("ragged_onnx", [tensor]))
+        sent.append(data)
+    for request, data in zip(pending, sent):
+        np.testing.assert_array_equal(request.get_result().as_numpy("OUTPUT0"), data)
+    assert batch_sizes(client, "ragged_onnx") == {2: 1}
     client.close()

@@ -40,3 +40,30 @@ def test_reshape_applies_to_backend_and_back():
     assert batched["X"].shape == (2, 1, 3)
     pieces = scatter(s, {"Y": batched["X"]}, [2])
     assert pieces[0]["Y"].shape == (2, 3)
+
+
+RAGGED = ModelSpec(
+    "r",
+    "",
+    "onnxruntime",
+    8,
+    (TensorSpec("X", "FP32", (-1,), allow_ragged_batch=True),),
+    (TensorSpec("Y", "FP32", (-1,)),),
+    None,
+    1,
+    "KIND_CPU",
+    False,
+    "",
+    config={"batch_output": [{"target_name": ["Y"], "kind": "BATCH_SCATTER_WITH_INPUT_SHAPE", "source_input": ["X"]}]},
+)
+
+
+@given(st.lists(st.tuples(st.integers(1, 3), st.integers(1, 5)), min_size=1, max_size=5))
+def test_a_ragged_batch_goes_flat_and_comes_back_in_each_requests_shape(shapes):
+    """Issue 28 item 10: Triton's ragged input and BATCH_SCATTER_WITH_INPUT_SHAPE output."""
+    requests = [{"X": np.full(shape, i, np.float32)} for i, shape in enumerate(shapes)]
+    batched = gather(RAGGED, requests)
+    assert batched["X"].shape == (sum(rows * width for rows, width in shapes),)
+    pieces = scatter(RAGGED, {"Y": batched["X"]}, [rows for rows, _ in shapes], requests)
+    for request, piece in zip(requests, pieces):
+        np.testing.assert_array_equal(piece["Y"], request["X"])

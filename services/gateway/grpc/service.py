@@ -18,8 +18,10 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from services.gateway.grpc import convert
+from services.inference.on_demand import request_timeout_s
 from services.inference.server import InferenceServer
 from shared.errors import Code, ShoalError, invalid, not_found
+from shared.model_config import ModelSpec
 
 log = logging.getLogger("shoal.gateway")
 
@@ -134,12 +136,25 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
     # -- inference ------------------------------------------------------------------------
     @_rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
-        spec, version = self.core.resolve(request.model_name, version_of(request.model_version))
+        spec, version = await self._resolve(request)
         parsed, _ = convert.parse_infer(request)
         answer = await self.core.infer(spec, version, parsed, endpoint=MODEL_INFER)
         if self.compress:
             context.set_compression(grpc.Compression.Gzip)
         return convert.infer_response(answer)
+
+    async def _resolve(self, request: pb.ModelInferRequest) -> tuple[ModelSpec, int]:
+        """The request's model; one that loads on demand is loaded first, bounded by the request's timeout."""
+        version = version_of(request.model_version)
+        try:
+            return self.core.resolve(request.model_name, version)
+        except ShoalError as exc:
+            if not self.core.loads_on_demand(request.model_name):
+                raise
+            timeout = request.parameters["timeout"].int64_param if "timeout" in request.parameters else None
+            return await self.core.load_on_demand(
+                request.model_name, version, exc, request_timeout_s({"timeout": timeout})
+            )
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
@@ -190,7 +205,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def _stream_answers(self, request: pb.ModelInferRequest) -> AsyncIterator[pb.ModelStreamInferResponse]:
         try:
-            spec, version = self.core.resolve(request.model_name, version_of(request.model_version))
+            spec, version = await self._resolve(request)
             parsed, empty_final = convert.parse_infer(request)
             if not spec.decoupled:
                 answer = await self.core.infer(spec, version, parsed, endpoint=MODEL_INFER)

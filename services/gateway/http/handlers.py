@@ -84,7 +84,11 @@ class Handlers:
 
     # -- generate extension --------------------------------------------------------------
     async def _generate_request(self, request: Request):
-        spec, resolved = self.server.core.resolve(*model_path(request))
+        name, version = model_path(request)
+        try:
+            spec, resolved = self.server.core.resolve(name, version)
+        except ShoalError as exc:  # a model that loads on demand is loaded first
+            spec, resolved = await self.server.core.load_on_demand(name, version, exc)
         if request.headers.get("content-encoding", "identity").strip().lower() not in ("", "identity"):
             raise invalid("Unsupported content-encoding, only 'identity' is supported.")
         declared = request.headers.get("content-length", "")

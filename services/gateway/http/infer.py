@@ -19,8 +19,10 @@ import orjson
 from services.gateway.http import codec
 from services.gateway.http.protocol import DISCONNECT, Disconnect
 from services.inference.core import InferenceCore
+from services.inference.on_demand import request_timeout_s
 from services.inference.validation import raw_request
 from shared.errors import ShoalError
+from shared.model_config import ModelSpec
 
 log = logging.getLogger("shoal.gateway")
 
@@ -38,14 +40,19 @@ async def infer(
 ) -> tuple[bytes, dict[str, str]]:
     """One inference: request bytes and headers in, response bytes and headers out."""
     started = time.monotonic_ns()
-    spec, resolved = core.resolve(model, version)
+    found = _resolve(core, model, version)
     body = codec.decompress(body, headers.get("content-encoding"), limit)
     header_length = headers.get("inference-header-content-length")
     if header_length is not None and header_length.strip() == "0":
+        spec, resolved = found if isinstance(found, tuple) else await core.load_on_demand(model, version, found)
         parsed = raw_request(spec, body)
     else:
         header, binary = codec.split_body(body, header_length)
         parsed = codec.parse_request(header, binary, model)
+        if isinstance(found, tuple):
+            spec, resolved = found
+        else:  # loads it, bounded by the request's own timeout (docs/models.md, "Models on demand")
+            spec, resolved = await core.load_on_demand(model, version, found, request_timeout_s(parsed.parameters))
     answer = await core.infer(spec, resolved, parsed, started_ns=started)
     content, json_length = codec.encode_response(model, resolved, parsed.id, answer.outputs, answer.parameters)
     out_headers = {"content-type": "application/json"}
@@ -56,6 +63,16 @@ async def infer(
         content = codec.compress(content, encoding)
         out_headers["content-encoding"] = encoding
     return content, out_headers
+
+
+def _resolve(core: InferenceCore, model: str, version: str) -> tuple[ModelSpec, int] | ShoalError:
+    """The model, or why not when a request for it loads it (its error raises otherwise)."""
+    try:
+        return core.resolve(model, version)
+    except ShoalError as exc:
+        if not core.loads_on_demand(model):
+            raise
+        return exc
 
 
 class InferFastPath:

@@ -16,6 +16,8 @@ def label_text(labels: Mapping[str, str]) -> str:
 
 
 def _value(value: float) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # exact: byte counts pass a million, where `g` would round them
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):

@@ -38,7 +38,7 @@ from services.scheduler.ensembles.timing import StepLatency, compute_phases
 from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.statistics.stats import ModelStats
 from shared import subjects
-from shared.dispatch import Dispatcher
+from shared.dispatch import Dispatcher, LocalScheduler
 from shared.ensemble_graph import EnsembleGraph, Step, graph_from_config, is_decoupled, is_ensemble
 from shared.errors import Code, ShoalError
 from shared.logcontext import request_ids
@@ -62,12 +62,13 @@ class _Outcome:
 
 
 class EnsembleRunner:
-    def __init__(self, nc: NATS, scheduler_id: str) -> None:
+    def __init__(self, nc: NATS, scheduler_id: str, local: LocalScheduler | None = None) -> None:
         self.nc = nc
         # never produces tensors: it only frees the intermediates workers produced
         self.store = TensorStore(nc, f"ensemble-{subjects.token(scheduler_id)}")
         # one subject token: a request's reply subject is `<inbox>.<rid>` and rids carry this prefix
-        self.dispatcher = Dispatcher(nc, f"ensemble-{subjects.token(scheduler_id)}", self.store)
+        # `local`: this replica; steps of members it holds reach it by a function call, not the bus
+        self.dispatcher = Dispatcher(nc, f"ensemble-{subjects.token(scheduler_id)}", self.store, local)
         self.graphs: dict[str, EnsembleGraph] = {}
         self.specs: dict[str, ModelSpec] = {}  # every model's serving spec (steps are checked against it)
         self.ready: dict[str, list[int]] = {}  # model -> its READY versions

@@ -145,11 +145,12 @@ class BatchedRunner:
     def close(self) -> None: ...
 
     def execute(self, batch: Batch) -> list[Result]:
-        inputs = gather(self.spec, [w.inputs for w in batch.work])
+        requests = [w.inputs for w in batch.work]
+        inputs = gather(self.spec, requests)
         batch.inputs_ready()
         names = sorted({n for w in batch.work for n in w.outputs} | set(batch.extra_outputs))
         outputs = self.run(inputs, names)
-        return list(scatter(self.spec, outputs, [w.batch_size for w in batch.work]))
+        return list(scatter(self.spec, outputs, [w.batch_size for w in batch.work], requests))
 
     def is_ready(self) -> bool:
         return True
