@@ -7,6 +7,7 @@ services (docs/models.md, "Models on demand"); then two workers of one model eac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import threading
 import urllib.request
@@ -17,6 +18,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
@@ -72,7 +74,10 @@ class HostedWatch:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        self._task = asyncio.run_coroutine_threadsafe(self._watch(nats_url), self._loop)
+        self._task = asyncio.run_coroutine_threadsafe(self._begin(nats_url), self._loop).result(10)
+
+    async def _begin(self, url: str) -> asyncio.Task[None]:
+        return asyncio.create_task(self._watch(url))
 
     async def _watch(self, url: str) -> None:
         nc = await bus.connect(url, "test-hosted-watch")
@@ -87,12 +92,13 @@ class HostedWatch:
         finally:
             await nc.close()
 
-    def stop(self) -> None:
+    async def _end(self) -> None:
         self._task.cancel()
-        try:
-            self._task.result(10)
-        except BaseException:  # cancelled: it closed its connection
-            pass
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._end(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self._loop.close()
@@ -125,8 +131,16 @@ def test_concurrent_first_requests_load_the_model_once(cluster: Running) -> None
     with ThreadPoolExecutor(20) as pool:
         list(pool.map(lambda _: _infer(httpclient.InferenceServerClient(cluster.url), "od0"), range(20)))
     assert _metric(cluster, "shoal_model_loads_total", model="od0") == 1
-    entry = next(e for e in client.get_model_repository_index() if e["name"] == "od0")
-    assert entry["state"] == "READY" and entry.get("memory_bytes", 0) >= 0
+    assert next(e for e in client.get_model_repository_index() if e["name"] == "od0")["state"] == "READY"
+
+
+def test_a_grpc_request_loads_its_model_too(cluster: Running) -> None:
+    client = grpcclient.InferenceServerClient(cluster.grpc_url)
+    data = np.full((1, 4), 2.0, dtype=np.float32)
+    tensor = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+    tensor.set_data_from_numpy(data)
+    np.testing.assert_array_equal(client.infer("od1", [tensor]).as_numpy("OUTPUT0"), data)
+    assert _metric(cluster, "shoal_model_loads_total", model="od1") == 1
 
 
 def test_round_robin_over_ten_models_keeps_at_most_three_loaded(cluster: Running) -> None:
