@@ -30,7 +30,7 @@ import itertools
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Protocol
 
 import msgspec
@@ -116,9 +116,19 @@ class LocalScheduler(Protocol):
 
 
 class Dispatcher:
-    def __init__(self, nc: NATS, gateway_id: str, store: TensorStore, local: LocalScheduler | None = None) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        gateway_id: str,
+        store: TensorStore,
+        local: LocalScheduler | None = None,
+        loaded: Callable[[str], bool] | None = None,
+    ) -> None:
         self.nc = nc
         self.local = local
+        # whether a model is still loaded, so that a scheduler will serve it: a request for a model
+        # unloaded meanwhile (evicted) fails at once instead of waiting for a scheduler (None: wait)
+        self.loaded = loaded
         self.inbox = subjects.gateway_inbox(gateway_id)
         self.store = store
         self._pending: dict[
@@ -358,27 +368,27 @@ class Dispatcher:
         model's lease), or fail it once `SCHEDULER_WAIT_S` or its deadline would be passed."""
         loop = asyncio.get_running_loop()
         now = time.monotonic()
-        give_up: dict[str, float] = {}
+        give_up: dict[str, str] = {}
         for rid in rids:
             sent = self._sent.get(rid)
             if sent is None or rid not in self._pending:
                 continue
             self.holders.done(rid)  # not held by anyone: no scheduler to watch
+            model = sent[0]
+            if self.loaded is not None and not self.loaded(model):
+                give_up[rid] = f"{NO_SCHEDULER} for model '{model}': it is no longer loaded"
+                continue
             first = self._unserved.get(rid, (now, None))[0]
             waited = now - first
             delay = min(RETRY_MAX_S, max(RETRY_FIRST_S, waited))
             left_s = _deadline_decoder.decode(sent[1]).deadline_ns / 1e9 - time.time()
             if waited + delay > SCHEDULER_WAIT_S or delay + RETRY_FIRST_S >= left_s:
-                self._unserved.pop(rid, None)
-                give_up[rid] = waited
+                give_up[rid] = f"{NO_SCHEDULER} for model '{model}' (waited {waited:.1f}s; is the scheduler running?)"
                 continue
             self._unserved[rid] = (first, loop.call_later(delay, self._send_again, rid))
-        for rid, waited in give_up.items():
-            model = self._sent[rid][0]
-            self._fail(
-                [rid],
-                unavailable(f"{NO_SCHEDULER} for model '{model}' (waited {waited:.1f}s; is the scheduler running?)"),
-            )
+        for rid, why in give_up.items():
+            self._unserved.pop(rid, None)
+            self._fail([rid], unavailable(why))
 
     def _send_again(self, rid: str) -> None:
         waiting = self._unserved.get(rid)
