@@ -144,7 +144,8 @@ class Dispatcher:
         self._sent: dict[str, tuple[str, bytes, bool, int]] = {}
         self.holders = Holders(nc, self._recover)
         # requests sent again, by (model, why): "scheduler_lost" (its scheduler died), "bus_reconnect"
-        # (this process's NATS connection dropped after they were sent); /metrics shows them
+        # (this process's NATS connection dropped after they were sent), "no_scheduler" (none served
+        # the model yet: sent until one does); /metrics shows them
         self.resent: Counter[tuple[str, str]] = Counter()
         self._epoch = 0  # connections lost so far: a request sent in an earlier epoch went with one
         self._down_since: float | None = None
@@ -378,6 +379,8 @@ class Dispatcher:
             if self.loaded is not None and not self.loaded(model):
                 give_up[rid] = f"{NO_SCHEDULER} for model '{model}': it is no longer loaded"
                 continue
+            if rid not in self._unserved:
+                self.resent[(model, "no_scheduler")] += 1
             first = self._unserved.get(rid, (now, None))[0]
             waited = now - first
             delay = min(RETRY_MAX_S, max(RETRY_FIRST_S, waited))
