@@ -10,9 +10,16 @@ gateway's infer route does minus the bus) served by:
   granian-auto            granian --interface asgi, 1 worker, 1 runtime thread (its default loop)
   granian-uvloop, -asyncio same, --loop uvloop or asyncio
   raw-asgi-uvloop         uvicorn uvloop+httptools serving a bare ASGI callable (no Starlette)
+  shoal-direct            uvicorn uvloop + Shoal's own protocol (services/gateway/http/protocol.py):
+                          the gateway's inference path without ASGI, what `shoal serve` runs today
+  granian-rsgi, -rsgi-uvloop  granian --interface rsgi (its own Rust protocol, no ASGI), 1 worker,
+                          1 runtime thread; its default loop, or uvloop
 loaded by wrk (keep-alive, 1 thread) at 1 and 16 connections, servers interleaved over
 `--rounds`. Prints requests/s, p50 and server CPU µs per request (utime+stime from /proc).
-Needs `wrk` (apt-get install wrk) and `pip install granian`.
+`--callgrind` instead runs each server under valgrind's callgrind and prints the instructions per
+request at 16 connections (every thread of the server), a count that the machine's load does not move.
+Needs `wrk` (apt-get install wrk), `pip install granian`, and valgrind for `--callgrind`; run from the
+repository root with it on PYTHONPATH (shoal-direct imports Shoal's protocol).
 """
 
 from __future__ import annotations
@@ -44,6 +51,31 @@ async def ready(request):
 
 app = Starlette(routes=[Route("/v2/models/{name}/infer", infer, methods=["POST"]),
                         Route("/v2/health/ready", ready)])
+
+class Direct:  # what Shoal's protocol calls for a claimed request (services/gateway/http/protocol.py)
+
+    limit = 1 << 20
+
+    def claim(self, method, path):
+        return ("simple", "") if method == "POST" and path.endswith("/infer") else None
+
+    async def respond(self, claim, headers, body, size, disconnect):
+        return 200, BODY, {"content-type": "application/json"}
+
+    async def __call__(self, scope, receive, send):
+        await raw(scope, receive, send)
+
+
+direct = Direct()
+
+
+async def rsgi(scope, proto):
+    if scope.method == "POST":
+        await proto()
+        proto.response_bytes(200, [("content-type", "application/json")], BODY)
+    else:
+        proto.response_empty(200, [])
+
 
 async def raw(scope, receive, send):
     if scope["type"] != "http":
@@ -101,6 +133,7 @@ def servers(port: int, appdir: str) -> dict[str, list[str]]:
         "--working-dir",
         appdir,
     ]
+    rsgi = [("rsgi" if a == "asgi" else a) for a in gr]
     return {
         "uvicorn-asyncio-h11": uv + ["--loop", "asyncio", "--http", "h11", "bench_app:app"],
         "uvicorn-uvloop-httptools": uv + ["--loop", "uvloop", "--http", "httptools", "bench_app:app"],
@@ -108,6 +141,10 @@ def servers(port: int, appdir: str) -> dict[str, list[str]]:
         "granian-uvloop": gr + ["--loop", "uvloop", "bench_app:app"],
         "granian-asyncio": gr + ["--loop", "asyncio", "bench_app:app"],
         "raw-asgi-uvloop": uv + ["--loop", "uvloop", "--http", "httptools", "bench_app:raw"],
+        "shoal-direct": uv
+        + ["--loop", "uvloop", "--http", "services.gateway.http.protocol:CorkedHttpToolsProtocol", "bench_app:direct"],
+        "granian-rsgi": [*rsgi, "bench_app:rsgi"],
+        "granian-rsgi-uvloop": [*rsgi, "--loop", "uvloop", "bench_app:rsgi"],
     }
 
 
@@ -156,11 +193,68 @@ def wrk(port: int, conns: int, secs: int, lua: str) -> tuple[float, float, int]:
     return rps, p50, n
 
 
+def tree_pids(root: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                kids.setdefault(int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1]), []).append(int(d))
+            except (OSError, IndexError):
+                pass
+    pids, todo = [root], [root]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            pids.append(k)
+            todo.append(k)
+    return pids
+
+
+def wait_ready(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no server on port {port} within {timeout} s") from None
+            time.sleep(0.2)
+
+
+def callgrind(name: str, appdir: str, lua: str, secs: int) -> float:
+    """Instructions per request of the server's process tree at 16 connections, under callgrind."""
+    port = free_port()
+    out = os.path.join(appdir, f"cg-{name}-{port}")
+    os.mkdir(out)
+    cmd = ["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={out}/callgrind.out.%p"]
+    p = subprocess.Popen(cmd + servers(port, appdir)[name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(port, 300)
+        wrk(port, 4, 2, lua)  # warm-up
+        pids = [str(pid) for pid in tree_pids(p.pid)]
+        for pid in pids:
+            subprocess.run(["callgrind_control", "-z", pid], capture_output=True)
+        _, _, n = wrk(port, 16, secs, lua)
+        for pid in pids:
+            subprocess.run(["callgrind_control", "-d", pid], capture_output=True)
+        total = 0
+        for pid in pids:
+            dumps = sorted(f for f in os.listdir(out) if f.startswith(f"callgrind.out.{pid}."))
+            for f in dumps[-1:]:
+                m = re.search(r"^(?:summary|totals):\s+(\d+)", open(os.path.join(out, f)).read(), re.M)
+                total += int(m.group(1)) if m else 0
+        return total / n
+    finally:
+        p.terminate()
+        p.wait(60)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--only", default="")
+    ap.add_argument("--callgrind", action="store_true", help="instructions per request under callgrind instead")
     args = ap.parse_args()
     d = tempfile.mkdtemp()
     open(os.path.join(d, "bench_app.py"), "w").write(APP)
@@ -170,6 +264,11 @@ def main() -> None:
     names = list(servers(0, d))
     if args.only:
         names = [n for n in names if n in args.only.split(",")]
+    if args.callgrind:
+        for _ in range(args.rounds):
+            for name in names:
+                print(f"{name}: {callgrind(name, d, lua, args.seconds):,.0f} instructions per request", flush=True)
+        return
     for _ in range(args.rounds):
         for name in names:
             port = free_port()

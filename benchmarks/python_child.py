@@ -73,7 +73,7 @@ def strace_counts(path: Path) -> dict[str, int]:
     counts: dict[str, int] = {}
     for line in path.read_text().splitlines():
         parts = line.split()
-        if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1].isidentifier():
+        if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1].isidentifier() and parts[-1] != "total":
             calls = parts[3]
             if calls.isdigit():
                 counts[parts[-1]] = int(calls)

@@ -20,7 +20,11 @@ What it does, in one run on this machine:
   5d. with `--str`: the text-recognition tutorial's table (benchmarks/str_table.py): its STR model
      swept with `-b 2 --shape input.1:1,32,100 --concurrency-range 2:16:2` in its three
      configurations, on Triton, on Shoal with the same model.py, and on Shoal's native backend;
-  6. prints a markdown table (each figure, Shoal/Triton ratio = median over the two pairs) and
+  6. MLServer, the Python peer (skip with `--no-mlserver`): its own venv (benchmarks/setup_mlserver.sh,
+     `--mlserver-venv`), the same identity and MLP (benchmarks/mlserver_models.py, adaptive batching),
+     and the three servers measured alike with wrk on plain V2 JSON requests, which is all MLServer
+     reads (benchmarks/mlserver_peer.py);
+  7. prints a markdown table (each figure, Shoal/Triton ratio = median over the two pairs) and
      writes DIR/vs_triton.json with the raw numbers.
 Ratios within one run are what count: the machine is shared and absolute numbers move.
 """
@@ -45,6 +49,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import mlserver_peer  # benchmarks/: this script's directory is first on sys.path
 import str_table
 
 HERE = Path(__file__).resolve().parent
@@ -368,6 +373,8 @@ def main() -> int:
     ap.add_argument("--no-cpu", action="store_true", help="skip the CPU-per-request pass")
     ap.add_argument("--no-hops", action="store_true", help="skip the design-floor pass")
     ap.add_argument("--keep-models", default=None, help="reuse/keep the model directory here")
+    ap.add_argument("--no-mlserver", action="store_true", help="skip MLServer (the Python peer)")
+    ap.add_argument("--mlserver-venv", default=os.environ.get("MLSERVER_VENV", "/tmp/mlserver-venv"))
     ap.add_argument("--str", action="store_true", help="also the text-recognition tutorial's table (~9 min a round)")
     ap.add_argument("--str-rounds", type=int, default=1, help="rounds of the text-recognition sweeps (default 1)")
     args = ap.parse_args()
@@ -390,6 +397,14 @@ def main() -> int:
         log("anchor env missing: running", args.setup_script)
         subprocess.run(
             ["bash", args.setup_script], env=dict(os.environ, ANCHOR_VENV=str(venv)), check=True, stdout=sys.stderr
+        )
+    mlserver_venv = Path(args.mlserver_venv)
+    if not args.no_mlserver:
+        subprocess.run(
+            ["bash", str(HERE / "setup_mlserver.sh")],
+            env=dict(os.environ, MLSERVER_VENV=str(mlserver_venv)),
+            check=True,
+            stdout=sys.stderr,
         )
 
     # 2. models (one onnxruntime thread, one instance, as Triton is given)
@@ -418,16 +433,28 @@ def main() -> int:
         "cases": {},
         "cpu": {},
         "hops": None,
+        "json_cases": {},
         "str": None,
     }
     triton = Triton(venv, models / "repo", work / "triton-rt")
     shoal = Shoal(shoal_cmd, shoal_repo, out / "shoal.log", args.shoal_grpc_port)
+    mlserver = None
+    if not args.no_mlserver:
+        mlserver_models = work / "mlserver_models"
+        subprocess.run(
+            [sys.executable, str(HERE / "mlserver_models.py"), str(models / "mlp.onnx"), str(mlserver_models)],
+            check=True,
+        )
+        ports = (free_port(), free_port(), free_port())
+        mlserver = mlserver_peer.MLServer(mlserver_venv, mlserver_models, ports, out / "mlserver.log")
     leftovers: list[int] = []
     try:
         triton.start()
         shoal.start(
             ["simple", "identity_fp32", "mlp_onnx_py", "mlp_onnx"] + (str_table.models(True) if args.str else [])
         )
+        if mlserver is not None:
+            mlserver.start(list({m for m, _ in mlserver_peer.JSON_CASES.values()}))
         result["shoal_cmd"] = shoal.cmd
         protocols = ["http"] + (["grpc"] if args.grpc else [])
         shoal_grpc = port_open(shoal.grpc)
@@ -516,6 +543,17 @@ def main() -> int:
                     log(f"cpu {c} {server}: {r}")
                 result["cpu"][c] = runs
 
+        # 6. MLServer beside both, plain V2 JSON requests from wrk
+        if mlserver is not None:
+            assert shoal.proc is not None and mlserver.proc is not None
+            servers = {
+                "triton": (triton.http, triton.pid),
+                "shoal": (shoal.http, shoal.proc.pid),
+                "mlserver": (mlserver.http, mlserver.proc.pid),
+            }
+            tree_cpu = lambda root: sum(cpu_s(p) for p in tree(root))  # noqa: E731
+            result["json_cases"] = mlserver_peer.measure(servers, args.quick, tree_cpu)
+
         # 5b. NATS messages per request (nats-server /varz around a known number of requests)
         try:
             v0 = http_json(f"http://127.0.0.1:{shoal.monitor}/varz")
@@ -554,6 +592,8 @@ def main() -> int:
         log("stopping shoal (SIGINT) and triton")
         leftovers = shoal.stop()
         triton.stop()
+        if mlserver is not None:
+            mlserver.stop()
         if (work / "triton-rt" / "tritonserver.log").exists():
             shutil.copy(work / "triton-rt" / "tritonserver.log", out / "tritonserver.log")
         shutil.rmtree(work, ignore_errors=True)
@@ -622,6 +662,7 @@ def render(result: dict) -> str:
             return statistics.mean(rows) if rows else None
 
         lines.append(f"| (throughput during the pass, infer/s) | {fmt(thr('triton'))} | {fmt(thr('shoal'))} |")
+    lines += mlserver_peer.render(result.get("json_cases", {}))
     if result.get("str"):
         lines += str_table.render(result["str"], fmt)
     msgs = result.get("nats_msgs_per_request_c1_simple")

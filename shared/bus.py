@@ -426,11 +426,16 @@ async def publish_all(nc: NATS, messages: list[Outgoing]) -> None:
         await nc._flush_pending()
 
 
+def _plain(subject: str) -> bool:
+    return subject.isprintable() and " " not in subject
+
+
 def _commands(nc: NATS, messages: list[Outgoing]) -> tuple[list[bytes], int]:
     """The PUB commands of `messages` as parts for `writelines` (the payloads are not copied), and
     their size; nothing when one of them cannot go."""
-    for subject, payload, _ in messages:
-        if not subject:
+    for subject, payload, reply in messages:
+        # what nats-py's validation guards: a space or control character would break the PUB line
+        if not subject or not _plain(subject) or (reply and not _plain(reply)):
             raise nats.errors.BadSubjectError
         if len(payload) > nc._max_payload:
             raise nats.errors.MaxPayloadError

@@ -76,6 +76,7 @@ class Serve:
     http_port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
     monitor_port: int = field(default_factory=free_port)
+    grpc_port: int = field(default_factory=free_port)  # never Triton's 8001: another serve may hold it
     process: subprocess.Popen | None = None
 
     @property
@@ -99,7 +100,9 @@ class Serve:
             f"--http-port={self.http_port}",
             f"--metrics-port={self.metrics_port}",
             f"--nats-monitor-port={self.monitor_port}",
+            f"--grpc-port={self.grpc_port}",
             "--http-address=127.0.0.1",
+            "--grpc-address=127.0.0.1",
             *self.args,
         ]
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -130,7 +133,8 @@ class Serve:
         return [pid for pid in self.tree() if needle in command_of(pid)]
 
     def ports(self) -> list[int]:
-        return [self.http_port, self.metrics_port, self.monitor_port, int(self.nats_url.rsplit(":", 1)[1])]
+        nats = int(self.nats_url.rsplit(":", 1)[1])
+        return [self.http_port, self.metrics_port, self.monitor_port, self.grpc_port, nats]
 
     def terminate(self, timeout: float) -> float:
         """SIGTERM; the seconds it took to exit (AssertionError past `timeout`)."""

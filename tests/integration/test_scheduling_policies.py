@@ -80,8 +80,9 @@ def sleepy_config(name: str, max_batch_size: int, batching: str, gate: Path) -> 
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("slow")
+def root(tmp_path_factory, shape) -> Path:
+    """A repository per cluster shape: the models' gate files must not be shared between them."""
+    return tmp_path_factory.mktemp(f"slow-{shape}")
 
 
 @pytest.fixture(scope="module")

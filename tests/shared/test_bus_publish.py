@@ -59,7 +59,7 @@ async def test_publishes_keep_their_order_and_bytes_with_nats_py_publishes_betwe
         await sender.close()
 
 
-async def test_a_message_over_max_payload_sends_none_of_its_batch(nats_url):
+async def test_a_message_over_max_payload_or_with_a_bad_subject_sends_none_of_its_batch(nats_url):
     nc = await bus.connect(nats_url, "test-publish-big")
     try:
         await nc.flush()
@@ -68,6 +68,9 @@ async def test_a_message_over_max_payload_sends_none_of_its_batch(nats_url):
                 result = publish(nc, [bus.Outgoing("pub.small", b"x"), bus.Outgoing("pub.big", b"x" * 5000)])
                 if asyncio.iscoroutine(result):
                     await result
+        for bad in (bus.Outgoing("pub x", b""), bus.Outgoing("pub.x", b"", "re\r\nPUB y 0")):
+            with pytest.raises(nats.errors.BadSubjectError):
+                bus.publish_now(nc, [bus.Outgoing("pub.fine", b"x"), bad])
         assert nc._pending_data_size == 0 and nc.stats["out_msgs"] == 0
     finally:
         await nc.close()
