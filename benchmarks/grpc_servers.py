@@ -4,6 +4,11 @@
     python benchmarks/grpc_servers.py --servers shoal,grpcio --calls 4000 --rounds 5
     python benchmarks/grpc_servers.py --serve shoal --port 50051   # one server alone (for callgrind)
 
+Instructions per call (docs/grpc.md): run the server alone under
+`valgrind --tool=callgrind python benchmarks/grpc_servers.py --serve KIND --port P --ready FILE`,
+drive 200 calls (`--drive --port P --calls 200`), `callgrind_control -z <pid>`, drive 1,000 more,
+`callgrind_control -d <pid>`, then SIGINT (the server exits cleanly): the dump's summary / 1,000.
+
 Each server answers Triton's ModelInfer (and ModelStreamInfer) with a canned response from a
 trivial servicer on uvloop, as the gateway's would after the core: what differs is the server
 alone. A separate client process (grpc.aio, 3 channels as perf_analyzer opens at c=16) keeps

@@ -55,6 +55,12 @@ class GatewaySettings(BusSettings):
         "", description="address the metrics endpoint listens on", json_schema_extra={"shown": "--http-address"}
     )
     metrics_port: int = Field(8002, description="Prometheus metrics port (/metrics)")
+    openai_address: str = Field(
+        "",
+        description="address the OpenAI-compatible endpoint listens on",
+        json_schema_extra={"shown": "--http-address"},
+    )
+    openai_port: int = Field(0, description="OpenAI-compatible API port (/v1/...; docs/openai.md); 0: off")
     allow_metrics: bool = Field(True, description="serve the metrics endpoint")
     allow_cpu_metrics: bool = Field(True, description="CPU utilization and memory gauges")
     allow_gpu_metrics: bool = Field(True, description="GPU gauges through NVML, when a GPU exists")

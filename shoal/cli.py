@@ -72,6 +72,8 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--metrics-address", G, "metrics_address"),
     ("--metrics-port", G, "metrics_port"),
     ("--allow-metrics", G, "allow_metrics"),
+    ("--openai-address", G, "openai_address"),  # Triton's OpenAI front end's flags
+    ("--openai-port", G, "openai_port"),
     ("--allow-client-shm", G, "allow_client_shm"),
     ("--log-verbose", G, "log_verbose"),
     ("--rate-limit", S, "rate_limit"),

@@ -30,6 +30,8 @@ def endpoints(args: argparse.Namespace) -> list[tuple[str, str, int]]:
         wanted.append(("GRPC", args.grpc_address, args.grpc_port))
     if args.allow_metrics:
         wanted.append(("Metrics", args.metrics_address or args.http_address, args.metrics_port))
+    if args.openai_port:
+        wanted.append(("OpenAI", args.openai_address or args.http_address, args.openai_port))
     return [(name, address, port) for name, address, port in wanted if port]
 
 

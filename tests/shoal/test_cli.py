@@ -197,6 +197,15 @@ def test_schedulers_and_gateways_flags_build_replicas(tmp_path):
     assert build_cluster(parse_serve([]), "nats://127.0.0.1:4222", tmp_path).more_schedulers == []
 
 
+def test_the_first_gateway_alone_serves_the_openai_port(tmp_path):
+    from shoal.supervisor import build_cluster
+
+    args = parse_serve(["--openai-port", "9000", "--gateways", "2"])
+    cluster = build_cluster(args, "nats://127.0.0.1:4222", tmp_path)
+    assert (cluster.gateway.openai_port, cluster.more_gateways[0].openai_port) == (9000, 0)
+    assert build_cluster(parse_serve([]), "nats://127.0.0.1:4222", tmp_path).gateway.openai_port == 0
+
+
 def test_the_gateways_cohost_the_schedulers_unless_told_not_to(tmp_path):
     from shoal.supervisor import build_cluster
 

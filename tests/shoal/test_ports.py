@@ -35,6 +35,8 @@ def _args(**overrides: object) -> argparse.Namespace:
         "allow_metrics": True,
         "metrics_address": "",
         "metrics_port": free_port(),
+        "openai_address": "",
+        "openai_port": 0,
     }
     values.update(overrides)
     return argparse.Namespace(**values)
@@ -54,6 +56,9 @@ def test_each_taken_port_is_named_with_tritons_words() -> None:
         )
         assert busy_endpoint(_args(metrics_port=port)) == (
             f"failed to start Metrics service: Unavailable - Socket '0.0.0.0:{port}' already in use"
+        )
+        assert busy_endpoint(_args(openai_port=port)) == (
+            f"failed to start OpenAI service: Unavailable - Socket '0.0.0.0:{port}' already in use"
         )
 
 

@@ -1,0 +1,209 @@
+"""OpenAI request bodies, checked: what a request asks for, or OpenAI's 400 saying why not.
+
+Pure functions of the JSON body. A parameter Shoal cannot honour (`n` > 1, `logit_bias`,
+tools, log probabilities, penalties, ...) is refused, never ignored; an argument OpenAI's API
+does not know is refused with OpenAI's own text (docs/openai.md, "Parameters").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.gateway.openai.errors import OpenAIError, invalid_value, refused
+
+# accepted and without effect on the answer (bookkeeping on OpenAI's side)
+_HARMLESS = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})
+_SAMPLING = ("temperature", "top_p", "seed")
+_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "stop", "n", *_SAMPLING})
+# parameter -> the values that mean "not asked for" (then it is accepted)
+_REFUSED_CHAT: dict[str, tuple[Any, ...]] = {
+    "logit_bias": (None, {}),
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "response_format": (None, {"type": "text"}),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "audio": (None,),
+    "modalities": (None, ["text"]),
+    "prediction": (None,),
+    "reasoning_effort": (None,),
+    "web_search_options": (None,),
+}
+_REFUSED_COMPLETION: dict[str, tuple[Any, ...]] = {
+    "logit_bias": (None, {}),
+    "logprobs": (None, 0),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "best_of": (None, 1),
+    "echo": (None, False),
+    "suffix": (None, ""),
+}
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+@dataclass
+class GenerationRequest:
+    """A chat or completion request: exactly one of `prompt` and `messages` is set."""
+
+    model: str
+    prompt: str | None = None
+    messages: list[dict[str, str]] | None = None
+    stream: bool = False
+    include_usage: bool = False
+    sampling: dict[str, int | float] = field(default_factory=dict)  # max_tokens, temperature, top_p, seed
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EmbeddingRequest:
+    model: str
+    texts: list[str]
+    base64: bool
+
+
+def parse_chat(body: Any) -> GenerationRequest:
+    doc = _object(body)
+    _refuse(doc, _REFUSED_CHAT, _COMMON | {"messages", "max_completion_tokens"})
+    request = _generation(doc)
+    request.messages = _messages(doc.get("messages"))
+    return request
+
+
+def parse_completion(body: Any) -> GenerationRequest:
+    doc = _object(body)
+    _refuse(doc, _REFUSED_COMPLETION, _COMMON | {"prompt"})
+    request = _generation(doc)
+    request.prompt = _prompt(doc.get("prompt"))
+    return request
+
+
+def parse_embedding(body: Any) -> EmbeddingRequest:
+    doc = _object(body)
+    _refuse(doc, {"dimensions": (None,)}, frozenset({"model", "input", "encoding_format"}))
+    texts = doc.get("input")
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise invalid_value(
+            "input", "expected a string or a non-empty list of strings (token arrays are not supported)"
+        )
+    encoding = doc.get("encoding_format") or "float"
+    if encoding not in ("float", "base64"):
+        raise invalid_value("encoding_format", f"'{encoding}' is not one of 'float', 'base64'")
+    return EmbeddingRequest(_model(doc), texts, encoding == "base64")
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise OpenAIError("the request body must be a JSON object", 400)
+    return body
+
+
+def _model(doc: dict[str, Any]) -> str:
+    model = doc.get("model")
+    if not isinstance(model, str) or not model:
+        raise OpenAIError("you must provide a model parameter", 400, param="model")
+    return model
+
+
+def _refuse(doc: dict[str, Any], refused_values: dict[str, tuple[Any, ...]], known: frozenset[str]) -> None:
+    for key, value in doc.items():
+        if key in refused_values:
+            if not any(value == allowed and type(value) is type(allowed) for allowed in refused_values[key]):
+                raise refused(key, "Shoal's OpenAI front end does not implement it")
+        elif key not in known and key not in _HARMLESS:
+            raise OpenAIError(f"Unrecognized request argument supplied: {key}", 400, param=key)
+
+
+def _generation(doc: dict[str, Any]) -> GenerationRequest:
+    stream = doc.get("stream") or False
+    if not isinstance(stream, bool):
+        raise invalid_value("stream", "expected a boolean")
+    n = doc.get("n")
+    if n is not None and n != 1:
+        raise refused("n", "only one choice (n=1) is generated per request")
+    request = GenerationRequest(_model(doc), stream=stream, include_usage=_include_usage(doc, stream))
+    request.sampling = _sampling(doc)
+    request.stop = _stop(doc.get("stop"))
+    return request
+
+
+def _include_usage(doc: dict[str, Any], stream: bool) -> bool:
+    options = doc.get("stream_options")
+    if options is None:
+        return False
+    if not stream:
+        raise invalid_value("stream_options", "only allowed when 'stream' is true")
+    if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
+        raise invalid_value("stream_options", "expected an object with a boolean 'include_usage'")
+    return bool(options.get("include_usage", False))
+
+
+def _sampling(doc: dict[str, Any]) -> dict[str, int | float]:
+    sampling: dict[str, int | float] = {}
+    limit = doc.get("max_completion_tokens", doc.get("max_tokens"))
+    if limit is not None:
+        if not _is_int(limit) or limit < 1:
+            raise invalid_value("max_tokens", "expected an integer of at least 1")
+        sampling["max_tokens"] = limit
+    for name, low, high in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
+        value = doc.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
+            raise invalid_value(name, f"expected a number from {low:g} to {high:g}")
+        sampling[name] = float(value)
+    seed = doc.get("seed")
+    if seed is not None:
+        if not _is_int(seed):
+            raise invalid_value("seed", "expected an integer")
+        sampling["seed"] = seed
+    return sampling
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _stop(value: Any) -> list[str]:
+    if value is None:
+        return []
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > 4:
+        raise invalid_value("stop", "expected a non-empty string or a list of up to 4 non-empty strings")
+    return stops
+
+
+def _prompt(value: Any) -> str:
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, str):
+        raise invalid_value("prompt", "expected a string (one prompt; token arrays are not supported)")
+    return value
+
+
+def _messages(value: Any) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not value:
+        raise invalid_value("messages", "expected a non-empty list of messages")
+    return [_message(m, i) for i, m in enumerate(value)]
+
+
+def _message(message: Any, index: int) -> dict[str, str]:
+    where = f"messages[{index}]"
+    if not isinstance(message, dict) or message.get("role") not in ROLES:
+        raise invalid_value(where, f"expected an object with a 'role' among {sorted(ROLES)}")
+    if message.get("tool_calls") or message["role"] == "tool":
+        raise refused(where, "tool calls are not supported by the models Shoal serves")
+    content = message.get("content")
+    if isinstance(content, list):  # content parts: text only
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            raise refused(where + ".content", "only text content parts are supported")
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise invalid_value(where + ".content", "expected a string or a list of text parts")
+    return {"role": message["role"], "content": content}

@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.gateway.openai import requests
+from services.gateway.openai.errors import OpenAIError
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_chat_reads_sampling_stop_and_usage_option():
+    parsed = requests.parse_chat(
+        {
+            **CHAT,
+            "max_completion_tokens": 5,
+            "temperature": 0,
+            "top_p": 0.5,
+            "seed": 7,
+            "stop": "x",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "n": 1,
+            "user": "someone",
+        }
+    )
+    assert parsed.sampling == {"max_tokens": 5, "temperature": 0.0, "top_p": 0.5, "seed": 7}
+    assert (parsed.stop, parsed.stream, parsed.include_usage) == (["x"], True, True)
+    assert parsed.messages == [{"role": "user", "content": "hi"}]
+
+
+def test_text_content_parts_are_joined():
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    assert requests.parse_chat({**CHAT, "messages": [{"role": "user", "content": parts}]}).messages == [
+        {"role": "user", "content": "ab"}
+    ]
+
+
+@pytest.mark.parametrize(
+    "extra, param",
+    [
+        ({"n": 2}, "n"),
+        ({"logit_bias": {"1": 2}}, "logit_bias"),
+        ({"logprobs": True}, "logprobs"),
+        ({"tools": [{"type": "function"}]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),  # without stream
+        ({"temperature": 3}, "temperature"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"bogus": 1}, "bogus"),
+    ],
+)
+def test_what_cannot_be_honoured_is_a_400_naming_the_parameter(extra, param):
+    with pytest.raises(OpenAIError) as refused:
+        requests.parse_chat({**CHAT, **extra})
+    assert (refused.value.status, refused.value.param) == (400, param)
+
+
+def test_values_meaning_not_asked_for_are_accepted():
+    requests.parse_chat({**CHAT, "logit_bias": {}, "logprobs": False, "tools": [], "presence_penalty": 0})
+    requests.parse_completion({"model": "m", "prompt": ["one"], "echo": False, "best_of": 1})
+
+
+def test_completion_takes_one_prompt():
+    assert requests.parse_completion({"model": "m", "prompt": "p"}).prompt == "p"
+    with pytest.raises(OpenAIError):
+        requests.parse_completion({"model": "m", "prompt": ["a", "b"]})
+    with pytest.raises(OpenAIError):
+        requests.parse_completion({"model": "m", "prompt": [1, 2, 3]})
+
+
+def test_embedding_input_and_format():
+    parsed = requests.parse_embedding({"model": "e", "input": "x", "encoding_format": "base64"})
+    assert (parsed.texts, parsed.base64) == (["x"], True)
+    assert requests.parse_embedding({"model": "e", "input": ["a", "b"]}).base64 is False
+    for bad in (
+        {"input": []},
+        {"input": [[1, 2]]},
+        {"input": "x", "encoding_format": "int8"},
+        {"input": "x", "dimensions": 8},
+    ):
+        with pytest.raises(OpenAIError):
+            requests.parse_embedding({"model": "e", **bad})
+
+
+@given(
+    st.dictionaries(st.text(max_size=12), st.none() | st.booleans() | st.integers() | st.text(max_size=5), max_size=4)
+)
+def test_any_body_is_parsed_or_refused_with_a_400(extra):
+    try:
+        requests.parse_chat({**CHAT, **extra})
+    except OpenAIError as exc:
+        assert exc.status == 400 and exc.message

@@ -1,0 +1,185 @@
+"""The OpenAI-compatible front end through the official `openai` client against the real
+services, on small python models (tests/integration/openai_models.py); the real language
+models of the `llm` extra are in test_openai_llm.py."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+
+from shared.natsserver import free_port
+from tests.cluster import Running, running_cluster
+from tests.integration.openai_models import write_openai_models
+from tests.serving import wait_until
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    root = write_openai_models(tmp_path_factory.mktemp("openai"))
+    with running_cluster(root, openai_address="127.0.0.1", openai_port=free_port()) as running:
+        yield running
+
+
+@pytest.fixture
+def client(served: Running) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"http://127.0.0.1:{served.cluster.gateway.openai_port}/v1", api_key="-") as c:
+        yield c
+
+
+def test_models_lists_what_the_api_can_serve(client: openai.OpenAI):
+    assert sorted(m.id for m in client.models.list()) == ["echo", "hashing", "plain", "templated"]
+    assert client.models.retrieve("echo").owned_by == "shoal"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("nope")
+
+
+def test_chat_answers_with_usage(client: openai.OpenAI):
+    answer = client.chat.completions.create(
+        model="echo", messages=[{"role": "user", "content": "one two three"}], max_tokens=16
+    )
+    assert answer.object == "chat.completion"
+    assert answer.choices[0].message.role == "assistant"
+    assert answer.choices[0].message.content == "one two three"
+    assert answer.choices[0].finish_reason == "stop"
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens, answer.usage.total_tokens) == (3, 3, 6)
+
+
+def test_the_front_end_applies_a_chat_template_from_the_config(client: openai.OpenAI):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
+    answer = client.chat.completions.create(model="templated", messages=messages)
+    assert answer.choices[0].message.content == "<s>system: be brief user: hi there assistant:"
+
+
+def test_chat_streams_one_chunk_per_response_then_usage(client: openai.OpenAI):
+    chunks = list(
+        client.chat.completions.create(
+            model="echo",
+            messages=[{"role": "user", "content": "a b c d e"}],
+            max_completion_tokens=3,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    texts = [c.choices[0].delta.content for c in chunks[1:] if c.choices and c.choices[0].delta.content]
+    assert texts == ["a", " b", " c"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 3
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_completion_with_and_without_streaming(client: openai.OpenAI):
+    whole = client.completions.create(model="echo", prompt="to be or not", max_tokens=2, seed=None)
+    assert (whole.object, whole.choices[0].text, whole.choices[0].finish_reason) == (
+        "text_completion",
+        "to be",
+        "length",
+    )
+    pieces = [c.choices[0].text for c in client.completions.create(model="plain", prompt="x y z", stream=True)]
+    assert "".join(pieces) == "x y z" and len([p for p in pieces if p]) == 3
+
+
+def test_stop_sequences_end_the_text_before_them(client: openai.OpenAI):
+    answer = client.completions.create(model="echo", prompt="alpha beta gamma delta", stop=[" gam", "zzz"])
+    assert (answer.choices[0].text, answer.choices[0].finish_reason) == ("alpha beta", "stop")
+    streamed = client.completions.create(model="echo", prompt="alpha beta gamma delta", stop="ta g", stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == "alpha be"
+
+
+def test_what_a_model_cannot_do_is_refused(client: openai.OpenAI):
+    chat = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
+    for extra in ({"n": 2}, {"logit_bias": {"5": 1}}, {"tools": [{"type": "function", "function": {"name": "f"}}]}):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(**chat, **extra)
+        assert refused.value.body["param"] == next(iter(extra))
+    with pytest.raises(openai.BadRequestError, match="no 'temperature' input"):
+        client.completions.create(model="plain", prompt="hi", temperature=0.5)
+    with pytest.raises(openai.BadRequestError, match="has no chat template"):
+        client.chat.completions.create(model="plain", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match="cannot serve /v1/embeddings"):
+        client.embeddings.create(model="echo", input="hi")
+
+
+def test_an_unknown_model_is_404_in_openai_shape(client: openai.OpenAI):
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
+    assert missing.value.body["code"] == "model_not_found" and "'nope'" in missing.value.body["message"]
+
+
+def test_embeddings_for_one_and_many_inputs(client: openai.OpenAI):
+    one = client.embeddings.create(model="hashing", input="the cat sat", encoding_format="float")
+    assert len(one.data) == 1 and len(one.data[0].embedding) == 64 and one.usage.prompt_tokens == 3
+    texts = ["the cat sat on the mat", "the cat sat on a mat", "stock prices fell sharply"]
+    many = client.embeddings.create(model="hashing", input=texts)  # the client asks for base64
+    vectors = np.array([d.embedding for d in many.data])
+    assert [d.index for d in many.data] == [0, 1, 2] and vectors.shape == (3, 64)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
+
+
+def _post(served: Running, path: str, body: dict) -> tuple[int, bytes]:
+    port = served.cluster.gateway.openai_port
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_base64_embeddings_are_little_endian_float32(served: Running):
+    status, body = _post(served, "/v1/embeddings", {"model": "hashing", "input": ["a b"], "encoding_format": "base64"})
+    vector = np.frombuffer(base64.b64decode(json.loads(body)["data"][0]["embedding"]), "<f4")
+    assert status == 200 and vector.shape == (64,) and abs(float(vector @ vector) - 1) < 1e-5
+
+
+def test_unknown_arguments_and_bad_json_are_400(served: Running):
+    status, body = _post(served, "/v1/completions", {"model": "echo", "prompt": "x", "frobnicate": 1})
+    assert (status, json.loads(body)["error"]["message"]) == (400, "Unrecognized request argument supplied: frobnicate")
+    status, body = _post(served, "/v1/chat/completions", {"model": "echo", "messages": []})
+    assert status == 400 and json.loads(body)["error"]["param"] == "messages"
+
+
+def _abandon(served: Running, path: str, body: dict, read_first: bool) -> str:
+    """Send a slow request, close the connection once the model runs it; the request's id."""
+    folder = Path(served.cluster.repository.model_repository) / "echo" / "1"
+    before = set(folder.glob("started-*"))
+    conn = http.client.HTTPConnection("127.0.0.1", served.cluster.gateway.openai_port, timeout=30)
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    wait_until(lambda: set(folder.glob("started-*")) - before, 30, "the model never started the request")
+    if read_first:
+        response = conn.getresponse()
+        assert response.status == 200 and response.read(6) == b"data: "  # the stream has started
+    conn.sock.close()
+    conn.close()
+    [started] = set(folder.glob("started-*")) - before
+    return started.name.removeprefix("started-")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_that_goes_away_stops_the_generation_at_the_model(served: Running, stream: bool):
+    words = " ".join(f"w{i}" for i in range(200))
+    body = {"model": "echo", "messages": [{"role": "user", "content": f"slow {words}"}], "stream": stream}
+    request_id = _abandon(served, "/v1/chat/completions", body, read_first=stream)
+    marker = Path(served.cluster.repository.model_repository) / "echo" / "1" / f"cancelled-{request_id}"
+    wait_until(marker.exists, 15, "the model never saw is_cancelled()")
+
+
+def test_statistics_and_metrics_count_openai_requests(client: openai.OpenAI, served: Running):
+    def count() -> int:
+        with urllib.request.urlopen(f"http://{served.url}/v2/models/hashing/stats", timeout=10) as response:
+            return json.loads(response.read())["model_stats"][0]["inference_stats"]["success"]["count"]
+
+    before = count()
+    client.embeddings.create(model="hashing", input=["a", "b", "c"])
+    wait_until(lambda: count() == before + 3, 10, "the statistics never counted the 3 requests")
+    with urllib.request.urlopen(served.metrics_url, timeout=10) as response:
+        metrics = response.read().decode()
+    assert 'nv_inference_request_success{model="hashing",version="1"}' in metrics

