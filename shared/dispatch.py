@@ -14,6 +14,13 @@ cut off): what was sent before is presumed lost with the connection. Once reconn
 requests safe to send again are sent again and the others fail with a 503 saying why; if the
 bus is not back within `BUS_LOSS_GRACE_S`, every request in flight fails with a 503 then, and new
 ones fail at once until it is back. Nothing is left to its deadline.
+
+A model can be READY while no scheduler replica serves it for a moment: at start, while a lease
+moves (a replica died, rebalancing) or after a reconnect, until a replica claims the lease and
+subscribes (services/scheduler/replicas/leases.py). NATS then answers "no responders": nobody
+received the request, so any request (sequence and decoupled ones too) is sent again, backing
+off, for up to `SCHEDULER_WAIT_S` within its deadline; only then does it fail with a 503 saying
+why (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import itertools
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Protocol
 
 import msgspec
@@ -47,6 +54,10 @@ from shared.tensors import TensorStore
 log = logging.getLogger("shoal.gateway")
 BUS_LOSS_GRACE_S = 3.0  # a lost NATS connection not back by then: the requests in flight fail
 NOT_RESENT = "a sequence or decoupled request is not sent again: retry it"
+# a dead replica's leases expire after leases.TTL_S (4 s) and are claimed on a later round: twice that
+SCHEDULER_WAIT_S = 8.0
+RETRY_FIRST_S, RETRY_MAX_S = 0.02, 0.5  # sent again after this, doubling: a claim takes one refresh round
+NO_SCHEDULER = "no scheduler is serving requests"
 _response_decoder = msgspec.msgpack.Decoder(InferResponse)
 
 
@@ -66,6 +77,15 @@ class _Done(msgspec.Struct):
 _batch_decoder = msgspec.msgpack.Decoder(_Responses)
 _done_decoder = msgspec.msgpack.Decoder(_Done)
 _held_decoder = msgspec.msgpack.Decoder(HeldGroups)
+
+
+class _Deadline(msgspec.Struct):
+    """The part of an encoded `InferRequest` a request waiting for a scheduler needs."""
+
+    deadline_ns: int
+
+
+_deadline_decoder = msgspec.msgpack.Decoder(_Deadline)
 
 
 def _groups(requests: list[tuple[str, bytes]], budget: int) -> Iterator[list[tuple[str, bytes]]]:
@@ -96,9 +116,19 @@ class LocalScheduler(Protocol):
 
 
 class Dispatcher:
-    def __init__(self, nc: NATS, gateway_id: str, store: TensorStore, local: LocalScheduler | None = None) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        gateway_id: str,
+        store: TensorStore,
+        local: LocalScheduler | None = None,
+        loaded: Callable[[str], bool] | None = None,
+    ) -> None:
         self.nc = nc
         self.local = local
+        # whether a model is still loaded, so that a scheduler will serve it: a request for a model
+        # unloaded meanwhile (evicted) fails at once instead of waiting for a scheduler (None: wait)
+        self.loaded = loaded
         self.inbox = subjects.gateway_inbox(gateway_id)
         self.store = store
         self._pending: dict[
@@ -114,10 +144,13 @@ class Dispatcher:
         self._sent: dict[str, tuple[str, bytes, bool, int]] = {}
         self.holders = Holders(nc, self._recover)
         # requests sent again, by (model, why): "scheduler_lost" (its scheduler died), "bus_reconnect"
-        # (this process's NATS connection dropped after they were sent); /metrics shows them
+        # (this process's NATS connection dropped after they were sent), "no_scheduler" (none served
+        # the model yet: sent until one does); /metrics shows them
         self.resent: Counter[tuple[str, str]] = Counter()
         self._epoch = 0  # connections lost so far: a request sent in an earlier epoch went with one
         self._down_since: float | None = None
+        # rid -> (when NATS first found no scheduler for it, its next send) while it waits for one
+        self._unserved: dict[str, tuple[float, asyncio.TimerHandle | None]] = {}
 
     async def start(self) -> None:
         await bus.subscribe(self.nc, f"{self.inbox}.*", self._on_reply)
@@ -179,6 +212,10 @@ class Dispatcher:
         self._pending.pop(rid, None)
         self._sent.pop(rid, None)
         self.holders.done(rid)
+        if self._unserved:
+            waiting = self._unserved.pop(rid, None)
+            if waiting is not None and waiting[1] is not None:
+                waiting[1].cancel()
 
     def _enqueue(self, request: InferRequest, resendable: bool) -> None:
         raw = encode(request)
@@ -281,6 +318,9 @@ class Dispatcher:
         for rid, (model, raw, resendable, epoch) in list(self._sent.items()):
             if epoch == self._epoch or rid not in self._pending:
                 continue  # sent while reconnecting: nats-py held it and sends it now
+            waiting = self._unserved.get(rid)
+            if waiting is not None and waiting[1] is not None:
+                continue  # no scheduler had it: its own timer sends it again
             if self.local is not None and self.local.owns(model):
                 continue  # queued in this process: its scheduler asks the workers what they hold (reconnected)
             if resendable:
@@ -301,11 +341,8 @@ class Dispatcher:
         if token == "held":  # a scheduler took these groups: watch it until their requests are answered
             self._held(msg)
             return
-        if msg.headers and msg.headers.get("Status") == "503":
-            self._fail(
-                self._groups.pop(token, [token]),
-                unavailable("no scheduler is serving requests (is the scheduler running?)"),
-            )
+        if msg.headers and msg.headers.get("Status") == "503":  # NATS: no subscriber got them
+            self._no_scheduler(self._groups.pop(token, [token]))
             return
         free = None
         try:
@@ -326,6 +363,45 @@ class Dispatcher:
             await self.local.completed(free)
         else:  # sent to this inbox's previous process, which co-hosted a scheduler: every scheduler gets it
             await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
+
+    def _no_scheduler(self, rids: list[str]) -> None:
+        """Nobody received these: send each again after a pause (a replica may be claiming the
+        model's lease), or fail it once `SCHEDULER_WAIT_S` or its deadline would be passed."""
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        give_up: dict[str, str] = {}
+        for rid in rids:
+            sent = self._sent.get(rid)
+            if sent is None or rid not in self._pending:
+                continue
+            self.holders.done(rid)  # not held by anyone: no scheduler to watch
+            model = sent[0]
+            if self.loaded is not None and not self.loaded(model):
+                give_up[rid] = f"{NO_SCHEDULER} for model '{model}': it is no longer loaded"
+                continue
+            if rid not in self._unserved:
+                self.resent[(model, "no_scheduler")] += 1
+            first = self._unserved.get(rid, (now, None))[0]
+            waited = now - first
+            delay = min(RETRY_MAX_S, max(RETRY_FIRST_S, waited))
+            left_s = _deadline_decoder.decode(sent[1]).deadline_ns / 1e9 - time.time()
+            if waited + delay > SCHEDULER_WAIT_S or delay + RETRY_FIRST_S >= left_s:
+                give_up[rid] = f"{NO_SCHEDULER} for model '{model}' (waited {waited:.1f}s; is the scheduler running?)"
+                continue
+            self._unserved[rid] = (first, loop.call_later(delay, self._send_again, rid))
+        for rid, why in give_up.items():
+            self._unserved.pop(rid, None)
+            self._fail([rid], unavailable(why))
+
+    def _send_again(self, rid: str) -> None:
+        waiting = self._unserved.get(rid)
+        sent = self._sent.get(rid)
+        if waiting is None or sent is None or rid not in self._pending:
+            return
+        self._unserved[rid] = (waiting[0], None)
+        model, raw, resendable, _ = sent
+        self._sent[rid] = (model, raw, resendable, self._epoch)  # sent in this connection
+        self._send(model, rid, raw)
 
     async def _resolve(self, responses: list[InferResponse]) -> None:
         for response in responses:

@@ -91,7 +91,9 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     await registry.start(nc)
     inbox = subjects.gateway_inbox(settings.gateway_id)
     scheduler = CoHosted(cohosted_scheduler(settings), nc, inbox) if settings.cohost_scheduler else None
-    dispatcher = Dispatcher(nc, settings.gateway_id, store, scheduler)
+    dispatcher = Dispatcher(
+        nc, settings.gateway_id, store, scheduler, lambda model: bool(registry.ready_versions(model))
+    )
     await dispatcher.start()
     if scheduler is not None:  # after the dispatcher: the batches it sends complete on the dispatcher's inbox
         await scheduler.start()

@@ -51,8 +51,12 @@ def test_scheduler_gone_answers_503_then_recovers(unsupervised):
     started = time.monotonic()
     with pytest.raises(InferenceServerException) as err:
         infer(unsupervised.url)
-    assert err.value.status() == "503" and "no scheduler" in err.value.message()
-    assert time.monotonic() - started < 1.0, "a missing scheduler is reported at once, not at the deadline"
+    # the request waited for a scheduler within its 1.5 s deadline, then says why it failed
+    message = err.value.message()
+    assert err.value.status() == "503" and "no scheduler is serving requests for model 'identity_fp32'" in message, (
+        message
+    )
+    assert 0.5 < time.monotonic() - started < 3.0
     unsupervised.cluster.restart("scheduler")
     wait_serving(unsupervised.url)
     np.testing.assert_array_equal(infer(unsupervised.url), np.arange(4, dtype=np.float32).reshape(1, 4))

@@ -56,6 +56,7 @@ def test_services_recover_from_a_nats_restart(tmp_path):
         client = httpclient.InferenceServerClient(running.url, network_timeout=30)
         infer(client, "first")
         running.nats.restart()
+        last: list[InferenceServerException] = []  # the last error answer, named if serving never resumes
 
         def serving() -> bool:
             started = time.monotonic()
@@ -65,9 +66,13 @@ def test_services_recover_from_a_nats_restart(tmp_path):
             except InferenceServerException as exc:  # while services reconnect: clear errors only
                 assert exc.status() in ("503", "500", "404") and exc.message(), exc
                 assert time.monotonic() - started < 10, "a request outlived its deadline"
+                last[:] = [exc]
                 return False
 
-        wait_until(serving, 60, "serving did not resume after the NATS restart")
+        try:
+            wait_until(serving, 60, "serving did not resume after the NATS restart")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last: {last}") from None
         # the control plane works again: a load goes through the KV watches of every service
         client.load_model("second")
         infer(client, "second")

@@ -18,6 +18,7 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
+from shared.dispatch import SCHEDULER_WAIT_S
 from shoal.status import collect
 from tests.cluster import identity_config, running_cluster
 from tests.integration.ensemble_models import write_python
@@ -58,13 +59,17 @@ def write_held(root) -> None:
 
 
 def check_held_requests_end(results: list, killed: float, value: np.ndarray) -> None:
+    """Served (sent again, to the scheduler that took the model over) or a 503 saying why, well before
+    the 30 s deadline: the death is found in about a second, a re-sent request waits at most
+    `SCHEDULER_WAIT_S` for the model's next scheduler, whose batch then waits out the 4 s delay."""
     for _, result in results:
         if isinstance(result, InferenceServerException):
             assert result.status() == "503" and "scheduler" in result.message(), result
         else:
             assert np.array_equal(result, value)
     latest = max(ended for ended, _ in results) - killed
-    assert latest < 5, f"requests held by the dead scheduler ended {latest:.1f}s after the kill"
+    bound = 2 + SCHEDULER_WAIT_S + 4 + 2
+    assert latest < bound, f"requests held by the dead scheduler ended {latest:.1f}s after the kill"
 
 
 @pytest.mark.timeout(300)
@@ -88,10 +93,10 @@ def test_requests_held_by_a_killed_scheduler_end_within_seconds(tmp_path):
         wait_until(lambda: not isinstance(call(running.url, "held", value)[1], Exception), 30, "no recovery")
 
 
-def lease_holder(running) -> str | None:
-    """The id of the scheduler replica serving `held` (a co-hosted one has its gateway's id)."""
+def lease_holder(running, model: str = "held") -> str | None:
+    """The id of the scheduler replica serving `model` (a co-hosted one has its gateway's id)."""
     for service in asyncio.run(collect(running.nats.url, wait=0.2)):
-        if service["name"] == "shoal-scheduler" and "held" in service["status"].get("owned", []):
+        if service["name"] == "shoal-scheduler" and model in service["status"].get("owned", []):
             return service["metadata"]["instance"]
     return None
 

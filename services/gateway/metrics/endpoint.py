@@ -197,13 +197,14 @@ def _shoal_gauges(entries: list) -> list[str]:
 
 def resent_lines(resent: Mapping[tuple[str, str], int]) -> list[str]:
     """This gateway's requests sent again (shared/dispatch.py), by model and why: `scheduler_lost`
-    (the scheduler holding them died), `bus_reconnect` (the gateway's NATS connection dropped);
+    (the scheduler holding them died), `bus_reconnect` (the gateway's NATS connection dropped),
+    `no_scheduler` (no scheduler served the model yet: sent until one did or the wait ended);
     shown once there is one (a labelled counter has no sample before its first event)."""
     if not resent:
         return []
     return family_lines(
         "shoal_inference_request_resent",
-        "Requests this gateway sent again because their scheduler died or its NATS connection dropped",
+        "Requests this gateway sent again because their scheduler died, none served their model yet, or its NATS connection dropped",
         "counter",
         [({"model": m, "reason": why}, n) for (m, why), n in sorted(resent.items())],
     )
