@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 
 import msgspec
 import nats
@@ -86,12 +87,24 @@ async def test_requests_started_together_leave_as_one_message_per_model_and_each
     assert len(b.groups) == 1 and d.in_flight == 0
 
 
-async def test_no_scheduler_for_the_model_fails_at_once_with_a_clear_error(nc):
+async def test_no_scheduler_for_the_model_fails_before_the_deadline_with_a_clear_error(nc):
     d = await dispatcher(nc)
+    sent = request(d, "nobody-serves-this")
+    sent.deadline_ns = time.time_ns() + 500_000_000  # retried while a scheduler may claim it, not past this
     with pytest.raises(ShoalError) as err:
-        await d.infer(request(d, "nobody-serves-this"), 10)
-    assert err.value.message == "no scheduler is serving requests (is the scheduler running?)"
+        await d.infer(sent, 10)
+    assert err.value.message.startswith("no scheduler is serving requests for model 'nobody-serves-this' (waited ")
+    assert err.value.message.endswith("s; is the scheduler running?)")
     assert err.value.code == Code.UNAVAILABLE
+
+
+async def test_a_request_for_a_model_no_longer_loaded_fails_at_once(nc):
+    gateway = f"test{next(_ids)}"
+    d = Dispatcher(nc, gateway, TensorStore(nc, gateway, transport="bus"), loaded=lambda model: False)
+    await d.start()
+    with pytest.raises(ShoalError) as err:
+        await d.infer(request(d, "evicted"), 10)
+    assert err.value.message == "no scheduler is serving requests for model 'evicted': it is no longer loaded"
 
 
 async def test_a_request_past_its_deadline_fails_and_its_scheduler_is_told(nc):
