@@ -329,14 +329,45 @@ class CreditsRevoked(msgspec.Struct):
 
 
 class LoadRequest(msgspec.Struct, omit_defaults=True):
+    """Gateway (or a python model, or a PyTriton process) -> repository, as JSON: load or reload."""
+
     name: str
-    config: str = ""  # a ModelConfig as protobuf JSON, replacing config.pbtxt
-    files: dict[str, bytes] = {}  # "<version>/<relative path>" -> content
+    # the client's load parameters as Triton takes them: `config` (JSON text) and `file:<path>`
+    # (base64); the repository checks their types (services/repository/overrides.py)
+    parameters: dict[str, Any] = {}
 
 
-class UnloadRequest(msgspec.Struct):
+class UnloadRequest(msgspec.Struct, omit_defaults=True):
+    """-> repository, as JSON: unload a model (and the members only it used, for an ensemble)."""
+
     name: str
     unload_dependents: bool = False
+
+
+class DemandRequest(msgspec.Struct):
+    """Gateway -> repository, as JSON: load a model on demand (--model-control-mode=on-demand)."""
+
+    name: str
+    timeout_s: float = 60.0
+
+
+class RepositoryDone(msgspec.Struct):
+    """Repository -> the caller of a load, unload or demand, as JSON (an error is an `ErrorReply`):
+    the last KV revision it wrote, which the caller waits to see before it answers its client."""
+
+    revision: int = 0
+
+
+class IndexRequest(msgspec.Struct):
+    """Gateway -> repository, as JSON: the repository index, only READY models with `ready`."""
+
+    ready: bool = False
+
+
+class StatisticsRequest(msgspec.Struct):
+    """Gateway -> schedulers, as JSON: the statistics, with these latency quantiles (the metrics' summaries)."""
+
+    quantiles: list[float] = []
 
 
 class ErrorReply(msgspec.Struct):

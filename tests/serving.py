@@ -3,6 +3,7 @@ its ports, and waiting for conditions with deadlines (no psutil: /proc is enough
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -57,13 +58,37 @@ def listening(port: int) -> bool:
         return False
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, step: float = 0.1) -> float:
-    """Seconds it took for `condition` to hold; AssertionError naming `what` past `timeout`."""
+def wait_until(
+    condition: Callable[[], bool],
+    timeout: float = 30.0,
+    what: str = "a condition",
+    step: float = 0.1,
+    errors: tuple[type[Exception], ...] = (),
+) -> float:
+    """Seconds it took for `condition` to hold; AssertionError naming `what` past `timeout`.
+
+    An exception of a type in `errors` counts as "not yet" (a model between generations answers
+    with an error); the last one is named if the deadline passes."""
+    started = time.monotonic()
+    last = "false"
+    while True:
+        try:
+            if condition():
+                return time.monotonic() - started
+        except errors as exc:
+            last = str(exc)
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"{what}: not within {timeout}s (last: {last})")
+        time.sleep(step)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0, what: str = "a condition") -> float:
+    """`wait_until` for a test on an event loop: it awaits between checks, so the loop runs on."""
     started = time.monotonic()
     while not condition():
         if time.monotonic() - started > timeout:
             raise AssertionError(f"{what}: not within {timeout}s")
-        time.sleep(step)
+        await asyncio.sleep(0.005)
     return time.monotonic() - started
 
 

@@ -29,7 +29,7 @@ from services.scheduler.cohosted import CoHosted
 from shared import bus, discovery, subjects
 from shared.dispatch import Dispatcher
 from shared.logsettings import follow
-from shared.messages import CacheEvent
+from shared.messages import CacheEvent, StatisticsRequest
 from shared.settings import GatewaySettings, cohosted_scheduler
 from shared.tensors import TensorStore
 
@@ -146,7 +146,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     )
 
     async def metrics_stats(quantiles: list[float]) -> dict:
-        return await scheduler_stats(nc, msgspec.json.encode({"quantiles": quantiles}) if quantiles else b"")
+        return await scheduler_stats(nc, msgspec.json.encode(StatisticsRequest(quantiles)) if quantiles else b"")
 
     custom = CustomMetrics()
     await custom.start(nc)

@@ -14,6 +14,7 @@ from nats.aio.client import Client as NATS
 from services.inference.models import ModelRegistry
 from shared import subjects
 from shared.errors import ShoalError, unavailable
+from shared.messages import DemandRequest
 from shared.model_config import ModelSpec
 from shared.repository_client import repository_call
 
@@ -63,6 +64,6 @@ class DemandLoads:
 
     async def _load(self, name: str, timeout_s: float) -> None:
         revision = await repository_call(
-            self.nc, subjects.REPOSITORY_DEMAND, {"name": name, "timeout_s": timeout_s}, timeout_s + 1
+            self.nc, subjects.REPOSITORY_DEMAND, DemandRequest(name, timeout_s), timeout_s + 1
         )
         await self.registry.seen(revision)  # its READY record, before the request is sent

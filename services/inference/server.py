@@ -11,7 +11,6 @@ import logging
 from typing import Any
 
 import msgspec
-import orjson
 from nats.aio.client import Client as NATS
 
 from services.inference.core import InferenceCore
@@ -21,7 +20,8 @@ from services.inference.statistics import model_entries, scheduler_stats
 from services.inference.trace import Tracer
 from shared import logsettings, subjects
 from shared.errors import invalid, unavailable
-from shared.repository_client import repository_call
+from shared.messages import IndexRequest, LoadRequest, UnloadRequest
+from shared.repository_client import RepositoryRequest, repository_call
 
 log = logging.getLogger("shoal.gateway")
 
@@ -114,7 +114,7 @@ class InferenceServer:
     # -- model repository ---------------------------------------------------------------------
     async def repository_index(self, ready: bool | None = None) -> list[dict[str, Any]]:
         """Every model the repository knows (`ready`: only READY ones; None: as Triton without a body)."""
-        payload = b"" if ready is None else orjson.dumps({"ready": ready})
+        payload = b"" if ready is None else msgspec.json.encode(IndexRequest(ready))
         try:
             reply = await self.nc.request(subjects.REPOSITORY_INDEX, payload, timeout=10)
         except Exception as exc:
@@ -123,13 +123,13 @@ class InferenceServer:
 
     async def load(self, name: str, parameters: dict[str, Any]) -> None:
         """Load or reload; `parameters`: `config` (JSON text) and `file:<path>` (base64 contents)."""
-        await self._repository(subjects.REPOSITORY_LOAD, {"name": name, "parameters": parameters})
+        await self._repository(subjects.REPOSITORY_LOAD, LoadRequest(name, parameters))
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
-        await self._repository(subjects.REPOSITORY_UNLOAD, {"name": name, "unload_dependents": unload_dependents})
+        await self._repository(subjects.REPOSITORY_UNLOAD, UnloadRequest(name, unload_dependents))
 
-    async def _repository(self, subject: str, payload: dict[str, Any]) -> None:
-        revision = await repository_call(self.nc, subject, payload, self.repository_timeout_s)
+    async def _repository(self, subject: str, request: RepositoryRequest) -> None:
+        revision = await repository_call(self.nc, subject, request, self.repository_timeout_s)
         # answer only once this gateway sees the change, so the client's next call does too
         await self.registry.seen(revision)
 

@@ -283,10 +283,6 @@ class ModelManager:
         async with self.changed:
             self.changed.notify_all()
 
-    async def notify(self) -> None:
-        async with self.changed:
-            self.changed.notify_all()
-
     async def refresh(self, name: str) -> None:
         record = self.records.get(name)
         if record is None or record.reason:

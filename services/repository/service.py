@@ -25,7 +25,18 @@ from services.repository.overrides import check_parameters
 from shared import bus, discovery, subjects
 from shared.errors import Code, ShoalError, unavailable
 from shared.liveness import WorkerLiveness
-from shared.messages import DrainRequest, ErrorReply, InstanceRecord, ModelRecord, encode
+from shared.messages import (
+    DemandRequest,
+    DrainRequest,
+    ErrorReply,
+    IndexRequest,
+    InstanceRecord,
+    LoadRequest,
+    ModelRecord,
+    RepositoryDone,
+    UnloadRequest,
+    encode,
+)
 from shared.runtime import serve_until
 from shared.settings import RepositorySettings
 
@@ -157,7 +168,9 @@ class RepositoryService:
     async def _reply(self, msg, error: ShoalError | None = None, revision: int = 0) -> None:
         """An error, or the KV revision a gateway must have seen before it answers the client."""
         payload = (
-            encode(ErrorReply(error.message, str(error.code))) if error else msgspec.json.encode({"revision": revision})
+            encode(ErrorReply(error.message, str(error.code)))
+            if error
+            else msgspec.json.encode(RepositoryDone(revision))
         )
         await self.nc.publish(msg.reply, payload)
 
@@ -166,8 +179,8 @@ class RepositoryService:
         ready_only = False
         if msg.data:
             try:
-                ready_only = bool(msgspec.json.decode(msg.data).get("ready", False))
-            except (msgspec.DecodeError, AttributeError):
+                ready_only = msgspec.json.decode(msg.data, type=IndexRequest).ready
+            except msgspec.DecodeError:  # as Triton: a body it cannot read asks for every model
                 pass
         await self.nc.publish(msg.reply, msgspec.json.encode(self.manager.index(ready_only)))
 
@@ -179,11 +192,11 @@ class RepositoryService:
         asyncio.create_task(self._answer(msg, self._demand(msg.data)))
 
     async def _demand(self, data: bytes) -> str:
-        body = msgspec.json.decode(data)
-        name = body["name"]
+        body = msgspec.json.decode(data, type=DemandRequest)
+        name = body.name
         if not self.manager.on_demand:
             raise unavailable(f"model '{name}' is not loaded and --model-control-mode is not on-demand")
-        await self.demand.ensure(name, min(float(body.get("timeout_s", 60.0)), self.settings.load_timeout_s))
+        await self.demand.ensure(name, min(body.timeout_s, self.settings.load_timeout_s))
         return name
 
     async def _on_models(self, msg) -> None:
@@ -234,9 +247,9 @@ class RepositoryService:
     async def _load(self, data: bytes) -> str:
         if self.settings.model_control_mode not in CONTROLLED:
             raise unavailable(NOT_EXPLICIT)
-        body = msgspec.json.decode(data)
-        name = body["name"]
-        config, files = check_parameters(body.get("parameters", {}))
+        body = msgspec.json.decode(data, type=LoadRequest)
+        name = body.name
+        config, files = check_parameters(body.parameters)
         if self.manager.on_demand and not (config or files) and await self.demand.is_ensemble(name):
             await self.demand.ensure(name, self.settings.load_timeout_s)  # its members placed under the budgets
             self.demand.pin(name)
@@ -250,13 +263,13 @@ class RepositoryService:
     async def _unload(self, data: bytes) -> str:
         if self.settings.model_control_mode not in CONTROLLED:
             raise unavailable(NOT_EXPLICIT)
-        body = msgspec.json.decode(data)
-        name = body["name"]
+        body = msgspec.json.decode(data, type=UnloadRequest)
+        name = body.name
         self.demand.unpin(name)
         async with self.manager.lock(name):
             record = self.manager.records.get(name)
             await self.manager.unload(name)
-        if body.get("unload_dependents") and ensembles.record_is_ensemble(record):
+        if body.unload_dependents and ensembles.record_is_ensemble(record):
             # the composing models go too, unless another loaded ensemble still uses them
             for member in ensembles.members_of(record):
                 if not [d for d in ensembles.dependents(member, self.manager.records) if d != name]:

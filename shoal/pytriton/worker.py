@@ -30,7 +30,7 @@ from services.worker.python.callables import IN_PROCESS, InProcessModels
 from services.worker.service import WorkerService
 from shared import bus, subjects
 from shared.errors import Code, ShoalError
-from shared.messages import InstanceRecord, ModelRecord
+from shared.messages import InstanceRecord, LoadRequest, ModelRecord, UnloadRequest
 from shared.repository_client import repository_call
 from shared.settings import WorkerSettings
 from shoal.pytriton.binding import Binding
@@ -133,8 +133,8 @@ class InProcessWorker:
             # Triton): the version directory, with a model.py saying where the model really runs
             f"file:{binding.version}/model.py": base64.b64encode(PLACEHOLDER.encode()).decode(),
         }
-        payload = {"name": binding.name, "parameters": parameters}
-        await repository_call(self.nc, subjects.REPOSITORY_LOAD, payload, max(1.0, deadline - time.monotonic()))
+        request = LoadRequest(binding.name, parameters)
+        await repository_call(self.nc, subjects.REPOSITORY_LOAD, request, max(1.0, deadline - time.monotonic()))
         if not await self._wait_serving(binding.name, binding.version, deadline):
             raise ShoalError(f"model '{binding.name}' did not become ready in {timeout:.0f}s", Code.UNAVAILABLE)
 
@@ -162,7 +162,7 @@ class InProcessWorker:
             await self._withdraw(binding, timeout)
             return
         try:  # the last one: the repository drains its queue (we serve it meanwhile), then unloads
-            await repository_call(self.nc, subjects.REPOSITORY_UNLOAD, {"name": binding.name}, timeout)
+            await repository_call(self.nc, subjects.REPOSITORY_UNLOAD, UnloadRequest(binding.name), timeout)
         except ShoalError as exc:
             log.warning("unloading '%s': %s", binding.name, exc.message)
         finally:

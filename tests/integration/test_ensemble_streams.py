@@ -6,7 +6,6 @@ from __future__ import annotations
 import glob
 import http.client
 import json
-import time
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.cluster import running_cluster
 from tests.integration import stream_models
+from tests.serving import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -56,13 +56,6 @@ def expected(model: str, values: list[int], blob: int = 1) -> list[dict]:
 
 def segments() -> int:
     return len(glob.glob("/dev/shm/shoal_*"))
-
-
-def wait_until(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for a condition"
-        time.sleep(0.005)
 
 
 def test_iterations_stream_in_order_with_upstream_tensors(cluster):

@@ -16,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.cluster import running_cluster
 from tests.integration import ensemble_models
+from tests.serving import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -264,13 +265,6 @@ def test_a_step_past_the_deadline_does_not_hang(explicit):
     result = client.infer("pipeline", [fp32("RAW", x)])  # queued behind the sleeping step, then served
     np.testing.assert_array_equal(result.as_numpy("MASK"), x * 6)
     client.close()
-
-
-def wait_until(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for a condition"
-        time.sleep(0.005)
 
 
 def canceled(running, model: str) -> float:

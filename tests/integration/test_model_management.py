@@ -6,7 +6,6 @@ import base64
 import hashlib
 import json
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from tritonclient.utils import InferenceServerException
 from services.repository import examples
 from tests.cluster import identity_config, running_cluster
 from tests.integration.test_endpoints import http
+from tests.serving import wait_until
 
 WARMUP = """
 model_warmup [
@@ -26,20 +26,6 @@ model_warmup [
   { name: "file" batch_size: 1 inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 4 ] input_data_file: "in.bin" } } }
 ]
 """
-
-
-def wait_until(condition, timeout: float = 60.0, what: str = "condition") -> None:
-    """Poll `condition` until it holds; an error answer (a model between generations) is 'not yet'."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if condition():
-                return
-            last = "false"
-        except InferenceServerException as exc:
-            last = str(exc)
-        assert time.monotonic() < deadline, f"timed out waiting for {what} (last: {last})"
-        time.sleep(0.05)
 
 
 def identity(root: Path, name: str, extra: str = "", instances: int = 1) -> Path:
@@ -229,13 +215,13 @@ def test_reload_under_load_loses_nothing(explicit, eclient):
     threads = [threading.Thread(target=load) for _ in range(3)]
     for t in threads:
         t.start()
-    wait_until(lambda: count[0] > 20, what="traffic")
+    wait_until(lambda: count[0] > 20, 60, "traffic", errors=(InferenceServerException,))
     config = eclient.get_model_config("first")
     for instances in (2, 1, 3, 1):
         config["instance_group"][0]["count"] = instances
         eclient.load_model("first", config=json.dumps(config))
     seen = count[0]
-    wait_until(lambda: count[0] > seen + 20, what="traffic after the reloads")
+    wait_until(lambda: count[0] > seen + 20, 60, "traffic after the reloads", errors=(InferenceServerException,))
     done.set()
     for t in threads:
         t.join(60)
@@ -264,7 +250,9 @@ def test_unload_drains_queued_requests(explicit, eclient, explicit_repo):
     threads = [threading.Thread(target=one) for _ in range(3)]
     for t in threads:
         t.start()
-    wait_until(lambda: pending(eclient, explicit, "second") == 3, what="3 queued requests")
+    wait_until(
+        lambda: pending(eclient, explicit, "second") == 3, 60, "3 queued requests", errors=(InferenceServerException,)
+    )
     eclient.unload_model("second")  # waits out the 1.5 s queue delay, the requests complete
     for t in threads:
         t.join(30)
@@ -321,15 +309,20 @@ def test_poll_mode_follows_the_repository(poll_repo):
             client.load_model("alpha")
         assert err.value.status() == "503" and "polling is enabled" in err.value.message()
         identity(poll_repo, "beta")  # a new model appears
-        wait_until(lambda: client.is_model_ready("beta"), what="beta to load")
+        wait_until(lambda: client.is_model_ready("beta"), 60, "beta to load", errors=(InferenceServerException,))
         infer_identity(client, "beta")
         config = (poll_repo / "alpha" / "config.pbtxt").read_text().replace("max_batch_size: 8", "max_batch_size: 2")
         (poll_repo / "alpha" / "config.pbtxt").write_text(config)  # a changed config reloads
-        wait_until(lambda: client.get_model_config("alpha")["max_batch_size"] == 2, what="alpha to reload")
+        wait_until(
+            lambda: client.get_model_config("alpha")["max_batch_size"] == 2,
+            60,
+            "alpha to reload",
+            errors=(InferenceServerException,),
+        )
         infer_identity(client, "alpha")
         (poll_repo / "alpha" / "config.pbtxt").write_text("this is not a config {")  # a broken reload keeps the old
         identity(poll_repo, "gamma")  # appears in the same pass, after alpha (passes go in name order)
-        wait_until(lambda: client.is_model_ready("gamma"), what="gamma to load")
+        wait_until(lambda: client.is_model_ready("gamma"), 60, "gamma to load", errors=(InferenceServerException,))
         assert client.is_model_ready("alpha")
         infer_identity(client, "alpha")
         import shutil
@@ -337,7 +330,9 @@ def test_poll_mode_follows_the_repository(poll_repo):
         shutil.rmtree(poll_repo / "beta")  # a removed model unloads, then leaves the index
         # not ready and gone from the index are two steps of the repository (unload, then forget):
         # wait for the last one, never read the index once right after the first
-        wait_until(lambda: "beta" not in index_of(client), what="beta to leave the index")
+        wait_until(
+            lambda: "beta" not in index_of(client), 60, "beta to leave the index", errors=(InferenceServerException,)
+        )
         assert not client.is_model_ready("beta")
         client.close()
 
@@ -348,12 +343,19 @@ def test_model_whose_instances_all_died_is_not_ready(tmp_path):
         client = httpclient.InferenceServerClient(running.url, network_timeout=60)
         assert client.is_model_ready("lonely")
         running.cluster.child("worker-0").process.kill()
-        wait_until(lambda: not client.is_model_ready("lonely"), what="lonely to become not ready")
+        wait_until(
+            lambda: not client.is_model_ready("lonely"),
+            60,
+            "lonely to become not ready",
+            errors=(InferenceServerException,),
+        )
         entry = {e["name"]: e for e in client.get_model_repository_index()}["lonely"]
         assert entry["state"] == "UNAVAILABLE" and "no worker hosts" in entry["reason"]
         assert not client.is_server_ready()
         running.cluster.restart("worker-0")
-        wait_until(lambda: client.is_model_ready("lonely"), what="lonely to come back")
+        wait_until(
+            lambda: client.is_model_ready("lonely"), 60, "lonely to come back", errors=(InferenceServerException,)
+        )
         infer_identity(client, "lonely")
         client.close()
 
@@ -414,7 +416,7 @@ def test_failed_reload_keeps_serving_even_for_a_restarted_worker(explicit, eclie
     worker = explicit.cluster.child("worker-0")
     pid = worker.process.pid
     worker.process.kill()  # the supervisor starts a new worker: it must load the serving version
-    wait_until(lambda: worker.process.pid != pid, what="the worker restart")
+    wait_until(lambda: worker.process.pid != pid, 60, "the worker restart", errors=(InferenceServerException,))
 
     def served() -> bool:  # requests caught by the dead worker fail (503) until it is declared gone
         try:
@@ -424,5 +426,5 @@ def test_failed_reload_keeps_serving_even_for_a_restarted_worker(explicit, eclie
             assert exc.status() == "503", exc
             return False
 
-    wait_until(served, what="first to be served by the new worker")
+    wait_until(served, 60, "first to be served by the new worker", errors=(InferenceServerException,))
     assert eclient.get_model_config("first").get("default_model_filename") == "model.onnx"

@@ -10,7 +10,6 @@ import mmap
 import socket
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ from services.repository import examples
 from tests.cluster import running_cluster
 from tests.integration.test_endpoints import http
 from tests.integration.test_errors import error_of, good_body
+from tests.serving import wait_until
 
 LIMIT = 256 * 1024
 RESTRICTED = ["trace,logging:admin-key=s3cret", "statistics,model-config:stats-key=abc"]
@@ -237,22 +237,15 @@ def test_unregister_during_inference_lets_requests_finish(server, client, region
     thread = threading.Thread(target=run)
     thread.start()
     other = httpclient.InferenceServerClient(server.url)
-    deadline_wait(lambda: (tmp_path / "started").exists() or "status" in result)
+    wait_until(lambda: (tmp_path / "started").exists() or "status" in result)
     assert "status" not in result, result
     other.unregister_system_shared_memory()  # Triton: marked, unregistered once the request is done
     assert sorted(r["name"] for r in other.get_system_shared_memory_status()) == ["slow_in", "slow_out"]
     thread.join(60)
     assert result["status"] == 200, result
     np.testing.assert_array_equal(shm.get_contents_as_numpy(out_handle, np.int32, [16]), data)
-    deadline_wait(lambda: other.get_system_shared_memory_status() == [])
+    wait_until(lambda: other.get_system_shared_memory_status() == [])
     other.close()
-
-
-def deadline_wait(condition, timeout: float = 30) -> None:
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, "condition not met before the deadline"
-        time.sleep(0.05)
 
 
 # -- item 19: overflowing offsets, reserved and invalid keys --------------------------------------

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from shoal.perf.options import PerfOptions
 from shoal.perf.run import measure
 from tests.cluster import build_test_repository, running_cluster
 from tests.integration import stream_models
+from tests.serving import wait_until
 from tests.shoal.perf.test_output import PERF_ANALYZER_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,13 +193,6 @@ def _lines(stream) -> queue.Queue:
     return lines
 
 
-def _wait_for(condition, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def test_analyze_puts_the_original_back_after_an_interrupt(served, client, tmp_path):
     original = client.get_model_config("simple")
     proc = subprocess.Popen(
@@ -215,8 +208,8 @@ def test_analyze_puts_the_original_back_after_an_interrupt(served, client, tmp_p
                 tried.append(lines.get())
             return sum("trying" in line for line in tried) >= 2
 
-        _wait_for(second_candidate_tried, 120, "a second candidate")
-        _wait_for(lambda: client.get_model_config("simple") != original, 60, "a candidate's config to load")
+        wait_until(second_candidate_tried, 120, "a second candidate")
+        wait_until(lambda: client.get_model_config("simple") != original, 60, "a candidate's config to load")
         proc.send_signal(signal.SIGINT)
         proc.send_signal(signal.SIGINT)  # an impatient second Ctrl-C must not cut the restore short
         assert proc.wait(timeout=120) == 130

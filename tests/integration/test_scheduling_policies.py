@@ -21,6 +21,7 @@ from tritonclient.utils import InferenceServerException
 from services.repository import examples
 from shared.settings import WorkerSettings
 from tests.cluster import running_cluster
+from tests.serving import wait_until
 
 CREDITS = WorkerSettings().credits_per_instance  # what every user gets
 
@@ -135,13 +136,6 @@ def failures(running, model: str, reason: str) -> float:
         if family.name == "nv_inference_request_failure":
             return sum(s.value for s in family.samples if s.labels["model"] == model and s.labels["reason"] == reason)
     return 0.0
-
-
-def wait_until(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for a condition"
-        time.sleep(0.005)
 
 
 class Sender:

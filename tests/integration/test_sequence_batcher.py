@@ -21,6 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
 from tests.cluster import running_cluster
+from tests.serving import wait_until
 
 CONTROLS = """
   control_input [
@@ -229,13 +230,6 @@ def _gauge(running, name: str, model: str) -> float:
         if family.name == name:
             return sum(s.value for s in family.samples if s.labels.get("model") == model)
     return 0.0
-
-
-def wait_until(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for a condition"
-        time.sleep(0.005)
 
 
 def test_interleaved_sequences_keep_their_state_and_order(seq_cluster):

@@ -4,9 +4,6 @@ that names the scheduler's liveness subject."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import msgspec
 import nats
 import pytest
@@ -15,19 +12,13 @@ from services.scheduler.acknowledgements import Acknowledgements
 from shared import subjects
 from shared.messages import HeldGroups
 from shared.natsserver import NatsServer
+from tests.serving import until
 
 
 @pytest.fixture(scope="module")
 def server():
     with NatsServer() as running:
         yield running
-
-
-async def _until(condition, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 async def test_groups_are_acknowledged_once_at_first_then_together(server):
@@ -42,14 +33,14 @@ async def test_groups_are_acknowledged_once_at_first_then_together(server):
     await nc.flush()
     acks = Acknowledgements(nc.publish, "alive.s1", delay_s=0.2)
     await acks.took("inbox.a.g1")
-    await _until(lambda: len(got) == 1)
+    await until(lambda: len(got) == 1)
     assert got[0] == ("inbox.a.held", "alive.s1", ["g1"])  # a new inbox: at once
     for group in ("g2", "g3", "g4"):
         await acks.took(f"inbox.a.{group}")
     await acks.took("inbox.b.g1")  # another dispatcher: its own first acknowledgement
-    await _until(lambda: len(got) == 2)
+    await until(lambda: len(got) == 2)
     assert got[1] == ("inbox.b.held", "alive.s1", ["g1"])
-    await _until(lambda: len(got) == 3)
+    await until(lambda: len(got) == 3)
     assert got[2] == ("inbox.a.held", "alive.s1", ["g2", "g3", "g4"])  # one message for the three
     await acks.stop()
     await nc.close()
@@ -68,6 +59,6 @@ async def test_stop_sends_what_is_due_at_once(server):
     await acks.took("inbox.c.g1")
     await acks.took("inbox.c.g2")
     await acks.stop()  # long before the 30 s delay
-    await _until(lambda: len(got) == 2)
+    await until(lambda: len(got) == 2)
     assert got == [["g1"], ["g2"]]
     await nc.close()

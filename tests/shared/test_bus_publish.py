@@ -11,6 +11,7 @@ import pytest
 
 from shared import bus
 from shared.natsserver import NatsServer
+from tests.serving import until
 
 _tag: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="")
 
@@ -19,13 +20,6 @@ _tag: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="")
 def nats_url():
     with NatsServer(max_payload=4096) as server:
         yield server.url
-
-
-async def _until(condition, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
 
 
 async def test_publishes_keep_their_order_and_bytes_with_nats_py_publishes_between(nats_url):
@@ -51,7 +45,7 @@ async def test_publishes_keep_their_order_and_bytes_with_nats_py_publishes_betwe
                 await sender.flush()  # nothing queued: written at once
                 assert bus.publish_now(sender, batch)
             sent += [tuple(m) for m in batch]
-        await _until(lambda: len(got) == len(sent))
+        await until(lambda: len(got) == len(sent))
         assert got == sent
         assert sender.stats["out_msgs"] == len(sent)
     finally:
@@ -92,7 +86,7 @@ async def test_subscribe_now_runs_a_plain_callback_in_order_in_a_context_of_its_
         sub = await bus.subscribe_now(nc, "now.test", on_msg)
         for n in range(100):
             await nc.publish("now.test", str(n).encode())
-        await _until(lambda: len(seen) == 100)
+        await until(lambda: len(seen) == 100)
         assert seen == list(range(100)) and set(tags) == {""}
         assert sub.pending_bytes == 0
         await sub.unsubscribe()

@@ -8,19 +8,13 @@ import pytest
 
 from shared import bus
 from shared.natsserver import NatsServer
+from tests.serving import until
 
 
 @pytest.fixture(scope="module")
 def nats_url():
     with NatsServer() as server:
         yield server.url
-
-
-async def _until(condition, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
 
 
 async def test_messages_run_in_order_one_at_a_time_and_errors_do_not_stop_the_subscription(nats_url):
@@ -45,11 +39,11 @@ async def test_messages_run_in_order_one_at_a_time_and_errors_do_not_stop_the_su
         sub = await bus.subscribe(nc, "inline.test", on_msg)
         for n in range(200):
             await nc.publish("inline.test", str(n).encode())
-        await _until(lambda: len(seen) == 200)
+        await until(lambda: len(seen) == 200)
         assert seen == list(range(200)) and not overlap
         assert sub.pending_bytes == 0  # nats-py's slow-consumer accounting stays balanced
         await nc.publish("inline.test", b"200")  # the connection and the subscription still work
-        await _until(lambda: seen[-1] == 200)
+        await until(lambda: seen[-1] == 200)
         assert nc.is_connected
     finally:
         await nc.close()
@@ -65,7 +59,7 @@ async def test_queue_group_and_unsubscribe(nats_url):
     try:
         sub = await bus.subscribe(nc, "inline.q", on_msg, queue="workers")
         await nc.publish("inline.q", b"a")
-        await _until(lambda: got == [b"a"])
+        await until(lambda: got == [b"a"])
         await sub.unsubscribe()
         await nc.flush()
         await nc.publish("inline.q", b"b")

@@ -4,16 +4,17 @@ dead scheduler's; and the reconnect logging of shared/bus.py stays quiet during 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
+from collections import Counter
 
 import nats
 import pytest
 
 from shared import bus
-from shared.holders import Holders
+from shared.holders import UNACKED_S, Holders
 from shared.natsserver import NatsServer
+from tests.serving import until
 
 
 @pytest.fixture(scope="module")
@@ -22,23 +23,17 @@ def server():
         yield running
 
 
-async def _scheduler(url: str, subject: str):
+async def _scheduler(url: str, subject: str, pings: Counter[str] | None = None):
+    """A scheduler's liveness responder; `pings` counts the "are you there?" it answered."""
     nc = await nats.connect(url)
 
     async def alive(msg) -> None:
+        if pings is not None:
+            pings[subject] += 1
         await msg.respond(b"")
 
     await nc.subscribe(subject, cb=alive)
     return nc
-
-
-async def _lost_within(holders: Holders, lost: list, seconds: float) -> float | None:
-    started = time.monotonic()
-    while time.monotonic() - started < seconds:
-        if lost:
-            return time.monotonic() - started
-        await asyncio.sleep(0.05)
-    return None
 
 
 async def _watching(url: str) -> tuple[nats.NATS, Holders, list]:
@@ -56,16 +51,20 @@ async def _watching(url: str) -> tuple[nats.NATS, Holders, list]:
 
 async def test_a_dead_holder_is_noticed_and_a_live_one_is_not(server):
     nc, holders, lost = await _watching(server.url)
-    dead, live = await _scheduler(server.url, "alive.a"), await _scheduler(server.url, "alive.b")
+    pings: Counter[str] = Counter()
+    dead, live = await _scheduler(server.url, "alive.a", pings), await _scheduler(server.url, "alive.b", pings)
     holders.held("alive.a", ["r1", "r2"])
     holders.held("alive.b", ["r3"])
+    sent = time.monotonic()
     holders.sent(["r4"])  # never acknowledged: it may be in the dead scheduler's buffers
-    await asyncio.sleep(1.2)  # r4 unacknowledged for longer than UNACKED_S
+    # the watcher runs (both holders answered) and r4 is an orphan: unacknowledged for over UNACKED_S
+    await until(lambda: pings["alive.a"] > 0 and pings["alive.b"] > 0 and time.monotonic() - sent > UNACKED_S)
     await dead.close()  # its subscription goes with its connection, as with kill -9
-    assert await _lost_within(holders, lost, 3) is not None
+    await until(lambda: bool(lost), 3, "the dead holder noticed")
     assert lost == [("alive.a", ["r1", "r2", "r4"])]
-    await asyncio.sleep(1.5)
-    assert len(lost) == 1  # the live holder (r3) is never declared gone
+    answered = pings["alive.b"]
+    await until(lambda: pings["alive.b"] >= answered + 2, 10, "two more pings of the live holder")
+    assert len(lost) == 1  # the live holder (r3) is asked, answers, and is never declared gone
     holders.done("r3")
     holders.stop()
     await live.close()
@@ -80,9 +79,7 @@ async def test_requests_sent_just_before_a_holder_died_are_recovered_too(server)
     holders.sent(["r3"])
     await dead.close()
     holders.done("r3")  # answered after all: not recovered
-    deadline = time.monotonic() + 6
-    while len(lost) < 2 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    await until(lambda: len(lost) >= 2, 6, "both losses reported")
     assert lost == [("alive.c", ["r1"]), ("alive.c", ["r2"])]
     holders.stop()
     await nc.close()

@@ -9,6 +9,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from services.scheduler.statistics.stats import ModelStats
+from shared.messages import StatisticsRequest
 
 
 class Reported(Protocol):
@@ -28,12 +29,12 @@ R = TypeVar("R", bound=Reported)
 
 
 def quantiles_asked(data: bytes) -> list[float]:
-    """A request may ask for latency quantiles (the metrics' summaries): `{"quantiles": [...]}`."""
+    """A request may ask for latency quantiles (the metrics' summaries): a `StatisticsRequest`."""
     if not data:
         return []
     try:
-        return [float(q) for q in msgspec.json.decode(data).get("quantiles", [])]
-    except (msgspec.DecodeError, AttributeError, TypeError, ValueError):
+        return msgspec.json.decode(data, type=StatisticsRequest).quantiles
+    except msgspec.DecodeError:  # msgspec.ValidationError is one
         return []
 
 

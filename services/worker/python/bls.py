@@ -29,7 +29,8 @@ from shared import subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.dispatch import Dispatcher
 from shared.errors import Code, ShoalError
-from shared.repository_client import repository_call
+from shared.messages import LoadRequest, UnloadRequest
+from shared.repository_client import RepositoryRequest, repository_call
 from shared.tensors import TensorStore
 
 DEFAULT_TIMEOUT_S = 60.0  # a BLS request made outside any request's deadline (e.g. in initialize)
@@ -99,14 +100,14 @@ class BlsRuntime:
         for path, content in (files or {}).items():
             key = path if path.startswith("file:") else f"file:{path}"
             parameters[key] = base64.b64encode(content).decode()
-        self._control(subjects.REPOSITORY_LOAD, {"name": model_name, "parameters": parameters})
+        self._control(subjects.REPOSITORY_LOAD, LoadRequest(model_name, parameters))
 
     def unload_model(self, model_name: str, unload_dependents: bool = False) -> None:
-        self._control(subjects.REPOSITORY_UNLOAD, {"name": model_name, "unload_dependents": unload_dependents})
+        self._control(subjects.REPOSITORY_UNLOAD, UnloadRequest(model_name, unload_dependents))
 
-    def _control(self, subject: str, payload: dict) -> None:
+    def _control(self, subject: str, request: RepositoryRequest) -> None:
         async def call() -> None:
-            revision = await repository_call(self.nc, subject, payload, REPOSITORY_TIMEOUT_S)
+            revision = await repository_call(self.nc, subject, request, REPOSITORY_TIMEOUT_S)
             await self.registry.seen(revision)  # the model's next BLS call sees it
 
         try:

@@ -1,13 +1,16 @@
-"""Which flights a reconnected worker's holdings can judge: its own, dispatched before the cutoff,
-in sending order (services/scheduler/batching/credits.py, `lost_in_transit`)."""
+"""services/scheduler/batching/flights.py: what each instance runs and what waits behind it, a
+flight ending once, overdue flights, and which flights a reconnected worker's holdings can judge
+(its own, dispatched before the cutoff, in sending order: credits.py, `lost_in_transit`)."""
 
 from __future__ import annotations
 
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
 from services.scheduler.batching.flights import Flights
-from services.scheduler.batching.model_queue import InFlight, Slot
+from services.scheduler.batching.model_queue import InFlight, Key, Pending, Slot
+from shared.messages import RequestHeader
 
 
 def flight(worker: str, dispatched: float) -> InFlight:
@@ -30,3 +33,67 @@ def test_sent_before_is_exactly_the_workers_earlier_flights(table, cutoff):
         flights.start(batch_id, flight(worker, dispatched))
     found = flights.sent_before("a", cutoff)
     assert found == sorted((("a", b) for b, (w, d) in table.items() if w == "a" and d < cutoff), key=lambda k: k[1])
+
+
+def request(rid: str, deadline_ns: int = 0) -> Pending:
+    return Pending(RequestHeader(rid, "m", 1, "inbox", deadline_ns), msgspec.Raw(b""), 0.0)
+
+
+def on_instance(instance: int, rids: list[str], key: Key = ("m", 1), deadline_ns: int = 0) -> InFlight:
+    slot = Slot("w", instance, 0, "shoal.worker.w.exec")
+    return InFlight(key, slot, [request(r, deadline_ns) for r in rids], 0.0)
+
+
+def test_a_flight_ends_once_and_gives_its_resources_back_once():
+    ended: list[InFlight] = []
+    flights = Flights(ended.append)
+    sent = on_instance(0, ["r1"])
+    flights.start(5, sent)
+    assert flights.busy(("m", 1), sent.slot) and flights.holds(sent.slot) and flights.count(("m", 1)) == 1
+    assert flights.mine("w", 5, ("m", 1)) and not flights.mine("w", 5, ("m", 2)) and not flights.mine("x", 5, ("m", 1))
+    assert flights.end(("w", 5)) is sent
+    assert flights.end(("w", 5)) is None  # a second completion of the same batch: nothing returns twice
+    assert ended == [sent]
+    assert not flights.busy(("m", 1), sent.slot) and not flights.holds(sent.slot) and flights.count(("m", 1)) == 0
+
+
+def test_batch_ids_are_new_each_time():
+    flights = Flights(lambda _: None)
+    ids = [flights.next_id() for _ in range(100)]
+    assert len(set(ids)) == 100 and ids == sorted(ids)
+
+
+def test_batches_sent_ahead_wait_behind_the_first_on_their_instance():
+    flights = Flights(lambda _: None)
+    running, ahead, other = on_instance(0, ["a"]), on_instance(0, ["b", "c"]), on_instance(1, ["d"])
+    flights.start(10, running)
+    flights.start(11, ahead)
+    flights.start(12, other)  # alone on its instance: running, not waiting
+    flights.start(13, on_instance(0, ["x"], key=("n", 1)))  # another model's
+    assert flights.waiting(("m", 1)) == [ahead]
+    assert flights.waiting_requests(("m", 1)) == 2
+    ahead.cancelled.add("b")  # answered already: no longer pending
+    assert flights.waiting_requests(("m", 1)) == 1
+    flights.end(("w", 10))
+    assert flights.waiting(("m", 1)) == [] and flights.waiting_requests(("m", 1)) == 0
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), max_size=20))
+def test_every_instance_runs_its_oldest_batch_and_the_rest_wait(sent):
+    flights = Flights(lambda _: None)
+    for batch_id, (instance, size) in enumerate(sent):
+        flights.start(batch_id, on_instance(instance, [f"{batch_id}.{i}" for i in range(size)]))
+    instances = {instance for instance, _ in sent}
+    assert len(flights.waiting(("m", 1))) == len(sent) - len(instances)
+    first = {instance: sizes for instance, sizes in reversed(sent)}  # the oldest batch of each instance
+    assert flights.waiting_requests(("m", 1)) == sum(s for _, s in sent) - sum(first.values())
+
+
+def test_overdue_flights_are_those_whose_every_request_is_past_its_deadline():
+    flights = Flights(lambda _: None)
+    flights.start(1, on_instance(0, ["a", "b"], deadline_ns=100))
+    late = on_instance(1, ["c"], deadline_ns=100)
+    late.requests.append(request("d", deadline_ns=300))  # one request still has time
+    flights.start(2, late)
+    assert flights.overdue(200) == [("w", 1)]
+    assert flights.overdue(400) == [("w", 1), ("w", 2)]
