@@ -117,20 +117,30 @@ class Credits:
             instance = (flight.key, flight.slot.instance)
             waited = instance in started  # another batch of its instance was sent before it
             started.add(instance)
-            safe = waited and queue.seq is None and not (queue.spec and queue.spec.decoupled)
-            for pending in reversed(flight.live):  # appendleft: they keep their order
-                if safe and not pending.retried and pending.header.deadline_ns > now_ns:
-                    pending.retried = True
-                    queue.stats.retries += 1
-                    queue.requests.appendleft(pending)
-                    requeued[queue.key] = queue
-                else:
-                    await self.replies.fail(
-                        queue, pending.header, f"worker {worker} stopped responding while running the request"
-                    )
+            reason = f"worker {worker} stopped responding while running the request"
+            if await self._requeue_or_fail(queue, flight, waited, now_ns, reason):
+                requeued[queue.key] = queue
         for queue in requeued.values():
             log.warning("requests of '%s' that worker %s had not started go to another instance", queue.key[0], worker)
             await self.pump.pump(queue)
+
+    async def _requeue_or_fail(
+        self, queue: ModelQueue, flight: InFlight, unstarted: bool, now_ns: int, reason: str
+    ) -> bool:
+        """A batch of `flight` that never ran: each request safe to run again (the batch did not
+        start, not in a sequence, not for a decoupled model, before its deadline, not retried yet)
+        goes back to the head of its queue; the others fail with `reason`. True if any went back."""
+        safe = unstarted and queue.seq is None and not (queue.spec and queue.spec.decoupled)
+        back = False
+        for pending in reversed(flight.live):  # appendleft: they keep their order
+            if safe and not pending.retried and pending.header.deadline_ns > now_ns:
+                pending.retried = True
+                queue.stats.retries += 1
+                queue.requests.appendleft(pending)
+                back = True
+            else:
+                await self.replies.fail(queue, pending.header, reason)
+        return back
 
     async def lost_in_transit(self, worker: str, holding: set[int], cutoff: float) -> int:
         """The worker's NATS connection dropped and is back: the batches sent to it before `cutoff`
@@ -148,17 +158,8 @@ class Credits:
                 continue
             ended += 1
             queue = self.pump.queue(*flight.key)
-            safe = queue.seq is None and not (queue.spec and queue.spec.decoupled)
-            for pending in reversed(flight.live):  # appendleft: they keep their order
-                if safe and not pending.retried and pending.header.deadline_ns > now_ns:
-                    pending.retried = True
-                    queue.stats.retries += 1
-                    queue.requests.appendleft(pending)
-                    requeued[queue.key] = queue
-                else:
-                    await self.replies.fail(
-                        queue, pending.header, f"the batch was lost when worker {worker}'s connection to NATS dropped"
-                    )
+            reason = f"the batch was lost when worker {worker}'s connection to NATS dropped"
+            await self._requeue_or_fail(queue, flight, True, now_ns, reason)
             if flight.slot not in queue.free:
                 queue.free.append(flight.slot)
             requeued[queue.key] = queue
