@@ -10,10 +10,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tritonclient.utils import InferenceServerException
 
 from shared.natsserver import free_port
 
@@ -90,6 +93,20 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0, what: str 
             raise AssertionError(f"{what}: not within {timeout}s")
         await asyncio.sleep(0.005)
     return time.monotonic() - started
+
+
+def record_until(stop: threading.Event, results: list, attempt: Callable[[], bool]) -> None:
+    """Call `attempt` until `stop`, each outcome appended as (started, ended, ok, error text); a
+    failing client backs off 50 ms instead of spinning (the load loops of the reliability tests)."""
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            ok, error = attempt(), ""
+        except InferenceServerException as exc:
+            ok, error = False, f"{exc.status()} {exc.message()}"
+        results.append((started, time.monotonic(), ok, error))
+        if not ok:
+            time.sleep(0.05)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from services.repository import examples
 from shoal import status
 from tests.cluster import identity_config
 from tests.hosts import HTTP_PORT, Host, Hosts, namespaces_refused, running_hosts
-from tests.serving import wait_until
+from tests.serving import record_until, wait_until
 
 TIMEOUT_S = 5.0  # the gateway's request timeout
 WORKER_TIMEOUT_S = 3.0  # the heartbeat fallback: a partition NATS has not noticed yet
@@ -175,16 +175,7 @@ def test_a_slow_link_carries_large_tensors_intact(hosts: Hosts) -> None:
 def load(host: Host, stop: threading.Event, results: list) -> None:
     connection = client(host)
     value = np.arange(4, dtype=np.float32).reshape(1, 4)
-    while not stop.is_set():
-        started = time.monotonic()
-        try:
-            ok = np.array_equal(infer(connection, value), value)
-            error = ""
-        except InferenceServerException as exc:
-            ok, error = False, f"{exc.status()} {exc.message()}"
-        results.append((started, time.monotonic(), ok, error))
-        if not ok:
-            time.sleep(0.05)  # a failing client does not spin
+    record_until(stop, results, lambda: np.array_equal(infer(connection, value), value))
     connection.close()
 
 

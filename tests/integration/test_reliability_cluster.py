@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from onnx import TensorProto
-from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
 from tests.cluster import identity_config, running_cluster
-from tests.serving import wait_until
+from tests.serving import record_until, wait_until
 
 TIMEOUT_S = 5
 
@@ -31,16 +30,7 @@ def load(url: str, stop: threading.Event, results: list) -> None:
     value = np.arange(4, dtype=np.float32).reshape(1, 4)
     tensor = httpclient.InferInput("INPUT0", [1, 4], "FP32")
     tensor.set_data_from_numpy(value)
-    while not stop.is_set():
-        started = time.monotonic()
-        try:
-            ok = np.array_equal(client.infer("first", [tensor]).as_numpy("OUTPUT0"), value)
-            error = ""
-        except InferenceServerException as exc:
-            ok, error = False, f"{exc.status()} {exc.message()}"
-        results.append((started, time.monotonic(), ok, error))
-        if not ok:
-            time.sleep(0.05)  # a failing client does not spin
+    record_until(stop, results, lambda: np.array_equal(client.infer("first", [tensor]).as_numpy("OUTPUT0"), value))
     client.close()
 
 
