@@ -14,6 +14,7 @@ from shared.ensemble_graph import is_decoupled, is_ensemble
 from shared.errors import ShoalError, not_found, unavailable
 from shared.messages import ModelRecord
 from shared.model_config import ModelSpec, spec_from_json
+from shared.revisions import Revisions
 
 log = logging.getLogger("shoal.gateway")
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
@@ -24,8 +25,7 @@ class ModelRegistry:
         self.records: dict[str, ModelRecord] = {}
         self.specs: dict[str, ModelSpec] = {}
         self.synced = asyncio.Event()
-        self.latest = 0  # the newest KV revision seen: the watch delivers the bucket in order
-        self.changed = asyncio.Event()
+        self.revisions = Revisions()
         self._task: asyncio.Task | None = None
         self._ready: dict[str, tuple[int, ...]] = {}  # name -> READY versions, until a record changes
 
@@ -39,26 +39,23 @@ class ModelRegistry:
 
     async def _watch(self, nc: NATS, kv) -> None:
         async for change in bus.watch(nc, kv):
-            if not change.key:
-                self.synced.set()
-                continue
-            name = subjects.untoken(change.key)
-            self.latest = max(self.latest, change.revision)
-            self.changed.set()
-            self.changed = asyncio.Event()
-            self._ready.clear()
-            if change.value is None:
-                self.records.pop(name, None)
-                self.specs.pop(name, None)
-                continue
-            record = _record_decoder.decode(change.value)
-            self.records[name] = record
-            if record.active_config:  # during a reload: the config of the instances still serving
-                self.specs[name] = spec_from_json(record.active_config)
-            else:
-                self.specs.pop(name, None)
-            self._derive_decoupled()
+            if change.key:
+                self._apply(subjects.untoken(change.key), change.value)
+                self.revisions.advance(change.revision)
             self.synced.set()
+
+    def _apply(self, name: str, value: bytes | None) -> None:
+        self._ready.clear()
+        record = _record_decoder.decode(value) if value is not None else None
+        if record is None:
+            self.records.pop(name, None)
+        else:
+            self.records[name] = record
+        if record is not None and record.active_config:  # during a reload: the instances still serving
+            self.specs[name] = spec_from_json(record.active_config)
+        else:
+            self.specs.pop(name, None)
+        self._derive_decoupled()
 
     def _derive_decoupled(self) -> None:
         """An ensemble with a decoupled step is decoupled itself (its responses stream): `/infer`
@@ -73,17 +70,8 @@ class ModelRegistry:
                     self.specs[name] = dataclasses.replace(spec, decoupled=decoupled)
 
     async def seen(self, revision: int, timeout: float = 10.0) -> None:
-        """Wait until this gateway has every record up to the repository's KV `revision`: revisions
-        are one sequence over the bucket and the watch applies them in order."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while self.latest < revision:
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                return
-            try:
-                await asyncio.wait_for(self.changed.wait(), remaining)
-            except asyncio.TimeoutError:
-                return
+        """Wait until this gateway has every record up to the repository's KV `revision`."""
+        await self.revisions.seen(revision, timeout)
 
     def ready_versions(self, name: str) -> tuple[int, ...]:
         """The model's READY versions, oldest first (kept until a record changes: every request asks)."""

@@ -98,7 +98,7 @@ class SchedulerService:
         self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
         await bus.subscribe(self.nc, subjects.INSTANCE_FREE, self._on_free)
         await self.liveness.start()
-        await self.ensembles.start()
+        await self.ensembles.start(self.models_kv)
         await self.nc.subscribe(subjects.CREDITS_REVOKED, cb=self._on_revoked)
         await self.nc.subscribe(subjects.SCHEDULER_DRAIN, cb=self._on_drain)
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
@@ -148,11 +148,11 @@ class SchedulerService:
                 continue
             name = subjects.untoken(change.key)
             record = _record_decoder.decode(change.value) if change.value is not None else None
-            await self._on_record(name, record)
+            await self._on_record(name, record, change.revision)
 
-    async def _on_record(self, name: str, record: ModelRecord | None) -> None:
+    async def _on_record(self, name: str, record: ModelRecord | None, revision: int) -> None:
         """A model's record changed: its versions' queues follow its config, or are abandoned."""
-        self.ensembles.on_record(name, record)
+        self.ensembles.on_record(name, record, revision)
         hosted = set(record.hosted) if record is not None and record.active_config else set()
         for queue in [q for q in self.pump.of_model(name) if q.key[1] not in hosted]:
             await self.pump.abandon(queue, f"model '{name}' version {queue.key[1]} was unloaded")

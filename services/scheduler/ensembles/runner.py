@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
+from nats.js.kv import KeyValue
 
 from services.scheduler.ensembles.step import fit_batching, step_request
 from services.scheduler.ensembles.stream import EnsembleStream, StreamFailed, finish
@@ -44,10 +45,13 @@ from shared.errors import Code, ShoalError
 from shared.logcontext import request_ids
 from shared.messages import InferRequest, InferResponse, ModelRecord, TensorRef, encode
 from shared.model_config import ModelSpec, spec_from_json
+from shared.revisions import Revisions
 from shared.tensors import TensorStore
 
 log = logging.getLogger("shoal.scheduler.ensemble")
 _request_decoder = msgspec.msgpack.Decoder(InferRequest)
+
+CATCH_UP_S = 2.0  # a watch lags by milliseconds; past this the view's own answer stands
 
 DEADLOCK = "unexpected deadlock, at least one output is not set while no more ensemble steps can be made"
 
@@ -75,13 +79,20 @@ class EnsembleRunner:
         self.running: dict[str, tuple[tuple[str, int], asyncio.Task[None]]] = {}  # rid -> (ensemble key, task)
         self.steps: dict[tuple[str, int], dict[str, StepLatency]] = {}  # ensemble key -> step model -> latency
         self.decoupled: set[str] = set()  # ensembles that stream (a decoupled step, or their own policy)
+        self.revisions = Revisions()  # how far the records above have come (the scheduler's watch)
+        self.models_kv: KeyValue | None = None
 
-    async def start(self) -> None:
+    async def start(self, models_kv: KeyValue) -> None:
+        self.models_kv = models_kv
         await self.dispatcher.start()
 
     # -- what the scheduler tells us --------------------------------------------------------
-    def on_record(self, name: str, record: ModelRecord | None) -> None:
+    def on_record(self, name: str, record: ModelRecord | None, revision: int) -> None:
         """Every model's record: ensembles to run, and the members' specs and READY versions."""
+        self._apply(name, record)
+        self.revisions.advance(revision)
+
+    def _apply(self, name: str, record: ModelRecord | None) -> None:
         config = record.active_config if record is not None else {}
         if record is None or not config:
             self.specs.pop(name, None)
@@ -102,6 +113,31 @@ class EnsembleRunner:
         configs = {model: spec.config for model, spec in self.specs.items()}
         self.decoupled = {model for model in self.graphs if is_decoupled(model, configs)}
 
+    def _servable(self, model: str) -> bool:
+        """Whether this view has the ensemble and a READY version of every member it calls."""
+        graph = self.graphs.get(model)
+        if graph is None:
+            return False
+        for step in graph.steps:
+            versions = self.ready.get(step.model)
+            if step.model not in self.specs or not versions or (step.version != -1 and step.version not in versions):
+                return False
+        return True
+
+    async def _catch_up(self, model: str) -> None:
+        """The gateway sent this request because its view has the ensemble and its members READY;
+        this view comes from another watch of the same bucket and may be a revision or two behind
+        (a member loaded a moment ago). Before failing a step on an older view, wait (briefly)
+        for this one to reach the bucket's newest revision. Costs nothing when nothing lags."""
+        if self._servable(model) or self.models_kv is None:
+            return
+        try:
+            status = await self.models_kv.status()
+        except Exception as exc:  # the step fails on this view's records, as before
+            log.debug("models bucket status: %s", exc)
+            return
+        await self.revisions.seen(status.stream_info.state.last_seq or 0, timeout=CATCH_UP_S)
+
     def handles(self, model: str) -> bool:
         return model in self.graphs
 
@@ -116,8 +152,7 @@ class EnsembleRunner:
             log.error("undecodable ensemble request: %s", exc)
             return
         key = (request.model, request.version)
-        run = self._run_stream if request.model in self.decoupled else self._run
-        task = asyncio.create_task(run(request, stats, arrived))
+        task = asyncio.create_task(self._serve(request, stats, arrived))
         self.running[request.rid] = (key, task)
         task.add_done_callback(functools.partial(self._ended, request.rid))
 
@@ -143,6 +178,11 @@ class EnsembleRunner:
                 }
 
     # -- one request ---------------------------------------------------------------------------
+    async def _serve(self, request: InferRequest, stats: ModelStats, arrived: int) -> None:
+        await self._catch_up(request.model)
+        run = self._run_stream if request.model in self.decoupled else self._run
+        await run(request, stats, arrived)
+
     async def _run(self, request: InferRequest, stats: ModelStats, arrived: int) -> None:
         started = time.monotonic_ns()
         request_ids.set(f"{request.id}/{request.rid}" if request.id else request.rid)
