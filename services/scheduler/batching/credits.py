@@ -179,7 +179,7 @@ class Credits:
         a batch whose completion never came is failed (its requests are past their deadline by
         then) and its credit returned."""
         for queue in list(self.pump.queues.values()):
-            if queue.requests and not queue.free:
+            if queue.requests:  # a free credit may be one not used yet (its instance still runs a batch)
                 await self.pump.drop_expired(queue)
             if queue.seq is not None:
                 await self.sequences.expire(queue)
