@@ -21,7 +21,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from services.worker.batches import BatchExecutor
+from services.worker.batch_executor import BatchExecutor
 from services.worker.completions import Completions
 from services.worker.heartbeat import HeartbeatThread
 from services.worker.host import ModelHost

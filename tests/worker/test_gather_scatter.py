@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.worker.batch import gather, scatter
+from services.worker.backends.gather_scatter import gather, scatter
 from shared.model_config import ModelSpec, TensorSpec
 
 

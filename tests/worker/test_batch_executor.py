@@ -1,4 +1,4 @@
-"""services/worker/batches.py against a real nats-server, with the model instance a fake of the
+"""services/worker/batch_executor.py against a real nats-server, with the model instance a fake of the
 backends' own `Runner` protocol: every request of a batch gets an answer whatever fails, and
 the credit goes back to the scheduler with the batch's completion."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from services.worker.backends.runner import Batch, ModelError, Result
-from services.worker.batches import BatchExecutor
+from services.worker.batch_executor import BatchExecutor
 from services.worker.completions import Completions
 from services.worker.instance_thread import InstanceThread
 from services.worker.instances import Instance, LoadedModel
