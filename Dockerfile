@@ -5,6 +5,8 @@ WORKDIR /opt/shoal
 COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY services ./services
+COPY inference ./inference
+COPY shoal ./shoal
 RUN pip install .
 # the example repository, generated at build time (no downloads at run time)
 RUN shoal example /models

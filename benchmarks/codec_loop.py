@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The gateway's own Python per HTTP request, in a loop: body split, request parse, validation and
-response encoding (services/gateway/http/codec.py, services/inference/validation.py) on what
+response encoding (services/gateway/http/codec.py, inference/validation.py) on what
 perf_analyzer sends to `identity_fp32` (16 FP32 values, binary tensor extension).
 
 usage: python benchmarks/codec_loop.py [ITERATIONS]
@@ -17,9 +17,9 @@ import struct
 import sys
 import time
 
+from inference.types import OutputTensor
+from inference.validation import validate
 from services.gateway.http import codec
-from services.inference.types import OutputTensor
-from services.inference.validation import validate
 from shared.model_config import spec_from_json
 
 SPEC = spec_from_json(

@@ -9,6 +9,14 @@ import logging
 import msgspec
 import uvicorn
 
+from inference import trace
+from inference.cache import ResponseCache
+from inference.core import InferenceCore
+from inference.models import ModelRegistry
+from inference.on_demand import DemandLoads
+from inference.server import InferenceServer
+from inference.shm import ShmRegistry
+from inference.statistics import scheduler_stats
 from services.gateway.grpc import server as grpc_server
 from services.gateway.http.app import build_app
 from services.gateway.http.listener import http_sockets
@@ -17,14 +25,6 @@ from services.gateway.metrics import models as model_metrics
 from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
 from services.gateway.metrics.quantiles import parse_quantiles
-from services.inference import trace
-from services.inference.cache import ResponseCache
-from services.inference.core import InferenceCore
-from services.inference.models import ModelRegistry
-from services.inference.on_demand import DemandLoads
-from services.inference.server import InferenceServer
-from services.inference.shm import ShmRegistry
-from services.inference.statistics import scheduler_stats
 from services.scheduler.cohosted import CoHosted
 from shared import bus, discovery, subjects
 from shared.dispatch import Dispatcher

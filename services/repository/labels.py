@@ -5,7 +5,7 @@ directory and must stay inside it, each line (getline: '\\n' ends a line, a last
 one counts) is the label of the class with that index, and a file that cannot be read fails the
 load. The labels travel in the model's record (`ModelRecord.labels`): a gateway on another host
 cannot read the repository's files. Ensembles' outputs take their producers' labels at the
-gateway (`services/inference/models.py`).
+gateway (`inference/models.py`).
 """
 
 from __future__ import annotations

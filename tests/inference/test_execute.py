@@ -1,4 +1,4 @@
-"""services/inference/execute.py with a real Dispatcher on a real nats-server and a scheduler
+"""inference/execute.py with a real Dispatcher on a real nats-server and a scheduler
 played by a subscription on the model's infer subject that echoes each request's inputs as its
 outputs: what goes on the wire, what comes back, and bad parameters refused before sending."""
 
@@ -8,10 +8,10 @@ import msgspec
 import nats
 import pytest
 
-from services.inference.execute import Executor
-from services.inference.shm import DISABLED
-from services.inference.types import InputTensor, ParsedRequest, RequestedOutput
-from services.inference.validation import Validated
+from inference.execute import Executor
+from inference.shm import DISABLED
+from inference.types import InputTensor, ParsedRequest, RequestedOutput
+from inference.validation import Validated
 from shared import subjects
 from shared.dispatch import Dispatcher
 from shared.errors import Code, ShoalError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.inference.sequence_params import SequenceParams, sequence_params
+from inference.sequence_params import SequenceParams, sequence_params
 from shared.errors import ShoalError
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.inference.types import InputTensor, ParsedRequest, RequestedOutput
-from services.inference.validation import raw_request, validate
+from inference.types import InputTensor, ParsedRequest, RequestedOutput
+from inference.validation import raw_request, validate
 from shared.errors import ShoalError
 from shared.model_config import DynamicBatching, ModelSpec, TensorSpec
 

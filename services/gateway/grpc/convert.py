@@ -15,8 +15,8 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from services.inference.core import Answer
-from services.inference.types import InputTensor, ParsedRequest, RequestedOutput
+from inference.core import Answer
+from inference.types import InputTensor, ParsedRequest, RequestedOutput
 from shared.datatypes import DATATYPES, numpy_dtype, serialize_bytes
 from shared.errors import Code, ShoalError, invalid
 

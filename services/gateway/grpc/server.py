@@ -15,11 +15,11 @@ from typing import Any, Protocol
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from inference.restrictions import CATEGORIES
+from inference.server import InferenceServer
 from services.gateway.grpc.connection import KeepAlive
 from services.gateway.grpc.listener import GrpcListener, tls_context
 from services.gateway.grpc.service import GrpcService, Restrictions
-from services.inference.restrictions import CATEGORIES
-from services.inference.server import InferenceServer
 from shared.settings import GatewaySettings
 
 COMPRESSION_LEVELS = ("none", "low", "medium", "high")

@@ -1,5 +1,5 @@
 """Triton's `inference.GRPCInferenceService` on grpcio's asyncio server: each RPC decodes its
-message, calls the inference core or server (`services/inference/`) and encodes the answer.
+message, calls the inference core or server (`inference/`) and encodes the answer.
 
 A cancelled call (or a closed stream) cancels the handler's task; the dispatcher then tells
 the scheduler, and the request leaves its queue, as for an HTTP client that disconnects.
@@ -17,9 +17,9 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from inference.on_demand import request_timeout_s
+from inference.server import InferenceServer
 from services.gateway.grpc import convert
-from services.inference.on_demand import request_timeout_s
-from services.inference.server import InferenceServer
 from shared.errors import Code, ShoalError, invalid, not_found
 from shared.model_config import ModelSpec
 

@@ -15,10 +15,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from inference.server import InferenceServer
 from services.gateway.http import restricted
 from services.gateway.http.handlers import Handlers, error_response
 from services.gateway.http.infer import InferFastPath
-from services.inference.server import InferenceServer
 from shared.errors import ShoalError
 
 log = logging.getLogger("shoal.gateway")

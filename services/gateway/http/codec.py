@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from services.inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
-from services.inference.validation import check_shape
+from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
+from inference.validation import check_shape
 from shared.datatypes import (
     DATATYPES,
     element_count,

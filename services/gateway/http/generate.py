@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
+from inference.types import InputTensor, OutputTensor, ParsedRequest
 from services.gateway.http.codec import json_tensor_bytes, json_values
-from services.inference.types import InputTensor, OutputTensor, ParsedRequest
 from shared.errors import invalid
 from shared.model_config import ModelSpec, TensorSpec
 

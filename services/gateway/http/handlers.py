@@ -1,5 +1,5 @@
 """The HTTP handlers besides `/infer`: each reads its path and body, calls the inference server
-(`services/inference/server.py`) and renders its document as Triton's JSON."""
+(`inference/server.py`) and renders its document as Triton's JSON."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from inference.server import InferenceServer
 from services.gateway.http import codec
 from services.gateway.http.generate import event, parse_generate, render_generate
-from services.inference.server import InferenceServer
 from shared.errors import ShoalError, invalid
 
 

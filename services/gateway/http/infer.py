@@ -16,11 +16,11 @@ from typing import Any
 
 import orjson
 
+from inference.core import InferenceCore
+from inference.on_demand import request_timeout_s
+from inference.validation import raw_request
 from services.gateway.http import codec
 from services.gateway.http.protocol import DISCONNECT, Disconnect
-from services.inference.core import InferenceCore
-from services.inference.on_demand import request_timeout_s
-from services.inference.validation import raw_request
 from shared.errors import ShoalError
 from shared.model_config import ModelSpec
 

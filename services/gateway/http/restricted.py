@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from services.inference.restrictions import CATEGORIES
+from inference.restrictions import CATEGORIES
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]

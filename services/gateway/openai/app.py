@@ -20,12 +20,12 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from inference.core import InferenceCore
 from services.gateway.openai import documents, requests
 from services.gateway.openai.catalog import Kind, Offer, offer
 from services.gateway.openai.errors import OpenAIError, from_shoal, model_not_found
 from services.gateway.openai.generation import Generation
 from services.gateway.openai.tensors import embedding, embedding_request, generation_request
-from services.inference.core import InferenceCore
 from shared.errors import ShoalError
 from shared.model_config import ModelSpec
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
+from inference.core import InferenceCore
+from inference.types import ParsedRequest
 from services.gateway.openai.catalog import Offer
 from services.gateway.openai.stops import StopScanner
 from services.gateway.openai.tensors import generated
-from services.inference.core import InferenceCore
-from services.inference.types import ParsedRequest
 from shared.errors import ShoalError
 from shared.model_config import ModelSpec
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
+from inference.types import InputTensor, OutputTensor, ParsedRequest
 from services.gateway.openai.catalog import Offer
 from services.gateway.openai.errors import refused
 from services.gateway.openai.requests import GenerationRequest
 from services.gateway.openai.templates import has_template, render_chat
-from services.inference.types import InputTensor, OutputTensor, ParsedRequest
 from shared.datatypes import from_bytes, numpy_dtype, to_bytes
 from shared.model_config import ModelSpec
 

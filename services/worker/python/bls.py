@@ -20,10 +20,10 @@ from collections.abc import Iterator
 
 from nats.aio.client import Client as NATS
 
-from services.inference.core import InferenceCore
-from services.inference.models import ModelRegistry
-from services.inference.shm import ShmRegistry
-from services.inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
+from inference.core import InferenceCore
+from inference.models import ModelRegistry
+from inference.shm import ShmRegistry
+from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
 from services.worker.python import pb_utils
 from shared import subjects
 from shared.datatypes import from_bytes, protocol_dtype, to_bytes

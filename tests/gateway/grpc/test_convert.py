@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as pb
 
+from inference.core import Answer
+from inference.types import OutputTensor
 from services.gateway.grpc import convert
 from services.gateway.grpc.server import restrictions
-from services.inference.core import Answer
-from services.inference.types import OutputTensor
 from shared.datatypes import deserialize_bytes
 from shared.errors import Code, ShoalError
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inference import classification, types
 from services.gateway.http import codec
-from services.inference import classification, types
 from shared.errors import ShoalError
 
 
@@ -122,8 +122,8 @@ def test_classification_per_batch_row():
 
 
 def test_cache_key_includes_shapes_and_evicts_by_bytes():
-    from services.inference.cache import ResponseCache, cache_key
-    from services.inference.validation import Validated
+    from inference.cache import ResponseCache, cache_key
+    from inference.validation import Validated
 
     valid = Validated(1, "", [], {})
     a = codec.ParsedRequest("", [types.InputTensor("X", "FP32", [1, 4], bytes(16))], None, {})

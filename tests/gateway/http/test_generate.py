@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
+from inference.types import OutputTensor
 from services.gateway.http.generate import parse_generate, render_generate
-from services.inference.types import OutputTensor
 from shared.errors import ShoalError
 from shared.model_config import spec_from_json
 

@@ -54,7 +54,7 @@ def test_counter_latencies_can_be_switched_off():
 
 
 def test_replica_statistics_merge():
-    from services.inference.statistics import merge_stats
+    from inference.statistics import merge_stats
 
     a = {
         "name": "m",

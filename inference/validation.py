@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.inference.types import InputTensor, ParsedRequest, expected_byte_size
+from inference.types import InputTensor, ParsedRequest, expected_byte_size
 from shared.errors import Code, ShoalError, invalid
 from shared.model_config import ModelSpec, TensorSpec
 
@@ -183,7 +183,7 @@ def _duplicates(names: list[str]) -> list[str]:
 
 def raw_request(spec: ModelSpec, body: bytes) -> ParsedRequest:
     """`Inference-Header-Content-Length: 0`: the body is the one input's bytes (§1.7.3)."""
-    from services.inference.types import InputTensor
+    from inference.types import InputTensor
     from shared.datatypes import element_size
 
     if len(spec.inputs) != 1:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.inference.types import OutputTensor
+from inference.types import OutputTensor
 from shared.datatypes import numpy_dtype, serialize_bytes
 from shared.errors import invalid
 

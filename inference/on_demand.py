@@ -11,7 +11,7 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from services.inference.models import ModelRegistry
+from inference.models import ModelRegistry
 from shared import subjects
 from shared.errors import ShoalError, unavailable
 from shared.messages import DemandRequest

@@ -13,11 +13,11 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 
-from services.inference.core import InferenceCore
-from services.inference.models import ModelRegistry
-from services.inference.shm import ShmRegistry
-from services.inference.statistics import model_entries, scheduler_stats
-from services.inference.trace import Tracer
+from inference.core import InferenceCore
+from inference.models import ModelRegistry
+from inference.shm import ShmRegistry
+from inference.statistics import model_entries, scheduler_stats
+from inference.trace import Tracer
 from shared import logsettings, subjects
 from shared.errors import invalid, unavailable
 from shared.messages import IndexRequest, LoadRequest, UnloadRequest

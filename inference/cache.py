@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import msgspec
 
-from services.inference.types import OutputTensor, ParsedRequest
-from services.inference.validation import Validated
+from inference.types import OutputTensor, ParsedRequest
+from inference.validation import Validated
 
 
 @dataclass(frozen=True)

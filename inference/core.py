@@ -11,15 +11,15 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-from services.inference import classification
-from services.inference.cache import ResponseCache, cache_key
-from services.inference.execute import Executor
-from services.inference.models import ModelRegistry
-from services.inference.on_demand import DemandLoads
-from services.inference.shm import DISABLED, ShmRegistry
-from services.inference.trace import Tracer
-from services.inference.types import OutputTensor, ParsedRequest
-from services.inference.validation import Validated, validate
+from inference import classification
+from inference.cache import ResponseCache, cache_key
+from inference.execute import Executor
+from inference.models import ModelRegistry
+from inference.on_demand import DemandLoads
+from inference.shm import DISABLED, ShmRegistry
+from inference.trace import Tracer
+from inference.types import OutputTensor, ParsedRequest
+from inference.validation import Validated, validate
 from shared.dispatch import Dispatcher
 from shared.errors import ShoalError, unsupported
 from shared.messages import CacheEvent

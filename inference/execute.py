@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator
 
-from services.inference.sequence_params import sequence_params
-from services.inference.shm import DISABLED, ShmRegistry
-from services.inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
-from services.inference.validation import Validated
+from inference.sequence_params import sequence_params
+from inference.shm import DISABLED, ShmRegistry
+from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
+from inference.validation import Validated
 from shared.dispatch import Dispatcher
 from shared.errors import Code, ShoalError, internal, invalid, unsupported
 from shared.logcontext import request_ids
