@@ -179,34 +179,3 @@ def _outputs(spec: ModelSpec, request: ParsedRequest, prefix: str) -> tuple[list
 def _duplicates(names: list[str]) -> list[str]:
     seen: set[str] = set()
     return [n for n in names if n in seen or seen.add(n)]  # type: ignore[func-returns-value]
-
-
-def raw_request(spec: ModelSpec, body: bytes) -> ParsedRequest:
-    """`Inference-Header-Content-Length: 0`: the body is the one input's bytes (§1.7.3)."""
-    from inference.types import InputTensor
-    from shared.datatypes import element_size
-
-    if len(spec.inputs) != 1:
-        raise invalid(
-            f"Raw request must only have 1 input (found 1) to be deduced but got {len(spec.inputs)} "
-            f"inputs in '{spec.name}' model configuration"
-        )
-    config = spec.inputs[0]
-    dims = list(config.dims)
-    if config.datatype == "BYTES":
-        if dims != [1]:
-            raise invalid(f"For BYTE datatype raw input '{config.name}', the model must have input shape [1]")
-    elif dims.count(-1) > 1:
-        raise invalid(
-            f"The shape of the raw input '{config.name}' can not be deduced because there are more than "
-            "one variable-sized dimension"
-        )
-    elif -1 in dims:
-        fixed = _count([d for d in dims if d != -1]) * element_size(config.datatype)
-        dims[dims.index(-1)] = len(body) // fixed if fixed else 0
-    if config.datatype == "BYTES":  # the body is the one element's bytes, without its length prefix
-        body = len(body).to_bytes(4, "little") + body
-    shape = ([1] if spec.max_batch_size > 0 else []) + dims
-    return ParsedRequest(
-        "", [InputTensor(config.name, config.datatype, shape, body)], None, {"binary_data_output": True}
-    )

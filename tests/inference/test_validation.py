@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from inference.types import InputTensor, ParsedRequest, RequestedOutput
-from inference.validation import raw_request, validate
+from inference.validation import validate
 from shared.errors import ShoalError
 from shared.model_config import DynamicBatching, ModelSpec, TensorSpec
 
@@ -75,12 +75,3 @@ def test_errors(inputs, message):
     with pytest.raises(ShoalError) as err:
         validate(spec(), ParsedRequest("", inputs, None, {}))
     assert message in err.value.message and err.value.message.startswith("[request id: <id_unknown>] ")
-
-
-def test_raw_request_deduces_shape():
-    single = ModelSpec("r", "", "onnxruntime", 4, (TensorSpec("X", "FP32", (-1,)),), (), None, 1, "KIND_CPU", False, "")
-    parsed = raw_request(single, bytes(12))
-    assert parsed.inputs[0].shape == [1, 3] and parsed.binary_data_output
-    with pytest.raises(ShoalError) as err:
-        raw_request(spec(), bytes(4))
-    assert "Raw request must only have 1 input" in err.value.message

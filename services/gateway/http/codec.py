@@ -20,10 +20,12 @@ from inference.validation import check_shape
 from shared.datatypes import (
     DATATYPES,
     element_count,
+    element_size,
     numpy_dtype,
     serialize_bytes,
 )
 from shared.errors import ShoalError, internal, invalid, unsupported
+from shared.model_config import ModelSpec
 
 RESERVED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
@@ -216,6 +218,34 @@ def parse_request(header: bytes, binary: memoryview, model: str) -> ParsedReques
             raise _json_error("outputs", "attempt to access JSON non-array as array")
         outputs = [_parse_output(o) for o in doc["outputs"]]
     return ParsedRequest(request_id, inputs, outputs, parameters)
+
+
+def raw_request(spec: ModelSpec, body: bytes) -> ParsedRequest:
+    """`Inference-Header-Content-Length: 0`: the body is the one input's bytes (§1.7.3)."""
+    if len(spec.inputs) != 1:
+        raise invalid(
+            f"Raw request must only have 1 input (found 1) to be deduced but got {len(spec.inputs)} "
+            f"inputs in '{spec.name}' model configuration"
+        )
+    config = spec.inputs[0]
+    dims = list(config.dims)
+    if config.datatype == "BYTES":
+        if dims != [1]:
+            raise invalid(f"For BYTE datatype raw input '{config.name}', the model must have input shape [1]")
+    elif dims.count(-1) > 1:
+        raise invalid(
+            f"The shape of the raw input '{config.name}' can not be deduced because there are more than "
+            "one variable-sized dimension"
+        )
+    elif -1 in dims:
+        fixed = element_count([d for d in dims if d != -1]) * element_size(config.datatype)
+        dims[dims.index(-1)] = len(body) // fixed if fixed else 0
+    if config.datatype == "BYTES":  # the body is the one element's bytes, without its length prefix
+        body = len(body).to_bytes(4, "little") + body
+    shape = ([1] if spec.max_batch_size > 0 else []) + dims
+    return ParsedRequest(
+        "", [InputTensor(config.name, config.datatype, shape, body)], None, {"binary_data_output": True}
+    )
 
 
 def _request_parameters(params: Any) -> dict[str, Any]:

@@ -18,7 +18,6 @@ import orjson
 
 from inference.core import InferenceCore
 from inference.on_demand import request_timeout_s
-from inference.validation import raw_request
 from services.gateway.http import codec
 from services.gateway.http.protocol import DISCONNECT, Disconnect
 from shared.errors import ShoalError
@@ -45,7 +44,7 @@ async def infer(
     header_length = headers.get("inference-header-content-length")
     if header_length is not None and header_length.strip() == "0":
         spec, resolved = found if isinstance(found, tuple) else await core.load_on_demand(model, version, found)
-        parsed = raw_request(spec, body)
+        parsed = codec.raw_request(spec, body)
     else:
         header, binary = codec.split_body(body, header_length)
         parsed = codec.parse_request(header, binary, model)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from inference import classification, types
 from services.gateway.http import codec
 from shared.errors import ShoalError
+from shared.model_config import ModelSpec, TensorSpec
 
 
 def test_binary_inputs_follow_json_in_order():
@@ -172,3 +173,33 @@ def test_a_body_that_is_not_json_gets_rapidjsons_words():
         codec.load_json(deep)
     read = codec.load_json(b'{"r": ' + deep + b', "s": 1}', depth_limit=False)  # past orjson's own limit
     assert isinstance(read["r"], list) and read["s"] == 1
+
+
+def _raw_spec(*inputs: TensorSpec, max_batch_size: int = 4) -> ModelSpec:
+    return ModelSpec("r", "", "onnxruntime", max_batch_size, inputs, (), None, 1, "KIND_CPU", False, "")
+
+
+def test_raw_request_deduces_the_one_inputs_shape():
+    parsed = codec.raw_request(_raw_spec(TensorSpec("X", "FP32", (-1,))), bytes(12))
+    assert parsed.inputs[0].shape == [1, 3] and parsed.binary_data_output
+    unbatched = codec.raw_request(_raw_spec(TensorSpec("X", "FP32", (2, -1)), max_batch_size=0), bytes(24))
+    assert unbatched.inputs[0].shape == [2, 3]
+
+
+def test_raw_request_gives_a_bytes_input_its_length_prefix():
+    parsed = codec.raw_request(_raw_spec(TensorSpec("S", "BYTES", (1,))), b"abc")
+    assert parsed.inputs[0].shape == [1, 1] and bytes(parsed.inputs[0].data) == b"\x03\x00\x00\x00abc"
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ((TensorSpec("X", "FP32", (-1,)), TensorSpec("Y", "INT32", (2,))), "Raw request must only have 1 input"),
+        ((TensorSpec("X", "FP32", (-1, -1)),), "can not be deduced because there are more than one"),
+        ((TensorSpec("S", "BYTES", (2,)),), "For BYTE datatype raw input 'S', the model must have input shape [1]"),
+    ],
+)
+def test_raw_request_refuses_what_triton_can_not_deduce(inputs, message):
+    with pytest.raises(ShoalError) as err:
+        codec.raw_request(_raw_spec(*inputs), bytes(8))
+    assert message in err.value.message
