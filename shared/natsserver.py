@@ -8,7 +8,6 @@ control plane), and has a monitoring port (`/healthz`, `/varz`).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -239,8 +238,3 @@ class NatsCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "shoal"

@@ -10,19 +10,14 @@ from typing import Any
 
 import nats
 
-from shared.natsserver import default_cache_dir
+from shared import cache_dirs
 
-SERVES = "serve"  # one record per running `shoal serve`, named by its HTTP port
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
-
-
-def serves_dir() -> Path:
-    return default_cache_dir() / SERVES
 
 
 def record_serve(http_port: int, nats_url: str, repository: str) -> Path:
     """Written by `shoal serve` once its services run: where `shoal status --http-port` finds its NATS."""
-    path = serves_dir() / f"{http_port}.json"
+    path = cache_dirs.serve_records() / f"{http_port}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"http_port": http_port, "nats_url": nats_url, "pid": os.getpid(), "repository": repository}
     path.write_text(json.dumps(record))
@@ -51,7 +46,7 @@ def _alive(pid: int) -> bool:
 def recorded_serves() -> list[dict[str, Any]]:
     """The `shoal serve` processes alive on this machine (for this user's cache), newest first."""
     found = []
-    for path in serves_dir().glob("*.json"):
+    for path in cache_dirs.serve_records().glob("*.json"):
         try:
             record = json.loads(path.read_text())
             started = path.stat().st_mtime

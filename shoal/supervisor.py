@@ -28,8 +28,8 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings
 
-from shared import lifeline
-from shared.natsserver import NatsServer, default_cache_dir, reserve_ports
+from shared import cache_dirs, lifeline
+from shared.natsserver import NatsServer, reserve_ports
 from shared.settings import (
     GatewaySettings,
     RepositorySettings,
@@ -342,7 +342,7 @@ def serve(args: argparse.Namespace) -> int:
     else:
         from services.repository.examples import write_examples
 
-        repository = write_examples(default_cache_dir() / "models")
+        repository = write_examples(cache_dirs.example_models())
         from services.repository.llm_examples import write_llm_examples
 
         # the language models, with the `llm` extra, only for the OpenAI front end (docs/openai.md)

@@ -27,8 +27,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from shared import cache_dirs
 from shared.errors import ShoalError, unavailable
-from shared.natsserver import default_cache_dir
 
 PARAMETER = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
@@ -53,7 +53,7 @@ def prepare(path: str) -> Path:
         raise unavailable(f"{PARAMETER} '{path}' is neither a directory nor a .tar.gz archive")
     stat = source.stat()
     key = hashlib.sha256(f"{source.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    target = default_cache_dir() / "envs" / key
+    target = cache_dirs.python_environments() / key
     if not target.is_dir():
         _unpack(source, target)
     return target
