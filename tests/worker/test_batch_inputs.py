@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.worker.batch_inputs import BatchInput, compute, parse
+from services.worker.backends.batch_inputs import BatchInput, compute, parse
 from shared.errors import ShoalError
 
 

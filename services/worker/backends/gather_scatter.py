@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from services.worker.batch_inputs import BatchInput, compute
+from services.worker.backends.batch_inputs import BatchInput, compute
 from shared.model_config import ModelSpec
 
 

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from services.worker import batch_inputs
+from services.worker.backends import batch_inputs
 from services.worker.backends.gather_scatter import gather, scatter
 from shared.errors import Code
 from shared.model_config import ModelSpec

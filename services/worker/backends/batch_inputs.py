@@ -1,6 +1,6 @@
 """Triton's batch inputs: tensors the server adds to a tensor backend's batch.
 
-A ragged input reaches the model flat (`backends/gather_scatter.py`), so the model needs to know where each
+A ragged input reaches the model flat (`gather_scatter.py`), so the model needs to know where each
 request's elements begin; Triton computes that when the batch is formed and feeds it as an extra
 input named in the config (`batch_input { kind target_name data_type source_input }`), never sent
 by a client. The kinds and their shapes are Triton's (model_config.proto, `BatchInput.Kind`):
