@@ -18,7 +18,7 @@ from services.worker.instance_thread import InstanceThread
 from services.worker.instances import Instance, LoadedModel
 from services.worker.outputs import Outputs
 from services.worker.streams import Cancellations, DecoupledSenders
-from shared import subjects
+from shared import bus, subjects
 from shared.errors import Code
 from shared.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, ResponseBatch, TensorRef, encode
 from shared.model_config import spec_from_json
@@ -97,7 +97,7 @@ class Bench:
 
         await self.nc.subscribe(f"{INBOX}.*", cb=on_answer)
         await self.nc.subscribe(subjects.INSTANCE_FREE, cb=on_free)
-        await self.nc.flush()
+        await bus.settled(self.nc)
         return self
 
     def batch(self, *firsts: int, expired: tuple[int, ...] = ()) -> ExecBatch:
