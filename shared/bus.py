@@ -426,32 +426,28 @@ async def publish_all(nc: NATS, messages: list[Outgoing]) -> None:
         await nc._flush_pending()
 
 
+def _plain(subject: str) -> bool:
+    return subject.isprintable() and " " not in subject
+
+
 def _commands(nc: NATS, messages: list[Outgoing]) -> tuple[list[bytes], int]:
     """The PUB commands of `messages` as parts for `writelines` (the payloads are not copied), and
     their size; nothing when one of them cannot go."""
-    limit = nc._max_payload
     for subject, payload, reply in messages:
         # what nats-py's validation guards: a space or control character would break the PUB line
-        # (one expression, no helper call: this runs for every message of the hot path)
-        if not (subject and subject.isprintable() and " " not in subject):
+        if not subject or not _plain(subject) or (reply and not _plain(reply)):
             raise nats.errors.BadSubjectError
-        if reply and not (reply.isprintable() and " " not in reply):
-            raise nats.errors.BadSubjectError
-        if len(payload) > limit:
+        if len(payload) > nc._max_payload:
             raise nats.errors.MaxPayloadError
     parts: list[bytes] = []
     size = 0
-    sent = 0
     for subject, payload, reply in messages:
-        n = len(payload)
         if reply:
-            header = b"PUB %s %s %d\r\n" % (subject.encode(), reply.encode(), n)
+            header = b"PUB %s %s %d\r\n" % (subject.encode(), reply.encode(), len(payload))
         else:
-            header = b"PUB %s %d\r\n" % (subject.encode(), n)
+            header = b"PUB %s %d\r\n" % (subject.encode(), len(payload))
         parts += (header, payload, _CRLF)
-        size += len(header) + n + 2
-        sent += n
-    stats = nc.stats
-    stats["out_msgs"] += len(messages)
-    stats["out_bytes"] += sent
+        size += len(header) + len(payload) + 2
+        nc.stats["out_msgs"] += 1
+        nc.stats["out_bytes"] += len(payload)
     return parts, size

@@ -8,6 +8,7 @@ of the batch. Then the instance's credit goes back to the scheduler with the bat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import time
@@ -24,7 +25,7 @@ from services.worker.completions import Completions
 from services.worker.instances import Instance, LoadedModel
 from services.worker.outputs import Outputs
 from services.worker.replies import Replies
-from services.worker.sequences.controls import FLAG_END, FLAG_START, control_arrays, flags, pad_slots
+from services.worker.sequences.controls import control_arrays, flags, pad_slots
 from services.worker.streams import Cancellations, DecoupledSenders
 from shared import bus, eager, subjects
 from shared.bus import Outgoing
@@ -36,7 +37,6 @@ from shared.tensors import TensorStore
 
 log = logging.getLogger("shoal.worker")
 _request_decoder = msgspec.msgpack.Decoder(InferRequest)
-_SEQUENCE_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end")  # not the model's own parameters
 _DELIVERY_FIELDS = ("batch_size", "batch_requests", "batch_reason", "worker", "instance")
 
 
@@ -105,7 +105,7 @@ class BatchExecutor:
         That saves, per batch, a Task, its first step and its wake-up (a loop iteration each)."""
         self.holding.add(batch.batch_id)
         requests = [_request_decoder.decode(raw) for raw in batch.requests]
-        if batch.controls or not _all_inline(requests):
+        if batch.controls or any(ref.data is None for r in requests for ref in r.inputs):
             return self.execute(loaded, instance, batch, holds_credit, requests)
         free = self._free(batch, batch.instance)
         replies = Replies(batch.reply_via_scheduler)
@@ -192,10 +192,7 @@ class BatchExecutor:
 
     @staticmethod
     def _label(batch: ExecBatch, instance: Instance, requests: list[InferRequest]) -> None:
-        if len(requests) == 1:  # this batch's log lines; batch 1 is the common case
-            request_ids.set(f"{requests[0].id}/{requests[0].rid}" if requests[0].id else requests[0].rid)
-        else:
-            request_ids.set(",".join([f"{r.id}/{r.rid}" if r.id else r.rid for r in requests]))
+        request_ids.set(",".join([f"{r.id}/{r.rid}" if r.id else r.rid for r in requests]))  # this batch's log lines
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "batch %d of '%s' version %d: %d request(s) on instance %d (%s)",
@@ -255,11 +252,9 @@ class BatchExecutor:
         """`_finish` from a callback: written at once in the common case, else by a coroutine."""
         self.holding.discard(free.batch_id)
         messages, completion = self._messages(replies, free, complete_to)
-        try:
+        with contextlib.suppress(Exception):  # `_send` tries again and reports
             if bus.publish_now(self.nc, [*messages, completion]):
                 return
-        except Exception:  # `_send` tries again and reports
-            pass
         eager.start(self._send(messages, completion, free.batch_id))
 
     async def _send(self, messages: list[Outgoing], completion: Outgoing, batch_id: int) -> None:
@@ -354,16 +349,13 @@ class BatchExecutor:
         self, loaded: LoadedModel, readable: list[tuple[InferRequest, Tensors]], controls: dict[str, SeqControl]
     ) -> Batch:
         """The runner's batch: one `Work` per request."""
-        every: list[str] = []
-        work = []
-        deadline_ns = readable[0][0].deadline_ns
-        for r, inputs in readable:
-            if not r.outputs and not every:
-                every = [o.name for o in loaded.spec.outputs]
-            work.append(Work(inputs, r.outputs or every, r.batch_size, self._context(loaded, r, controls.get(r.rid))))
-            deadline_ns = min(deadline_ns, r.deadline_ns)
+        every = [o.name for o in loaded.spec.outputs]
+        work = [
+            Work(inputs, r.outputs or every, r.batch_size, self._context(loaded, r, controls.get(r.rid)))
+            for r, inputs in readable
+        ]
         state_outputs = loaded.states.output_names if controls and loaded.states is not None else []
-        return Batch(work, deadline_ns, list(state_outputs))
+        return Batch(work, min(r.deadline_ns for r, _ in readable), list(state_outputs))
 
     def _ended(self, requests: list[InferRequest]) -> None:
         """The model returned: requests it does not stream any more can no longer be cancelled."""
@@ -403,18 +395,17 @@ class BatchExecutor:
     def _context(self, loaded: LoadedModel, request: InferRequest, control: SeqControl | None) -> RequestContext:
         """What a model can ask of a request besides its tensors."""
         params = request.parameters
-        custom = {k: v for k, v in params.items() if k not in _SEQUENCE_PARAMETERS} if params else {}
+        custom = {k: v for k, v in params.items() if k not in ("sequence_id", "sequence_start", "sequence_end")}
         if control is None:  # not sequence-batched: the flags as the client sent them, as Triton passes them on
-            corrid = request.sequence_id
-            request_flags = (FLAG_START if request.sequence_start else 0) | (FLAG_END if request.sequence_end else 0)
-        else:
-            corrid, request_flags = control.corrid, flags(control)
+            control = SeqControl(
+                corrid=request.sequence_id, seq=0, start=request.sequence_start, end=request.sequence_end
+            )
         self.cancellations.started(request)
         spec = loaded.spec
         return RequestContext(
             request_id=request.id,
-            correlation_id=corrid,
-            flags=request_flags,
+            correlation_id=control.corrid,
+            flags=flags(control),
             parameters=custom,
             timeout_us=request.timeout_us,
             cancelled=lambda: self.cancellations.is_cancelled(request),
@@ -434,10 +425,7 @@ class BatchExecutor:
         enqueued: dict[str, int],
     ) -> None:
         spec = loaded.spec
-        batch_size = 0
-        for request in run.requests:  # a loop, not sum() over a generator: no call per request
-            batch_size += request.batch_size
-        free.batch_size = batch_size
+        free.batch_size = sum(r.batch_size for r in run.requests)
         free.compute_input_ns = run.inputs_ns - run.started_ns
         free.compute_infer_ns = run.computed_ns - run.inputs_ns
         delivery = (free.batch_size, len(run.requests), batch.reason, self.worker_id, instance.index)
@@ -476,15 +464,6 @@ class BatchExecutor:
             return InferResponse(request.rid, error=exc.message, code=str(exc.code))
         except Exception as exc:
             return InferResponse(request.rid, error=f"cannot deliver the outputs: {exc}", code="INTERNAL")
-
-
-def _all_inline(requests: list[InferRequest]) -> bool:
-    """Every input of every request came inline in the message (nothing to fetch)."""
-    for request in requests:
-        for ref in request.inputs:
-            if ref.data is None:
-                return False
-    return True
 
 
 def _unreadable(request: InferRequest, exc: Exception) -> InferResponse:
