@@ -26,8 +26,11 @@ from shared.repository_client import RepositoryRequest, repository_call
 log = logging.getLogger("shoal.gateway")
 
 SERVER_VERSION = "2.73.0"  # the Triton protocol level Shoal answers as
+# tritonserver's list and order (docs/triton-spec.md §1.4): clients compare it; Triton serves
+# `generate` without naming it, so Shoal does not name it either
 EXTENSIONS = [
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
@@ -39,7 +42,6 @@ EXTENSIONS = [
     "statistics",
     "trace",
     "logging",
-    "generate",
 ]
 
 

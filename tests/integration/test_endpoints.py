@@ -8,6 +8,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -29,10 +30,29 @@ def test_health(client, shoal):
     assert (status, body) == (400, b"")
 
 
-def test_server_metadata(client):
-    meta = client.get_server_metadata()
-    assert meta["name"] == "triton"
-    assert "binary_tensor_data" in meta["extensions"] and "statistics" in meta["extensions"]
+# tritonserver's list, in its order (core InferenceServer::InferenceServer; docs/triton-spec.md §1.4):
+# "sequence" is there, "generate" is not, though Triton serves it
+TRITON_EXTENSIONS = [
+    "classification",
+    "sequence",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+]
+
+
+def test_server_metadata(client, shoal):
+    assert client.get_server_metadata() == {"name": "triton", "version": "2.73.0", "extensions": TRITON_EXTENSIONS}
+    with grpcclient.InferenceServerClient(shoal.grpc_url) as grpc:
+        assert list(grpc.get_server_metadata().extensions) == TRITON_EXTENSIONS
 
 
 def test_model_metadata(client):
