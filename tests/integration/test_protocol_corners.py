@@ -190,7 +190,19 @@ def test_raw_binary_single_bytes_element(shoal):
     )
     assert (status, error_of(raw)) == (
         400,
-        "For BYTE datatype raw input 'INPUT0', the model must have input shape [1]",
+        "[request id: <id_unknown>] For BYTE datatype raw input 'INPUT0', the model must have input shape [1]",
+    )
+
+
+@pytest.mark.parametrize("headers", [{}, {"Inference-Header-Content-Length": "0"}])
+def test_an_empty_infer_body_is_a_raw_request_as_in_triton(shoal, headers):
+    # Triton's header length defaults to the body's length: an empty body is raw binary, and the
+    # core refuses it for a two-input model (tritonserver 2.51, curl -X POST .../infer)
+    status, _, raw = http(shoal.url, INFER, "POST", b"", headers)
+    assert (status, error_of(raw)) == (
+        400,
+        "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced "
+        "but got 2 inputs in 'simple' model configuration",
     )
 
 
