@@ -74,9 +74,6 @@ class InferenceServer:
     def metadata(self) -> dict[str, Any]:
         return {"name": self.server_id, "version": SERVER_VERSION, "extensions": EXTENSIONS}
 
-    def known(self, name: str) -> bool:
-        return name in self.registry.records
-
     def model_ready(self, name: str, version: str = "") -> bool:
         return self.registry.is_ready(name, version)
 

@@ -101,6 +101,21 @@ def test_model_ready(client):
     assert not client.is_model_ready("no_such_model")
 
 
+@pytest.mark.parametrize("path", ["simple/versions/7", "broken_config", "no_such_model"])
+def test_a_model_not_ready_answers_as_tritonserver_2_51(shoal, path):
+    # tritonserver 2.51 (and Triton's qa/L0_lifecycle, over HTTP and gRPC): unknown, unloaded or
+    # failed alike, 400 with this error; gRPC answers ready=false (docs/compatibility.md)
+    status, headers, body = http(shoal.url, f"/v2/models/{path}/ready")
+    assert (status, headers["content-type"], json.loads(body)) == (
+        400,
+        "application/json",
+        {"error": "Model version not ready"},
+    )
+    with grpcclient.InferenceServerClient(shoal.grpc_url) as grpc:
+        name, _, version = path.partition("/versions/")
+        assert grpc.is_model_ready(name, version) is False
+
+
 def test_repository_index_shows_reasons(client):
     index = {(e["name"], e.get("version")): e for e in client.get_model_repository_index()}
     assert index[("simple", "1")]["state"] == "READY"
