@@ -145,6 +145,20 @@ def test_random_bytes_get_the_parsers_error_not_the_depth_limit(shoal, path):
     assert status == 500 and error_of(raw).startswith("failed to parse the request JSON buffer: ")
 
 
+@pytest.mark.parametrize(
+    "body, text",  # tritonserver 2.51's answers to the same curl -d (its parser is rapidjson)
+    [
+        (b'{"inputs": [}', "Invalid value. at 12"),
+        (b'{"inputs": []', "Missing a comma or '}' after an object member. at 13"),
+        (b'{"inputs" []}', "Missing a colon after a name of object member. at 10"),
+        (b'{"inputs": []} x', "The document root must not be followed by other values. at 15"),
+    ],
+)
+def test_malformed_json_gets_tritons_parser_words(shoal, body, text):
+    status, _, raw = http(shoal.url, INFER, "POST", body)
+    assert (status, error_of(raw)) == (500, f"failed to parse the request JSON buffer: {text}")
+
+
 # -- item 12: chunked raw binary request -------------------------------------------------------
 def raw_exchange(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
     host, port = url.split(":")
