@@ -202,4 +202,4 @@ def test_raw_request_gives_a_bytes_input_its_length_prefix():
 def test_raw_request_refuses_what_triton_can_not_deduce(inputs, message):
     with pytest.raises(ShoalError) as err:
         codec.raw_request(_raw_spec(*inputs), bytes(8))
-    assert message in err.value.message
+    assert err.value.message.startswith("[request id: <id_unknown>] ") and message in err.value.message
