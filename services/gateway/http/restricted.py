@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # the CLI parses the flag: it needs no HTTP protocol (uvicorn
     from services.gateway.http.protocol import Claim, Disconnect
 
 Scope = MutableMapping[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
 
 class HttpApp(Protocol):
