@@ -37,12 +37,14 @@ from shared.messages import (
     CacheEvent,
     CancelRequest,
     CreditsRevoked,
+    DrainDone,
     DrainRequest,
     InstanceFree,
     ModelRecord,
     RequestBatch,
     RequestHeader,
     WorkerHoldings,
+    encode,
 )
 from shared.model_config import spec_from_json
 from shared.runtime import serve_until
@@ -279,17 +281,22 @@ class SchedulerService:
     # -- drains (unload), statistics ----------------------------------------------------
     async def _on_drain(self, msg: Msg) -> None:
         request: DrainRequest | None = bus.decode(_drain_decoder, msg, log)
-        if request is None or not self.ownership.owns(request.model):
-            return  # the model's owner answers
-        self.tasks.spawn(self._drain(request, msg.reply))
+        if request is None:
+            return
+        # the replica the repository found holding the lease answers, even if the model moved
+        # since (it may still finish what it queued); no holder named: the model's owner does
+        asked = request.holder == self.settings.scheduler_id if request.holder else self.ownership.owns(request.model)
+        if asked:
+            self.tasks.spawn(self._drain(request, msg.reply))
 
     async def _drain(self, request: DrainRequest, reply: str) -> None:
-        """Answer once the version has nothing queued or running, or at the drain's timeout."""
+        """Answer once the version has nothing queued or running, or at the drain's timeout
+        (then the repository asks again, services/repository/drain.py)."""
         key = (request.model, request.version)
         deadline = time.monotonic() + request.timeout_s
         while not self._idle(key) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        await self.nc.publish(reply, b"{}")
+        await self.nc.publish(reply, encode(DrainDone(self._idle(key))))
 
     async def _on_cache(self, msg: Msg) -> None:
         """Response-cache lookups done by gateways count in the model's statistics, as Triton's."""
