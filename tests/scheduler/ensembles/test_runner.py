@@ -42,7 +42,7 @@ class Scripted(EnsembleRunner):
         self.answers = answers
         self.sent: list[InferRequest] = []
         for name, config in (("pre", MEMBER), ("cls", MEMBER), ("seg", MEMBER), ("pipeline", PIPELINE)):
-            self.on_record(name, record(name, config))
+            self.on_record(name, record(name, config), 1)
 
     async def call(self, request: InferRequest) -> InferResponse:
         self.sent.append(request)

@@ -104,7 +104,7 @@ class Scripted(EnsembleRunner):
         self.post_running = self.post_most = 0
         self.gen_closed = False
         for name, config in (("pre", PRE), ("gen", GEN), ("post", POST), ("E", ensemble(limit, outputs))):
-            self.on_record(name, record(name, config))
+            self.on_record(name, record(name, config), 1)
 
     def _ref(self, name: str, value: int) -> TensorRef:
         segment = next(self.segments)
