@@ -15,6 +15,7 @@ from services.scheduler.batching.model_queue import InFlight, ModelQueue, Pendin
 from services.scheduler.batching.pump import Pump
 from services.scheduler.batching.ratelimit import RateLimiter
 from services.scheduler.tasks import Tasks
+from shared import bus
 from shared.messages import CreditsRevoked, ExecBatch, InferResponse, InstanceFree, RequestDone, RequestHeader, encode
 from shared.natsserver import NatsServer
 from tests.serving import until
@@ -72,7 +73,7 @@ class Bench:
 
         await self.nc.subscribe(EXEC, cb=on_batch)
         await self.nc.subscribe(INBOX, cb=on_answer)
-        await self.nc.flush()
+        await bus.settled(self.nc)
         return self
 
     async def admit(self, rid: str, deadline_s: float = 30.0) -> None:
