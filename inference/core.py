@@ -22,9 +22,9 @@ from inference.types import OutputTensor, ParsedRequest
 from inference.validation import Validated, validate
 from shared.dispatch import Dispatcher
 from shared.errors import ShoalError, unsupported
-from shared.messages import CacheEvent
 from shared.model_config import ModelSpec
-from shared.tensors import TensorStore
+from shared.wire.messages import CacheEvent
+from shared.wire.tensors import TensorStore
 
 # a request that failed with one of these never ran: its model left (evicted) between this gateway's
 # look-up and the scheduler, which failed it from its queue or had stopped serving the model

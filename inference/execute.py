@@ -14,9 +14,9 @@ from inference.validation import Validated
 from shared.dispatch import Dispatcher
 from shared.errors import Code, ShoalError, internal, invalid, unsupported
 from shared.logcontext import request_ids
-from shared.messages import InferRequest, InferResponse, TensorRef
 from shared.model_config import ModelSpec
-from shared.tensors import INLINE_BUDGET, TensorStore, region_too_small, write_region
+from shared.wire.messages import InferRequest, InferResponse, TensorRef
+from shared.wire.tensors import INLINE_BUDGET, TensorStore, region_too_small, write_region
 
 GATEWAY_PARAMETERS = frozenset({"binary_data_output", "priority", "timeout", "headers"})  # used up here
 

@@ -9,12 +9,13 @@ import logging
 import msgspec
 from nats.aio.client import Client as NATS
 
-from shared import bus, subjects
+from shared import bus
 from shared.ensemble_graph import is_decoupled, is_ensemble
 from shared.errors import ShoalError, not_found, unavailable
-from shared.messages import ModelRecord
 from shared.model_config import ModelSpec, spec_from_json
 from shared.revisions import Revisions
+from shared.wire import subjects
+from shared.wire.messages import ModelRecord
 
 log = logging.getLogger("shoal.gateway")
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)

@@ -12,11 +12,11 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from inference.models import ModelRegistry
-from shared import subjects
 from shared.errors import ShoalError, unavailable
-from shared.messages import DemandRequest
 from shared.model_config import ModelSpec
 from shared.repository_client import repository_call
+from shared.wire import subjects
+from shared.wire.messages import DemandRequest
 
 
 def request_timeout_s(parameters: dict[str, Any]) -> float | None:

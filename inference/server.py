@@ -18,10 +18,11 @@ from inference.models import ModelRegistry
 from inference.shm import ShmRegistry
 from inference.statistics import model_entries, scheduler_stats
 from inference.trace import Tracer
-from shared import logsettings, subjects
+from shared import logsettings
 from shared.errors import invalid, unavailable
-from shared.messages import IndexRequest, LoadRequest, UnloadRequest
 from shared.repository_client import RepositoryRequest, repository_call
+from shared.wire import subjects
+from shared.wire.messages import IndexRequest, LoadRequest, UnloadRequest
 
 log = logging.getLogger("shoal.gateway")
 

@@ -17,9 +17,10 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.js.errors import KeyWrongLastSequenceError
 
-from shared import bus, subjects
+from shared import bus
 from shared.errors import Code, ShoalError, internal, invalid, not_found, unsupported
-from shared.messages import ShmRegion, TensorRef, encode
+from shared.wire import subjects
+from shared.wire.messages import ShmRegion, TensorRef, encode
 
 DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 _decoder = msgspec.msgpack.Decoder(ShmRegion)

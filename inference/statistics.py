@@ -8,9 +8,10 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 
-from shared import bus, subjects
+from shared import bus
 from shared.errors import unavailable
-from shared.statistics import model_stats_doc
+from shared.wire import subjects
+from shared.wire.statistics import model_stats_doc
 
 _replicas = {"count": 0, "learned": 0.0}  # scheduler replicas that answered a full gather, and when
 

@@ -428,7 +428,7 @@ def publish_now(nc: NATS, messages: list[Outgoing]) -> bool:
     nats-py's buffer to go before them: no flusher task to wake. False when it cannot (reconnecting,
     draining, something queued): `publish_all` then queues them behind. Raises as `publish_all`
     does for a message that cannot go (nothing goes then). For the hot path's few messages per
-    batch, whose subjects are built by `shared.subjects`."""
+    batch, whose subjects are built by `shared.wire.subjects`."""
     transport = nc._transport
     if nc._pending or transport is None or nc._status != NATS.CONNECTED:
         return False

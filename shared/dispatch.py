@@ -37,10 +37,11 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from shared import bus, eager, subjects
+from shared import bus, eager
 from shared.errors import ShoalError, unavailable
 from shared.holders import Holders
-from shared.messages import (
+from shared.wire import subjects
+from shared.wire.messages import (
     CancelRequest,
     HeldGroups,
     InferRequest,
@@ -49,7 +50,7 @@ from shared.messages import (
     RequestBatch,
     encode,
 )
-from shared.tensors import TensorStore
+from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.gateway")
 BUS_LOSS_GRACE_S = 3.0  # a lost NATS connection not back by then: the requests in flight fail

@@ -30,8 +30,9 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
-from shared import bus, subjects
-from shared.messages import WorkerHeartbeat
+from shared import bus
+from shared.wire import subjects
+from shared.wire.messages import WorkerHeartbeat
 
 log = logging.getLogger(__name__)
 _decoder = msgspec.msgpack.Decoder(WorkerHeartbeat)

@@ -9,9 +9,9 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from shared import subjects
 from shared.errors import Code, ShoalError, invalid, unsupported
 from shared.logcontext import JsonFormatter
+from shared.wire import subjects
 
 _FORMATS = {
     "default": "%(asctime)s %(levelname).1s {service} %(name)s: %(request_tag)s%(message)s",

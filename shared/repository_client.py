@@ -7,7 +7,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from shared.errors import Code, ShoalError, unavailable
-from shared.messages import DemandRequest, ErrorReply, LoadRequest, RepositoryDone, UnloadRequest
+from shared.wire.messages import DemandRequest, ErrorReply, LoadRequest, RepositoryDone, UnloadRequest
 
 RepositoryRequest = LoadRequest | UnloadRequest | DemandRequest
 

@@ -30,12 +30,13 @@ from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
 from services.gateway.metrics.quantiles import parse_quantiles
 from services.scheduler.cohosted import CoHosted
-from shared import bus, discovery, subjects
+from shared import bus, discovery
 from shared.dispatch import Dispatcher
-from shared.messages import CacheEvent, StatisticsRequest
 from shared.runtime import serve_until
 from shared.settings import GatewaySettings, cohosted_scheduler
-from shared.tensors import TensorStore
+from shared.wire import subjects
+from shared.wire.messages import CacheEvent, StatisticsRequest
+from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.gateway")
 

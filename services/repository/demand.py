@@ -24,8 +24,8 @@ from services.repository.eviction import Placement, Resident, Room, place
 from services.repository.manager import ModelManager
 from shared import model_config
 from shared.errors import ShoalError, not_found, unavailable
-from shared.messages import ModelRecord, WorkerHeartbeat
 from shared.settings import RepositorySettings
+from shared.wire.messages import ModelRecord, WorkerHeartbeat
 
 log = logging.getLogger("shoal.repository")
 

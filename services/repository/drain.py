@@ -22,8 +22,8 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from shared import subjects
-from shared.messages import DrainDone, DrainRequest, encode
+from shared.wire import subjects
+from shared.wire.messages import DrainDone, DrainRequest, encode
 
 log = logging.getLogger("shoal.repository")
 

@@ -23,8 +23,8 @@ from services.repository.scan import ScannedModel, check_model_name, list_models
 from shared import model_config
 from shared.ensemble_graph import check_structure, is_ensemble
 from shared.errors import ShoalError, internal, invalid
-from shared.messages import InstanceRecord, ModelRecord, ModelVersionState
 from shared.settings import RepositorySettings
+from shared.wire.messages import InstanceRecord, ModelRecord, ModelVersionState
 
 log = logging.getLogger("shoal.repository")
 

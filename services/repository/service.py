@@ -21,10 +21,13 @@ from services.repository.demand import Budget, OnDemand, Usage
 from services.repository.drain import Drainer
 from services.repository.manager import ModelManager
 from services.repository.overrides import check_parameters
-from shared import bus, discovery, subjects
+from shared import bus, discovery
 from shared.errors import Code, ShoalError, unavailable
 from shared.liveness import WorkerLiveness
-from shared.messages import (
+from shared.runtime import serve_until
+from shared.settings import RepositorySettings
+from shared.wire import subjects
+from shared.wire.messages import (
     DemandRequest,
     ErrorReply,
     IndexRequest,
@@ -35,8 +38,6 @@ from shared.messages import (
     UnloadRequest,
     encode,
 )
-from shared.runtime import serve_until
-from shared.settings import RepositorySettings
 
 log = logging.getLogger("shoal.repository")
 

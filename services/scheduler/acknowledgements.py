@@ -15,8 +15,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from shared import subjects
-from shared.messages import HeldGroups, encode
+from shared.wire import subjects
+from shared.wire.messages import HeldGroups, encode
 
 log = logging.getLogger("shoal.scheduler")
 

@@ -14,8 +14,8 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.scheduler.service import SchedulerService
-from shared.messages import InstanceFree
 from shared.settings import SchedulerSettings
+from shared.wire.messages import InstanceFree
 
 
 class CoHosted:

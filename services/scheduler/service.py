@@ -32,9 +32,13 @@ from services.scheduler.sequences.batcher import Dispatch, Sequencer
 from services.scheduler.statistics.report import quantiles_asked, report
 from services.scheduler.tasks import Tasks
 from services.scheduler.usage import model_usage
-from shared import bus, discovery, subjects
+from shared import bus, discovery
 from shared.liveness import WorkerLiveness
-from shared.messages import (
+from shared.model_config import spec_from_json
+from shared.runtime import serve_until
+from shared.settings import SchedulerSettings
+from shared.wire import subjects
+from shared.wire.messages import (
     CacheEvent,
     CancelRequest,
     CreditsRevoked,
@@ -47,9 +51,6 @@ from shared.messages import (
     WorkerHoldings,
     encode,
 )
-from shared.model_config import spec_from_json
-from shared.runtime import serve_until
-from shared.settings import SchedulerSettings
 
 log = logging.getLogger("shoal.scheduler")
 

@@ -27,13 +27,14 @@ from services.worker.outputs import Outputs
 from services.worker.replies import Replies
 from services.worker.sequences.controls import control_arrays, flags, pad_slots
 from services.worker.streams import Cancellations, DecoupledSenders
-from shared import bus, eager, subjects
+from shared import bus, eager
 from shared.bus import Outgoing
 from shared.datatypes import from_bytes
 from shared.errors import Code, ShoalError
 from shared.logcontext import request_ids
-from shared.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, RequestDone, SeqControl
-from shared.tensors import TensorStore
+from shared.wire import subjects
+from shared.wire.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, RequestDone, SeqControl
+from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.worker")
 _request_decoder = msgspec.msgpack.Decoder(InferRequest)

@@ -19,9 +19,10 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from shared import bus, subjects
+from shared import bus
 from shared.bus import Outgoing
-from shared.messages import BatchDone, InstanceFree, encode
+from shared.wire import subjects
+from shared.wire.messages import BatchDone, InstanceFree, encode
 
 log = logging.getLogger("shoal.worker")
 

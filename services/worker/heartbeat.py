@@ -22,8 +22,9 @@ from collections.abc import Callable
 
 from nats.aio.client import Client as NATS
 
-from shared import bus, subjects
-from shared.messages import WorkerHeartbeat, encode
+from shared import bus
+from shared.wire import subjects
+from shared.wire.messages import WorkerHeartbeat, encode
 
 log = logging.getLogger("shoal.worker")
 STALL_S = 60.0  # a main loop silent this long is stuck, not busy: stop vouching for it

@@ -32,11 +32,12 @@ from services.worker.python.child_reports import ChildReports
 from services.worker.python.isolation import ModelProcesses, isolated
 from services.worker.sequences.state import StateStore
 from services.worker.warmup import run_warmup
-from shared import bus, memory, subjects
-from shared.messages import InstanceRecord, ModelRecord, encode
+from shared import bus, memory
 from shared.model_config import ModelSpec, load_error, spec_from_json
 from shared.sequence_config import sequence_config
 from shared.settings import WorkerSettings
+from shared.wire import subjects
+from shared.wire.messages import InstanceRecord, ModelRecord, encode
 
 log = logging.getLogger("shoal.worker")
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)

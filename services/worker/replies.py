@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import msgspec
 
-from shared import subjects
 from shared.bus import Outgoing
-from shared.messages import (
+from shared.wire import subjects
+from shared.wire.messages import (
     InferRequest,
     InferResponse,
     RequestDone,

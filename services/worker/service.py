@@ -32,8 +32,11 @@ from services.worker.python.bls import BlsRuntime
 from services.worker.python.callables import InProcessModels
 from services.worker.python.isolation import die_with_parent
 from services.worker.streams import Cancellations, DecoupledSenders
-from shared import bus, discovery, memory, subjects
-from shared.messages import (
+from shared import bus, discovery, memory
+from shared.runtime import serve_until
+from shared.settings import WorkerSettings
+from shared.wire import subjects
+from shared.wire.messages import (
     CancelRequest,
     CreditsRevoked,
     ExecBatch,
@@ -43,9 +46,7 @@ from shared.messages import (
     WorkerHoldings,
     encode,
 )
-from shared.runtime import serve_until
-from shared.settings import WorkerSettings
-from shared.tensors import TensorStore
+from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.worker")
 

@@ -19,8 +19,8 @@ from nats.aio.client import Client as NATS
 
 from services.worker.backends.runner import ModelError, Piece, Tensors
 from shared.errors import Code, ShoalError
-from shared.messages import InferRequest, InferResponse, encode
 from shared.model_config import ModelSpec
+from shared.wire.messages import InferRequest, InferResponse, encode
 
 log = logging.getLogger("shoal.worker")
 

@@ -28,11 +28,12 @@ from nats.aio.client import Client as NATS
 
 from services.worker.python.callables import IN_PROCESS, InProcessModels
 from services.worker.service import WorkerService
-from shared import bus, subjects
+from shared import bus
 from shared.errors import Code, ShoalError
-from shared.messages import InstanceRecord, LoadRequest, ModelRecord, UnloadRequest
 from shared.repository_client import repository_call
 from shared.settings import WorkerSettings
+from shared.wire import subjects
+from shared.wire.messages import InstanceRecord, LoadRequest, ModelRecord, UnloadRequest
 from shoal.pytriton.binding import Binding
 
 log = logging.getLogger("shoal.pytriton")

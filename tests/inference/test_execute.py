@@ -12,13 +12,14 @@ from inference.execute import Executor
 from inference.shm import DISABLED
 from inference.types import InputTensor, ParsedRequest, RequestedOutput
 from inference.validation import Validated
-from shared import bus, subjects
+from shared import bus
 from shared.dispatch import Dispatcher
 from shared.errors import Code, ShoalError
-from shared.messages import InferRequest, InferResponse, RequestBatch, encode
 from shared.model_config import spec_from_json
 from shared.natsserver import NatsServer
-from shared.tensors import TensorStore
+from shared.wire import subjects
+from shared.wire.messages import InferRequest, InferResponse, RequestBatch, encode
+from shared.wire.tensors import TensorStore
 
 
 def _config(name: str) -> dict:

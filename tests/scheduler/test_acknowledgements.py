@@ -9,9 +9,10 @@ import nats
 import pytest
 
 from services.scheduler.acknowledgements import Acknowledgements
-from shared import bus, subjects
-from shared.messages import HeldGroups
+from shared import bus
 from shared.natsserver import NatsServer
+from shared.wire import subjects
+from shared.wire.messages import HeldGroups
 from tests.serving import until
 
 

@@ -12,10 +12,12 @@ import msgspec
 import nats
 import pytest
 
-from shared import bus, subjects
+from shared import bus
 from shared.dispatch import Dispatcher
 from shared.errors import Code, ShoalError
-from shared.messages import (
+from shared.natsserver import NatsServer
+from shared.wire import subjects
+from shared.wire.messages import (
     BatchDone,
     CancelRequest,
     InferRequest,
@@ -25,8 +27,7 @@ from shared.messages import (
     ResponseBatch,
     encode,
 )
-from shared.natsserver import NatsServer
-from shared.tensors import TensorStore
+from shared.wire.tensors import TensorStore
 from tests.serving import until
 
 _ids = itertools.count()

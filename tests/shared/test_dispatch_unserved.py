@@ -11,12 +11,13 @@ import msgspec
 import nats
 import pytest
 
-from shared import bus, subjects
+from shared import bus
 from shared.dispatch import Dispatcher
 from shared.errors import ShoalError
-from shared.messages import InferRequest, InferResponse, RequestBatch, encode
 from shared.natsserver import NatsServer
-from shared.tensors import TensorStore
+from shared.wire import subjects
+from shared.wire.messages import InferRequest, InferResponse, RequestBatch, encode
+from shared.wire.tensors import TensorStore
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared import subjects
 from shared.liveness import LOADING_TIMEOUT_S, PROBE_S, WorkerLiveness, overdue
 from shared.natsserver import NatsServer
+from shared.wire import subjects
 
 
 def test_a_silent_worker_is_overdue_after_the_timeout():

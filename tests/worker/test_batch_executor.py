@@ -18,12 +18,13 @@ from services.worker.instance_thread import InstanceThread
 from services.worker.instances import Instance, LoadedModel
 from services.worker.outputs import Outputs
 from services.worker.streams import Cancellations, DecoupledSenders
-from shared import bus, subjects
+from shared import bus
 from shared.errors import Code
-from shared.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, ResponseBatch, TensorRef, encode
 from shared.model_config import spec_from_json
 from shared.natsserver import NatsServer
-from shared.tensors import TensorStore
+from shared.wire import subjects
+from shared.wire.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, ResponseBatch, TensorRef, encode
+from shared.wire.tensors import TensorStore
 from tests.serving import until
 
 INBOX = "test.gw.reply"

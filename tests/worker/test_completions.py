@@ -11,9 +11,10 @@ import nats
 import pytest
 
 from services.worker.completions import Completions
-from shared import bus, subjects
-from shared.messages import BatchDone, InstanceFree
+from shared import bus
 from shared.natsserver import NatsServer
+from shared.wire import subjects
+from shared.wire.messages import BatchDone, InstanceFree
 
 
 @pytest.fixture(scope="module")

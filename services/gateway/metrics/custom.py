@@ -18,7 +18,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.gateway.metrics.text import family_lines, histogram_lines
-from shared import subjects
+from shared.wire import subjects
 
 STALE_S = 10.0
 

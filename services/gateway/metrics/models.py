@@ -9,7 +9,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.gateway.metrics.text import family_lines
-from shared import subjects
+from shared.wire import subjects
 
 
 async def fetch(nc: NATS, timeout_s: float = 2.0) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from collections import deque
 
 from services.scheduler.batching.model_queue import InFlight, ModelQueue, Slot
 from services.scheduler.batching.pump import Pump
-from shared.messages import CreditsRevoked, InstanceFree
+from shared.wire.messages import CreditsRevoked, InstanceFree
 
 log = logging.getLogger("shoal.scheduler")
 

@@ -16,8 +16,8 @@ from services.scheduler.batching.ratelimit import Need
 from services.scheduler.sequences.book import Sequence
 from services.scheduler.sequences.queue import SequenceQueue
 from services.scheduler.statistics.stats import ModelStats
-from shared.messages import RequestHeader
 from shared.model_config import ModelSpec
+from shared.wire.messages import RequestHeader
 
 Key = tuple[str, int]  # (model, version)
 

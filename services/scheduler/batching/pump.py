@@ -27,10 +27,10 @@ from services.scheduler.batching.ratelimit import RateLimiter, instance_needs
 from services.scheduler.batching.replies import Replies
 from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.tasks import Tasks
-from shared import subjects
 from shared.logcontext import request_ids
-from shared.messages import ExecBatch, RequestHeader, SeqControl, encode
 from shared.model_config import ModelSpec
+from shared.wire import subjects
+from shared.wire.messages import ExecBatch, RequestHeader, SeqControl, encode
 
 log = logging.getLogger("shoal.scheduler")
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.statistics.reasons import FailReason
 from shared.errors import Code
-from shared.messages import InferResponse, RequestHeader, encode
+from shared.wire.messages import InferResponse, RequestHeader, encode
 
 Publish = Callable[[str, bytes], Awaitable[None]]
 

@@ -38,15 +38,15 @@ from services.scheduler.ensembles.stream import EnsembleStream, StreamFailed, fi
 from services.scheduler.ensembles.timing import StepLatency, compute_phases
 from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.statistics.stats import ModelStats
-from shared import subjects
 from shared.dispatch import Dispatcher, LocalScheduler
 from shared.ensemble_graph import EnsembleGraph, Step, graph_from_config, is_decoupled, is_ensemble
 from shared.errors import Code, ShoalError
 from shared.logcontext import request_ids
-from shared.messages import InferRequest, InferResponse, ModelRecord, TensorRef, encode
 from shared.model_config import ModelSpec, spec_from_json
 from shared.revisions import Revisions
-from shared.tensors import TensorStore
+from shared.wire import subjects
+from shared.wire.messages import InferRequest, InferResponse, ModelRecord, TensorRef, encode
+from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.scheduler.ensemble")
 _request_decoder = msgspec.msgpack.Decoder(InferRequest)

@@ -18,8 +18,8 @@ import msgspec
 from shared.dispatch import Dispatcher
 from shared.ensemble_graph import Step
 from shared.errors import invalid, not_found, unavailable
-from shared.messages import InferRequest, TensorRef
 from shared.model_config import ModelSpec, TensorSpec
+from shared.wire.messages import InferRequest, TensorRef
 
 
 def _fmt(dims: Sequence[int]) -> str:

@@ -36,9 +36,9 @@ from services.scheduler.ensembles.timing import StepLatency, compute_phases
 from shared.dispatch import Dispatcher
 from shared.ensemble_graph import EnsembleGraph, Step, is_decoupled, max_inflight
 from shared.errors import Code, ShoalError
-from shared.messages import InferRequest, InferResponse, TensorRef, encode
 from shared.model_config import ModelSpec
-from shared.tensors import TensorStore
+from shared.wire.messages import InferRequest, InferResponse, TensorRef, encode
+from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.scheduler.ensemble")
 

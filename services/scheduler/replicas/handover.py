@@ -50,8 +50,9 @@ from nats.errors import NoRespondersError
 
 from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.sequences.book import CorrId, SequenceBook
-from shared import bus, subjects
-from shared.messages import ForwardedRequests, RequestHeader, SequenceResidue, encode
+from shared import bus
+from shared.wire import subjects
+from shared.wire.messages import ForwardedRequests, RequestHeader, SequenceResidue, encode
 
 log = logging.getLogger("shoal.scheduler.handover")
 

@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from shared import bus, subjects
+from shared import bus
+from shared.wire import subjects
 
 log = logging.getLogger("shoal.scheduler")
 

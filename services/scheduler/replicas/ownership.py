@@ -14,7 +14,8 @@ from nats.aio.client import Client as NATS
 from services.scheduler.replicas.handover import RESIDUE_MAX_S, SHUTDOWN_RESIDUE_S, HandOver, Queues, Sequences, Take
 from services.scheduler.replicas.leases import TTL_S as LEASE_TTL_S
 from services.scheduler.replicas.leases import Leases
-from shared import bus, subjects
+from shared import bus
+from shared.wire import subjects
 
 log = logging.getLogger("shoal.scheduler")
 

@@ -23,10 +23,10 @@ from services.scheduler.sequences.book import CorrId, Sequence, SequenceBook, Sl
 from services.scheduler.sequences.queue import SequenceQueue
 from services.scheduler.sequences.selection import decide
 from services.scheduler.statistics.reasons import FailReason
-from shared import subjects
 from shared.errors import Code
-from shared.messages import InferResponse, RequestHeader, SeqControl, SequenceEnded, encode
 from shared.sequence_config import CORRID, sequence_config
+from shared.wire import subjects
+from shared.wire.messages import InferResponse, RequestHeader, SeqControl, SequenceEnded, encode
 
 log = logging.getLogger("shoal.scheduler.sequences")
 

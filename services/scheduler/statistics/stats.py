@@ -8,7 +8,7 @@ from typing import Any
 
 from services.scheduler.statistics.latency import Latencies
 from services.scheduler.statistics.reasons import FailReason
-from shared.statistics import INFERENCE_STATS, model_stats_doc
+from shared.wire.statistics import INFERENCE_STATS, model_stats_doc
 
 
 @dataclass

@@ -22,8 +22,9 @@ import msgspec
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from shared import bus, subjects
-from shared.messages import InstanceRecord, ModelRecord, encode
+from shared import bus
+from shared.wire import subjects
+from shared.wire.messages import InstanceRecord, ModelRecord, encode
 
 log = logging.getLogger("shoal.worker")
 

@@ -29,8 +29,8 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
-from shared import subjects
 from shared.settings import WorkerSettings, to_argv
+from shared.wire import subjects
 
 log = logging.getLogger("shoal.worker")
 

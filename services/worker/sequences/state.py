@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from shared.datatypes import numpy_dtype
-from shared.messages import SeqControl
 from shared.paths import inside
 from shared.sequence_config import SequenceConfig, State
+from shared.wire.messages import SeqControl
 
 Key = tuple[int | str, int]
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from services.scheduler.batching.flights import Flights
 from services.scheduler.batching.model_queue import InFlight, Key, Pending, Slot
-from shared.messages import RequestHeader
+from shared.wire.messages import RequestHeader
 
 
 def flight(worker: str, dispatched: float) -> InFlight:

@@ -16,8 +16,16 @@ from services.scheduler.batching.pump import Pump
 from services.scheduler.batching.ratelimit import RateLimiter
 from services.scheduler.tasks import Tasks
 from shared import bus
-from shared.messages import CreditsRevoked, ExecBatch, InferResponse, InstanceFree, RequestDone, RequestHeader, encode
 from shared.natsserver import NatsServer
+from shared.wire.messages import (
+    CreditsRevoked,
+    ExecBatch,
+    InferResponse,
+    InstanceFree,
+    RequestDone,
+    RequestHeader,
+    encode,
+)
 from tests.serving import until
 
 EXEC = "test.worker.w.exec"

@@ -10,7 +10,7 @@ import msgspec
 
 from services.scheduler.ensembles.runner import EnsembleRunner
 from shared.errors import unavailable
-from shared.messages import InferRequest, InferResponse, ModelRecord, ModelVersionState, TensorRef
+from shared.wire.messages import InferRequest, InferResponse, ModelRecord, ModelVersionState, TensorRef
 
 
 def io(name: str, dims: list[int] | None = None) -> dict:

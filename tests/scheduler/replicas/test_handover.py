@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from services.scheduler.replicas.handover import Seen, busy, route
 from services.scheduler.sequences.book import SequenceBook
-from shared.messages import RequestHeader, SequenceResidue
+from shared.wire.messages import RequestHeader, SequenceResidue
 from tests.scheduler.sequences.test_book import Req
 
 INSTANCES = (("w1", 0), ("w2", 0))

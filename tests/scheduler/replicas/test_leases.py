@@ -8,8 +8,9 @@ import nats
 import pytest
 
 from services.scheduler.replicas.leases import TTL_S, Leases
-from shared import bus, subjects
+from shared import bus
 from shared.natsserver import NatsServer
+from shared.wire import subjects
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ import pytest
 from services.scheduler.batching.model_queue import InFlight, ModelQueue, Pending, Slot
 from services.scheduler.sequences.batcher import Sequencer
 from services.scheduler.statistics.reasons import FailReason
-from shared import subjects
-from shared.messages import InferResponse, RequestHeader, SeqControl, SequenceEnded
 from shared.model_config import spec_from_json
+from shared.wire import subjects
+from shared.wire.messages import InferResponse, RequestHeader, SeqControl, SequenceEnded
 from tests.serving import until
 
 INBOX = "test.inbox"

@@ -11,9 +11,10 @@ import msgspec
 import pytest
 
 from services.worker.python.child_reports import ChildReports
-from shared import bus, subjects
-from shared.messages import InstanceRecord, ModelRecord, encode
+from shared import bus
 from shared.natsserver import NatsServer
+from shared.wire import subjects
+from shared.wire.messages import InstanceRecord, ModelRecord, encode
 
 PARENT = "w1"
 CHILD = f"{PARENT}-py-crasher"

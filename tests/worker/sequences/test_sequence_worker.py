@@ -7,8 +7,8 @@ import pytest
 
 from services.worker.sequences.controls import control_arrays, flags
 from services.worker.sequences.state import StateStore
-from shared.messages import SeqControl
 from shared.sequence_config import sequence_config
+from shared.wire.messages import SeqControl
 
 CONFIG = {
     "name": "m",

@@ -29,9 +29,10 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from shared import bus, subjects
+from shared import bus
 from shared.errors import Code, ShoalError
-from shared.messages import TensorRef
+from shared.wire import subjects
+from shared.wire.messages import TensorRef
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import pytest
 
 from shared import bus
 from shared.natsserver import NatsServer
-from shared.tensors import TensorStore
+from shared.wire.tensors import TensorStore
 
 
 @pytest.fixture(scope="module")

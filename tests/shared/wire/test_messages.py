@@ -1,4 +1,4 @@
-"""The repository's and the statistics' requests are Structs (shared/messages.py) whose JSON is
+"""The repository's and the statistics' requests are Structs (shared/wire/messages.py) whose JSON is
 what the services sent as plain dicts before: a sender built from either is understood."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.messages import (
+from shared.wire.messages import (
     DemandRequest,
     IndexRequest,
     LoadRequest,
