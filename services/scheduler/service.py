@@ -22,10 +22,11 @@ from nats.aio.subscription import Subscription
 
 from services.scheduler.acknowledgements import Acknowledgements
 from services.scheduler.batching.credits import Credits
-from services.scheduler.batching.model_queue import Key, ModelQueue
+from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.batching.pump import Pump
 from services.scheduler.batching.ratelimit import RateLimiter, parse_resources
 from services.scheduler.ensembles.runner import EnsembleRunner
+from services.scheduler.records import Key
 from services.scheduler.replicas.ownership import Ownership
 from services.scheduler.sequences.batcher import Dispatch, Sequencer
 from services.scheduler.statistics.report import quantiles_asked, report

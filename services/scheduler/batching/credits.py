@@ -9,8 +9,9 @@ import logging
 import time
 from collections import deque
 
-from services.scheduler.batching.model_queue import InFlight, ModelQueue, Slot
+from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.batching.pump import Pump
+from services.scheduler.records import InFlight, Slot
 from shared.messages import CreditsRevoked, InstanceFree
 
 log = logging.getLogger("shoal.scheduler")

@@ -6,7 +6,7 @@ import secrets
 from collections import Counter
 from collections.abc import Callable
 
-from services.scheduler.batching.model_queue import InFlight, Key, Slot
+from services.scheduler.records import InFlight, Key, Slot
 
 FlightKey = tuple[str, int]  # (worker, batch id)
 Instance = tuple[str, Key, int]  # (worker, model version, instance index): indices are per model

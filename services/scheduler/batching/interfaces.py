@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from services.scheduler.batching.model_queue import InFlight, ModelQueue, Pending
+from services.scheduler.batching.model_queue import ModelQueue
+from services.scheduler.records import InFlight, Pending
 
 
 class SequenceBatching(Protocol):

@@ -1,5 +1,5 @@
-"""One model version's queue as the scheduler keeps it: the requests waiting, the worker
-credits free to take a batch, and what a batch in flight remembers."""
+"""One model version's queue as the scheduler keeps it: the requests waiting and the worker
+credits free to take a batch."""
 
 from __future__ import annotations
 
@@ -7,73 +7,14 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-import msgspec
-
 from services.scheduler.batching.batcher import BatchPolicy
 from services.scheduler.batching.ordering import OrderedRelease
 from services.scheduler.batching.queues import Priorities, RequestQueue
 from services.scheduler.batching.ratelimit import Need
-from services.scheduler.sequences.book import Sequence
+from services.scheduler.records import Key, Pending, Slot
 from services.scheduler.sequences.queue import SequenceQueue
 from services.scheduler.statistics.stats import ModelStats
-from shared.messages import RequestHeader
 from shared.model_config import ModelSpec
-
-Key = tuple[str, int]  # (model, version)
-
-
-@dataclass
-class Pending:
-    header: RequestHeader
-    raw: msgspec.Raw  # the request exactly as the gateway encoded it
-    arrived: float  # monotonic
-    enqueued_ns: int = 0  # CLOCK_MONOTONIC, for traces
-    level: int = 0  # priority level (0: the model has one queue)
-    queue_deadline_ns: int = 0  # queue policy timeout, wall clock; 0 = none
-    sequence: Sequence | None = None  # sequence-batched models: the sequence it belongs to
-    retried: bool = False  # sent again once after its worker died (never twice: it may be what kills them)
-
-    @property
-    def batch_size(self) -> int:
-        return self.header.batch_size
-
-    @property
-    def expires_ns(self) -> int:
-        if self.queue_deadline_ns:
-            return min(self.header.deadline_ns, self.queue_deadline_ns)
-        return self.header.deadline_ns
-
-    @property
-    def shape_sig(self) -> str:
-        return self.header.shape_sig
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One credit of one instance: the right to send it one batch."""
-
-    worker: str
-    instance: int
-    credit: int
-    subject: str
-    generation: int = 0
-
-
-@dataclass
-class InFlight:
-    key: Key
-    slot: Slot
-    requests: list[Pending]
-    dispatched: float
-    cancelled: set[str] = field(default_factory=set)  # rids whose client left while the batch waited
-
-    def holds(self, rid: str) -> bool:
-        return any(p.header.rid == rid for p in self.requests)
-
-    @property
-    def live(self) -> list[Pending]:
-        """Its requests still owed an answer: a cancelled one was answered (counted) already."""
-        return [p for p in self.requests if p.header.rid not in self.cancelled]
 
 
 def policy_for(spec: ModelSpec | None) -> BatchPolicy:

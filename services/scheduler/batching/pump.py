@@ -20,11 +20,12 @@ from nats.aio.client import Client as NATS
 from services.scheduler.batching.batcher import next_batch
 from services.scheduler.batching.flights import Flights
 from services.scheduler.batching.interfaces import SequenceBatching
-from services.scheduler.batching.model_queue import InFlight, Key, ModelQueue, Pending, Slot, policy_for
+from services.scheduler.batching.model_queue import ModelQueue, policy_for
 from services.scheduler.batching.prefetch import may_prefetch
 from services.scheduler.batching.queues import Priorities
 from services.scheduler.batching.ratelimit import RateLimiter, instance_needs
 from services.scheduler.batching.replies import Replies
+from services.scheduler.records import InFlight, Key, Pending, Slot
 from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.tasks import Tasks
 from shared import subjects

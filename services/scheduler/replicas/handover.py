@@ -49,7 +49,8 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
 from services.scheduler.batching.model_queue import ModelQueue
-from services.scheduler.sequences.book import CorrId, SequenceBook
+from services.scheduler.records import CorrId
+from services.scheduler.sequences.book import SequenceBook
 from shared import bus, subjects
 from shared.messages import ForwardedRequests, RequestHeader, SequenceResidue, encode
 

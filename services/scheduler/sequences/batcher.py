@@ -18,8 +18,9 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
-from services.scheduler.batching.model_queue import InFlight, ModelQueue, Pending, Slot
-from services.scheduler.sequences.book import CorrId, Sequence, SequenceBook, SlotKey
+from services.scheduler.batching.model_queue import ModelQueue
+from services.scheduler.records import CorrId, InFlight, Pending, Sequence, Slot, SlotKey
+from services.scheduler.sequences.book import SequenceBook
 from services.scheduler.sequences.queue import SequenceQueue
 from services.scheduler.sequences.selection import decide
 from services.scheduler.statistics.reasons import FailReason

@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from services.scheduler.batching.batcher import BatchPolicy, next_batch
-from services.scheduler.sequences.book import Sequence
+from services.scheduler.records import Sequence
 from shared.sequence_config import SequenceConfig
 
 

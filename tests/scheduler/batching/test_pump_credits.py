@@ -11,9 +11,10 @@ import nats
 import pytest
 
 from services.scheduler.batching.credits import FLIGHT_GRACE_S, Credits
-from services.scheduler.batching.model_queue import InFlight, ModelQueue, Pending, Slot
+from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.batching.pump import Pump
 from services.scheduler.batching.ratelimit import RateLimiter
+from services.scheduler.records import InFlight, Pending, Slot
 from services.scheduler.tasks import Tasks
 from shared.messages import CreditsRevoked, ExecBatch, InferResponse, InstanceFree, RequestDone, RequestHeader, encode
 from shared.natsserver import NatsServer

@@ -13,7 +13,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from services.scheduler.batching.model_queue import InFlight, ModelQueue, Pending, Slot
+from services.scheduler.batching.model_queue import ModelQueue
+from services.scheduler.records import InFlight, Pending, Slot
 from services.scheduler.sequences.batcher import Sequencer
 from services.scheduler.statistics.reasons import FailReason
 from shared import subjects
