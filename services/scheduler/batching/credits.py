@@ -24,7 +24,7 @@ class Credits:
     def __init__(self, pump: Pump) -> None:
         self.pump = pump
         self.flights = pump.flights
-        self.replies = pump.replies
+        self.answers = pump.answers
         self.sequences = pump.sequences
 
     async def on_free(self, free: InstanceFree) -> None:
@@ -57,9 +57,9 @@ class Credits:
             if header is None:
                 continue
             queue.stats.record_request(done.ok, now_ns - header.received_ns)
-            await self.replies.finish(queue, header, done.response or None)
+            await self.answers.finish(queue, header, done.response or None)
         for header in headers.values():  # the worker did not report them: fail, never lose
-            await self.replies.fail(queue, header, f"request was lost by worker {free.worker}")
+            await self.answers.fail(queue, header, f"request was lost by worker {free.worker}")
 
     @staticmethod
     def _record_batch(queue: ModelQueue, free: InstanceFree, flight: InFlight) -> None:
@@ -140,7 +140,7 @@ class Credits:
                 queue.requests.appendleft(pending)
                 back = True
             else:
-                await self.replies.fail(queue, pending.header, reason)
+                await self.answers.fail(queue, pending.header, reason)
         return back
 
     async def lost_in_transit(self, worker: str, holding: set[int], cutoff: float) -> int:
@@ -193,7 +193,7 @@ class Credits:
             queue = self.pump.queue(*flight.key)
             log.warning("batch %d of '%s' on worker %s never completed; failing it", key[1], flight.key[0], key[0])
             for pending in flight.live:
-                await self.replies.fail(queue, pending.header, "the request was lost on its way to or from a worker")
+                await self.answers.fail(queue, pending.header, "the request was lost on its way to or from a worker")
             if flight.slot not in queue.free:
                 queue.free.append(flight.slot)
             await self.pump.pump(queue)

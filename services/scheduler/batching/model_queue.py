@@ -7,7 +7,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-from services.scheduler.batching.batcher import BatchPolicy
+from services.scheduler.batching.formation import BatchPolicy
 from services.scheduler.batching.ordering import OrderedRelease
 from services.scheduler.batching.queues import Priorities, RequestQueue
 from services.scheduler.batching.ratelimit import Need

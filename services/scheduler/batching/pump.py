@@ -17,14 +17,14 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 
-from services.scheduler.batching.batcher import next_batch
+from services.scheduler.batching.answers import Answers
 from services.scheduler.batching.flights import Flights
+from services.scheduler.batching.formation import next_batch
 from services.scheduler.batching.interfaces import SequenceBatching
 from services.scheduler.batching.model_queue import ModelQueue, policy_for
 from services.scheduler.batching.prefetch import may_prefetch
 from services.scheduler.batching.queues import Priorities
 from services.scheduler.batching.ratelimit import RateLimiter, instance_needs
-from services.scheduler.batching.replies import Replies
 from services.scheduler.records import InFlight, Key, Pending, Slot
 from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.tasks import Tasks
@@ -54,7 +54,7 @@ class Pump:
         self.tasks = tasks
         self.queues: dict[Key, ModelQueue] = {}
         self.flights = Flights(self._flight_ended)
-        self.replies = Replies(nc.publish)
+        self.answers = Answers(nc.publish)
         self.sequences = sequences(self)
 
     # -- queues ---------------------------------------------------------------------
@@ -93,7 +93,7 @@ class Pump:
         level = queue.priorities.level(header.priority)
         policy = queue.priorities.policy(level)
         if policy.max_queue_size and queue.requests.size(level) >= policy.max_queue_size:
-            await self.replies.fail(queue, header, "Exceeds maximum queue size", FailReason.REJECTED)
+            await self.answers.fail(queue, header, "Exceeds maximum queue size", FailReason.REJECTED)
             return False
         timeout_us = policy.timeout_us(header.timeout_us)
         enqueued_ns = time.monotonic_ns() if header.trace else 0
@@ -114,13 +114,13 @@ class Pump:
             await self.sequences.cancel(queue, rid)
             return
         for pending in queue.requests.remove(lambda p: p.header.rid == rid):
-            await self.replies.dropped(queue, pending.header, FailReason.CANCELED)
+            await self.answers.dropped(queue, pending.header, FailReason.CANCELED)
             return
         for flight in self.flights.waiting(queue.key):  # sent ahead, not started: cancelled as if queued
             for pending in flight.requests:
                 if pending.header.rid == rid and rid not in flight.cancelled:
                     flight.cancelled.add(rid)  # its answer, when it comes, is dropped
-                    await self.replies.dropped(queue, pending.header, FailReason.CANCELED)
+                    await self.answers.dropped(queue, pending.header, FailReason.CANCELED)
                     return
 
     def pending(self, queue: ModelQueue) -> int:
@@ -133,7 +133,7 @@ class Pump:
         if queue.seq is not None:
             await self.sequences.abandon(queue, message)
         while queue.requests:
-            await self.replies.fail(queue, queue.requests.popleft().header, message)
+            await self.answers.fail(queue, queue.requests.popleft().header, message)
 
     # -- batches --------------------------------------------------------------------
     async def pump(self, queue: ModelQueue) -> None:
@@ -187,9 +187,9 @@ class Pump:
         expired = queue.requests.remove(lambda p: p.header.deadline_ns <= now_ns)  # before any await
         timed_out = queue.requests.time_out(now_ns, queue.priorities)
         for pending in expired:
-            await self.replies.dropped(queue, pending.header, FailReason.REJECTED)
+            await self.answers.dropped(queue, pending.header, FailReason.REJECTED)
         for pending in timed_out:
-            await self.replies.fail(queue, pending.header, "Request timeout expired", FailReason.REJECTED)
+            await self.answers.fail(queue, pending.header, "Request timeout expired", FailReason.REJECTED)
 
     def can_run(self, queue: ModelQueue, slot: Slot) -> bool:
         """Whether the rate limiter lets the slot's instance run a batch now."""
@@ -250,7 +250,7 @@ class Pump:
             log.error("cannot send a batch of '%s' to worker %s: %s", queue.key[0], slot.worker, exc)
             queue.free.appendleft(slot)
             for pending in batch:
-                await self.replies.fail(
+                await self.answers.fail(
                     queue, pending.header, f"cannot reach worker {slot.worker}: {type(exc).__name__}"
                 )
             return False
@@ -274,7 +274,7 @@ class Pump:
     async def fail(
         self, queue: ModelQueue, header: RequestHeader, message: str, reason: FailReason = FailReason.OTHER
     ) -> None:
-        await self.replies.fail(queue, header, message, reason)
+        await self.answers.fail(queue, header, message, reason)
 
     def after(self, delay_s: float, job: Callable[[], Awaitable[Any]]) -> asyncio.TimerHandle:
         return self.tasks.after(delay_s, job)
