@@ -76,9 +76,9 @@ class SchedulerService:
         self.nc = nc
         self.tasks = Tasks()
         limiter = RateLimiter(settings.rate_limit == "execution_count", parse_resources(settings.rate_limit_resource))
-        flights, answers = Flights(), Answers(nc.publish)
-        self.pump = Pump(nc, limiter, self.tasks, flights, answers, Disciplines(nc.publish), local_inbox)
-        self.credits = Credits(self.pump, flights, answers)
+        self.flights, answers = Flights(), Answers(nc.publish)
+        self.pump = Pump(nc, limiter, self.tasks, self.flights, answers, Disciplines(nc.publish), local_inbox)
+        self.credits = Credits(self.pump, self.flights, answers)
         self.liveness = WorkerLiveness(
             nc, settings.worker_timeout_s, self.credits.worker_lost, self._worker_back, probe=True
         )
@@ -120,7 +120,7 @@ class SchedulerService:
                 f"{m}/{v}": {
                     "queued": self.pump.pending(q),
                     "free_credits": len(q.free),
-                    "running_batches": self.pump.flights.count((m, v)),
+                    "running_batches": self.flights.count((m, v)),
                 }
                 for (m, v), q in queues.items()
             },

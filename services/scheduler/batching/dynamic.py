@@ -43,9 +43,10 @@ class DynamicBatcher:
         return True
 
     async def retire(self, queue: ModelQueue) -> None:
-        """The model was reloaded as sequence-batched: what it queued before cannot run there."""
+        """The model is now sequence-batched (a reload): what it queued cannot run there, and is
+        answered (never left to its deadline)."""
         while self.requests:
-            message = f"model '{queue.key[0]}' was reloaded with the sequence batcher; send the request again"
+            message = f"model '{queue.key[0]}' is now served by the sequence batcher; send the request again"
             await self.host.fail(queue, self.requests.popleft().header, message)
 
     # -- arrivals -------------------------------------------------------------------

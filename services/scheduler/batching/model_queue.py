@@ -33,10 +33,6 @@ class ModelQueue:
         return self.needs[instance] if 0 <= instance < len(self.needs) else Need()
 
     @property
-    def pending_count(self) -> int:
-        return self.discipline.queued()
-
-    @property
     def preserve_ordering(self) -> bool:
         return bool(self.spec and self.spec.dynamic_batching and self.spec.dynamic_batching.preserve_ordering)
 

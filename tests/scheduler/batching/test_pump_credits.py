@@ -216,5 +216,5 @@ async def test_a_reload_keeps_the_queue_its_discipline_serves_and_replaces_the_o
     bench.pump.configure(bench.queue, spec(sequence_batching={"direct": {}}))
     assert isinstance(bench.queue.discipline, SequenceBatcher)
     await until(lambda: "queued" in bench.answers)  # what it queued cannot run there: answered, never lost
-    assert bench.answers["queued"].error == "model 'm' was reloaded with the sequence batcher; send the request again"
+    assert bench.answers["queued"].error == "model 'm' is now served by the sequence batcher; send the request again"
     assert bench.pump.pending(bench.queue) == 0
