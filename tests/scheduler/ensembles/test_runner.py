@@ -41,8 +41,10 @@ class Scripted(EnsembleRunner):
         super().__init__(None, "test")
         self.answers = answers
         self.sent: list[InferRequest] = []
-        for name, config in (("pre", MEMBER), ("cls", MEMBER), ("seg", MEMBER), ("pipeline", PIPELINE)):
-            self.on_record(name, record(name, config))
+        for revision, (name, config) in enumerate(
+            (("pre", MEMBER), ("cls", MEMBER), ("seg", MEMBER), ("pipeline", PIPELINE)), 1
+        ):
+            self.on_record(name, record(name, config), revision)
 
     async def call(self, request: InferRequest) -> InferResponse:
         self.sent.append(request)

@@ -103,8 +103,10 @@ class Scripted(EnsembleRunner):
         self.tokens, self.fail_post_at, self.fail_gen_at, self.hang_at = tokens, fail_post_at, fail_gen_at, hang_at
         self.post_running = self.post_most = 0
         self.gen_closed = False
-        for name, config in (("pre", PRE), ("gen", GEN), ("post", POST), ("E", ensemble(limit, outputs))):
-            self.on_record(name, record(name, config))
+        for revision, (name, config) in enumerate(
+            (("pre", PRE), ("gen", GEN), ("post", POST), ("E", ensemble(limit, outputs))), 1
+        ):
+            self.on_record(name, record(name, config), revision)
 
     def _ref(self, name: str, value: int) -> TensorRef:
         segment = next(self.segments)
