@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
+from services.worker.batch_inputs import BatchInput, compute
 from shared.model_config import ModelSpec
 
 
-def gather(spec: ModelSpec, requests: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def gather(
+    spec: ModelSpec, requests: list[dict[str, np.ndarray]], extra: Sequence[BatchInput] = ()
+) -> dict[str, np.ndarray]:
     """Concatenate each input along the batch dimension and apply the config's `reshape`.
 
     A ragged input (`allow_ragged_batch`) reaches the model flat, every request's elements in
-    order, as Triton's backends give it (its shapes differ from request to request)."""
-    batched: dict[str, np.ndarray] = {}
+    order, as Triton's backends give it (its shapes differ from request to request); the config's
+    batch inputs (`extra`, batch_inputs.py) say where each request's elements are."""
+    batched: dict[str, np.ndarray] = compute(extra, requests, spec.max_batch_size > 0) if extra else {}
     for name in requests[0]:
         parts = [r[name] for r in requests]
         tensor = spec.input(name)

@@ -77,6 +77,7 @@ def build_repository(root: Path) -> Path:
     )
     write_ragged_model(root)
     write_ragged_onnx_model(root)
+    write_batch_input_model(root)
     write_qa_int32_model(root)
     # item 15: qa/L0_model_queue test_priority_with_policy's model (its 10 s delay as 4 s)
     policies = (
@@ -120,6 +121,39 @@ def write_ragged_onnx_model(root: Path) -> None:
         + f"dynamic_batching {{ preferred_batch_size: [ 2, 6 ] max_queue_delay_microseconds: {DELAY_US} }}\n"
     )
     examples.write_model(root, "ragged_onnx", examples.identity_graph(TensorProto.FLOAT, 1, "ragged_onnx"), config)
+
+
+BATCH_INPUT_CONFIG = """
+name: "ragged_index"
+backend: "onnxruntime"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]
+batch_input [ { kind: BATCH_ACCUMULATED_ELEMENT_COUNT target_name: "INDEX" data_type: TYPE_FP32 source_input: "INPUT0" } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "END" data_type: TYPE_FP32 dims: [ 1 ] } ]
+batch_output [ { target_name: "OUTPUT0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "INPUT0" } ]
+dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: %d }
+"""
+
+
+def write_batch_input_model(root: Path) -> None:
+    """Triton's ragged-batching example (docs/ragged_batching.md): a flat ragged INPUT0 and the
+    batch input INDEX, each request's accumulated element count, which this model answers as END
+    (one value per request: where the request's elements end in the flat batch)."""
+    from onnx import helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"]), helper.make_node("Identity", ["INDEX"], ["END"])],
+        "ragged_index",
+        [
+            helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, [None]),
+            helper.make_tensor_value_info("INDEX", TensorProto.FLOAT, [None]),
+        ],
+        [
+            helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, [None]),
+            helper.make_tensor_value_info("END", TensorProto.FLOAT, [None]),
+        ],
+    )
+    examples.write_model(root, "ragged_index", graph, BATCH_INPUT_CONFIG % DELAY_US)
 
 
 def write_ragged_model(root: Path) -> None:
@@ -454,4 +488,23 @@ def test_a_tensor_backend_gets_the_ragged_batch_flat_and_each_request_its_shape(
     for request, data in zip(pending, sent):
         np.testing.assert_array_equal(request.get_result().as_numpy("OUTPUT0"), data)
     assert batch_sizes(client, "ragged_onnx") == {2: 1}
+    client.close()
+
+
+def test_a_batch_input_tells_the_model_where_each_ragged_request_ends(served):
+    """Issue 28 item 10: `batch_input { kind: BATCH_ACCUMULATED_ELEMENT_COUNT }` on a ragged input:
+    requests of 16 and 8 elements form one batch of 2, and the model gets INDEX = [16, 24]."""
+    client = httpclient.InferenceServerClient(served.url, concurrency=2, network_timeout=60)
+    pending, sent = [], []
+    for width in (16, 8):
+        data = np.arange(width, dtype=np.float32).reshape(1, width)
+        tensor = httpclient.InferInput("INPUT0", [1, width], "FP32")
+        tensor.set_data_from_numpy(data)
+        pending.append(client.async_infer("ragged_index", [tensor]))
+        sent.append(data)
+    results = [request.get_result() for request in pending]
+    for result, data in zip(results, sent):
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+    assert [result.as_numpy("END").reshape(-1).tolist() for result in results] == [[16.0], [24.0]]
+    assert batch_sizes(client, "ragged_index") == {2: 1}
     client.close()

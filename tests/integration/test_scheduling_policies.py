@@ -43,6 +43,17 @@ POLICIES = {  # one-instance python models that take 0.2 s an execution, or as l
     "slow_batching": (8, ""),
 }
 
+
+def config(name: str, batching: str) -> str:
+    """A one-instance onnxruntime model's config (other modules' slow `examples.slow_graph` models)."""
+    return (
+        f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: 1\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        f"dynamic_batching {{ {batching} }}\ninstance_group [ {{ count: 1 kind: KIND_CPU }} ]\n"
+    )
+
+
 # 0.2 s an execution, and longer while the test holds the model's gate open: on a loaded machine
 # the test, not a timing, decides how long the instance stays busy (a test that watches the queue
 # while the instance runs needs it busy for as long as the test takes to look)

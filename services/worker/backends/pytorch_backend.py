@@ -81,7 +81,9 @@ class TorchInstance(BatchedRunner):
             raise unavailable(f"unable to load TorchScript model '{spec.name}' from {path}: {exc}") from None
         self.module.eval()
         arguments = [a.name for a in self.module.forward.schema.arguments][1:]  # without `self`
-        self.inputs = bind_inputs(spec.name, [t.name for t in spec.inputs], arguments)
+        # batch inputs follow the config's inputs, as in Triton's PyTorch backend
+        names = [t.name for t in spec.inputs] + [t for rule in self.batch_inputs for t in rule.targets]
+        self.inputs = bind_inputs(spec.name, names, arguments)
         self.outputs = bind_outputs([t.name for t in spec.outputs])
         log.info(
             "model '%s' instance '%s' on %s: inputs by %s (forward%s)",

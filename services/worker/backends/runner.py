@@ -18,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
+from services.worker import batch_inputs
 from services.worker.batch import gather, scatter
 from shared.errors import Code
 from shared.model_config import ModelSpec
@@ -137,6 +138,7 @@ class BatchedRunner:
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
+        self.batch_inputs = batch_inputs.parse(spec.config)  # a bad one fails the load, as in Triton
 
     @abstractmethod
     def run(self, inputs: Tensors, output_names: list[str]) -> Tensors: ...
@@ -146,7 +148,7 @@ class BatchedRunner:
 
     def execute(self, batch: Batch) -> list[Result]:
         requests = [w.inputs for w in batch.work]
-        inputs = gather(self.spec, requests)
+        inputs = gather(self.spec, requests, self.batch_inputs)
         batch.inputs_ready()
         names = sorted({n for w in batch.work for n in w.outputs} | set(batch.extra_outputs))
         outputs = self.run(inputs, names)
