@@ -196,7 +196,8 @@ class SchedulerService:
             if self.ensembles.handles(header.model):  # a dataflow over its steps, no queue of its own
                 self.ensembles.submit(raw, queue.stats)
                 continue
-            holder = None if routed else handover.route(queue, header)
+            # only while other replicas hold sequences of its model (`seen`) may a request go elsewhere
+            holder = None if routed or not handover.seen else handover.route(queue, header)
             if holder is not None:
                 forward.setdefault(holder, []).append(raw)
             elif await self.pump.admit(queue, header, raw, now):
