@@ -10,8 +10,12 @@ known number of requests with the official tritonclient over HTTP (threads, one 
 reads around them:
   - nats-server's /varz: in_msgs and out_msgs per request (a message published is one in, each
     subscriber it reaches one out);
-  - /proc CPU time (user + system) of every process of the `shoal serve` tree, µs per request.
-Cases: `simple` at concurrency 1 and 16, and `identity_fp32` (dynamic batching) at 16.
+  - /proc CPU time (user + system) of every process of the `shoal serve` tree, µs per request;
+  - /proc system calls of each process (`syscr`, `syscw` in /proc/PID/io: read and write
+    calls of every kind, sockets, eventfds and pipes alike), per request: unlike `strace -c` it
+    does not slow the process it counts.
+Cases: `simple` (a python model) at concurrency 1 and 16, `identity_fp32` (native onnxruntime,
+dynamic batching) at 16, and `mlp` (native onnxruntime, dynamic batching, two instances) at 16.
 The CPU figures move with the machine's load (printed beside them); the message counts do not.
 `--calls`: instead, Python function calls per request per process, a count the load does not move
 (cProfile through `SHOAL_PROFILE_DIR`, shared/runtime.py): each shape is served twice, with N and 2N
@@ -43,6 +47,7 @@ CASES = {  # name -> (model, concurrency)
     "simple_c1": ("simple", 1),
     "simple_c16": ("simple", 16),
     "identity_c16": ("identity_fp32", 16),
+    "mlp_c16": ("mlp", 16),
 }
 
 
@@ -54,8 +59,9 @@ def inputs(model: str) -> list[httpclient.InferInput]:
             tensor.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
             made.append(tensor)
         return made
-    tensor = httpclient.InferInput("INPUT0", [1, 16], "FP32")
-    tensor.set_data_from_numpy(np.ones((1, 16), np.float32))
+    width = 256 if model == "mlp" else 16
+    tensor = httpclient.InferInput("INPUT0", [1, width], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, width), np.float32))
     return [tensor]
 
 
@@ -85,24 +91,42 @@ def measure(shoal: Shoal, model: str, concurrency: int, total: int) -> dict:
     v0 = http_json(f"http://127.0.0.1:{shoal.monitor}/varz")
     n0 = served(url, model)
     c0 = {p: cpu_s(p) for p in pids}
+    s0 = {p: syscalls(p) for p in pids}
     started = time.monotonic()
     drive(url, model, concurrency, total)
     elapsed = time.monotonic() - started
     c1 = {p: cpu_s(p) for p in pids}
+    s1 = {p: syscalls(p) for p in pids}
     v1 = http_json(f"http://127.0.0.1:{shoal.monitor}/varz")
     n = served(url, model) - n0
     cpu: dict[str, float] = {}
+    calls: dict[str, list[int]] = {}
     for p in pids:
         cpu[names[p]] = cpu.get(names[p], 0.0) + (c1[p] - c0[p])
+        counted = calls.setdefault(names[p], [0, 0])
+        counted[0] += s1[p][0] - s0[p][0]
+        counted[1] += s1[p][1] - s0[p][1]
     return {
         "requests": n,
         "in_msgs_per_request": round((v1["in_msgs"] - v0["in_msgs"]) / n, 2),
         "out_msgs_per_request": round((v1["out_msgs"] - v0["out_msgs"]) / n, 2),
         "cpu_us_per_request": {k: round(v * 1e6 / n) for k, v in sorted(cpu.items()) if v > 0},
         "cpu_us_per_request_total": round(sum(cpu.values()) * 1e6 / n),
+        "syscalls_per_request": {  # [reads, writes]
+            k: [round(r / n, 2), round(w / n, 2)] for k, (r, w) in sorted(calls.items()) if r or w
+        },
         "requests_per_s": round(n / elapsed),
         "load_average": os.getloadavg()[0],
     }
+
+
+def syscalls(pid: int) -> tuple[int, int]:
+    """The process's read and write system calls so far (all of its threads)."""
+    try:
+        fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    except (OSError, ValueError):
+        return 0, 0
+    return int(fields["syscr"]), int(fields["syscw"])
 
 
 def profiled_calls(cmd: list[str], repo: Path, log: Path, shape: str, requests: int) -> dict[str, int]:
@@ -169,7 +193,7 @@ def messages_per_request(args: argparse.Namespace, repo: Path, out: Path) -> Non
     for shape in args.shapes.split(","):
         shoal = Shoal(shlex.split(args.shoal_cmd), repo, out / f"serve-{shape}.log", None)
         shoal.cmd += ["--cohost-scheduler", "true" if shape == "cohost" else "false"]
-        shoal.start(["simple", "identity_fp32"])
+        shoal.start(sorted({CASES[case][0] for case in args.cases.split(",")}))
         try:
             for case in args.cases.split(","):
                 model, concurrency = CASES[case]
@@ -187,6 +211,11 @@ def messages_per_request(args: argparse.Namespace, repo: Path, out: Path) -> Non
                 f"| {case} | {shape} | {r['in_msgs_per_request']} | {r['out_msgs_per_request']} | "
                 f"{r['cpu_us_per_request_total']} | {per} | {r['load_average']:.1f} |"
             )
+    print("\n| case | shape | system calls per request, reads / writes, per process |\n|---|---|---|")
+    for case, shapes in results.items():
+        for shape, r in shapes.items():
+            per = ", ".join(f"{k} {rw[0]} / {rw[1]}" for k, rw in r["syscalls_per_request"].items())
+            print(f"| {case} | {shape} | {per} |")
 
 
 if __name__ == "__main__":

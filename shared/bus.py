@@ -283,6 +283,16 @@ def reconnects(nc: NATS) -> int:
     return _reconnects.get(nc, 0)
 
 
+async def settled(nc: NATS) -> None:
+    """Everything this connection queued (its subscriptions too) has reached the server.
+
+    `nc.flush()` alone does not say so: nats-py 2.16 writes its PING straight to the socket,
+    ahead of commands still waiting for its flusher task, so the PONG can come back before a
+    SUB sent just before it is registered (another connection's publish then finds no one)."""
+    await nc._flush_pending(force_flush=True)
+    await nc.flush()
+
+
 class _Inline:
     """Stands in for a nats-py subscription's pending queue: `_process_msg` hands each message
     to `put_nowait`, which runs the callback at once (shared/eager.py) instead of waking the

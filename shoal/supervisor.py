@@ -47,6 +47,10 @@ class StartFailed(RuntimeError):
     """A service exited before the cluster was ready (`Cluster.fail_fast`)."""
 
 
+class StartInterrupted(RuntimeError):
+    """`wait_ready`'s cancel was set (SIGINT or SIGTERM while starting)."""
+
+
 @dataclass
 class Child:
     name: str
@@ -168,7 +172,7 @@ class Cluster:
 
     def wait_ready(self, timeout: float, cancel: threading.Event | None = None) -> list[dict]:
         """Block until the gateway answers and no model is still LOADING; returns the index.
-        `cancel` set (a SIGTERM while starting) ends the wait at once with TimeoutError."""
+        `cancel` set (SIGINT or SIGTERM while starting) ends the wait at once with StartInterrupted."""
         deadline = time.monotonic() + timeout
         index: list[dict] = []
         while time.monotonic() < deadline and not (cancel is not None and cancel.is_set()):
@@ -188,6 +192,8 @@ class Cluster:
             except (urllib.error.URLError, OSError, ValueError):
                 pass
             time.sleep(0.1)
+        if cancel is not None and cancel.is_set():
+            raise StartInterrupted("stopped while starting")
         raise TimeoutError(f"models not loaded after {timeout}s: {index}")
 
 
@@ -330,8 +336,48 @@ def apply_log_flags(cluster: Cluster, args: argparse.Namespace) -> None:
         pass
 
 
+class StopSignals:
+    """SIGINT and SIGTERM as a flag, from before anything starts: an interrupt while starting
+    stops what has started (the lifeline would only kill it) instead of raising mid-step."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum = 0
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._received)
+
+    def _received(self, signum: int, _frame: object) -> None:
+        self.signum = self.signum or signum
+        self.event.set()
+
+
+def example_repository(args: argparse.Namespace) -> Path:
+    from services.repository.examples import write_examples
+    from services.repository.llm_examples import write_llm_examples
+
+    repository = write_examples(default_cache_dir() / "models")
+    # the language models, with the `llm` extra, only for the OpenAI front end (docs/openai.md)
+    llms = write_llm_examples(repository, wanted=bool(args.openai_port))
+    log.info("no --model-repository: serving the example repository in %s", repository)
+    if args.openai_port and not llms:
+        log.warning("the example language models need the llm extra: pip install 'shoal[llm]'")
+    return repository
+
+
+def announce_started(args: argparse.Namespace) -> None:
+    """tritonserver's lines, once the models are loaded."""
+    if args.allow_grpc:
+        log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
+    log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
+    if args.allow_metrics:
+        log.info("Started Metrics Service at %s:%d", args.metrics_address or args.http_address, args.metrics_port)
+    if args.openai_port:
+        log.info("Started OpenAI-compatible API at %s:%d", args.openai_address or args.http_address, args.openai_port)
+
+
 def serve(args: argparse.Namespace) -> int:
     from shared.runtime import configure_logging
+    from shoal.status import forget_serve, record_serve
 
     configure_logging("serve", args.log_verbose)
     if args.model_repository:
@@ -340,42 +386,31 @@ def serve(args: argparse.Namespace) -> int:
             print(f"error: model repository '{repository}' is not a directory", file=sys.stderr)
             return 1
     else:
-        from services.repository.examples import write_examples
-
-        repository = write_examples(default_cache_dir() / "models")
-        from services.repository.llm_examples import write_llm_examples
-
-        # the language models, with the `llm` extra, only for the OpenAI front end (docs/openai.md)
-        llms = write_llm_examples(repository, wanted=bool(args.openai_port))
-        log.info("no --model-repository: serving the example repository in %s", repository)
-        if args.openai_port and not llms:
-            log.warning("the example language models need the llm extra: pip install 'shoal[llm]'")
+        repository = example_repository(args)
     busy = busy_endpoint(args)
     if busy is not None:
         log.error("%s", busy)
         return 1
-    nats = None
-    if args.nats_url:
-        nats_url = args.nats_url
-    else:
-        reserve_ports(
-            args.http_port, args.grpc_port, args.metrics_port, args.openai_port
-        )  # not for nats-server, even if free now
-        nats = NatsServer(monitor_port=args.nats_monitor_port).start()
-        nats_url = nats.url
-        log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
-    cluster = build_cluster(args, nats_url, repository)
-    cluster.fail_fast = True
-    cluster.start()
-    from shoal.status import forget_serve, record_serve
-
-    state = record_serve(args.http_port, nats_url, str(repository))
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    signals = StopSignals()
+    nats: NatsServer | None = None
+    cluster: Cluster | None = None
+    state: Path | None = None
     code = 0
     try:
-        index = cluster.wait_ready(args.ready_timeout_secs, cancel=stop)
+        if args.nats_url:
+            nats_url = args.nats_url
+        else:
+            reserve_ports(
+                args.http_port, args.grpc_port, args.metrics_port, args.openai_port
+            )  # not for nats-server, even if free now
+            nats = NatsServer(monitor_port=args.nats_monitor_port).start()
+            nats_url = nats.url
+            log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
+        cluster = build_cluster(args, nats_url, repository)
+        cluster.fail_fast = True
+        cluster.start()
+        state = record_serve(args.http_port, nats_url, str(repository))
+        index = cluster.wait_ready(args.ready_timeout_secs, cancel=signals.event)
         print(model_table(index), flush=True)
         apply_log_flags(cluster, args)
         failed = [e for e in index if e.get("state") == "UNAVAILABLE"]
@@ -383,25 +418,21 @@ def serve(args: argparse.Namespace) -> int:
             # Triton's --exit-on-error=true; without the flag Shoal keeps serving the models that loaded
             log.error("exiting: %d model version(s) failed to load (--exit-on-error=true)", len(failed))
             return 1
-        if args.allow_grpc:
-            log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
-        log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
-        if args.allow_metrics:
-            log.info("Started Metrics Service at %s:%d", args.metrics_address or args.http_address, args.metrics_port)
-        if args.openai_port:
-            log.info(
-                "Started OpenAI-compatible API at %s:%d", args.openai_address or args.http_address, args.openai_port
-            )
-        while not stop.wait(0.5):
+        announce_started(args)
+        while not signals.event.wait(0.5):
             if nats is not None:
                 keep_nats_alive(nats)
+    except StartInterrupted:
+        code = 128 + signals.signum  # stopped by the user before it was ready: what a shell reports for it
     except (TimeoutError, StartFailed) as exc:
         log.error("%s", exc)
         code = 1
     finally:
         log.info("shutting down")
-        cluster.stop(timeout=max(1.0, args.exit_timeout_secs - 1.0))
+        if cluster is not None:
+            cluster.stop(timeout=max(1.0, args.exit_timeout_secs - 1.0))
         if nats is not None:
             nats.stop(timeout=1.0)
-        forget_serve(state)
+        if state is not None:
+            forget_serve(state)
     return code

@@ -26,8 +26,11 @@ from shared.repository_client import RepositoryRequest, repository_call
 log = logging.getLogger("shoal.gateway")
 
 SERVER_VERSION = "2.73.0"  # the Triton protocol level Shoal answers as
+# tritonserver's list and order (docs/triton-spec.md §1.4): clients compare it; Triton serves
+# `generate` without naming it, so Shoal does not name it either
 EXTENSIONS = [
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
@@ -39,7 +42,6 @@ EXTENSIONS = [
     "statistics",
     "trace",
     "logging",
-    "generate",
 ]
 
 
@@ -71,9 +73,6 @@ class InferenceServer:
 
     def metadata(self) -> dict[str, Any]:
         return {"name": self.server_id, "version": SERVER_VERSION, "extensions": EXTENSIONS}
-
-    def known(self, name: str) -> bool:
-        return name in self.registry.records
 
     def model_ready(self, name: str, version: str = "") -> bool:
         return self.registry.is_ready(name, version)

@@ -186,19 +186,20 @@ def raw_request(spec: ModelSpec, body: bytes) -> ParsedRequest:
     from services.inference.types import InputTensor
     from shared.datatypes import element_size
 
+    prefix = "[request id: <id_unknown>] "  # core's LogRequest(): a raw request carries no id
     if len(spec.inputs) != 1:
         raise invalid(
-            f"Raw request must only have 1 input (found 1) to be deduced but got {len(spec.inputs)} "
+            f"{prefix}Raw request must only have 1 input (found 1) to be deduced but got {len(spec.inputs)} "
             f"inputs in '{spec.name}' model configuration"
         )
     config = spec.inputs[0]
     dims = list(config.dims)
     if config.datatype == "BYTES":
         if dims != [1]:
-            raise invalid(f"For BYTE datatype raw input '{config.name}', the model must have input shape [1]")
+            raise invalid(f"{prefix}For BYTE datatype raw input '{config.name}', the model must have input shape [1]")
     elif dims.count(-1) > 1:
         raise invalid(
-            f"The shape of the raw input '{config.name}' can not be deduced because there are more than "
+            f"{prefix}The shape of the raw input '{config.name}' can not be deduced because there are more than "
             "one variable-sized dimension"
         )
     elif -1 in dims:

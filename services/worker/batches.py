@@ -126,7 +126,7 @@ class BatchExecutor:
                 done = partial(
                     self._computed, loaded, instance, batch, holds_credit, free, replies, ran, enqueued, run, started
                 )
-                instance.executor.call(_execute, (instance, run), lambda r, e: context.run(done, r, e))
+                instance.executor.call(_execute, (instance, run), lambda r, e: context.run(done, r, e), self.loop)
                 return None
         except Exception as exc:  # never lose a request: every one gets an answer
             self._ended(requests)

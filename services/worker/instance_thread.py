@@ -45,13 +45,18 @@ class InstanceThread(Executor):
         return await future
 
     def call(
-        self, fn: Callable[..., T], args: tuple, on_done: Callable[[T | None, BaseException | None], None]
+        self,
+        fn: Callable[..., T],
+        args: tuple,
+        on_done: Callable[[T | None, BaseException | None], None],
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         """`fn(*args)` on this thread, then `on_done(result, None)` (or `on_done(None, exception)`)
-        on the caller's loop. It always runs: there is nothing to cancel."""
+        on `loop`, the caller's running loop (given: CPython 3.11's `get_running_loop` makes a
+        `getpid` system call each time, one per batch here). It always runs: nothing to cancel."""
         if self._stopped:
             raise RuntimeError("cannot schedule new calls after shutdown")
-        self._calls.put((_run_for_callback, fn, args, asyncio.get_running_loop(), on_done))
+        self._calls.put((_run_for_callback, fn, args, loop or asyncio.get_running_loop(), on_done))
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         if self._stopped:

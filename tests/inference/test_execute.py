@@ -12,7 +12,7 @@ from services.inference.execute import Executor
 from services.inference.shm import DISABLED
 from services.inference.types import InputTensor, ParsedRequest, RequestedOutput
 from services.inference.validation import Validated
-from shared import subjects
+from shared import bus, subjects
 from shared.dispatch import Dispatcher
 from shared.errors import Code, ShoalError
 from shared.messages import InferRequest, InferResponse, RequestBatch, encode
@@ -67,7 +67,7 @@ async def bench(server):
     await dispatcher.start()
     echo = Echo(nc)
     await nc.subscribe(subjects.infer("echo"), cb=echo.on_group)
-    await nc.flush()
+    await bus.settled(nc)
     yield Executor(dispatcher, store, 10.0, shm=None), echo
     await nc.close()
 
@@ -140,7 +140,7 @@ async def test_streamed_responses_come_one_by_one_and_an_error_does_not_end_the_
         await nc.publish(request.reply, encode(InferResponse(request.rid, outputs=request.inputs, more=False)))
 
     await nc.subscribe(subjects.infer("streamer"), cb=respond)
-    await nc.flush()
+    await bus.settled(nc)
     spec = spec_from_json(_config("streamer"))
     async for item in executor.stream(spec, 1, parsed(), VALID):
         got.append(item)

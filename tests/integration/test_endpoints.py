@@ -8,6 +8,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -29,10 +30,29 @@ def test_health(client, shoal):
     assert (status, body) == (400, b"")
 
 
-def test_server_metadata(client):
-    meta = client.get_server_metadata()
-    assert meta["name"] == "triton"
-    assert "binary_tensor_data" in meta["extensions"] and "statistics" in meta["extensions"]
+# tritonserver's list, in its order (core InferenceServer::InferenceServer; docs/triton-spec.md §1.4):
+# "sequence" is there, "generate" is not, though Triton serves it
+TRITON_EXTENSIONS = [
+    "classification",
+    "sequence",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+]
+
+
+def test_server_metadata(client, shoal):
+    assert client.get_server_metadata() == {"name": "triton", "version": "2.73.0", "extensions": TRITON_EXTENSIONS}
+    with grpcclient.InferenceServerClient(shoal.grpc_url) as grpc:
+        assert list(grpc.get_server_metadata().extensions) == TRITON_EXTENSIONS
 
 
 def test_model_metadata(client):
@@ -79,6 +99,21 @@ def test_model_ready(client):
     assert not client.is_model_ready("simple", "7")
     assert not client.is_model_ready("broken_config")
     assert not client.is_model_ready("no_such_model")
+
+
+@pytest.mark.parametrize("path", ["simple/versions/7", "broken_config", "no_such_model"])
+def test_a_model_not_ready_answers_as_tritonserver_2_51(shoal, path):
+    # tritonserver 2.51 (and Triton's qa/L0_lifecycle, over HTTP and gRPC): unknown, unloaded or
+    # failed alike, 400 with this error; gRPC answers ready=false (docs/compatibility.md)
+    status, headers, body = http(shoal.url, f"/v2/models/{path}/ready")
+    assert (status, headers["content-type"], json.loads(body)) == (
+        400,
+        "application/json",
+        {"error": "Model version not ready"},
+    )
+    with grpcclient.InferenceServerClient(shoal.grpc_url) as grpc:
+        name, _, version = path.partition("/versions/")
+        assert grpc.is_model_ready(name, version) is False
 
 
 def test_repository_index_shows_reasons(client):

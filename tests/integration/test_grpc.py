@@ -85,8 +85,7 @@ def test_health_and_metadata(client, served):
 
 
 def test_health_and_metadata_errors(client):
-    err = error_of(lambda: client.is_model_ready("nope"))
-    assert err.status() == "StatusCode.NOT_FOUND" and err.message() == "Request for unknown model: 'nope' is not found"
+    assert client.is_model_ready("nope") is False  # not an error: tritonserver 2.51, qa/L0_lifecycle
     err = error_of(lambda: client.get_model_metadata("nope"))
     assert err.status() == "StatusCode.NOT_FOUND"
     err = error_of(lambda: client.get_model_config("simple", "9"))

@@ -145,6 +145,20 @@ def test_random_bytes_get_the_parsers_error_not_the_depth_limit(shoal, path):
     assert status == 500 and error_of(raw).startswith("failed to parse the request JSON buffer: ")
 
 
+@pytest.mark.parametrize(
+    "body, text",  # tritonserver 2.51's answers to the same curl -d (its parser is rapidjson)
+    [
+        (b'{"inputs": [}', "Invalid value. at 12"),
+        (b'{"inputs": []', "Missing a comma or '}' after an object member. at 13"),
+        (b'{"inputs" []}', "Missing a colon after a name of object member. at 10"),
+        (b'{"inputs": []} x', "The document root must not be followed by other values. at 15"),
+    ],
+)
+def test_malformed_json_gets_tritons_parser_words(shoal, body, text):
+    status, _, raw = http(shoal.url, INFER, "POST", body)
+    assert (status, error_of(raw)) == (500, f"failed to parse the request JSON buffer: {text}")
+
+
 # -- item 12: chunked raw binary request -------------------------------------------------------
 def raw_exchange(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
     host, port = url.split(":")
@@ -190,7 +204,19 @@ def test_raw_binary_single_bytes_element(shoal):
     )
     assert (status, error_of(raw)) == (
         400,
-        "For BYTE datatype raw input 'INPUT0', the model must have input shape [1]",
+        "[request id: <id_unknown>] For BYTE datatype raw input 'INPUT0', the model must have input shape [1]",
+    )
+
+
+@pytest.mark.parametrize("headers", [{}, {"Inference-Header-Content-Length": "0"}])
+def test_an_empty_infer_body_is_a_raw_request_as_in_triton(shoal, headers):
+    # Triton's header length defaults to the body's length: an empty body is raw binary, and the
+    # core refuses it for a two-input model (tritonserver 2.51, curl -X POST .../infer)
+    status, _, raw = http(shoal.url, INFER, "POST", b"", headers)
+    assert (status, error_of(raw)) == (
+        400,
+        "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced "
+        "but got 2 inputs in 'simple' model configuration",
     )
 
 

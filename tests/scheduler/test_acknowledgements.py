@@ -9,7 +9,7 @@ import nats
 import pytest
 
 from services.scheduler.acknowledgements import Acknowledgements
-from shared import subjects
+from shared import bus, subjects
 from shared.messages import HeldGroups
 from shared.natsserver import NatsServer
 from tests.serving import until
@@ -30,7 +30,7 @@ async def test_groups_are_acknowledged_once_at_first_then_together(server):
         got.append((msg.subject, msg.headers[subjects.HELD_BY_HEADER], groups))
 
     await nc.subscribe("inbox.*.held", cb=collect)
-    await nc.flush()
+    await bus.settled(nc)
     acks = Acknowledgements(nc.publish, "alive.s1", delay_s=0.2)
     await acks.took("inbox.a.g1")
     await until(lambda: len(got) == 1)
@@ -54,7 +54,7 @@ async def test_stop_sends_what_is_due_at_once(server):
         got.append(msgspec.msgpack.decode(msg.data, type=HeldGroups).groups)
 
     await nc.subscribe("inbox.c.held", cb=collect)
-    await nc.flush()
+    await bus.settled(nc)
     acks = Acknowledgements(nc.publish, "alive.s2", delay_s=30)
     await acks.took("inbox.c.g1")
     await acks.took("inbox.c.g2")

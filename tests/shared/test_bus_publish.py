@@ -32,7 +32,7 @@ async def test_publishes_keep_their_order_and_bytes_with_nats_py_publishes_betwe
 
     try:
         await bus.subscribe(receiver, "pub.>", on_msg)
-        await receiver.flush()
+        await bus.settled(receiver)
         sent: list[tuple[str, bytes, str]] = []
         for n in range(50):
             batch = [bus.Outgoing("pub.a", b"PUB x 3\r\n\r\n" + bytes([n])), bus.Outgoing("pub.b", b"", f"re.{n}")]
@@ -56,7 +56,7 @@ async def test_publishes_keep_their_order_and_bytes_with_nats_py_publishes_betwe
 async def test_a_message_over_max_payload_or_with_a_bad_subject_sends_none_of_its_batch(nats_url):
     nc = await bus.connect(nats_url, "test-publish-big")
     try:
-        await nc.flush()
+        await bus.settled(nc)
         for publish in (bus.publish_now, bus.publish_all):
             with pytest.raises(nats.errors.MaxPayloadError):
                 result = publish(nc, [bus.Outgoing("pub.small", b"x"), bus.Outgoing("pub.big", b"x" * 5000)])

@@ -61,10 +61,29 @@ async def test_queue_group_and_unsubscribe(nats_url):
         await nc.publish("inline.q", b"a")
         await until(lambda: got == [b"a"])
         await sub.unsubscribe()
-        await nc.flush()
+        await bus.settled(nc)
         await nc.publish("inline.q", b"b")
-        await nc.flush()
+        await bus.settled(nc)
         await asyncio.sleep(0)
         assert got == [b"a"]
     finally:
         await nc.close()
+
+
+async def test_a_settled_subscription_gets_another_connections_next_publish(nats_url):
+    """`bus.settled`, not `nc.flush()`: nats-py's PING can overtake a SUB still queued for its
+    flusher, and a publish right after the PONG then finds nobody (it answers "no responders")."""
+    for attempt in range(100):
+        subscriber, publisher = await bus.connect(nats_url, "test-sub"), await bus.connect(nats_url, "test-pub")
+        try:
+
+            async def answer(msg) -> None:
+                await msg.respond(msg.data)
+
+            await subscriber.subscribe(f"settled.{attempt}", cb=answer)
+            await bus.settled(subscriber)
+            reply = await publisher.request(f"settled.{attempt}", b"x", timeout=30)  # no responders raises
+            assert reply.data == b"x"
+        finally:
+            await subscriber.close()
+            await publisher.close()

@@ -12,7 +12,7 @@ import msgspec
 import nats
 import pytest
 
-from shared import subjects
+from shared import bus, subjects
 from shared.dispatch import Dispatcher
 from shared.errors import Code, ShoalError
 from shared.messages import (
@@ -73,7 +73,7 @@ class Scheduler:
                 await self.nc.publish(r.reply, encode(InferResponse(r.rid, model=f"done {r.rid}")))
 
         await self.nc.subscribe(subjects.infer(self.model), cb=on_group)
-        await self.nc.flush()
+        await bus.settled(self.nc)
         return self
 
 

@@ -11,7 +11,7 @@ import msgspec
 import nats
 import pytest
 
-from shared import subjects
+from shared import bus, subjects
 from shared.dispatch import Dispatcher
 from shared.errors import ShoalError
 from shared.messages import InferRequest, InferResponse, RequestBatch, encode
@@ -49,7 +49,7 @@ async def _scheduler(url: str, model: str, seen: list[str]) -> nats.NATS:
             await nc.publish(f"{request.reply}.{request.rid}", encode(InferResponse(request.rid)))
 
     await nc.subscribe(subjects.infer(model), cb=take)
-    await nc.flush()
+    await bus.settled(nc)
     return nc
 
 

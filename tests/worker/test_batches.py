@@ -18,7 +18,7 @@ from services.worker.instance_thread import InstanceThread
 from services.worker.instances import Instance, LoadedModel
 from services.worker.outputs import Outputs
 from services.worker.streams import Cancellations, DecoupledSenders
-from shared import subjects
+from shared import bus, subjects
 from shared.errors import Code
 from shared.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, ResponseBatch, TensorRef, encode
 from shared.model_config import spec_from_json
@@ -43,7 +43,11 @@ class Doubler:
     batches_rows = False
     checks_readiness = False
 
+    def __init__(self) -> None:
+        self.seen: list[Batch] = []  # what the model was handed
+
     def execute(self, batch: Batch) -> list[Result]:
+        self.seen.append(batch)
         firsts = [int(w.inputs["IN"].flat[0]) for w in batch.work]
         if -2 in firsts:
             raise RuntimeError("the instance broke")
@@ -97,7 +101,7 @@ class Bench:
 
         await self.nc.subscribe(f"{INBOX}.*", cb=on_answer)
         await self.nc.subscribe(subjects.INSTANCE_FREE, cb=on_free)
-        await self.nc.flush()
+        await bus.settled(self.nc)
         return self
 
     def batch(self, *firsts: int, expired: tuple[int, ...] = ()) -> ExecBatch:
@@ -164,6 +168,35 @@ async def test_a_request_past_its_deadline_is_skipped_and_the_rest_run(bench):
     await until(lambda: "r1" in bench.answers)
     assert out(bench.answers["r1"]) == [4, 2] and "r0" not in bench.answers  # nobody waits for r0
     assert {d.rid: d.ok for d in free.done}.get("r1") is True and bench.instance.executions == 1
+
+
+async def test_the_model_sees_each_requests_flags_parameters_and_the_batchs_earliest_deadline(bench):
+    """Outside a sequence batcher a request's sequence flags reach the model as the client sent
+    them, and its sequence parameters are not the model's own."""
+    now = time.time_ns()
+    data = np.array([1, 2], np.int32).tobytes()
+    sent = [
+        InferRequest(
+            "r0", "m", 1, f"{INBOX}.r0", now + 10**10, inputs=[TensorRef("IN", "INT32", [2], data)],
+            parameters={"sequence_id": 5, "sequence_start": True, "sequence_end": True, "custom": 1},
+            sequence_id=5, sequence_start=True, sequence_end=True,
+        ),
+        InferRequest(
+            "r1", "m", 1, f"{INBOX}.r1", now + 10**9, batch_size=2, inputs=[TensorRef("IN", "INT32", [2], data)],
+            outputs=["OUT"], sequence_id="abc", sequence_start=True, id="client-1",
+        ),
+    ]  # fmt: skip
+    bench.instance.idle.discard(0)
+    batch = ExecBatch(7, "m", 1, 0, [msgspec.Raw(encode(r)) for r in sent], [0, 0], credit=0, generation=1)
+    free = await bench.run(batch)
+    [seen] = bench.instance.runner.seen
+    assert seen.deadline_ns == now + 10**9
+    contexts = [w.context for w in seen.work]
+    assert [(c.correlation_id, c.flags) for c in contexts] == [(5, 3), ("abc", 1)]
+    assert [c.parameters for c in contexts] == [{"custom": 1}, {}]
+    assert [c.request_id for c in contexts] == ["", "client-1"]
+    assert [(w.outputs, w.batch_size) for w in seen.work] == [(["OUT"], 1), (["OUT"], 2)]
+    assert free.batch_size == 3
 
 
 async def test_a_batch_for_a_model_not_loaded_here_is_failed_and_is_no_credit(bench):

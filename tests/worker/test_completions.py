@@ -11,7 +11,7 @@ import nats
 import pytest
 
 from services.worker.completions import Completions
-from shared import subjects
+from shared import bus, subjects
 from shared.messages import BatchDone, InstanceFree
 from shared.natsserver import NatsServer
 
@@ -33,7 +33,7 @@ async def _collect(nc: nats.NATS, subject: str) -> asyncio.Queue:
         await got.put(msg.data)
 
     await nc.subscribe(subject, cb=on)
-    await nc.flush()
+    await bus.settled(nc)
     return got
 
 

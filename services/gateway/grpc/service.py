@@ -20,7 +20,7 @@ from tritonclient.grpc import service_pb2_grpc
 from services.gateway.grpc import convert
 from services.inference.on_demand import request_timeout_s
 from services.inference.server import InferenceServer
-from shared.errors import Code, ShoalError, invalid, not_found
+from shared.errors import Code, ShoalError, invalid
 from shared.model_config import ModelSpec
 
 log = logging.getLogger("shoal.gateway")
@@ -111,10 +111,8 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
-        version = version_of(request.version)
-        if not self.server.known(request.name):
-            raise not_found(f"Request for unknown model: '{request.name}' is not found")
-        return pb.ModelReadyResponse(ready=self.server.model_ready(request.name, version))
+        # ready=false, not an error, for an unknown model too: tritonserver 2.51 (docs/compatibility.md)
+        return pb.ModelReadyResponse(ready=self.server.model_ready(request.name, version_of(request.version)))
 
     @_rpc
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:

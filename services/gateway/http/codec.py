@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+import rapidjson
 
 from services.inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
 from services.inference.validation import check_shape
@@ -103,20 +104,32 @@ def _load_non_utf8(body: bytes | memoryview, error: orjson.JSONDecodeError) -> A
     raise internal(parse_error_text(bytes(body), error)) from None
 
 
-# where rapidjson (Triton's parser) names the error in its own words; other errors keep orjson's
+# where the first byte already tells rapidjson's answer (it stops at a NUL that Triton reads past)
 _JSON_VALUE_START = frozenset(b'{["-0123456789tfn')
 
 
 def parse_error_text(body: bytes, error: ValueError) -> str:
-    """Triton's `failed to parse the request JSON buffer: <what> at <offset>` (triton_json.h)."""
+    """Triton's `failed to parse the request JSON buffer: <what> at <offset>` (triton_json.h), in
+    the words and offset of rapidjson, Triton's parser, asked only for a body orjson refused."""
     start = len(body) - len(body.lstrip(b" \t\r\n"))
     if start == len(body):
         return f"failed to parse the request JSON buffer: The document is empty. at {start}"
     if body[start] not in _JSON_VALUE_START:
         return f"failed to parse the request JSON buffer: Invalid value. at {start}"
-    if isinstance(error, json.JSONDecodeError):
+    try:
+        rapidjson.loads(body, allow_nan=False)  # Triton parses with rapidjson's default flags: no NaN
+    except rapidjson.JSONDecodeError as exc:
+        found = _RAPIDJSON_ERROR.match(str(exc))
+        if found:
+            return f"failed to parse the request JSON buffer: {found['what']} at {found['offset']}"
+    except ValueError:  # python-rapidjson reads UTF-8 only; Triton's does not check it
+        pass
+    if isinstance(error, json.JSONDecodeError):  # the stdlib's, for a body that is not UTF-8
         return f"failed to parse the request JSON buffer: {error.msg}. at {error.pos}"
     return f"failed to parse the request JSON buffer: {error}"
+
+
+_RAPIDJSON_ERROR = re.compile(r"Parse error at offset (?P<offset>\d+): (?P<what>.*)", re.DOTALL)
 
 
 def depth_error() -> ShoalError:

@@ -74,10 +74,10 @@ class Handlers:
         return json_response(self.server.model_metadata(*model_path(request)))
 
     async def model_ready(self, request: Request) -> Response:
-        name, version = model_path(request)
-        if not self.server.known(name):
-            return error_response(f"Request for unknown model: '{name}' is not found", 404)
-        return Response(status_code=200 if self.server.model_ready(name, version) else 400)
+        # tritonserver 2.51 answers an unknown, unloaded or failed model alike (docs/compatibility.md)
+        if self.server.model_ready(*model_path(request)):
+            return Response(status_code=200)
+        return error_response("Model version not ready", 400)
 
     async def model_config(self, request: Request) -> Response:
         return json_response(self.server.model_config(*model_path(request)))

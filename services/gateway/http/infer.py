@@ -43,7 +43,8 @@ async def infer(
     found = _resolve(core, model, version)
     body = codec.decompress(body, headers.get("content-encoding"), limit)
     header_length = headers.get("inference-header-content-length")
-    if header_length is not None and header_length.strip() == "0":
+    # Triton's header length defaults to the body's: an empty body is raw binary, as a 0 header says
+    if (header_length.strip() == "0") if header_length is not None else not body:
         spec, resolved = found if isinstance(found, tuple) else await core.load_on_demand(model, version, found)
         parsed = raw_request(spec, body)
     else:

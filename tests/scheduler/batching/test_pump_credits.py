@@ -20,6 +20,7 @@ from services.scheduler.disciplines import Disciplines
 from services.scheduler.records import Pending, Slot
 from services.scheduler.sequences.sequence_batcher import SequenceBatcher
 from services.scheduler.tasks import Tasks
+from shared import bus
 from shared.messages import CreditsRevoked, ExecBatch, InferResponse, InstanceFree, RequestDone, RequestHeader, encode
 from shared.model_config import spec_from_json
 from shared.natsserver import NatsServer
@@ -53,7 +54,7 @@ class Bench:
 
         await self.nc.subscribe(EXEC, cb=on_batch)
         await self.nc.subscribe(INBOX, cb=on_answer)
-        await self.nc.flush()
+        await bus.settled(self.nc)
         return self
 
     async def admit(self, rid: str, deadline_s: float = 30.0) -> None:
