@@ -3,16 +3,20 @@
 that the machine's load does not blur (docs/performance.md, "Compiled code").
 
 usage: python benchmarks/callgrind_gateway.py REPO MODEL TREE [TREE ...] [--requests 2000]
-           [--concurrency 8] [--rounds 1] [--out DIR] [--sole]
+           [--concurrency 8] [--rounds 1] [--out DIR] [--grpc | --grpc-stream] [--sole]
 
 One nats-server and one `shoal serve --nats-url` (this checkout's code) serve REPO. For each TREE in
-turn, a second gateway runs from that tree (`env -C TREE PYTHONPATH=TREE python -m shoal.cli gateway`)
-under `valgrind --tool=callgrind`; after a warm-up its counters are zeroed (`callgrind_control -z`),
-`--requests` HTTP inference requests go to it from `--concurrency` keep-alive connections, and the
-counters are dumped. With `--sole`, no `shoal serve` gateway runs beside it (`shoal repository` and
-`shoal worker` only), so the measured gateway's co-hosted scheduler holds every model's lease and its
-queues, batching and completions are counted too (docs/design.md, "Co-hosting"). Prints instructions per request (all of the process's threads: Python, uvloop,
-httptools, msgspec, the kernel entry code is not counted). Needs `valgrind` (apt-get install valgrind).
+turn, a second gateway runs from that tree (`env -C TREE PYTHONPATH=TREE python -m shoal.cli
+gateway`) under `valgrind --tool=callgrind`; after a warm-up its counters are zeroed
+(`callgrind_control -z`), `--requests` HTTP inference requests go to it from `--concurrency`
+keep-alive connections, and the counters are dumped (`--grpc`: the same requests as gRPC ModelInfer
+calls, as perf_analyzer -i grpc sends them, from `--concurrency` threads over one channel per six,
+as its client shares them; `--grpc-stream`: as ModelStreamInfer requests, one stream per thread).
+With `--sole`, no `shoal serve` gateway runs beside it (`shoal repository` and `shoal worker` only),
+so the measured gateway's co-hosted scheduler holds every model's lease and its queues, batching and
+completions are counted too (docs/design.md, "Co-hosting"). Prints instructions per request (all of
+the process's threads: Python, uvloop, httptools, msgspec, the kernel entry code is not counted).
+Needs `valgrind` (apt-get install valgrind).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from shared.natsserver import NatsServer, free_port
 
@@ -111,6 +116,59 @@ def load(port: int, model: str, request: tuple[bytes, dict[str, str]], total: in
         raise SystemExit(f"requests failed: {failures[:3]}")
 
 
+def grpc_request(http_request: tuple[bytes, dict[str, str]], model: str) -> Any:
+    """The HTTP request's inputs and outputs as a ModelInferRequest with raw contents."""
+    from tritonclient.grpc import service_pb2 as pb
+
+    body, headers = http_request
+    split = int(headers["Inference-Header-Content-Length"])
+    header, raw = json.loads(body[:split]), body[split:]
+    request = pb.ModelInferRequest(model_name=model)
+    for spec in header["inputs"]:
+        request.inputs.add(name=spec["name"], datatype=spec["datatype"], shape=spec["shape"])
+        size = spec["parameters"]["binary_data_size"]
+        request.raw_input_contents.append(raw[:size])
+        raw = raw[size:]
+    for out in header["outputs"]:
+        request.outputs.add(name=out["name"])
+    return request
+
+
+def load_grpc(port: int, request: Any, total: int, concurrency: int, streaming: bool) -> None:
+    """`total` gRPC calls (or streamed requests) from `concurrency` threads; every one must succeed."""
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc
+
+    channels = [grpc.insecure_channel(f"127.0.0.1:{port}") for _ in range((concurrency + 5) // 6)]
+    failures: list[str] = []
+
+    def unary(stub: Any, n: int) -> None:
+        for _ in range(n):
+            stub.ModelInfer(request, timeout=300)
+
+    def stream(stub: Any, n: int) -> None:
+        for answer in stub.ModelStreamInfer(iter([request] * n), timeout=300):
+            if answer.error_message:
+                failures.append(answer.error_message)
+
+    def one(index: int) -> None:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channels[index // 6])
+        try:
+            (stream if streaming else unary)(stub, total // concurrency)
+        except grpc.RpcError as exc:
+            failures.append(str(exc))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for channel in channels:
+        channel.close()
+    if failures:
+        raise SystemExit(f"gRPC requests failed: {failures[:3]}")
+
+
 def instructions(dump_dir: Path, pid: int) -> int:
     """The total of callgrind's last dump of `pid` (its `summary:`/`totals:` line)."""
     dumps = sorted(dump_dir.glob(f"callgrind.out.{pid}*"), key=lambda p: p.stat().st_mtime)
@@ -122,7 +180,8 @@ def instructions(dump_dir: Path, pid: int) -> int:
 
 
 def measure(tree: Path, nats_url: str, model: str, args: argparse.Namespace, out: Path) -> float:
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
+    grpc = args.grpc or args.grpc_stream
     cmd = [
         "valgrind",
         "--tool=callgrind",
@@ -136,7 +195,9 @@ def measure(tree: Path, nats_url: str, model: str, args: argparse.Namespace, out
         "--http-port",
         str(port),
         "--allow-grpc",
-        "false",
+        "true" if grpc else "false",
+        "--grpc-port",
+        str(grpc_port),
         "--allow-metrics",
         "false",
     ]
@@ -146,9 +207,16 @@ def measure(tree: Path, nats_url: str, model: str, args: argparse.Namespace, out
     try:
         wait_until(lambda: ready(port, model), 600, f"gateway from {tree} under callgrind")
         body = request_body(port, model)
-        load(port, model, body, args.warmup, args.concurrency)
+        if grpc:
+            request = grpc_request(body, model)
+            load_grpc(grpc_port, request, args.warmup, args.concurrency, args.grpc_stream)
+        else:
+            load(port, model, body, args.warmup, args.concurrency)
         subprocess.run(["callgrind_control", "-z", str(gateway.pid)], check=True, capture_output=True)
-        load(port, model, body, args.requests, args.concurrency)
+        if grpc:
+            load_grpc(grpc_port, request, args.requests, args.concurrency, args.grpc_stream)
+        else:
+            load(port, model, body, args.requests, args.concurrency)
         subprocess.run(["callgrind_control", "-d", str(gateway.pid)], check=True, capture_output=True)
         wait_until(lambda: any(out.glob(f"callgrind.out.{gateway.pid}.*")), 60, "callgrind dump")
         return instructions(out, gateway.pid) / (args.requests // args.concurrency * args.concurrency)
@@ -171,6 +239,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--grpc", action="store_true", help="gRPC ModelInfer calls instead of HTTP requests")
+    ap.add_argument("--grpc-stream", action="store_true", help="gRPC ModelStreamInfer requests, one stream per thread")
     ap.add_argument("--sole", action="store_true", help="the measured gateway is the only one (its scheduler counted)")
     args = ap.parse_args()
     out = (args.out or Path(tempfile.mkdtemp(prefix="callgrind-"))).resolve()

@@ -141,8 +141,11 @@ def servers(port: int, appdir: str) -> dict[str, list[str]]:
         "granian-uvloop": gr + ["--loop", "uvloop", "bench_app:app"],
         "granian-asyncio": gr + ["--loop", "asyncio", "bench_app:app"],
         "raw-asgi-uvloop": uv + ["--loop", "uvloop", "--http", "httptools", "bench_app:raw"],
+        # --no-proxy-headers as the gateway: uvicorn's default wraps the app in its proxy-headers
+        # middleware, and the protocol claims requests only for the app itself (else all go through ASGI)
         "shoal-direct": uv
-        + ["--loop", "uvloop", "--http", "services.gateway.http.protocol:CorkedHttpToolsProtocol", "bench_app:direct"],
+        + ["--loop", "uvloop", "--no-proxy-headers", "--http", "services.gateway.http.protocol:CorkedHttpToolsProtocol"]
+        + ["bench_app:direct"],
         "granian-rsgi": [*rsgi, "bench_app:rsgi"],
         "granian-rsgi-uvloop": [*rsgi, "--loop", "uvloop", "bench_app:rsgi"],
     }

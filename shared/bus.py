@@ -7,10 +7,11 @@ import contextlib
 import contextvars
 import logging
 import os
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import nats
@@ -216,11 +217,16 @@ async def watch(nc: NATS, kv: KeyValue) -> AsyncIterator[Change]:
             log.debug("watch %s: %s", kv._name, exc)
             await asyncio.sleep(0.2)
             continue
+        checked = time.monotonic()
         try:
             while reconnects(nc) == generation:
                 try:
                     entry = await watcher.updates(timeout=1.0)  # type: ignore[no-untyped-call]
                 except nats.errors.TimeoutError:
+                    if time.monotonic() - checked >= WATCH_CHECK_S:
+                        if not await _consumer_alive(watcher):
+                            break
+                        checked = time.monotonic()
                     continue
                 if entry is None:
                     yield Change("", None)
@@ -232,7 +238,25 @@ async def watch(nc: NATS, kv: KeyValue) -> AsyncIterator[Change]:
                 await watcher.stop()  # type: ignore[no-untyped-call]
             except Exception:
                 pass
-        log.info("watching %s again after a reconnect", kv._name)
+        log.info("watching %s again after a reconnect or the loss of its consumer", kv._name)
+
+
+WATCH_CHECK_S = 2.0  # an idle watch checks this often that its JetStream consumer still exists
+
+
+async def _consumer_alive(watcher: Any) -> bool:
+    """Whether the ordered consumer behind a KV watch still exists. It lives on one NATS node:
+    when that node dies while this connection is on another, nothing arrives, and nats-py
+    recreates it only after two missed idle heartbeats (10 s, more while the stream has no
+    leader): a load right after a node loss waited 17 s for the repository to see the worker's
+    READY, and a gateway's `ready` stayed false 15 s after the load's answer
+    (test_losing_one_of_three_nats_nodes_under_load, docs/reliability.md)."""
+    try:
+        await watcher._sub.consumer_info()
+    except Exception as exc:  # gone, or its node unreachable: watch again (a replay is idempotent)
+        log.info("the consumer of a KV watch is gone (%s)", type(exc).__name__)
+        return False
+    return True
 
 
 def decode(decoder: msgspec.msgpack.Decoder[T], msg: Msg, logger: logging.Logger = log) -> T | None:

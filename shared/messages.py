@@ -294,11 +294,20 @@ class InstanceRecord(msgspec.Struct, omit_defaults=True):
 
 
 class DrainRequest(msgspec.Struct):
-    """Repository -> schedulers: answer once nothing is queued or running for this version."""
+    """Repository -> schedulers: answer once nothing is queued or running for this version, or
+    after `timeout_s` (`DrainDone`). `holder`: the replica whose lease the repository read, which
+    answers even if the lease moved meanwhile; empty: the model's current owner answers."""
 
     model: str
     version: int
     timeout_s: float = 30.0
+    holder: str = ""
+
+
+class DrainDone(msgspec.Struct):
+    """Scheduler -> repository: whether the version has nothing queued or running any more."""
+
+    drained: bool = True
 
 
 class CancelRequest(msgspec.Struct):

@@ -1,18 +1,22 @@
-"""Running the gateway: NATS connection, model registry, HTTP and metrics listeners."""
+"""The gateway's process: its front ends (HTTP, gRPC, metrics, OpenAI) over one inference core,
+its co-hosted scheduler replica, on one NATS connection; run by `shared.runtime` as every service."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+from typing import Any
 
 import msgspec
 import uvicorn
+from nats.aio.client import Client as NATS
+from nats.micro.service import Service as MicroService
 
 from services.gateway.grpc import server as grpc_server
 from services.gateway.http.app import build_app
 from services.gateway.http.listener import http_sockets
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
+from services.gateway.listeners import Listeners
 from services.gateway.metrics import models as model_metrics
 from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
@@ -28,20 +32,12 @@ from services.inference.statistics import scheduler_stats
 from services.scheduler.cohosted import CoHosted
 from shared import bus, discovery, subjects
 from shared.dispatch import Dispatcher
-from shared.logsettings import follow
 from shared.messages import CacheEvent, StatisticsRequest
+from shared.runtime import serve_until
 from shared.settings import GatewaySettings, cohosted_scheduler
 from shared.tensors import TensorStore
 
 log = logging.getLogger("shoal.gateway")
-
-
-class _Server(uvicorn.Server):
-    """Signals belong to the process (`shared.runtime`), not to each listener."""
-
-    @contextlib.contextmanager
-    def capture_signals(self):
-        yield
 
 
 def metrics_options(settings: GatewaySettings) -> MetricsOptions:
@@ -65,157 +61,175 @@ def tracer(settings: GatewaySettings) -> trace.Tracer:
     )
 
 
-def _openai_server(settings: GatewaySettings, core: InferenceCore) -> _Server:
-    """The OpenAI-compatible API on its own port (docs/openai.md), over the same core."""
-    from services.gateway.openai.app import build_openai_app
+class GatewayService:
+    """The gateway's parts on one NATS connection. `start` starts them in the order they depend on
+    each other, the front ends last; `stop` stops the front ends first, so that the requests in
+    flight are answered while the rest still runs."""
 
-    return _Server(
-        uvicorn.Config(
-            build_openai_app(core, settings.http_max_input_size),
-            host=settings.openai_address or settings.http_address,
-            port=settings.openai_port,
+    def __init__(self, settings: GatewaySettings, nc: NATS, options: MetricsOptions) -> None:
+        self.settings = settings
+        self.nc = nc
+        self.options = options
+        self.store = TensorStore(nc, settings.gateway_id, settings.inline_max_bytes, settings.tensor_transport)
+        self.registry = ModelRegistry()
+        self.scheduler = self._cohosted_scheduler()
+        self.dispatcher = Dispatcher(
+            nc, settings.gateway_id, self.store, self.scheduler, lambda model: bool(self.registry.ready_versions(model))
+        )
+        self.shm = ShmRegistry(nc, self.store.host, settings.allow_client_shm)
+        self.tracer = tracer(settings)
+        self.core = self._inference_core()
+        self.server = InferenceServer(
+            nc,
+            self.core,
+            self.shm,
+            self.tracer,
+            settings.id,
+            settings.strict_readiness,
+            settings.repository_timeout_s,
+            settings.log_verbose,
+        )
+        self.custom = CustomMetrics()
+        self.listeners = Listeners(settings.exit_timeout_s)
+        self._micro: MicroService | None = None
+        # under shoal serve, the supervisor says what started
+        self._started = log.info if settings.log_started else log.debug
+
+    # -- collaborators ----------------------------------------------------------------------
+    def _cohosted_scheduler(self) -> CoHosted | None:
+        """The scheduler replica in this process (docs/design.md, "Co-hosting"), if asked for."""
+        if not self.settings.cohost_scheduler:
+            return None
+        inbox = subjects.gateway_inbox(self.settings.gateway_id)
+        return CoHosted(cohosted_scheduler(self.settings), self.nc, inbox)
+
+    def _inference_core(self) -> InferenceCore:
+        settings = self.settings
+        return InferenceCore(
+            self.registry,
+            self.dispatcher,
+            self.store,
+            settings.request_timeout_s,
+            self.shm,
+            ResponseCache(settings.cache_bytes) if settings.cache_bytes > 0 else None,
+            self.tracer,
+            self._cache_event,
+            DemandLoads(self.nc, self.registry, settings.request_timeout_s),
+        )
+
+    async def _cache_event(self, event: CacheEvent) -> None:
+        """The scheduler that owns the model counts the response cache's hits and misses."""
+        await self.nc.publish(subjects.SCHEDULER_CACHE, msgspec.msgpack.encode(event))
+
+    # -- start and stop -----------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.store.start()
+        await self.registry.start(self.nc)
+        await self.dispatcher.start()
+        if self.scheduler is not None:  # after the dispatcher: the batches it sends complete on the dispatcher's inbox
+            await self.scheduler.start()
+        await self.shm.start()
+        self._micro = await self._register()
+        await self.custom.start(self.nc)
+        await self._start_front_ends()
+
+    async def stop(self) -> None:
+        await self.listeners.stop()  # first: their requests in flight are answered
+        if self._micro is not None:
+            await self._micro.stop()
+        if self.scheduler is not None:  # after the listeners: their in-flight requests were answered
+            await self.scheduler.stop()
+        await self.shm.stop()
+        await self.registry.stop()
+        await self.store.close()
+
+    async def _register(self) -> MicroService:
+        """On NATS micro, for `shoal status` (shared/discovery.py)."""
+        settings = self.settings
+        return await discovery.register(
+            self.nc,
+            "gateway",
+            settings.gateway_id,
+            self._status,
+            http_port=str(settings.http_port),
+            grpc_port=str(settings.grpc_port) if settings.allow_grpc else "",
+            metrics_port=str(settings.metrics_port),
+        )
+
+    def _status(self) -> dict[str, Any]:
+        settings = self.settings
+        return {
+            "http": f"{settings.http_address}:{settings.http_port}",
+            "grpc": f"{settings.grpc_address}:{settings.grpc_port}" if settings.allow_grpc else "off",
+            "models": len(self.registry.records),
+            "requests_in_flight": self.dispatcher.in_flight,
+            "shm_regions": len(self.shm.regions),
+        }
+
+    # -- front ends -----------------------------------------------------------------------------
+    async def _start_front_ends(self) -> None:
+        settings = self.settings
+        if settings.allow_grpc:
+            self.listeners.add_grpc(await grpc_server.start(settings, self.server))
+            self._started("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.grpc_port)
+        sockets = http_sockets(settings.http_address, settings.http_port, settings.reuse_http_port)
+        await self.listeners.serve(self._http(), sockets)
+        self._started("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
+        if settings.allow_metrics:
+            await self.listeners.serve(self._metrics())
+            address = settings.metrics_address or settings.http_address
+            self._started("Started Metrics Service at %s:%d", address, settings.metrics_port)
+        if settings.openai_port:
+            await self.listeners.serve(self._openai())
+            address = settings.openai_address or settings.http_address
+            self._started("Started OpenAI-compatible API at %s:%d", address, settings.openai_port)
+
+    def _http(self) -> uvicorn.Config:
+        """KServe v2 and Triton's extensions (services/gateway/http/)."""
+        settings = self.settings
+        return self._uvicorn(
+            build_app(self.server, settings.http_max_input_size, settings.http_restricted_api),
+            settings.http_address,
+            settings.http_port,
+            http=CorkedHttpToolsProtocol,
+            proxy_headers=False,  # no X-Forwarded-* rewriting: it wrapped every request (~2% of the gateway)
+        )
+
+    def _metrics(self) -> uvicorn.Config:
+        """Prometheus' `/metrics`, from the schedulers' statistics and the workers' (gateway/metrics/)."""
+        settings = self.settings
+        app = build_metrics_app(self._scheduler_stats, self.options, self._custom_metrics)
+        return self._uvicorn(app, settings.metrics_address or settings.http_address, settings.metrics_port)
+
+    def _openai(self) -> uvicorn.Config:
+        """The OpenAI-compatible API on its own port (docs/openai.md), over the same core."""
+        from services.gateway.openai.app import build_openai_app
+
+        settings = self.settings
+        app = build_openai_app(self.core, settings.http_max_input_size)
+        return self._uvicorn(app, settings.openai_address or settings.http_address, settings.openai_port)
+
+    def _uvicorn(self, app: Any, host: str, port: int, **options: Any) -> uvicorn.Config:
+        return uvicorn.Config(
+            app,
+            host=host,
+            port=port,
             log_level="warning",
             access_log=False,
-            timeout_graceful_shutdown=settings.exit_timeout_s,  # type: ignore[arg-type]  # annotated int, any seconds work
+            timeout_graceful_shutdown=self.settings.exit_timeout_s,  # type: ignore[arg-type]  # annotated int, any seconds work
+            **options,
         )
-    )
+
+    async def _scheduler_stats(self, quantiles: list[float]) -> dict[str, Any]:
+        request = msgspec.json.encode(StatisticsRequest(quantiles)) if quantiles else b""
+        return await scheduler_stats(self.nc, request)
+
+    async def _custom_metrics(self) -> list[str]:
+        lines = model_metrics.render(await model_metrics.fetch(self.nc))
+        return lines + self.custom.lines() + resent_lines(self.dispatcher.resent)
 
 
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     options = metrics_options(settings)  # read before anything starts: what it logs comes first
     nc = await bus.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
-    await follow(nc, "gateway")
-    store = TensorStore(nc, settings.gateway_id, settings.inline_max_bytes, settings.tensor_transport)
-    await store.start()
-    registry = ModelRegistry()
-    await registry.start(nc)
-    inbox = subjects.gateway_inbox(settings.gateway_id)
-    scheduler = CoHosted(cohosted_scheduler(settings), nc, inbox) if settings.cohost_scheduler else None
-    dispatcher = Dispatcher(
-        nc, settings.gateway_id, store, scheduler, lambda model: bool(registry.ready_versions(model))
-    )
-    await dispatcher.start()
-    if scheduler is not None:  # after the dispatcher: the batches it sends complete on the dispatcher's inbox
-        await scheduler.start()
-    shm = ShmRegistry(nc, store.host, settings.allow_client_shm)
-    await shm.start()
-
-    async def cache_event(event: CacheEvent) -> None:  # the scheduler counts hits and misses
-        await nc.publish(subjects.SCHEDULER_CACHE, msgspec.msgpack.encode(event))
-
-    requests_tracer = tracer(settings)
-    core = InferenceCore(
-        registry,
-        dispatcher,
-        store,
-        settings.request_timeout_s,
-        shm,
-        ResponseCache(settings.cache_bytes) if settings.cache_bytes > 0 else None,
-        requests_tracer,
-        cache_event,
-        DemandLoads(nc, registry, settings.request_timeout_s),
-    )
-    server = InferenceServer(
-        nc,
-        core,
-        shm,
-        requests_tracer,
-        settings.id,
-        settings.strict_readiness,
-        settings.repository_timeout_s,
-        settings.log_verbose,
-    )
-
-    def status() -> dict:
-        return {
-            "http": f"{settings.http_address}:{settings.http_port}",
-            "grpc": f"{settings.grpc_address}:{settings.grpc_port}" if settings.allow_grpc else "off",
-            "models": len(registry.records),
-            "requests_in_flight": dispatcher.in_flight,
-            "shm_regions": len(shm.regions),
-        }
-
-    micro = await discovery.register(
-        nc,
-        "gateway",
-        settings.gateway_id,
-        status,
-        http_port=str(settings.http_port),
-        grpc_port=str(settings.grpc_port) if settings.allow_grpc else "",
-        metrics_port=str(settings.metrics_port),
-    )
-
-    async def metrics_stats(quantiles: list[float]) -> dict:
-        return await scheduler_stats(nc, msgspec.json.encode(StatisticsRequest(quantiles)) if quantiles else b"")
-
-    custom = CustomMetrics()
-    await custom.start(nc)
-
-    async def custom_metrics() -> list[str]:
-        return model_metrics.render(await model_metrics.fetch(nc)) + custom.lines() + resent_lines(dispatcher.resent)
-
-    servers = [
-        _Server(
-            uvicorn.Config(
-                build_app(server, settings.http_max_input_size, settings.http_restricted_api),
-                host=settings.http_address,
-                port=settings.http_port,
-                http=CorkedHttpToolsProtocol,
-                proxy_headers=False,  # no X-Forwarded-* rewriting: it wrapped every request (~2% of the gateway)
-                log_level="warning",
-                access_log=False,
-                timeout_graceful_shutdown=settings.exit_timeout_s,  # type: ignore[arg-type]  # annotated int, any seconds work
-            )
-        )
-    ]
-    if settings.allow_metrics:
-        servers.append(
-            _Server(
-                uvicorn.Config(
-                    build_metrics_app(metrics_stats, options, custom_metrics),
-                    host=settings.metrics_address or settings.http_address,
-                    port=settings.metrics_port,
-                    log_level="warning",
-                    access_log=False,
-                )
-            )
-        )
-    if settings.openai_port:
-        servers.append(_openai_server(settings, core))
-    metrics_address = settings.metrics_address or settings.http_address
-    started = log.info if settings.log_started else log.debug  # under shoal serve, the supervisor says it
-    grpc_listener = await grpc_server.start(settings, server) if settings.allow_grpc else None
-    if grpc_listener is not None:
-        started("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.grpc_port)
-    started("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
-    if settings.allow_metrics:
-        started("Started Metrics Service at %s:%d", metrics_address, settings.metrics_port)
-    if settings.openai_port:
-        started(
-            "Started OpenAI-compatible API at %s:%d",
-            settings.openai_address or settings.http_address,
-            settings.openai_port,
-        )
-
-    async def stop_servers() -> None:
-        await stop.wait()
-        for listener in servers:
-            listener.should_exit = True
-        if grpc_listener is not None:
-            await grpc_listener.stop(settings.exit_timeout_s)  # in-flight calls may finish
-
-    stopper = asyncio.create_task(stop_servers())
-    try:
-        shared = http_sockets(settings.http_address, settings.http_port, settings.reuse_http_port)
-        await asyncio.gather(*(server.serve(shared if i == 0 else None) for i, server in enumerate(servers)))
-    finally:
-        stopper.cancel()
-        if grpc_listener is not None:
-            await grpc_listener.stop(0)
-        await micro.stop()
-        if scheduler is not None:  # after the listeners: their in-flight requests were answered
-            await scheduler.stop()
-        await shm.stop()
-        await registry.stop()
-        await store.close()
-        await nc.drain()
+    await serve_until(stop, nc, GatewayService(settings, nc, options), "gateway")

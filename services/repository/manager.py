@@ -274,13 +274,16 @@ class ModelManager:
         return [r for r in self.reports.values() if r.model == name and r.version == version]
 
     async def on_report(self, key: str, report: InstanceRecord | None) -> None:
-        previous = self.reports.pop(key, None)
-        if report is not None:
-            self.reports[key] = report
-        changed = report or previous
-        if changed is not None:
-            await self.refresh(changed.model)
+        # under the condition's lock: a load waiting in `wait_loaded` must not see the report
+        # (settled) before the record and its dependent ensembles are published (it would answer
+        # the client with a revision where an ensemble of this model is still LOADING)
         async with self.changed:
+            previous = self.reports.pop(key, None)
+            if report is not None:
+                self.reports[key] = report
+            changed = report or previous
+            if changed is not None:
+                await self.refresh(changed.model)
             self.changed.notify_all()
 
     async def refresh(self, name: str) -> None:

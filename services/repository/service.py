@@ -15,11 +15,10 @@ from pathlib import Path
 import msgspec
 import watchfiles
 from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
 
 from services.repository import ensembles
 from services.repository.demand import Budget, OnDemand, Usage
+from services.repository.drain import Drainer
 from services.repository.manager import ModelManager
 from services.repository.overrides import check_parameters
 from shared import bus, discovery, subjects
@@ -27,7 +26,6 @@ from shared.errors import Code, ShoalError, unavailable
 from shared.liveness import WorkerLiveness
 from shared.messages import (
     DemandRequest,
-    DrainRequest,
     ErrorReply,
     IndexRequest,
     InstanceRecord,
@@ -51,7 +49,7 @@ class RepositoryService:
     def __init__(self, settings: RepositorySettings, nc: NATS) -> None:
         self.settings = settings
         self.nc = nc
-        self.manager = ModelManager(settings, self._publish, self._forget, self._drain)
+        self.manager = ModelManager(settings, self._publish, self._forget, Drainer(nc, settings.unload_timeout_s))
         self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._worker_gone, self._worker_back)
         self.demand = OnDemand(self.manager, settings, self._usage, self._budgets)
         self._tasks: list[asyncio.Task] = []
@@ -131,21 +129,6 @@ class RepositoryService:
 
     async def _forget(self, name: str) -> None:
         await bus.delete(self.models_kv, subjects.model_key(name))
-
-    async def _drain(self, model: str, version: int) -> None:
-        """Wait until the schedulers hold nothing for this version (bounded by the exit timeout)."""
-        try:
-            await self.nc.request(
-                subjects.SCHEDULER_DRAIN,
-                encode(DrainRequest(model, version, self.settings.unload_timeout_s)),
-                timeout=self.settings.unload_timeout_s,
-            )
-        except NoRespondersError:
-            pass  # no scheduler: nothing queued anywhere
-        except NatsTimeout:
-            log.warning(
-                "'%s' version %d did not drain in %ss; unloading anyway", model, version, self.settings.unload_timeout_s
-            )
 
     async def _watch_instances(self) -> None:
         async for change in bus.watch(self.nc, self.instances_kv):

@@ -5,7 +5,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import signal
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -293,6 +296,29 @@ def test_load_unload_cycles_do_not_grow_memory(explicit, eclient):
         f"worker RSS over 100 load/unload cycles: {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB ({growth:+.2%})"
     )
     assert growth < 0.05
+
+
+def test_unload_does_not_wait_on_a_frozen_scheduler(tmp_path):
+    """The drain before an unload is asked of the replica holding the model's lease, and asked
+    again: a replica that stopped answering (frozen, cut off) is waited on until its lease
+    expires (4 s), not for the whole unload timeout (30 s) as when only a live owner answered."""
+    identity(tmp_path, "first")
+    with running_cluster(
+        tmp_path, shape="standalone", repository={"model_control_mode": "explicit", "load_model": ["first"]}
+    ) as running:
+        client = httpclient.InferenceServerClient(running.url, network_timeout=60)
+        infer_identity(client, "first")  # served: the scheduler holds the lease
+        scheduler = running.cluster.child("scheduler").process.pid
+        os.kill(scheduler, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            client.unload_model("first")
+            took = time.monotonic() - started
+        finally:
+            os.kill(scheduler, signal.SIGCONT)
+        assert not client.is_model_ready("first")
+        assert took < 20, f"the unload waited {took:.1f}s on a scheduler that does not answer"
+        client.close()
 
 
 @pytest.fixture

@@ -326,8 +326,8 @@ def test_backlog_waits_for_the_next_ending_sequence(seq_cluster):
     assert int(client.infer("py_one", _nobatch_input(2), sequence_id=2, sequence_start=True).as_numpy("OUTPUT")[0]) == 2
     first = client.async_infer("py_one", _nobatch_input(3), sequence_id=3, sequence_start=True)
     second = client.async_infer("py_one", _nobatch_input(4), sequence_id=3)
-    time.sleep(0.3)  # not synchronisation: the backlog must still be waiting after this
-    assert _gauge(seq_cluster, "nv_inference_pending_request_count", "py_one") == 2
+    # both wait in the backlog (no slot is free until a sequence ends), and stay there until one does
+    wait_until(lambda: _gauge(seq_cluster, "nv_inference_pending_request_count", "py_one") == 2)
     assert int(client.infer("py_one", _nobatch_input(10), sequence_id=1, sequence_end=True).as_numpy("OUTPUT")[0]) == 11
     assert int(first.get_result().as_numpy("OUTPUT")[0]) == 3
     assert int(second.get_result().as_numpy("OUTPUT")[0]) == 7

@@ -82,9 +82,10 @@ class CallContext:
 class _Requests:
     """A stream's requests as the servicer iterates them, fed by the connection as they arrive."""
 
-    __slots__ = ("_items", "_ended", "_waiter")
+    __slots__ = ("_loop", "_items", "_ended", "_waiter")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self._items: deque[Message] = deque()
         self._ended = False
         self._waiter: asyncio.Future[None] | None = None
@@ -105,7 +106,7 @@ class _Requests:
         while not self._items:
             if self._ended:
                 raise StopAsyncIteration
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self._loop.create_future()
             await self._waiter
         return self._items.popleft()
 
@@ -146,9 +147,9 @@ class GrpcCall:
         self._encoding = headers.get(b"grpc-encoding", b"identity")
         self._gzip_ok = b"gzip" in headers.get(b"grpc-accept-encoding", b"")
         if timeout is not None:
-            self._timer = asyncio.get_running_loop().call_later(timeout, self._expire)
+            self._timer = self._stream.conn.loop.call_later(timeout, self._expire)
         if self._method.streaming:
-            self._requests = _Requests()
+            self._requests = _Requests(self._stream.conn.loop)
             self._launch(self._serve_stream(self._requests))
 
     # -- the connection's events -------------------------------------------------------------
@@ -182,7 +183,7 @@ class GrpcCall:
 
     # -- serving -------------------------------------------------------------------------------
     def _launch(self, coro: Any) -> None:
-        self._task = self._calls.track(asyncio.get_running_loop().create_task(coro))
+        self._task = self._calls.track(self._stream.conn.loop.create_task(coro))
 
     async def _serve_unary(self) -> None:
         context = self._context

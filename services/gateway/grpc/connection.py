@@ -102,7 +102,7 @@ class GrpcConnection(asyncio.Protocol):
         self._calls = calls
         self._keepalive = keepalive
         self._on_close = on_close
-        self._loop = asyncio.get_event_loop()
+        self.loop = asyncio.get_event_loop()  # its calls use it too: asyncio.get_running_loop() is a getpid system call
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._preface = False
@@ -156,7 +156,7 @@ class GrpcConnection(asyncio.Protocol):
         self._out.append(data)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -399,7 +399,7 @@ class GrpcConnection(asyncio.Protocol):
 
     # -- keepalive --------------------------------------------------------------------------
     def _schedule_ping(self) -> None:
-        self._ping_timer = self._loop.call_later(self._keepalive.time_s, self._send_ping)
+        self._ping_timer = self.loop.call_later(self._keepalive.time_s, self._send_ping)
 
     def _send_ping(self) -> None:
         if self._transport is None:
@@ -409,7 +409,7 @@ class GrpcConnection(asyncio.Protocol):
             self._pings_without_data += 1
             self.write(f.frame(f.PING, 0, 0, b"shoal-ka"))
             if self._ping_deadline is None:
-                self._ping_deadline = self._loop.call_later(self._keepalive.timeout_s, self._ping_timeout)
+                self._ping_deadline = self.loop.call_later(self._keepalive.timeout_s, self._ping_timeout)
         self._schedule_ping()
 
     def _ping_timeout(self) -> None:

@@ -78,6 +78,8 @@ def request_parameters(params: Any) -> tuple[dict[str, Any], bool]:
     for an empty final response (`triton_enable_empty_final_response`)."""
     out: dict[str, Any] = {}
     empty_final = False
+    if not params:  # nearly always; a protobuf map's items() is collections.abc's, in Python
+        return out, empty_final
     for key, param in params.items():
         if key == "sequence_id":
             out[key] = _expect(key, param, ("int64_param", "string_param"), "int64_param or string_param")
@@ -104,6 +106,8 @@ def request_parameters(params: Any) -> tuple[dict[str, Any], bool]:
 
 def _tensor_parameters(params: Any) -> dict[str, Any]:
     """A tensor's parameters; the shared-memory ones type checked as Triton's ParseSharedMemoryParams."""
+    if not params:  # nearly always: each look-up below is a protobuf map access
+        return {}
     out = {key: value(param) for key, param in params.items()}
     checks = (
         ("shared_memory_region", "string_param"),
@@ -170,7 +174,7 @@ def parse_infer(request: service_pb2.ModelInferRequest) -> tuple[ParsedRequest, 
     parameters, empty_final = request_parameters(request.parameters)
     raw = request.raw_input_contents
     inputs, index = [], 0
-    for io in request.inputs:
+    for io in request.inputs[:]:  # upb: a slice is one list; iterating the field is a Python-level protocol
         params = _tensor_parameters(io.parameters)
         has_contents = io.HasField("contents")
         if io.datatype not in DATATYPES:
@@ -194,16 +198,17 @@ def parse_infer(request: service_pb2.ModelInferRequest) -> tuple[ParsedRequest, 
             index += 1
         else:
             raise invalid(f"unable to find data for input tensor '{io.name}' for model '{model}' in request.")
-        inputs.append(InputTensor(io.name, io.datatype, list(io.shape), data, params))
-    outputs = [_requested(out) for out in request.outputs] or None
+        inputs.append(InputTensor(io.name, io.datatype, io.shape[:], data, params))  # [:]: as above
+    outputs = [_requested(out) for out in request.outputs[:]] or None
     return ParsedRequest(request.id, inputs, outputs, parameters), empty_final
 
 
 def _requested(out: service_pb2.ModelInferRequest.InferRequestedOutputTensor) -> RequestedOutput:
-    params = _tensor_parameters(out.parameters)
+    given = out.parameters
+    params = _tensor_parameters(given)
     count = 0
-    if "classification" in out.parameters:
-        param = out.parameters["classification"]
+    if "classification" in params:
+        param = given["classification"]
         if param.WhichOneof("parameter_choice") != "int64_param":
             raise invalid("invalid value type for 'classification' parameter, expected int64_param")
         if param.int64_param <= 0:

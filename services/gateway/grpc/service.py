@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -62,6 +63,30 @@ def version_of(text: str) -> str:
             "version should be an integral value > 0"
         )
     return text
+
+
+class Inbox:
+    """A stream's answers on their way from its requests' tasks to its response iterator: an
+    unbounded asyncio.Queue without the running-loop look-up that Queue.get makes each time it waits."""
+
+    __slots__ = ("_loop", "_items", "_waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: Any) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> Any:
+        while not self._items:
+            self._waiter = self._loop.create_future()
+            await self._waiter
+        return self._items.popleft()
 
 
 def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -165,7 +190,8 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
             await context.abort(convert.status_code(exc), exc.message)
         if self.compress:
             context.set_compression(grpc.Compression.Gzip)
-        out: asyncio.Queue[Any] = asyncio.Queue()
+        loop = asyncio.get_running_loop()  # once per stream: in Python 3.11 each look-up is a getpid system call
+        out = Inbox(loop)
         done = object()
         tasks: set[asyncio.Task] = set()
         pending = 1  # the reader, and one per request in flight
@@ -182,13 +208,13 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
             try:
                 async for request in request_iterator:
                     pending += 1
-                    task = asyncio.create_task(answer(request))  # starts in arrival order: sequences stay ordered
+                    task = loop.create_task(answer(request))  # starts in arrival order: sequences stay ordered
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
             finally:
                 out.put_nowait(done)
 
-        reader = asyncio.create_task(read())
+        reader = loop.create_task(read())
         try:
             while pending:
                 item = await out.get()

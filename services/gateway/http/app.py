@@ -1,7 +1,7 @@
 """The HTTP front end: KServe v2 + Triton extensions over Starlette, a thin adapter on the core.
 
-The route table is here; `/infer` is `infer.py`'s plain ASGI fast path and every other
-route is a handler in `handlers.py`.
+The route table is here; `/infer` is `infer.py`'s fast path, which the HTTP protocol calls
+without ASGI (`protocol.py`), and every other route is a handler in `handlers.py`.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _shm_routes(h: Handlers) -> list[Route]:
 
 def build_app(
     server: InferenceServer, max_input_size: int, restricted_api: list[str] | None = None, lifespan=None
-) -> restricted.ASGIApp:
+) -> restricted.HttpApp:
     h = Handlers(server, max_input_size)
     routes = [
         Route("/v2/health/live", triton_errors(h.live), methods=["GET"]),

@@ -1,8 +1,8 @@
 """`POST /v2/models/{model}[/versions/{version}]/infer`: the HTTP body codec around the core.
 
-A plain ASGI handler in front of Starlette: inference is the hot path, and skipping
-Starlette's middleware stack, route table and Request/Response objects saves a measurable
-share of the gateway's CPU per request (see the benchmark notes in the README).
+Called by the HTTP protocol with the body it read, in front of Starlette: inference is the hot
+path, and skipping ASGI, Starlette's middleware stack, route table and Request/Response objects
+saves a measurable share of the gateway's CPU per request (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
 import orjson
 
 from services.gateway.http import codec
-from services.gateway.http.protocol import DISCONNECT, Disconnect
+from services.gateway.http.protocol import Disconnect
 from services.inference.core import InferenceCore
 from services.inference.on_demand import request_timeout_s
 from services.inference.validation import raw_request
@@ -77,11 +77,9 @@ def _resolve(core: InferenceCore, model: str, version: str) -> tuple[ModelSpec, 
 
 
 class InferFastPath:
-    """`POST .../infer` handled here; everything else goes to the Starlette app.
-
-    Two ways in: as an ASGI app, and directly from the HTTP protocol (`claim` and `respond`,
-    services/gateway/http/protocol.py), which skips uvicorn's ASGI request cycle for requests
-    whose body it has read whole."""
+    """`POST .../infer`, answered from the body the HTTP protocol read (`claim` and `respond`,
+    services/gateway/http/protocol.py: the one way in for inference, which skips uvicorn's ASGI
+    request cycle); every other request goes to the Starlette app through ASGI."""
 
     def __init__(self, core: InferenceCore, max_input_size: int, app: Any) -> None:
         self.core = core
@@ -89,35 +87,20 @@ class InferFastPath:
         self.app = app
 
     def claim(self, method: str, path: str) -> tuple[str, str] | None:
-        """(model, version) of a request the protocol may hand to `respond` directly."""
+        """(model, version) of a request the protocol hands to `respond`."""
         match = _INFER_PATH.match(path) if method == "POST" else None
         return None if match is None else (match.group(1), match.group(2) or "")
 
     async def __call__(self, scope, receive, send) -> None:
-        match = _INFER_PATH.match(scope["path"]) if scope["type"] == "http" else None
-        if match is None:
+        if scope["type"] != "http" or _INFER_PATH.match(scope["path"]) is None:
             await self.app(scope, receive, send)
             return
-        model, version = match.group(1), match.group(2) or ""  # ASGI paths arrive percent-decoded
-        headers = header_dict(scope["headers"])
-        disconnect = scope.get("extensions", {}).get(DISCONNECT)
-
-        async def read() -> bytes:
-            return await self._body(receive, headers)
-
-        if scope["method"] != "POST":
-            status, content, out_headers = 405, orjson.dumps({"error": "Method Not Allowed"}), _JSON
-        elif disconnect is not None:
-            status, content, out_headers = await self._answer(
-                model, version, headers, read, lambda work: self._until_lost(work, disconnect)
-            )
+        if scope["method"] == "POST":  # claimed by Shoal's protocol: only another server sends it here
+            status, content = 500, orjson.dumps({"error": "inference is served by Shoal's HTTP protocol only"})
         else:
-            status, content, out_headers = await self._answer(
-                model, version, headers, read, lambda work: self._until_disconnect(work, receive)
-            )
-        raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out_headers.items()]
-        raw_headers.append((b"content-length", str(len(content)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+            status, content = 405, orjson.dumps({"error": "Method Not Allowed"})
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
 
     async def respond(
@@ -132,29 +115,14 @@ class InferFastPath:
         the status, body and headers of its answer."""
         model, version = claim
         named = header_dict(headers)
-
-        async def read() -> bytes:
-            if size > self.limit:
-                raise self._size_error(size, named)
-            return body
-
-        return await self._answer(model, version, named, read, lambda work: self._until_lost(work, disconnect))
-
-    async def _answer(
-        self,
-        model: str,
-        version: str,
-        headers: dict[str, str],
-        read: Callable[[], Awaitable[bytes]],
-        until_done: Callable[
-            [Coroutine[Any, Any, tuple[bytes, dict[str, str]]]], Awaitable[tuple[bytes, dict[str, str]]]
-        ],
-    ) -> tuple[int, bytes, dict[str, str]]:
         try:
             if version and not version.isdigit():
                 raise _HTTPError(404, "Not Found")
-            body = await read()
-            content, out_headers = await until_done(infer(self.core, model, version, headers, body, self.limit))
+            if size > self.limit:
+                raise self._size_error(size, named)
+            content, out_headers = await _until_lost(
+                infer(self.core, model, version, named, body, self.limit), disconnect
+            )
             log.debug("infer '%s' done", model)
             return 200, content, out_headers
         except _HTTPError as exc:
@@ -169,73 +137,31 @@ class InferFastPath:
             log.exception("unhandled error on infer of '%s'", model)
             return 500, orjson.dumps({"error": f"internal error: {exc}"}), _JSON
 
-    @staticmethod
-    async def _until_lost(work, disconnect: Disconnect):
-        """Run the inference in this task, cancelled end to end by the connection's protocol if the
-        client goes away first (services/gateway/http/protocol.py: no watcher task per request)."""
-        disconnect.watch(asyncio.current_task())
-        try:
-            if disconnect.gone:
-                work.close()
-                raise _HTTPError(499, "client disconnected")
-            return await work
-        except asyncio.CancelledError:
-            if disconnect.gone:
-                raise _HTTPError(499, "client disconnected") from None
-            raise
-        finally:
-            disconnect.task = None
-            disconnect.ended = True
-
-    @staticmethod
-    async def _until_disconnect(work, receive):
-        """Run the inference in this task, cancelling it end to end if the client goes away first
-        (one watcher task per request: the inference itself needs no task of its own)."""
-        handler = asyncio.current_task()
-        gone = asyncio.Event()
-
-        async def watch() -> None:
-            message = await receive()  # after the body, the next message is the disconnect
-            if message.get("type") == "http.disconnect":
-                gone.set()
-                handler.cancel()  # the dispatcher tells the scheduler; the request leaves its queue
-
-        watcher = asyncio.ensure_future(watch())
-        try:
-            return await work
-        except asyncio.CancelledError:
-            if gone.is_set():
-                raise _HTTPError(499, "client disconnected") from None
-            raise
-        finally:
-            watcher.cancel()
-
-    async def _body(self, receive, headers: dict[str, str]) -> bytes:
-        limit = self.limit
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _HTTPError(400, "client disconnected")
-            chunk = message.get("body", b"")
-            more = message.get("more_body", False)
-            size += len(chunk)
-            if size <= limit:
-                chunks.append(chunk)
-            elif size > 4 * limit:  # not worth reading further: the connection gets closed
-                break
-        if size > limit:
-            # the rest of an oversize body was read (and dropped) so the client gets this
-            # error rather than a connection reset
-            raise self._size_error(size, headers)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
     def _size_error(self, size: int, headers: dict[str, str]) -> ShoalError:
         declared = headers.get("content-length", "")
         total = int(declared) if declared.isdigit() else size
         if headers.get("inference-header-content-length", "").strip() == "0":
             return codec.raw_size_error(total, self.limit)
         return codec.size_error(total, self.limit)
+
+
+async def _until_lost(
+    work: Coroutine[Any, Any, tuple[bytes, dict[str, str]]], disconnect: Disconnect
+) -> tuple[bytes, dict[str, str]]:
+    """Run the inference in this task, cancelled end to end by the connection's protocol if the
+    client goes away first (services/gateway/http/protocol.py: no watcher task per request)."""
+    disconnect.watch(asyncio.current_task())
+    try:
+        if disconnect.gone:
+            work.close()
+            raise _HTTPError(499, "client disconnected")
+        return await work
+    except asyncio.CancelledError:
+        if disconnect.gone:
+            raise _HTTPError(499, "client disconnected") from None
+        raise
+    finally:
+        disconnect.task = None
 
 
 # the request headers inference reads: only these are decoded (an HTTP client sends 5-10 others)

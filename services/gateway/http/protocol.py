@@ -6,15 +6,15 @@ response. Profiling the gateway under perf_analyzer put a quarter of its CPU in 
 writes. Buffering writes until the end of the current event-loop iteration sends both
 in one `writelines` call.
 
-It also tells a request's handler when its client goes away (`Disconnect`, in the ASGI
-scope's extensions) from `connection_lost`, so the handler needs no watcher task per request.
-
 Requests the app `claim`s (inference: services/gateway/http/infer.py) skip ASGI: the body is
-read whole here, the handler answers status, body and headers, and the response leaves in one
-write: no ASGI receive/send messages, no uvicorn response checks, no corked flush (with the
-batched acknowledgements, the gateway's CPU per request fell by a fifth: docs/performance.md). Pipelined requests take
-the same path in their turn; `Expect: 100-continue`, any `--http-restricted-api` (the app is then
-the restriction's wrapper) and a server at its concurrency limit still go through ASGI.
+read here, the one reader of an inference body (kept up to the app's `limit`, counted beyond it),
+the handler answers status, body and headers, and the response leaves in one write: no ASGI
+receive/send messages, no uvicorn response checks, no corked flush (with the batched
+acknowledgements, the gateway's CPU per request fell by a fifth: docs/performance.md). Pipelined
+requests take the same path in their turn, and `Expect: 100-continue` gets its interim response
+as the body is asked for. The handler learns that its client went away from `connection_lost`
+(`Disconnect`), so it needs no watcher task per request. Only a server at its concurrency limit
+answers a claimable request through ASGI (uvicorn's 503).
 """
 
 from __future__ import annotations
@@ -67,18 +67,14 @@ class CorkedTransport:
         return getattr(self._transport, name)
 
 
-DISCONNECT = "shoal.disconnect"  # the scope extension that holds a request's `Disconnect`
-
-
 class Disconnect:
     """Cancels the task `watching` it when the connection is lost before the response ends."""
 
-    __slots__ = ("task", "gone", "ended", "_resume_reading")
+    __slots__ = ("task", "gone", "_resume_reading")
 
     def __init__(self, resume_reading: Callable[[], None]) -> None:
         self.task: asyncio.Task[Any] | None = None
         self.gone = False
-        self.ended = False  # the handler is done with it
         self._resume_reading = resume_reading
 
     def watch(self, task: asyncio.Task[Any] | None) -> None:
@@ -114,7 +110,7 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         # such raw binary requests. llhttp refuses them unless told to be lenient.
         self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
 
-        self._disconnects: list[Disconnect] = []  # this connection's requests (more than one when pipelined)
+        self._disconnects: set[Disconnect] = set()  # this connection's claimed requests being answered
         self._direct = self.app if isinstance(self.app, DirectHandler) else None
         self._reading: tuple[RequestResponseCycle, Claim] | None = None  # a claimed request's body coming in
         self._size = 0  # its bytes so far
@@ -127,11 +123,15 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         direct = self._direct
         claim = None
-        if direct is not None and app is direct and not cycle.waiting_for_100_continue:
+        if direct is not None and app is direct:
             claim = direct.claim(cycle.scope["method"], cycle.scope["path"])
         if claim is None:
             super()._start_asgi_task(cycle, app)
-        elif cycle.more_body:
+            return
+        if cycle.waiting_for_100_continue:  # the client waits for this before it sends the body
+            cycle.waiting_for_100_continue = False
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if cycle.more_body:
             self._reading, self._size, self._answered = (cycle, claim), len(cycle.body), False
         else:  # a pipelined request, read whole while it waited its turn
             self._launch(cycle, claim, len(cycle.body))
@@ -164,14 +164,15 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
             self._launch(cycle, claim, self._size)
 
     def _launch(self, cycle: RequestResponseCycle, claim: Claim, size: int) -> None:
-        task = self.loop.create_task(self._respond(cycle, claim, size))
+        disconnect = Disconnect(self.flow.resume_reading)
+        self._disconnects.add(disconnect)
+        task = self.loop.create_task(self._respond(cycle, claim, size, disconnect))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
 
-    async def _respond(self, cycle: RequestResponseCycle, claim: Claim, size: int) -> None:
+    async def _respond(self, cycle: RequestResponseCycle, claim: Claim, size: int, disconnect: Disconnect) -> None:
         try:
             scope = cycle.scope
-            disconnect: Disconnect = scope["extensions"][DISCONNECT]  # type: ignore[assignment]
             body = bytes(cycle.body)
             cycle.body = bytearray()
             status, content, headers = await self._direct.respond(  # type: ignore[union-attr]
@@ -183,6 +184,8 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
             if not cycle.response_complete:
                 self.transport.close()
             raise
+        finally:
+            self._disconnects.discard(disconnect)
         if cycle.disconnected:
             return
         self.transport.write_now(_response(status, headers, content, cycle))  # type: ignore[attr-defined]
@@ -192,18 +195,9 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
         cycle.on_response()
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        disconnect = Disconnect(self.flow.resume_reading)
-        # the requests still being handled (more than one when pipelined; handlers that never look
-        # at theirs, e.g. Starlette's routes, leave it behind: keep a few)
-        self._disconnects = [d for d in self._disconnects[-8:] if not d.ended]
-        self._disconnects.append(disconnect)
-        self.scope["extensions"] = {DISCONNECT: disconnect}  # type: ignore[dict-item]
-
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        disconnects, self._disconnects = self._disconnects, []
+        disconnects, self._disconnects = self._disconnects, set()
         for disconnect in disconnects:
             disconnect.lost()
 

@@ -1,23 +1,44 @@
 """Triton's `--http-restricted-api=<api>[,<api>...]:<header>=<value>`: API groups that answer
 only requests carrying that header with that value (403 otherwise).
 
-An ASGI wrapper around the whole HTTP app (inference's fast path included), so every route is
-classified the way Triton's handlers are (see docs/compatibility.md, item 15).
+A wrapper around the whole HTTP app, so every route is classified the way Triton's handlers are
+(see docs/compatibility.md, item 15): the ASGI routes, and the inference requests the HTTP protocol
+answers itself (`claim`/`respond`, services/gateway/http/protocol.py).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from services.inference.restrictions import CATEGORIES
 
+if TYPE_CHECKING:  # the CLI parses the flag: it needs no HTTP protocol (uvicorn's) imported
+    from services.gateway.http.protocol import Claim, Disconnect
+
 Scope = MutableMapping[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
+
+
+class HttpApp(Protocol):
+    """What the gateway's HTTP listener serves: ASGI routes, and the requests it claims
+    (`protocol.DirectHandler`)."""
+
+    limit: int
+
+    def claim(self, method: str, path: str) -> Claim | None: ...
+
+    async def respond(
+        self, claim: Claim, headers: Iterable[tuple[bytes, bytes]], body: bytes, size: int, disconnect: Disconnect
+    ) -> tuple[int, bytes, dict[str, str]]: ...
+
+    async def __call__(
+        self, scope: Scope, receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]
+    ) -> None: ...
+
 
 _MODEL = r"/v2/models/[^/]+(?:/versions/[^/]+)?"
 # Order matters: the first match wins (Triton's own routing: `/v2/models/stats` before a model).
@@ -77,19 +98,39 @@ def category(path: str) -> str | None:
 class RestrictedAPI:
     """Answers 403 with Triton's text before the app sees a request it must not serve."""
 
-    def __init__(self, app: ASGIApp, restrictions: dict[str, Restriction]) -> None:
+    def __init__(self, app: HttpApp, restrictions: dict[str, Restriction]) -> None:
         self.app = app
         self.restrictions = restrictions
+        self.limit = app.limit
+        # what the app claims is inference (services/gateway/http/infer.py)
+        self._claimed = restrictions.get("inference")
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         restriction = self._restriction(scope)
-        if restriction is None or self._allowed(scope, restriction):
+        if restriction is None or self._allowed(scope["headers"], restriction):
             await self.app(scope, receive, send)
             return
-        body = orjson.dumps({"error": f"This API is restricted, expecting header '{restriction.header}'"})
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 403, "headers": headers})
+        status, body, headers = self._refused(restriction)
+        raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        raw.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": raw})
         await send({"type": "http.response.body", "body": body})
+
+    def claim(self, method: str, path: str) -> Claim | None:
+        return self.app.claim(method, path)
+
+    async def respond(
+        self, claim: Claim, headers: Iterable[tuple[bytes, bytes]], body: bytes, size: int, disconnect: Disconnect
+    ) -> tuple[int, bytes, dict[str, str]]:
+        restriction = self._claimed
+        if restriction is None or self._allowed(headers, restriction):
+            return await self.app.respond(claim, headers, body, size, disconnect)
+        return self._refused(restriction)
+
+    @staticmethod
+    def _refused(restriction: Restriction) -> tuple[int, bytes, dict[str, str]]:
+        body = orjson.dumps({"error": f"This API is restricted, expecting header '{restriction.header}'"})
+        return 403, body, {"content-type": "application/json"}
 
     def _restriction(self, scope: Scope) -> Restriction | None:
         if scope["type"] != "http" or not self.restrictions:
@@ -98,12 +139,12 @@ class RestrictedAPI:
         return self.restrictions.get(name) if name else None
 
     @staticmethod
-    def _allowed(scope: Scope, restriction: Restriction) -> bool:
+    def _allowed(headers: Iterable[tuple[bytes, bytes]], restriction: Restriction) -> bool:
         wanted = restriction.header.encode("latin-1")
-        return any(k.lower() == wanted and v.decode("latin-1") == restriction.value for k, v in scope["headers"])
+        return any(k.lower() == wanted and v.decode("latin-1") == restriction.value for k, v in headers)
 
 
-def wrap(app: ASGIApp, specs: list[str]) -> ASGIApp:
+def wrap(app: HttpApp, specs: list[str]) -> HttpApp:
     """The app itself when nothing is restricted (no cost on the hot path)."""
     restrictions = parse(specs)
     return RestrictedAPI(app, restrictions) if restrictions else app

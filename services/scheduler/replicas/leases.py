@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from shared import bus, subjects
@@ -47,6 +49,7 @@ class Leases:
         self.fair = 1 << 30  # models this replica may hold: set from the live replicas each round
         self.wanted: set[str] = set()  # models some worker hosts
         self.held: dict[str, int] = {}  # model -> revision of our lease
+        self.renewed: dict[str, float] = {}  # model -> when our lease was last written (time.monotonic())
         self._lock = asyncio.Lock()
 
     def owns(self, model: str) -> bool:
@@ -70,6 +73,7 @@ class Leases:
                 return
             try:
                 self.held[model] = await self.kv.create(subjects.model_key(model), self.owner.encode())
+                self.renewed[model] = time.monotonic()
             except Exception:  # held by another replica (or the bus is away): try next round
                 return
         log.info("scheduler %s serves model '%s'", self.owner, model)
@@ -118,11 +122,39 @@ class Leases:
                         self.held[model] = await self.kv.update(
                             subjects.model_key(model), self.owner.encode(), last=revision
                         )
+                        self.renewed[model] = time.monotonic()
             except Exception as exc:  # expired and taken, or the bus is away too long
+                if await self._keep(model):
+                    continue
                 log.warning("scheduler %s lost model '%s': %s", self.owner, model, exc)
                 async with self._lock:
                     self.held.pop(model, None)
                 await self.on_loss(model)
+
+    async def _keep(self, model: str) -> bool:
+        """A refresh failed: whether the lease is still ours. After the loss of the NATS node that
+        led the leases stream, no write succeeds until another node leads it (seconds, more on a
+        loaded machine); the lease expires meanwhile, or its last refresh was applied but its
+        answer lost. Giving the model up then left it unserved for seconds though no other
+        replica could have taken it (test_losing_one_of_three_nats_nodes_under_load)."""
+        key = subjects.model_key(model)
+        try:
+            async with self._lock:
+                if model not in self.held:
+                    return False
+                try:
+                    entry = await self.kv.get(key)
+                except KeyNotFoundError:  # expired: nobody took it, so claim it back at once
+                    self.held[model] = await self.kv.create(key, self.owner.encode())
+                else:
+                    if entry.value != self.owner.encode():  # taken by another replica
+                        return False
+                    self.held[model] = await self.kv.update(key, self.owner.encode(), last=entry.revision)
+                self.renewed[model] = time.monotonic()
+                return True
+        except Exception as exc:  # the stream has no leader yet: ours while our last write lives
+            log.debug("lease of '%s' not renewable now: %s", model, exc)
+            return time.monotonic() - self.renewed.get(model, 0.0) < TTL_S
 
     async def release_all(self) -> None:
         """On shutdown: let another replica take over at once instead of after the TTL."""

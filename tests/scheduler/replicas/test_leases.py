@@ -1,0 +1,55 @@
+"""Per-model leases against a real nats-server's KV: a refresh that fails keeps the lease when it
+is still this replica's (expired with nobody else claiming it, as while the leases stream has no
+leader after a NATS node loss), and gives it up when another replica holds it."""
+
+from __future__ import annotations
+
+import nats
+import pytest
+
+from services.scheduler.replicas.leases import TTL_S, Leases
+from shared import bus, subjects
+from shared.natsserver import NatsServer
+
+
+@pytest.fixture(scope="module")
+def server():
+    with NatsServer() as running:
+        yield running
+
+
+async def _leases(url: str, owner: str) -> tuple[nats.NATS, Leases, list[str]]:
+    nc = await nats.connect(url)
+    kv = await bus.bucket(nc, subjects.LEASES_BUCKET, ttl=TTL_S)
+    lost: list[str] = []
+
+    async def gained(model: str) -> None:
+        pass
+
+    async def gone(model: str) -> None:
+        lost.append(model)
+
+    return nc, Leases(kv, owner, gained, gone), lost
+
+
+async def test_a_lease_that_expired_unclaimed_is_kept(server):
+    nc, leases, lost = await _leases(server.url, "a")
+    await leases.want("expired")
+    assert leases.owns("expired")
+    await leases.kv.delete(subjects.model_key("expired"))  # what its expiry leaves: no key
+    await leases.refresh()
+    assert leases.owns("expired") and lost == []
+    assert (await leases.kv.get(subjects.model_key("expired"))).value == b"a"
+    await leases.refresh()  # and renewed as usual from there
+    assert leases.owns("expired")
+    await nc.close()
+
+
+async def test_a_lease_another_replica_took_is_given_up(server):
+    nc, leases, lost = await _leases(server.url, "a")
+    await leases.want("taken")
+    await leases.kv.delete(subjects.model_key("taken"))
+    await leases.kv.create(subjects.model_key("taken"), b"b")  # replica b claimed it after the expiry
+    await leases.refresh()
+    assert not leases.owns("taken") and lost == ["taken"]
+    await nc.close()
