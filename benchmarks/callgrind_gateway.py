@@ -3,16 +3,20 @@
 that the machine's load does not blur (docs/performance.md, "Compiled code").
 
 usage: python benchmarks/callgrind_gateway.py REPO MODEL TREE [TREE ...] [--requests 2000]
-           [--concurrency 8] [--rounds 1] [--out DIR] [--grpc | --grpc-stream]
+           [--concurrency 8] [--rounds 1] [--out DIR] [--grpc | --grpc-stream] [--sole]
 
 One nats-server and one `shoal serve --nats-url` (this checkout's code) serve REPO. For each TREE in
-turn, a second gateway runs from that tree (`env -C TREE PYTHONPATH=TREE python -m shoal.cli gateway`)
-under `valgrind --tool=callgrind`; after a warm-up its counters are zeroed (`callgrind_control -z`),
-`--requests` HTTP inference requests go to it from `--concurrency` keep-alive connections, and the
-counters are dumped (`--grpc`: the same requests as gRPC ModelInfer calls, as perf_analyzer -i grpc
-sends them, from `--concurrency` threads over one channel per six, as its client shares them;
-`--grpc-stream`: as ModelStreamInfer requests, one stream per thread). Prints instructions per request (all of the process's threads: Python, uvloop,
-httptools, msgspec, the kernel entry code is not counted). Needs `valgrind` (apt-get install valgrind).
+turn, a second gateway runs from that tree (`env -C TREE PYTHONPATH=TREE python -m shoal.cli
+gateway`) under `valgrind --tool=callgrind`; after a warm-up its counters are zeroed
+(`callgrind_control -z`), `--requests` HTTP inference requests go to it from `--concurrency`
+keep-alive connections, and the counters are dumped (`--grpc`: the same requests as gRPC ModelInfer
+calls, as perf_analyzer -i grpc sends them, from `--concurrency` threads over one channel per six,
+as its client shares them; `--grpc-stream`: as ModelStreamInfer requests, one stream per thread).
+With `--sole`, no `shoal serve` gateway runs beside it (`shoal repository` and `shoal worker` only),
+so the measured gateway's co-hosted scheduler holds every model's lease and its queues, batching and
+completions are counted too (docs/design.md, "Co-hosting"). Prints instructions per request (all of
+the process's threads: Python, uvloop, httptools, msgspec, the kernel entry code is not counted).
+Needs `valgrind` (apt-get install valgrind).
 """
 
 from __future__ import annotations
@@ -237,6 +241,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--grpc", action="store_true", help="gRPC ModelInfer calls instead of HTTP requests")
     ap.add_argument("--grpc-stream", action="store_true", help="gRPC ModelStreamInfer requests, one stream per thread")
+    ap.add_argument("--sole", action="store_true", help="the measured gateway is the only one (its scheduler counted)")
     args = ap.parse_args()
     out = (args.out or Path(tempfile.mkdtemp(prefix="callgrind-"))).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -244,22 +249,29 @@ def main() -> None:
     serve_port = free_port()
     serve_cmd = f"{shlex.quote(sys.executable)} -m shoal.cli serve --nats-url {nats.url} --model-repository {args.repo}"
     serve_cmd += f" --http-port {serve_port} --grpc-port {free_port()} --metrics-port {free_port()}"
-    serve = subprocess.Popen(
-        shlex.split(serve_cmd), stdout=open(out / "serve.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True
-    )
+    commands = [shlex.split(serve_cmd)]
+    if args.sole:  # the repository and a worker, no gateway (`shoal serve` runs these two the same way)
+        base = [sys.executable, "-m", "shoal.cli"]
+        repository = [*base, "repository", "--nats-url", nats.url, "--model-repository", str(args.repo)]
+        commands = [repository, [*base, "worker", "--nats-url", nats.url]]
+    log = open(out / "serve.log", "ab")
+    services = [subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True) for cmd in commands]
     try:
-        wait_until(lambda: ready(serve_port, args.model), 120, "shoal serve")
+        if not args.sole:
+            wait_until(lambda: ready(serve_port, args.model), 120, "shoal serve")
         for round_ in range(1, args.rounds + 1):
             for tree in args.trees:
                 per_request = measure(tree.resolve(), nats.url, args.model, args, out)
                 print(f"round {round_} {tree} {args.model}: {per_request:,.0f} instructions per request", flush=True)
     finally:
-        serve.send_signal(signal.SIGINT)
-        try:
-            serve.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
-            serve.wait()
+        for service in services:
+            service.send_signal(signal.SIGINT)
+        for service in services:
+            try:
+                service.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(service.pid, signal.SIGKILL)
+                service.wait()
         nats.stop()
 
 

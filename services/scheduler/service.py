@@ -22,13 +22,17 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from services.scheduler.acknowledgements import Acknowledgements
+from services.scheduler.batching.answers import Answers
 from services.scheduler.batching.credits import Credits
-from services.scheduler.batching.model_queue import Key, ModelQueue
+from services.scheduler.batching.flights import Flights
+from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.batching.pump import Pump
 from services.scheduler.batching.ratelimit import RateLimiter, parse_resources
+from services.scheduler.disciplines import Disciplines
 from services.scheduler.ensembles.runner import EnsembleRunner
+from services.scheduler.records import Key
 from services.scheduler.replicas.ownership import Ownership
-from services.scheduler.sequences.batcher import Dispatch, Sequencer
+from services.scheduler.sequences.sequence_batcher import sequence_batcher_of
 from services.scheduler.statistics.report import quantiles_asked, report
 from services.scheduler.tasks import Tasks
 from services.scheduler.usage import model_usage
@@ -77,20 +81,15 @@ class SchedulerService:
         self.nc = nc
         self.tasks = Tasks()
         limiter = RateLimiter(settings.rate_limit == "execution_count", parse_resources(settings.rate_limit_resource))
-        self.sequencer: Sequencer
-
-        def sequencer(host: Dispatch) -> Sequencer:  # the pump and the sequencer call each other
-            self.sequencer = Sequencer(host, nc.publish)
-            return self.sequencer
-
-        self.pump = Pump(nc, limiter, self.tasks, sequencer, local_inbox)
-        self.credits = Credits(self.pump)
+        self.flights, answers = Flights(), Answers(nc.publish)
+        self.pump = Pump(nc, limiter, self.tasks, self.flights, answers, Disciplines(nc.publish), local_inbox)
+        self.credits = Credits(self.pump, self.flights, answers)
         self.liveness = WorkerLiveness(
             nc, settings.worker_timeout_s, self.credits.worker_lost, self._worker_back, probe=True
         )
         # ensembles run here, not on workers; their steps reach this replica's own models by a call
         self.ensembles = EnsembleRunner(nc, settings.scheduler_id, local=self)
-        self.ownership = Ownership(nc, settings.scheduler_id, self, self.pump, self.sequencer, self.take)
+        self.ownership = Ownership(nc, settings.scheduler_id, self, self.pump, self.take)
         self._subs: dict[str, Subscription] = {}  # model -> its infer subscription, while we hold its lease
         self._rechecked: dict[str, float] = {}  # worker -> when its holdings were asked for again
         self._stats_sub: Subscription | None = None
@@ -127,11 +126,16 @@ class SchedulerService:
                 f"{m}/{v}": {
                     "queued": self.pump.pending(q),
                     "free_credits": len(q.free),
-                    "running_batches": self.pump.flights.count((m, v)),
+                    "running_batches": self.flights.count((m, v)),
                 }
                 for (m, v), q in queues.items()
             },
-            "sequences": {f"{m}/{v}": q.seq.book.summary() for (m, v), q in queues.items() if q.seq},
+            "sequences": {
+                f"{m}/{v}": batcher.book.summary()
+                for (m, v), q in queues.items()
+                for batcher in (sequence_batcher_of(q),)
+                if batcher is not None
+            },
             "workers": sorted(self.liveness.seen),
             # the workers NATS would show gone at once (shared/liveness.py); the others by heartbeat only
             "probed_workers": sorted(self.liveness.answering),
@@ -198,7 +202,8 @@ class SchedulerService:
             if self.ensembles.handles(header.model):  # a dataflow over its steps, no queue of its own
                 self.ensembles.submit(raw, queue.stats)
                 continue
-            holder = None if routed or queue.seq is None else handover.route(queue, header)
+            # only while other replicas hold sequences of its model (`seen`) may a request go elsewhere
+            holder = None if routed or not handover.seen else handover.route(queue, header)
             if holder is not None:
                 forward.setdefault(holder, []).append(raw)
             elif await self.pump.admit(queue, header, raw, now):

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TypedDict
 
 from services.scheduler.batching.model_queue import ModelQueue
+from services.scheduler.sequences.sequence_batcher import sequence_batcher_of
 
 
 class Usage(TypedDict):
@@ -19,9 +20,10 @@ class Usage(TypedDict):
 
 
 def holds_sequences(queue: ModelQueue) -> bool:
-    if queue.seq is None:
+    batcher = sequence_batcher_of(queue)
+    if batcher is None:
         return False
-    book = queue.seq.book
+    book = batcher.book
     return bool(book.bound or book.live or book.backlog or book.reserved)
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from services.scheduler.batching.dynamic import DynamicBatcher
 from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.usage import model_usage
 
 
+def queue(model: str, version: int = 1) -> ModelQueue:
+    return ModelQueue((model, version), DynamicBatcher(host=None))  # never pumped: no host
+
+
 def test_usage_of_the_models_this_replica_serves() -> None:
-    idle, running, elsewhere = ModelQueue(("idle", 1)), ModelQueue(("running", 1)), ModelQueue(("other", 1))
+    idle, running, elsewhere = queue("idle"), queue("running"), queue("other")
     idle.stats.last_inference_ms = 1_000
     usage = model_usage([idle, running, elsewhere], lambda m: m != "other", lambda m: m != "running")
     assert usage == {
@@ -17,6 +22,6 @@ def test_usage_of_the_models_this_replica_serves() -> None:
 
 
 def test_two_versions_are_one_model_busy_if_either_is() -> None:
-    v1, v2 = ModelQueue(("m", 1)), ModelQueue(("m", 2))
+    v1, v2 = queue("m", 1), queue("m", 2)
     v1.stats.last_inference_ms, v2.stats.last_inference_ms = 5, 9
     assert model_usage([v1, v2], lambda m: True, lambda m: True) == {"m": {"busy": False, "last_used_ms": 9}}

@@ -1,6 +1,9 @@
 """Worker credits coming and going: a completed batch returns its credit and its answers,
 an idle instance announces one, a reload revokes them, a dead worker takes them along.
-Also the bounds of at-most-once messaging: nothing queued or in flight waits forever."""
+Also the bounds of at-most-once messaging: nothing queued or in flight waits forever.
+
+A collaborator of the pump through the small `Pumping` below; it ends flights (`flights.py`)
+and gives the answers the scheduler owes (`answers.py`) itself."""
 
 from __future__ import annotations
 
@@ -8,9 +11,12 @@ import asyncio
 import logging
 import time
 from collections import deque
+from typing import Protocol
 
-from services.scheduler.batching.model_queue import InFlight, ModelQueue, Slot
-from services.scheduler.batching.pump import Pump
+from services.scheduler.batching.answers import Answers
+from services.scheduler.batching.flights import FlightKey, Flights
+from services.scheduler.batching.model_queue import ModelQueue
+from services.scheduler.records import InFlight, Key, Slot
 from shared.wire.messages import CreditsRevoked, InstanceFree
 
 log = logging.getLogger("shoal.scheduler")
@@ -19,12 +25,29 @@ FLIGHT_GRACE_S = 5.0  # past the deadline of its last request, a batch still run
 EXPIRE_EVERY_S = 1.0
 
 
+class Pumping(Protocol):
+    """What the completion path needs from the pump (`pump.Pump`)."""
+
+    def queue(self, model: str, version: int) -> ModelQueue: ...
+    def find(self, key: Key) -> ModelQueue | None: ...
+    def all(self) -> list[ModelQueue]: ...
+    async def pump(self, queue: ModelQueue) -> None: ...  # send what the queue's credits can take
+    async def pump_held_back(self) -> None: ...  # ... for every queue the rate limiter held back
+    def ended(self, flight: InFlight) -> None: ...  # a batch ended: its resources return
+
+
 class Credits:
-    def __init__(self, pump: Pump) -> None:
+    def __init__(self, pump: Pumping, flights: Flights, answers: Answers) -> None:
         self.pump = pump
-        self.flights = pump.flights
-        self.replies = pump.replies
-        self.sequences = pump.sequences
+        self.flights = flights
+        self.answers = answers
+
+    def _end(self, key: FlightKey) -> InFlight | None:
+        """End a flight once (None if it ended already), and let the pump take back what it held."""
+        flight = self.flights.end(key)
+        if flight is not None:
+            self.pump.ended(flight)
+        return flight
 
     async def on_free(self, free: InstanceFree) -> None:
         """A batch completed (its answers, its credit back), or an idle credit announced."""
@@ -44,9 +67,10 @@ class Credits:
     async def _complete(self, queue: ModelQueue, free: InstanceFree) -> None:
         if not self.flights.mine(free.worker, free.batch_id, queue.key):
             return  # another replica's batch
-        flight = self.flights.end((free.worker, free.batch_id))
+        flight = self.flights.end((free.worker, free.batch_id))  # as `_end` does, written out: the hot path
         if flight is None:
             return
+        self.pump.ended(flight)
         now_ns = time.time_ns()
         headers = {p.header.rid: p.header for p in flight.live}
         if free.batch_size:
@@ -56,9 +80,9 @@ class Credits:
             if header is None:
                 continue
             queue.stats.record_request(done.ok, now_ns - header.received_ns)
-            await self.replies.finish(queue, header, done.response or None)
+            await self.answers.finish(queue, header, done.response or None)
         for header in headers.values():  # the worker did not report them: fail, never lose
-            await self.replies.fail(queue, header, f"request was lost by worker {free.worker}")
+            await self.answers.fail(queue, header, f"request was lost by worker {free.worker}")
 
     @staticmethod
     def _record_batch(queue: ModelQueue, free: InstanceFree, flight: InFlight) -> None:
@@ -77,26 +101,24 @@ class Credits:
 
     async def revoked(self, revoked: CreditsRevoked) -> None:
         """The worker reloaded or unloaded the instances of one generation: their credits are void."""
-        queue = self.pump.queues.get((revoked.model, revoked.version))
+        queue = self.pump.find((revoked.model, revoked.version))
         if queue is None:
             return
         queue.free = deque(
             s for s in queue.free if not (s.worker == revoked.worker and s.generation == revoked.generation)
         )
-        if queue.seq is not None:  # the instances holding the sequences' state are gone
-            await self.sequences.worker_lost(
-                queue, revoked.worker, f"its instances on worker {revoked.worker} were reloaded or unloaded"
-            )
+        # the instances holding state for it (a sequence's) are gone
+        reason = f"its instances on worker {revoked.worker} were reloaded or unloaded"
+        await queue.discipline.worker_lost(queue, revoked.worker, reason)
         await self.pump.pump(queue)
 
     async def worker_lost(self, worker: str) -> None:
         log.warning("worker %s is gone; failing its in-flight requests", worker)
-        queues = list(self.pump.queues.values())
+        queues = self.pump.all()
         for queue in queues:
             queue.free = deque(s for s in queue.free if s.worker != worker)
-        for queue in queues:
-            if queue.seq is not None:  # before its flights end: freed slots must not go to backlogged sequences
-                await self.sequences.worker_lost(queue, worker)
+        for queue in queues:  # before its flights end: freed slots must not go to backlogged sequences
+            await queue.discipline.worker_lost(queue, worker)
         await self._recover_flights(worker)
 
     async def _recover_flights(self, worker: str) -> None:
@@ -107,10 +129,10 @@ class Credits:
         instance; the rest fail (docs/reliability.md, metric shoal_inference_request_retry)."""
         keys = sorted(self.flights.of_worker(worker), key=lambda k: k[1])  # batch ids grow: sending order
         started: set[tuple[tuple[str, int], int]] = set()
-        requeued: dict[tuple[str, int], ModelQueue] = {}
+        requeued: dict[Key, ModelQueue] = {}
         now_ns = time.time_ns()
         for key in keys:
-            flight = self.flights.end(key)
+            flight = self._end(key)
             if flight is None:
                 continue
             queue = self.pump.queue(*flight.key)
@@ -130,16 +152,20 @@ class Credits:
         """A batch of `flight` that never ran: each request safe to run again (the batch did not
         start, not in a sequence, not for a decoupled model, before its deadline, not retried yet)
         goes back to the head of its queue; the others fail with `reason`. True if any went back."""
-        safe = unstarted and queue.seq is None and not (queue.spec and queue.spec.decoupled)
+        safe = unstarted and not (queue.spec and queue.spec.decoupled)
         back = False
-        for pending in reversed(flight.live):  # appendleft: they keep their order
-            if safe and not pending.retried and pending.header.deadline_ns > now_ns:
+        for pending in reversed(flight.live):  # to the head, one by one: they keep their order
+            if (
+                safe
+                and not pending.retried
+                and pending.header.deadline_ns > now_ns
+                and queue.discipline.requeue(pending)  # not a sequence's
+            ):
                 pending.retried = True
                 queue.stats.retries += 1
-                queue.requests.appendleft(pending)
                 back = True
             else:
-                await self.replies.fail(queue, pending.header, reason)
+                await self.answers.fail(queue, pending.header, reason)
         return back
 
     async def lost_in_transit(self, worker: str, holding: set[int], cutoff: float) -> int:
@@ -148,12 +174,12 @@ class Credits:
         there now, so each request safe to run again goes back to the head of its queue and the
         others fail; the credit is the worker's again. Returns how many batches ended."""
         ended = 0
-        requeued: dict[tuple[str, int], ModelQueue] = {}
+        requeued: dict[Key, ModelQueue] = {}
         now_ns = time.time_ns()
         for key in self.flights.sent_before(worker, cutoff):
             if key[1] in holding:
                 continue
-            flight = self.flights.end(key)
+            flight = self._end(key)
             if flight is None:
                 continue
             ended += 1
@@ -178,21 +204,17 @@ class Credits:
         """Queued requests past their deadline leave even with no credit to wake the queue, and
         a batch whose completion never came is failed (its requests are past their deadline by
         then) and its credit returned."""
-        for queue in list(self.pump.queues.values()):
-            if queue.requests:  # a free credit may be one not used yet (its instance still runs a batch)
-                await self.pump.drop_expired(queue)
-            if queue.seq is not None:
-                await self.sequences.expire(queue)
-                await self.pump.pump(queue)
+        for queue in self.pump.all():
+            await queue.discipline.sweep(queue)
         cutoff = time.time_ns() - int(FLIGHT_GRACE_S * 1e9)
         for key in self.flights.overdue(cutoff):
-            flight = self.flights.end(key)
+            flight = self._end(key)
             if flight is None:
                 continue
             queue = self.pump.queue(*flight.key)
             log.warning("batch %d of '%s' on worker %s never completed; failing it", key[1], flight.key[0], key[0])
             for pending in flight.live:
-                await self.replies.fail(queue, pending.header, "the request was lost on its way to or from a worker")
+                await self.answers.fail(queue, pending.header, "the request was lost on its way to or from a worker")
             if flight.slot not in queue.free:
                 queue.free.append(flight.slot)
             await self.pump.pump(queue)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
-from collections.abc import Callable
 
-from services.scheduler.batching.model_queue import InFlight, Key, Slot
+from services.scheduler.records import InFlight, Key, Slot
 
 FlightKey = tuple[str, int]  # (worker, batch id)
 Instance = tuple[str, Key, int]  # (worker, model version, instance index): indices are per model
@@ -17,8 +16,7 @@ def _instance(flight: InFlight) -> Instance:
 
 
 class Flights:
-    def __init__(self, on_end: Callable[[InFlight], None]) -> None:
-        self.on_end = on_end  # a flight ended (completed, given up, its worker lost): resources return
+    def __init__(self) -> None:
         self.table: dict[FlightKey, InFlight] = {}
         self.running: Counter[Instance] = Counter()  # batches in flight per instance
         # every replica hears every completion: batch ids must not collide across replicas
@@ -38,10 +36,11 @@ class Flights:
         return flight is not None and flight.key == key
 
     def end(self, flight_key: FlightKey) -> InFlight | None:
+        """The flight, no longer in the table (None if it ended already): its resources are the
+        caller's to return (`credits.Credits`)."""
         flight = self.table.pop(flight_key, None)
         if flight is not None:
             self.running[_instance(flight)] -= 1
-            self.on_end(flight)
         return flight
 
     def holds(self, slot: Slot) -> bool:

@@ -20,7 +20,7 @@ own rules (a sequence has one request running at a time whatever the credits).
 
 from __future__ import annotations
 
-from services.scheduler.batching.batcher import Decision
+from services.scheduler.batching.formation import Decision
 from services.scheduler.batching.queues import Priorities, QueuePolicy
 
 

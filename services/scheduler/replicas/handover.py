@@ -49,7 +49,9 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
 from services.scheduler.batching.model_queue import ModelQueue
-from services.scheduler.sequences.book import CorrId, SequenceBook
+from services.scheduler.records import CorrId
+from services.scheduler.sequences.book import SequenceBook
+from services.scheduler.sequences.sequence_batcher import SequenceBatcher, sequence_batcher_of
 from shared import bus
 from shared.wire import subjects
 from shared.wire.messages import ForwardedRequests, RequestHeader, SequenceResidue, encode
@@ -73,15 +75,9 @@ class Queues(Protocol):
     """What the hand-over needs from batching (implemented by `batching.pump.Pump`)."""
 
     def find(self, key: Key) -> ModelQueue | None: ...
-    def sequence_queues(self, model: str) -> list[ModelQueue]: ...
+    def of_model(self, model: str) -> list[ModelQueue]: ...
     async def pump(self, queue: ModelQueue) -> None: ...
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
-
-
-class Sequences(Protocol):
-    """What it needs from the sequence batcher (implemented by `sequences.batcher.Sequencer`)."""
-
-    async def restart(self, queue: ModelQueue, reason: str) -> list[CorrId]: ...
 
 
 class Owner(Protocol):
@@ -119,11 +115,10 @@ def busy(book: SequenceBook) -> bool:
 
 
 class HandOver:
-    def __init__(self, nc: NATS, me: str, queues: Queues, sequences: Sequences, owner: Owner, take: Take) -> None:
+    def __init__(self, nc: NATS, me: str, queues: Queues, owner: Owner, take: Take) -> None:
         self.nc = nc
         self.me = me
         self.queues = queues
-        self.sequences = sequences
         self.owner = owner
         self.take = take
         self.held: dict[Key, bool] = {}  # residues this replica serves -> final
@@ -143,14 +138,18 @@ class HandOver:
             await self._sweep()
 
     def _keys(self, model: str) -> list[Key]:
-        return [q.key for q in self.queues.sequence_queues(model)]
+        return [q.key for q in self.queues.of_model(model) if sequence_batcher_of(q) is not None]
+
+    def _batcher(self, key: Key) -> SequenceBatcher | None:
+        queue = self.queues.find(key)
+        return None if queue is None else sequence_batcher_of(queue)
 
     def _book(self, key: Key) -> SequenceBook | None:
-        queue = self.queues.find(key)
-        return queue.seq.book if queue is not None and queue.seq is not None else None
+        batcher = self._batcher(key)
+        return None if batcher is None else batcher.book
 
     def worth_keeping(self, model: str) -> bool:
-        return any(q.seq is not None and busy(q.seq.book) for q in self.queues.sequence_queues(model))
+        return any((book := self._book(key)) is not None and busy(book) for key in self._keys(model))
 
     # -- the old owner ----------------------------------------------------------------
     async def begin(self, model: str) -> None:
@@ -197,21 +196,21 @@ class HandOver:
         for at most `bound_s`; then give up what is left."""
         keys = [k for k in self._keys(model) if k in self.held]
         for key in keys:
-            queue = self.queues.find(key)
-            if queue is None or queue.seq is None:
+            queue, book = self.queues.find(key), self._book(key)
+            if queue is None or book is None:
                 continue
-            queue.seq.book.freeze()
+            book.freeze()
             self.held[key] = True
             await self._announce(key)
             await self.queues.pump(queue)
         deadline = time.monotonic() + bound_s
         while keys:
             for key in list(keys):
-                queue = self.queues.find(key)
+                book = self._book(key)
                 if not self.owner.wants(model):  # unloaded (what was queued is answered)
                     keys.remove(key)
                     await self._finish(key, f"model '{model}' was unloaded")
-                elif queue is None or queue.seq is None or not queue.seq.book.frozen or not busy(queue.seq.book):
+                elif book is None or not book.frozen or not busy(book):
                     keys.remove(key)  # ended, or the model was reloaded or came back to us
                     await self._finish(key, "")
                 elif time.monotonic() >= deadline:
@@ -227,10 +226,10 @@ class HandOver:
     async def _finish(self, key: Key, reason: str) -> None:
         """The residue ends: sequences still live are lost (and told so); the book starts afresh."""
         self.held.pop(key, None)
-        queue = self.queues.find(key)
+        queue, batcher = self.queues.find(key), self._batcher(key)
         lost: list[CorrId] = []
-        if queue is not None and queue.seq is not None and queue.seq.book.frozen:
-            lost = await self.sequences.restart(queue, reason)
+        if queue is not None and batcher is not None and batcher.book.frozen:
+            lost = await batcher.restart(queue, reason)
             await self._reserve(key)  # the fresh book respects what other replicas hold at once
         if lost:
             log.warning("gave up %d live sequence(s) of model '%s': %s", len(lost), key[0], reason)
@@ -239,10 +238,9 @@ class HandOver:
         )
 
     def _residue(self, key: Key) -> SequenceResidue | None:
-        queue = self.queues.find(key)
-        if key not in self.held or queue is None or queue.seq is None:
+        book = self._book(key)
+        if key not in self.held or book is None:
             return None
-        book = queue.seq.book
         return SequenceResidue(
             model=key[0],
             version=key[1],
@@ -298,16 +296,22 @@ class HandOver:
 
     def _late_start(self, queue: ModelQueue | None, header: RequestHeader) -> bool:
         """A START of a new sequence that reached us after the overlap: the new owner serves it."""
-        if queue is None or queue.seq is None or not header.sequence_start:
+        batcher = None if queue is None else sequence_batcher_of(queue)
+        if queue is None or batcher is None or not header.sequence_start:
             return False
         if self.held.get(queue.key) is False:  # the overlap: we still start sequences
             return False
-        return header.sequence_id not in queue.seq.book.live and not self.owner.owns(queue.key[0])
+        return header.sequence_id not in batcher.book.live and not self.owner.owns(queue.key[0])
 
     # -- the new owner (any replica) ------------------------------------------------------
     def route(self, queue: ModelQueue, header: RequestHeader) -> str | None:
+        """Where a request goes: None to serve it here (as every request while no other replica
+        holds sequences of its model), else the replica holding its sequence."""
         holders = self.seen.get(queue.key)
-        return route(holders, queue.seq.book.live, header) if holders and queue.seq is not None else None
+        if not holders:
+            return None
+        batcher = sequence_batcher_of(queue)
+        return None if batcher is None else route(holders, batcher.book.live, header)
 
     def forward(self, holder: str, raws: list[msgspec.Raw]) -> None:
         """Send requests to the replica holding their sequences. A request, not a publish, so
@@ -343,20 +347,20 @@ class HandOver:
         await self._reserve(key)
 
     def _lose(self, key: Key, ids: list[CorrId], reason: str) -> None:
-        queue = self.queues.find(key)
-        if ids and queue is not None and queue.seq is not None:
-            queue.seq.book.lose(ids, reason)
+        book = self._book(key)
+        if ids and book is not None:
+            book.lose(ids, reason)
 
     async def _reserve(self, key: Key) -> None:
         """Bind none of the slots other replicas' sequences hold; take back those they gave up."""
         holders = self.seen.get(key, {})
         if not holders:
             self.seen.pop(key, None)
-        queue = self.queues.find(key)
-        if queue is None or queue.seq is None:
+        queue, book = self.queues.find(key), self._book(key)
+        if queue is None or book is None:
             return
         slots = {slot for seen in holders.values() if seen.residue.final for slot in seen.residue.slots}
-        clash = queue.seq.book.reserve(slots, time.monotonic())
+        clash = book.reserve(slots, time.monotonic())
         if clash:
             log.error("slots %s of model '%s' are bound here and by another replica", clash, key[0])
         await self.queues.pump(queue)

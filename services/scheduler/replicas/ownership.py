@@ -11,7 +11,7 @@ from typing import Protocol
 
 from nats.aio.client import Client as NATS
 
-from services.scheduler.replicas.handover import RESIDUE_MAX_S, SHUTDOWN_RESIDUE_S, HandOver, Queues, Sequences, Take
+from services.scheduler.replicas.handover import RESIDUE_MAX_S, SHUTDOWN_RESIDUE_S, HandOver, Queues, Take
 from services.scheduler.replicas.leases import TTL_S as LEASE_TTL_S
 from services.scheduler.replicas.leases import Leases
 from shared import bus
@@ -33,12 +33,12 @@ class Served(Protocol):
 
 
 class Ownership:
-    def __init__(self, nc: NATS, me: str, served: Served, queues: Queues, sequences: Sequences, take: Take) -> None:
+    def __init__(self, nc: NATS, me: str, served: Served, queues: Queues, take: Take) -> None:
         self.nc = nc
         self.me = me
         self.served = served
         self.queues = queues
-        self.handover = HandOver(nc, me, queues, sequences, self, take)  # live sequences across a hand-over
+        self.handover = HandOver(nc, me, queues, self, take)  # live sequences across a hand-over
         self._leases: Leases | None = None
 
     async def start(self) -> None:

@@ -34,32 +34,10 @@ import itertools
 import random
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-SlotKey = tuple[str, int, int]  # (worker, instance, slot index)
-CorrId = int | str
-
-
-@dataclass(eq=False)  # identity: two sequences are never the same one
-class Sequence:
-    corrid: CorrId
-    seq: int  # unique per sequence: a reused correlation id is another sequence
-    slot: SlotKey | None = None  # None: in the backlog
-    queue: deque[Any] = field(default_factory=deque)  # requests waiting (scheduler `Pending`s)
-    running: Any = None  # the request executing now, if any
-    closing: bool = False  # its END arrived: no more requests join it
-    ran: bool = False  # one of its requests was sent to run (its START reached the worker)
-    active_at: float = 0.0  # monotonic: last arrival, dispatch, completion or slot grant
-
-    @property
-    def instance(self) -> tuple[str, int] | None:
-        return None if self.slot is None else (self.slot[0], self.slot[1])
-
-    @property
-    def ready(self) -> bool:
-        """Has a request to run and nothing running: may take part in the next batch."""
-        return self.slot is not None and self.running is None and bool(self.queue)
+from services.scheduler.records import CorrId, Sequence, SlotKey
 
 
 @dataclass(frozen=True)

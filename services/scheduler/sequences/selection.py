@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from services.scheduler.batching.batcher import BatchPolicy, next_batch
-from services.scheduler.sequences.book import Sequence
+from services.scheduler.batching.formation import BatchPolicy, next_batch
+from services.scheduler.records import Sequence
 from shared.sequence_config import SequenceConfig
 
 

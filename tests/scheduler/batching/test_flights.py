@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.scheduler.batching.flights import Flights
-from services.scheduler.batching.model_queue import InFlight, Key, Pending, Slot
+from services.scheduler.records import InFlight, Key, Pending, Slot
 from shared.wire.messages import RequestHeader
 
 
@@ -18,7 +18,7 @@ def flight(worker: str, dispatched: float) -> InFlight:
 
 
 def test_only_the_workers_flights_sent_before_the_cutoff_in_sending_order():
-    flights = Flights(lambda _: None)
+    flights = Flights()
     flights.start(7, flight("a", 1.0))
     flights.start(3, flight("a", 0.5))
     flights.start(9, flight("a", 5.0))  # after the cutoff: may not be in the holdings yet
@@ -28,7 +28,7 @@ def test_only_the_workers_flights_sent_before_the_cutoff_in_sending_order():
 
 @given(st.dictionaries(st.integers(0, 10**6), st.tuples(st.sampled_from("ab"), st.floats(0, 10))), st.floats(0, 10))
 def test_sent_before_is_exactly_the_workers_earlier_flights(table, cutoff):
-    flights = Flights(lambda _: None)
+    flights = Flights()
     for batch_id, (worker, dispatched) in table.items():
         flights.start(batch_id, flight(worker, dispatched))
     found = flights.sent_before("a", cutoff)
@@ -45,26 +45,24 @@ def on_instance(instance: int, rids: list[str], key: Key = ("m", 1), deadline_ns
 
 
 def test_a_flight_ends_once_and_gives_its_resources_back_once():
-    ended: list[InFlight] = []
-    flights = Flights(ended.append)
+    flights = Flights()
     sent = on_instance(0, ["r1"])
     flights.start(5, sent)
     assert flights.busy(("m", 1), sent.slot) and flights.holds(sent.slot) and flights.count(("m", 1)) == 1
     assert flights.mine("w", 5, ("m", 1)) and not flights.mine("w", 5, ("m", 2)) and not flights.mine("x", 5, ("m", 1))
     assert flights.end(("w", 5)) is sent
     assert flights.end(("w", 5)) is None  # a second completion of the same batch: nothing returns twice
-    assert ended == [sent]
     assert not flights.busy(("m", 1), sent.slot) and not flights.holds(sent.slot) and flights.count(("m", 1)) == 0
 
 
 def test_batch_ids_are_new_each_time():
-    flights = Flights(lambda _: None)
+    flights = Flights()
     ids = [flights.next_id() for _ in range(100)]
     assert len(set(ids)) == 100 and ids == sorted(ids)
 
 
 def test_batches_sent_ahead_wait_behind_the_first_on_their_instance():
-    flights = Flights(lambda _: None)
+    flights = Flights()
     running, ahead, other = on_instance(0, ["a"]), on_instance(0, ["b", "c"]), on_instance(1, ["d"])
     flights.start(10, running)
     flights.start(11, ahead)
@@ -80,7 +78,7 @@ def test_batches_sent_ahead_wait_behind_the_first_on_their_instance():
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), max_size=20))
 def test_every_instance_runs_its_oldest_batch_and_the_rest_wait(sent):
-    flights = Flights(lambda _: None)
+    flights = Flights()
     for batch_id, (instance, size) in enumerate(sent):
         flights.start(batch_id, on_instance(instance, [f"{batch_id}.{i}" for i in range(size)]))
     instances = {instance for instance, _ in sent}
@@ -90,7 +88,7 @@ def test_every_instance_runs_its_oldest_batch_and_the_rest_wait(sent):
 
 
 def test_overdue_flights_are_those_whose_every_request_is_past_its_deadline():
-    flights = Flights(lambda _: None)
+    flights = Flights()
     flights.start(1, on_instance(0, ["a", "b"], deadline_ns=100))
     late = on_instance(1, ["c"], deadline_ns=100)
     late.requests.append(request("d", deadline_ns=300))  # one request still has time

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.scheduler.batching.batcher import BatchPolicy, Decision, next_batch
+from services.scheduler.batching.formation import BatchPolicy, Decision, next_batch
 from services.scheduler.batching.prefetch import may_prefetch
 from services.scheduler.batching.queues import Priorities
 

@@ -1,6 +1,6 @@
-"""services/scheduler/batching/pump.py and credits.py against a real nats-server: a worker's
-exec subject and the clients' inboxes are real subscriptions; the sequence batcher, which these
-tests do not reach, is a fake of the pump's own `SequenceBatching` protocol."""
+"""services/scheduler/batching/pump.py and credits.py, with the dynamic batcher's discipline
+(`dynamic.py`), against a real nats-server: a worker's exec subject and the clients' inboxes are
+real subscriptions."""
 
 from __future__ import annotations
 
@@ -10,12 +10,18 @@ import msgspec
 import nats
 import pytest
 
+from services.scheduler.batching.answers import Answers
 from services.scheduler.batching.credits import FLIGHT_GRACE_S, Credits
-from services.scheduler.batching.model_queue import InFlight, ModelQueue, Pending, Slot
+from services.scheduler.batching.dynamic import DynamicBatcher
+from services.scheduler.batching.flights import Flights
 from services.scheduler.batching.pump import Pump
 from services.scheduler.batching.ratelimit import RateLimiter
+from services.scheduler.disciplines import Disciplines
+from services.scheduler.records import Pending, Slot
+from services.scheduler.sequences.sequence_batcher import SequenceBatcher
 from services.scheduler.tasks import Tasks
 from shared import bus
+from shared.model_config import spec_from_json
 from shared.natsserver import NatsServer
 from shared.wire.messages import (
     CreditsRevoked,
@@ -32,42 +38,17 @@ EXEC = "test.worker.w.exec"
 INBOX = "test.inbox"
 
 
-class NoSequences:
-    """No model here is sequence-batched: only `configure` may be called."""
-
-    def configure(self, queue: ModelQueue) -> None:
-        assert queue.seq is None
-
-    async def admit(self, queue: ModelQueue, pending: Pending) -> bool:
-        raise AssertionError("not a sequence-batched model")
-
-    async def pump(self, queue: ModelQueue) -> None:
-        raise AssertionError("not a sequence-batched model")
-
-    def finished(self, queue: ModelQueue, flight: InFlight) -> None:
-        raise AssertionError("not a sequence-batched model")
-
-    async def cancel(self, queue: ModelQueue, rid: str) -> None:
-        raise AssertionError("not a sequence-batched model")
-
-    async def expire(self, queue: ModelQueue) -> None:
-        raise AssertionError("not a sequence-batched model")
-
-    async def worker_lost(self, queue: ModelQueue, worker: str, reason: str = "") -> None:
-        raise AssertionError("not a sequence-batched model")
-
-    async def abandon(self, queue: ModelQueue, message: str) -> None:
-        raise AssertionError("not a sequence-batched model")
-
-
 class Bench:
     """A pump and its credits on a real connection; what reached the worker and the clients."""
 
     def __init__(self, nc: nats.NATS) -> None:
         self.nc = nc
-        self.pump = Pump(nc, RateLimiter(), Tasks(), lambda _: NoSequences())
-        self.credits = Credits(self.pump)
+        flights, answers = Flights(), Answers(nc.publish)
+        self.pump = Pump(nc, RateLimiter(), Tasks(), flights, answers, Disciplines(nc.publish))
+        self.credits = Credits(self.pump, flights, answers)
         self.queue = self.pump.queue("m", 1)
+        assert isinstance(self.queue.discipline, DynamicBatcher)  # a model that is not sequence-batched
+        self.requests = self.queue.discipline.requests
         self.batches: list[ExecBatch] = []
         self.answers: dict[str, InferResponse] = {}
 
@@ -90,7 +71,7 @@ class Bench:
 
     def taken(self) -> list[Pending]:
         """The queued requests, out of the queue: a test dispatches them itself."""
-        return self.queue.requests.remove(lambda _: True)
+        return self.requests.remove(lambda _: True)
 
     def credit(self, instance: int = 0, credit: int = 0) -> Slot:
         return Slot("w", instance, credit, EXEC)
@@ -128,7 +109,7 @@ async def test_a_request_goes_out_on_a_credit_and_its_completion_brings_the_cred
     await bench.free(slot)  # an idle instance announces its credit
     await until(lambda: len(bench.batches) == 1)
     first = bench.batches[0]
-    assert bench.rids(first) == ["r1"] and first.instance == 0 and len(bench.queue.requests) == 1
+    assert bench.rids(first) == ["r1"] and first.instance == 0 and len(bench.requests) == 1
     assert bench.pump.pending(bench.queue) == 1 and not bench.pump.idle(("m", 1))
     await bench.free(slot, first.batch_id, done=["r1"])  # r1 answered by the worker itself
     await until(lambda: len(bench.batches) == 2)
@@ -171,12 +152,12 @@ async def test_a_lost_worker_fails_what_ran_and_requeues_what_waited_behind_it(b
     for rid in ("running", "behind"):
         await bench.admit(rid)
     queue, pending = bench.queue, bench.taken()
-    assert await bench.pump.dispatch(queue, bench.credit(0, 0), [pending[0]], now, "test")
-    assert await bench.pump.dispatch(queue, bench.credit(0, 1), [pending[1]], now, "test")  # sent ahead
+    assert await bench.pump.send(queue, bench.credit(0, 0), [pending[0]], now, "test")
+    assert await bench.pump.send(queue, bench.credit(0, 1), [pending[1]], now, "test")  # sent ahead
     await bench.credits.worker_lost("w")
     await until(lambda: "running" in bench.answers)
     assert "stopped responding" in bench.answers["running"].error
-    assert [p.header.rid for p in queue.requests] == ["behind"] and queue.requests[0].retried
+    assert [p.header.rid for p in bench.requests] == ["behind"] and bench.requests[0].retried
     assert queue.stats.retries == 1 and bench.pump.flights.count(("m", 1)) == 0
 
 
@@ -186,7 +167,7 @@ async def test_batches_lost_in_transit_run_again_and_their_credit_returns(bench)
         await bench.admit(rid)
     queue, pending = bench.queue, bench.taken()
     for credit, request in enumerate(pending):
-        await bench.pump.dispatch(queue, bench.credit(credit, 0), [request], now + credit, "test")
+        await bench.pump.send(queue, bench.credit(credit, 0), [request], now + credit, "test")
     held, lost, late = sorted(bench.pump.flights.table)  # batch ids grow in sending order
     ended = await bench.credits.lost_in_transit("w", {held[1]}, cutoff=now + 1.5)  # "late" may be on its way
     assert ended == 1
@@ -202,7 +183,7 @@ async def test_a_batch_whose_completion_never_came_is_failed_and_its_credit_retu
     await bench.admit("gone", deadline_s=-FLIGHT_GRACE_S - 1)  # its deadline and the grace passed
     queue, pending = bench.queue, bench.taken()
     slot = bench.credit()
-    await bench.pump.dispatch(queue, slot, pending, time.monotonic(), "test")
+    await bench.pump.send(queue, slot, pending, time.monotonic(), "test")
     await bench.credits.expire()
     await until(lambda: "gone" in bench.answers)
     assert bench.answers["gone"].error == "the request was lost on its way to or from a worker"
@@ -221,12 +202,28 @@ async def test_a_cancelled_request_leaves_the_queue_or_its_waiting_batch_unanswe
         await bench.admit(rid)
     queue, pending = bench.queue, bench.taken()
     now = time.monotonic()
-    await bench.pump.dispatch(queue, bench.credit(0, 0), [pending[0]], now, "test")
-    await bench.pump.dispatch(queue, bench.credit(0, 1), [pending[1]], now, "test")  # waits behind "running"
-    queue.requests.append(pending[2])
+    await bench.pump.send(queue, bench.credit(0, 0), [pending[0]], now, "test")
+    await bench.pump.send(queue, bench.credit(0, 1), [pending[1]], now, "test")  # waits behind "running"
+    bench.requests.append(pending[2])
     assert bench.pump.pending(queue) == 2  # queued here, or sent ahead and not started: as Triton counts
     await bench.pump.cancel(queue, "queued")
     await bench.pump.cancel(queue, "ahead")
     await bench.pump.cancel(queue, "running")  # running: it finishes
-    assert bench.pump.pending(queue) == 0 and not queue.requests
+    assert bench.pump.pending(queue) == 0 and not bench.requests
     assert queue.stats.fail_reasons == {"CANCELED": 2} and bench.answers == {}
+
+
+async def test_a_reload_keeps_the_queue_its_discipline_serves_and_replaces_the_others(bench):
+    def spec(**config):
+        return spec_from_json({"name": "m", "max_batch_size": 4, **config})
+
+    batcher = bench.queue.discipline
+    bench.pump.configure(bench.queue, spec())  # the default scheduler
+    await bench.admit("queued")
+    bench.pump.configure(bench.queue, spec(dynamic_batching={}))  # the same queue, now batching
+    assert bench.queue.discipline is batcher and bench.pump.pending(bench.queue) == 1
+    bench.pump.configure(bench.queue, spec(sequence_batching={"direct": {}}))
+    assert isinstance(bench.queue.discipline, SequenceBatcher)
+    await until(lambda: "queued" in bench.answers)  # what it queued cannot run there: answered, never lost
+    assert bench.answers["queued"].error == "model 'm' is now served by the sequence batcher; send the request again"
+    assert bench.pump.pending(bench.queue) == 0

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.scheduler.batching.batcher import BatchPolicy, next_batch
+from services.scheduler.batching.formation import BatchPolicy, next_batch
 
 
 @dataclass

@@ -14,7 +14,7 @@ from shared.wire.messages import InferResponse, RequestHeader, encode
 Publish = Callable[[str, bytes], Awaitable[None]]
 
 
-class Replies:
+class Answers:
     def __init__(self, publish: Publish) -> None:
         self.publish = publish
 

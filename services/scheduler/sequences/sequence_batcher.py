@@ -1,10 +1,7 @@
-"""The sequence batcher inside the scheduler: glue between `SequenceBook` (slots, backlog,
-idle), `selection.decide` (what runs now) and batching's dispatch.
+"""Triton's sequence batcher as one model version's discipline (`batching.discipline.Discipline`):
+glue between `SequenceBook` (slots, backlog, idle), `selection.decide` (what runs now) and the
+pump (`batching.discipline.Host`), which sends the batches.
 
-Batching runs a sequence-batched model's queue through this class at a few points only
-(`batching.interfaces.SequenceBatching`: admit, pump, flight finished, cancel, expire,
-worker lost, abandon), so the dynamic-batching path is untouched; what this class needs
-from batching is the small `Dispatch` below.
 A sequence request's controls travel in `ExecBatch.controls` (a small struct per request);
 the worker builds the control tensors and keeps implicit state, the scheduler never
 touches tensor bytes.
@@ -15,16 +12,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
 
-from services.scheduler.batching.model_queue import InFlight, ModelQueue, Pending, Slot
-from services.scheduler.sequences.book import CorrId, Sequence, SequenceBook, SlotKey
-from services.scheduler.sequences.queue import SequenceQueue
+from services.scheduler.batching.discipline import Host
+from services.scheduler.batching.model_queue import ModelQueue
+from services.scheduler.records import CorrId, InFlight, Pending, Sequence, SlotKey
+from services.scheduler.sequences.book import SequenceBook
 from services.scheduler.sequences.selection import decide
 from services.scheduler.statistics.reasons import FailReason
 from shared.errors import Code
-from shared.sequence_config import CORRID, sequence_config
+from shared.model_config import ModelSpec
+from shared.sequence_config import CORRID, SequenceConfig, sequence_config
 from shared.wire import subjects
 from shared.wire.messages import InferResponse, RequestHeader, SeqControl, SequenceEnded, encode
 
@@ -33,47 +31,31 @@ log = logging.getLogger("shoal.scheduler.sequences")
 Publish = Callable[[str, bytes], Awaitable[None]]
 
 
-class Dispatch(Protocol):
-    """What the sequence batcher needs from batching (implemented by `batching.pump.Pump`)."""
-
-    def can_run(self, queue: ModelQueue, slot: Slot) -> bool: ...
-    async def dispatch(
-        self, queue: ModelQueue, slot: Slot, batch: list[Pending], now: float, reason: str, controls: list[SeqControl]
-    ) -> bool: ...
-    async def pump(self, queue: ModelQueue) -> None: ...
-    async def fail(
-        self, queue: ModelQueue, header: RequestHeader, message: str, reason: FailReason = FailReason.OTHER
-    ) -> None: ...
-    def after(self, delay_s: float, job: Callable[[], Awaitable[Any]]) -> asyncio.TimerHandle: ...
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
-
-
-class Sequencer:
-    def __init__(self, host: Dispatch, publish: Publish) -> None:
+class SequenceBatcher:
+    def __init__(self, host: Host, publish: Publish, model: str, config: SequenceConfig) -> None:
         self.host = host
-        self.publish = publish
+        self.publish = publish  # answers to clients, and `SequenceEnded` to workers
+        self.config = config
+        self.book = SequenceBook(model, config.slots_per_instance, config.idle_us / 1e6)
+        self.reaper: asyncio.TimerHandle | None = None  # the next idle check
+        self.retired = False
 
-    def configure(self, queue: ModelQueue) -> None:
-        config = sequence_config(queue.spec.config) if queue.spec is not None else None
-        old = queue.seq
-        if config is None:
-            queue.seq = None
-        elif queue.seq is None or queue.seq.config.slots_per_instance != config.slots_per_instance:
-            queue.seq = SequenceQueue(
-                config, SequenceBook(queue.key[0], config.slots_per_instance, config.idle_us / 1e6)
-            )
-        else:  # a reload with the same slots keeps the live sequences
-            queue.seq.config = config
-            queue.seq.book.idle_s = config.idle_us / 1e6
-        if old is not None and queue.seq is not old:
-            self.host.spawn(self._retire(queue, old))
+    def adopt(self, spec: ModelSpec) -> bool:
+        """A reload with the same slots keeps the live sequences; other slots end them."""
+        config = sequence_config(spec.config)
+        if config is None or config.slots_per_instance != self.config.slots_per_instance:
+            return False
+        self.config = config
+        self.book.idle_s = config.idle_us / 1e6
+        return True
 
-    async def _retire(self, queue: ModelQueue, old: SequenceQueue) -> None:
+    async def retire(self, queue: ModelQueue) -> None:
         """The model's slots changed (a reload): its live sequences end; what they queued is
         answered, and workers free what they held for them."""
-        if old.reaper is not None:
-            old.reaper.cancel()
-        for seq, pending in old.book.all_queued():
+        self.retired = True
+        if self.reaper is not None:
+            self.reaper.cancel()
+        for seq, pending in self.book.all_queued():
             seq.queue.remove(pending)
             await self._error(
                 queue,
@@ -82,37 +64,41 @@ class Sequencer:
                 "model was reloaded; start it again with the START flag",
                 Code.UNAVAILABLE,
             )
-        for slot, seq in list(old.book.bound.items()):
+        for slot, seq in list(self.book.bound.items()):
             await self._tell_worker(queue, seq, slot, "model reloaded")
 
-    async def expire(self, queue: ModelQueue) -> None:
+    def queued(self) -> int:
+        return self.book.queued()
+
+    def requeue(self, pending: Pending) -> bool:
+        return False  # a sequence's request never runs twice: its state may have moved on
+
+    async def sweep(self, queue: ModelQueue) -> None:
         """Requests past their deadline leave their sequence (the gateway gave up on them): dead
         STARTs must not hold slots or places in the backlog."""
         now_ns = time.time_ns()
-        book = _seq(queue).book
-        for seq, pending, slot in book.expire(lambda p: p.header.deadline_ns <= now_ns, time.monotonic()):
+        for seq, pending, slot in self.book.expire(lambda p: p.header.deadline_ns <= now_ns, time.monotonic()):
             queue.stats.record_request(False, now_ns - pending.header.received_ns, FailReason.REJECTED)
             if slot is not None and seq.slot is None and seq.ran:  # ended here: the worker frees its state
                 await self._tell_worker(queue, seq, slot, "expired")
+        await self.host.pump(queue)
 
     # -- arrivals -------------------------------------------------------------------
     async def admit(self, queue: ModelQueue, pending: Pending) -> bool:
         """Queue a request in its sequence, or answer it with Triton's error."""
-        header, model, seq_queue = pending.header, queue.key[0], _seq(queue)
-        refused = _refusal(queue, seq_queue, header)
+        header, model, book = pending.header, queue.key[0], self.book
+        refused = _refusal(queue, self.config, header)
         if refused:
             await self._error(queue, header, refused, Code.INVALID_ARG)
             return False
-        admission = seq_queue.book.admit(
-            header.sequence_id, header.sequence_start, header.sequence_end, pending, pending.arrived
-        )
+        admission = book.admit(header.sequence_id, header.sequence_start, header.sequence_end, pending, pending.arrived)
         if admission.sequence is None:
             log.debug(
                 "refused a request of sequence %r for '%s': %d live sequence(s), %d backlogged",
                 header.sequence_id,
                 model,
-                len(seq_queue.book.live),
-                len(seq_queue.book.backlog),
+                len(book.live),
+                len(book.backlog),
             )
             await self._error(queue, header, admission.error, Code.INVALID_ARG)
             return False
@@ -124,7 +110,7 @@ class Sequencer:
                 model,
             )
         pending.sequence = admission.sequence
-        if header.timeout_us and admission.sequence.slot is None and seq_queue.config.strategy == "direct":
+        if header.timeout_us and admission.sequence.slot is None and self.config.strategy == "direct":
             # the request `timeout` applies while the sequence waits in the backlog (Triton, direct)
             pending.queue_deadline_ns = time.time_ns() + header.timeout_us * 1000
             self.host.after(header.timeout_us / 1e6 + 0.001, lambda: self._expire_backlog(queue))
@@ -132,30 +118,29 @@ class Sequencer:
         return True
 
     async def _expire_backlog(self, queue: ModelQueue) -> None:
-        if queue.seq is None:
+        if self.retired:
             return
         now_ns = time.time_ns()
-        for seq in queue.seq.book.expire_backlog(lambda p: 0 < p.queue_deadline_ns <= now_ns):
+        for seq in self.book.expire_backlog(lambda p: 0 < p.queue_deadline_ns <= now_ns):
             while seq.queue:
                 await self.host.fail(queue, seq.queue.popleft().header, "Request timeout expired", FailReason.REJECTED)
 
     # -- dispatch -------------------------------------------------------------------
     async def pump(self, queue: ModelQueue) -> None:
-        seq_queue = _seq(queue)
-        book = seq_queue.book
+        book = self.book
         now = time.monotonic()
         for credit in queue.free:
             book.learn(credit.worker, credit.instance, now)
         wake: float | None = None
         for credit in list(queue.free):
-            if credit not in queue.free:  # taken by a pump that ran while this one awaited a dispatch
+            if credit not in queue.free:  # taken by a pump that ran while this one awaited a send
                 continue
             if not self.host.can_run(queue, credit):
                 continue  # the rate limiter holds this instance back; a release pumps again
             ready = book.ready(credit.worker, credit.instance)
             if not ready:
                 continue
-            decision = decide(seq_queue.config, ready, now)
+            decision = decide(self.config, ready, now)
             if not decision.take:
                 if decision.wake_at is not None:
                     wake = decision.wake_at if wake is None else min(wake, decision.wake_at)
@@ -172,7 +157,7 @@ class Sequencer:
                         corrid=seq.corrid, seq=seq.seq, start=h.sequence_start, end=h.sequence_end, slot=seq.slot[2]
                     )
                 )
-            if not await self.host.dispatch(queue, credit, batch, now, decision.reason, controls):
+            if not await self.host.send(queue, credit, batch, now, decision.reason, controls):
                 for seq in decision.take:  # not sent (the requests were failed): the sequences go on
                     book.finished(seq, now)
         if wake is not None:
@@ -184,11 +169,11 @@ class Sequencer:
         now = time.monotonic()
         for pending in flight.requests:
             if pending.sequence is not None:
-                _seq(queue).book.finished(pending.sequence, now)
+                self.book.finished(pending.sequence, now)
 
     # -- endings --------------------------------------------------------------------
     async def cancel(self, queue: ModelQueue, rid: str) -> None:
-        book = _seq(queue).book
+        book = self.book
         for seq, pending in book.all_queued():
             if pending.header.rid != rid:
                 continue
@@ -202,12 +187,12 @@ class Sequencer:
     async def worker_lost(self, queue: ModelQueue, worker: str, reason: str = "") -> None:
         """The worker died, or retired the instances (reload, unload): their sequences are lost."""
         reason = reason or f"worker {worker} stopped responding"
-        for seq in _seq(queue).book.forget_worker(worker, reason):
+        for seq in self.book.forget_worker(worker, reason):
             await self._answer_queued(queue, seq, f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: {reason}")
         await self.host.pump(queue)
 
     async def abandon(self, queue: ModelQueue, message: str) -> None:
-        book = _seq(queue).book
+        book = self.book
         for seq, pending in book.all_queued():
             seq.queue.remove(pending)
             await self.host.fail(queue, pending.header, message)
@@ -217,8 +202,7 @@ class Sequencer:
     async def restart(self, queue: ModelQueue, reason: str) -> list[CorrId]:
         """A hand-over's residue ends: what its sequences queued is answered, workers free their
         state, and the book starts afresh, remembering the lost ids (their later requests say why)."""
-        seq_queue = _seq(queue)
-        book = seq_queue.book
+        book = self.book
         lost = []
         for seq in list(book.bound.values()) + list(book.backlog):
             if book.live.get(seq.corrid) is seq:
@@ -230,28 +214,26 @@ class Sequencer:
             )
             if seq.slot is not None:
                 await self._tell_worker(queue, seq, seq.slot, "no longer served by this scheduler")
-        config = seq_queue.config
-        seq_queue.book = SequenceBook(queue.key[0], config.slots_per_instance, config.idle_us / 1e6)
-        seq_queue.book.lose(lost, reason)
+        config = self.config
+        self.book = SequenceBook(queue.key[0], config.slots_per_instance, config.idle_us / 1e6)
+        self.book.lose(lost, reason)
         return lost
 
     def _arm_reaper(self, queue: ModelQueue) -> None:
-        seq_queue = _seq(queue)
-        when = seq_queue.book.next_idle_at()
-        if seq_queue.reaper is not None:
-            seq_queue.reaper.cancel()
-            seq_queue.reaper = None
+        when = self.book.next_idle_at()
+        if self.reaper is not None:
+            self.reaper.cancel()
+            self.reaper = None
         if when is not None:
             delay = max(0.0, when - time.monotonic()) + 0.001
-            seq_queue.reaper = self.host.after(delay, lambda: self._reap(queue))
+            self.reaper = self.host.after(delay, lambda: self._reap(queue))
 
     async def _reap(self, queue: ModelQueue) -> None:
-        if queue.seq is None:
+        if self.retired:
             return
-        seq_queue = queue.seq
-        seq_queue.reaper = None
-        idle_us = seq_queue.config.idle_us
-        for seq, slot in seq_queue.book.idle(time.monotonic()):
+        self.reaper = None
+        idle_us = self.config.idle_us
+        for seq, slot in self.book.idle(time.monotonic()):
             log.info(
                 "sequence %s of model '%s' idle for %d us: its slot is released", seq.corrid, queue.key[0], idle_us
             )
@@ -286,14 +268,14 @@ class Sequencer:
         await self.publish(header.reply, encode(InferResponse(header.rid, error=message, code=code)))
 
 
-def _refusal(queue: ModelQueue, seq_queue: SequenceQueue, header: RequestHeader) -> str:
+def _refusal(queue: ModelQueue, config: SequenceConfig, header: RequestHeader) -> str:
     """Triton's error for a request the sequence batcher cannot take at all, or ''."""
     model = queue.key[0]
     if header.batch_size > 1 and queue.spec is not None and queue.spec.max_batch_size > 0:
         return f"inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher"
     if header.sequence_id in (0, ""):
         return f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
-    corrid = seq_queue.config.control(CORRID)
+    corrid = config.control(CORRID)
     if corrid is not None and (corrid.datatype == "BYTES") != isinstance(header.sequence_id, str):
         wanted = "a string" if corrid.datatype == "BYTES" else "an unsigned integer"
         return (
@@ -303,8 +285,8 @@ def _refusal(queue: ModelQueue, seq_queue: SequenceQueue, header: RequestHeader)
     return ""
 
 
-def _seq(queue: ModelQueue) -> SequenceQueue:
-    """The queue's sequence state: batching calls the sequencer for sequence-batched queues only."""
-    if queue.seq is None:
-        raise ValueError(f"model '{queue.key[0]}' is not sequence-batched")
-    return queue.seq
+def sequence_batcher_of(queue: ModelQueue) -> SequenceBatcher | None:
+    """The queue's sequence batcher if its model is sequence-batched (for what concerns live
+    sequences only: the hand-over, usage, status), else None."""
+    discipline = queue.discipline
+    return discipline if isinstance(discipline, SequenceBatcher) else None

@@ -1,5 +1,5 @@
-"""services/scheduler/sequences/batcher.py (`Sequencer`) against in-process fakes of its own
-interfaces: the `Dispatch` it needs from batching, and the `Publish` callable its answers and
+"""services/scheduler/sequences/sequence_batcher.py (`SequenceBatcher`) against in-process fakes
+of its own interfaces: the `Host` it needs from the pump, and the `Publish` callable its answers and
 the workers' `SequenceEnded` go through. Triton's texts for refused requests, slots and
 controls in a dispatched batch, and what a lost worker, a cancel and a reload leave behind."""
 
@@ -13,19 +13,21 @@ from typing import Any
 import msgspec
 import pytest
 
-from services.scheduler.batching.model_queue import InFlight, ModelQueue, Pending, Slot
-from services.scheduler.sequences.batcher import Sequencer
+from services.scheduler.batching.formation import Decision
+from services.scheduler.batching.model_queue import ModelQueue
+from services.scheduler.records import InFlight, Key, Pending, Slot
+from services.scheduler.sequences.sequence_batcher import SequenceBatcher
 from services.scheduler.statistics.reasons import FailReason
 from shared.model_config import spec_from_json
+from shared.sequence_config import sequence_config
 from shared.wire import subjects
 from shared.wire.messages import InferResponse, RequestHeader, SeqControl, SequenceEnded
-from tests.serving import until
 
 INBOX = "test.inbox"
 
 
 class Host:
-    """The `Dispatch` fake: records the batches; every instance may run; timers never fire."""
+    """The `Host` fake: records the batches; every instance may run; timers never fire."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[Slot, list[str], list[SeqControl]]] = []
@@ -33,13 +35,24 @@ class Host:
         self.pumps = 0
         self.tasks: list[asyncio.Task[Any]] = []
 
+    max_batch_bytes = 1 << 20
+
     def can_run(self, queue: ModelQueue, slot: Slot) -> bool:
         return True
 
-    async def dispatch(
-        self, queue: ModelQueue, slot: Slot, batch: list[Pending], now: float, reason: str, controls: list[SeqControl]
+    def take_slot(self, queue: ModelQueue, decision: Decision) -> Slot | None:
+        raise AssertionError("the sequence batcher picks its credits itself")
+
+    async def send(
+        self,
+        queue: ModelQueue,
+        slot: Slot,
+        batch: list[Pending],
+        now: float,
+        reason: str,
+        controls: list[SeqControl] | None = None,
     ) -> bool:
-        self.sent.append((slot, [p.header.rid for p in batch], controls))
+        self.sent.append((slot, [p.header.rid for p in batch], controls or []))
         return True
 
     async def pump(self, queue: ModelQueue) -> None:
@@ -49,6 +62,12 @@ class Host:
         self, queue: ModelQueue, header: RequestHeader, message: str, reason: FailReason = FailReason.OTHER
     ) -> None:
         self.failed.append((header.rid, message))
+
+    async def dropped(self, queue: ModelQueue, header: RequestHeader, reason: FailReason) -> None:
+        raise AssertionError("the sequence batcher answers or counts its requests itself")
+
+    def waiting(self, key: Key) -> list[InFlight]:
+        return []
 
     def after(self, delay_s: float, job: Callable[[], Awaitable[Any]]) -> asyncio.TimerHandle:
         return asyncio.get_running_loop().call_later(3600, lambda: None)
@@ -80,9 +99,9 @@ def config(max_batch_size: int = 2, strategy: str = "direct") -> dict[str, Any]:
 @pytest.fixture
 def bench():
     host, wire = Host(), Wire()
-    sequencer = Sequencer(host, wire)
-    queue = ModelQueue(("m", 1), spec_from_json(config()))
-    sequencer.configure(queue)
+    spec = spec_from_json(config())
+    sequencer = SequenceBatcher(host, wire, "m", sequence_config(spec.config))
+    queue = ModelQueue(("m", 1), sequencer, spec)
     return sequencer, queue, host, wire
 
 
@@ -173,10 +192,12 @@ async def test_a_cancelled_start_frees_its_slot_and_the_worker_is_told(bench):
 async def test_a_reload_with_other_slots_ends_the_live_sequences(bench):
     sequencer, queue, _, wire = bench
     await sequencer.admit(queue, pending("a1", 1, start=True))
-    queue.spec = spec_from_json(config(max_batch_size=4))
-    sequencer.configure(queue)
-    await until(lambda: "a1" in wire.answers)  # the retirement runs as a task (`Dispatch.spawn`)
+    assert sequencer.adopt(spec_from_json(config(max_batch_size=2)))  # the same slots: it goes on
+    assert sequencer.queued() == 1 and wire.answers == {}
+    assert not sequencer.adopt(spec_from_json(config(max_batch_size=4)))  # other slots: replaced (the pump)
+    assert not sequencer.adopt(spec_from_json({"name": "m", "max_batch_size": 2}))  # not sequence-batched
+    await sequencer.retire(queue)
     assert wire.answers["a1"].error == (
         "sequence 1 to model 'm' was lost: the model was reloaded; start it again with the START flag"
     )
-    assert queue.seq is not None and queue.seq.config.slots_per_instance == 4
+    assert [(e.corrid, e.reason) for e in wire.ended] == []  # it never ran: the worker holds nothing
