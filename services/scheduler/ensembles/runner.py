@@ -33,7 +33,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.js.kv import KeyValue
 
-from services.scheduler.ensembles.step import fit_batching, step_request
+from services.scheduler.ensembles.step import fit_batching, resolve_version, step_request
 from services.scheduler.ensembles.stream import EnsembleStream, StreamFailed, finish
 from services.scheduler.ensembles.timing import StepLatency, compute_phases
 from services.scheduler.statistics.reasons import FailReason
@@ -116,12 +116,13 @@ class EnsembleRunner:
     def _servable(self, model: str) -> bool:
         """Whether this view has the ensemble and a READY version of every member it calls."""
         graph = self.graphs.get(model)
-        if graph is None:
+        if graph is None or any(step.model not in self.specs for step in graph.steps):
             return False
-        for step in graph.steps:
-            versions = self.ready.get(step.model)
-            if step.model not in self.specs or not versions or (step.version != -1 and step.version not in versions):
-                return False
+        try:  # the steps' own resolution (step.py), not a second copy of its rule
+            for step in graph.steps:
+                resolve_version(step.model, step.version, self.ready)
+        except ShoalError:
+            return False
         return True
 
     async def _catch_up(self, model: str) -> None:
