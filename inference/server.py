@@ -23,6 +23,7 @@ from shared.errors import invalid, unavailable
 from shared.repository_client import RepositoryRequest, repository_call
 from shared.wire import subjects
 from shared.wire.messages import IndexRequest, LoadRequest, UnloadRequest
+from shared.wire.statistics import ModelStatistics
 
 log = logging.getLogger("shoal.gateway")
 
@@ -100,7 +101,7 @@ class InferenceServer:
         return spec.config
 
     # -- statistics -------------------------------------------------------------------------
-    async def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+    async def statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
         """The statistics extension's `model_stats`: every ready version, or those asked for."""
         if name:
             if not self.registry.ready_versions(name):

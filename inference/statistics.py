@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import msgspec
 from nats.aio.client import Client as NATS
 
+from inference import statistics_merge as merge
 from shared import bus
 from shared.errors import unavailable
 from shared.wire import subjects
-from shared.wire.statistics import model_stats_doc
+from shared.wire.statistics import ModelStatistics, SchedulerStatistics
+
+log = logging.getLogger("shoal.gateway")
+_decoder = msgspec.msgpack.Decoder(SchedulerStatistics)
 
 _replicas = {"count": 0, "learned": 0.0}  # scheduler replicas that answered a full gather, and when
 
 
-async def scheduler_stats(nc: NATS, payload: bytes = b"") -> dict[str, Any]:
+async def scheduler_stats(nc: NATS, payload: bytes = b"") -> SchedulerStatistics:
     """Every scheduler replica's statistics for the models it serves, merged.
 
     Waiting for a quiet moment costs a few ms per call, so the replica count from the last
@@ -27,43 +33,24 @@ async def scheduler_stats(nc: NATS, payload: bytes = b"") -> dict[str, Any]:
         raise unavailable("the scheduler is not available")
     if not fresh:
         _replicas.update(count=len(replies), learned=time.monotonic())
-    merged: dict[str, Any] = {}
-    for reply in replies:
-        for key, value in msgspec.json.decode(reply).items():
-            merged[key] = merge_stats(merged[key], value) if key in merged else value
-    return merged
+    decoded = [stats for stats in map(_decoded, replies) if stats is not None]
+    if not decoded:  # every reply was malformed (logged): as if none had answered
+        raise unavailable("the scheduler is not available")
+    return functools.reduce(merge.scheduler_statistics, decoded)
 
 
-_NOT_ADDED = {"quantiles", "first_response_buckets", "free_credits", "cache_enabled"}
-
-
-def merge_stats(a: Any, b: Any, key: str = "") -> Any:
-    """Two replicas' statistics of one model version (a model served by one, then another):
-    counts and durations add up, `last_inference` is the later, quantiles are not added."""
-    if key in _NOT_ADDED:
-        return a or b
-    if key == "last_inference":
-        return max(a, b)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return {k: merge_stats(a[k], b[k], k) if k in a and k in b else a.get(k, b.get(k)) for k in {**a, **b}}
-    if isinstance(a, list) and isinstance(b, list):
-        if all(isinstance(x, dict) and "batch_size" in x for x in a + b):  # batch_stats: by size
-            sizes: dict[int, Any] = {}
-            for entry in a + b:
-                size = entry["batch_size"]
-                sizes[size] = merge_stats(sizes[size], entry) if size in sizes else entry
-            return [dict(v, batch_size=k) for k, v in sorted(sizes.items())]
-        if len(a) == len(b) and all(isinstance(x, (int, float)) for x in a + b):  # histogram counts
-            return [x + y for x, y in zip(a, b)]
-        return a if len(a) >= len(b) else b
-    if isinstance(a, bool) or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
-        return a or b
-    return a + b
+def _decoded(reply: bytes) -> SchedulerStatistics | None:
+    """One replica's reply, or None (logged): a malformed one never fails the whole call."""
+    try:
+        return _decoder.decode(reply)
+    except msgspec.DecodeError as exc:  # msgspec.ValidationError is one
+        log.error("undecodable statistics reply from a scheduler: %s", exc)
+        return None
 
 
 def model_entries(
-    stats: dict[str, Any], models: list[str], ready_versions: Any, version: str = ""
-) -> list[dict[str, Any]]:
+    stats: SchedulerStatistics, models: list[str], ready_versions: Callable[[str], Iterable[int]], version: str = ""
+) -> list[ModelStatistics]:
     """The statistics extension's `model_stats` list: one entry per ready version of `models`
     (all-zero for a version no scheduler has served yet)."""
     entries = []
@@ -71,6 +58,6 @@ def model_entries(
         for v in ready_versions(model):
             if version and v != int(version):
                 continue
-            entry = stats.get(f"{model}/{v}", {}).get("stats")
-            entries.append(entry or model_stats_doc(model, str(v)))
+            entry = stats.versions.get(f"{model}/{v}")
+            entries.append(entry.stats if entry is not None else ModelStatistics(model, str(v)))
     return entries

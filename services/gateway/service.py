@@ -36,6 +36,7 @@ from shared.runtime import serve_until
 from shared.settings import GatewaySettings, cohosted_scheduler
 from shared.wire import subjects
 from shared.wire.messages import CacheEvent, StatisticsRequest
+from shared.wire.statistics import SchedulerStatistics
 from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.gateway")
@@ -221,7 +222,7 @@ class GatewayService:
             **options,
         )
 
-    async def _scheduler_stats(self, quantiles: list[float]) -> dict[str, Any]:
+    async def _scheduler_stats(self, quantiles: list[float]) -> SchedulerStatistics:
         request = msgspec.json.encode(StatisticsRequest(quantiles)) if quantiles else b""
         return await scheduler_stats(self.nc, request)
 

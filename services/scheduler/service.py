@@ -336,7 +336,7 @@ class SchedulerService:
         """Statistics per model version; a request may ask for latency quantiles (metrics summaries)."""
         stats = report(self.pump.queues.values(), self.ownership.owns, quantiles_asked(msg.data), self.pump.pending)
         self.ensembles.annotate(stats)
-        await msg.respond(msgspec.json.encode(stats))
+        await msg.respond(encode(stats))
 
 
 async def run(settings: SchedulerSettings, stop: asyncio.Event) -> None:

@@ -11,6 +11,7 @@ import base64
 from typing import Any
 
 import grpc
+import msgspec
 import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
@@ -19,6 +20,7 @@ from inference.core import Answer
 from inference.types import InputTensor, ParsedRequest, RequestedOutput
 from shared.datatypes import DATATYPES, numpy_dtype, serialize_bytes
 from shared.errors import Code, ShoalError, invalid
+from shared.wire.statistics import ModelStatistics
 
 # TRITONSERVER_Error_Code -> grpc::StatusCode, as GrpcStatusUtil::CodeToStatus
 STATUS = {
@@ -255,9 +257,10 @@ def model_config(doc: dict[str, Any]) -> service_pb2.ModelConfigResponse:
     return service_pb2.ModelConfigResponse(config=config)
 
 
-def statistics(entries: list[dict[str, Any]]) -> service_pb2.ModelStatisticsResponse:
+def statistics(entries: list[ModelStatistics]) -> service_pb2.ModelStatisticsResponse:
+    """Triton's JSON form of each entry, read into the protobuf (Shoal's `ensemble_steps` has no field there)."""
     return json_format.ParseDict(
-        {"model_stats": entries}, service_pb2.ModelStatisticsResponse(), ignore_unknown_fields=True
+        {"model_stats": msgspec.to_builtins(entries)}, service_pb2.ModelStatisticsResponse(), ignore_unknown_fields=True
     )
 
 

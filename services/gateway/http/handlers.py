@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -172,7 +173,7 @@ class Handlers:
         version = request.path_params.get("version", "")
         if version and not version.isdigit():
             raise HTTPException(404)
-        return json_response({"model_stats": await self.server.statistics(name, version)})
+        return json_response({"model_stats": msgspec.to_builtins(await self.server.statistics(name, version))})
 
     # -- trace and logging extensions ------------------------------------------------------------
     async def trace_settings(self, request: Request) -> Response:

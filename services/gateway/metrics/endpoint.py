@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -23,47 +22,50 @@ from services.gateway.metrics import system as system_metrics
 from services.gateway.metrics.gpu import GpuMetrics
 from services.gateway.metrics.system import CpuSampler
 from services.gateway.metrics.text import family_lines, histogram_lines, label_text
+from shared.wire.statistics import Duration, InferenceStats, SchedulerStatistics, VersionStatistics
+
+Entries = list[tuple[tuple[str, str], VersionStatistics]]  # (model, version) -> its statistics
 
 _COUNTERS = (
     (
         "nv_inference_request_success",
         "Number of successful inference requests, all batch sizes",
-        lambda s: s["inference_stats"]["success"]["count"],
+        lambda s: s.inference_stats.success.count,
     ),
     (
         "nv_inference_count",
         "Number of inferences performed (does not include cached requests)",
-        lambda s: s["inference_count"],
+        lambda s: s.inference_count,
     ),
     (
         "nv_inference_exec_count",
         "Number of model executions performed (does not include cached requests)",
-        lambda s: s["execution_count"],
+        lambda s: s.execution_count,
     ),
     (
         "nv_inference_request_duration_us",
         "Cumulative inference request duration in microseconds (includes cached requests)",
-        lambda s: (s["inference_stats"]["success"]["ns"] + s["inference_stats"]["fail"]["ns"]) // 1000,
+        lambda s: (s.inference_stats.success.ns + s.inference_stats.fail.ns) // 1000,
     ),
     (
         "nv_inference_queue_duration_us",
         "Cumulative inference queuing duration in microseconds (includes cached requests)",
-        lambda s: s["inference_stats"]["queue"]["ns"] // 1000,
+        lambda s: s.inference_stats.queue.ns // 1000,
     ),
     (
         "nv_inference_compute_input_duration_us",
         "Cumulative compute input duration in microseconds (does not include cached requests)",
-        lambda s: s["inference_stats"]["compute_input"]["ns"] // 1000,
+        lambda s: s.inference_stats.compute_input.ns // 1000,
     ),
     (
         "nv_inference_compute_infer_duration_us",
         "Cumulative compute inference duration in microseconds (does not include cached requests)",
-        lambda s: s["inference_stats"]["compute_infer"]["ns"] // 1000,
+        lambda s: s.inference_stats.compute_infer.ns // 1000,
     ),
     (
         "nv_inference_compute_output_duration_us",
         "Cumulative inference compute output duration in microseconds (does not include cached requests)",
-        lambda s: s["inference_stats"]["compute_output"]["ns"] // 1000,
+        lambda s: s.inference_stats.compute_output.ns // 1000,
     ),
 )
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
@@ -124,26 +126,26 @@ _SUMMARY_TOTALS = {
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-def _summaries(entries: list, options: MetricsOptions) -> list[str]:
+def _summaries(entries: Entries, options: MetricsOptions) -> list[str]:
     lines: list[str] = []
     for name, doc, kind in _SUMMARIES:
         lines += [f"# HELP {name} {doc}", f"# TYPE {name} summary"]
         for (model, version), value in entries:
             labels = {"model": model, "version": version}
-            points = value.get("latency", {}).get("quantiles", {}).get(kind, {})
+            points = value.latency.quantiles.get(kind, {})
             for q, _error in options.quantiles:
                 if str(q) in points:
                     lines.append(f"{name}{label_text({**labels, 'quantile': str(q)})} {points[str(q)]:g}")
-            total = value["stats"]["inference_stats"][_SUMMARY_TOTALS[kind]]
-            lines.append(f"{name}_sum{label_text(labels)} {total['ns'] / 1000:g}")
-            lines.append(f"{name}_count{label_text(labels)} {total['count']}")
+            total = _duration(value.stats.inference_stats, _SUMMARY_TOTALS[kind])
+            lines.append(f"{name}_sum{label_text(labels)} {total.ns / 1000:g}")
+            lines.append(f"{name}_count{label_text(labels)} {total.count}")
     return lines
 
 
-def _batch_histogram(entries: list) -> list[str]:
+def _batch_histogram(entries: Entries) -> list[str]:
     rows: list[tuple[dict[str, str], list[int], list[int], float]] = []
     for (model, version), value in entries:
-        sizes = {b["batch_size"]: b["compute_infer"]["count"] for b in value["stats"]["batch_stats"]}
+        sizes = {b.batch_size: b.compute_infer.count for b in value.stats.batch_stats}
         counts = [0] * (len(BATCH_BUCKETS) + 1)
         for size, count in sizes.items():
             index = next((i for i, bound in enumerate(BATCH_BUCKETS) if size <= bound), len(BATCH_BUCKETS))
@@ -153,19 +155,19 @@ def _batch_histogram(entries: list) -> list[str]:
     return histogram_lines("shoal_batch_size", "Sizes of the batches executed (rows per model execution)", rows)
 
 
-def _shoal_gauges(entries: list) -> list[str]:
+def _shoal_gauges(entries: Entries) -> list[str]:
     lines = family_lines(
         "shoal_queue_free_credits",
         "Batches the scheduler may send to idle instances now",
         "gauge",
-        [({"model": m, "version": v}, value.get("free_credits", 0)) for (m, v), value in entries],
+        [({"model": m, "version": v}, value.free_credits) for (m, v), value in entries],
     )
     busy: dict[str, int] = {}
     executions: dict[tuple[str, str, str], int] = {}
     for (model, version), value in entries:
-        for worker, ns in value.get("worker_compute_ns", {}).items():
+        for worker, ns in value.worker_compute_ns.items():
             busy[worker] = busy.get(worker, 0) + ns
-        for worker, count in value.get("worker_executions", {}).items():
+        for worker, count in value.worker_executions.items():
             executions[(worker, model, version)] = count
     lines += family_lines(
         "shoal_worker_compute_seconds",
@@ -184,7 +186,7 @@ def _shoal_gauges(entries: list) -> list[str]:
         "shoal_inference_request_retry",
         "Requests sent to another instance because the worker holding them died before starting them",
         "counter",
-        [({"model": m, "version": v}, value.get("retries", 0)) for (m, v), value in entries],
+        [({"model": m, "version": v}, value.retries) for (m, v), value in entries],
     )
     lines += family_lines(
         "shoal_shm_bytes_in_use",
@@ -220,30 +222,36 @@ def _gpu(gpu: GpuMetrics) -> list[str]:
     return lines
 
 
+def _duration(stats: InferenceStats, kind: str) -> Duration:
+    duration: Duration = getattr(stats, kind)
+    return duration
+
+
 def render(
-    stats: dict[str, Any],
+    versions: Mapping[str, VersionStatistics],
     options: MetricsOptions = MetricsOptions(),
     cpu: CpuSampler | None = None,
     gpu: GpuMetrics | None = None,
     custom: list[str] | None = None,
 ) -> bytes:
     """Triton's metrics from the schedulers' statistics, then Shoal's, then python models' own (`custom`)."""
-    entries = [(key.rsplit("/", 1), value) for key, value in sorted(stats.items())]
+    ordered = (versions[key] for key in sorted(versions))  # by "model/version", as always
+    entries = [((value.stats.name, value.stats.version), value) for value in ordered]
     lines: list[str] = []
     for name, doc, pick in _COUNTERS:
         if not options.counter_latencies and name.endswith("_duration_us"):
             continue
-        samples = [({"model": m, "version": v}, pick(value["stats"])) for (m, v), value in entries]
+        samples = [({"model": m, "version": v}, pick(value.stats)) for (m, v), value in entries]
         lines += family_lines(name, doc, "counter", samples)
     failures = [
-        ({"model": m, "reason": reason, "version": v}, value.get("fail_reasons", {}).get(reason, 0))
+        ({"model": m, "reason": reason, "version": v}, value.fail_reasons.get(reason, 0))
         for (m, v), value in entries
         for reason in FAILURE_REASONS
     ]
     lines += family_lines(
         "nv_inference_request_failure", "Number of failed inference requests, all batch sizes", "counter", failures
     )
-    pending = [({"model": m, "version": v}, value.get("pending", 0)) for (m, v), value in entries]
+    pending = [({"model": m, "version": v}, value.pending) for (m, v), value in entries]
     lines += family_lines(
         "nv_inference_pending_request_count",
         "Instantaneous number of pending requests awaiting execution per-model.",
@@ -256,12 +264,11 @@ def render(
         rows = [
             (
                 {"model": m, "version": v},
-                value["latency"]["first_response_buckets"],
-                value["latency"]["first_response_counts"],
-                value["latency"]["first_response_sum_ms"],
+                value.latency.first_response_buckets,
+                value.latency.first_response_counts,
+                value.latency.first_response_sum_ms,
             )
             for (m, v), value in entries
-            if "latency" in value
         ]
         lines += histogram_lines(
             "nv_inference_first_response_histogram_ms", "Duration from request to first response in milliseconds", rows
@@ -273,7 +280,7 @@ def render(
         )
         lines += family_lines("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge", [({}, total)])
         lines += family_lines("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge", [({}, used)])
-    cached = [(m, v, value) for (m, v), value in entries if value.get("cache_enabled")]
+    cached = [(m, v, value) for (m, v), value in entries if value.cache_enabled]
     if cached:
         for name, doc, key, field in (
             ("nv_cache_num_hits_per_model", "Number of cache hits per model", "cache_hit", "count"),
@@ -294,7 +301,7 @@ def render(
             samples = [
                 (
                     {"model": m, "version": v},
-                    value["stats"]["inference_stats"][key][field] / (1000 if field == "ns" else 1),
+                    getattr(_duration(value.stats.inference_stats, key), field) / (1000 if field == "ns" else 1),
                 )
                 for m, v, value in cached
             ]
@@ -312,7 +319,7 @@ async def _nothing() -> list[str]:
 
 
 def build_metrics_app(
-    fetch: Callable[[list[float]], Awaitable[dict[str, Any]]],
+    fetch: Callable[[list[float]], Awaitable[SchedulerStatistics]],
     options: MetricsOptions,
     fetch_custom: Callable[[], Awaitable[list[str]]] | None = None,
 ) -> Starlette:
@@ -328,8 +335,8 @@ def build_metrics_app(
         stats, custom = await asyncio.gather(
             fetch(quantiles), fetch_custom() if fetch_custom else _nothing(), return_exceptions=True
         )
-        stats = {} if isinstance(stats, BaseException) else stats
+        versions = {} if isinstance(stats, BaseException) else stats.versions
         custom = [] if isinstance(custom, BaseException) else custom
-        return Response(render(stats, options, cpu, gpu, custom), media_type="text/plain; charset=utf-8")
+        return Response(render(versions, options, cpu, gpu, custom), media_type="text/plain; charset=utf-8")
 
     return Starlette(routes=[Route("/{path:path}", metrics, methods=["GET", "POST", "PUT", "DELETE"])])

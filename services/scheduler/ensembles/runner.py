@@ -27,7 +27,6 @@ import functools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -46,6 +45,7 @@ from shared.model_config import ModelSpec, spec_from_json
 from shared.revisions import Revisions
 from shared.wire import subjects
 from shared.wire.messages import InferRequest, InferResponse, ModelRecord, TensorRef, encode
+from shared.wire.statistics import SchedulerStatistics, StepStats
 from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.scheduler.ensemble")
@@ -168,14 +168,14 @@ class EnsembleRunner:
         entry[1].cancel()
         return True
 
-    def annotate(self, stats: dict[str, dict[str, Any]]) -> None:
+    def annotate(self, reply: SchedulerStatistics) -> None:
         """Per-step latency in an ensemble's statistics (`ensemble_steps`: member -> success/fail
         count and ns), next to Triton's fields: where an ensemble's time goes."""
         for (model, version), steps in self.steps.items():
-            entry = stats.get(f"{model}/{version}")
+            entry = reply.versions.get(f"{model}/{version}")
             if entry is not None and steps:
-                entry["stats"]["ensemble_steps"] = {
-                    member: {"success": s.success.json(), "fail": s.fail.json()} for member, s in steps.items()
+                entry.stats.ensemble_steps = {
+                    member: StepStats(s.success.snapshot(), s.fail.snapshot()) for member, s in steps.items()
                 }
 
     # -- one request ---------------------------------------------------------------------------

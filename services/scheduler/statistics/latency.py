@@ -7,9 +7,10 @@ import bisect
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+
+from shared.wire.statistics import Latency
 
 WINDOW = 2048  # recent samples a summary's quantiles are computed over
 FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)  # Triton's defaults
@@ -34,14 +35,12 @@ class Latencies:
             self.first_response_sum_ms += ms * count
             self.first_response[bisect.bisect_left(FIRST_RESPONSE_BUCKETS_MS, ms)] += count
 
-    def json(self, quantiles: list[float]) -> dict[str, Any]:
+    def report(self, quantiles: list[float]) -> Latency:
+        """The `quantiles` of each kind's recent samples and the first-response histogram."""
         summaries = {}
         for kind, values in self.recent.items():
             points = np.quantile(np.fromiter(values, float), quantiles).tolist() if values and quantiles else []
             summaries[kind] = {str(q): v for q, v in zip(quantiles, points)}
-        return {
-            "quantiles": summaries,
-            "first_response_buckets": list(FIRST_RESPONSE_BUCKETS_MS),
-            "first_response_counts": self.first_response,
-            "first_response_sum_ms": self.first_response_sum_ms,
-        }
+        return Latency(
+            summaries, list(FIRST_RESPONSE_BUCKETS_MS), list(self.first_response), self.first_response_sum_ms
+        )

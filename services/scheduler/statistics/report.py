@@ -4,12 +4,13 @@ what the gateway merges across replicas (failure reasons, latency quantiles, uti
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sized
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import msgspec
 
 from services.scheduler.statistics.stats import ModelStats
 from shared.wire.messages import StatisticsRequest
+from shared.wire.statistics import SchedulerStatistics, VersionStatistics
 
 
 class Reported(Protocol):
@@ -40,22 +41,24 @@ def quantiles_asked(data: bytes) -> list[float]:
 
 def report(
     queues: Iterable[R], owns: Callable[[str], bool], quantiles: list[float], pending: Callable[[R], int]
-) -> dict[str, Any]:
+) -> SchedulerStatistics:
     """Versions of the models this replica owns, and of any it served before (the gateway sums
     replicas); `pending(queue)`: its requests not started yet."""
-    return {
-        f"{model}/{version}": {
-            "stats": q.stats.json(model, str(version)),
-            "fail_reasons": q.stats.fail_reasons,
-            "pending": pending(q),
-            "free_credits": len(q.free),
-            "cache_enabled": q.cache_enabled,
-            "latency": q.stats.latencies.json(quantiles),
-            "worker_compute_ns": q.stats.worker_compute_ns,
-            "worker_executions": q.stats.worker_executions,
-            "retries": q.stats.retries,
+    return SchedulerStatistics(
+        {
+            f"{model}/{version}": VersionStatistics(
+                stats=q.stats.statistics(model, str(version)),
+                fail_reasons=dict(q.stats.fail_reasons),
+                pending=pending(q),
+                free_credits=len(q.free),
+                cache_enabled=q.cache_enabled,
+                latency=q.stats.latencies.report(quantiles),
+                worker_compute_ns=dict(q.stats.worker_compute_ns),
+                worker_executions=dict(q.stats.worker_executions),
+                retries=q.stats.retries,
+            )
+            for q in queues
+            for model, version in (q.key,)
+            if owns(model) or q.stats.success.count or q.stats.fail.count or q.stats.cache_miss.count
         }
-        for q in queues
-        for model, version in (q.key,)
-        if owns(model) or q.stats.success.count or q.stats.fail.count or q.stats.cache_miss.count
-    }
+    )

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from services.scheduler.statistics.latency import Latencies
 from services.scheduler.statistics.reasons import FailReason
-from shared.wire.statistics import INFERENCE_STATS, model_stats_doc
+from shared.wire import statistics as wire
 
 
 @dataclass
@@ -20,8 +19,8 @@ class Duration:
         self.count += count
         self.ns += max(0, ns)
 
-    def json(self) -> dict[str, int]:
-        return {"count": self.count, "ns": self.ns}
+    def snapshot(self) -> wire.Duration:
+        return wire.Duration(self.count, self.ns)
 
 
 @dataclass
@@ -95,21 +94,28 @@ class ModelStats:
         else:
             self.cache_miss.add(lookup_ns)
 
-    def json(self, name: str, version: str) -> dict[str, Any]:
-        return model_stats_doc(
-            name,
-            version,
-            self.last_inference_ms,
-            self.inference_count,
-            self.execution_count,
-            {k: getattr(self, k).json() for k in INFERENCE_STATS},
-            [
-                {
-                    "batch_size": size,
-                    "compute_input": b.compute_input.json(),
-                    "compute_infer": b.compute_infer.json(),
-                    "compute_output": b.compute_output.json(),
-                }
+    def statistics(self, name: str, version: str) -> wire.ModelStatistics:
+        """This version's statistics in Triton's schema, as the statistics extension answers them."""
+        return wire.ModelStatistics(
+            name=name,
+            version=version,
+            last_inference=self.last_inference_ms,
+            inference_count=self.inference_count,
+            execution_count=self.execution_count,
+            inference_stats=wire.InferenceStats(
+                success=self.success.snapshot(),
+                fail=self.fail.snapshot(),
+                queue=self.queue.snapshot(),
+                compute_input=self.compute_input.snapshot(),
+                compute_infer=self.compute_infer.snapshot(),
+                compute_output=self.compute_output.snapshot(),
+                cache_hit=self.cache_hit.snapshot(),
+                cache_miss=self.cache_miss.snapshot(),
+            ),
+            batch_stats=[
+                wire.BatchStats(
+                    size, b.compute_input.snapshot(), b.compute_infer.snapshot(), b.compute_output.snapshot()
+                )
                 for size, b in sorted(self.batches.items())
             ],
         )

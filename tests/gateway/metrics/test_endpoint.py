@@ -9,6 +9,7 @@ from services.gateway.metrics.endpoint import MetricsOptions, render
 from services.gateway.metrics.gpu import GpuMetrics
 from services.gateway.metrics.system import CpuSampler
 from services.worker.gpus import available_gpus
+from shared.wire.statistics import ModelStatistics, VersionStatistics
 
 
 @pytest.mark.skipif(bool(available_gpus()), reason="this host has a GPU: test_render_with_gpu_has_gpu_families")
@@ -36,51 +37,6 @@ def test_render_with_gpu_has_gpu_families():
 
 
 def test_counter_latencies_can_be_switched_off():
-    stats = {
-        "m/1": {
-            "stats": {
-                "inference_count": 0,
-                "execution_count": 0,
-                "batch_stats": [],
-                "inference_stats": {
-                    k: {"count": 0, "ns": 0}
-                    for k in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
-                },
-            }
-        }
-    }
+    stats = {"m/1": VersionStatistics(ModelStatistics("m", "1"))}
     text = render(stats, MetricsOptions(counter_latencies=False)).decode()
     assert "nv_inference_request_duration_us" not in text and "nv_inference_count" in text
-
-
-def test_replica_statistics_merge():
-    from inference.statistics import merge_stats
-
-    a = {
-        "name": "m",
-        "last_inference": 5,
-        "inference_count": 2,
-        "inference_stats": {"success": {"count": 2, "ns": 10}},
-        "batch_stats": [{"batch_size": 1, "compute_infer": {"count": 2, "ns": 4}}],
-        "latency": {"quantiles": {"request": {"0.5": 3.0}}, "first_response_counts": [1, 0]},
-    }
-    b = {
-        "name": "m",
-        "last_inference": 9,
-        "inference_count": 3,
-        "inference_stats": {"success": {"count": 3, "ns": 20}},
-        "batch_stats": [
-            {"batch_size": 1, "compute_infer": {"count": 1, "ns": 1}},
-            {"batch_size": 4, "compute_infer": {"count": 1, "ns": 7}},
-        ],
-        "latency": {"quantiles": {"request": {"0.5": 8.0}}, "first_response_counts": [0, 2]},
-    }
-    merged = merge_stats(a, b)
-    assert merged["name"] == "m" and merged["last_inference"] == 9 and merged["inference_count"] == 5
-    assert merged["inference_stats"]["success"] == {"count": 5, "ns": 30}
-    assert merged["batch_stats"] == [
-        {"batch_size": 1, "compute_infer": {"count": 3, "ns": 5}},
-        {"batch_size": 4, "compute_infer": {"count": 1, "ns": 7}},
-    ]
-    assert merged["latency"]["quantiles"] == {"request": {"0.5": 3.0}}
-    assert merged["latency"]["first_response_counts"] == [1, 2]

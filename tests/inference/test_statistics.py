@@ -1,0 +1,70 @@
+"""inference/statistics.py against a real nats-server: every replica's reply decoded as a
+`SchedulerStatistics` and merged; a malformed one is logged and skipped, never failing the call."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from nats.aio.msg import Msg
+
+from inference.statistics import model_entries, scheduler_stats
+from shared import bus
+from shared.errors import Code, ShoalError
+from shared.natsserver import NatsServer
+from shared.wire import subjects
+from shared.wire.messages import encode
+from shared.wire.statistics import Duration, InferenceStats, ModelStatistics, SchedulerStatistics, VersionStatistics
+
+
+@pytest.fixture(scope="module")
+def nats_url():
+    with NatsServer() as server:
+        yield server.url
+
+
+def _reply(pending: int) -> SchedulerStatistics:
+    stats = ModelStatistics("m", "1", inference_count=pending, inference_stats=InferenceStats(success=Duration(1, 5)))
+    return SchedulerStatistics({"m/1": VersionStatistics(stats, pending=pending)})
+
+
+async def _replicas(nc, answers: list[bytes]) -> None:
+    """One responder per answer on the scheduler's statistics subject, as replicas are."""
+    for answer in answers:
+
+        async def respond(msg: Msg, answer: bytes = answer) -> None:
+            await msg.respond(answer)
+
+        await nc.subscribe(subjects.SCHEDULER_STATS, cb=respond)
+    await nc.flush()
+
+
+async def test_a_malformed_reply_is_logged_and_the_others_are_merged(nats_url, caplog):
+    nc = await bus.connect(nats_url, "test-stats")
+    try:
+        await _replicas(nc, [encode(_reply(2)), b"\x93not statistics", encode(_reply(3))])
+        with caplog.at_level(logging.ERROR, "shoal.gateway"):
+            merged = await scheduler_stats(nc)
+        assert merged.versions["m/1"].pending == 5 and merged.versions["m/1"].stats.inference_count == 5
+        assert merged.versions["m/1"].stats.inference_stats.success == Duration(2, 10)
+        assert "undecodable statistics reply" in caplog.text
+    finally:
+        await nc.close()
+
+
+async def test_no_readable_reply_is_unavailable(nats_url):
+    nc = await bus.connect(nats_url, "test-stats-bad")
+    try:
+        await _replicas(nc, [b"{}", encode(ModelStatistics("m", "1"))])  # JSON; a Struct of another type
+        with pytest.raises(ShoalError) as raised:
+            await scheduler_stats(nc)
+        assert raised.value.code == Code.UNAVAILABLE
+    finally:
+        await nc.close()
+
+
+def test_a_version_no_scheduler_served_reads_all_zero():
+    served = _reply(1)
+    entries = model_entries(served, ["m", "n"], lambda model: (1, 2) if model == "m" else (3,))
+    assert entries == [served.versions["m/1"].stats, ModelStatistics("m", "2"), ModelStatistics("n", "3")]
+    assert model_entries(served, ["m"], lambda model: (1, 2), version="2") == [ModelStatistics("m", "2")]
