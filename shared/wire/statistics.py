@@ -12,17 +12,6 @@ from __future__ import annotations
 
 import msgspec
 
-INFERENCE_STATS = (
-    "success",
-    "fail",
-    "queue",
-    "compute_input",
-    "compute_infer",
-    "compute_output",
-    "cache_hit",
-    "cache_miss",
-)
-
 
 class Duration(msgspec.Struct):
     count: int = 0

@@ -116,13 +116,28 @@ _SUMMARIES = (
         "compute_output",
     ),
 )
-_SUMMARY_TOTALS = {
-    "request": "success",
-    "queue": "queue",
-    "compute_input": "compute_input",
-    "compute_infer": "compute_infer",
-    "compute_output": "compute_output",
+_SUMMARY_TOTALS: dict[str, Callable[[InferenceStats], Duration]] = {  # a summary's _sum and _count
+    "request": lambda s: s.success,
+    "queue": lambda s: s.queue,
+    "compute_input": lambda s: s.compute_input,
+    "compute_infer": lambda s: s.compute_infer,
+    "compute_output": lambda s: s.compute_output,
 }
+# the response cache's counters; each value a float, so written with `g` as it always was
+_CACHE: tuple[tuple[str, str, Callable[[InferenceStats], float]], ...] = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", lambda s: float(s.cache_hit.count)),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model", lambda s: float(s.cache_miss.count)),
+    (
+        "nv_cache_hit_duration_per_model",
+        "Total cache hit duration per model, in microseconds",
+        lambda s: s.cache_hit.ns / 1000,
+    ),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+        lambda s: s.cache_miss.ns / 1000,
+    ),
+)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
@@ -136,7 +151,7 @@ def _summaries(entries: Entries, options: MetricsOptions) -> list[str]:
             for q, _error in options.quantiles:
                 if str(q) in points:
                     lines.append(f"{name}{label_text({**labels, 'quantile': str(q)})} {points[str(q)]:g}")
-            total = _duration(value.stats.inference_stats, _SUMMARY_TOTALS[kind])
+            total = _SUMMARY_TOTALS[kind](value.stats.inference_stats)
             lines.append(f"{name}_sum{label_text(labels)} {total.ns / 1000:g}")
             lines.append(f"{name}_count{label_text(labels)} {total.count}")
     return lines
@@ -222,11 +237,6 @@ def _gpu(gpu: GpuMetrics) -> list[str]:
     return lines
 
 
-def _duration(stats: InferenceStats, kind: str) -> Duration:
-    duration: Duration = getattr(stats, kind)
-    return duration
-
-
 def render(
     versions: Mapping[str, VersionStatistics],
     options: MetricsOptions = MetricsOptions(),
@@ -281,31 +291,9 @@ def render(
         lines += family_lines("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge", [({}, total)])
         lines += family_lines("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge", [({}, used)])
     cached = [(m, v, value) for (m, v), value in entries if value.cache_enabled]
-    if cached:
-        for name, doc, key, field in (
-            ("nv_cache_num_hits_per_model", "Number of cache hits per model", "cache_hit", "count"),
-            ("nv_cache_num_misses_per_model", "Number of cache misses per model", "cache_miss", "count"),
-            (
-                "nv_cache_hit_duration_per_model",
-                "Total cache hit duration per model, in microseconds",
-                "cache_hit",
-                "ns",
-            ),
-            (
-                "nv_cache_miss_duration_per_model",
-                "Total cache miss (insert+lookup) duration per model, in microseconds",
-                "cache_miss",
-                "ns",
-            ),
-        ):
-            samples = [
-                (
-                    {"model": m, "version": v},
-                    getattr(_duration(value.stats.inference_stats, key), field) / (1000 if field == "ns" else 1),
-                )
-                for m, v, value in cached
-            ]
-            lines += family_lines(name, doc, "counter", samples)
+    for name, doc, pick in _CACHE if cached else ():
+        samples = [({"model": m, "version": v}, pick(value.stats.inference_stats)) for m, v, value in cached]
+        lines += family_lines(name, doc, "counter", samples)
     if options.gpu_metrics and gpu is not None:
         lines += _gpu(gpu)
     lines += _batch_histogram(entries)
