@@ -90,6 +90,12 @@ class RequestHeader(msgspec.Struct):
     sequence_end: bool = False
 
 
+class RequestDeadline(msgspec.Struct):
+    """What a gateway holding a request for a scheduler reads of the `InferRequest` it encoded."""
+
+    deadline_ns: int
+
+
 class InferResponse(msgspec.Struct, omit_defaults=True):
     rid: str
     model: str = ""
@@ -108,6 +114,12 @@ class ResponseBatch(msgspec.Struct):
     """Worker -> gateway: the responses of one batch for that gateway (each an encoded InferResponse)."""
 
     responses: list[msgspec.Raw]
+
+
+class ResponseBatchView(msgspec.Struct):
+    """A `ResponseBatch` as the gateway reads it, its responses typed: one decode call for the batch."""
+
+    responses: list[InferResponse]
 
 
 class RequestBatch(msgspec.Struct):
@@ -233,6 +245,13 @@ class BatchDone(msgspec.Struct):
     responses: list[msgspec.Raw] = []
 
 
+class BatchDoneView(msgspec.Struct):
+    """A `BatchDone` as the gateway reads it, its responses typed."""
+
+    free: InstanceFree
+    responses: list[InferResponse] = []
+
+
 class WorkerHeartbeat(msgspec.Struct):
     worker: str
     subject: str
@@ -244,6 +263,35 @@ class WorkerHeartbeat(msgspec.Struct):
     max_models: int = 0  # --max-loaded-models (0: no limit)
     models: list[str] = []  # its --models globs (none: every model)
     placeable: bool = True  # False: it hosts only its own models (a python model's process, bound functions)
+
+
+class MetricSample(msgspec.Struct):
+    """One labelled sample of a python model's custom metric family (`pb_utils.MetricFamily`):
+    a counter's or gauge's `value`, or a histogram's bucket `counts` (one more than `buckets`, the
+    last is +Inf) and `sum`. MessagePack carries NaN and infinities as they are."""
+
+    labels: dict[str, str]
+    value: float = 0.0
+    buckets: list[float] = []
+    counts: list[int] = []
+    sum: float = 0.0
+
+
+class MetricSnapshot(msgspec.Struct):
+    """A custom metric family and its samples, as one process holds them now."""
+
+    name: str
+    description: str
+    kind: str  # counter, gauge, histogram
+    samples: list[MetricSample] = []
+
+
+class WorkerMetrics(msgspec.Struct):
+    """Worker -> gateways, with each heartbeat: its python models' custom metric families, which
+    the gateways sum over workers on /metrics (services/gateway/metrics/custom.py)."""
+
+    worker: str
+    families: list[MetricSnapshot]
 
 
 class ModelVersionState(msgspec.Struct, omit_defaults=True):
@@ -373,10 +421,90 @@ class IndexRequest(msgspec.Struct):
     ready: bool = False
 
 
+class IndexEntry(msgspec.Struct, omit_defaults=True):
+    """One model version in the repository index (Triton's fields, then Shoal's figures for a READY
+    one); a model without versions (never loaded) has only its name."""
+
+    name: str
+    version: str = ""
+    state: str = ""
+    reason: str = ""
+    warmup_ms: float | None = None  # the slowest instance's warmup
+    memory_bytes: int | None = None  # what its instances took at load, summed over workers
+    device_memory_bytes: int | None = None
+
+
+class RepositoryIndex(msgspec.Struct):
+    """Repository -> gateway, as JSON: the answer to an `IndexRequest`."""
+
+    models: list[IndexEntry]
+
+
+class ModelUsage(msgspec.Struct):
+    """Whether a model is in use (a request waits or runs, a sequence holds a slot), and when a
+    request of it last completed (wall-clock ms, 0: none yet): what on-demand eviction weighs."""
+
+    busy: bool = False
+    last_used_ms: int = 0
+
+
+class UsageReply(msgspec.Struct):
+    """Scheduler -> repository, as JSON: the usage of every model this replica serves."""
+
+    models: dict[str, ModelUsage] = {}
+
+
+class MemoryUse(msgspec.Struct):
+    """What one worker's instances of a model version took at load (`InstanceRecord`'s figures)."""
+
+    model: str
+    version: int
+    worker: str
+    rss: int
+    device: int
+
+
+class WorkerBudget(msgspec.Struct):
+    """A worker's --model-memory-budget and --max-loaded-models (0: none)."""
+
+    bytes: int = 0
+    models: int = 0
+
+
+class Eviction(msgspec.Struct):
+    model: str
+    reason: str
+    count: int
+
+
+class ModelFigures(msgspec.Struct):
+    """Repository -> gateway, as JSON: the model-management figures /metrics shows (docs/models.md):
+    each loaded model's measured memory, the workers' budgets, and on-demand loads, evictions and
+    thrash (a model requested again soon after its eviction)."""
+
+    memory: list[MemoryUse] = []
+    budgets: dict[str, WorkerBudget] = {}
+    evictions: list[Eviction] = []
+    loads: dict[str, int] = {}
+    thrash: dict[str, int] = {}
+
+
 class StatisticsRequest(msgspec.Struct):
     """Gateway -> schedulers, as JSON: the statistics, with these latency quantiles (the metrics' summaries)."""
 
     quantiles: list[float] = []
+
+
+class LogSettings(msgspec.Struct):
+    """Gateway -> every service, as JSON: Triton's logging settings after a client changed them
+    (the logging extension; shared/logsettings.py applies them)."""
+
+    log_file: str = ""
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True
+    log_verbose_level: int = 0
+    log_format: str = "default"
 
 
 class ErrorReply(msgspec.Struct):

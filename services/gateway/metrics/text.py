@@ -25,7 +25,7 @@ def _value(value: float) -> str:
     return f"{value:g}"
 
 
-def family_lines(name: str, doc: str, kind: str, samples: list[tuple[dict[str, str], float]]) -> list[str]:
+def family_lines(name: str, doc: str, kind: str, samples: Sequence[tuple[Mapping[str, str], float]]) -> list[str]:
     lines = [f"# HELP {name} {_escape(doc, quote=False)}", f"# TYPE {name} {kind}"]
     lines += [f"{name}{label_text(labels)} {_value(value)}" for labels, value in samples]
     return lines
