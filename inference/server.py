@@ -22,7 +22,7 @@ from shared import logsettings
 from shared.errors import invalid, unavailable
 from shared.repository_client import RepositoryRequest, repository_call
 from shared.wire import subjects
-from shared.wire.messages import IndexRequest, LoadRequest, LogSettings, RepositoryIndex, UnloadRequest
+from shared.wire.control import IndexRequest, LoadRequest, LogSettings, RepositoryIndex, UnloadRequest
 
 log = logging.getLogger("shoal.gateway")
 

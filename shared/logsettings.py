@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 from shared.errors import Code, ShoalError, invalid, unsupported
 from shared.logcontext import JsonFormatter
 from shared.wire import subjects
-from shared.wire.messages import LogSettings
+from shared.wire.control import LogSettings
 
 _FORMATS = {
     "default": "%(asctime)s %(levelname).1s {service} %(name)s: %(request_tag)s%(message)s",

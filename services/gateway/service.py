@@ -35,7 +35,8 @@ from shared.dispatch import Dispatcher
 from shared.runtime import serve_until
 from shared.settings import GatewaySettings, cohosted_scheduler
 from shared.wire import subjects
-from shared.wire.messages import CacheEvent, StatisticsRequest
+from shared.wire.control import StatisticsRequest
+from shared.wire.messages import CacheEvent
 from shared.wire.status import GatewayStatus
 from shared.wire.tensors import TensorStore
 

@@ -24,7 +24,9 @@ from services.repository.manager import ModelManager
 from shared import model_config
 from shared.errors import ShoalError, not_found, unavailable
 from shared.settings import RepositorySettings
-from shared.wire.messages import Eviction, ModelFigures, ModelRecord, ModelUsage, WorkerHeartbeat
+from shared.wire.control import Eviction, ModelFigures, ModelUsage
+from shared.wire.messages import WorkerHeartbeat
+from shared.wire.records import ModelRecord
 
 log = logging.getLogger("shoal.repository")
 

@@ -23,7 +23,8 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from shared.wire import subjects
-from shared.wire.messages import DrainDone, DrainRequest, encode
+from shared.wire.control import DrainDone, DrainRequest
+from shared.wire.messages import encode
 
 log = logging.getLogger("shoal.repository")
 

@@ -23,7 +23,8 @@ from shared import model_config
 from shared.ensemble_graph import check_structure, is_ensemble
 from shared.errors import ShoalError, internal, invalid
 from shared.settings import RepositorySettings
-from shared.wire.messages import IndexEntry, InstanceRecord, ModelRecord, ModelVersionState, RepositoryIndex
+from shared.wire.control import IndexEntry, RepositoryIndex
+from shared.wire.records import InstanceRecord, ModelRecord, ModelVersionState
 
 log = logging.getLogger("shoal.repository")
 

@@ -27,21 +27,19 @@ from shared.liveness import WorkerLiveness
 from shared.runtime import serve_until
 from shared.settings import RepositorySettings
 from shared.wire import subjects
-from shared.wire.messages import (
+from shared.wire.control import (
     DemandRequest,
-    ErrorReply,
     IndexRequest,
-    InstanceRecord,
     LoadRequest,
     MemoryUse,
-    ModelRecord,
     ModelUsage,
     RepositoryDone,
     UnloadRequest,
     UsageReply,
     WorkerBudget,
-    encode,
 )
+from shared.wire.messages import ErrorReply, encode
+from shared.wire.records import InstanceRecord, ModelRecord
 from shared.wire.status import RepositoryStatus
 
 log = logging.getLogger("shoal.repository")

@@ -41,20 +41,18 @@ from shared.model_config import spec_from_json
 from shared.runtime import serve_until
 from shared.settings import SchedulerSettings
 from shared.wire import subjects
+from shared.wire.control import DrainDone, DrainRequest, UsageReply
 from shared.wire.messages import (
     CacheEvent,
     CancelRequest,
     CreditsRevoked,
-    DrainDone,
-    DrainRequest,
     InstanceFree,
-    ModelRecord,
     RequestBatch,
     RequestHeader,
-    UsageReply,
     WorkerHoldings,
     encode,
 )
+from shared.wire.records import ModelRecord
 from shared.wire.status import QueueStatus, SchedulerStatus
 
 log = logging.getLogger("shoal.scheduler")

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 
 from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.sequences.sequence_batcher import sequence_batcher_of
-from shared.wire.messages import ModelUsage
+from shared.wire.control import ModelUsage
 
 
 def holds_sequences(queue: ModelQueue) -> bool:

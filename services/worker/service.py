@@ -36,6 +36,7 @@ from shared import bus, discovery, memory
 from shared.runtime import serve_until
 from shared.settings import WorkerSettings
 from shared.wire import subjects
+from shared.wire.control import WorkerMetrics
 from shared.wire.messages import (
     CancelRequest,
     CreditsRevoked,
@@ -44,7 +45,6 @@ from shared.wire.messages import (
     SequenceEnded,
     WorkerHeartbeat,
     WorkerHoldings,
-    WorkerMetrics,
     encode,
 )
 from shared.wire.status import HostedStatus, InstanceStatus, WorkerStatus

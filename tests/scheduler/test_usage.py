@@ -5,7 +5,7 @@ from __future__ import annotations
 from services.scheduler.batching.dynamic import DynamicBatcher
 from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.usage import model_usage
-from shared.wire.messages import ModelUsage
+from shared.wire.control import ModelUsage
 
 
 def queue(model: str, version: int = 1) -> ModelQueue:

@@ -20,7 +20,7 @@ from nats.aio.msg import Msg
 
 from services.gateway.metrics.text import family_lines, histogram_lines
 from shared.wire import subjects
-from shared.wire.messages import MetricSample, MetricSnapshot, WorkerMetrics
+from shared.wire.control import MetricSample, MetricSnapshot, WorkerMetrics
 
 log = logging.getLogger("shoal.gateway")
 STALE_S = 10.0

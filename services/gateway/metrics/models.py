@@ -8,7 +8,7 @@ from nats.aio.client import Client as NATS
 
 from services.gateway.metrics.text import family_lines
 from shared.wire import subjects
-from shared.wire.messages import ModelFigures
+from shared.wire.control import ModelFigures
 
 
 async def fetch(nc: NATS, timeout_s: float = 2.0) -> ModelFigures | None:

@@ -9,7 +9,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from services.scheduler.statistics.stats import ModelStats
-from shared.wire.messages import StatisticsRequest
+from shared.wire.control import StatisticsRequest
 
 
 class Reported(Protocol):

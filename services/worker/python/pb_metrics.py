@@ -7,7 +7,7 @@ import re
 import threading
 
 from services.worker.python.pb_errors import TritonModelException
-from shared.wire.messages import MetricSample, MetricSnapshot
+from shared.wire.control import MetricSample, MetricSnapshot
 
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")

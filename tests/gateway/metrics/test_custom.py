@@ -7,7 +7,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.gateway.metrics.custom import merge, render_custom
 from services.worker.python import pb_utils
-from shared.wire.messages import MetricSample, MetricSnapshot, WorkerMetrics, encode
+from shared.wire.control import MetricSample, MetricSnapshot, WorkerMetrics
+from shared.wire.messages import encode
 
 
 def snapshot(value: float, observed: list[float]) -> list[MetricSnapshot]:

@@ -11,7 +11,8 @@ from services.scheduler.ensembles.runner import CATCH_UP_S, EnsembleRunner
 from shared import bus
 from shared.natsserver import NatsServer
 from shared.wire import subjects
-from shared.wire.messages import ModelVersionState, encode
+from shared.wire.messages import encode
+from shared.wire.records import ModelVersionState
 from tests.scheduler.ensembles.test_runner import MEMBER, PIPELINE, record
 
 
