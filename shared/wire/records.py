@@ -9,6 +9,13 @@ from typing import Any
 import msgspec
 
 
+class Lease(msgspec.Struct):
+    """A model's lease (KV `shoal-leases`, key: the model): the scheduler replica that serves it
+    (services/scheduler/replicas/leases.py)."""
+
+    holder: str  # the replica's scheduler_id
+
+
 class ShmRegion(msgspec.Struct, omit_defaults=True):
     """A client-registered shared-memory region (KV `shoal-shm-regions`), seen by every service."""
 

@@ -11,6 +11,8 @@ from services.scheduler.replicas.leases import TTL_S, Leases
 from shared import bus
 from shared.natsserver import NatsServer
 from shared.wire import subjects
+from shared.wire.messages import encode
+from shared.wire.records import Lease
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ async def test_a_lease_that_expired_unclaimed_is_kept(server):
     await leases.kv.delete(subjects.model_key("expired"))  # what its expiry leaves: no key
     await leases.refresh()
     assert leases.owns("expired") and lost == []
-    assert (await leases.kv.get(subjects.model_key("expired"))).value == b"a"
+    assert (await leases.kv.get(subjects.model_key("expired"))).value == encode(Lease("a"))
     await leases.refresh()  # and renewed as usual from there
     assert leases.owns("expired")
     await nc.close()
@@ -50,7 +52,7 @@ async def test_a_lease_another_replica_took_is_given_up(server):
     nc, leases, lost = await _leases(server.url, "a")
     await leases.want("taken")
     await leases.kv.delete(subjects.model_key("taken"))
-    await leases.kv.create(subjects.model_key("taken"), b"b")  # replica b claimed it after the expiry
+    await leases.kv.create(subjects.model_key("taken"), encode(Lease("b")))  # replica b claimed it after the expiry
     await leases.refresh()
     assert not leases.owns("taken") and lost == ["taken"]
     await nc.close()
