@@ -15,7 +15,7 @@ from shared.errors import ShoalError, not_found, unavailable
 from shared.model_config import ModelSpec, spec_from_json
 from shared.revisions import Revisions
 from shared.wire import subjects
-from shared.wire.messages import ModelRecord
+from shared.wire.records import ModelRecord
 
 log = logging.getLogger("shoal.gateway")
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)

@@ -16,7 +16,7 @@ from shared.errors import ShoalError, unavailable
 from shared.model_config import ModelSpec
 from shared.repository_client import repository_call
 from shared.wire import subjects
-from shared.wire.messages import DemandRequest
+from shared.wire.control import DemandRequest
 
 
 def request_timeout_s(parameters: dict[str, Any]) -> float | None:

@@ -22,7 +22,7 @@ from shared import logsettings
 from shared.errors import invalid, unavailable
 from shared.repository_client import RepositoryRequest, repository_call
 from shared.wire import subjects
-from shared.wire.messages import IndexRequest, LoadRequest, UnloadRequest
+from shared.wire.control import IndexRequest, LoadRequest, LogSettings, RepositoryIndex, UnloadRequest
 from shared.wire.statistics import ModelStatistics
 
 log = logging.getLogger("shoal.gateway")
@@ -67,7 +67,7 @@ class InferenceServer:
         self.server_id = server_id
         self.strict_readiness = strict_readiness
         self.repository_timeout_s = repository_timeout_s
-        self.log_settings = logsettings.LogSettings(log_verbose_level=log_verbose)
+        self.log_settings = LogSettings(log_verbose_level=log_verbose)
 
     # -- health and metadata --------------------------------------------------------------
     def ready(self) -> bool:
@@ -120,7 +120,12 @@ class InferenceServer:
             reply = await self.nc.request(subjects.REPOSITORY_INDEX, payload, timeout=10)
         except Exception as exc:
             raise unavailable(f"the repository service is not available: {type(exc).__name__}") from None
-        return msgspec.json.decode(reply.data)
+        try:
+            index = msgspec.json.decode(reply.data, type=RepositoryIndex)
+        except msgspec.DecodeError as exc:  # an error reply, or a repository of another version
+            raise unavailable(f"the repository service answered something unreadable: {exc}") from None
+        entries: list[dict[str, Any]] = msgspec.to_builtins(index.models)  # Triton's JSON document
+        return entries
 
     async def load(self, name: str, parameters: dict[str, Any]) -> None:
         """Load or reload; `parameters`: `config` (JSON text) and `file:<path>` (base64 contents)."""
@@ -150,4 +155,4 @@ class InferenceServer:
             self.log_settings = logsettings.update(self.log_settings, update)
             # every service (this gateway included) applies it from the bus
             await self.nc.publish(subjects.LOGGING, msgspec.json.encode(self.log_settings))
-        return self.log_settings.json()
+        return msgspec.structs.asdict(self.log_settings)

@@ -20,7 +20,8 @@ from nats.js.errors import KeyWrongLastSequenceError
 from shared import bus
 from shared.errors import Code, ShoalError, internal, invalid, not_found, unsupported
 from shared.wire import subjects
-from shared.wire.messages import ShmRegion, TensorRef, encode
+from shared.wire.messages import TensorRef, encode
+from shared.wire.records import ShmRegion
 
 DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 _decoder = msgspec.msgpack.Decoder(ShmRegion)

@@ -6,16 +6,17 @@ instance answers what it is doing now (models, instances, queues).
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from collections.abc import Callable
-from typing import Any
 
+import msgspec
 from nats.aio.client import Client as NATS
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
+
+from shared.wire.status import Status
 
 VERSION = "0.1.0"
 
@@ -24,9 +25,7 @@ def status_subject(service: str, instance_id: str) -> str:
     return f"shoal.status.{service}.{instance_id}"
 
 
-async def register(
-    nc: NATS, service: str, instance_id: str, status: Callable[[], dict[str, Any]], **metadata: str
-) -> Service:
+async def register(nc: NATS, service: str, instance_id: str, status: Callable[[], Status], **metadata: str) -> Service:
     svc = await add_service(
         nc,
         name=f"shoal-{service}",
@@ -36,7 +35,7 @@ async def register(
     )
 
     async def handler(request: Request) -> None:
-        await request.respond(json.dumps(status()).encode())
+        await request.respond(msgspec.json.encode(status()))
 
     # a queue group of its own: every instance answers on its own subject
     await svc.add_endpoint(

@@ -42,12 +42,15 @@ from shared.errors import ShoalError, unavailable
 from shared.holders import Holders
 from shared.wire import subjects
 from shared.wire.messages import (
+    BatchDoneView,
     CancelRequest,
     HeldGroups,
     InferRequest,
     InferResponse,
     InstanceFree,
     RequestBatch,
+    RequestDeadline,
+    ResponseBatchView,
     encode,
 )
 from shared.wire.tensors import TensorStore
@@ -62,31 +65,10 @@ NO_SCHEDULER = "no scheduler is serving requests"
 _response_decoder = msgspec.msgpack.Decoder(InferResponse)
 
 
-class _Responses(msgspec.Struct):
-    """A `ResponseBatch` read with its responses typed: one decode call for the whole batch."""
-
-    responses: list[InferResponse]
-
-
-class _Done(msgspec.Struct):
-    """A `BatchDone` read with its responses typed."""
-
-    free: InstanceFree
-    responses: list[InferResponse] = []
-
-
-_batch_decoder = msgspec.msgpack.Decoder(_Responses)
-_done_decoder = msgspec.msgpack.Decoder(_Done)
+_batch_decoder = msgspec.msgpack.Decoder(ResponseBatchView)
+_done_decoder = msgspec.msgpack.Decoder(BatchDoneView)
 _held_decoder = msgspec.msgpack.Decoder(HeldGroups)
-
-
-class _Deadline(msgspec.Struct):
-    """The part of an encoded `InferRequest` a request waiting for a scheduler needs."""
-
-    deadline_ns: int
-
-
-_deadline_decoder = msgspec.msgpack.Decoder(_Deadline)
+_deadline_decoder = msgspec.msgpack.Decoder(RequestDeadline)
 
 
 def _groups(requests: list[tuple[str, bytes]], budget: int) -> Iterator[list[tuple[str, bytes]]]:

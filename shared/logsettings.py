@@ -12,6 +12,7 @@ from nats.aio.msg import Msg
 from shared.errors import Code, ShoalError, invalid, unsupported
 from shared.logcontext import JsonFormatter
 from shared.wire import subjects
+from shared.wire.control import LogSettings
 
 _FORMATS = {
     "default": "%(asctime)s %(levelname).1s {service} %(name)s: %(request_tag)s%(message)s",
@@ -20,23 +21,11 @@ _FORMATS = {
 _DATEFMT = {"default": None, "ISO8601": "%Y-%m-%dT%H:%M:%S%z"}
 
 
-class LogSettings(msgspec.Struct):
-    log_file: str = ""
-    log_info: bool = True
-    log_warning: bool = True
-    log_error: bool = True
-    log_verbose_level: int = 0
-    log_format: str = "default"
-
-    def json(self) -> dict[str, Any]:
-        return msgspec.structs.asdict(self)
-
-
 def update(current: LogSettings, body: Any) -> LogSettings:
     """Apply a POST /v2/logging body; `null` values are ignored, as in Triton."""
     if not isinstance(body, dict):
         raise invalid("the logging settings must be a JSON object")
-    values = current.json()
+    values = msgspec.structs.asdict(current)
     for key, value in body.items():
         if value is None:
             continue

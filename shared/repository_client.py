@@ -7,7 +7,8 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from shared.errors import Code, ShoalError, unavailable
-from shared.wire.messages import DemandRequest, ErrorReply, LoadRequest, RepositoryDone, UnloadRequest
+from shared.wire.control import DemandRequest, LoadRequest, RepositoryDone, UnloadRequest
+from shared.wire.messages import ErrorReply
 
 RepositoryRequest = LoadRequest | UnloadRequest | DemandRequest
 

@@ -8,9 +8,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats
 
 from shared import cache_dirs
+from shared.wire.status import KINDS, GatewayStatus, HostedStatus, RepositoryStatus, SchedulerStatus, WorkerStatus
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 
@@ -103,69 +105,73 @@ async def _gather(nc, subject: str, wait: float) -> list[dict[str, Any]]:
 
 
 async def collect(url: str, wait: float = 0.5) -> list[dict[str, Any]]:
+    """Every Shoal service's NATS micro info, with what its `status` endpoint answers under `status`
+    (checked against the service's status type: an answer that does not fit is an `error`)."""
     nc = await nats.connect(url, name="shoal-status", connect_timeout=2, max_reconnect_attempts=0)
     try:
         services = [s for s in await _gather(nc, "$SRV.INFO", wait) if s.get("name", "").startswith("shoal-")]
         for service in services:
-            endpoint = next((e for e in service.get("endpoints", []) if e.get("name") == "status"), None)
-            service["status"] = {}
-            if endpoint:
-                try:
-                    reply = await nc.request(endpoint["subject"], b"", timeout=2)
-                    service["status"] = json.loads(reply.data)
-                except Exception as exc:
-                    service["status"] = {"error": type(exc).__name__}
+            service["status"] = await _status(nc, service)
         return sorted(services, key=lambda s: (s["name"], s.get("metadata", {}).get("instance", "")))
     finally:
         await nc.close()
 
 
+async def _status(nc: Any, service: dict[str, Any]) -> dict[str, Any]:
+    endpoint = next((e for e in service.get("endpoints", []) if e.get("name") == "status"), None)
+    kind = KINDS.get(service["name"].removeprefix("shoal-"))
+    if endpoint is None or kind is None:
+        return {}
+    try:
+        reply = await nc.request(endpoint["subject"], b"", timeout=2)
+        answer: dict[str, Any] = msgspec.to_builtins(msgspec.json.decode(reply.data, type=kind))
+        return answer
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}" if isinstance(exc, msgspec.DecodeError) else type(exc).__name__}
+
+
 def describe(service: dict[str, Any]) -> str:
-    status, meta = service.get("status", {}), service.get("metadata", {})
     kind = service["name"].removeprefix("shoal-")
-    if kind == "gateway":
-        return (
-            f"http {status.get('http')}, {status.get('models')} model(s), "
-            f"{status.get('requests_in_flight')} request(s) in flight"
-        )
-    if kind == "scheduler":
+    if "error" in service.get("status", {}) or kind not in KINDS:
+        return json.dumps(service.get("status", {}))
+    status = msgspec.convert(service["status"], KINDS[kind])
+    if isinstance(status, GatewayStatus):
+        return f"http {status.http}, {status.models} model(s), {status.requests_in_flight} request(s) in flight"
+    if isinstance(status, SchedulerStatus):
         queues = ", ".join(
-            f"{k}: {q['queued']} queued/{q['running_batches']} running/{q['free_credits']} free"
-            for k, q in status.get("queues", {}).items()
+            f"{k}: {q.queued} queued/{q.running_batches} running/{q.free_credits} free"
+            for k, q in status.queues.items()
         )
-        return f"{len(status.get('workers', []))} worker(s); {queues or 'no queues'}"
-    if kind == "worker":
+        return f"{len(status.workers)} worker(s); {queues or 'no queues'}"
+    if isinstance(status, WorkerStatus):
         models = ", ".join(
-            f"{k} x{m['instances']} ({m['busy_instances']} busy{_memory(m)})"
-            for k, m in status.get("models", {}).items()
+            f"{k} x{m.instances} ({m.busy_instances} busy{_memory(m)})" for k, m in status.models.items()
         )
         return (models or "no models") + _budget(status)
-    if kind == "repository":
+    if isinstance(status, RepositoryStatus):
         models = ", ".join(
-            f"{name}/{v} {state}"
-            for name, versions in status.get("models", {}).items()
-            for v, state in versions.items()
+            f"{name}/{v} {state}" for name, versions in status.models.items() for v, state in versions.items()
         )
-        return f"{meta.get('repository')} ({meta.get('mode')}): {models or 'no models'}"
-    return json.dumps(status)
+        return f"{status.repository} ({status.mode}): {models or 'no models'}"
+    return json.dumps(service["status"])
 
 
 def _mib(value: int) -> str:
     return f"{value / (1 << 20):.1f} MiB"
 
 
-def _memory(model: dict[str, Any]) -> str:
+def _memory(model: HostedStatus) -> str:
     """What a model's instances took at load (shared/memory.py)."""
-    rss, device = model.get("rss_bytes", 0), model.get("device_bytes", 0)
+    rss, device = model.rss_bytes, model.device_bytes
     return (f", {_mib(rss)}" if rss else "") + (f", GPU {_mib(device)}" if device else "")
 
 
-def _budget(status: dict[str, Any]) -> str:
+def _budget(status: WorkerStatus) -> str:
     limits = []
-    if status.get("budget_bytes"):
-        limits.append(f"budget {_mib(status['budget_bytes'])}")
-    if status.get("max_models"):
-        limits.append(f"at most {status['max_models']} models")
+    if status.budget_bytes:
+        limits.append(f"budget {_mib(status.budget_bytes)}")
+    if status.max_models:
+        limits.append(f"at most {status.max_models} models")
     return f"; {', '.join(limits)}" if limits else ""
 
 

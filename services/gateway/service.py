@@ -35,8 +35,10 @@ from shared.dispatch import Dispatcher
 from shared.runtime import serve_until
 from shared.settings import GatewaySettings, cohosted_scheduler
 from shared.wire import subjects
-from shared.wire.messages import CacheEvent, StatisticsRequest
+from shared.wire.control import StatisticsRequest
+from shared.wire.messages import CacheEvent
 from shared.wire.statistics import SchedulerStatistics
+from shared.wire.status import GatewayStatus
 from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.gateway")
@@ -158,15 +160,15 @@ class GatewayService:
             metrics_port=str(settings.metrics_port),
         )
 
-    def _status(self) -> dict[str, Any]:
+    def _status(self) -> GatewayStatus:
         settings = self.settings
-        return {
-            "http": f"{settings.http_address}:{settings.http_port}",
-            "grpc": f"{settings.grpc_address}:{settings.grpc_port}" if settings.allow_grpc else "off",
-            "models": len(self.registry.records),
-            "requests_in_flight": self.dispatcher.in_flight,
-            "shm_regions": len(self.shm.regions),
-        }
+        return GatewayStatus(
+            http=f"{settings.http_address}:{settings.http_port}",
+            grpc=f"{settings.grpc_address}:{settings.grpc_port}" if settings.allow_grpc else "off",
+            models=len(self.registry.records),
+            requests_in_flight=self.dispatcher.in_flight,
+            shm_regions=len(self.shm.regions),
+        )
 
     # -- front ends -----------------------------------------------------------------------------
     async def _start_front_ends(self) -> None:

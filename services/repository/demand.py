@@ -17,7 +17,6 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from services.repository import ensembles
 from services.repository.eviction import Placement, Resident, Room, place
@@ -25,14 +24,16 @@ from services.repository.manager import ModelManager
 from shared import model_config
 from shared.errors import ShoalError, not_found, unavailable
 from shared.settings import RepositorySettings
-from shared.wire.messages import ModelRecord, WorkerHeartbeat
+from shared.wire.control import Eviction, ModelFigures, ModelUsage
+from shared.wire.messages import WorkerHeartbeat
+from shared.wire.records import ModelRecord
 
 log = logging.getLogger("shoal.repository")
 
 PIN_PARAMETER = "shoal.pinned"
 ROOM_RETRY_S = 0.05  # how often a load waiting for a model to become idle looks again
 
-Usage = dict[str, dict[str, Any]]  # model -> {"busy": bool, "last_used_ms": int}, from the schedulers
+Usage = dict[str, ModelUsage]  # model -> its usage, merged over the scheduler replicas
 
 
 @dataclass(frozen=True)
@@ -222,9 +223,9 @@ class OnDemand:
         for name, record in self.manager.records.items():
             if not self._resident(record, worker):
                 continue
-            used = usage.get(name, {})
-            last = max(used.get("last_used_ms", 0) / 1000, self._touched.get(name, 0.0))
-            busy = bool(used.get("busy")) or self._protected[name] > 0 or name in self._inflight
+            used = usage.get(name) or ModelUsage()
+            last = max(used.last_used_ms / 1000, self._touched.get(name, 0.0))
+            busy = used.busy or self._protected[name] > 0 or name in self._inflight
             size = self._measured(name) or self._sizes.get(name, 0)
             residents.append(Resident(name, size, last, busy, self.is_pinned(record)))
         return residents
@@ -270,10 +271,7 @@ class OnDemand:
             self._evicted_at[victim.name] = time.time()
 
     # -- figures -----------------------------------------------------------------------------------
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> ModelFigures:
         """For /metrics: evictions, thrash, on-demand loads (the memory comes from the reports)."""
-        return {
-            "evictions": [{"model": m, "reason": r, "count": n} for (m, r), n in sorted(self.evictions.items())],
-            "thrash": dict(self.thrash),
-            "loads": dict(self.loads),
-        }
+        evictions = [Eviction(m, r, n) for (m, r), n in sorted(self.evictions.items())]
+        return ModelFigures(evictions=evictions, loads=dict(self.loads), thrash=dict(self.thrash))

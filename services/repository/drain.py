@@ -23,7 +23,9 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from shared.wire import subjects
-from shared.wire.messages import DrainDone, DrainRequest, encode
+from shared.wire.control import DrainDone, DrainRequest
+from shared.wire.messages import encode
+from shared.wire.records import Lease
 
 log = logging.getLogger("shoal.repository")
 
@@ -73,7 +75,12 @@ class Drainer:
         except Exception as exc:  # the bus is away or JetStream has no leader for a moment
             log.debug("lease of '%s' unreadable: %s", model, exc)
             return ""
-        return (entry.value or b"").decode() or None
+        if not entry.value:
+            return None
+        try:
+            return msgspec.msgpack.decode(entry.value, type=Lease).holder or None
+        except msgspec.DecodeError:  # a replica of another version: whichever owns the model answers
+            return ""
 
 
 def drained(data: bytes) -> bool:

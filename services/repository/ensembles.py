@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TypeGuard
 
 from shared.ensemble_graph import check_members, graph_from_config, is_ensemble
-from shared.wire.messages import ModelRecord, ModelVersionState
+from shared.wire.records import ModelRecord, ModelVersionState
 
 
 def record_is_ensemble(record: ModelRecord | None) -> TypeGuard[ModelRecord]:

@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from services.repository import ensembles, overrides
 from services.repository.labels import LabelError, read_labels
@@ -24,7 +23,8 @@ from shared import model_config
 from shared.ensemble_graph import check_structure, is_ensemble
 from shared.errors import ShoalError, internal, invalid
 from shared.settings import RepositorySettings
-from shared.wire.messages import InstanceRecord, ModelRecord, ModelVersionState
+from shared.wire.control import IndexEntry, RepositoryIndex
+from shared.wire.records import InstanceRecord, ModelRecord, ModelVersionState
 
 log = logging.getLogger("shoal.repository")
 
@@ -347,30 +347,33 @@ class ModelManager:
             self._refreshing.discard(record.name)
 
     # -- the index -------------------------------------------------------------------
-    def index(self, ready_only: bool = False) -> list[dict]:
-        entries: list[dict] = []
+    def index(self, ready_only: bool = False) -> RepositoryIndex:
+        entries: list[IndexEntry] = []
         for name in sorted(set(self.available()) | set(self.records)):
             record = self.records.get(name)
             if record is None or not record.versions:
                 if not ready_only:
-                    entries.append({"name": name})
+                    entries.append(IndexEntry(name))
                 continue
             for version, state in sorted(record.versions.items(), key=lambda kv: int(kv[0])):
                 if ready_only and state.state != "READY":
                     continue
-                entry: dict[str, Any] = {"name": name, "version": version, "state": state.state}
-                if state.reason:
-                    entry["reason"] = state.reason
-                reports = self._reports(name, int(version))
-                warmup = [r.warmup_ms for r in reports if r.warmup_ms]
-                if warmup and state.state == "READY":
-                    entry["warmup_ms"] = round(max(warmup), 3)
-                if state.state == "READY" and any(r.rss_bytes or r.device_bytes for r in reports):
-                    # what its instances took at load, on every worker that hosts it (shared/memory.py)
-                    entry["memory_bytes"] = sum(r.rss_bytes for r in reports)
-                    entry["device_memory_bytes"] = sum(r.device_bytes for r in reports)
-                entries.append(entry)
-        return entries
+                entries.append(self._index_entry(name, version, state))
+        return RepositoryIndex(entries)
+
+    def _index_entry(self, name: str, version: str, state: ModelVersionState) -> IndexEntry:
+        entry = IndexEntry(name, version, state.state, state.reason)
+        if state.state != "READY":
+            return entry
+        reports = self._reports(name, int(version))
+        warmup = [r.warmup_ms for r in reports if r.warmup_ms]
+        if warmup:
+            entry.warmup_ms = round(max(warmup), 3)
+        if any(r.rss_bytes or r.device_bytes for r in reports):
+            # what its instances took at load, on every worker that hosts it (shared/memory.py)
+            entry.memory_bytes = sum(r.rss_bytes for r in reports)
+            entry.device_memory_bytes = sum(r.device_bytes for r in reports)
+        return entry
 
     # -- poll mode ---------------------------------------------------------------------
     async def poll(self) -> None:

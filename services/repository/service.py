@@ -27,17 +27,20 @@ from shared.liveness import WorkerLiveness
 from shared.runtime import serve_until
 from shared.settings import RepositorySettings
 from shared.wire import subjects
-from shared.wire.messages import (
+from shared.wire.control import (
     DemandRequest,
-    ErrorReply,
     IndexRequest,
-    InstanceRecord,
     LoadRequest,
-    ModelRecord,
+    MemoryUse,
+    ModelUsage,
     RepositoryDone,
     UnloadRequest,
-    encode,
+    UsageReply,
+    WorkerBudget,
 )
+from shared.wire.messages import ErrorReply, encode
+from shared.wire.records import InstanceRecord, ModelRecord
+from shared.wire.status import RepositoryStatus
 
 log = logging.getLogger("shoal.repository")
 
@@ -94,12 +97,12 @@ class RepositoryService:
             len(self.manager.records),
         )
 
-    def status(self) -> dict:
-        return {
-            "repository": str(self.manager.root),
-            "mode": self.settings.model_control_mode,
-            "models": {name: {v: s.state for v, s in r.versions.items()} for name, r in self.manager.records.items()},
-        }
+    def status(self) -> RepositoryStatus:
+        return RepositoryStatus(
+            repository=str(self.manager.root),
+            mode=self.settings.model_control_mode,
+            models={name: {v: s.state for v, s in r.versions.items()} for name, r in self.manager.records.items()},
+        )
 
     async def stop(self) -> None:
         await self.micro.stop()
@@ -185,23 +188,28 @@ class RepositoryService:
 
     async def _on_models(self, msg) -> None:
         """On-demand figures and every loaded model's measured memory, for the gateways' /metrics."""
-        memory = [
-            {"model": r.model, "version": r.version, "worker": r.worker, "rss": r.rss_bytes, "device": r.device_bytes}
+        figures = self.demand.figures()
+        figures.memory = [
+            MemoryUse(r.model, r.version, r.worker, r.rss_bytes, r.device_bytes)
             for r in self.manager.reports.values()
             if r.serving_generation and (r.rss_bytes or r.device_bytes)
         ]
-        budgets = {w: {"bytes": b.budget_bytes, "models": b.max_models} for w, b in self._budgets().items()}
-        figures = {**self.demand.figures(), "memory": memory, "budgets": budgets}
+        figures.budgets = {w: WorkerBudget(b.budget_bytes, b.max_models) for w, b in self._budgets().items()}
         await self.nc.publish(msg.reply, msgspec.json.encode(figures))
 
     async def _usage(self) -> Usage:
         """Every scheduler replica's view of the models it serves: in use, last used."""
         merged: Usage = {}
         for reply in await bus.gather(self.nc, subjects.SCHEDULER_USAGE, timeout=1.0):
-            for model, usage in msgspec.json.decode(reply).items():
-                known = merged.setdefault(model, {"busy": False, "last_used_ms": 0})
-                known["busy"] = known["busy"] or usage.get("busy", False)
-                known["last_used_ms"] = max(known["last_used_ms"], usage.get("last_used_ms", 0))
+            try:
+                models = msgspec.json.decode(reply, type=UsageReply).models
+            except msgspec.DecodeError as exc:  # one replica's unreadable answer costs only its figures
+                log.warning("unreadable usage reply from a scheduler: %s", exc)
+                continue
+            for model, usage in models.items():
+                known = merged.setdefault(model, ModelUsage())
+                known.busy = known.busy or usage.busy
+                known.last_used_ms = max(known.last_used_ms, usage.last_used_ms)
         return merged
 
     def _budgets(self) -> dict[str, Budget]:

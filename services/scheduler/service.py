@@ -14,7 +14,6 @@ import logging
 import math
 import secrets
 import time
-from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -42,19 +41,19 @@ from shared.model_config import spec_from_json
 from shared.runtime import serve_until
 from shared.settings import SchedulerSettings
 from shared.wire import subjects
+from shared.wire.control import DrainDone, DrainRequest, UsageReply
 from shared.wire.messages import (
     CacheEvent,
     CancelRequest,
     CreditsRevoked,
-    DrainDone,
-    DrainRequest,
     InstanceFree,
-    ModelRecord,
     RequestBatch,
     RequestHeader,
     WorkerHoldings,
     encode,
 )
+from shared.wire.records import ModelRecord
+from shared.wire.status import QueueStatus, SchedulerStatus
 
 log = logging.getLogger("shoal.scheduler")
 
@@ -119,28 +118,25 @@ class SchedulerService:
         await self.nc.publish(subjects.RESYNC, b"")  # workers re-announce their free instances
         log.info("scheduler %s started", self.settings.scheduler_id)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> SchedulerStatus:
         queues = self.pump.queues
-        return {
-            "queues": {
-                f"{m}/{v}": {
-                    "queued": self.pump.pending(q),
-                    "free_credits": len(q.free),
-                    "running_batches": self.flights.count((m, v)),
-                }
+        return SchedulerStatus(
+            queues={
+                f"{m}/{v}": QueueStatus(self.pump.pending(q), len(q.free), self.flights.count((m, v)))
                 for (m, v), q in queues.items()
             },
-            "sequences": {
+            sequences={
                 f"{m}/{v}": batcher.book.summary()
                 for (m, v), q in queues.items()
                 for batcher in (sequence_batcher_of(q),)
                 if batcher is not None
             },
-            "workers": sorted(self.liveness.seen),
+            workers=sorted(self.liveness.seen),
             # the workers NATS would show gone at once (shared/liveness.py); the others by heartbeat only
-            "probed_workers": sorted(self.liveness.answering),
-            **self.ownership.status(),
-        }
+            probed_workers=sorted(self.liveness.answering),
+            owned=self.ownership.owned(),
+            handing_over=self.ownership.handing_over(),
+        )
 
     async def stop(self) -> None:
         await self.ownership.stop()
@@ -330,7 +326,8 @@ class SchedulerService:
 
     async def _on_usage(self, msg: Msg) -> None:
         """On-demand eviction asks which models are in use and when each was last used."""
-        await msg.respond(msgspec.json.encode(model_usage(self.pump.queues.values(), self.ownership.owns, self.idle)))
+        usage = model_usage(self.pump.queues.values(), self.ownership.owns, self.idle)
+        await msg.respond(msgspec.json.encode(UsageReply(usage)))
 
     async def _on_stats(self, msg: Msg) -> None:
         """Statistics per model version; a request may ask for latency quantiles (metrics summaries)."""

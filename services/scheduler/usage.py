@@ -8,15 +8,10 @@ gathers this from every scheduler replica before it picks what to evict (docs/mo
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TypedDict
 
 from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.sequences.sequence_batcher import sequence_batcher_of
-
-
-class Usage(TypedDict):
-    busy: bool
-    last_used_ms: int  # wall-clock ms of the last completed request (0: none yet)
+from shared.wire.control import ModelUsage
 
 
 def holds_sequences(queue: ModelQueue) -> bool:
@@ -29,14 +24,14 @@ def holds_sequences(queue: ModelQueue) -> bool:
 
 def model_usage(
     queues: Iterable[ModelQueue], owns: Callable[[str], bool], idle: Callable[[str], bool]
-) -> dict[str, Usage]:
+) -> dict[str, ModelUsage]:
     """Per model this replica serves: in use or not, and when last used."""
-    usage: dict[str, Usage] = {}
+    usage: dict[str, ModelUsage] = {}
     for queue in queues:
         model = queue.key[0]
         if not owns(model):
             continue
-        entry = usage.setdefault(model, Usage(busy=not idle(model), last_used_ms=0))
-        entry["busy"] = entry["busy"] or holds_sequences(queue)
-        entry["last_used_ms"] = max(entry["last_used_ms"], queue.stats.last_inference_ms)
+        entry = usage.setdefault(model, ModelUsage(busy=not idle(model)))
+        entry.busy = entry.busy or holds_sequences(queue)
+        entry.last_used_ms = max(entry.last_used_ms, queue.stats.last_inference_ms)
     return usage

@@ -37,7 +37,8 @@ from shared.model_config import ModelSpec, load_error, spec_from_json
 from shared.sequence_config import sequence_config
 from shared.settings import WorkerSettings
 from shared.wire import subjects
-from shared.wire.messages import InstanceRecord, ModelRecord, encode
+from shared.wire.messages import encode
+from shared.wire.records import InstanceRecord, ModelRecord
 
 log = logging.getLogger("shoal.worker")
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)

@@ -11,13 +11,7 @@ import msgspec
 
 from shared.bus import Outgoing
 from shared.wire import subjects
-from shared.wire.messages import (
-    InferRequest,
-    InferResponse,
-    RequestDone,
-    ResponseBatch,
-    encode,
-)
+from shared.wire.messages import InferRequest, InferResponse, RequestDone, ResponseBatch, encode
 
 
 class Replies:

@@ -36,6 +36,7 @@ from shared import bus, discovery, memory
 from shared.runtime import serve_until
 from shared.settings import WorkerSettings
 from shared.wire import subjects
+from shared.wire.control import WorkerMetrics
 from shared.wire.messages import (
     CancelRequest,
     CreditsRevoked,
@@ -46,6 +47,7 @@ from shared.wire.messages import (
     WorkerHoldings,
     encode,
 )
+from shared.wire.status import HostedStatus, InstanceStatus, WorkerStatus
 from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.worker")
@@ -123,25 +125,22 @@ class WorkerService:
     async def _say_holdings(self) -> None:
         await self.nc.publish(subjects.WORKER_HOLDINGS, encode(WorkerHoldings(self.id, sorted(self.batches.holding))))
 
-    def status(self) -> dict[str, object]:
-        return {
-            "budget_bytes": self.budget_bytes,
-            "max_models": self.settings.max_loaded_models,
-            "models": {
-                f"{m}/{v}": {
-                    "generation": loaded.generation,
-                    "instances": len(loaded.instances),
-                    "busy_instances": sum(1 for i in loaded.instances if i.busy),
-                    "rss_bytes": loaded.rss_bytes,
-                    "device_bytes": loaded.device_bytes,
-                    "instance_list": [
-                        {"name": i.name, "kind": i.kind, "device": i.device, "executions": i.executions}
-                        for i in loaded.instances
-                    ],
-                }
+    def status(self) -> WorkerStatus:
+        return WorkerStatus(
+            budget_bytes=self.budget_bytes,
+            max_models=self.settings.max_loaded_models,
+            models={
+                f"{m}/{v}": HostedStatus(
+                    generation=loaded.generation,
+                    instances=len(loaded.instances),
+                    busy_instances=sum(1 for i in loaded.instances if i.busy),
+                    rss_bytes=loaded.rss_bytes,
+                    device_bytes=loaded.device_bytes,
+                    instance_list=[InstanceStatus(i.name, i.kind, i.device, i.executions) for i in loaded.instances],
+                )
                 for (m, v), loaded in self.host.models.items()
             },
-        }
+        )
 
     async def stop(self) -> None:
         self.beats.stop()
@@ -239,9 +238,7 @@ class WorkerService:
             last = now
             families = pb_utils.metrics_snapshot()
             if families:  # python models' custom metrics: every gateway keeps the last of each worker
-                await self.nc.publish(
-                    subjects.WORKER_METRICS, msgspec.json.encode({"worker": self.id, "families": families})
-                )
+                await self.nc.publish(subjects.WORKER_METRICS, encode(WorkerMetrics(self.id, families)))
             self.decoupled.expire()
             if self._readiness is None or self._readiness.done():
                 self._readiness = self._spawn(self.host.check_readiness())

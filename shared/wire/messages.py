@@ -36,19 +36,6 @@ class TensorRef(msgspec.Struct, omit_defaults=True):
     device_id: int = 0
 
 
-class ShmRegion(msgspec.Struct, omit_defaults=True):
-    """A client-registered shared-memory region (KV `shoal-shm-regions`), seen by every service."""
-
-    name: str
-    kind: str  # "system" or "cuda"
-    byte_size: int
-    key: str = ""  # system: the shm key the client created
-    offset: int = 0
-    host: str = ""  # system: the host token of the gateway that registered it
-    cuda_handle: bytes = b""
-    device_id: int = 0
-
-
 class InferRequest(msgspec.Struct, omit_defaults=True):
     rid: str  # unique per request, assigned by the gateway
     model: str
@@ -90,6 +77,12 @@ class RequestHeader(msgspec.Struct):
     sequence_end: bool = False
 
 
+class RequestDeadline(msgspec.Struct):
+    """What a gateway holding a request for a scheduler reads of the `InferRequest` it encoded."""
+
+    deadline_ns: int
+
+
 class InferResponse(msgspec.Struct, omit_defaults=True):
     rid: str
     model: str = ""
@@ -108,6 +101,12 @@ class ResponseBatch(msgspec.Struct):
     """Worker -> gateway: the responses of one batch for that gateway (each an encoded InferResponse)."""
 
     responses: list[msgspec.Raw]
+
+
+class ResponseBatchView(msgspec.Struct):
+    """A `ResponseBatch` as the gateway reads it, its responses typed: one decode call for the batch."""
+
+    responses: list[InferResponse]
 
 
 class RequestBatch(msgspec.Struct):
@@ -233,6 +232,13 @@ class BatchDone(msgspec.Struct):
     responses: list[msgspec.Raw] = []
 
 
+class BatchDoneView(msgspec.Struct):
+    """A `BatchDone` as the gateway reads it, its responses typed."""
+
+    free: InstanceFree
+    responses: list[InferResponse] = []
+
+
 class WorkerHeartbeat(msgspec.Struct):
     worker: str
     subject: str
@@ -244,70 +250,6 @@ class WorkerHeartbeat(msgspec.Struct):
     max_models: int = 0  # --max-loaded-models (0: no limit)
     models: list[str] = []  # its --models globs (none: every model)
     placeable: bool = True  # False: it hosts only its own models (a python model's process, bound functions)
-
-
-class ModelVersionState(msgspec.Struct, omit_defaults=True):
-    state: str  # READY, LOADING, UNAVAILABLE, UNLOADING, UNKNOWN
-    reason: str = ""
-
-
-class ModelRecord(msgspec.Struct, omit_defaults=True):
-    """The repository's published view of one model (JetStream KV `shoal-models`).
-
-    Workers host the `hosted` versions at `generation` with `config`. During a reload the
-    instances of the previous generation keep serving (`serving_config` is what they run,
-    what gateways validate against) until the new generation is ready.
-    """
-
-    name: str
-    path: str = ""
-    config: dict[str, Any] = {}  # normalized ModelConfig (Triton's JSON) of `generation`
-    versions: dict[str, ModelVersionState] = {}  # version -> state as clients see it
-    generation: int = 0  # bumps on every (re)load so workers reload
-    hosted: list[int] = []  # versions workers should have instances of
-    serving_config: dict[str, Any] = {}  # config of the generation now serving (empty: `config`)
-    serving_path: str = ""  # and its directory
-    reason: str = ""  # model-level failure (bad config), shown for every version
-    labels: dict[str, list[str]] = {}  # output -> classification labels of `config` (label_filename)
-    workers: list[str] = []  # the workers that host it (empty: every worker); on-demand placement sets it
-    on_demand: bool = False  # --model-control-mode=on-demand: a request for it loads it when it is not
-
-    @property
-    def active_config(self) -> dict[str, Any]:
-        return self.serving_config or self.config
-
-
-class InstanceRecord(msgspec.Struct, omit_defaults=True):
-    """A worker's report on its instances of one model version (KV `shoal-instances`)."""
-
-    worker: str
-    model: str
-    version: int
-    generation: int  # the generation last loaded or tried
-    state: str  # of that generation: READY, LOADING, UNAVAILABLE
-    reason: str = ""
-    count: int = 0
-    serving_generation: int = 0  # generation of the instances serving now (0 = none)
-    warmup_ms: float = 0.0
-    rss_bytes: int = 0  # memory its instances took at load: the worker's resident set after - before
-    device_bytes: int = 0  # and GPU memory, where there is a GPU
-
-
-class DrainRequest(msgspec.Struct):
-    """Repository -> schedulers: answer once nothing is queued or running for this version, or
-    after `timeout_s` (`DrainDone`). `holder`: the replica whose lease the repository read, which
-    answers even if the lease moved meanwhile; empty: the model's current owner answers."""
-
-    model: str
-    version: int
-    timeout_s: float = 30.0
-    holder: str = ""
-
-
-class DrainDone(msgspec.Struct):
-    """Scheduler -> repository: whether the version has nothing queued or running any more."""
-
-    drained: bool = True
 
 
 class CancelRequest(msgspec.Struct):
@@ -335,48 +277,6 @@ class CreditsRevoked(msgspec.Struct):
     model: str
     version: int
     generation: int
-
-
-class LoadRequest(msgspec.Struct, omit_defaults=True):
-    """Gateway (or a python model, or a PyTriton process) -> repository, as JSON: load or reload."""
-
-    name: str
-    # the client's load parameters as Triton takes them: `config` (JSON text) and `file:<path>`
-    # (base64); the repository checks their types (services/repository/overrides.py)
-    parameters: dict[str, Any] = {}
-
-
-class UnloadRequest(msgspec.Struct, omit_defaults=True):
-    """-> repository, as JSON: unload a model (and the members only it used, for an ensemble)."""
-
-    name: str
-    unload_dependents: bool = False
-
-
-class DemandRequest(msgspec.Struct):
-    """Gateway -> repository, as JSON: load a model on demand (--model-control-mode=on-demand)."""
-
-    name: str
-    timeout_s: float = 60.0
-
-
-class RepositoryDone(msgspec.Struct):
-    """Repository -> the caller of a load, unload or demand, as JSON (an error is an `ErrorReply`):
-    the last KV revision it wrote, which the caller waits to see before it answers its client."""
-
-    revision: int = 0
-
-
-class IndexRequest(msgspec.Struct):
-    """Gateway -> repository, as JSON: the repository index, only READY models with `ready`."""
-
-    ready: bool = False
-
-
-class StatisticsRequest(msgspec.Struct):
-    """Gateway -> schedulers, as JSON: the statistics, with these latency quantiles (the metrics' summaries)."""
-
-    quantiles: list[float] = []
 
 
 class ErrorReply(msgspec.Struct):

@@ -33,7 +33,8 @@ from shared.errors import Code, ShoalError
 from shared.repository_client import repository_call
 from shared.settings import WorkerSettings
 from shared.wire import subjects
-from shared.wire.messages import InstanceRecord, LoadRequest, ModelRecord, UnloadRequest
+from shared.wire.control import LoadRequest, UnloadRequest
+from shared.wire.records import InstanceRecord, ModelRecord
 from shoal.pytriton.binding import Binding
 
 log = logging.getLogger("shoal.pytriton")

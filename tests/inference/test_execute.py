@@ -16,7 +16,6 @@ from shared import bus
 from shared.dispatch import Dispatcher
 from shared.errors import Code, ShoalError
 from shared.model_config import spec_from_json
-from shared.natsserver import NatsServer
 from shared.wire import subjects
 from shared.wire.messages import InferRequest, InferResponse, RequestBatch, encode
 from shared.wire.tensors import TensorStore
@@ -33,12 +32,6 @@ def _config(name: str) -> dict:
 SPEC = spec_from_json(_config("echo"))
 VALID = Validated(1, "", [], {"IN": True})
 DATA = bytes(range(16))
-
-
-@pytest.fixture(scope="module")
-def server():
-    with NatsServer() as running:
-        yield running
 
 
 class Echo:
@@ -61,8 +54,8 @@ class Echo:
 
 
 @pytest.fixture
-async def bench(server):
-    nc = await nats.connect(server.url)
+async def bench(nats_server):
+    nc = await nats.connect(nats_server.url)
     store = TensorStore(nc, "exec-test", transport="bus")
     dispatcher = Dispatcher(nc, "exec-test", store)
     await dispatcher.start()

@@ -11,16 +11,14 @@ from nats.aio.msg import Msg
 from inference.statistics import model_entries, scheduler_stats
 from shared import bus
 from shared.errors import Code, ShoalError
-from shared.natsserver import NatsServer
 from shared.wire import subjects
 from shared.wire.messages import encode
 from shared.wire.statistics import Duration, InferenceStats, ModelStatistics, SchedulerStatistics, VersionStatistics
 
 
 @pytest.fixture(scope="module")
-def nats_url():
-    with NatsServer() as server:
-        yield server.url
+def nats_url(nats_server):
+    return nats_server.url
 
 
 def _reply(pending: int) -> SchedulerStatistics:

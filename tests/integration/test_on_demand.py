@@ -26,7 +26,7 @@ from tritonclient.utils import InferenceServerException
 from services.repository import examples
 from shared import bus
 from shared.wire import subjects
-from shared.wire.messages import ModelRecord
+from shared.wire.records import ModelRecord
 from shoal import status
 from tests.cluster import Running, identity_config, running_cluster
 from tests.integration.many_models import _ensemble_config

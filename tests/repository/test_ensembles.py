@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.repository.ensembles import cycle, dependents, ensemble_state
-from shared.wire.messages import ModelRecord, ModelVersionState
+from shared.wire.records import ModelRecord, ModelVersionState
 
 
 def io(name: str) -> dict:

@@ -6,24 +6,16 @@ from __future__ import annotations
 
 import msgspec
 import nats
-import pytest
 
 from services.scheduler.acknowledgements import Acknowledgements
 from shared import bus
-from shared.natsserver import NatsServer
 from shared.wire import subjects
 from shared.wire.messages import HeldGroups
 from tests.serving import until
 
 
-@pytest.fixture(scope="module")
-def server():
-    with NatsServer() as running:
-        yield running
-
-
-async def test_groups_are_acknowledged_once_at_first_then_together(server):
-    nc = await nats.connect(server.url)
+async def test_groups_are_acknowledged_once_at_first_then_together(nats_server):
+    nc = await nats.connect(nats_server.url)
     got: list[tuple[str, str, list[str]]] = []
 
     async def collect(msg) -> None:
@@ -47,8 +39,8 @@ async def test_groups_are_acknowledged_once_at_first_then_together(server):
     await nc.close()
 
 
-async def test_stop_sends_what_is_due_at_once(server):
-    nc = await nats.connect(server.url)
+async def test_stop_sends_what_is_due_at_once(nats_server):
+    nc = await nats.connect(nats_server.url)
     got: list[list[str]] = []
 
     async def collect(msg) -> None:

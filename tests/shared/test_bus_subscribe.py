@@ -7,14 +7,12 @@ import asyncio
 import pytest
 
 from shared import bus
-from shared.natsserver import NatsServer
 from tests.serving import until
 
 
 @pytest.fixture(scope="module")
-def nats_url():
-    with NatsServer() as server:
-        yield server.url
+def nats_url(nats_server):
+    return nats_server.url
 
 
 async def test_messages_run_in_order_one_at_a_time_and_errors_do_not_stop_the_subscription(nats_url):

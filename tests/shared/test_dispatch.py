@@ -15,7 +15,6 @@ import pytest
 from shared import bus
 from shared.dispatch import Dispatcher
 from shared.errors import Code, ShoalError
-from shared.natsserver import NatsServer
 from shared.wire import subjects
 from shared.wire.messages import (
     BatchDone,
@@ -33,15 +32,9 @@ from tests.serving import until
 _ids = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def server():
-    with NatsServer() as running:
-        yield running
-
-
 @pytest.fixture
-async def nc(server):
-    connection = await nats.connect(server.url)
+async def nc(nats_server):
+    connection = await nats.connect(nats_server.url)
     yield connection
     await connection.close()
 

@@ -14,16 +14,9 @@ import pytest
 from shared import bus
 from shared.dispatch import Dispatcher
 from shared.errors import ShoalError
-from shared.natsserver import NatsServer
 from shared.wire import subjects
 from shared.wire.messages import InferRequest, InferResponse, RequestBatch, encode
 from shared.wire.tensors import TensorStore
-
-
-@pytest.fixture(scope="module")
-def server():
-    with NatsServer() as running:
-        yield running
 
 
 async def _dispatcher(url: str, loaded=None) -> tuple[nats.NATS, Dispatcher]:
@@ -54,8 +47,8 @@ async def _scheduler(url: str, model: str, seen: list[str]) -> nats.NATS:
     return nc
 
 
-async def test_a_request_waits_for_a_scheduler_to_subscribe(server):
-    nc, dispatcher = await _dispatcher(server.url)
+async def test_a_request_waits_for_a_scheduler_to_subscribe(nats_server):
+    nc, dispatcher = await _dispatcher(nats_server.url)
     seen: list[str] = []
     request = _request(dispatcher, "late", 10)
     answer = asyncio.ensure_future(dispatcher.infer(request, 10))
@@ -65,15 +58,15 @@ async def test_a_request_waits_for_a_scheduler_to_subscribe(server):
     ):  # NATS said "no responders"
         await asyncio.sleep(0.01)
     assert dispatcher.resent[("late", "no_scheduler")] == 1 and not answer.done()
-    scheduler = await _scheduler(server.url, "late", seen)
+    scheduler = await _scheduler(nats_server.url, "late", seen)
     response = await asyncio.wait_for(answer, 5)
     assert response.rid == request.rid and seen == [request.rid]  # sent again, received once
     await scheduler.close()
     await nc.close()
 
 
-async def test_without_a_scheduler_the_reason_comes_before_the_deadline(server):
-    nc, dispatcher = await _dispatcher(server.url)
+async def test_without_a_scheduler_the_reason_comes_before_the_deadline(nats_server):
+    nc, dispatcher = await _dispatcher(nats_server.url)
     started = time.monotonic()
     with pytest.raises(ShoalError) as err:
         await dispatcher.infer(_request(dispatcher, "nobody", 1.0), 1.0)
@@ -82,8 +75,8 @@ async def test_without_a_scheduler_the_reason_comes_before_the_deadline(server):
     await nc.close()
 
 
-async def test_a_model_no_longer_loaded_fails_at_once(server):
-    nc, dispatcher = await _dispatcher(server.url, loaded=lambda model: False)
+async def test_a_model_no_longer_loaded_fails_at_once(nats_server):
+    nc, dispatcher = await _dispatcher(nats_server.url, loaded=lambda model: False)
     started = time.monotonic()
     with pytest.raises(ShoalError) as err:
         await dispatcher.infer(_request(dispatcher, "gone", 10), 10)

@@ -9,18 +9,10 @@ import time
 from collections import Counter
 
 import nats
-import pytest
 
 from shared import bus
 from shared.holders import UNACKED_S, Holders
-from shared.natsserver import NatsServer
 from tests.serving import until
-
-
-@pytest.fixture(scope="module")
-def server():
-    with NatsServer() as running:
-        yield running
 
 
 async def _scheduler(url: str, subject: str, pings: Counter[str] | None = None):
@@ -49,10 +41,13 @@ async def _watching(url: str) -> tuple[nats.NATS, Holders, list]:
     return nc, holders, lost
 
 
-async def test_a_dead_holder_is_noticed_and_a_live_one_is_not(server):
-    nc, holders, lost = await _watching(server.url)
+async def test_a_dead_holder_is_noticed_and_a_live_one_is_not(nats_server):
+    nc, holders, lost = await _watching(nats_server.url)
     pings: Counter[str] = Counter()
-    dead, live = await _scheduler(server.url, "alive.a", pings), await _scheduler(server.url, "alive.b", pings)
+    dead, live = (
+        await _scheduler(nats_server.url, "alive.a", pings),
+        await _scheduler(nats_server.url, "alive.b", pings),
+    )
     holders.held("alive.a", ["r1", "r2"])
     holders.held("alive.b", ["r3"])
     sent = time.monotonic()
@@ -71,9 +66,9 @@ async def test_a_dead_holder_is_noticed_and_a_live_one_is_not(server):
     await nc.close()
 
 
-async def test_requests_sent_just_before_a_holder_died_are_recovered_too(server):
-    nc, holders, lost = await _watching(server.url)
-    dead = await _scheduler(server.url, "alive.c")
+async def test_requests_sent_just_before_a_holder_died_are_recovered_too(nats_server):
+    nc, holders, lost = await _watching(nats_server.url)
+    dead = await _scheduler(nats_server.url, "alive.c")
     holders.held("alive.c", ["r1"])
     holders.sent(["r2"])  # taken by the scheduler in the 0.1 s before it died: never acknowledged
     holders.sent(["r3"])

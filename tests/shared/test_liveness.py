@@ -8,12 +8,10 @@ import asyncio
 import time
 
 import nats
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from shared.liveness import LOADING_TIMEOUT_S, PROBE_S, WorkerLiveness, overdue
-from shared.natsserver import NatsServer
 from shared.wire import subjects
 
 
@@ -38,12 +36,6 @@ def test_loading_never_shortens_the_timeout(seen, loading, now, timeout):
     assert set(overdue(seen, loading, now, timeout)) <= set(overdue(seen, set(), now, timeout))
 
 
-@pytest.fixture(scope="module")
-def server():
-    with NatsServer() as running:
-        yield running
-
-
 async def _worker(url: str, worker: str) -> nats.NATS:
     """A worker's connection as the scheduler sees it: it answers on its liveness subject."""
     nc = await nats.connect(url)
@@ -55,8 +47,8 @@ async def _worker(url: str, worker: str) -> nats.NATS:
     return nc
 
 
-async def test_a_worker_whose_connection_closed_is_dropped_long_before_its_heartbeat_timeout(server):
-    nc = await nats.connect(server.url)
+async def test_a_worker_whose_connection_closed_is_dropped_long_before_its_heartbeat_timeout(nats_server):
+    nc = await nats.connect(nats_server.url)
     gone: list[str] = []
 
     async def on_gone(worker: str) -> None:
@@ -64,7 +56,7 @@ async def test_a_worker_whose_connection_closed_is_dropped_long_before_its_heart
 
     liveness = WorkerLiveness(nc, 60.0, on_gone, probe=True)  # the heartbeat would take a minute
     await liveness.start()
-    dead, live = await _worker(server.url, "w-dead"), await _worker(server.url, "w-live")
+    dead, live = await _worker(nats_server.url, "w-dead"), await _worker(nats_server.url, "w-live")
     liveness.heard("w-dead")
     liveness.heard("w-live")
     liveness.heard("w-never-answered")  # an older worker without the subject: left to its heartbeat

@@ -21,7 +21,6 @@ from services.worker.streams import Cancellations, DecoupledSenders
 from shared import bus
 from shared.errors import Code
 from shared.model_config import spec_from_json
-from shared.natsserver import NatsServer
 from shared.wire import subjects
 from shared.wire.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, ResponseBatch, TensorRef, encode
 from shared.wire.tensors import TensorStore
@@ -65,12 +64,6 @@ class Doubler:
 
     def close(self) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def server():
-    with NatsServer() as running:
-        yield running
 
 
 class Bench:
@@ -126,8 +119,8 @@ class Bench:
 
 
 @pytest.fixture
-async def bench(server):
-    nc = await nats.connect(server.url)
+async def bench(nats_server):
+    nc = await nats.connect(nats_server.url)
     running = await Bench(nc).start()
     yield running
     running.instance.executor.shutdown()

@@ -8,19 +8,11 @@ import asyncio
 
 import msgspec
 import nats
-import pytest
 
 from services.worker.completions import Completions
 from shared import bus
-from shared.natsserver import NatsServer
 from shared.wire import subjects
 from shared.wire.messages import BatchDone, InstanceFree
-
-
-@pytest.fixture(scope="module")
-def server():
-    with NatsServer() as running:
-        yield running
 
 
 def _free(batch_id: int) -> InstanceFree:
@@ -38,8 +30,8 @@ async def _collect(nc: nats.NATS, subject: str) -> asyncio.Queue:
     return got
 
 
-async def test_a_live_gateway_gets_the_answers_and_the_completion_in_one_message(server):
-    worker, gateway = await nats.connect(server.url), await nats.connect(server.url)
+async def test_a_live_gateway_gets_the_answers_and_the_completion_in_one_message(nats_server):
+    worker, gateway = await nats.connect(nats_server.url), await nats.connect(nats_server.url)
     completions = Completions(worker, "w1")
     await completions.start()
     inbox = subjects.gateway_inbox("g1")
@@ -51,8 +43,8 @@ async def test_a_live_gateway_gets_the_answers_and_the_completion_in_one_message
     await gateway.close()
 
 
-async def test_a_gone_gateway_s_completion_goes_to_every_scheduler(server):
-    worker, schedulers = await nats.connect(server.url), await nats.connect(server.url)
+async def test_a_gone_gateway_s_completion_goes_to_every_scheduler(nats_server):
+    worker, schedulers = await nats.connect(nats_server.url), await nats.connect(nats_server.url)
     completions = Completions(worker, "w1")
     await completions.start()
     free = await _collect(schedulers, subjects.INSTANCE_FREE)

@@ -3,39 +3,37 @@ the workers' budgets, and on-demand loads, evictions and thrash (docs/models.md)
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from nats.aio.client import Client as NATS
 
 from services.gateway.metrics.text import family_lines
 from shared.wire import subjects
+from shared.wire.control import ModelFigures
 
 
-async def fetch(nc: NATS, timeout_s: float = 2.0) -> dict[str, Any]:
-    """The repository's figures; empty when it does not answer (the scrape goes on without them)."""
+async def fetch(nc: NATS, timeout_s: float = 2.0) -> ModelFigures | None:
+    """The repository's figures; None when it does not answer (the scrape goes on without them)."""
     try:
         reply = await nc.request(subjects.REPOSITORY_MODELS, b"", timeout=timeout_s)
-        figures: dict[str, Any] = msgspec.json.decode(reply.data)
-        return figures
+        return msgspec.json.decode(reply.data, type=ModelFigures)
     except Exception:
-        return {}
+        return None
 
 
-def render(figures: dict[str, Any]) -> list[str]:
-    if not figures:
+def render(figures: ModelFigures | None) -> list[str]:
+    if figures is None:
         return []
     memory = [
-        ({"model": m["model"], "version": str(m["version"]), "worker": m["worker"], "kind": kind}, m[kind])
-        for m in figures.get("memory", [])
-        for kind in ("rss", "device")
-        if m[kind]
+        ({"model": m.model, "version": str(m.version), "worker": m.worker, "kind": kind}, value)
+        for m in figures.memory
+        for kind, value in (("rss", m.rss), ("device", m.device))
+        if value
     ]
-    budgets = [({"worker": w}, b["bytes"]) for w, b in figures.get("budgets", {}).items() if b["bytes"]]
-    limits = [({"worker": w}, b["models"]) for w, b in figures.get("budgets", {}).items() if b["models"]]
-    evictions = [({"model": e["model"], "reason": e["reason"]}, e["count"]) for e in figures.get("evictions", [])]
-    loads = [({"model": m}, n) for m, n in sorted(figures.get("loads", {}).items())]
-    thrash = [({"model": m}, n) for m, n in sorted(figures.get("thrash", {}).items())]
+    budgets = [({"worker": w}, b.bytes) for w, b in figures.budgets.items() if b.bytes]
+    limits = [({"worker": w}, b.models) for w, b in figures.budgets.items() if b.models]
+    evictions = [({"model": e.model, "reason": e.reason}, e.count) for e in figures.evictions]
+    loads = [({"model": m}, n) for m, n in sorted(figures.loads.items())]
+    thrash = [({"model": m}, n) for m, n in sorted(figures.thrash.items())]
     lines: list[str] = []
     for name, doc, kind, samples in (
         ("shoal_model_memory_bytes", "Memory a loaded model's instances took at load, per worker", "gauge", memory),

@@ -44,7 +44,8 @@ from shared.logcontext import request_ids
 from shared.model_config import ModelSpec, spec_from_json
 from shared.revisions import Revisions
 from shared.wire import subjects
-from shared.wire.messages import InferRequest, InferResponse, ModelRecord, TensorRef, encode
+from shared.wire.messages import InferRequest, InferResponse, TensorRef, encode
+from shared.wire.records import ModelRecord
 from shared.wire.statistics import SchedulerStatistics, StepStats
 from shared.wire.tensors import TensorStore
 

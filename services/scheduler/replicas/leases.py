@@ -1,6 +1,6 @@
 """Which scheduler replica serves which model: per-model leases in a JetStream KV bucket.
 
-A lease is a key (the model) holding the owner's id, created atomically (`create` fails if
+A lease is a key (the model) holding the owner's id (a `Lease`), created atomically (`create` fails if
 it exists) and kept alive by compare-and-set updates every `refresh_s`. The bucket's TTL
 expires the leases of a replica that died, and another replica claims them on its next
 round. Replicas holding fewer models try first, so models spread across replicas.
@@ -18,6 +18,8 @@ from nats.js.kv import KeyValue
 
 from shared import bus
 from shared.wire import subjects
+from shared.wire.messages import encode
+from shared.wire.records import Lease
 
 log = logging.getLogger("shoal.scheduler")
 
@@ -40,6 +42,7 @@ class Leases:
     ) -> None:
         self.kv = kv
         self.owner = owner
+        self._lease = encode(Lease(owner))  # the value of every lease it holds
         self.on_gain = on_gain
         self.on_loss = on_loss
         self.idle = idle  # a model with nothing queued or running can move without failing anything
@@ -73,7 +76,7 @@ class Leases:
             if model in self.held or model not in self.wanted or self.closing:
                 return
             try:
-                self.held[model] = await self.kv.create(subjects.model_key(model), self.owner.encode())
+                self.held[model] = await self.kv.create(subjects.model_key(model), self._lease)
                 self.renewed[model] = time.monotonic()
             except Exception:  # held by another replica (or the bus is away): try next round
                 return
@@ -120,9 +123,7 @@ class Leases:
             try:
                 async with self._lock:
                     if model in self.held:
-                        self.held[model] = await self.kv.update(
-                            subjects.model_key(model), self.owner.encode(), last=revision
-                        )
+                        self.held[model] = await self.kv.update(subjects.model_key(model), self._lease, last=revision)
                         self.renewed[model] = time.monotonic()
             except Exception as exc:  # expired and taken, or the bus is away too long
                 if await self._keep(model):
@@ -146,11 +147,11 @@ class Leases:
                 try:
                     entry = await self.kv.get(key)
                 except KeyNotFoundError:  # expired: nobody took it, so claim it back at once
-                    self.held[model] = await self.kv.create(key, self.owner.encode())
+                    self.held[model] = await self.kv.create(key, self._lease)
                 else:
-                    if entry.value != self.owner.encode():  # taken by another replica
+                    if entry.value != self._lease:  # taken by another replica
                         return False
-                    self.held[model] = await self.kv.update(key, self.owner.encode(), last=entry.revision)
+                    self.held[model] = await self.kv.update(key, self._lease, last=entry.revision)
                 self.renewed[model] = time.monotonic()
                 return True
         except Exception as exc:  # the stream has no leader yet: ours while our last write lives

@@ -66,14 +66,13 @@ class Ownership:
     async def drop(self, model: str) -> None:
         await self.leases.drop(model)
 
-    def status(self) -> dict[str, object]:
-        return {
-            "owned": sorted(self.leases.held),
-            # sequences of models handed over that this replica still serves: "overlap" or "final"
-            "handing_over": {
-                f"{m}/{v}": "final" if final else "overlap" for (m, v), final in self.handover.held.items()
-            },
-        }
+    def owned(self) -> list[str]:
+        """The models whose lease this replica holds."""
+        return sorted(self.leases.held)
+
+    def handing_over(self) -> dict[str, str]:
+        """Sequences of models handed over that this replica still serves: "overlap" or "final"."""
+        return {f"{m}/{v}": "final" if final else "overlap" for (m, v), final in self.handover.held.items()}
 
     async def stop(self) -> None:
         """Another replica takes the models over at once; one with live sequences is served

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.scheduler.records import CorrId, Sequence, SlotKey
+from shared.wire.status import SlotStatus
 
 
 @dataclass(frozen=True)
@@ -278,16 +279,16 @@ class SequenceBook:
             if key[:2] == (worker, instance) and seq.ready
         ]
 
-    def summary(self) -> dict[str, int]:
+    def summary(self) -> SlotStatus:
         """For `shoal status`: how the slots are used."""
-        return {
-            "instances": len(self.instances),
-            "free_slots": len(self.free),
-            "bound": len(self.bound),
-            "live": len(self.live),
-            "backlog": len(self.backlog),
-            "reserved": len(self.reserved),
-        }
+        return SlotStatus(
+            instances=len(self.instances),
+            free_slots=len(self.free),
+            bound=len(self.bound),
+            live=len(self.live),
+            backlog=len(self.backlog),
+            reserved=len(self.reserved),
+        )
 
     def queued(self) -> int:
         return sum(len(s.queue) for s in self.bound.values()) + sum(len(s.queue) for s in self.backlog)

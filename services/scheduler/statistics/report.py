@@ -9,7 +9,7 @@ from typing import Protocol, TypeVar
 import msgspec
 
 from services.scheduler.statistics.stats import ModelStats
-from shared.wire.messages import StatisticsRequest
+from shared.wire.control import StatisticsRequest
 from shared.wire.statistics import SchedulerStatistics, VersionStatistics
 
 

@@ -30,7 +30,7 @@ from shared.dispatch import Dispatcher
 from shared.errors import Code, ShoalError
 from shared.repository_client import RepositoryRequest, repository_call
 from shared.wire import subjects
-from shared.wire.messages import LoadRequest, UnloadRequest
+from shared.wire.control import LoadRequest, UnloadRequest
 from shared.wire.tensors import TensorStore
 
 DEFAULT_TIMEOUT_S = 60.0  # a BLS request made outside any request's deadline (e.g. in initialize)

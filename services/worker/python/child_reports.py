@@ -24,7 +24,8 @@ from nats.js.kv import KeyValue
 
 from shared import bus
 from shared.wire import subjects
-from shared.wire.messages import InstanceRecord, ModelRecord, encode
+from shared.wire.messages import encode
+from shared.wire.records import InstanceRecord, ModelRecord
 
 log = logging.getLogger("shoal.worker")
 

@@ -3,11 +3,11 @@ by the worker with its heartbeats (see services/gateway/metrics/custom.py)."""
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 
 from services.worker.python.pb_errors import TritonModelException
+from shared.wire.control import MetricSample, MetricSnapshot
 
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -85,29 +85,18 @@ class Metric:
         return self._value
 
 
-def _number(value: float) -> float | str:
-    """JSON has no NaN or infinities: those travel as Prometheus spells them."""
-    return value if math.isfinite(value) else ("NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf"))
-
-
-def metrics_snapshot() -> list[dict]:
+def metrics_snapshot() -> list[MetricSnapshot]:
     """Every custom family and its samples, for the gateways' `/metrics`."""
     with _metrics_lock:
         return [
-            {
-                "name": f.name,
-                "description": f.description,
-                "kind": MetricFamily._KINDS[f.kind],
-                "samples": [
-                    {
-                        "labels": m.labels,
-                        "value": _number(m._value),
-                        "buckets": m.buckets,
-                        "counts": list(m._counts),
-                        "sum": _number(m._sum),
-                    }
+            MetricSnapshot(
+                f.name,
+                f.description,
+                MetricFamily._KINDS[f.kind],
+                [
+                    MetricSample(dict(m.labels), m._value, list(m.buckets), list(m._counts), m._sum)
                     for m in f._metrics.values()
                 ],
-            }
+            )
             for f in _families.values()
         ]

@@ -1,37 +1,21 @@
 """Python models' custom metrics: merged across workers and rendered as Prometheus text."""
 
+import math
+
+import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.gateway.metrics.custom import merge, render_custom
-from services.worker.python import pb_metrics, pb_utils
+from services.worker.python import pb_utils
+from shared.wire.control import MetricSample, MetricSnapshot, WorkerMetrics
+from shared.wire.messages import encode
 
 
-def snapshot(value: float, observed: list[float]) -> list[dict]:
+def snapshot(value: float, observed: list[float]) -> list[MetricSnapshot]:
+    counts = [sum(v <= 1 for v in observed), sum(1 < v <= 10 for v in observed), sum(v > 10 for v in observed)]
     return [
-        {
-            "name": "c",
-            "description": "a counter",
-            "kind": "counter",
-            "samples": [{"labels": {"m": "x"}, "value": value, "buckets": [], "counts": [0], "sum": 0.0}],
-        },
-        {
-            "name": "h",
-            "description": "a histogram",
-            "kind": "histogram",
-            "samples": [
-                {
-                    "labels": {},
-                    "value": 0.0,
-                    "buckets": [1.0, 10.0],
-                    "counts": [
-                        sum(v <= 1 for v in observed),
-                        sum(1 < v <= 10 for v in observed),
-                        sum(v > 10 for v in observed),
-                    ],
-                    "sum": sum(observed),
-                }
-            ],
-        },
+        MetricSnapshot("c", "a counter", "counter", [MetricSample({"m": "x"}, value, [], [0], 0.0)]),
+        MetricSnapshot("h", "a histogram", "histogram", [MetricSample({}, 0.0, [1.0, 10.0], counts, sum(observed))]),
     ]
 
 
@@ -63,33 +47,25 @@ def test_metric_family_rules():
         except pb_utils.TritonModelException:
             continue
         raise AssertionError("accepted")
-    names = {f["name"] for f in pb_utils.metrics_snapshot()}
+    names = {f.name for f in pb_utils.metrics_snapshot()}
     assert {"test_gauge_rules", "test_counter_rules"} <= names
 
 
 def test_non_finite_values_and_odd_text_still_render():
-    snapshot = [
-        {
-            "name": "g",
-            "description": "two\nlines",
-            "kind": "gauge",
-            "samples": [{"labels": {"path": 'a"b\nc'}, "value": "NaN", "buckets": [], "counts": [0], "sum": 0}],
-        }
-    ]
+    snapshot = [MetricSnapshot("g", "two\nlines", "gauge", [MetricSample({"path": 'a"b\nc'}, math.nan, [], [0])])]
     text = "\n".join(render_custom(merge([snapshot, snapshot]))) + "\n"
     (family,) = text_string_to_metric_families(text)
     (sample,) = family.samples
     assert sample.labels == {"path": 'a"b\nc'} and sample.value != sample.value  # NaN
-    assert merge(
-        [
-            [
-                {
-                    "name": "x",
-                    "description": "",
-                    "kind": "counter",
-                    "samples": [{"labels": {}, "value": "+Inf", "buckets": [], "counts": [0], "sum": 0}],
-                }
-            ]
-        ]
-    )["x"]["samples"][()]["value"] == float("inf")
-    assert pb_metrics._number(float("nan")) == "NaN" and pb_metrics._number(2.5) == 2.5
+    infinite = [MetricSnapshot("x", "", "counter", [MetricSample({}, math.inf, [], [0])])]
+    assert merge([infinite])["x"].samples[()].value == math.inf
+
+
+def test_a_snapshot_crosses_the_wire_whole():
+    """MessagePack carries NaN and infinities (JSON would not); the gateway decodes the worker's encoding."""
+    family = pb_utils.MetricFamily("test_wire_gauge", "g", pb_utils.MetricFamily.GAUGE)
+    family.Metric(labels={"k": "v"}).set(math.inf)
+    sent = WorkerMetrics("w1", pb_utils.metrics_snapshot())
+    received = msgspec.msgpack.decode(encode(sent), type=WorkerMetrics)
+    (gauge,) = [f for f in received.families if f.name == "test_wire_gauge"]
+    assert gauge.samples == [MetricSample({"k": "v"}, math.inf, [], [0], 0.0)]

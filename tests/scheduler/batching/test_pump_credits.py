@@ -22,7 +22,6 @@ from services.scheduler.sequences.sequence_batcher import SequenceBatcher
 from services.scheduler.tasks import Tasks
 from shared import bus
 from shared.model_config import spec_from_json
-from shared.natsserver import NatsServer
 from shared.wire.messages import (
     CreditsRevoked,
     ExecBatch,
@@ -88,15 +87,9 @@ class Bench:
         return [msgspec.msgpack.decode(r, type=RequestHeader).rid for r in batch.requests]
 
 
-@pytest.fixture(scope="module")
-def server():
-    with NatsServer() as running:
-        yield running
-
-
 @pytest.fixture
-async def bench(server):
-    nc = await nats.connect(server.url)
+async def bench(nats_server):
+    nc = await nats.connect(nats_server.url)
     yield await Bench(nc).start()
     await nc.close()
 

@@ -9,16 +9,15 @@ import pytest
 
 from services.scheduler.ensembles.runner import CATCH_UP_S, EnsembleRunner
 from shared import bus
-from shared.natsserver import NatsServer
 from shared.wire import subjects
-from shared.wire.messages import ModelVersionState, encode
+from shared.wire.messages import encode
+from shared.wire.records import ModelVersionState
 from tests.scheduler.ensembles.test_runner import MEMBER, PIPELINE, record
 
 
 @pytest.fixture(scope="module")
-def nats_url():
-    with NatsServer() as server:
-        yield server.url
+def nats_url(nats_server):
+    return nats_server.url
 
 
 async def test_a_view_behind_the_bucket_waits_for_it_and_a_current_one_does_not(nats_url):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from services.scheduler.ensembles.runner import DEADLOCK, EnsembleRunner
-from shared.wire.messages import InferRequest, InferResponse, ModelRecord, ModelVersionState, TensorRef
+from shared.wire.messages import InferRequest, InferResponse, TensorRef
+from shared.wire.records import ModelRecord, ModelVersionState
 
 
 def io(name: str, dims: list[int] | None = None) -> dict:

@@ -10,7 +10,8 @@ import msgspec
 
 from services.scheduler.ensembles.runner import EnsembleRunner
 from shared.errors import unavailable
-from shared.wire.messages import InferRequest, InferResponse, ModelRecord, ModelVersionState, TensorRef
+from shared.wire.messages import InferRequest, InferResponse, TensorRef
+from shared.wire.records import ModelRecord, ModelVersionState
 
 
 def io(name: str, dims: list[int] | None = None) -> dict:

@@ -5,18 +5,12 @@ leader after a NATS node loss), and gives it up when another replica holds it.""
 from __future__ import annotations
 
 import nats
-import pytest
 
 from services.scheduler.replicas.leases import TTL_S, Leases
 from shared import bus
-from shared.natsserver import NatsServer
 from shared.wire import subjects
-
-
-@pytest.fixture(scope="module")
-def server():
-    with NatsServer() as running:
-        yield running
+from shared.wire.messages import encode
+from shared.wire.records import Lease
 
 
 async def _leases(url: str, owner: str) -> tuple[nats.NATS, Leases, list[str]]:
@@ -33,24 +27,24 @@ async def _leases(url: str, owner: str) -> tuple[nats.NATS, Leases, list[str]]:
     return nc, Leases(kv, owner, gained, gone), lost
 
 
-async def test_a_lease_that_expired_unclaimed_is_kept(server):
-    nc, leases, lost = await _leases(server.url, "a")
+async def test_a_lease_that_expired_unclaimed_is_kept(nats_server):
+    nc, leases, lost = await _leases(nats_server.url, "a")
     await leases.want("expired")
     assert leases.owns("expired")
     await leases.kv.delete(subjects.model_key("expired"))  # what its expiry leaves: no key
     await leases.refresh()
     assert leases.owns("expired") and lost == []
-    assert (await leases.kv.get(subjects.model_key("expired"))).value == b"a"
+    assert (await leases.kv.get(subjects.model_key("expired"))).value == encode(Lease("a"))
     await leases.refresh()  # and renewed as usual from there
     assert leases.owns("expired")
     await nc.close()
 
 
-async def test_a_lease_another_replica_took_is_given_up(server):
-    nc, leases, lost = await _leases(server.url, "a")
+async def test_a_lease_another_replica_took_is_given_up(nats_server):
+    nc, leases, lost = await _leases(nats_server.url, "a")
     await leases.want("taken")
     await leases.kv.delete(subjects.model_key("taken"))
-    await leases.kv.create(subjects.model_key("taken"), b"b")  # replica b claimed it after the expiry
+    await leases.kv.create(subjects.model_key("taken"), encode(Lease("b")))  # replica b claimed it after the expiry
     await leases.refresh()
     assert not leases.owns("taken") and lost == ["taken"]
     await nc.close()

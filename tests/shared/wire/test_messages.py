@@ -1,5 +1,6 @@
-"""The repository's and the statistics' requests are Structs (shared/wire/messages.py) whose JSON is
-what the services sent as plain dicts before: a sender built from either is understood."""
+"""The wire's Structs (shared/wire/): the control plane's requests read as the dicts they replaced,
+each receiver's view reads what its sender encodes, and the replies that became Structs keep the
+JSON their readers knew."""
 
 from __future__ import annotations
 
@@ -8,13 +9,33 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.wire.messages import (
+from shared.wire.control import (
     DemandRequest,
+    Eviction,
+    IndexEntry,
     IndexRequest,
     LoadRequest,
+    MemoryUse,
+    ModelFigures,
+    ModelUsage,
     RepositoryDone,
+    RepositoryIndex,
     StatisticsRequest,
     UnloadRequest,
+    UsageReply,
+    WorkerBudget,
+)
+from shared.wire.messages import (
+    BatchDone,
+    BatchDoneView,
+    InferRequest,
+    InferResponse,
+    InstanceFree,
+    RequestDeadline,
+    ResponseBatch,
+    ResponseBatchView,
+    TensorRef,
+    encode,
 )
 
 names = st.text(min_size=1, max_size=20)
@@ -50,3 +71,56 @@ def test_defaults_stay_off_the_wire_and_come_back_on_decode():
 def test_a_malformed_request_is_a_decode_error_not_a_key_error(data, kind):
     with pytest.raises(msgspec.DecodeError):
         msgspec.json.decode(data, type=kind)
+
+
+# -- views: a receiver that reads part of a message ------------------------------------------------
+
+responses = st.lists(st.builds(InferResponse, st.text(max_size=8), st.text(max_size=8), st.integers(0, 9)), max_size=4)
+
+
+@given(responses)
+def test_the_gateways_views_read_what_the_worker_encodes(answers):
+    raw = [msgspec.Raw(encode(a)) for a in answers]
+    assert msgspec.msgpack.decode(encode(ResponseBatch(raw)), type=ResponseBatchView).responses == answers
+    free = InstanceFree("w", "m", 1, 0, "subject", batch_id=7)
+    done = msgspec.msgpack.decode(encode(BatchDone(free, raw)), type=BatchDoneView)
+    assert (done.free, done.responses) == (free, answers)
+
+
+@given(st.integers(0, 2**63 - 1))
+def test_a_request_read_for_its_deadline(deadline):
+    request = InferRequest("r", "m", 1, "inbox", deadline, inputs=[TensorRef("x", "FP32", [1], b"1234")])
+    assert msgspec.msgpack.decode(encode(request), type=RequestDeadline).deadline_ns == deadline
+
+
+# -- replies that were dicts -----------------------------------------------------------------------
+
+
+def test_the_index_keeps_tritons_fields_and_omits_what_a_version_has_not():
+    index = RepositoryIndex([IndexEntry("never_loaded"), IndexEntry("m", "1", "READY", warmup_ms=1.5, memory_bytes=0)])
+    assert msgspec.to_builtins(index.models) == [
+        {"name": "never_loaded"},
+        {"name": "m", "version": "1", "state": "READY", "warmup_ms": 1.5, "memory_bytes": 0},
+    ]
+    assert msgspec.json.decode(msgspec.json.encode(index), type=RepositoryIndex) == index
+
+
+def test_usage_and_figures_round_trip():
+    usage = UsageReply({"a": ModelUsage(busy=True, last_used_ms=5)})
+    assert msgspec.json.decode(msgspec.json.encode(usage), type=UsageReply) == usage
+    assert msgspec.json.decode(b'{"models": {"b": {}}}', type=UsageReply).models["b"] == ModelUsage()
+    figures = ModelFigures(
+        memory=[MemoryUse("m", 1, "w", 10, 0)],
+        budgets={"w": WorkerBudget(100, 2)},
+        evictions=[Eviction("m", "budget", 1)],
+        loads={"m": 2},
+    )
+    assert msgspec.json.decode(msgspec.json.encode(figures), type=ModelFigures) == figures
+    assert msgspec.json.decode(b"{}", type=ModelFigures) == ModelFigures()
+
+
+def test_a_reply_of_the_wrong_shape_is_a_decode_error():
+    with pytest.raises(msgspec.DecodeError):
+        msgspec.json.decode(b'{"models": {"a": {"busy": "yes"}}}', type=UsageReply)
+    with pytest.raises(msgspec.DecodeError):
+        msgspec.json.decode(b'[{"name": "m"}]', type=RepositoryIndex)  # the untyped list of before

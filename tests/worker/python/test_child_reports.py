@@ -14,7 +14,8 @@ from services.worker.python.child_reports import ChildReports
 from shared import bus
 from shared.natsserver import NatsServer
 from shared.wire import subjects
-from shared.wire.messages import InstanceRecord, ModelRecord, encode
+from shared.wire.messages import encode
+from shared.wire.records import InstanceRecord, ModelRecord
 
 PARENT = "w1"
 CHILD = f"{PARENT}-py-crasher"

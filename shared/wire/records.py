@@ -1,0 +1,76 @@
+"""The records services keep in JetStream KV buckets (shared/wire/subjects.py names the
+buckets and keys), as MessagePack: the repository's view of each model, the workers' reports on
+their instances, and the clients' shared-memory regions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class Lease(msgspec.Struct):
+    """A model's lease (KV `shoal-leases`, key: the model): the scheduler replica that serves it
+    (services/scheduler/replicas/leases.py)."""
+
+    holder: str  # the replica's scheduler_id
+
+
+class ShmRegion(msgspec.Struct, omit_defaults=True):
+    """A client-registered shared-memory region (KV `shoal-shm-regions`), seen by every service."""
+
+    name: str
+    kind: str  # "system" or "cuda"
+    byte_size: int
+    key: str = ""  # system: the shm key the client created
+    offset: int = 0
+    host: str = ""  # system: the host token of the gateway that registered it
+    cuda_handle: bytes = b""
+    device_id: int = 0
+
+
+class ModelVersionState(msgspec.Struct, omit_defaults=True):
+    state: str  # READY, LOADING, UNAVAILABLE, UNLOADING, UNKNOWN
+    reason: str = ""
+
+
+class ModelRecord(msgspec.Struct, omit_defaults=True):
+    """The repository's published view of one model (JetStream KV `shoal-models`).
+
+    Workers host the `hosted` versions at `generation` with `config`. During a reload the
+    instances of the previous generation keep serving (`serving_config` is what they run,
+    what gateways validate against) until the new generation is ready.
+    """
+
+    name: str
+    path: str = ""
+    config: dict[str, Any] = {}  # normalized ModelConfig (Triton's JSON) of `generation`
+    versions: dict[str, ModelVersionState] = {}  # version -> state as clients see it
+    generation: int = 0  # bumps on every (re)load so workers reload
+    hosted: list[int] = []  # versions workers should have instances of
+    serving_config: dict[str, Any] = {}  # config of the generation now serving (empty: `config`)
+    serving_path: str = ""  # and its directory
+    reason: str = ""  # model-level failure (bad config), shown for every version
+    labels: dict[str, list[str]] = {}  # output -> classification labels of `config` (label_filename)
+    workers: list[str] = []  # the workers that host it (empty: every worker); on-demand placement sets it
+    on_demand: bool = False  # --model-control-mode=on-demand: a request for it loads it when it is not
+
+    @property
+    def active_config(self) -> dict[str, Any]:
+        return self.serving_config or self.config
+
+
+class InstanceRecord(msgspec.Struct, omit_defaults=True):
+    """A worker's report on its instances of one model version (KV `shoal-instances`)."""
+
+    worker: str
+    model: str
+    version: int
+    generation: int  # the generation last loaded or tried
+    state: str  # of that generation: READY, LOADING, UNAVAILABLE
+    reason: str = ""
+    count: int = 0
+    serving_generation: int = 0  # generation of the instances serving now (0 = none)
+    warmup_ms: float = 0.0
+    rss_bytes: int = 0  # memory its instances took at load: the worker's resident set after - before
+    device_bytes: int = 0  # and GPU memory, where there is a GPU

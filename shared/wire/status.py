@@ -1,0 +1,79 @@
+"""What each service's NATS micro `status` endpoint answers (shared/discovery.py), as JSON: what it
+is doing now. `shoal status` reads these; so can `nats req shoal.status.<service>.<id> ''`."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class GatewayStatus(msgspec.Struct):
+    http: str  # address:port
+    grpc: str  # address:port, or "off"
+    models: int  # models this gateway knows
+    requests_in_flight: int
+    shm_regions: int  # registered shared-memory regions
+
+
+class QueueStatus(msgspec.Struct):
+    queued: int  # requests not started yet
+    free_credits: int  # instance credits the queue may send a batch on now
+    running_batches: int
+
+
+class SlotStatus(msgspec.Struct):
+    """How a sequence-batched model version's slots are used."""
+
+    instances: int
+    free_slots: int
+    bound: int  # sequences holding a slot
+    live: int  # sequences that started and did not end
+    backlog: int  # sequences waiting for a slot
+    reserved: int  # slots held for a sequence another replica hands over
+
+
+class SchedulerStatus(msgspec.Struct):
+    queues: dict[str, QueueStatus]  # "model/version" ->
+    sequences: dict[str, SlotStatus]  # "model/version" -> (sequence-batched ones)
+    workers: list[str]  # workers seen beating
+    probed_workers: list[str]  # those NATS would show gone at once (shared/liveness.py)
+    owned: list[str]  # models whose lease this replica holds
+    handing_over: dict[str, str]  # "model/version" -> "overlap" or "final": sequences it still serves
+
+
+class InstanceStatus(msgspec.Struct):
+    name: str  # Triton's instance name
+    kind: str  # KIND_CPU, KIND_GPU
+    device: int
+    executions: int  # batches run
+
+
+class HostedStatus(msgspec.Struct):
+    """One model version a worker hosts."""
+
+    generation: int
+    instances: int
+    busy_instances: int
+    rss_bytes: int  # what its instances took at load (shared/memory.py)
+    device_bytes: int
+    instance_list: list[InstanceStatus]
+
+
+class WorkerStatus(msgspec.Struct):
+    budget_bytes: int  # --model-memory-budget (0: none)
+    max_models: int  # --max-loaded-models (0: no limit)
+    models: dict[str, HostedStatus]  # "model/version" ->
+
+
+class RepositoryStatus(msgspec.Struct):
+    repository: str  # its root directory
+    mode: str  # --model-control-mode
+    models: dict[str, dict[str, str]]  # model -> version -> state
+
+
+Status = GatewayStatus | SchedulerStatus | WorkerStatus | RepositoryStatus
+KINDS: dict[str, type[Status]] = {
+    "gateway": GatewayStatus,
+    "scheduler": SchedulerStatus,
+    "worker": WorkerStatus,
+    "repository": RepositoryStatus,
+}
