@@ -18,12 +18,12 @@ import rapidjson
 
 from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
 from inference.validation import check_shape
+from services.gateway.http.json_data import json_tensor_bytes
 from shared.datatypes import (
     DATATYPES,
     element_count,
     element_size,
     numpy_dtype,
-    serialize_bytes,
 )
 from shared.errors import ShoalError, internal, invalid, unsupported
 from shared.model_config import ModelSpec
@@ -312,61 +312,6 @@ def _parse_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTensor
             raise invalid(f"unexpected size for input '{name}', expecting {size} additional bytes")
         return InputTensor(name, datatype, shape, binary[offset : offset + size], params), offset + size
     return InputTensor(name, datatype, shape, json_tensor_bytes(name, datatype, shape, raw["data"]), params), offset
-
-
-def _flatten(data: Any, out: list) -> None:
-    if isinstance(data, list):
-        for item in data:
-            _flatten(item, out)
-    else:
-        out.append(data)
-
-
-def json_tensor_bytes(name: str, datatype: str, shape: list[int], data: Any) -> bytes:
-    """A JSON `data` array (flat or nested, row-major) -> wire bytes, checked against `shape`.
-
-    Texts as Triton's ReadDataFromJson: a wrong element count is a 400; an element of the
-    wrong JSON kind is its JSON helper's INTERNAL error (500, Shoal's documented choice)."""
-    if datatype in ("FP16", "BF16"):
-        raise invalid(
-            f"receiving {datatype} data via JSON is not supported. Please use the binary data format for input {name}"
-        )
-    if not isinstance(data, list):
-        raise _json_error("data", "attempt to access JSON non-array as array")
-    flat: list = []
-    _flatten(data, flat)
-    if datatype == "BYTES":
-        if not all(isinstance(v, str) for v in flat):
-            raise internal("Unable to parse JSON bytes array: attempt to access JSON non-string as string")
-    elif datatype == "BOOL":
-        if not all(isinstance(v, bool) for v in flat):
-            raise _json_error("data", "attempt to access JSON non-boolean as boolean")
-    elif datatype.startswith("UINT"):
-        if not all(_is_int(v) and 0 <= v < 2**64 for v in flat):
-            raise _json_error("data", "attempt to access JSON non-unsigned-integer as unsigned-integer")
-    elif datatype.startswith("INT"):
-        if not all(_is_int(v) and -(2**63) <= v < 2**63 for v in flat):
-            raise _json_error("data", "attempt to access JSON non-signed-integer as signed-integer")
-    elif not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat):
-        raise _json_error("data", "attempt to access JSON non-number as double")
-    expected = element_count(shape)
-    if len(flat) < expected:  # Triton's check after reading (ReadDataFromJson)
-        raise invalid("Failed to parse 'data' field: shape does not match true shape")
-    if len(flat) > expected:  # Triton's check while reading, one element past the shape
-        raise invalid("Unable to parse 'data': Shape does not match true shape of 'data' field")
-    if datatype == "BYTES":
-        array = np.empty(len(flat), dtype=object)
-        array[:] = [v.encode("utf-8", errors="surrogateescape") for v in flat]
-        return serialize_bytes(array)
-    # As Triton, integers are read as 64-bit and narrowed (wrapping), floats read as doubles.
-    wide = np.uint64 if datatype.startswith("UINT") else np.int64 if datatype.startswith("INT") else None
-    if wide is not None:
-        return np.array(flat, dtype=wide).astype(numpy_dtype(datatype)).tobytes()
-    return np.array(flat, dtype=np.float64 if datatype != "BOOL" else np.bool_).astype(numpy_dtype(datatype)).tobytes()
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _parse_output(raw: Any) -> RequestedOutput:

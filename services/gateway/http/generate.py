@@ -12,7 +12,8 @@ from typing import Any
 import orjson
 
 from inference.types import InputTensor, OutputTensor, ParsedRequest
-from services.gateway.http.codec import json_tensor_bytes, json_values
+from services.gateway.http.codec import json_values
+from services.gateway.http.json_data import json_tensor_bytes
 from shared.errors import invalid
 from shared.model_config import ModelSpec, TensorSpec
 
