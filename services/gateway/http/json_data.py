@@ -79,7 +79,8 @@ def _leaves(data: list[Any]) -> list[Any] | None:
     while level and type(level[0]) is list:
         if countOf(map(type, level), list) != len(level):
             return None
-        level = list(chain.from_iterable(level))
+        # one row (a batch of 1, the common request) needs no copy
+        level = level[0] if len(level) == 1 else list(chain.from_iterable(level))
     return level
 
 
