@@ -207,8 +207,12 @@ def write_repository(root: Path) -> Path:
     return root
 
 
-def run(seconds: float, clients: int = 6, timeout_s: float = 10.0, workers: int = 2) -> dict:
-    workdir = Path(tempfile.mkdtemp(prefix="shoal-soak-"))
+def run(
+    seconds: float, clients: int = 6, timeout_s: float = 10.0, workers: int = 2, workdir: Path | None = None
+) -> dict:
+    """`workdir`: where the repository and the serve's logs go (a new temporary directory, kept for
+    reading the logs, when none is given)."""
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="shoal-soak-"))
     models = write_repository(workdir / "models")
     args = [
         f"--model-repository={models}",
@@ -226,8 +230,17 @@ def run(seconds: float, clients: int = 6, timeout_s: float = 10.0, workers: int 
     try:
         return _soak(serve.start(), seconds, clients, timeout_s, grpc_port, started_wall)
     finally:
-        if serve.process is not None and serve.process.poll() is None:
-            serve.kill_tree()
+        _stop(serve)
+
+
+def _stop(serve: Serve) -> None:
+    """A clean stop, so that its scratch directories go with it (shared/scratch.py)."""
+    if serve.process is None or serve.process.poll() is not None:
+        return
+    try:
+        serve.terminate(60)
+    except AssertionError:  # SIGKILLed then: its children die with it (shared/lifeline.py)
+        pass
 
 
 def _soak(serve: Serve, seconds: float, clients: int, timeout_s: float, grpc_port: int, started_wall: float) -> dict:

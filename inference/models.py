@@ -70,9 +70,9 @@ class ModelRegistry:
                 if decoupled != spec.decoupled:
                     self.specs[name] = dataclasses.replace(spec, decoupled=decoupled)
 
-    async def seen(self, revision: int, timeout: float = 10.0) -> None:
-        """Wait until this gateway has every record up to the repository's KV `revision`."""
-        await self.revisions.seen(revision, timeout)
+    async def seen(self, revision: int, timeout: float = 10.0) -> bool:
+        """Wait until this gateway has every record up to the repository's KV `revision`; whether it has."""
+        return await self.revisions.seen(revision, timeout)
 
     def ready_versions(self, name: str) -> tuple[int, ...]:
         """The model's READY versions, oldest first (kept until a record changes: every request asks)."""

@@ -12,14 +12,13 @@ import shutil
 import socket
 import subprocess
 import sysconfig
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from shared import lifeline
+from shared import lifeline, scratch
 
 _handed_out: set[int] = set()  # ports this process was given: the kernel may offer a closed one again
 
@@ -92,7 +91,7 @@ class NatsServer:
         self.port = port or free_port()
         self.monitor_port = monitor_port or free_port()
         self.max_payload = max_payload
-        self.store_dir = store_dir or tempfile.mkdtemp(prefix="shoal-nats-")
+        self.store_dir = store_dir or str(scratch.make("shoal-nats-"))
         self.name = name
         self.route_port = route_port
         self.routes = routes or []

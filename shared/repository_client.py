@@ -6,9 +6,11 @@ from __future__ import annotations
 import msgspec
 from nats.aio.client import Client as NATS
 
+from shared import bus
 from shared.errors import Code, ShoalError, unavailable
-from shared.wire.control import DemandRequest, LoadRequest, RepositoryDone, UnloadRequest
-from shared.wire.messages import ErrorReply
+from shared.wire import subjects
+from shared.wire.control import DemandRequest, LoadRequest, RepositoryDone, RevisionSeen, RevisionWanted, UnloadRequest
+from shared.wire.messages import ErrorReply, encode
 
 RepositoryRequest = LoadRequest | UnloadRequest | DemandRequest
 
@@ -23,3 +25,24 @@ async def repository_call(nc: NATS, subject: str, request: RepositoryRequest, ti
         error = msgspec.msgpack.decode(reply.data, type=ErrorReply)
         raise ShoalError(error.error, Code(error.code))
     return msgspec.json.decode(reply.data, type=RepositoryDone).revision
+
+
+async def gateways_have(nc: NATS, revision: int, timeout: float) -> bool:
+    """Wait (at most `timeout` seconds) until every gateway's view of the models bucket has
+    `revision`; whether all of them say so (no gateway running: True). For a loader that is not a
+    gateway (services/gateway/seen.py)."""
+    gateways = len(await bus.gather(nc, f"$SRV.PING.{subjects.GATEWAY_SERVICE}", timeout=min(timeout, 2.0), settle=0.1))
+    if not gateways:
+        return True
+    wanted = encode(RevisionWanted(revision, timeout))
+    # each gateway answers when its view arrives: wait for all of them, not for a quiet moment
+    replies = await bus.gather(
+        nc, subjects.GATEWAY_SEEN, wanted, expected=gateways, timeout=timeout + 1, settle=timeout + 1
+    )
+    seen = []
+    for reply in replies:
+        try:
+            seen.append(msgspec.msgpack.decode(reply, type=RevisionSeen).seen)
+        except msgspec.DecodeError:
+            seen.append(False)
+    return len(seen) >= gateways and all(seen)

@@ -113,6 +113,14 @@ class ModelManager:
         for stale in self._stale_dirs.pop(name, []):
             overrides.remove_override_dir(stale)
 
+    def remove_override_dirs(self) -> None:
+        """At stop: every override directory of this run. Its records go too (the next repository
+        deletes a previous run's), so no worker loads from them again."""
+        for name in list(self._stale_dirs):
+            self._drop_stale_dirs(name)
+        while self.override_dirs:
+            overrides.remove_override_dir(self.override_dirs.popitem()[1])
+
     @property
     def on_demand(self) -> bool:
         return self.settings.model_control_mode == "on-demand"

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 
+from shared import scratch
 from shared.errors import ShoalError, internal, invalid
 from shared.paths import inside
 
@@ -29,7 +29,7 @@ def poll_failed(name: str, reason: str) -> ShoalError:
 
 
 def write_override_dir(name: str, files: dict[str, bytes]) -> Path:
-    root = Path(tempfile.mkdtemp(prefix=f"shoal-override-{name}-"))
+    root = scratch.make("shoal-override-", name)
     model_dir = root / name
     model_dir.mkdir()
     try:

@@ -110,6 +110,7 @@ class RepositoryService:
         self.liveness.stop()
         for task in self._tasks:
             task.cancel()
+        self.manager.remove_override_dirs()
 
     @staticmethod
     async def _keys(kv) -> list[str]:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import tempfile
+import shutil
 from typing import Any
 
+from shared import scratch
 from shared.natsserver import NatsServer
 from shoal.cli import parse_serve, serve_parser
 from shoal.ports import busy_endpoint
@@ -51,11 +52,11 @@ def _parse(argv: list[str]):
 
 class EmbeddedCluster:
     def __init__(self, config: Any) -> None:
-        self.workspace: tempfile.TemporaryDirectory | None = None
+        self.workspace: pathlib.Path | None = None  # the model store, when the script names none
         repository = config.model_repository
         if repository is None:
-            self.workspace = tempfile.TemporaryDirectory(prefix="shoal-pytriton-")
-            repository = self.workspace.name
+            self.workspace = scratch.make("shoal-pytriton-")
+            repository = str(self.workspace)
         self.args = _parse([*serve_flags(config), f"--model-repository={repository}", "--model-control-mode=explicit"])
         self.nats: NatsServer | None = None
         self.cluster: Cluster | None = None
@@ -95,5 +96,5 @@ class EmbeddedCluster:
             if self.nats is not None:
                 self.nats.stop()
             if self.workspace is not None:
-                self.workspace.cleanup()
+                shutil.rmtree(self.workspace, ignore_errors=True)
             self.cluster = self.nats = None

@@ -10,8 +10,8 @@ from benchmarks.soak import run
 
 
 @pytest.mark.timeout(420)
-def test_a_minute_of_chaos():
-    summary = run(60)
+def test_a_minute_of_chaos(tmp_path):
+    summary = run(60, workdir=tmp_path)
     print(summary)
     assert summary["hung"] == 0, summary
     assert summary["succeeded"] > 0 and summary["failed_clear"] == summary["sent"] - summary["succeeded"], summary

@@ -1,5 +1,6 @@
 """`shoal serve` takes every child with it, even when it is SIGKILLed, and a new one starts on
-the same ports; a stop finishes within --exit-timeout-secs (docs/reliability.md)."""
+the same ports and removes what the killed one left in the temporary directory (shared/scratch.py);
+a stop finishes within --exit-timeout-secs (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,11 @@ def infer_mlp(url: str) -> None:
 
 
 @pytest.mark.timeout(400)
-def test_sigkill_of_the_supervisor_leaves_no_process_and_no_port(tmp_path):
+def test_sigkill_of_the_supervisor_leaves_no_process_and_no_port(tmp_path, monkeypatch):
     models = repository(tmp_path / "models")
+    scratch = tmp_path / "tmp"  # the services' temporary directory, to see what they leave there
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
     serve = Serve(tmp_path / "run", [f"--model-repository={models}", "--exit-timeout-secs=10"]).start()
     second = None
     try:
@@ -43,6 +47,7 @@ def test_sigkill_of_the_supervisor_leaves_no_process_and_no_port(tmp_path):
         serve.process.wait()
         wait_until(lambda: not [pid for pid in tree if alive(pid)], 15, "children outlived their supervisor")
         wait_until(lambda: not [p for p in ports if listening(p)], 15, "ports still listening")
+        (killed,) = scratch.glob("shoal-nats-*")  # its JetStream store: nobody left to remove it
         # the next `shoal serve` gets the same HTTP, metrics and monitoring ports
         second = Serve(
             tmp_path / "run2",
@@ -53,10 +58,12 @@ def test_sigkill_of_the_supervisor_leaves_no_process_and_no_port(tmp_path):
             grpc_port=serve.grpc_port,
         ).start()
         infer_mlp(second.url)
+        assert not killed.exists() and len(list(scratch.glob("shoal-nats-*"))) == 1
         tree = second.tree()
         assert second.terminate(10 + 5) <= 10 + 5
         assert second.process.returncode == 0
         wait_until(lambda: not [pid for pid in tree if alive(pid)], 10, "children outlived a clean stop")
+        assert list(scratch.glob("shoal-*")) == []
     finally:
         for running in (serve, second):
             if running is not None and running.process.poll() is None:

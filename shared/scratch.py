@@ -1,0 +1,72 @@
+"""Scratch directories in the system's temporary directory that a crash leaves behind only until
+the next start.
+
+The process that makes one writes who it is into it (its pid and start time, so that a reused pid
+does not pass for it). Making one of a kind first removes the directories of that kind whose maker
+is gone: a SIGKILLed `shoal serve` or PyTriton script leaves its nats-server's JetStream store
+(`shoal-nats-*`) and its repository's override files (`shoal-override-*`) behind until the next one
+starts, instead of for good. Directories without the owner file (made by an older Shoal, or being
+made right now) are never touched, nor are those of another user's processes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+OWNER = ".shoal-owner"
+
+
+def make(kind: str, label: str = "") -> Path:
+    """A new directory `<tmp>/<kind><label>-XXXXXXXX`, after removing the abandoned ones of `kind`."""
+    sweep(kind)
+    path = Path(tempfile.mkdtemp(prefix=f"{kind}{label}-" if label else kind))
+    (path / OWNER).write_text(identity(os.getpid()) or "")
+    return path
+
+
+def sweep(kind: str) -> list[Path]:
+    """Remove the directories of `kind` whose maker no longer runs; returns them."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{kind}*"):
+        if abandoned(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def abandoned(path: Path) -> bool:
+    try:
+        owner = (path / OWNER).read_text().strip()
+        pid = int(owner.split()[0])
+    except (OSError, ValueError, IndexError):  # no owner file (yet), not ours to read, not a directory
+        return False
+    now = identity(pid)
+    return now is None or now != owner
+
+
+def identity(pid: int) -> str | None:
+    """`"<pid> <start time>"` of a running process; None when none runs with that pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None  # Linux: no such process
+        return _alive_elsewhere(pid)
+    except OSError:
+        return _alive_elsewhere(pid)
+    # the command name in parentheses may hold spaces: count the fields after its last ')'
+    return f"{pid} {stat.rsplit(')', 1)[1].split()[19]}"
+
+
+def _alive_elsewhere(pid: int) -> str | None:
+    """Without /proc (macOS): the pid alone, when a process has it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # someone else's: alive
+    return str(pid)
