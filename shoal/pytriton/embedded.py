@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import shutil
+import weakref
 from typing import Any
 
 from shared import scratch
@@ -57,6 +58,8 @@ class EmbeddedCluster:
         if repository is None:
             self.workspace = scratch.make("shoal-pytriton-")
             repository = str(self.workspace)
+            # removed at stop, or when this object goes or the interpreter exits without a stop
+            self._remove_workspace = weakref.finalize(self, shutil.rmtree, self.workspace, ignore_errors=True)
         self.args = _parse([*serve_flags(config), f"--model-repository={repository}", "--model-control-mode=explicit"])
         self.nats: NatsServer | None = None
         self.cluster: Cluster | None = None
@@ -96,5 +99,5 @@ class EmbeddedCluster:
             if self.nats is not None:
                 self.nats.stop()
             if self.workspace is not None:
-                shutil.rmtree(self.workspace, ignore_errors=True)
+                self._remove_workspace()
             self.cluster = self.nats = None
