@@ -3,6 +3,8 @@ models through `pb_utils.load_model`, PyTriton processes)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 from nats.aio.client import Client as NATS
 
@@ -28,21 +30,28 @@ async def repository_call(nc: NATS, subject: str, request: RepositoryRequest, ti
 
 
 async def gateways_have(nc: NATS, revision: int, timeout: float) -> bool:
-    """Wait (at most `timeout` seconds) until every gateway's view of the models bucket has
+    """Wait (at most about `timeout` seconds) until every gateway's view of the models bucket has
     `revision`; whether all of them say so (no gateway running: True). For a loader that is not a
     gateway (services/gateway/seen.py)."""
-    gateways = len(await bus.gather(nc, f"$SRV.PING.{subjects.GATEWAY_SERVICE}", timeout=min(timeout, 2.0), settle=0.1))
-    if not gateways:
+    # a quiet half second after the last gateway's answer: a loaded gateway answers late, and one
+    # not counted here would not be waited for
+    pings = await bus.gather(nc, f"$SRV.PING.{subjects.GATEWAY_SERVICE}", timeout=min(timeout, 2.0), settle=0.5)
+    if not pings:
         return True
     wanted = encode(RevisionWanted(revision, timeout))
-    # each gateway answers when its view arrives: wait for all of them, not for a quiet moment
-    replies = await bus.gather(
-        nc, subjects.GATEWAY_SEEN, wanted, expected=gateways, timeout=timeout + 1, settle=timeout + 1
-    )
-    seen = []
-    for reply in replies:
-        try:
-            seen.append(msgspec.msgpack.decode(reply, type=RevisionSeen).seen)
-        except msgspec.DecodeError:
-            seen.append(False)
-    return len(seen) >= gateways and all(seen)
+    try:
+        # each gateway answers when its view arrives: wait for all of them, not for a quiet moment
+        replies = await asyncio.wait_for(
+            bus.gather(nc, subjects.GATEWAY_SEEN, wanted, expected=len(pings), timeout=timeout, settle=timeout),
+            timeout + 1,
+        )
+    except asyncio.TimeoutError:  # a gateway counted above went away without answering
+        return False
+    return len(replies) >= len(pings) and all(map(_seen, replies))
+
+
+def _seen(reply: bytes) -> bool:
+    try:
+        return msgspec.msgpack.decode(reply, type=RevisionSeen).seen
+    except msgspec.DecodeError:
+        return False

@@ -1,18 +1,21 @@
 """Scratch directories in the system's temporary directory that a crash leaves behind only until
 the next start.
 
-The process that makes one writes who it is into it (its pid and start time, so that a reused pid
-does not pass for it). Making one of a kind first removes the directories of that kind whose maker
-is gone: a SIGKILLed `shoal serve` or PyTriton script leaves its nats-server's JetStream store
+The process that makes one writes who it is into it: its pid and start time (so that a reused pid
+does not pass for it), and where that pid means something: the boot, the pid namespace and the host.
+Making one of a kind first removes the directories of that kind whose maker is gone: a SIGKILLed `shoal serve` or PyTriton script leaves its nats-server's JetStream store
 (`shoal-nats-*`) and its repository's override files (`shoal-override-*`) behind until the next one
 starts, instead of for good. Directories without the owner file (made by an older Shoal, or being
-made right now) are never touched, nor are those of another user's processes.
+made right now) are never touched, nor are those of another user's processes, nor those made in
+another pid namespace, boot or host sharing the directory (containers sharing /tmp, a shared
+$TMPDIR): a pid there says nothing about the process here.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
@@ -23,7 +26,9 @@ def make(kind: str, label: str = "") -> Path:
     """A new directory `<tmp>/<kind><label>-XXXXXXXX`, after removing the abandoned ones of `kind`."""
     sweep(kind)
     path = Path(tempfile.mkdtemp(prefix=f"{kind}{label}-" if label else kind))
-    (path / OWNER).write_text(identity(os.getpid()) or "")
+    written = path / f"{OWNER}.new"
+    written.write_text(f"{identity(os.getpid()) or os.getpid()}\n{_where()}\n")
+    os.replace(written, path / OWNER)  # a sweeper reads the whole owner or none
     return path
 
 
@@ -39,12 +44,24 @@ def sweep(kind: str) -> list[Path]:
 
 def abandoned(path: Path) -> bool:
     try:
-        owner = (path / OWNER).read_text().strip()
+        owner, where = (path / OWNER).read_text().splitlines()
         pid = int(owner.split()[0])
     except (OSError, ValueError, IndexError):  # no owner file (yet), not ours to read, not a directory
         return False
+    if where != _where():  # its pid is another namespace's, boot's or host's: no judging it from here
+        return False
     now = identity(pid)
     return now is None or now != owner
+
+
+def _where() -> str:
+    """This process's boot, pid namespace and host: where a pid names the same process."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        boot = namespace = ""
+    return f"{boot} {namespace} {socket.gethostname()}"
 
 
 def identity(pid: int) -> str | None:

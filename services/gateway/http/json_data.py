@@ -61,6 +61,8 @@ def _fast_bytes(datatype: str, count: int, data: list[Any]) -> bytes | None:
     values = _leaves(data)
     if kinds is None or values is None or len(values) != count or not _all_of(values, kinds):
         return None
+    if datatype in _UNSIGNED and values and min(values) < 0:
+        return None  # numpy 1.x wraps a negative into uint64 (2.x raises): the checked path refuses it
     try:
         if datatype == "BYTES":
             return _bytes_elements(values)
