@@ -74,7 +74,14 @@ class InferenceCore:
     async def load_on_demand(
         self, model: str, version: str, missing: ShoalError, timeout_s: float | None = None
     ) -> tuple[ModelSpec, int]:
-        """A model `resolve` refused (`missing`): loaded now when it loads on demand, else `missing`."""
+        """A model `resolve` refused (`missing`): resolved once this gateway's view of the models has
+        caught up with the bucket (loaded a moment ago elsewhere), loaded now when it loads on
+        demand, else `missing`."""
+        if await self.registry.caught_up():
+            try:
+                return self.registry.resolve(model, version)
+            except ShoalError as still:
+                missing = still
         if self.demand is None:
             raise missing
         return await self.demand.resolve(model, version, missing, timeout_s)

@@ -8,6 +8,7 @@ import logging
 
 import msgspec
 from nats.aio.client import Client as NATS
+from nats.js.kv import KeyValue
 
 from shared import bus
 from shared.ensemble_graph import is_decoupled, is_ensemble
@@ -27,23 +28,35 @@ class ModelRegistry:
         self.specs: dict[str, ModelSpec] = {}
         self.synced = asyncio.Event()
         self.revisions = Revisions()
+        self.kv: KeyValue | None = None  # the models bucket this view follows
         self._task: asyncio.Task | None = None
         self._ready: dict[str, tuple[int, ...]] = {}  # name -> READY versions, until a record changes
 
     async def start(self, nc: NATS) -> None:
-        kv = await bus.bucket(nc, subjects.MODELS_BUCKET)
-        self._task = asyncio.create_task(self._watch(nc, kv))
+        self.kv = await bus.bucket(nc, subjects.MODELS_BUCKET)
+        self._task = asyncio.create_task(self._watch(nc, self.kv))
 
     async def stop(self) -> None:
         if self._task:
             self._task.cancel()
 
-    async def _watch(self, nc: NATS, kv) -> None:
+    async def _watch(self, nc: NATS, kv: KeyValue) -> None:
         async for change in bus.watch(nc, kv):
             if change.key:
-                self._apply(subjects.untoken(change.key), change.value)
-                self.revisions.advance(change.revision)
+                self.apply(subjects.untoken(change.key), change.value, change.revision)
             self.synced.set()
+
+    async def caught_up(self) -> bool:
+        """Whether this view moved on after waiting (briefly) for the bucket's newest revision: a
+        request for a model it does not know asks before its answer is "no such model", since the
+        model may have been loaded a moment ago by another process (a PyTriton script, a python
+        model, another gateway's client) whose record this watch has not delivered yet."""
+        return self.kv is not None and await self.revisions.catch_up(self.kv)
+
+    def apply(self, name: str, value: bytes | None, revision: int) -> None:
+        """The watch's record of `name` at `revision` (None: deleted)."""
+        self._apply(name, value)
+        self.revisions.advance(revision)
 
     def _apply(self, name: str, value: bytes | None) -> None:
         self._ready.clear()

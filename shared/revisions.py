@@ -9,6 +9,12 @@ wrote: whoever knows the revision it needs waits here for its watch to reach it.
 from __future__ import annotations
 
 import asyncio
+import logging
+
+from nats.js.kv import KeyValue
+
+log = logging.getLogger(__name__)
+CATCH_UP_S = 2.0  # a watch lags by milliseconds; past this the view's own answer stands
 
 
 class Revisions:
@@ -36,3 +42,19 @@ class Revisions:
             except asyncio.TimeoutError:
                 return False
         return True
+
+    async def catch_up(self, kv: KeyValue, timeout: float = CATCH_UP_S) -> bool:
+        """Wait (at most `timeout` seconds) for this view to reach `kv`'s newest revision: whether
+        it moved on meanwhile. For a view about to answer "no such model" that may only be behind
+        (a model loaded a moment ago by another process): one bucket status request, no wait when
+        the view is current."""
+        before = self.latest
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            status = await asyncio.wait_for(kv.status(), timeout)
+        except Exception as exc:  # the bus is away or slow: the view's own answer stands
+            log.debug("models bucket status: %s", exc)
+            return False
+        await self.seen(status.stream_info.state.last_seq or 0, max(0.0, deadline - loop.time()))
+        return self.latest > before

@@ -29,7 +29,6 @@ from services.gateway.metrics import models as model_metrics
 from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
 from services.gateway.metrics.quantiles import parse_quantiles
-from services.gateway.seen import SeenAnswers
 from services.scheduler.cohosted import CoHosted
 from shared import bus, discovery
 from shared.dispatch import Dispatcher
@@ -95,7 +94,6 @@ class GatewayService:
             settings.log_verbose,
         )
         self.custom = CustomMetrics()
-        self.seen = SeenAnswers(nc, self.registry)
         self.listeners = Listeners(settings.exit_timeout_s)
         self._micro: MicroService | None = None
         # under shoal serve, the supervisor says what started
@@ -131,7 +129,6 @@ class GatewayService:
     async def start(self) -> None:
         await self.store.start()
         await self.registry.start(self.nc)
-        await self.seen.start()
         await self.dispatcher.start()
         if self.scheduler is not None:  # after the dispatcher: the batches it sends complete on the dispatcher's inbox
             await self.scheduler.start()
@@ -147,7 +144,6 @@ class GatewayService:
         if self.scheduler is not None:  # after the listeners: their in-flight requests were answered
             await self.scheduler.stop()
         await self.shm.stop()
-        await self.seen.stop()
         await self.registry.stop()
         await self.store.close()
 

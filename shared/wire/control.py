@@ -83,21 +83,6 @@ class RepositoryIndex(msgspec.Struct):
     models: list[IndexEntry]
 
 
-class RevisionWanted(msgspec.Struct):
-    """-> every gateway: answer with a `RevisionSeen` once your view of the models bucket has
-    `revision` (a load's), or after `timeout_s`: a loader that is not a gateway (a PyTriton process)
-    returns once the clients of every gateway can reach what it loaded."""
-
-    revision: int
-    timeout_s: float = 10.0
-
-
-class RevisionSeen(msgspec.Struct):
-    """Gateway -> the asker of a `RevisionWanted`: whether its view reached the revision in time."""
-
-    seen: bool
-
-
 class ModelUsage(msgspec.Struct):
     """Whether a model is in use (a request waits or runs, a sequence holds a slot), and when a
     request of it last completed (wall-clock ms, 0: none yet): what on-demand eviction weighs."""

@@ -38,9 +38,6 @@ REPOSITORY_UNLOAD = f"{PREFIX}.repository.unload"
 REPOSITORY_DEMAND = f"{PREFIX}.repository.demand"  # on-demand mode: load this model for a waiting request
 REPOSITORY_MODELS = f"{PREFIX}.repository.models"  # on-demand figures for /metrics: memory, evictions, loads
 SCHEDULER_USAGE = f"{PREFIX}.sched.usage"  # which models requests wait on, run on or hold a sequence on
-# -> every gateway: answer once your view of the models bucket has this revision (a PyTriton load)
-GATEWAY_SEEN = f"{PREFIX}.gateway.seen"
-GATEWAY_SERVICE = "shoal-gateway"  # the gateways' NATS micro name: `$SRV.PING.shoal-gateway` counts them
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 

@@ -30,7 +30,7 @@ from services.worker.python.callables import IN_PROCESS, InProcessModels
 from services.worker.service import WorkerService
 from shared import bus
 from shared.errors import Code, ShoalError
-from shared.repository_client import gateways_have, repository_call
+from shared.repository_client import repository_call
 from shared.settings import WorkerSettings
 from shared.wire import subjects
 from shared.wire.control import LoadRequest, UnloadRequest
@@ -136,15 +136,9 @@ class InProcessWorker:
             f"file:{binding.version}/model.py": base64.b64encode(PLACEHOLDER.encode()).decode(),
         }
         request = LoadRequest(binding.name, parameters)
-        revision = await repository_call(
-            self.nc, subjects.REPOSITORY_LOAD, request, max(1.0, deadline - time.monotonic())
-        )
+        await repository_call(self.nc, subjects.REPOSITORY_LOAD, request, max(1.0, deadline - time.monotonic()))
         if not await self._wait_serving(binding.name, binding.version, deadline):
             raise ShoalError(f"model '{binding.name}' did not become ready in {timeout:.0f}s", Code.UNAVAILABLE)
-        # as PyTriton's against Triton, `run()` returns once clients can reach the model: every
-        # gateway's view of the models must have the load (a gateway learns it from a KV watch)
-        if not await gateways_have(self.nc, revision, max(1.0, deadline - time.monotonic())):
-            log.warning("model '%s' is loaded, but not every gateway shows it yet", binding.name)
 
     async def _record(self, name: str) -> ModelRecord | None:
         try:

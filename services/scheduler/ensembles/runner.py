@@ -42,7 +42,7 @@ from shared.ensemble_graph import EnsembleGraph, Step, graph_from_config, is_dec
 from shared.errors import Code, ShoalError
 from shared.logcontext import request_ids
 from shared.model_config import ModelSpec, spec_from_json
-from shared.revisions import Revisions
+from shared.revisions import CATCH_UP_S, Revisions
 from shared.wire import subjects
 from shared.wire.messages import InferRequest, InferResponse, TensorRef, encode
 from shared.wire.records import ModelRecord
@@ -52,7 +52,6 @@ from shared.wire.tensors import TensorStore
 log = logging.getLogger("shoal.scheduler.ensemble")
 _request_decoder = msgspec.msgpack.Decoder(InferRequest)
 
-CATCH_UP_S = 2.0  # a watch lags by milliseconds; past this the view's own answer stands
 
 DEADLOCK = "unexpected deadlock, at least one output is not set while no more ensemble steps can be made"
 
@@ -133,12 +132,7 @@ class EnsembleRunner:
         for this one to reach the bucket's newest revision. Costs nothing when nothing lags."""
         if self._servable(model) or self.models_kv is None:
             return
-        try:
-            status = await self.models_kv.status()
-        except Exception as exc:  # the step fails on this view's records, as before
-            log.debug("models bucket status: %s", exc)
-            return
-        await self.revisions.seen(status.stream_info.state.last_seq or 0, timeout=CATCH_UP_S)
+        await self.revisions.catch_up(self.models_kv, CATCH_UP_S)  # else the step fails on this view
 
     def handles(self, model: str) -> bool:
         return model in self.graphs

@@ -1,0 +1,38 @@
+"""inference/models.py's view of the models bucket (against a real nats-server): a gateway asked for a
+model its view does not have yet, loaded a moment ago by another process, catches up with the bucket
+before it answers "no such model"."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from inference.models import ModelRegistry
+from shared import bus
+from shared.errors import ShoalError
+from shared.wire import subjects
+from shared.wire.messages import encode
+from tests.scheduler.ensembles.test_runner import MEMBER, record
+
+
+async def test_a_view_behind_the_bucket_catches_up_before_it_says_no_such_model(nats_server):
+    nc = await bus.connect(nats_server.url, "test-models-view")
+    try:
+        kv = await bus.bucket(nc, subjects.MODELS_BUCKET)
+        registry = ModelRegistry()
+        registry.kv = kv  # this test plays the watch: it decides when the view applies a record
+        known = record("known", MEMBER)
+        registry.apply("known", encode(known), await bus.put(kv, subjects.model_key("known"), encode(known)))
+        assert not await registry.caught_up()  # current: nothing to wait for, nothing new
+        late = record("late", MEMBER)
+        newest = await bus.put(kv, subjects.model_key("late"), encode(late))  # loaded elsewhere just now
+        with pytest.raises(ShoalError, match="unknown model"):
+            registry.resolve("late")
+        waiting = asyncio.create_task(registry.caught_up())
+        await asyncio.sleep(0)  # let it start: it notes where the view is, then asks the bucket
+        registry.apply("late", encode(late), newest)
+        assert await waiting
+        assert registry.resolve("late")[1] == 1
+    finally:
+        await nc.close()
