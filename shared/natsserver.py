@@ -90,6 +90,7 @@ class NatsServer:
     ) -> None:
         self.port = port or free_port()
         self.monitor_port = monitor_port or free_port()
+        self._chosen = (not port, not monitor_port)  # ports picked here, which start() may pick again
         self.max_payload = max_payload
         self.store_dir = store_dir or str(scratch.make("shoal-nats-"))
         self.name = name
@@ -125,6 +126,27 @@ class NatsServer:
         return "\n".join(lines) + "\n"
 
     def start(self, timeout: float = 15.0) -> NatsServer:
+        """Start and wait for the client port. A port picked here that something else took between
+        the pick and nats-server's bind (another process's connection got it) is picked again."""
+        for attempt in range(3):
+            try:
+                return self._start(timeout)
+            except RuntimeError:
+                if attempt == 2 or not any(self._chosen) or b"address already in use" not in self._log_tail():
+                    raise
+            self.port = free_port() if self._chosen[0] else self.port
+            self.monitor_port = free_port() if self._chosen[1] else self.monitor_port
+        raise AssertionError("unreachable")
+
+    def _log_tail(self) -> bytes:
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(max(0, log.seek(0, 2) - 2048))
+                return log.read()
+        except OSError:
+            return b""
+
+    def _start(self, timeout: float) -> NatsServer:
         path = Path(self.store_dir) / "nats.conf"
         path.write_text(self.config())
         if self._log is not None:  # a restart after a crash
