@@ -71,17 +71,24 @@ class InferenceCore:
         """The model and version a request goes to, or Triton's error for why not."""
         return self.registry.resolve(model, version)
 
+    async def resolve_late(self, model: str, version: str, missing: ShoalError) -> tuple[ModelSpec, int]:
+        """A model `resolve` refused (`missing`): resolved once this gateway's view of the models
+        has caught up with the bucket, else why not. Another process (a PyTriton script, a python
+        model, another gateway's client) may have loaded it a moment ago, and this view is a KV
+        watch that delivers its record a moment later (`ModelRegistry.caught_up`)."""
+        if await self.registry.caught_up():
+            return self.registry.resolve(model, version)
+        raise missing
+
     async def load_on_demand(
         self, model: str, version: str, missing: ShoalError, timeout_s: float | None = None
     ) -> tuple[ModelSpec, int]:
-        """A model `resolve` refused (`missing`): resolved once this gateway's view of the models has
-        caught up with the bucket (loaded a moment ago elsewhere), loaded now when it loads on
+        """A model `resolve` refused (`missing`): `resolve_late`'s, loaded now when it loads on
         demand, else `missing`."""
-        if await self.registry.caught_up():
-            try:
-                return self.registry.resolve(model, version)
-            except ShoalError as still:
-                missing = still
+        try:
+            return await self.resolve_late(model, version, missing)
+        except ShoalError as still:
+            missing = still
         if self.demand is None:
             raise missing
         return await self.demand.resolve(model, version, missing, timeout_s)

@@ -8,11 +8,14 @@ import asyncio
 
 import pytest
 
+from inference.core import InferenceCore
 from inference.models import ModelRegistry
 from shared import bus
-from shared.errors import ShoalError
+from shared.dispatch import Dispatcher
+from shared.errors import ShoalError, not_found
 from shared.wire import subjects
 from shared.wire.messages import encode
+from shared.wire.tensors import TensorStore
 from tests.scheduler.ensembles.test_runner import MEMBER, record
 
 
@@ -27,12 +30,14 @@ async def test_a_view_behind_the_bucket_catches_up_before_it_says_no_such_model(
         assert not await registry.caught_up()  # current: nothing to wait for, nothing new
         late = record("late", MEMBER)
         newest = await bus.put(kv, subjects.model_key("late"), encode(late))  # loaded elsewhere just now
-        with pytest.raises(ShoalError, match="unknown model"):
+        with pytest.raises(ShoalError, match="unknown model") as missing:
             registry.resolve("late")
-        waiting = asyncio.create_task(registry.caught_up())
+        core = InferenceCore(registry, Dispatcher(nc, "gw", TensorStore(nc, "gw")), TensorStore(nc, "gw"), 5.0)
+        waiting = asyncio.create_task(core.resolve_late("late", "", missing.value))  # what infer does on a miss
         await asyncio.sleep(0)  # let it start: it notes where the view is, then asks the bucket
         registry.apply("late", encode(late), newest)
-        assert await waiting
-        assert registry.resolve("late")[1] == 1
+        assert (await waiting)[1] == 1
+        with pytest.raises(ShoalError, match="'nowhere' is not found"):  # really unknown: the view's answer
+            await core.resolve_late("nowhere", "", not_found("Request for unknown model: 'nowhere' is not found"))
     finally:
         await nc.close()

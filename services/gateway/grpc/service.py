@@ -173,7 +173,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
             return self.core.resolve(request.model_name, version)
         except ShoalError as exc:
             if not self.core.loads_on_demand(request.model_name):
-                raise
+                return await self.core.resolve_late(request.model_name, version, exc)
             timeout = request.parameters["timeout"].int64_param if "timeout" in request.parameters else None
             return await self.core.load_on_demand(
                 request.model_name, version, exc, request_timeout_s({"timeout": timeout})

@@ -40,6 +40,8 @@ async def infer(
     """One inference: request bytes and headers in, response bytes and headers out."""
     started = time.monotonic_ns()
     found = _resolve(core, model, version)
+    if not isinstance(found, tuple) and not core.loads_on_demand(model):
+        found = await core.resolve_late(model, version, found)  # raises unless this view was behind
     body = codec.decompress(body, headers.get("content-encoding"), limit)
     header_length = headers.get("inference-header-content-length")
     # Triton's header length defaults to the body's: an empty body is raw binary, as a 0 header says
@@ -66,12 +68,10 @@ async def infer(
 
 
 def _resolve(core: InferenceCore, model: str, version: str) -> tuple[ModelSpec, int] | ShoalError:
-    """The model, or why not when a request for it loads it (its error raises otherwise)."""
+    """The model, or why not (no exception raised on the way: the common case costs nothing)."""
     try:
         return core.resolve(model, version)
     except ShoalError as exc:
-        if not core.loads_on_demand(model):
-            raise
         return exc
 
 
