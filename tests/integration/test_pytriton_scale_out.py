@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pytest
@@ -34,12 +35,16 @@ def cluster(tmp_path: Path) -> Iterator[Running]:
         yield running
 
 
+_LOGS: dict[int, IO[str]] = {}  # a script's pid -> its output
+
+
 @contextlib.contextmanager
 def server(nats_url: str) -> Iterator[subprocess.Popen]:
     log = tempfile.TemporaryFile("w+")
     process = subprocess.Popen(
         [sys.executable, str(SCRIPT), "--nats-url", nats_url], stdout=log, stderr=subprocess.STDOUT, env=os.environ
     )
+    _LOGS[process.pid] = log
     try:
         yield process
     finally:
@@ -47,6 +52,20 @@ def server(nats_url: str) -> Iterator[subprocess.Popen]:
             process.kill()
             process.wait()
         log.close()
+        del _LOGS[process.pid]
+
+
+def serving(process: subprocess.Popen, timeout: float = 60) -> None:
+    """Until the script says it serves: past `bind()`, into `serve()`, which handles SIGINT. Its
+    instances answer a moment before that: a SIGINT then is a KeyboardInterrupt inside `bind()`."""
+    log = _LOGS[process.pid]
+    deadline = time.monotonic() + timeout
+    while True:
+        log.seek(0)
+        if "serving Square" in log.read():
+            return
+        assert process.poll() is None and time.monotonic() < deadline, "the script never said it serves"
+        time.sleep(0.05)
 
 
 def wait_workers(url: str, count: int, timeout: float = 120) -> None:
@@ -96,10 +115,12 @@ def test_two_processes_share_the_model_and_one_leaves_cleanly(cluster: Running):
         wait_workers(cluster.url, 2)
         pids = {pid for pid, _ in infer_many(cluster.url, 64)}
         assert pids <= {first.pid, second.pid}
+        serving(second)
         second.send_signal(signal.SIGINT)  # leaves: withdraws its instances, the model stays
         assert second.wait(60) == 0
         results = infer_many(cluster.url, 32)
         assert {pid for pid, _ in results} == {first.pid}
+        serving(first)
         first.send_signal(signal.SIGINT)  # the last one: unloads the model
         assert first.wait(60) == 0
     client = httpclient.InferenceServerClient(cluster.url)
