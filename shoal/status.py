@@ -132,8 +132,9 @@ async def _status(nc: Any, service: dict[str, Any]) -> dict[str, Any]:
 
 def describe(service: dict[str, Any]) -> str:
     kind = service["name"].removeprefix("shoal-")
-    if "error" in service.get("status", {}) or kind not in KINDS:
-        return json.dumps(service.get("status", {}))
+    shown = service.get("status") or {}
+    if not shown or "error" in shown or kind not in KINDS:  # no status endpoint, or no answer from it
+        return json.dumps(shown)
     status = msgspec.convert(service["status"], KINDS[kind])
     if isinstance(status, GatewayStatus):
         return f"http {status.http}, {status.models} model(s), {status.requests_in_flight} request(s) in flight"

@@ -47,3 +47,4 @@ def test_each_kind_in_a_line():
 def test_an_unreadable_status_is_shown_as_it_came():
     assert describe({"name": "shoal-worker", "status": {"error": "TimeoutError"}}) == '{"error": "TimeoutError"}'
     assert describe({"name": "shoal-other", "status": {"x": 1}}) == '{"x": 1}'
+    assert describe({"name": "shoal-gateway", "status": {}}) == "{}"  # a service without a status endpoint
