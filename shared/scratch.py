@@ -71,19 +71,19 @@ def identity(pid: int) -> str | None:
     except FileNotFoundError:
         if Path("/proc/self/stat").exists():
             return None  # Linux: no such process
-        return _alive_elsewhere(pid)
+        return str(pid) if running(pid) else None  # no /proc (macOS): the pid alone
     except OSError:
-        return _alive_elsewhere(pid)
+        return str(pid) if running(pid) else None
     # the command name in parentheses may hold spaces: count the fields after its last ')'
     return f"{pid} {stat.rsplit(')', 1)[1].split()[19]}"
 
 
-def _alive_elsewhere(pid: int) -> str | None:
-    """Without /proc (macOS): the pid alone, when a process has it."""
+def running(pid: int) -> bool:
+    """Whether a process has this pid (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return None
+        return False
     except PermissionError:
-        pass  # someone else's: alive
-    return str(pid)
+        pass  # someone else's process, alive
+    return True

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import nats
 
-from shared import cache_dirs
+from shared import cache_dirs, scratch
 from shared.wire.status import KINDS, GatewayStatus, HostedStatus, RepositoryStatus, SchedulerStatus, WorkerStatus
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
@@ -35,16 +35,6 @@ def forget_serve(path: Path) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process, alive
-    return True
-
-
 def recorded_serves() -> list[dict[str, Any]]:
     """The `shoal serve` processes alive on this machine (for this user's cache), newest first."""
     found = []
@@ -54,7 +44,7 @@ def recorded_serves() -> list[dict[str, Any]]:
             started = path.stat().st_mtime
         except (OSError, ValueError):
             continue
-        if isinstance(record, dict) and _alive(int(record.get("pid", 0))):
+        if isinstance(record, dict) and scratch.running(int(record.get("pid", 0))):
             found.append((started, record))
         else:
             path.unlink(missing_ok=True)  # a serve that was killed leaves its record behind

@@ -167,13 +167,12 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return convert.infer_response(answer)
 
     async def _resolve(self, request: pb.ModelInferRequest) -> tuple[ModelSpec, int]:
-        """The request's model; one that loads on demand is loaded first, bounded by the request's timeout."""
+        """The request's model (`load_on_demand`: one this view does not have yet is looked for
+        again; one that loads on demand is loaded first, bounded by the request's timeout)."""
         version = version_of(request.model_version)
         try:
             return self.core.resolve(request.model_name, version)
         except ShoalError as exc:
-            if not self.core.loads_on_demand(request.model_name):
-                return await self.core.resolve_late(request.model_name, version, exc)
             timeout = request.parameters["timeout"].int64_param if "timeout" in request.parameters else None
             return await self.core.load_on_demand(
                 request.model_name, version, exc, request_timeout_s({"timeout": timeout})
