@@ -18,7 +18,7 @@ Cases: `simple` (a python model) at concurrency 1 and 16, `identity_fp32` (nativ
 dynamic batching) at 16, and `mlp` (native onnxruntime, dynamic batching, two instances) at 16.
 The CPU figures move with the machine's load (printed beside them); the message counts do not.
 `--calls`: instead, Python function calls per request per process, a count the load does not move
-(cProfile through `SHOAL_PROFILE_DIR`, shared/runtime.py): each shape is served twice, with N and 2N
+(cProfile through `SHOAL_PROFILE_DIR`, shared/process/runtime.py): each shape is served twice, with N and 2N
 requests of `simple` at c=1 after the same warm-up, and the difference between the two profiles of
 each process is divided by N (start-up and shutdown cancel out).
 """

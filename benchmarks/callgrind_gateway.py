@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shared.natsserver import NatsServer, free_port
+from shared.process.natsserver import NatsServer, free_port
 
 ITEM_SIZE = {"BOOL": 1, "INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BF16": 2, "INT32": 4}
 ITEM_SIZE |= {"UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8}

@@ -29,8 +29,8 @@ import orjson
 from inference.types import OutputTensor
 from inference.validation import validate
 from services.gateway.http import codec
-from shared.datatypes import numpy_dtype
-from shared.model_config import spec_from_json
+from shared.config.datatypes import numpy_dtype
+from shared.config.model_config import spec_from_json
 
 
 def request_loop(values: int, datatype: str, json_input: bool, json_output: bool) -> Callable[[], None]:

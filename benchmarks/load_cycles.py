@@ -27,7 +27,7 @@ import tritonclient.http as httpclient  # noqa: E402
 
 from benchmarks.soak import rss_by_role  # noqa: E402
 from services.repository import examples  # noqa: E402
-from shared.natsserver import free_port  # noqa: E402
+from shared.process.natsserver import free_port  # noqa: E402
 from tests.serving import Serve  # noqa: E402
 
 

@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
 
-    from shared.natsserver import free_port
+    from shared.process.natsserver import free_port
     from tests.integration.many_models import write_many_models
 
     with tempfile.TemporaryDirectory() as tmp:

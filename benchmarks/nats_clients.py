@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""nats-py (through shared/bus.py, as the services use it) against natsrpy (Rust, async-nats) on the
+"""nats-py (through shared/bus/, as the services use it) against natsrpy (Rust, async-nats) on the
 pattern of Shoal's hot subscriptions: a request published with a reply subject, a subscriber's
 callback that publishes the answer, a callback on the reply subject that completes a future.
 
@@ -31,14 +31,14 @@ PAYLOAD = b"x" * 200  # about a batch-1 request group on the bus
 
 
 async def nats_py_requester(url: str) -> tuple[Callable[[bytes], Awaitable[None]], Callable[[], Awaitable[None]]]:
-    from shared import bus
+    from shared.bus import connection, hot_path
 
-    requester = await bus.connect(url, "bench-requester")
+    requester = await connection.connect(url, "bench-requester")
 
     async def answered(msg: Any) -> None:  # the gateway's inbox: complete the waiting request
         _complete(msg.data)
 
-    await bus.subscribe(requester, "bench.inbox", answered)
+    await hot_path.subscribe(requester, "bench.inbox", answered)
     await requester.flush()
 
     async def send(key: bytes) -> None:
@@ -48,14 +48,14 @@ async def nats_py_requester(url: str) -> tuple[Callable[[bytes], Awaitable[None]
 
 
 async def nats_py_responder(url: str) -> None:
-    from shared import bus
+    from shared.bus import connection, hot_path
 
-    responder = await bus.connect(url, "bench-responder")
+    responder = await connection.connect(url, "bench-responder")
 
     async def serve(msg: Any) -> None:  # the scheduler's side: answer on the reply subject
         await responder.publish(msg.reply, msg.data)
 
-    await bus.subscribe(responder, "bench.req", serve)
+    await hot_path.subscribe(responder, "bench.req", serve)
     await responder.flush()
     await _until_stdin_closes()
     await responder.close()
@@ -161,7 +161,7 @@ async def _drive(send: Callable[[bytes], Awaitable[None]], round_trips: int, in_
 
 
 def compare(rounds: int, round_trips: int, in_flight: int) -> None:
-    from shared.natsserver import NatsServer
+    from shared.process.natsserver import NatsServer
 
     with NatsServer() as nats:
         for round_ in range(1, rounds + 1):
@@ -198,7 +198,7 @@ def main() -> None:
     if args.url:
         requester, responder, rate = uvloop.run(go(args.url))
     else:
-        from shared.natsserver import NatsServer
+        from shared.process.natsserver import NatsServer
 
         with NatsServer() as nats:
             requester, responder, rate = uvloop.run(go(nats.url))

@@ -30,7 +30,7 @@ import numpy as np
 from onnx import TensorProto
 
 from services.repository import examples
-from shared.natsserver import free_port
+from shared.process.natsserver import free_port
 from tests.cluster import identity_config
 from tests.serving import Serve
 

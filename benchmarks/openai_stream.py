@@ -44,7 +44,7 @@ MODEL = "smollm2-135m-instruct"
 
 
 def start_serve(workdir: Path) -> tuple[subprocess.Popen, int]:
-    from shared.natsserver import free_port
+    from shared.process.natsserver import free_port
 
     http, metrics, api = free_port(), free_port(), free_port()
     argv = [sys.executable, "-m", "shoal.cli", "serve", "--http-address=127.0.0.1", f"--http-port={http}"]

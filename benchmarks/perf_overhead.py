@@ -26,7 +26,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shared.natsserver import free_port  # noqa: E402
+from shared.process.natsserver import free_port  # noqa: E402
 from shoal.perf.options import PerfOptions  # noqa: E402
 from shoal.perf.run import measure, run_loop  # noqa: E402
 

@@ -153,8 +153,8 @@ def instructions(out_dir: Path, pid: int) -> dict[str, int]:
 
 
 def callgrind(repo: Path, model: str, requests: int, concurrency: int) -> dict:
-    from shared.natsserver import NatsServer, free_port, wait_for_port
-    from shared.settings import GatewaySettings, RepositorySettings, SchedulerSettings
+    from shared.process.natsserver import NatsServer, free_port, wait_for_port
+    from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings
     from shoal.supervisor import Cluster
 
     nats = NatsServer().start()

@@ -41,8 +41,8 @@ def drive(requests: int, batch: int, collect: bool) -> None:
     import msgspec
 
     from services.scheduler.service import SchedulerService
-    from shared.model_config import spec_from_json
-    from shared.settings import SchedulerSettings
+    from shared.config.model_config import spec_from_json
+    from shared.process.settings import SchedulerSettings
     from shared.wire.messages import ExecBatch, InstanceFree, RequestDone, RequestHeader, encode
 
     class Bus:

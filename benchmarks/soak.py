@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from services.repository import examples  # noqa: E402
-from shared.natsserver import free_port  # noqa: E402
+from shared.process.natsserver import free_port  # noqa: E402
 from shoal.cli import UNSUPPORTED_FLAGS  # noqa: E402
 from tests.integration.ensemble_models import write_python  # noqa: E402
 from tests.serving import Serve, command_of  # noqa: E402
@@ -234,12 +234,12 @@ def run(
 
 
 def _stop(serve: Serve) -> None:
-    """A clean stop, so that its scratch directories go with it (shared/scratch.py)."""
+    """A clean stop, so that its scratch directories go with it (shared/process/scratch.py)."""
     if serve.process is None or serve.process.poll() is not None:
         return
     try:
         serve.terminate(60)
-    except AssertionError:  # SIGKILLed then: its children die with it (shared/lifeline.py)
+    except AssertionError:  # SIGKILLed then: its children die with it (shared/process/lifeline.py)
         pass
 
 

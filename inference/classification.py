@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from inference.types import OutputTensor
-from shared.datatypes import numpy_dtype, serialize_bytes
+from shared.config.datatypes import numpy_dtype, serialize_bytes
 from shared.errors import invalid
 
 _CLASSIFIABLE = ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP32", "FP64")

@@ -20,11 +20,11 @@ from inference.shm import DISABLED, ShmRegistry
 from inference.trace import Tracer
 from inference.types import OutputTensor, ParsedRequest
 from inference.validation import Validated, validate
-from shared.dispatch import Dispatcher
+from shared.bus.dispatch import Dispatcher
+from shared.bus.tensor_store import TensorStore
+from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError, unsupported
-from shared.model_config import ModelSpec
 from shared.wire.messages import CacheEvent
-from shared.wire.tensors import TensorStore
 
 # a request that failed with one of these never ran: its model left (evicted) between this gateway's
 # look-up and the scheduler, which failed it from its queue or had stopped serving the model

@@ -11,12 +11,13 @@ from inference.sequence_params import sequence_params
 from inference.shm import DISABLED, ShmRegistry
 from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
 from inference.validation import Validated
-from shared.dispatch import Dispatcher
+from shared.bus.dispatch import Dispatcher
+from shared.bus.tensor_store import INLINE_BUDGET, TensorStore
+from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError, internal, invalid, unsupported
-from shared.logcontext import request_ids
-from shared.model_config import ModelSpec
+from shared.memory.segments import region_too_small, write_region
+from shared.process.logcontext import request_ids
 from shared.wire.messages import InferRequest, InferResponse, TensorRef
-from shared.wire.tensors import INLINE_BUDGET, TensorStore, region_too_small, write_region
 
 GATEWAY_PARAMETERS = frozenset({"binary_data_output", "priority", "timeout", "headers"})  # used up here
 

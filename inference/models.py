@@ -10,11 +10,11 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.js.kv import KeyValue
 
-from shared import bus
-from shared.ensemble_graph import is_decoupled, is_ensemble
+from shared.bus import buckets
+from shared.bus.revisions import Revisions
+from shared.config.ensemble_graph import is_decoupled, is_ensemble
+from shared.config.model_config import ModelSpec, spec_from_json
 from shared.errors import ShoalError, not_found, unavailable
-from shared.model_config import ModelSpec, spec_from_json
-from shared.revisions import Revisions
 from shared.wire import subjects
 from shared.wire.records import ModelRecord
 
@@ -33,7 +33,7 @@ class ModelRegistry:
         self._ready: dict[str, tuple[int, ...]] = {}  # name -> READY versions, until a record changes
 
     async def start(self, nc: NATS) -> None:
-        self.kv = await bus.bucket(nc, subjects.MODELS_BUCKET)
+        self.kv = await buckets.bucket(nc, subjects.MODELS_BUCKET)
         self._task = asyncio.create_task(self._watch(nc, self.kv))
 
     async def stop(self) -> None:
@@ -41,7 +41,7 @@ class ModelRegistry:
             self._task.cancel()
 
     async def _watch(self, nc: NATS, kv: KeyValue) -> None:
-        async for change in bus.watch(nc, kv):
+        async for change in buckets.watch(nc, kv):
             if change.key:
                 self.apply(subjects.untoken(change.key), change.value, change.revision)
             self.synced.set()

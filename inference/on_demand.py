@@ -12,9 +12,9 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from inference.models import ModelRegistry
+from shared.bus.repository_client import repository_call
+from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError, unavailable
-from shared.model_config import ModelSpec
-from shared.repository_client import repository_call
 from shared.wire import subjects
 from shared.wire.control import DemandRequest
 

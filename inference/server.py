@@ -18,9 +18,9 @@ from inference.models import ModelRegistry
 from inference.shm import ShmRegistry
 from inference.statistics import model_entries, scheduler_stats
 from inference.trace import Tracer
-from shared import logsettings
+from shared.bus.repository_client import RepositoryRequest, repository_call
 from shared.errors import invalid, unavailable
-from shared.repository_client import RepositoryRequest, repository_call
+from shared.process import logsettings
 from shared.wire import subjects
 from shared.wire.control import IndexRequest, LoadRequest, LogSettings, RepositoryIndex, UnloadRequest
 from shared.wire.statistics import ModelStatistics

@@ -17,7 +17,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.js.errors import KeyWrongLastSequenceError
 
-from shared import bus
+from shared.bus import buckets
 from shared.errors import Code, ShoalError, internal, invalid, not_found, unsupported
 from shared.wire import subjects
 from shared.wire.messages import TensorRef, encode
@@ -66,7 +66,7 @@ class ShmRegistry:
         self._doomed: set[str] = set()
 
     async def start(self) -> None:
-        self.kv = await bus.bucket(self.nc, subjects.SHM_BUCKET)
+        self.kv = await buckets.bucket(self.nc, subjects.SHM_BUCKET)
         self._task = asyncio.create_task(self._watch())
 
     async def stop(self) -> None:
@@ -74,7 +74,7 @@ class ShmRegistry:
             self._task.cancel()
 
     async def _watch(self) -> None:
-        async for change in bus.watch(self.nc, self.kv):
+        async for change in buckets.watch(self.nc, self.kv):
             if not change.key:
                 continue
             name = subjects.untoken(change.key)
@@ -180,7 +180,7 @@ class ShmRegistry:
             handle = base64.b64decode(raw["b64"], validate=True)
         except (binascii.Error, ValueError):
             handle = b""
-        from shared import cuda_shm
+        from shared.memory import cuda_shm
 
         if len(handle) != cuda_shm.HANDLE_SIZE:
             raise invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")

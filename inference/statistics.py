@@ -11,7 +11,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from inference import statistics_merge as merge
-from shared import bus
+from shared.bus import connection
 from shared.errors import unavailable
 from shared.wire import subjects
 from shared.wire.statistics import ModelStatistics, SchedulerStatistics
@@ -28,7 +28,9 @@ async def scheduler_stats(nc: NATS, payload: bytes = b"") -> SchedulerStatistics
     Waiting for a quiet moment costs a few ms per call, so the replica count from the last
     full gather (renewed every second, so new replicas are seen) ends the wait early."""
     fresh = time.monotonic() - _replicas["learned"] < 1.0
-    replies = await bus.gather(nc, subjects.SCHEDULER_STATS, payload, expected=int(_replicas["count"]) if fresh else 0)
+    replies = await connection.gather(
+        nc, subjects.SCHEDULER_STATS, payload, expected=int(_replicas["count"]) if fresh else 0
+    )
     if not replies:
         raise unavailable("the scheduler is not available")
     if not fresh:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.datatypes import element_count, element_size
+from shared.config.datatypes import element_count, element_size
 
 
 @dataclass

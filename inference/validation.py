@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inference.types import InputTensor, ParsedRequest, expected_byte_size
+from shared.config.model_config import ModelSpec, TensorSpec
 from shared.errors import Code, ShoalError, invalid
-from shared.model_config import ModelSpec, TensorSpec
 
 _BATCH_NOTE = (
     " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings
 
-from shared import settings as s
+from shared.process import settings as s
 from shoal import grpc_flags
 
 SERVICES: dict[str, type[BaseSettings]] = {
@@ -201,7 +201,7 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     if args.load_model and args.model_control_mode not in ("explicit", "on-demand"):
         raise SystemExit("shoal serve: --load-model is only allowed with --model-control-mode=explicit or on-demand")
     try:
-        from shared.memory import parse_budget
+        from shared.memory.footprint import parse_budget
 
         parse_budget(args.model_memory_budget)
     except ValueError as exc:
@@ -316,7 +316,7 @@ def trace_settings(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _service(name: str, argv: list[str]) -> None:
-    from shared.runtime import configure_logging, run_service
+    from shared.process.runtime import configure_logging, run_service
 
     parser = argparse.ArgumentParser(prog=f"shoal {name}")
     s.add_arguments(parser, SERVICES[name])

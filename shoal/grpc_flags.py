@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shared import settings as s
+from shared.process import settings as s
 
 # tritonserver's gRPC flags: the gateway's settings of the same names (their defaults and help)
 FLAGS = [

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import nats
 
-from shared import cache_dirs, scratch
+from shared.process import cache_dirs, scratch
 from shared.wire.status import KINDS, GatewayStatus, HostedStatus, RepositoryStatus, SchedulerStatus, WorkerStatus
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
@@ -152,7 +152,7 @@ def _mib(value: int) -> str:
 
 
 def _memory(model: HostedStatus) -> str:
-    """What a model's instances took at load (shared/memory.py)."""
+    """What a model's instances took at load (shared/memory/footprint.py)."""
     rss, device = model.rss_bytes, model.device_bytes
     return (f", {_mib(rss)}" if rss else "") + (f", GPU {_mib(device)}" if device else "")
 

@@ -5,7 +5,7 @@ port and JetStream store), prints Triton's model table once the models are loade
 on SIGINT/SIGTERM stops the services (gateway first, so no new requests arrive while the
 rest drains), then nats-server, then sweeps any shared-memory segment this run left in
 /dev/shm; the whole stop takes at most --exit-timeout-secs. Every child dies with the
-supervisor even when it is SIGKILLed (shared/lifeline.py). See docs/reliability.md.
+supervisor even when it is SIGKILLed (shared/process/lifeline.py). See docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -28,15 +28,9 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings
 
-from shared import cache_dirs, lifeline
-from shared.natsserver import NatsServer, reserve_ports
-from shared.settings import (
-    GatewaySettings,
-    RepositorySettings,
-    SchedulerSettings,
-    WorkerSettings,
-    to_argv,
-)
+from shared.process import cache_dirs, lifeline
+from shared.process.natsserver import NatsServer, reserve_ports
+from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 from shoal import grpc_flags
 from shoal.ports import busy_endpoint
 
@@ -376,7 +370,7 @@ def announce_started(args: argparse.Namespace) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from shared.runtime import configure_logging
+    from shared.process.runtime import configure_logging
     from shoal.status import forget_serve, record_serve
 
     configure_logging("serve", args.log_verbose)

@@ -12,13 +12,8 @@ from typing import Any
 from onnx import TensorProto
 
 from services.repository import examples
-from shared.natsserver import NatsCluster, NatsServer, free_port, wait_for_port
-from shared.settings import (
-    GatewaySettings,
-    RepositorySettings,
-    SchedulerSettings,
-    WorkerSettings,
-)
+from shared.process.natsserver import NatsCluster, NatsServer, free_port, wait_for_port
+from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings
 from shoal.supervisor import Cluster
 
 DTYPES = {

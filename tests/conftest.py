@@ -7,7 +7,7 @@ import pytest
 import tritonclient.http as httpclient
 from hypothesis import HealthCheck, settings
 
-from shared.natsserver import NatsServer
+from shared.process.natsserver import NatsServer
 from tests.cluster import Running, build_test_repository, running_cluster
 
 # The properties are checked as written; only the wall-clock checks go: on a loaded machine (CI's two

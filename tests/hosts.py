@@ -38,9 +38,9 @@ from typing import Any, TypeVar
 
 from pydantic_settings import BaseSettings
 
-from shared import lifeline
-from shared.natsserver import NatsServer
-from shared.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
+from shared.process import lifeline
+from shared.process.natsserver import NatsServer
+from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
@@ -122,7 +122,7 @@ class Host:
         ]  # fmt: skip
 
     def start(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        """A process on this host that dies with the test process (shared/lifeline.py)."""
+        """A process on this host that dies with the test process (shared/process/lifeline.py)."""
         with open(log, "ab") as out:
             process = lifeline.popen(
                 self.command(argv),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tritonclient.utils import InferenceServerException
 
-from shared.natsserver import free_port
+from shared.process.natsserver import free_port
 
 
 def parent_of(pid: int) -> int | None:

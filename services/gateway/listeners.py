@@ -3,7 +3,7 @@ metrics, OpenAI) and its gRPC listener.
 
 Each uvicorn server runs in a task of its own on the gateway's event loop; `serve` returns once
 its socket listens. A server that cannot bind raises `SystemExit` (uvicorn's answer), which ends
-the process at once with the reason (`shared.runtime.fail`). `stop` gives the requests in flight
+the process at once with the reason (`shared.process.runtime.fail`). `stop` gives the requests in flight
 the exit timeout to finish, on every listener at the same time.
 """
 
@@ -18,13 +18,13 @@ from collections.abc import Iterator
 import uvicorn
 
 from services.gateway.grpc.server import Listener as GrpcListener
-from shared.runtime import fail
+from shared.process.runtime import fail
 
 log = logging.getLogger("shoal.gateway")
 
 
 class _Server(uvicorn.Server):
-    """Signals belong to the process (`shared.runtime`), not to each listener."""
+    """Signals belong to the process (`shared.process.runtime`), not to each listener."""
 
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)

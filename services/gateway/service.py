@@ -1,5 +1,5 @@
 """The gateway's process: its front ends (HTTP, gRPC, metrics, OpenAI) over one inference core,
-its co-hosted scheduler replica, on one NATS connection; run by `shared.runtime` as every service."""
+its co-hosted scheduler replica, on one NATS connection; run by `shared.process.runtime` as every service."""
 
 from __future__ import annotations
 
@@ -30,16 +30,16 @@ from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
 from services.gateway.metrics.quantiles import parse_quantiles
 from services.scheduler.cohosted import CoHosted
-from shared import bus, discovery
-from shared.dispatch import Dispatcher
-from shared.runtime import serve_until
-from shared.settings import GatewaySettings, cohosted_scheduler
+from shared.bus import connection, discovery
+from shared.bus.dispatch import Dispatcher
+from shared.bus.tensor_store import TensorStore
+from shared.process.runtime import serve_until
+from shared.process.settings import GatewaySettings, cohosted_scheduler
 from shared.wire import subjects
 from shared.wire.control import StatisticsRequest
 from shared.wire.messages import CacheEvent
 from shared.wire.statistics import SchedulerStatistics
 from shared.wire.status import GatewayStatus
-from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.gateway")
 
@@ -148,7 +148,7 @@ class GatewayService:
         await self.store.close()
 
     async def _register(self) -> MicroService:
-        """On NATS micro, for `shoal status` (shared/discovery.py)."""
+        """On NATS micro, for `shoal status` (shared/bus/discovery.py)."""
         settings = self.settings
         return await discovery.register(
             self.nc,
@@ -235,5 +235,5 @@ class GatewayService:
 
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     options = metrics_options(settings)  # read before anything starts: what it logs comes first
-    nc = await bus.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
+    nc = await connection.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
     await serve_until(stop, nc, GatewayService(settings, nc, options), "gateway")

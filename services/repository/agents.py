@@ -6,8 +6,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from shared.config.paths import inside
 from shared.errors import invalid
-from shared.paths import inside
 
 
 def run_agents(config: dict[str, Any], model_dir: Path) -> None:

@@ -80,7 +80,7 @@ def autocomplete_python(config: pb.ModelConfig, model_file: Path) -> pb.ModelCon
     model's module); models that do not define it are not imported at all."""
     if "auto_complete_config" not in model_file.read_text(errors="replace"):
         return config
-    from shared.model_config import from_json, to_json
+    from shared.config.model_config import from_json, to_json
 
     try:
         done = subprocess.run(

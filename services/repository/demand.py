@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from services.repository import ensembles
 from services.repository.eviction import Placement, Resident, Room, place
 from services.repository.manager import ModelManager
-from shared import model_config
+from shared.config import model_config
 from shared.errors import ShoalError, not_found, unavailable
-from shared.settings import RepositorySettings
+from shared.process.settings import RepositorySettings
 from shared.wire.control import Eviction, ModelFigures, ModelUsage
 from shared.wire.messages import WorkerHeartbeat
 from shared.wire.records import ModelRecord

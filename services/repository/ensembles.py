@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TypeGuard
 
-from shared.ensemble_graph import check_members, graph_from_config, is_ensemble
+from shared.config.ensemble_graph import check_members, graph_from_config, is_ensemble
 from shared.wire.records import ModelRecord, ModelVersionState
 
 

@@ -19,10 +19,10 @@ from pathlib import Path
 from services.repository import ensembles, overrides
 from services.repository.labels import LabelError, read_labels
 from services.repository.scan import ScannedModel, check_model_name, list_models, scan_model, signature
-from shared import model_config
-from shared.ensemble_graph import check_structure, is_ensemble
+from shared.config import model_config
+from shared.config.ensemble_graph import check_structure, is_ensemble
 from shared.errors import ShoalError, internal, invalid
-from shared.settings import RepositorySettings
+from shared.process.settings import RepositorySettings
 from shared.wire.control import IndexEntry, RepositoryIndex
 from shared.wire.records import InstanceRecord, ModelRecord, ModelVersionState
 
@@ -378,7 +378,7 @@ class ModelManager:
         if warmup:
             entry.warmup_ms = round(max(warmup), 3)
         if any(r.rss_bytes or r.device_bytes for r in reports):
-            # what its instances took at load, on every worker that hosts it (shared/memory.py)
+            # what its instances took at load, on every worker that hosts it (shared/memory/footprint.py)
             entry.memory_bytes = sum(r.rss_bytes for r in reports)
             entry.device_memory_bytes = sum(r.device_bytes for r in reports)
         return entry

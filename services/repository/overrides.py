@@ -10,9 +10,9 @@ import logging
 import shutil
 from pathlib import Path
 
-from shared import scratch
+from shared.config.paths import inside
 from shared.errors import ShoalError, internal, invalid
-from shared.paths import inside
+from shared.process import scratch
 
 log = logging.getLogger("shoal.repository")
 

@@ -11,9 +11,9 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from services.repository.agents import run_agents
 from services.repository.autocomplete import autocomplete_onnx, autocomplete_python
-from shared import model_config
+from shared.config import model_config
+from shared.config.paths import inside
 from shared.errors import invalid
-from shared.paths import inside
 
 
 @dataclass

@@ -21,11 +21,11 @@ from services.repository.demand import Budget, OnDemand, Usage
 from services.repository.drain import Drainer
 from services.repository.manager import ModelManager
 from services.repository.overrides import check_parameters
-from shared import bus, discovery
+from shared.bus import buckets, connection, discovery
+from shared.bus.liveness import WorkerLiveness
 from shared.errors import Code, ShoalError, unavailable
-from shared.liveness import WorkerLiveness
-from shared.runtime import serve_until
-from shared.settings import RepositorySettings
+from shared.process.runtime import serve_until
+from shared.process.settings import RepositorySettings
 from shared.wire import subjects
 from shared.wire.control import (
     DemandRequest,
@@ -61,8 +61,8 @@ class RepositoryService:
         self.revisions: dict[str, int] = {}  # model -> KV revision of its latest record
 
     async def start(self) -> None:
-        self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
-        self.instances_kv = await bus.bucket(self.nc, subjects.INSTANCES_BUCKET)
+        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET)
+        self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
         for key in await self._keys(self.models_kv):  # a previous run's records
             await self.models_kv.delete(key)
         for name in self._initial_models():
@@ -114,7 +114,7 @@ class RepositoryService:
 
     @staticmethod
     async def _keys(kv) -> list[str]:
-        return await bus.keys(kv)
+        return await buckets.keys(kv)
 
     def _initial_models(self) -> list[str]:
         available = self.manager.available()
@@ -130,13 +130,13 @@ class RepositoryService:
 
     # -- the bus ------------------------------------------------------------------------
     async def _publish(self, record: ModelRecord) -> None:
-        self.revisions[record.name] = await bus.put(self.models_kv, subjects.model_key(record.name), encode(record))
+        self.revisions[record.name] = await buckets.put(self.models_kv, subjects.model_key(record.name), encode(record))
 
     async def _forget(self, name: str) -> None:
-        await bus.delete(self.models_kv, subjects.model_key(name))
+        await buckets.delete(self.models_kv, subjects.model_key(name))
 
     async def _watch_instances(self) -> None:
-        async for change in bus.watch(self.nc, self.instances_kv):
+        async for change in buckets.watch(self.nc, self.instances_kv):
             if not change.key:
                 continue
             report = _instance_decoder.decode(change.value) if change.value is not None else None
@@ -201,7 +201,7 @@ class RepositoryService:
     async def _usage(self) -> Usage:
         """Every scheduler replica's view of the models it serves: in use, last used."""
         merged: Usage = {}
-        for reply in await bus.gather(self.nc, subjects.SCHEDULER_USAGE, timeout=1.0):
+        for reply in await connection.gather(self.nc, subjects.SCHEDULER_USAGE, timeout=1.0):
             try:
                 models = msgspec.json.decode(reply, type=UsageReply).models
             except msgspec.DecodeError as exc:  # one replica's unreadable answer costs only its figures
@@ -297,5 +297,5 @@ class RepositoryService:
 async def run(settings: RepositorySettings, stop: asyncio.Event) -> None:
     if not settings.model_repository or not Path(settings.model_repository).is_dir():
         raise SystemExit(f"model repository '{settings.model_repository}' is not a directory")
-    nc = await bus.connect(settings.nats_url, "shoal-repository")
+    nc = await connection.connect(settings.nats_url, "shoal-repository")
     await serve_until(stop, nc, RepositoryService(settings, nc), "repository")

@@ -1,4 +1,4 @@
-"""Telling each dispatcher which of its request groups this scheduler took (shared/holders.py).
+"""Telling each dispatcher which of its request groups this scheduler took (shared/bus/holders.py).
 
 An acknowledgement per group was one more bus message per request at batch 1 (5 instead of 4:
 docs/performance.md). The dispatcher only needs to know who holds its requests within about a

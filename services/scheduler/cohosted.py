@@ -2,7 +2,7 @@
 as the bus adapter (`service.py`).
 
 The gateway's dispatcher hands it the requests of the models whose lease it holds by a function
-call (`shared.dispatch.LocalScheduler`), and the workers send it each batch's completion with
+call (`shared.bus.dispatch.LocalScheduler`), and the workers send it each batch's completion with
 the gateway's answers in one message (`BatchDone`, on the gateway's inbox). Requests of models
 another replica holds still go over the bus, and this replica takes the requests other gateways
 send it over the bus as any replica does. Why: docs/design.md, "Co-hosting".
@@ -14,7 +14,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.scheduler.service import SchedulerService
-from shared.settings import SchedulerSettings
+from shared.process.settings import SchedulerSettings
 from shared.wire.messages import InstanceFree
 
 

@@ -11,8 +11,8 @@ from services.scheduler.batching.discipline import Discipline, Host
 from services.scheduler.batching.dynamic import DynamicBatcher
 from services.scheduler.records import Key
 from services.scheduler.sequences.sequence_batcher import SequenceBatcher
-from shared.model_config import ModelSpec
-from shared.sequence_config import sequence_config
+from shared.config.model_config import ModelSpec
+from shared.config.sequence_config import sequence_config
 
 Publish = Callable[[str, bytes], Awaitable[None]]
 

@@ -35,11 +35,11 @@ from services.scheduler.sequences.sequence_batcher import sequence_batcher_of
 from services.scheduler.statistics.report import quantiles_asked, report
 from services.scheduler.tasks import Tasks
 from services.scheduler.usage import model_usage
-from shared import bus, discovery
-from shared.liveness import WorkerLiveness
-from shared.model_config import spec_from_json
-from shared.runtime import serve_until
-from shared.settings import SchedulerSettings
+from shared.bus import buckets, connection, discovery, hot_path
+from shared.bus.liveness import WorkerLiveness
+from shared.config.model_config import spec_from_json
+from shared.process.runtime import serve_until
+from shared.process.settings import SchedulerSettings
 from shared.wire import subjects
 from shared.wire.control import DrainDone, DrainRequest, UsageReply
 from shared.wire.messages import (
@@ -92,15 +92,15 @@ class SchedulerService:
         self._subs: dict[str, Subscription] = {}  # model -> its infer subscription, while we hold its lease
         self._rechecked: dict[str, float] = {}  # worker -> when its holdings were asked for again
         self._stats_sub: Subscription | None = None
-        # dispatchers ping this while we hold their requests (shared/holders.py): answered only
+        # dispatchers ping this while we hold their requests (shared/bus/holders.py): answered only
         # by this process, so a restarted scheduler with the same id is not mistaken for it
         self.alive_subject = subjects.scheduler_alive(settings.scheduler_id, secrets.token_hex(4))
         self.acknowledgements = Acknowledgements(nc.publish, self.alive_subject)
 
     async def start(self) -> None:
         await self.nc.subscribe(self.alive_subject, cb=self._on_alive)
-        self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
-        await bus.subscribe(self.nc, subjects.INSTANCE_FREE, self._on_free)
+        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET)
+        await hot_path.subscribe(self.nc, subjects.INSTANCE_FREE, self._on_free)
         await self.liveness.start()
         await self.ensembles.start(self.models_kv)
         await self.nc.subscribe(subjects.CREDITS_REVOKED, cb=self._on_revoked)
@@ -110,7 +110,9 @@ class SchedulerService:
         await self.nc.subscribe(subjects.SCHEDULER_USAGE, cb=self._on_usage)
         await self.nc.subscribe(subjects.WORKER_HOLDINGS, cb=self._on_holdings)
         # batches sent just before our own connection dropped may be lost: workers say what they hold
-        bus.on_connection(self.nc, lambda: None, lambda: self.tasks.spawn(self.nc.publish(subjects.HOLDINGS_ASK, b"")))
+        connection.on_connection(
+            self.nc, lambda: None, lambda: self.tasks.spawn(self.nc.publish(subjects.HOLDINGS_ASK, b""))
+        )
         await self.ownership.start()
         self.tasks.spawn(self._watch_models())
         self.tasks.spawn(self.credits.expire_forever())
@@ -132,7 +134,7 @@ class SchedulerService:
                 if batcher is not None
             },
             workers=sorted(self.liveness.seen),
-            # the workers NATS would show gone at once (shared/liveness.py); the others by heartbeat only
+            # the workers NATS would show gone at once (shared/bus/liveness.py); the others by heartbeat only
             probed_workers=sorted(self.liveness.answering),
             owned=self.ownership.owned(),
             handing_over=self.ownership.handing_over(),
@@ -146,7 +148,7 @@ class SchedulerService:
         self.tasks.cancel_all()
 
     async def _watch_models(self) -> None:
-        async for change in bus.watch(self.nc, self.models_kv):
+        async for change in buckets.watch(self.nc, self.models_kv):
             if not change.key:
                 if self._stats_sub is None:  # answer statistics (a liveness probe too) once the
                     # models known at start are claimed
@@ -172,7 +174,7 @@ class SchedulerService:
 
     # -- requests ---------------------------------------------------------------------
     async def _on_request(self, msg: Msg) -> None:
-        batch: RequestBatch | None = bus.decode(_batch_decoder, msg, log)
+        batch: RequestBatch | None = connection.decode(_batch_decoder, msg, log)
         if batch is not None:
             if msg.reply:  # tell the dispatcher who holds these, so that it notices if we die
                 await self.acknowledgements.took(msg.reply)
@@ -212,7 +214,7 @@ class SchedulerService:
     async def _on_cancel(self, msg: Msg) -> None:
         """A client went away: its request leaves the queue (a running batch finishes; the
         gateway drops the late answer)."""
-        cancel: CancelRequest | None = bus.decode(_cancel_decoder, msg, log)
+        cancel: CancelRequest | None = connection.decode(_cancel_decoder, msg, log)
         if cancel is None or self.ensembles.cancel(cancel.rid):
             return
         queue = self.pump.find((cancel.model, cancel.version))
@@ -221,13 +223,13 @@ class SchedulerService:
 
     # -- credits ----------------------------------------------------------------------
     async def _on_free(self, msg: Msg) -> None:
-        free: InstanceFree | None = bus.decode(_free_decoder, msg, log)
+        free: InstanceFree | None = connection.decode(_free_decoder, msg, log)
         if free is not None:
             self.liveness.heard(free.worker)
             await self.credits.on_free(free)
 
     def owns(self, model: str) -> bool:
-        """Whether this replica holds the model's lease (`shared.dispatch.LocalScheduler`)."""
+        """Whether this replica holds the model's lease (`shared.bus.dispatch.LocalScheduler`)."""
         return self.ownership.owns(model)
 
     async def completed(self, free: InstanceFree) -> None:
@@ -241,12 +243,12 @@ class SchedulerService:
         await self.credits.on_free(free)
 
     async def _on_revoked(self, msg: Msg) -> None:
-        revoked: CreditsRevoked | None = bus.decode(_revoked_decoder, msg, log)
+        revoked: CreditsRevoked | None = connection.decode(_revoked_decoder, msg, log)
         if revoked is not None:
             await self.credits.revoked(revoked)
 
     async def _on_holdings(self, msg: Msg) -> None:
-        holdings: WorkerHoldings | None = bus.decode(_holdings_decoder, msg, log)
+        holdings: WorkerHoldings | None = connection.decode(_holdings_decoder, msg, log)
         if holdings is not None:
             self.tasks.spawn(self._reconcile(holdings, time.monotonic() - IN_TRANSIT_S))
 
@@ -277,7 +279,7 @@ class SchedulerService:
         # back before the hand-over let it go (a quick unload/load): the subscription is still
         # ours; a second one would leak (benchmarks/load_cycles.py found it).
         if model not in self._subs:
-            self._subs[model] = await bus.subscribe(
+            self._subs[model] = await hot_path.subscribe(
                 self.nc, subjects.infer(model), self._on_request, queue=subjects.SCHEDULER_QUEUE
             )
 
@@ -298,7 +300,7 @@ class SchedulerService:
 
     # -- drains (unload), statistics ----------------------------------------------------
     async def _on_drain(self, msg: Msg) -> None:
-        request: DrainRequest | None = bus.decode(_drain_decoder, msg, log)
+        request: DrainRequest | None = connection.decode(_drain_decoder, msg, log)
         if request is None:
             return
         # the replica the repository found holding the lease answers, even if the model moved
@@ -318,7 +320,7 @@ class SchedulerService:
 
     async def _on_cache(self, msg: Msg) -> None:
         """Response-cache lookups done by gateways count in the model's statistics, as Triton's."""
-        event: CacheEvent | None = bus.decode(_cache_decoder, msg, log)
+        event: CacheEvent | None = connection.decode(_cache_decoder, msg, log)
         if event is not None and self.ownership.owns(event.model):  # else its owner counts it
             self.pump.queue(event.model, event.version).stats.record_cache_lookup(
                 event.hit, event.ns, event.duration_ns
@@ -337,5 +339,5 @@ class SchedulerService:
 
 
 async def run(settings: SchedulerSettings, stop: asyncio.Event) -> None:
-    nc = await bus.connect(settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}")
+    nc = await connection.connect(settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}")
     await serve_until(stop, nc, SchedulerService(settings, nc), "scheduler")

@@ -27,14 +27,14 @@ from services.worker.outputs import Outputs
 from services.worker.replies import Replies
 from services.worker.sequences.controls import control_arrays, flags, pad_slots
 from services.worker.streams import Cancellations, DecoupledSenders
-from shared import bus, eager
-from shared.bus import Outgoing
-from shared.datatypes import from_bytes
+from shared.bus import eager, hot_path
+from shared.bus.hot_path import Outgoing
+from shared.bus.tensor_store import TensorStore
+from shared.config.datatypes import from_bytes
 from shared.errors import Code, ShoalError
-from shared.logcontext import request_ids
+from shared.process.logcontext import request_ids
 from shared.wire import subjects
 from shared.wire.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, RequestDone, SeqControl
-from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.worker")
 _request_decoder = msgspec.msgpack.Decoder(InferRequest)
@@ -254,7 +254,7 @@ class BatchExecutor:
         self.holding.discard(free.batch_id)
         messages, completion = self._messages(replies, free, complete_to)
         with contextlib.suppress(Exception):  # `_send` tries again and reports
-            if bus.publish_now(self.nc, [*messages, completion]):
+            if hot_path.publish_now(self.nc, [*messages, completion]):
                 return
         eager.start(self._send(messages, completion, free.batch_id))
 
@@ -262,14 +262,14 @@ class BatchExecutor:
         """The answers, then the completion, in one write; a failure of the answers must not lose
         the completion."""
         try:
-            if not bus.publish_now(self.nc, [*messages, completion]):
-                await bus.publish_all(self.nc, [*messages, completion])
+            if not hot_path.publish_now(self.nc, [*messages, completion]):
+                await hot_path.publish_all(self.nc, [*messages, completion])
             return
         except Exception:  # both send all of the messages or none
             if messages:
                 log.exception("could not send the responses of batch %d", batch_id)
         try:
-            await bus.publish_all(self.nc, [completion])
+            await hot_path.publish_all(self.nc, [completion])
         except Exception:  # the scheduler expires the batch and returns the credit itself
             log.exception("could not report batch %d as done", batch_id)
 

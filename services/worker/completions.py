@@ -19,8 +19,8 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from shared import bus
-from shared.bus import Outgoing
+from shared.bus import hot_path
+from shared.bus.hot_path import Outgoing
 from shared.wire import subjects
 from shared.wire.messages import BatchDone, InstanceFree, encode
 
@@ -40,10 +40,10 @@ class Completions:
         await self.nc.subscribe(f"{self._undelivered}.*", cb=self._on_undelivered)
 
     async def free(self, free: InstanceFree) -> None:
-        await bus.publish_all(self.nc, [self.free_message(free)])
+        await hot_path.publish_all(self.nc, [self.free_message(free)])
 
     async def done(self, complete_to: str, free: InstanceFree, responses: list[bytes]) -> None:
-        await bus.publish_all(self.nc, [self.done_message(complete_to, free, responses)])
+        await hot_path.publish_all(self.nc, [self.done_message(complete_to, free, responses)])
 
     @staticmethod
     def free_message(free: InstanceFree) -> Outgoing:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from nats.aio.client import Client as NATS
 
-from shared import bus
+from shared.bus import connection
 from shared.wire import subjects
 from shared.wire.messages import WorkerHeartbeat, encode
 
@@ -77,7 +77,7 @@ class HeartbeatThread:
         self._started.set()
         nc: NATS | None = None
         try:
-            nc = await bus.connect(self.nats_url, self.name)
+            nc = await connection.connect(self.nats_url, self.name)
             while not self._stop.is_set():
                 await self._send(nc)
                 await self._pause(self._stop, self._wake)

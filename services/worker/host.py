@@ -32,10 +32,11 @@ from services.worker.python.child_reports import ChildReports
 from services.worker.python.isolation import ModelProcesses, isolated
 from services.worker.sequences.state import StateStore
 from services.worker.warmup import run_warmup
-from shared import bus, memory
-from shared.model_config import ModelSpec, load_error, spec_from_json
-from shared.sequence_config import sequence_config
-from shared.settings import WorkerSettings
+from shared.bus import buckets
+from shared.config.model_config import ModelSpec, load_error, spec_from_json
+from shared.config.sequence_config import sequence_config
+from shared.memory import footprint
+from shared.process.settings import WorkerSettings
 from shared.wire import subjects
 from shared.wire.messages import encode
 from shared.wire.records import InstanceRecord, ModelRecord
@@ -72,9 +73,9 @@ class ModelHost:
         self.loader = BoundedLoader(settings.model_load_thread_count)
 
     async def start(self) -> None:
-        self.instances_kv = await bus.bucket(self.nc, subjects.INSTANCES_BUCKET)
+        self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
         self.child_reports = ChildReports(self.instances_kv, self.worker_id)
-        self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
+        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET)
         self._spawn(self._watch())
 
     async def stop(self) -> None:
@@ -139,7 +140,7 @@ class ModelHost:
                 )
 
     async def _watch(self) -> None:
-        async for change in bus.watch(self.nc, self.models_kv):
+        async for change in buckets.watch(self.nc, self.models_kv):
             if not change.key:
                 continue
             record = _record_decoder.decode(change.value) if change.value is not None else None
@@ -247,7 +248,7 @@ class ModelHost:
             loaded.states = StateStore(loaded.sequence, model_dir / str(version) / "initial_state")
         # what the model costs: the process's memory before and after its instances exist (loads
         # running beside this one blur it; on-demand mode loads one model at a time per worker)
-        rss, device = memory.rss_bytes(), memory.device_bytes()
+        rss, device = footprint.rss_bytes(), footprint.device_bytes()
         try:
             for index, plan in enumerate(plans):
                 runner = backend.create(spec, model_dir, Placement(version, plan.kind, plan.device, threads, plan.name))
@@ -267,8 +268,8 @@ class ModelHost:
                 started = time.perf_counter()
                 run_warmup(loaded, record.config, model_dir)
                 loaded.warmup_ms = (time.perf_counter() - started) * 1000
-            loaded.rss_bytes = max(0, memory.rss_bytes() - rss)
-            loaded.device_bytes = max(0, memory.device_bytes() - device)
+            loaded.rss_bytes = max(0, footprint.rss_bytes() - rss)
+            loaded.device_bytes = max(0, footprint.device_bytes() - device)
         except Exception:
             loaded.close()
             raise
@@ -303,4 +304,6 @@ class ModelHost:
             rss_bytes=serving.rss_bytes if serving else 0,
             device_bytes=serving.device_bytes if serving else 0,
         )
-        await bus.put(self.instances_kv, subjects.instance_key(self.worker_id, record.name, version), encode(report))
+        await buckets.put(
+            self.instances_kv, subjects.instance_key(self.worker_id, record.name, version), encode(report)
+        )

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from services.worker.backends.runner import Runner
 from services.worker.instance_thread import InstanceThread
 from services.worker.sequences.state import StateStore
-from shared.model_config import ModelSpec
-from shared.sequence_config import SequenceConfig
+from shared.config.model_config import ModelSpec
+from shared.config.sequence_config import SequenceConfig
 
 log = logging.getLogger("shoal.worker")
 
@@ -60,7 +60,7 @@ class LoadedModel:
     instances: list[Instance] = field(default_factory=list)
     retired: bool = False
     warmup_ms: float = 0.0
-    rss_bytes: int = 0  # memory its instances took at load (shared/memory.py)
+    rss_bytes: int = 0  # memory its instances took at load (shared/memory/footprint.py)
     device_bytes: int = 0
     ready: bool = True  # what the model's own `is_ready()` said last (python backend)
     sequence: SequenceConfig | None = None  # of a sequence-batched model

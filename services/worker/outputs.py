@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 
 from services.worker.backends.runner import Tensors
-from shared.datatypes import protocol_dtype, to_bytes
+from shared.bus.tensor_store import INLINE_BUDGET, TensorStore
+from shared.config.datatypes import protocol_dtype, to_bytes
+from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError
-from shared.model_config import ModelSpec
+from shared.memory.segments import region_too_small, write_region
 from shared.wire.messages import InferRequest, InferResponse, TensorRef
-from shared.wire.tensors import INLINE_BUDGET, TensorStore, region_too_small, write_region
 
 _Encoded = tuple[str, str, list[int], bytes | memoryview]
 SMALL_BYTES = 16 * 1024

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from shared.bus import Outgoing
+from shared.bus.hot_path import Outgoing
 from shared.wire import subjects
 from shared.wire.messages import InferRequest, InferResponse, RequestDone, ResponseBatch, encode
 

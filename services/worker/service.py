@@ -32,9 +32,11 @@ from services.worker.python.bls import BlsRuntime
 from services.worker.python.callables import InProcessModels
 from services.worker.python.isolation import die_with_parent
 from services.worker.streams import Cancellations, DecoupledSenders
-from shared import bus, discovery, memory
-from shared.runtime import serve_until
-from shared.settings import WorkerSettings
+from shared.bus import connection, discovery, hot_path
+from shared.bus.tensor_store import TensorStore
+from shared.memory import footprint
+from shared.process.runtime import serve_until
+from shared.process.settings import WorkerSettings
 from shared.wire import subjects
 from shared.wire.control import WorkerMetrics
 from shared.wire.messages import (
@@ -48,7 +50,6 @@ from shared.wire.messages import (
     encode,
 )
 from shared.wire.status import HostedStatus, InstanceStatus, WorkerStatus
-from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.worker")
 
@@ -79,7 +80,7 @@ class WorkerService:
         )
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
-        self.budget_bytes = memory.parse_budget(settings.model_memory_budget)
+        self.budget_bytes = footprint.parse_budget(settings.model_memory_budget)
         self.beats = HeartbeatThread(
             settings.nats_url, f"shoal-worker-{settings.worker_id}-heartbeat", settings.heartbeat_s, self._loading
         )
@@ -93,16 +94,16 @@ class WorkerService:
         await self.completions.start()
         self._spawn(self.decoupled.run())
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
-        await bus.subscribe_now(self.nc, self.subject, self._on_batch)
+        await hot_path.subscribe_now(self.nc, self.subject, self._on_batch)
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_report(self.id), cb=self._on_report_request)
-        # schedulers ask here whether this worker's connection lives (shared/liveness.py): subscribed
+        # schedulers ask here whether this worker's connection lives (shared/bus/liveness.py): subscribed
         # before the first heartbeat names this worker
         await self.nc.subscribe(subjects.worker_alive(self.id), cb=self._on_alive)
         await self.nc.subscribe(subjects.HOLDINGS_ASK, cb=self._on_holdings_asked)
         # batches sent to us while our connection was down are lost: schedulers learn which we hold
-        bus.on_connection(self.nc, lambda: None, lambda: self._spawn(self._say_holdings()))
+        connection.on_connection(self.nc, lambda: None, lambda: self._spawn(self._say_holdings()))
         await self.nc.subscribe(subjects.worker_sequence(self.id), cb=self._on_sequence_ended)
         await self.host.start()
         self.host.loader.on_idle = self.beats.beat_now  # "no longer loading" must not wait a beat
@@ -187,7 +188,7 @@ class WorkerService:
         """A sequence ended without END (idle timeout, cancelled END): free its implicit state and
         tell a python model that defines the (Shoal-only, optional) `sequence_ended(correlation_id,
         reason)` method, on the instance's own thread so it never overlaps an `execute`."""
-        ended = bus.decode(_ended_decoder, msg, log)
+        ended = connection.decode(_ended_decoder, msg, log)
         if ended is None:
             return
         loaded = self.host.models.get((ended.model, ended.version))
@@ -246,13 +247,13 @@ class WorkerService:
 
     async def _on_cancel(self, msg: Msg) -> None:
         """A client went away: a python model running its request sees `is_cancelled()`."""
-        cancel = bus.decode(_cancel_decoder, msg, log)
+        cancel = connection.decode(_cancel_decoder, msg, log)
         if cancel is not None:
             self.cancellations.cancel(cancel.rid)
 
     # -- batches ----------------------------------------------------------------
     def _on_batch(self, msg: Msg) -> None:
-        batch = bus.decode(_batch_decoder, msg, log)
+        batch = connection.decode(_batch_decoder, msg, log)
         if batch is None:
             return
         loaded = self.host.models.get((batch.model, batch.version))
@@ -283,5 +284,5 @@ class WorkerService:
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
     die_with_parent(settings.parent_pid)
-    nc = await bus.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}")
+    nc = await connection.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}")
     await serve_until(stop, nc, WorkerService(settings, nc), "worker")

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from nats.aio.client import Client as NATS
 
 from services.worker.backends.runner import ModelError, Piece, Tensors
+from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError
-from shared.model_config import ModelSpec
 from shared.wire.messages import InferRequest, InferResponse, encode
 
 log = logging.getLogger("shoal.worker")

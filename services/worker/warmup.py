@@ -10,9 +10,9 @@ import numpy as np
 
 from services.worker.backends.runner import Batch, ModelError, Work
 from services.worker.instances import LoadedModel
-from shared.datatypes import config_to_protocol, deserialize_bytes, element_count, numpy_dtype
+from shared.config.datatypes import config_to_protocol, deserialize_bytes, element_count, numpy_dtype
+from shared.config.paths import inside
 from shared.errors import ShoalError, invalid
-from shared.paths import inside
 
 log = logging.getLogger("shoal.worker")
 

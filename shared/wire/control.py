@@ -140,7 +140,7 @@ class StatisticsRequest(msgspec.Struct):
 
 class LogSettings(msgspec.Struct):
     """Gateway -> every service, as JSON: Triton's logging settings after a client changed them
-    (the logging extension; shared/logsettings.py applies them)."""
+    (the logging extension; shared/process/logsettings.py applies them)."""
 
     log_file: str = ""
     log_info: bool = True

@@ -117,7 +117,7 @@ class RequestBatch(msgspec.Struct):
 
 class HeldGroups(msgspec.Struct, array_like=True):
     """Scheduler -> dispatcher: the request groups (the last token of each group's reply subject)
-    it took since its last `HeldGroups` to this inbox (shared/holders.py)."""
+    it took since its last `HeldGroups` to this inbox (shared/bus/holders.py)."""
 
     groups: list[str]
 
@@ -289,3 +289,12 @@ encoder = msgspec.msgpack.Encoder()
 
 def encode(message: msgspec.Struct) -> bytes:
     return encoder.encode(message)
+
+
+class ChunkRequest(msgspec.Struct):
+    """A bus-held tensor's bytes asked of its owner (`get`), or released (`release`)."""
+
+    op: str  # "get" | "release"
+    keys: list[str]
+    offset: int = 0
+    size: int = 0

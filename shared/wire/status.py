@@ -1,4 +1,4 @@
-"""What each service's NATS micro `status` endpoint answers (shared/discovery.py), as JSON: what it
+"""What each service's NATS micro `status` endpoint answers (shared/bus/discovery.py), as JSON: what it
 is doing now. `shoal status` reads these; so can `nats req shoal.status.<service>.<id> ''`."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class SchedulerStatus(msgspec.Struct):
     queues: dict[str, QueueStatus]  # "model/version" ->
     sequences: dict[str, SlotStatus]  # "model/version" -> (sequence-batched ones)
     workers: list[str]  # workers seen beating
-    probed_workers: list[str]  # those NATS would show gone at once (shared/liveness.py)
+    probed_workers: list[str]  # those NATS would show gone at once (shared/bus/liveness.py)
     owned: list[str]  # models whose lease this replica holds
     handing_over: dict[str, str]  # "model/version" -> "overlap" or "final": sequences it still serves
 
@@ -53,7 +53,7 @@ class HostedStatus(msgspec.Struct):
     generation: int
     instances: int
     busy_instances: int
-    rss_bytes: int  # what its instances took at load (shared/memory.py)
+    rss_bytes: int  # what its instances took at load (shared/memory/footprint.py)
     device_bytes: int
     instance_list: list[InstanceStatus]
 

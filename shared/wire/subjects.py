@@ -67,7 +67,7 @@ def infer(model: str) -> str:
 
 
 # A scheduler acknowledges the request groups it takes with a message on `held_groups(inbox)`
-# carrying this header; its value is the scheduler's liveness subject (see shared/holders.py).
+# carrying this header; its value is the scheduler's liveness subject (see shared/bus/holders.py).
 HELD_BY_HEADER = "Shoal-Held-By"
 
 
@@ -102,7 +102,7 @@ def worker_resync(worker_id: str) -> str:
 
 
 def worker_alive(worker_id: str) -> str:
-    """One worker process answers here while its NATS connection lives (shared/liveness.py)."""
+    """One worker process answers here while its NATS connection lives (shared/bus/liveness.py)."""
     return f"{PREFIX}.worker.{worker_id}.alive"
 
 

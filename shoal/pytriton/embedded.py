@@ -16,8 +16,8 @@ import shutil
 import weakref
 from typing import Any
 
-from shared import scratch
-from shared.natsserver import NatsServer
+from shared.process import scratch
+from shared.process.natsserver import NatsServer
 from shoal.cli import parse_serve, serve_parser
 from shoal.ports import busy_endpoint
 from shoal.pytriton.exceptions import PyTritonUnrecoverableError, PyTritonValidationError

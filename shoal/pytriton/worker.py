@@ -28,10 +28,10 @@ from nats.aio.client import Client as NATS
 
 from services.worker.python.callables import IN_PROCESS, InProcessModels
 from services.worker.service import WorkerService
-from shared import bus
+from shared.bus import buckets, connection
+from shared.bus.repository_client import repository_call
 from shared.errors import Code, ShoalError
-from shared.repository_client import repository_call
-from shared.settings import WorkerSettings
+from shared.process.settings import WorkerSettings
 from shared.wire import subjects
 from shared.wire.control import LoadRequest, UnloadRequest
 from shared.wire.records import InstanceRecord, ModelRecord
@@ -90,11 +90,11 @@ class InProcessWorker:
         self.call(self._start(), timeout)
 
     async def _start(self) -> None:
-        self._nc = await bus.connect(self.settings.nats_url, f"shoal-pytriton-{os.getpid()}")
+        self._nc = await connection.connect(self.settings.nats_url, f"shoal-pytriton-{os.getpid()}")
         self._service = WorkerService(self.settings, self._nc, local=self.models)
         await self.service.start()
-        self.instances_kv = await bus.bucket(self.nc, subjects.INSTANCES_BUCKET)
-        self.models_kv = await bus.bucket(self.nc, subjects.MODELS_BUCKET)
+        self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
+        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET)
 
     def stop(self, timeout: float = 30.0) -> None:
         try:

@@ -12,13 +12,13 @@ from inference.execute import Executor
 from inference.shm import DISABLED
 from inference.types import InputTensor, ParsedRequest, RequestedOutput
 from inference.validation import Validated
-from shared import bus
-from shared.dispatch import Dispatcher
+from shared.bus import connection
+from shared.bus.dispatch import Dispatcher
+from shared.bus.tensor_store import TensorStore
+from shared.config.model_config import spec_from_json
 from shared.errors import Code, ShoalError
-from shared.model_config import spec_from_json
 from shared.wire import subjects
 from shared.wire.messages import InferRequest, InferResponse, RequestBatch, encode
-from shared.wire.tensors import TensorStore
 
 
 def _config(name: str) -> dict:
@@ -61,7 +61,7 @@ async def bench(nats_server):
     await dispatcher.start()
     echo = Echo(nc)
     await nc.subscribe(subjects.infer("echo"), cb=echo.on_group)
-    await bus.settled(nc)
+    await connection.settled(nc)
     yield Executor(dispatcher, store, 10.0, shm=None), echo
     await nc.close()
 
@@ -134,7 +134,7 @@ async def test_streamed_responses_come_one_by_one_and_an_error_does_not_end_the_
         await nc.publish(request.reply, encode(InferResponse(request.rid, outputs=request.inputs, more=False)))
 
     await nc.subscribe(subjects.infer("streamer"), cb=respond)
-    await bus.settled(nc)
+    await connection.settled(nc)
     spec = spec_from_json(_config("streamer"))
     async for item in executor.stream(spec, 1, parsed(), VALID):
         got.append(item)

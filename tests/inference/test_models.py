@@ -10,26 +10,26 @@ import pytest
 
 from inference.core import InferenceCore
 from inference.models import ModelRegistry
-from shared import bus
-from shared.dispatch import Dispatcher
+from shared.bus import buckets, connection
+from shared.bus.dispatch import Dispatcher
+from shared.bus.tensor_store import TensorStore
 from shared.errors import ShoalError, not_found
 from shared.wire import subjects
 from shared.wire.messages import encode
-from shared.wire.tensors import TensorStore
 from tests.scheduler.ensembles.test_runner import MEMBER, record
 
 
 async def test_a_view_behind_the_bucket_catches_up_before_it_says_no_such_model(nats_server):
-    nc = await bus.connect(nats_server.url, "test-models-view")
+    nc = await connection.connect(nats_server.url, "test-models-view")
     try:
-        kv = await bus.bucket(nc, subjects.MODELS_BUCKET)
+        kv = await buckets.bucket(nc, subjects.MODELS_BUCKET)
         registry = ModelRegistry()
         registry.kv = kv  # this test plays the watch: it decides when the view applies a record
         known = record("known", MEMBER)
-        registry.apply("known", encode(known), await bus.put(kv, subjects.model_key("known"), encode(known)))
+        registry.apply("known", encode(known), await buckets.put(kv, subjects.model_key("known"), encode(known)))
         assert not await registry.caught_up()  # current: nothing to wait for, nothing new
         late = record("late", MEMBER)
-        newest = await bus.put(kv, subjects.model_key("late"), encode(late))  # loaded elsewhere just now
+        newest = await buckets.put(kv, subjects.model_key("late"), encode(late))  # loaded elsewhere just now
         with pytest.raises(ShoalError, match="unknown model") as missing:
             registry.resolve("late")
         core = InferenceCore(registry, Dispatcher(nc, "gw", TensorStore(nc, "gw")), TensorStore(nc, "gw"), 5.0)

@@ -9,7 +9,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from inference.statistics import model_entries, scheduler_stats
-from shared import bus
+from shared.bus import connection
 from shared.errors import Code, ShoalError
 from shared.wire import subjects
 from shared.wire.messages import encode
@@ -38,7 +38,7 @@ async def _replicas(nc, answers: list[bytes]) -> None:
 
 
 async def test_a_malformed_reply_is_logged_and_the_others_are_merged(nats_url, caplog):
-    nc = await bus.connect(nats_url, "test-stats")
+    nc = await connection.connect(nats_url, "test-stats")
     try:
         await _replicas(nc, [encode(_reply(2)), b"\x93not statistics", encode(_reply(3))])
         with caplog.at_level(logging.ERROR, "shoal.gateway"):
@@ -51,7 +51,7 @@ async def test_a_malformed_reply_is_logged_and_the_others_are_merged(nats_url, c
 
 
 async def test_no_readable_reply_is_unavailable(nats_url):
-    nc = await bus.connect(nats_url, "test-stats-bad")
+    nc = await connection.connect(nats_url, "test-stats-bad")
     try:
         await _replicas(nc, [b"{}", encode(ModelStatistics("m", "1"))])  # JSON; a Struct of another type
         with pytest.raises(ShoalError) as raised:

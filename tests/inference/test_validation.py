@@ -5,8 +5,8 @@ import pytest
 
 from inference.types import InputTensor, ParsedRequest, RequestedOutput
 from inference.validation import validate
+from shared.config.model_config import DynamicBatching, ModelSpec, TensorSpec
 from shared.errors import ShoalError
-from shared.model_config import DynamicBatching, ModelSpec, TensorSpec
 
 
 def spec(max_batch_size: int = 8, dims=(-1,), optional=False) -> ModelSpec:

@@ -9,8 +9,8 @@ import urllib.request
 import numpy as np
 import tritonclient.http as httpclient
 
-from shared.natsserver import NatsServer, free_port
-from shared.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings
+from shared.process.natsserver import NatsServer, free_port
+from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings
 from shoal.supervisor import Cluster, port_sharing_gateways
 from tests.cluster import build_test_repository
 

@@ -18,7 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
 from services.scheduler.service import IN_TRANSIT_S
-from shared.natsserver import NatsServer
+from shared.process.natsserver import NatsServer
 from tests.cluster import identity_config, running_cluster
 from tests.proxy import proxy_to
 from tests.serving import Serve, listening, wait_until
@@ -33,7 +33,7 @@ def metric(url: str, name: str, model: str) -> float:
 
 
 def reconnected(log: str) -> bool:
-    """Every connection that logged its outage (shared/bus.py) logged its reconnect too."""
+    """Every connection that logged its outage (shared/bus/) logged its reconnect too."""
     lost = log.count("disconnected from nats; reconnecting")
     return lost > 0 and log.count("reconnected to nats at") >= lost
 
@@ -153,7 +153,7 @@ def _load(url: str, stop: threading.Event, results: list) -> None:
 def test_no_request_outlives_a_lost_bus_connection(tmp_path):
     """kill -9 of nats-server under load (6 clients, 30 s request timeout): every request in flight
     is sent again after the reconnect or answered 503 with the reason within seconds, none is left
-    to the timeout (shared/dispatch.py; the worker side: shared/liveness.py, credits)."""
+    to the timeout (shared/bus/dispatch.py; the worker side: shared/bus/liveness.py, credits)."""
     examples.write_model(
         tmp_path, "first", examples.identity_graph(TensorProto.FLOAT, 2, "first"), identity_config("first", "FP32")
     )
@@ -190,7 +190,7 @@ def test_no_request_outlives_a_lost_bus_connection(tmp_path):
 @pytest.mark.timeout(300)
 def test_requests_in_flight_fail_when_the_bus_stays_away(tmp_path):
     """nats-server killed and not back: the requests the gateway had sent fail with a 503 naming
-    the lost connection about 3 s later (shared/dispatch.py), not at their 30 s deadline; once it
+    the lost connection about 3 s later (shared/bus/dispatch.py), not at their 30 s deadline; once it
     is back, serving resumes."""
     examples.write_model(
         tmp_path,

@@ -24,7 +24,7 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
-from shared import bus
+from shared.bus import buckets, connection
 from shared.wire import subjects
 from shared.wire.records import ModelRecord
 from shoal import status
@@ -81,10 +81,10 @@ class HostedWatch:
         return asyncio.create_task(self._watch(url))
 
     async def _watch(self, url: str) -> None:
-        nc = await bus.connect(url, "test-hosted-watch")
+        nc = await connection.connect(url, "test-hosted-watch")
         try:
-            kv = await bus.bucket(nc, subjects.MODELS_BUCKET)
-            async for change in bus.watch(nc, kv):
+            kv = await buckets.bucket(nc, subjects.MODELS_BUCKET)
+            async for change in buckets.watch(nc, kv):
                 if change.key:
                     record = msgspec.msgpack.decode(change.value, type=ModelRecord) if change.value else None
                     name = subjects.untoken(change.key)

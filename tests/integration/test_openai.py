@@ -15,7 +15,7 @@ import numpy as np
 import openai
 import pytest
 
-from shared.natsserver import free_port
+from shared.process.natsserver import free_port
 from tests.cluster import Running, running_cluster
 from tests.integration.openai_models import write_openai_models
 from tests.serving import wait_until

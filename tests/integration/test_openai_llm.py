@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from services.repository.llm_examples import EMBEDDER, LLM, installed
-from shared.natsserver import free_port
+from shared.process.natsserver import free_port
 from tests.serving import Serve
 
 pytestmark = [

@@ -17,7 +17,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from shared.natsserver import free_port
+from shared.process.natsserver import free_port
 from shoal.pytriton.client import AsyncioModelClient, DecoupledModelClient, FuturesModelClient, ModelClient
 from shoal.pytriton.client.exceptions import PyTritonClientClosedError, PyTritonClientInferenceServerError
 from shoal.pytriton.decorators import batch

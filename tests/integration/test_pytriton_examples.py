@@ -21,7 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from shared.natsserver import free_port
+from shared.process.natsserver import free_port
 from tests.serving import alive, command_of, descendants, listening, wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pytriton"
@@ -178,7 +178,7 @@ def listening_ports(pids: list[int]) -> list[int]:
 
 def test_sigkill_of_the_binding_process_takes_its_cluster_along():
     """The embedded cluster's processes die with the process that started it even when it is
-    SIGKILLed (no clean-up of its own runs): none remains, its ports are free (shared/lifeline.py)."""
+    SIGKILLed (no clean-up of its own runs): none remains, its ports are free (shared/process/lifeline.py)."""
     metrics_port = free_port()
     env = {"PYTRITON_TRITON_CONFIG_METRICS_PORT": str(metrics_port)}
     with example("linear_server.py", "Linear", env=env, returncode=-signal.SIGKILL) as (port, grpc_port, process):

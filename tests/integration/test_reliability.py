@@ -18,7 +18,7 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
-from shared.dispatch import SCHEDULER_WAIT_S
+from shared.bus.dispatch import SCHEDULER_WAIT_S
 from shoal.status import collect
 from tests.cluster import identity_config, running_cluster
 from tests.integration.ensemble_models import write_python
@@ -167,7 +167,7 @@ def test_a_request_waiting_at_a_killed_worker_runs_on_another_instance(tmp_path)
 def test_a_killed_worker_is_found_by_nats_not_by_its_heartbeat(tmp_path):
     """kill -9 of the worker running a request: NATS drops its connection, the scheduler's probe
     hears "no responders" and fails the request within about a second, though the heartbeat
-    timeout is 30 s (shared/liveness.py)."""
+    timeout is 30 s (shared/bus/liveness.py)."""
     write_python(tmp_path, "py_slow", "double", batching="", max_batch_size=0)
     patient = {"worker_timeout_s": 30}
     with running_cluster(tmp_path, request_timeout_s=40, scheduler=patient, repository=patient) as running:

@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from shared.settings import WorkerSettings
+from shared.process.settings import WorkerSettings
 from tests.cluster import running_cluster
 from tests.serving import wait_until
 

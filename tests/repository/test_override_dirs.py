@@ -1,5 +1,5 @@
 """Models loaded from files sent with the load request (Triton's file overrides) live in scratch
-directories (shared/scratch.py): a reload retires the previous one once the new generation serves,
+directories (shared/process/scratch.py): a reload retires the previous one once the new generation serves,
 an unload removes it, and a stopping repository removes what is left."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from onnx import TensorProto
 
 from services.repository import examples
 from services.repository.manager import ModelManager
-from shared.settings import RepositorySettings
+from shared.process.settings import RepositorySettings
 from shared.wire.records import ModelRecord
 
 

@@ -6,7 +6,7 @@ from onnx import TensorProto
 
 from services.repository import examples
 from services.repository.scan import scan_model, select_versions
-from shared import model_config as mc
+from shared.config import model_config as mc
 
 
 def test_version_policies():

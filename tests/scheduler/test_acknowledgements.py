@@ -8,7 +8,7 @@ import msgspec
 import nats
 
 from services.scheduler.acknowledgements import Acknowledgements
-from shared import bus
+from shared.bus import connection
 from shared.wire import subjects
 from shared.wire.messages import HeldGroups
 from tests.serving import until
@@ -23,7 +23,7 @@ async def test_groups_are_acknowledged_once_at_first_then_together(nats_server):
         got.append((msg.subject, msg.headers[subjects.HELD_BY_HEADER], groups))
 
     await nc.subscribe("inbox.*.held", cb=collect)
-    await bus.settled(nc)
+    await connection.settled(nc)
     acks = Acknowledgements(nc.publish, "alive.s1", delay_s=0.2)
     await acks.took("inbox.a.g1")
     await until(lambda: len(got) == 1)
@@ -47,7 +47,7 @@ async def test_stop_sends_what_is_due_at_once(nats_server):
         got.append(msgspec.msgpack.decode(msg.data, type=HeldGroups).groups)
 
     await nc.subscribe("inbox.c.held", cb=collect)
-    await bus.settled(nc)
+    await connection.settled(nc)
     acks = Acknowledgements(nc.publish, "alive.s2", delay_s=30)
     await acks.took("inbox.c.g1")
     await acks.took("inbox.c.g2")

@@ -15,7 +15,7 @@ from pathlib import Path
 from onnx import TensorProto
 
 from services.repository import examples
-from shared.natsserver import free_port
+from shared.process.natsserver import free_port
 from tests.cluster import identity_config
 
 

@@ -14,7 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from shared.natsserver import free_port, wait_for_port
+from shared.process.natsserver import free_port, wait_for_port
 from shoal.cli import parse_serve
 
 

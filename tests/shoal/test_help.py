@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from shared.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings
+from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings
 from shoal.cli import parse_serve
 
 COMMANDS = ["serve", "gateway", "scheduler", "worker", "repository", "status"]

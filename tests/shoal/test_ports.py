@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from shared.natsserver import free_port
+from shared.process.natsserver import free_port
 from shoal.ports import busy_endpoint
 
 

@@ -8,7 +8,7 @@ import urllib.request
 import numpy as np
 import tritonclient.http as httpclient
 
-from shared.natsserver import free_port
+from shared.process.natsserver import free_port
 from tests.serving import wait_until
 from tests.shoal.serving import one_model_repository, serve
 

@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from shared.natsserver import free_port
+from shared.process.natsserver import free_port
 from tests.shoal.serving import one_model_repository, serve, status_env
 
 

@@ -1,5 +1,5 @@
 """`shoal serve` takes every child with it, even when it is SIGKILLed, and a new one starts on
-the same ports and removes what the killed one left in the temporary directory (shared/scratch.py);
+the same ports and removes what the killed one left in the temporary directory (shared/process/scratch.py);
 a stop finishes within --exit-timeout-secs (docs/reliability.md)."""
 
 from __future__ import annotations

@@ -18,12 +18,12 @@ from services.worker.instance_thread import InstanceThread
 from services.worker.instances import Instance, LoadedModel
 from services.worker.outputs import Outputs
 from services.worker.streams import Cancellations, DecoupledSenders
-from shared import bus
+from shared.bus import connection
+from shared.bus.tensor_store import TensorStore
+from shared.config.model_config import spec_from_json
 from shared.errors import Code
-from shared.model_config import spec_from_json
 from shared.wire import subjects
 from shared.wire.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, ResponseBatch, TensorRef, encode
-from shared.wire.tensors import TensorStore
 from tests.serving import until
 
 INBOX = "test.gw.reply"
@@ -95,7 +95,7 @@ class Bench:
 
         await self.nc.subscribe(f"{INBOX}.*", cb=on_answer)
         await self.nc.subscribe(subjects.INSTANCE_FREE, cb=on_free)
-        await bus.settled(self.nc)
+        await connection.settled(self.nc)
         return self
 
     def batch(self, *firsts: int, expired: tuple[int, ...] = ()) -> ExecBatch:

@@ -10,7 +10,7 @@ import msgspec
 import nats
 
 from services.worker.completions import Completions
-from shared import bus
+from shared.bus import connection
 from shared.wire import subjects
 from shared.wire.messages import BatchDone, InstanceFree
 
@@ -26,7 +26,7 @@ async def _collect(nc: nats.NATS, subject: str) -> asyncio.Queue:
         await got.put(msg.data)
 
     await nc.subscribe(subject, cb=on)
-    await bus.settled(nc)
+    await connection.settled(nc)
     return got
 
 

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.worker.backends.gather_scatter import gather, scatter
-from shared.model_config import ModelSpec, TensorSpec
+from shared.config.model_config import ModelSpec, TensorSpec
 
 
 def spec(reshape=None) -> ModelSpec:

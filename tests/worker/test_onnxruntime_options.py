@@ -142,7 +142,7 @@ def test_gpu_instance_on_cpu_onnxruntime_logs_one_fallback_line(tmp_path, caplog
 
     from services.repository import examples
     from services.worker.backends import Placement, onnxruntime_backend
-    from shared.model_config import spec_from_json
+    from shared.config.model_config import spec_from_json
 
     if CUDA in ort.get_available_providers():
         pytest.skip("this onnxruntime has the CUDA provider: no fallback to see")

@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 
 from inference.core import Answer
 from inference.types import InputTensor, ParsedRequest, RequestedOutput
-from shared.datatypes import DATATYPES, numpy_dtype, serialize_bytes
+from shared.config.datatypes import DATATYPES, numpy_dtype, serialize_bytes
 from shared.errors import Code, ShoalError, invalid
 from shared.wire.statistics import ModelStatistics
 

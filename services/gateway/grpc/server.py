@@ -20,7 +20,7 @@ from inference.server import InferenceServer
 from services.gateway.grpc.connection import KeepAlive
 from services.gateway.grpc.listener import GrpcListener, tls_context
 from services.gateway.grpc.service import GrpcService, Restrictions
-from shared.settings import GatewaySettings
+from shared.process.settings import GatewaySettings
 
 COMPRESSION_LEVELS = ("none", "low", "medium", "high")
 

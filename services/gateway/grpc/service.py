@@ -21,8 +21,8 @@ from tritonclient.grpc import service_pb2_grpc
 from inference.on_demand import request_timeout_s
 from inference.server import InferenceServer
 from services.gateway.grpc import convert
+from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError, invalid
-from shared.model_config import ModelSpec
 
 log = logging.getLogger("shoal.gateway")
 

@@ -19,14 +19,9 @@ import rapidjson
 from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
 from inference.validation import check_shape
 from services.gateway.http.json_data import json_tensor_bytes
-from shared.datatypes import (
-    DATATYPES,
-    element_count,
-    element_size,
-    numpy_dtype,
-)
+from shared.config.datatypes import DATATYPES, element_count, element_size, numpy_dtype
+from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError, internal, invalid, unsupported
-from shared.model_config import ModelSpec
 
 RESERVED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
@@ -341,7 +336,7 @@ def json_values(datatype: str, shape: list[int], data: memoryview | bytes) -> An
     if datatype in ("FP16", "BF16"):
         raise invalid(f"sending {datatype} data via JSON is not supported. Please use the binary data format")
     if datatype == "BYTES":
-        from shared.datatypes import deserialize_bytes
+        from shared.config.datatypes import deserialize_bytes
 
         # undecodable bytes stay surrogate escapes: written back as the same bytes (see _dumps)
         return [item.decode("utf-8", errors="surrogateescape") for item in deserialize_bytes(data)]

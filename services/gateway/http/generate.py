@@ -14,8 +14,8 @@ import orjson
 from inference.types import InputTensor, OutputTensor, ParsedRequest
 from services.gateway.http.codec import json_values
 from services.gateway.http.json_data import json_tensor_bytes
+from shared.config.model_config import ModelSpec, TensorSpec
 from shared.errors import invalid
-from shared.model_config import ModelSpec, TensorSpec
 
 _PARAMETER_TYPES = (str, int, float, bool)
 

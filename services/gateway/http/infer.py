@@ -20,8 +20,8 @@ from inference.core import InferenceCore
 from inference.on_demand import request_timeout_s
 from services.gateway.http import codec
 from services.gateway.http.protocol import Disconnect
+from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError
-from shared.model_config import ModelSpec
 
 log = logging.getLogger("shoal.gateway")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from shared.datatypes import element_count, numpy_dtype, serialize_bytes
+from shared.config.datatypes import element_count, numpy_dtype, serialize_bytes
 from shared.errors import ShoalError, internal, invalid
 
 _SIGNED = ("INT8", "INT16", "INT32", "INT64")

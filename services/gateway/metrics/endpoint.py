@@ -213,7 +213,7 @@ def _shoal_gauges(entries: Entries) -> list[str]:
 
 
 def resent_lines(resent: Mapping[tuple[str, str], int]) -> list[str]:
-    """This gateway's requests sent again (shared/dispatch.py), by model and why: `scheduler_lost`
+    """This gateway's requests sent again (shared/bus/dispatch.py), by model and why: `scheduler_lost`
     (the scheduler holding them died), `bus_reconnect` (the gateway's NATS connection dropped),
     `no_scheduler` (no scheduler served the model yet: sent until one did or the wait ended);
     shown once there is one (a labelled counter has no sample before its first event)."""

@@ -26,8 +26,8 @@ from services.gateway.openai.catalog import Kind, Offer, offer
 from services.gateway.openai.errors import OpenAIError, from_shoal, model_not_found
 from services.gateway.openai.generation import Generation
 from services.gateway.openai.tensors import embedding, embedding_request, generation_request
+from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError
-from shared.model_config import ModelSpec
 
 log = logging.getLogger("shoal.gateway")
 

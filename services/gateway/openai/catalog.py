@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shared.model_config import ModelSpec, TensorSpec
+from shared.config.model_config import ModelSpec, TensorSpec
 
 INTEGER_TYPES = frozenset({"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
 FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64", "BF16"})

@@ -15,8 +15,8 @@ from inference.types import ParsedRequest
 from services.gateway.openai.catalog import Offer
 from services.gateway.openai.stops import StopScanner
 from services.gateway.openai.tensors import generated
+from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError
-from shared.model_config import ModelSpec
 
 
 @dataclass

@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from services.gateway.openai.errors import OpenAIError
-from shared.model_config import ModelSpec
+from shared.config.model_config import ModelSpec
 
 
 def has_template(spec: ModelSpec) -> bool:

@@ -16,8 +16,8 @@ from services.gateway.openai.catalog import Offer
 from services.gateway.openai.errors import refused
 from services.gateway.openai.requests import GenerationRequest
 from services.gateway.openai.templates import has_template, render_chat
-from shared.datatypes import from_bytes, numpy_dtype, to_bytes
-from shared.model_config import ModelSpec
+from shared.config.datatypes import from_bytes, numpy_dtype, to_bytes
+from shared.config.model_config import ModelSpec
 
 
 def _input(spec: ModelSpec, name: str, datatype: str, value: object) -> InputTensor:

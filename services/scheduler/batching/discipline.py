@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from services.scheduler.batching.formation import Decision
 from services.scheduler.records import InFlight, Key, Pending, Slot
 from services.scheduler.statistics.reasons import FailReason
-from shared.model_config import ModelSpec
+from shared.config.model_config import ModelSpec
 from shared.wire.messages import RequestHeader, SeqControl
 
 if TYPE_CHECKING:  # the queue holds its discipline: the two types refer to each other

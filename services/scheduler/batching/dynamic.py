@@ -16,9 +16,9 @@ from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.batching.queues import RequestQueue
 from services.scheduler.records import InFlight, Pending
 from services.scheduler.statistics.reasons import FailReason
-from shared.logcontext import request_ids
-from shared.model_config import ModelSpec
-from shared.sequence_config import sequence_config
+from shared.config.model_config import ModelSpec
+from shared.config.sequence_config import sequence_config
+from shared.process.logcontext import request_ids
 
 log = logging.getLogger("shoal.scheduler")
 

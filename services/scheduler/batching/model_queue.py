@@ -14,7 +14,7 @@ from services.scheduler.batching.queues import Priorities
 from services.scheduler.batching.ratelimit import Need
 from services.scheduler.records import Key, Slot
 from services.scheduler.statistics.stats import ModelStats
-from shared.model_config import ModelSpec
+from shared.config.model_config import ModelSpec
 
 
 @dataclass

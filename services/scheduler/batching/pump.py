@@ -30,7 +30,7 @@ from services.scheduler.batching.ratelimit import RateLimiter, instance_needs
 from services.scheduler.records import InFlight, Key, Pending, Slot
 from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.tasks import Tasks
-from shared.model_config import ModelSpec
+from shared.config.model_config import ModelSpec
 from shared.wire import subjects
 from shared.wire.messages import ExecBatch, RequestHeader, SeqControl, encode
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from shared.ensemble_graph import Step
+from shared.config.ensemble_graph import Step
 
 T = TypeVar("T")  # a tensor handle (TensorRef in the runner)
 

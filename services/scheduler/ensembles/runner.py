@@ -37,17 +37,17 @@ from services.scheduler.ensembles.stream import EnsembleStream, StreamFailed, fi
 from services.scheduler.ensembles.timing import StepLatency, compute_phases
 from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.statistics.stats import ModelStats
-from shared.dispatch import Dispatcher, LocalScheduler
-from shared.ensemble_graph import EnsembleGraph, Step, graph_from_config, is_decoupled, is_ensemble
+from shared.bus.dispatch import Dispatcher, LocalScheduler
+from shared.bus.revisions import CATCH_UP_S, Revisions
+from shared.bus.tensor_store import TensorStore
+from shared.config.ensemble_graph import EnsembleGraph, Step, graph_from_config, is_decoupled, is_ensemble
+from shared.config.model_config import ModelSpec, spec_from_json
 from shared.errors import Code, ShoalError
-from shared.logcontext import request_ids
-from shared.model_config import ModelSpec, spec_from_json
-from shared.revisions import CATCH_UP_S, Revisions
+from shared.process.logcontext import request_ids
 from shared.wire import subjects
 from shared.wire.messages import InferRequest, InferResponse, TensorRef, encode
 from shared.wire.records import ModelRecord
 from shared.wire.statistics import SchedulerStatistics, StepStats
-from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.scheduler.ensemble")
 _request_decoder = msgspec.msgpack.Decoder(InferRequest)

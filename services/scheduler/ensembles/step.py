@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from shared.dispatch import Dispatcher
-from shared.ensemble_graph import Step
+from shared.bus.dispatch import Dispatcher
+from shared.config.ensemble_graph import Step
+from shared.config.model_config import ModelSpec, TensorSpec
 from shared.errors import invalid, not_found, unavailable
-from shared.model_config import ModelSpec, TensorSpec
 from shared.wire.messages import InferRequest, TensorRef
 
 

@@ -33,12 +33,12 @@ from nats.aio.client import Client as NATS
 from services.scheduler.ensembles.iterations import Scope, settle
 from services.scheduler.ensembles.step import fit_batching, step_request
 from services.scheduler.ensembles.timing import StepLatency, compute_phases
-from shared.dispatch import Dispatcher
-from shared.ensemble_graph import EnsembleGraph, Step, is_decoupled, max_inflight
+from shared.bus.dispatch import Dispatcher
+from shared.bus.tensor_store import TensorStore
+from shared.config.ensemble_graph import EnsembleGraph, Step, is_decoupled, max_inflight
+from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError
-from shared.model_config import ModelSpec
 from shared.wire.messages import InferRequest, InferResponse, TensorRef, encode
-from shared.wire.tensors import TensorStore
 
 log = logging.getLogger("shoal.scheduler.ensemble")
 

@@ -52,7 +52,7 @@ from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.records import CorrId
 from services.scheduler.sequences.book import SequenceBook
 from services.scheduler.sequences.sequence_batcher import SequenceBatcher, sequence_batcher_of
-from shared import bus
+from shared.bus import connection
 from shared.wire import subjects
 from shared.wire.messages import ForwardedRequests, RequestHeader, SequenceResidue, encode
 
@@ -264,7 +264,7 @@ class HandOver:
     async def _on_forwarded(self, msg: Msg) -> None:
         if msg.reply:  # received (the sender learns from no answer at all that we are gone)
             await msg.respond(b"")
-        forwarded = bus.decode(_forwarded_decoder, msg, log)
+        forwarded = connection.decode(_forwarded_decoder, msg, log)
         if forwarded is None:
             return
         if forwarded.bounced:  # ours to serve: learn the holder's slots first, then queue them here
@@ -330,7 +330,7 @@ class HandOver:
             log.debug("no acknowledgement from scheduler %s for forwarded requests: %s", holder, exc)
 
     async def _on_residue(self, msg: Msg) -> None:
-        residue = bus.decode(_residue_decoder, msg, log)
+        residue = connection.decode(_residue_decoder, msg, log)
         if residue is not None:
             await self._learn(residue)
 

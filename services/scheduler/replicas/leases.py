@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from shared import bus
+from shared.bus import buckets
 from shared.wire import subjects
 from shared.wire.messages import encode
 from shared.wire.records import Lease
@@ -101,7 +101,7 @@ class Leases:
             return
         try:
             self._presence_revision = await self.kv.put(f"{PRESENCE}{self.owner}", b"")
-            keys = await bus.keys(self.kv)
+            keys = await buckets.keys(self.kv)
         except Exception:  # the bus may be away
             return
         if not keys:  # the bus went away after the put

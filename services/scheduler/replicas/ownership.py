@@ -14,7 +14,7 @@ from nats.aio.client import Client as NATS
 from services.scheduler.replicas.handover import RESIDUE_MAX_S, SHUTDOWN_RESIDUE_S, HandOver, Queues, Take
 from services.scheduler.replicas.leases import TTL_S as LEASE_TTL_S
 from services.scheduler.replicas.leases import Leases
-from shared import bus
+from shared.bus import buckets
 from shared.wire import subjects
 
 log = logging.getLogger("shoal.scheduler")
@@ -42,7 +42,7 @@ class Ownership:
         self._leases: Leases | None = None
 
     async def start(self) -> None:
-        kv = await bus.bucket(self.nc, subjects.LEASES_BUCKET, ttl=LEASE_TTL_S)
+        kv = await buckets.bucket(self.nc, subjects.LEASES_BUCKET, ttl=LEASE_TTL_S)
         self._leases = Leases(kv, self.me, self._gain, self._lose, self.served.idle, self.handover.begin)
         await self.handover.start()
         self.queues.spawn(self.handover.run())

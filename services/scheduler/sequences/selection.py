@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from services.scheduler.batching.formation import BatchPolicy, next_batch
 from services.scheduler.records import Sequence
-from shared.sequence_config import SequenceConfig
+from shared.config.sequence_config import SequenceConfig
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from services.scheduler.records import CorrId, InFlight, Pending, Sequence, Slot
 from services.scheduler.sequences.book import SequenceBook
 from services.scheduler.sequences.selection import decide
 from services.scheduler.statistics.reasons import FailReason
+from shared.config.model_config import ModelSpec
+from shared.config.sequence_config import CORRID, SequenceConfig, sequence_config
 from shared.errors import Code
-from shared.model_config import ModelSpec
-from shared.sequence_config import CORRID, SequenceConfig, sequence_config
 from shared.wire import subjects
 from shared.wire.messages import InferResponse, RequestHeader, SeqControl, SequenceEnded, encode
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.worker.backends.runner import Runner
+from shared.config.model_config import ModelSpec
+from shared.config.paths import inside
 from shared.errors import unavailable
-from shared.model_config import ModelSpec
-from shared.paths import inside
 
 _MODULES = {
     "onnxruntime": "services.worker.backends.onnxruntime_backend",

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from shared.datatypes import config_to_protocol, numpy_dtype
+from shared.config.datatypes import config_to_protocol, numpy_dtype
 from shared.errors import invalid
 
 KINDS = (

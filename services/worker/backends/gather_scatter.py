@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from services.worker.backends.batch_inputs import BatchInput, compute
-from shared.model_config import ModelSpec
+from shared.config.model_config import ModelSpec
 
 
 def gather(

@@ -21,8 +21,8 @@ import onnxruntime as ort
 from services.worker.backends import Backend, Placement
 from services.worker.backends.onnxruntime_options import CPU, SessionPlan, build_session_plan
 from services.worker.backends.runner import BatchedRunner
+from shared.config.model_config import ModelSpec
 from shared.errors import invalid, unavailable
-from shared.model_config import ModelSpec
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 log = logging.getLogger("shoal.worker")

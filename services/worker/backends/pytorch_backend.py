@@ -24,8 +24,8 @@ import torch
 from services.worker.backends import Backend, Placement
 from services.worker.backends.runner import BatchedRunner
 from services.worker.backends.torch_names import bind_inputs, bind_outputs
+from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError, invalid, unavailable
-from shared.model_config import ModelSpec
 
 log = logging.getLogger("shoal.worker")
 _BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -20,8 +20,8 @@ import numpy as np
 
 from services.worker.backends import batch_inputs
 from services.worker.backends.gather_scatter import gather, scatter
+from shared.config.model_config import ModelSpec
 from shared.errors import Code
-from shared.model_config import ModelSpec
 
 Tensors = dict[str, np.ndarray]
 CorrelationId = int | str

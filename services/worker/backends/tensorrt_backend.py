@@ -24,9 +24,9 @@ import numpy as np
 
 from services.worker.backends import Backend, Placement
 from services.worker.backends.runner import BatchedRunner
-from shared.datatypes import numpy_dtype
+from shared.config.datatypes import numpy_dtype
+from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError, invalid, unavailable
-from shared.model_config import ModelSpec
 
 log = logging.getLogger("shoal.worker")
 NEEDS = "TensorRT backend needs an NVIDIA GPU and the 'tensorrt' package: pip install 'shoal[gpu]'"

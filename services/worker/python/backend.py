@@ -35,8 +35,8 @@ from services.worker.backends.runner import (
     Work,
 )
 from services.worker.python import environments, numpy_compat, pb_utils
+from shared.config.model_config import ModelSpec
 from shared.errors import Code, unavailable
-from shared.model_config import ModelSpec
 
 
 class _Discard:

@@ -25,13 +25,13 @@ from inference.models import ModelRegistry
 from inference.shm import ShmRegistry
 from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
 from services.worker.python import pb_utils
-from shared.datatypes import from_bytes, protocol_dtype, to_bytes
-from shared.dispatch import Dispatcher
+from shared.bus.dispatch import Dispatcher
+from shared.bus.repository_client import RepositoryRequest, repository_call
+from shared.bus.tensor_store import TensorStore
+from shared.config.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.errors import Code, ShoalError
-from shared.repository_client import RepositoryRequest, repository_call
 from shared.wire import subjects
 from shared.wire.control import LoadRequest, UnloadRequest
-from shared.wire.tensors import TensorStore
 
 DEFAULT_TIMEOUT_S = 60.0  # a BLS request made outside any request's deadline (e.g. in initialize)
 REPOSITORY_TIMEOUT_S = 330.0  # a load waits for the workers, as an HTTP load request does

@@ -33,8 +33,8 @@ from services.worker.backends.runner import (
     Result,
     Work,
 )
+from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError, internal, unavailable
-from shared.model_config import ModelSpec
 
 IN_PROCESS = "shoal-in-process"  # config parameter: hosted only by the process that registered it
 

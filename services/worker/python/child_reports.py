@@ -22,7 +22,7 @@ import msgspec
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from shared import bus
+from shared.bus import buckets
 from shared.wire import subjects
 from shared.wire.messages import encode
 from shared.wire.records import InstanceRecord, ModelRecord
@@ -101,7 +101,7 @@ class ChildReports:
         """(key, KV revision, report) of every incarnation of a child (each has its own id); raises
         when the bucket cannot be read (a missing key is a report deleted meanwhile)."""
         reports = []
-        for key in await bus.list_keys(self.kv):
+        for key in await buckets.list_keys(self.kv):
             if not key.startswith(worker_prefix + "-"):
                 continue
             try:

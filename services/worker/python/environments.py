@@ -27,8 +27,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from shared import cache_dirs
 from shared.errors import ShoalError, unavailable
+from shared.process import cache_dirs
 
 PARAMETER = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"

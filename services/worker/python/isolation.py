@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
-from shared.settings import WorkerSettings, to_argv
+from shared.process.settings import WorkerSettings, to_argv
 from shared.wire import subjects
 
 log = logging.getLogger("shoal.worker")

@@ -26,7 +26,7 @@ import numpy as np
 from services.worker.python.pb_config import ModelConfig  # noqa: F401
 from services.worker.python.pb_errors import TritonError, TritonModelException
 from services.worker.python.pb_metrics import Metric, MetricFamily, metrics_snapshot  # noqa: F401
-from shared.datatypes import config_to_protocol, deserialize_bytes, numpy_dtype, serialize_bytes
+from shared.config.datatypes import config_to_protocol, deserialize_bytes, numpy_dtype, serialize_bytes
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.datatypes import numpy_dtype
-from shared.sequence_config import CORRID, END, READY, START, Control, SequenceConfig
+from shared.config.datatypes import numpy_dtype
+from shared.config.sequence_config import CORRID, END, READY, START, Control, SequenceConfig
 from shared.wire.messages import SeqControl
 
 FLAG_START, FLAG_END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from shared.datatypes import numpy_dtype
-from shared.paths import inside
-from shared.sequence_config import SequenceConfig, State
+from shared.config.datatypes import numpy_dtype
+from shared.config.paths import inside
+from shared.config.sequence_config import SequenceConfig, State
 from shared.wire.messages import SeqControl
 
 Key = tuple[int | str, int]

@@ -13,7 +13,7 @@ from inference.core import Answer
 from inference.types import OutputTensor
 from services.gateway.grpc import convert
 from services.gateway.grpc.server import restrictions
-from shared.datatypes import deserialize_bytes
+from shared.config.datatypes import deserialize_bytes
 from shared.errors import Code, ShoalError
 
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from inference import classification, types
 from services.gateway.http import codec
+from shared.config.model_config import ModelSpec, TensorSpec
 from shared.errors import ShoalError
-from shared.model_config import ModelSpec, TensorSpec
 
 
 def test_binary_inputs_follow_json_in_order():
@@ -116,7 +116,7 @@ def test_decompress_and_limits():
 def test_classification_per_batch_row():
     values = np.array([[0.1, 0.7, 0.2], [3.0, 1.0, 2.0]], np.float32)
     out = classification.classify(types.OutputTensor("O", "FP32", [2, 3], values.tobytes(), False), 2, batching=True)
-    from shared.datatypes import deserialize_bytes
+    from shared.config.datatypes import deserialize_bytes
 
     assert out.shape == [2, 2]
     assert list(deserialize_bytes(out.data)) == [b"0.700000:1", b"0.200000:2", b"3.000000:0", b"2.000000:2"]

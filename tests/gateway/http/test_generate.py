@@ -7,8 +7,8 @@ import pytest
 
 from inference.types import OutputTensor
 from services.gateway.http.generate import parse_generate, render_generate
+from shared.config.model_config import spec_from_json
 from shared.errors import ShoalError
-from shared.model_config import spec_from_json
 
 
 def spec(dims: list[int], max_batch_size: int = 0, datatype: str = "TYPE_INT32"):

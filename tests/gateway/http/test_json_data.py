@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.gateway.http.json_data import json_tensor_bytes
-from shared.datatypes import DATATYPES, element_count, numpy_dtype, serialize_bytes
+from shared.config.datatypes import DATATYPES, element_count, numpy_dtype, serialize_bytes
 from shared.errors import ShoalError, internal, invalid
 
 # -- the oracle: services/gateway/http/codec.py's json_tensor_bytes before the fast path ----------------

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from services.gateway.openai.catalog import Kind, offer
-from shared.model_config import ModelSpec, TensorSpec
+from shared.config.model_config import ModelSpec, TensorSpec
 
 
 def _spec(inputs, outputs, decoupled=False, **parameters) -> ModelSpec:

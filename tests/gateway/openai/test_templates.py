@@ -4,7 +4,7 @@ import pytest
 
 from services.gateway.openai.errors import OpenAIError
 from services.gateway.openai.templates import render_chat
-from shared.model_config import ModelSpec
+from shared.config.model_config import ModelSpec
 
 
 def _spec(template: str) -> ModelSpec:

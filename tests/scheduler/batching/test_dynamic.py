@@ -17,7 +17,7 @@ from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.batching.queues import Priorities
 from services.scheduler.records import InFlight, Key, Pending, Slot
 from services.scheduler.statistics.reasons import FailReason
-from shared.model_config import spec_from_json
+from shared.config.model_config import spec_from_json
 from shared.wire.messages import RequestHeader, SeqControl
 
 

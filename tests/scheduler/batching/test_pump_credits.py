@@ -20,8 +20,8 @@ from services.scheduler.disciplines import Disciplines
 from services.scheduler.records import Pending, Slot
 from services.scheduler.sequences.sequence_batcher import SequenceBatcher
 from services.scheduler.tasks import Tasks
-from shared import bus
-from shared.model_config import spec_from_json
+from shared.bus import connection
+from shared.config.model_config import spec_from_json
 from shared.wire.messages import (
     CreditsRevoked,
     ExecBatch,
@@ -61,7 +61,7 @@ class Bench:
 
         await self.nc.subscribe(EXEC, cb=on_batch)
         await self.nc.subscribe(INBOX, cb=on_answer)
-        await bus.settled(self.nc)
+        await connection.settled(self.nc)
         return self
 
     async def admit(self, rid: str, deadline_s: float = 30.0) -> None:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from services.scheduler.ensembles.runner import CATCH_UP_S, EnsembleRunner
-from shared import bus
+from shared.bus import buckets, connection
 from shared.wire import subjects
 from shared.wire.messages import encode
 from shared.wire.records import ModelVersionState
@@ -21,18 +21,18 @@ def nats_url(nats_server):
 
 
 async def test_a_view_behind_the_bucket_waits_for_it_and_a_current_one_does_not(nats_url):
-    nc = await bus.connect(nats_url, "test-catch-up")
+    nc = await connection.connect(nats_url, "test-catch-up")
     try:
-        kv = await bus.bucket(nc, subjects.MODELS_BUCKET)
+        kv = await buckets.bucket(nc, subjects.MODELS_BUCKET)
         runner = EnsembleRunner(nc, "catch-up")
         await runner.start(kv)
         for name, config in (("pre", MEMBER), ("cls", MEMBER), ("seg", MEMBER), ("pipeline", PIPELINE)):
             entry = record(name, config)
             if name == "seg":
                 entry.versions = {"1": ModelVersionState("LOADING")}
-            runner.on_record(name, entry, await bus.put(kv, subjects.model_key(name), encode(entry)))
+            runner.on_record(name, entry, await buckets.put(kv, subjects.model_key(name), encode(entry)))
         ready = record("seg", MEMBER)
-        newest = await bus.put(kv, subjects.model_key("seg"), encode(ready))  # this view has not seen it
+        newest = await buckets.put(kv, subjects.model_key("seg"), encode(ready))  # this view has not seen it
         started = time.monotonic()
         await runner._catch_up("pipeline")  # nothing applies the newest record: it waits, then gives up
         assert time.monotonic() - started >= CATCH_UP_S * 0.9 and runner.revisions.latest < newest

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.scheduler.ensembles.iterations import Scope, settle
-from shared.ensemble_graph import Step, is_decoupled, max_inflight
+from shared.config.ensemble_graph import Step, is_decoupled, max_inflight
 
 PRE = Step(index=0, model="pre", version=-1, input_map={"X": "IN"}, output_map={"Y": "prompt"})
 GEN = Step(index=1, model="gen", version=-1, input_map={"X": "prompt"}, output_map={"Y": "token"})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import nats
 
 from services.scheduler.replicas.leases import TTL_S, Leases
-from shared import bus
+from shared.bus import buckets
 from shared.wire import subjects
 from shared.wire.messages import encode
 from shared.wire.records import Lease
@@ -15,7 +15,7 @@ from shared.wire.records import Lease
 
 async def _leases(url: str, owner: str) -> tuple[nats.NATS, Leases, list[str]]:
     nc = await nats.connect(url)
-    kv = await bus.bucket(nc, subjects.LEASES_BUCKET, ttl=TTL_S)
+    kv = await buckets.bucket(nc, subjects.LEASES_BUCKET, ttl=TTL_S)
     lost: list[str] = []
 
     async def gained(model: str) -> None:

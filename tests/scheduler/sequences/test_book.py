@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from services.scheduler.sequences.book import SequenceBook
 from services.scheduler.sequences.selection import decide
-from shared.sequence_config import SequenceConfig
+from shared.config.sequence_config import SequenceConfig
 
 
 @dataclass

@@ -18,8 +18,8 @@ from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.records import InFlight, Key, Pending, Slot
 from services.scheduler.sequences.sequence_batcher import SequenceBatcher
 from services.scheduler.statistics.reasons import FailReason
-from shared.model_config import spec_from_json
-from shared.sequence_config import sequence_config
+from shared.config.model_config import spec_from_json
+from shared.config.sequence_config import sequence_config
 from shared.wire import subjects
 from shared.wire.messages import InferResponse, RequestHeader, SeqControl, SequenceEnded
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shared import model_config
+from shared.config import model_config
 from shoal.pytriton.binding import Binding
 from shoal.pytriton.decorators import TritonContext
 from shoal.pytriton.exceptions import PyTritonBadParameterError, PyTritonValidationError

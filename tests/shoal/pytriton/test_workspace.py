@@ -1,4 +1,4 @@
-"""The embedded cluster's model store is a scratch directory (shared/scratch.py) that goes with the
+"""The embedded cluster's model store is a scratch directory (shared/process/scratch.py) that goes with the
 cluster: at its stop, or when it is dropped without one (a script that never ran it)."""
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import msgspec
 import pytest
 
 from services.worker.python.child_reports import ChildReports
-from shared import bus
-from shared.natsserver import NatsServer
+from shared.bus import buckets, connection
+from shared.process.natsserver import NatsServer
 from shared.wire import subjects
 from shared.wire.messages import encode
 from shared.wire.records import InstanceRecord, ModelRecord
@@ -29,8 +29,8 @@ def server():
 
 
 async def _bucket(url: str):
-    nc = await bus.connect(url, "test-child-reports")
-    return nc, await bus.bucket(nc, "shoal-instances-test")
+    nc = await connection.connect(url, "test-child-reports")
+    return nc, await buckets.bucket(nc, "shoal-instances-test")
 
 
 async def _report(kv, state: str, incarnation: str = "a1b2c3") -> None:
@@ -48,7 +48,7 @@ async def test_a_quick_death_after_ready_is_a_crash_and_its_reports_go(server):
     try:
         await _report(kv, "READY")
         assert await ChildReports(kv, PARENT).crashed(RECORD, CHILD, -11, lived_s=1.0) is False
-        assert await bus.list_keys(kv) == []  # the dead incarnation's report is gone
+        assert await buckets.list_keys(kv) == []  # the dead incarnation's report is gone
     finally:
         await nc.close()
 

@@ -7,7 +7,7 @@ import pytest
 
 from services.worker.sequences.controls import control_arrays, flags
 from services.worker.sequences.state import StateStore
-from shared.sequence_config import sequence_config
+from shared.config.sequence_config import sequence_config
 from shared.wire.messages import SeqControl
 
 CONFIG = {

@@ -1,0 +1,170 @@
+"""A connection to NATS: reconnecting for ever, its outages told once, and asking many responders at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import msgspec
+import nats
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+T = TypeVar("T")
+
+
+ErrorCallback = Callable[[Exception], Awaitable[None]]
+
+
+_reconnects: weakref.WeakKeyDictionary[NATS, int] = weakref.WeakKeyDictionary()  # per connection
+
+
+Listener = Callable[[], object]
+
+
+# per connection: (called when it is lost, called when it is back), for those that must act on both
+_listeners: weakref.WeakKeyDictionary[NATS, list[tuple[Listener, Listener]]] = weakref.WeakKeyDictionary()
+
+
+log = logging.getLogger(__name__)
+
+
+class _Outage:
+    """nats-py calls the error callback on every failed reconnect attempt (twice a second while
+    the server is down): log the first error of an outage, then stay quiet until reconnected."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.down = False
+        self.reported = False
+
+    async def error(self, exc: Exception) -> None:
+        if self.down and self.reported:
+            log.debug("nats error while reconnecting: %s", exc)
+            return
+        self.reported = self.down
+        # a lost connection is expected news, not a bug: no traceback for it
+        expected = isinstance(exc, (OSError, nats.errors.UnexpectedEOF, nats.errors.StaleConnectionError))
+        log.error("nats error: %s", exc or type(exc).__name__, exc_info=None if self.down or expected else exc)
+
+    async def disconnected(self) -> None:
+        if not self.down:
+            log.warning("disconnected from nats; reconnecting")
+        self.down, self.reported = True, False
+
+
+async def connect(url: str, name: str) -> NATS:
+    """A named connection (visible in nats-server's /connz) that reconnects forever, to any of
+    the comma-separated servers in `url` (and the cluster members the server announces)."""
+    outage = _Outage(name)
+    holder: list[NATS] = []
+
+    async def disconnected_cb() -> None:
+        # nats-py calls this on a close we asked for too (drain at shutdown): only a lost connection warns
+        if holder and holder[0].is_closed:
+            log.debug("disconnected from nats (closing)")
+        else:
+            await outage.disconnected()
+            for lost, _ in _listeners.get(holder[0], []) if holder else []:
+                lost()
+
+    async def reconnected_cb() -> None:
+        outage.down = False
+        url = holder[0].connected_url if holder else None
+        log.info("reconnected to nats at %s", url.netloc if url else "?")
+        if holder:  # watches restart: see `watch`
+            _reconnects[holder[0]] = reconnects(holder[0]) + 1  # nats-py has no such counter
+            for _, back in _listeners.get(holder[0], []):
+                back()
+
+    nc = await nats.connect(
+        servers=[u.strip() for u in url.split(",") if u.strip()],
+        name=name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        connect_timeout=2,
+        allow_reconnect=True,
+        error_cb=outage.error,
+        disconnected_cb=disconnected_cb,
+        reconnected_cb=reconnected_cb,
+        pending_size=8 * 1024 * 1024,
+    )
+    holder.append(nc)
+    return nc
+
+
+def on_connection(nc: NATS, lost: Listener, back: Listener) -> None:
+    """`lost()` when `nc` (made by `connect`) loses its server, `back()` once it has reconnected
+    (its subscriptions restored; what was published meanwhile is flushed after that)."""
+    _listeners.setdefault(nc, []).append((lost, back))
+
+
+def cluster_size(nc: NATS) -> int:
+    """Servers in the NATS cluster this connection is on: the server announces the client URLs
+    of its cluster peers (`connect_urls` in INFO), itself included."""
+    info = getattr(nc, "_server_info", None) or {}
+    urls = set(info.get("connect_urls") or [])
+    if info.get("cluster") and not urls:
+        return 1
+    return max(1, len(urls))
+
+
+def decode(decoder: msgspec.msgpack.Decoder[T], msg: Msg, logger: logging.Logger = log) -> T | None:
+    """A message's payload decoded, or None (logged) when it does not decode: a bad message
+    must never take a subscription down."""
+    try:
+        return decoder.decode(msg.data)
+    except msgspec.DecodeError as exc:
+        logger.error("undecodable message on %s: %s", msg.subject, exc)
+        return None
+
+
+async def gather(
+    nc: NATS, subject: str, payload: bytes = b"", expected: int = 0, timeout: float = 5.0, settle: float = 0.015
+) -> list[bytes]:
+    """Ask every responder (scheduler replicas) and collect their answers.
+
+    Returns as soon as `expected` answers are in; otherwise, after the first answer, once
+    `settle` seconds pass without another. No answer within `timeout`: an empty list."""
+    inbox = nc.new_inbox()
+    replies: list[bytes] = []
+    arrived = asyncio.Event()
+
+    async def collect(msg: Msg) -> None:
+        if not (msg.headers and msg.headers.get("Status") == "503"):  # no responders
+            replies.append(msg.data)
+        arrived.set()
+
+    sub = await nc.subscribe(inbox, cb=collect)
+    try:
+        await nc.publish(subject, payload, reply=inbox)
+        try:
+            await asyncio.wait_for(arrived.wait(), timeout)
+        except asyncio.TimeoutError:
+            return replies
+        while not (expected and len(replies) >= expected):
+            arrived.clear()
+            try:
+                await asyncio.wait_for(arrived.wait(), settle)
+            except asyncio.TimeoutError:
+                break
+        return replies
+    finally:
+        await sub.unsubscribe()
+
+
+def reconnects(nc: NATS) -> int:
+    return _reconnects.get(nc, 0)
+
+
+async def settled(nc: NATS) -> None:
+    """Everything this connection queued (its subscriptions too) has reached the server.
+
+    `nc.flush()` alone does not say so: nats-py 2.16 writes its PING straight to the socket,
+    ahead of commands still waiting for its flusher task, so the PONG can come back before a
+    SUB sent just before it is registered (another connection's publish then finds no one)."""
+    await nc._flush_pending(force_flush=True)
+    await nc.flush()

@@ -1,0 +1,311 @@
+"""`config.pbtxt` -> Triton's `ModelConfig` -> normalized JSON -> Shoal's own `ModelSpec`.
+
+Parsing uses protobuf `text_format` with the `ModelConfig` message shipped in
+`tritonclient`, so accepted syntax and error texts match Triton's. The repository
+service normalizes and publishes Triton's JSON form (what `GET .../config`
+returns); every other service converts that JSON once into a frozen `ModelSpec`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2 as pb
+
+from shared.config.datatypes import config_to_protocol
+from shared.errors import ShoalError, invalid
+
+ModelConfig = pb.ModelConfig
+
+# int64/uint64 fields protobuf JSON prints as strings; Triton turns them back into numbers.
+_INT64_KEYS = frozenset(
+    {
+        "dims",
+        "shape",
+        "versions",
+        "max_queue_delay_microseconds",
+        "priority_levels",
+        "default_priority_level",
+        "default_timeout_microseconds",
+        "max_sequence_idle_microseconds",
+        "model_version",
+    }
+)
+
+# file in a version directory -> (platform, backend, default file)
+_AUTOFILL = (
+    ("model.onnx", "onnxruntime_onnx", "onnxruntime"),
+    ("model.plan", "tensorrt_plan", "tensorrt"),
+    ("model.pt", "pytorch_libtorch", "pytorch"),
+    ("model.py", "", "python"),
+)
+_PLATFORM_BACKEND = {
+    "onnxruntime_onnx": "onnxruntime",
+    "tensorrt_plan": "tensorrt",
+    "pytorch_libtorch": "pytorch",
+    "libtorch": "pytorch",
+}
+_DEFAULT_FILE = {
+    "onnxruntime": "model.onnx",
+    "tensorrt": "model.plan",
+    "pytorch": "model.pt",
+    "python": "model.py",
+}
+
+
+def parse_text(text: str, path: str | Path = "config.pbtxt") -> pb.ModelConfig:
+    """Parse text-format config; errors name the file, line and column."""
+    try:
+        return text_format.Parse(text, pb.ModelConfig())
+    except text_format.ParseError as exc:
+        raise invalid(f"failed to read text proto from {path}: {exc}") from None
+
+
+def parse_json(text: str) -> pb.ModelConfig:
+    """A `config` override as Triton's load API takes it (protobuf JSON, proto field names)."""
+    try:
+        return json_format.Parse(text, pb.ModelConfig())
+    except json_format.ParseError as exc:
+        raise invalid(f"Invalid config override: {exc}") from None
+
+
+def to_json(config: pb.ModelConfig) -> dict[str, Any]:
+    """Triton's JSON for `GET /v2/models/{m}/config` (int64 fields as numbers)."""
+    raw = json_format.MessageToDict(config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    ints: dict[str, Any] = _ints(raw)
+    return ints
+
+
+def from_json(data: dict[str, Any]) -> pb.ModelConfig:
+    return json_format.ParseDict(data, pb.ModelConfig())
+
+
+def _ints(node: Any, key: str = "") -> Any:
+    if isinstance(node, dict):
+        return {k: _ints(v, k) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_ints(v, key) for v in node]
+    if key in _INT64_KEYS and isinstance(node, str):
+        return int(node)
+    return node
+
+
+def autofill_backend(config: pb.ModelConfig, model_dir: Path, versions: list[int]) -> None:
+    """Triton's server-side autofill of name, platform/backend and default file (§2.4)."""
+    if not config.name:
+        config.name = model_dir.name
+    if config.platform == "ensemble":
+        return
+    if not config.backend and config.platform in _PLATFORM_BACKEND:
+        config.backend = _PLATFORM_BACKEND[config.platform]
+    if not config.backend and not config.platform:
+        for version in sorted(versions)[:1]:
+            for filename, platform, backend in _AUTOFILL:
+                if (model_dir / str(version) / filename).exists():
+                    config.platform, config.backend = platform, backend
+                    break
+    if config.backend == "onnxruntime" and not config.platform:
+        config.platform = "onnxruntime_onnx"
+    if not config.backend and not config.platform:
+        raise invalid(
+            f"Invalid model name: Could not determine backend for model '{config.name}' "
+            "with no backend in model configuration. Expected model name of the form "
+            "'model.<backend_name>'."
+        )
+    if not config.default_model_filename and config.backend in _DEFAULT_FILE:
+        config.default_model_filename = _DEFAULT_FILE[config.backend]
+
+
+def normalize(config: pb.ModelConfig, default_count: int = 2) -> None:
+    """Triton's `NormalizeModelConfig` + `NormalizeInstanceGroup` on a CPU-only host."""
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    if config.HasField("dynamic_batching") and not config.dynamic_batching.preferred_batch_size:
+        if config.max_batch_size > 0:
+            config.dynamic_batching.preferred_batch_size.append(config.max_batch_size)
+    if config.HasField("sequence_batching"):
+        seq = config.sequence_batching
+        if seq.max_sequence_idle_microseconds == 0:
+            seq.max_sequence_idle_microseconds = 1_000_000
+        if seq.HasField("oldest") and not seq.oldest.preferred_batch_size:
+            if config.max_batch_size > 0:
+                seq.oldest.preferred_batch_size.append(config.max_batch_size)
+    if config.platform == "ensemble":
+        return
+    config.optimization.input_pinned_memory.enable = True
+    config.optimization.output_pinned_memory.enable = True
+    if not config.instance_group:
+        config.instance_group.add(name=config.name)  # Triton names only the group it creates after the model
+    for index, group in enumerate(config.instance_group):
+        if not group.name:  # a group the config lists without a name: `<model>_<index>`, even a lone one
+            group.name = f"{config.name}_{index}"
+        if group.kind == pb.ModelInstanceGroup.KIND_AUTO:
+            group.kind = pb.ModelInstanceGroup.KIND_GPU if group.gpus else pb.ModelInstanceGroup.KIND_CPU
+        if group.count < 1:
+            cpu_default = group.kind == pb.ModelInstanceGroup.KIND_CPU and config.backend in (
+                "onnxruntime",
+                "tensorflow",
+            )
+            group.count = default_count if cpu_default else 1
+
+
+def validate(config: pb.ModelConfig) -> None:
+    """The load-time checks of Triton's `ValidateModelConfig` that Shoal enforces (§2.6)."""
+    name = config.name
+    if config.max_batch_size < 0:
+        raise invalid(f"'max_batch_size' must be non-negative value for {name}")
+    seen: set[str] = set()
+    for io in list(config.input) + list(config.output):
+        if not io.name:
+            raise invalid(f"model input or output must specify 'name' for {name}")
+        if io.data_type == pb.TYPE_INVALID:
+            raise invalid(f"model input '{io.name}' must specify 'data_type' for {name}")
+        if not io.dims and not io.HasField("reshape"):
+            raise invalid(f"model input '{io.name}' must specify 'dims' for {name}")
+        if any(d < -1 or d == 0 for d in io.dims):
+            raise invalid(f"dimension for '{io.name}' of model '{name}' must be > 0 or -1")
+        seen.add(io.name)
+    if config.HasField("dynamic_batching"):
+        db = config.dynamic_batching
+        for size in db.preferred_batch_size:
+            if size < 1 or size > config.max_batch_size:
+                raise invalid(
+                    f"dynamic batching preferred size must be positive and <= "
+                    f"max_batch_size {config.max_batch_size} for {name}"
+                )
+        if db.priority_levels and not 1 <= db.default_priority_level <= db.priority_levels:
+            raise invalid(f"default priority level must be in range [1, {db.priority_levels}] for {name}")
+        if db.preserve_ordering and db.priority_levels > 1:
+            raise invalid(f"preserve_ordering is not supported with multiple priority levels for {name}")
+    if config.response_cache.enable and (
+        config.HasField("sequence_batching") or config.model_transaction_policy.decoupled
+    ):
+        raise invalid(
+            f"response cache is not supported for model '{name}': it uses sequence batching "
+            "or a decoupled transaction policy"
+        )
+    for group in config.instance_group:
+        if group.kind in (pb.ModelInstanceGroup.KIND_CPU, pb.ModelInstanceGroup.KIND_MODEL) and group.gpus:
+            kind = pb.ModelInstanceGroup.Kind.Name(group.kind)
+            raise invalid(f"instance group {group.name} of model {name} has kind {kind} but specifies one or more GPUs")
+
+
+# ---------------------------------------------------------------------------
+# Shoal's own view, built once from the published JSON.
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    datatype: str  # protocol name
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None = None
+    optional: bool = False
+    allow_ragged_batch: bool = False
+
+    @property
+    def variable(self) -> bool:
+        return -1 in self.dims
+
+
+@dataclass(frozen=True)
+class DynamicBatching:
+    preferred_batch_sizes: tuple[int, ...]
+    max_queue_delay_us: int
+    preserve_ordering: bool
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    platform: str
+    backend: str
+    max_batch_size: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    dynamic_batching: DynamicBatching | None
+    instance_count: int
+    instance_kind: str
+    decoupled: bool
+    default_model_filename: str
+    response_cache: bool = False
+    parameters: dict[str, str] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def metadata_platform(self) -> str:
+        return self.platform or self.backend
+
+    def input(self, name: str) -> TensorSpec | None:
+        return self._inputs_by_name.get(name)
+
+    def output(self, name: str) -> TensorSpec | None:
+        return self._outputs_by_name.get(name)
+
+    @cached_property
+    def required_inputs(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.inputs if not t.optional)
+
+    # looked up for every input and output of every request: built once per spec (the first of a name wins)
+    @cached_property
+    def _inputs_by_name(self) -> dict[str, TensorSpec]:
+        return _by_name(self.inputs)
+
+    @cached_property
+    def _outputs_by_name(self) -> dict[str, TensorSpec]:
+        return _by_name(self.outputs)
+
+
+def _by_name(tensors: tuple[TensorSpec, ...]) -> dict[str, TensorSpec]:
+    named: dict[str, TensorSpec] = {}
+    for tensor in tensors:
+        named.setdefault(tensor.name, tensor)
+    return named
+
+
+def _tensor(io: dict[str, Any]) -> TensorSpec:
+    reshape = io.get("reshape")
+    return TensorSpec(
+        name=io["name"],
+        datatype=config_to_protocol(io.get("data_type", "TYPE_INVALID")),
+        dims=tuple(int(d) for d in io.get("dims", [])),
+        reshape=tuple(int(d) for d in reshape.get("shape", [])) if reshape is not None else None,
+        optional=bool(io.get("optional", False)),
+        allow_ragged_batch=bool(io.get("allow_ragged_batch", False)),
+    )
+
+
+def spec_from_json(config: dict[str, Any]) -> ModelSpec:
+    db = config.get("dynamic_batching")
+    groups = config.get("instance_group", [])
+    kinds = {g.get("kind", "KIND_CPU") for g in groups}
+    return ModelSpec(
+        name=config["name"],
+        platform=config.get("platform", ""),
+        backend=config.get("backend", ""),
+        max_batch_size=int(config.get("max_batch_size", 0)),
+        inputs=tuple(_tensor(io) for io in config.get("input", [])),
+        outputs=tuple(_tensor(io) for io in config.get("output", [])),
+        dynamic_batching=DynamicBatching(
+            preferred_batch_sizes=tuple(sorted(int(s) for s in db.get("preferred_batch_size", []))),
+            max_queue_delay_us=int(db.get("max_queue_delay_microseconds", 0)),
+            preserve_ordering=bool(db.get("preserve_ordering", False)),
+        )
+        if db is not None
+        else None,
+        instance_count=sum(int(g.get("count", 1)) for g in groups) or 1,
+        instance_kind="KIND_GPU" if "KIND_GPU" in kinds else "KIND_CPU",
+        decoupled=bool(config.get("model_transaction_policy", {}).get("decoupled", False)),
+        default_model_filename=config.get("default_model_filename", ""),
+        response_cache=bool(config.get("response_cache", {}).get("enable", False)),
+        parameters={k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()},
+        config=config,
+    )
+
+
+def load_error(model: str, exc: Exception) -> str:
+    return exc.message if isinstance(exc, ShoalError) else f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,107 @@
+"""Running one service process: logging, the event loop, and a clean stop on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from types import ModuleType
+from typing import Protocol
+
+from nats.aio.client import Client as NATS
+
+from shared.process.logcontext import JsonFormatter, RequestIdFilter
+
+uvloop: ModuleType | None
+try:
+    import uvloop
+except ImportError:  # uvloop is not available on every platform
+    uvloop = None
+
+
+class Service(Protocol):
+    """What `serve_until` runs: a service that starts and stops on the bus."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def configure_logging(service: str, verbose: int = 0) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RequestIdFilter())
+    if os.environ.get("SHOAL_LOG_JSON", "").lower() in ("1", "true"):
+        handler.setFormatter(JsonFormatter(service))
+    else:
+        handler.setFormatter(
+            logging.Formatter(f"%(asctime)s %(levelname).1s {service} %(name)s: %(request_tag)s%(message)s")
+        )
+    logging.basicConfig(level=logging.DEBUG if verbose > 0 else logging.INFO, handlers=[handler])
+    logging.getLogger("nats").setLevel(logging.WARNING)  # its debug chatter is not Triton's verbose log
+
+
+def run_service(main: Callable[[asyncio.Event], Awaitable[None]], name: str = "service") -> None:
+    """Run `main(stop)`; SIGTERM/SIGINT set `stop`, and `main` shuts down its own way."""
+
+    async def wrapper() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await main(stop)
+
+    profile_dir = os.environ.get("SHOAL_PROFILE_DIR")
+    profiler = _start_profile() if profile_dir else None
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop is not None else None) as runner:
+            try:
+                runner.run(wrapper())
+            except (Exception, SystemExit):  # SystemExit: uvicorn's answer to a socket it cannot bind
+                fail(name)  # before the runner's cleanup, which can wait forever
+    finally:
+        if profiler is not None and profile_dir:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile_dir, f"{name}-{os.getpid()}.prof"))
+
+
+def fail(name: str) -> None:
+    """End a service whose `main` raised, at once, with the reason on stderr.
+
+    Not through the runner's cleanup: it cancels every task the service started and waits for
+    each, and a task that outlives its cancel (a bus watcher mid-retry) held a failed gateway
+    for the whole exit timeout, deaf to SIGTERM (issue 28 item 14).
+    """
+    logging.getLogger(f"shoal.{name}").critical("%s failed", name, exc_info=True)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def _start_profile() -> cProfile.Profile:
+    """A developer's tool (SHOAL_PROFILE_DIR): cProfile of the main thread, in thread CPU time.
+
+    Thread CPU time, not wall time: on a loaded host a socket write that wakes its reader loses
+    the core, and a wall-clock profile then charges that wait to the write (docs/performance.md).
+    """
+    profiler = cProfile.Profile(time.thread_time)
+    profiler.enable()
+    return profiler
+
+
+async def serve_until(stop: asyncio.Event, nc: NATS, service: Service, name: str) -> None:
+    """Start `service`, wait for `stop`, then stop it and drain the NATS connection."""
+    from shared.process.logsettings import follow
+
+    await follow(nc, name)
+    await service.start()
+    try:
+        await stop.wait()
+    finally:
+        await service.stop()
+        await nc.drain()

@@ -1,0 +1,317 @@
+"""One typed settings model per service; flags, env vars (SHOAL_<SERVICE>_*) and defaults.
+
+`add_arguments` builds argparse options from a model's fields and `to_argv` turns a
+settings object back into flags, so `shoal serve` starts each child service with
+exactly the settings it resolved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import uuid
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic import Field, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.memory.footprint import parse_budget
+
+TRUE = {"true", "on", "1", "yes"}
+FALSE = {"false", "off", "0", "no"}
+
+
+def parse_bool(value: str) -> bool:
+    """tritonserver's boolean flag values: true/false/on/off/1/0, any case."""
+    lowered = value.strip().lower()
+    if lowered in TRUE:
+        return True
+    if lowered in FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean value '{value}' (use true/false/on/off/1/0)")
+
+
+class BusSettings(BaseSettings):
+    nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server URL(s), comma separated")
+    log_verbose: int = Field(0, description="verbose logging level (as tritonserver)")
+
+
+def _random_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+class GatewaySettings(BusSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_GATEWAY_")
+    gateway_id: str = Field(
+        default_factory=_random_id, description="this gateway's id on the bus", json_schema_extra={"shown": "random"}
+    )
+    id: str = Field("triton", description="server name in GET /v2")
+    http_address: str = Field("0.0.0.0", description="address the HTTP endpoint listens on")
+    http_port: int = Field(8000, description="HTTP port (KServe v2 and Triton's extensions)")
+    reuse_http_port: bool = Field(False, description="let other servers listen on the same HTTP port (SO_REUSEPORT)")
+    metrics_address: str = Field(
+        "", description="address the metrics endpoint listens on", json_schema_extra={"shown": "--http-address"}
+    )
+    metrics_port: int = Field(8002, description="Prometheus metrics port (/metrics)")
+    openai_address: str = Field(
+        "",
+        description="address the OpenAI-compatible endpoint listens on",
+        json_schema_extra={"shown": "--http-address"},
+    )
+    openai_port: int = Field(0, description="OpenAI-compatible API port (/v1/...; docs/openai.md); 0: off")
+    allow_metrics: bool = Field(True, description="serve the metrics endpoint")
+    allow_cpu_metrics: bool = Field(True, description="CPU utilization and memory gauges")
+    allow_gpu_metrics: bool = Field(True, description="GPU gauges through NVML, when a GPU exists")
+    counter_latencies: bool = Field(True, description="per-model latency counters (nv_inference_*_duration_us)")
+    summary_latencies: bool = Field(False, description="per-model latency summaries (quantiles)")
+    histogram_latencies: bool = Field(False, description="per-model latency histograms")
+    summary_quantiles: str = Field(
+        "",
+        description="q:error,... for the latency summaries",
+        json_schema_extra={"shown": "Triton's 0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001"},
+    )
+    http_max_input_size: int = Field(64 * 1024 * 1024, description="largest request body in bytes")
+    http_restricted_api: list[str] = Field(
+        default_factory=list, description="<api>[,<api>...]:<header>=<value>: those APIs need that header (403)"
+    )
+    request_timeout_s: float = Field(60.0, description="deadline of a request with no timeout of its own")
+    inline_max_bytes: int = Field(65536, description="tensors up to this size travel inside the bus message")
+    tensor_transport: Literal["auto", "shm", "bus"] = Field(
+        "auto", description="how larger tensors travel: shared memory on one host, the bus, or auto-detect"
+    )
+    strict_readiness: bool = Field(True, description="ready only while every model is ready (as tritonserver)")
+    allow_client_shm: bool = Field(
+        False, description="client shared memory (system and CUDA), off unless asked as in Triton"
+    )
+    cache_bytes: int = Field(0, description="response cache size in bytes (0 = no cache)")
+    trace_file: str = Field("", description="file the traces are written to (JSON)")
+    trace_level: str = Field("OFF", description="comma separated: OFF, TIMESTAMPS, TENSORS")
+    trace_rate: int = Field(1000, description="trace one request in this many")
+    trace_count: int = Field(-1, description="stop tracing after this many traces (-1 = never)")
+    trace_log_frequency: int = Field(0, description="start a new trace file every this many traces (0 = one file)")
+    exit_timeout_s: float = Field(30.0, description="on shutdown, how long in-flight requests may finish")
+    repository_timeout_s: float = Field(330.0, description="how long a load/unload request waits for the repository")
+    log_started: bool = Field(
+        True,
+        description="log tritonserver's 'Started HTTPService at ...' lines once listening "
+        "(shoal serve logs them itself, after the models are loaded, as tritonserver)",
+    )
+    # gRPC, with tritonserver's names and defaults (docs/grpc.md)
+    allow_grpc: bool = Field(True, description="serve the gRPC endpoint (KServe v2 gRPC and Triton's extensions)")
+    grpc_address: str = Field("0.0.0.0", description="address the gRPC endpoint listens on")
+    grpc_port: int = Field(8001, description="gRPC port")
+    grpc_infer_allocation_pool_size: int = Field(8, description="accepted; Python allocates each response")
+    grpc_keepalive_time: int = Field(7_200_000, description="ms between keepalive pings")
+    grpc_keepalive_timeout: int = Field(20_000, description="ms to wait for a keepalive ack")
+    grpc_keepalive_permit_without_calls: bool = Field(False, description="keepalive pings even with no call open")
+    grpc_http2_max_pings_without_data: int = Field(2, description="pings sent without data before a data frame")
+    grpc_http2_min_recv_ping_interval_without_data: int = Field(
+        300_000, description="ms between pings without data a client may send"
+    )
+    grpc_http2_max_ping_strikes: int = Field(2, description="bad pings before the connection is closed")
+    grpc_use_ssl: bool = Field(False, description="TLS on the gRPC endpoint")
+    grpc_use_ssl_mutual: bool = Field(False, description="mutual TLS (clients present a certificate)")
+    grpc_server_cert: str = Field("", description="the server's certificate file (PEM)")
+    grpc_server_key: str = Field("", description="the server's key file (PEM)")
+    grpc_root_cert: str = Field("", description="root certificate file to verify clients (PEM)")
+    grpc_infer_response_compression_level: Literal["none", "low", "medium", "high"] = Field(
+        "none", description="compression of inference responses"
+    )
+    grpc_restricted_protocol: list[str] = Field(
+        default_factory=list, description="<protocol>[,<protocol>...]:<key>=<value>: those need that header"
+    )
+    reuse_grpc_port: bool = Field(False, description="let several servers listen on the gRPC port (SO_REUSEPORT)")
+    grpc_server: Literal["shoal", "grpcio"] = Field(
+        "shoal", description="gRPC server: Shoal's HTTP/2 on the event loop, or grpcio's asyncio server (docs/grpc.md)"
+    )
+    # the scheduler replica in this process (docs/design.md, "Co-hosting"); the same settings as `shoal scheduler`
+    cohost_scheduler: bool = Field(
+        True, description="run a scheduler replica in this process (false: only standalone schedulers schedule)"
+    )
+    worker_timeout_s: float = Field(5.0, description="co-hosted scheduler: a worker silent this long is dropped")
+    rate_limit: Literal["off", "execution_count"] = Field(
+        "off", description="co-hosted scheduler: rate limiter, off or execution_count (as tritonserver)"
+    )
+    rate_limit_resource: list[str] = Field(
+        default_factory=list, description="co-hosted scheduler: <name>:<count>[:<device>], a resource it shares out"
+    )
+
+
+def cohosted_scheduler(gateway: GatewaySettings) -> SchedulerSettings:
+    """The settings of the scheduler replica a gateway co-hosts: the gateway's id and bus."""
+    return SchedulerSettings(
+        nats_url=gateway.nats_url,
+        log_verbose=gateway.log_verbose,
+        scheduler_id=gateway.gateway_id,
+        worker_timeout_s=gateway.worker_timeout_s,
+        rate_limit=gateway.rate_limit,
+        rate_limit_resource=gateway.rate_limit_resource,
+    )
+
+
+class SchedulerSettings(BusSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_SCHEDULER_")
+    scheduler_id: str = Field(
+        default_factory=_random_id, description="this scheduler's id on the bus", json_schema_extra={"shown": "random"}
+    )
+    worker_timeout_s: float = Field(5.0, description="a worker silent this long is dropped")
+    rate_limit: Literal["off", "execution_count"] = Field(
+        "off", description="rate limiter: off, or execution_count (as tritonserver)"
+    )
+    rate_limit_resource: list[str] = Field(
+        default_factory=list, description="<name>:<count>[:<device>]: a resource the rate limiter shares out"
+    )
+
+
+def _worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class WorkerSettings(BusSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_WORKER_")
+    worker_id: str = Field(
+        default_factory=_worker_id,
+        description="this worker's id on the bus",
+        json_schema_extra={"shown": "<host>-<pid>-<random>"},
+    )
+    inline_max_bytes: int = Field(65536, description="tensors up to this size travel inside the bus message")
+    tensor_transport: Literal["auto", "shm", "bus"] = Field(
+        "auto", description="how larger tensors travel: shared memory on one host, the bus, or auto-detect"
+    )
+    intra_op_threads: int = Field(
+        0,
+        description="intra-op threads per instance when the model config sets none "
+        "(0 = the backend's default: 1 per onnxruntime instance, cores / instances for PyTorch)",
+    )
+    model_load_thread_count: int = Field(4, ge=1, description="models loaded at once (tritonserver's flag)")
+    heartbeat_s: float = Field(1.0, description="seconds between the worker's heartbeats to the schedulers")
+    models: list[str] = Field(
+        default_factory=list, description="host only models matching these globs (none = every model)"
+    )
+    python_isolation: Literal["process", "none"] = Field(
+        "process",
+        description="python-backend models: each in a worker process of its own (a crash takes "
+        "down only that model, which is restarted), or 'none': in this worker's process",
+    )
+    parent_pid: int = Field(
+        0,
+        description="set for the worker process of one python model: the worker that "
+        "started it (it dies with that worker)",
+    )
+    model_memory_budget: str = Field(
+        "",
+        description="on-demand mode: memory this worker's loaded models may take, in bytes (2G, 512M) or a "
+        "percentage of RAM (40%%); the least recently used idle models are evicted to stay under it",
+        json_schema_extra={"shown": "none"},
+    )
+    max_loaded_models: int = Field(0, ge=0, description="on-demand mode: models this worker may hold (0 = no limit)")
+    credits_per_instance: int = Field(
+        2,
+        description="batches the scheduler may send an instance ahead: the next one waits at the worker "
+        "instead of a bus round trip after each batch",
+    )
+
+    @field_validator("model_memory_budget")
+    @classmethod
+    def _budget(cls, value: str) -> str:
+        parse_budget(value, ram=0)  # a bad budget stops the worker at once, saying what is expected
+        return value
+
+
+class RepositorySettings(BusSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_REPOSITORY_")
+    model_repository: str = Field("", description="model repository path")
+    model_control_mode: Literal["none", "poll", "explicit", "on-demand"] = Field(
+        "none",
+        description="none: load everything at start; poll: follow the repository; explicit: load API; "
+        "on-demand: a request loads its model, idle ones are evicted under the workers' budgets",
+    )
+    load_model: list[str] = Field(
+        default_factory=list, description="explicit and on-demand modes: models to load at start (* = all)"
+    )
+    pin_model: list[str] = Field(
+        default_factory=list, description="on-demand mode: models (globs) never evicted once loaded"
+    )
+    thrash_window_s: float = Field(
+        60.0, description="on-demand mode: a model requested again this soon after its eviction counts as thrash"
+    )
+    disable_auto_complete_config: bool = Field(False, description="never complete configs from the model files")
+    strict_model_config: bool = Field(False, description="older name of --disable-auto-complete-config")
+    repository_poll_secs: int = Field(15, description="poll mode: rescan interval (file events act sooner)")
+    load_timeout_s: float = Field(300.0, description="how long a load request waits for the workers")
+    unload_timeout_s: float = Field(30.0, description="how long an unload waits for queued requests to drain")
+    worker_timeout_s: float = Field(5.0, description="a worker silent this long no longer counts")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def shown_default(info: FieldInfo) -> str:
+    """A field's default as `--help` shows it: tritonserver's spelling for booleans, `none` for nothing."""
+    extra = info.json_schema_extra
+    if isinstance(extra, dict) and "shown" in extra:
+        return str(extra["shown"])
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value in ("", [], None):
+        return "none"
+    return str(value)
+
+
+def help_text(info: FieldInfo) -> str:
+    """The one line of `--help` for a setting: its description and its default."""
+    return f"{info.description} (default: {shown_default(info)})".replace("%", "%%")
+
+
+def option_kwargs(info: FieldInfo) -> dict[str, Any]:
+    """argparse keywords for a setting: type, choices, help (the default stays the caller's)."""
+    kwargs: dict[str, Any] = {"help": help_text(info)}
+    annotation = info.annotation
+    if annotation is bool:
+        kwargs.update(type=parse_bool, metavar="BOOL")
+    elif annotation in (int, float):
+        kwargs["type"] = annotation
+    elif get_origin(annotation) is Literal:
+        kwargs.update(choices=list(get_args(annotation)), type=str.lower)
+    elif get_origin(annotation) is list:
+        kwargs["action"] = "append"
+    return kwargs
+
+
+def add_setting(
+    parser: argparse.ArgumentParser, flag: str, model: type[BaseSettings], field: str, **extra: Any
+) -> None:
+    """A flag for one setting under a name of its own (tritonserver's), with the setting's default and help."""
+    info = model.model_fields[field]
+    kwargs = {**option_kwargs(info), "default": info.get_default(call_default_factory=True), **extra}
+    if info.annotation is bool:
+        kwargs.update(nargs="?", const=True)  # `--flag` alone is true, as tritonserver
+    parser.add_argument(flag, **kwargs)
+
+
+def add_arguments(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> None:
+    """One `--kebab-case` option per field; unset options fall back to env and defaults."""
+    for name, info in model.model_fields.items():
+        parser.add_argument(_flag(name), dest=name, default=argparse.SUPPRESS, **option_kwargs(info))
+
+
+def from_namespace(model: type[BaseSettings], namespace: argparse.Namespace) -> Any:
+    given = {k: v for k, v in vars(namespace).items() if k in model.model_fields}
+    return model(**given)
+
+
+def to_argv(settings: BaseSettings) -> list[str]:
+    argv: list[str] = []
+    for name, value in settings.model_dump().items():
+        if isinstance(value, list):
+            for item in value:
+                argv += [_flag(name), str(item)]
+        elif isinstance(value, bool):
+            argv += [_flag(name), "true" if value else "false"]
+        else:
+            argv += [_flag(name), str(value)]
+    return argv
