@@ -7,8 +7,8 @@ Every bus message is a msgspec Struct defined here (MessagePack, or JSON where i
 - `records.py`: the records kept in JetStream KV buckets (models, instances, shared-memory regions);
 - `status.py`: what each service's NATS micro `status` endpoint answers (`shoal status`);
 - `subjects.py`: every NATS subject and KV bucket name, built in one place;
-- `tensors.py`: how tensor bytes travel: inline, POSIX shared memory handles, or chunks over the bus;
 - `statistics.py`: Triton's statistics document, which schedulers fill and gateways answer.
 
-Every process imports these; they import nothing from `services/` or `shoal/`.
+Every process imports these; they import msgspec and typing only, nothing else of Shoal's (how the
+bytes of a tensor travel is `shared/bus/tensor_store.py`'s business).
 """
