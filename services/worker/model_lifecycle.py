@@ -49,7 +49,7 @@ NOT_READY = "the model's is_ready() returned False"
 Hook = Callable[[LoadedModel], Awaitable[None]]
 
 
-class ModelHost:
+class ModelLifecycle:
     def __init__(
         self,
         worker_id: str,
