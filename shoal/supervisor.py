@@ -271,6 +271,8 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         strict_model_config=args.strict_model_config,
         repository_poll_secs=args.repository_poll_secs,
         unload_timeout_s=args.exit_timeout_secs,
+        backend_directory=args.backend_directory,
+        backend_config=args.backend_config,
         pin_model=args.pin_model,
     )
     workers = [
@@ -279,6 +281,8 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
             tensor_transport=args.tensor_transport,
             python_isolation=args.python_isolation,
             model_load_thread_count=args.model_load_thread_count,
+            backend_directory=args.backend_directory,
+            backend_config=args.backend_config,
             model_memory_budget=args.model_memory_budget,
             max_loaded_models=args.max_loaded_models,
         )

@@ -17,10 +17,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from services.repository import ensembles, overrides
+from services.repository.autocomplete import AutoComplete
 from services.repository.labels import LabelError, read_labels
 from services.repository.model_states import derive_state, next_record
 from services.repository.scan import ScannedModel, check_model_name, list_models, scan_model, signature
-from shared.config import model_config
+from shared.config import backend_config, model_config
 from shared.config.ensemble_graph import check_structure, is_ensemble
 from shared.errors import ShoalError, internal, invalid
 from shared.process.settings import RepositorySettings
@@ -56,8 +57,12 @@ class ModelManager:
         return self._locks.setdefault(name, asyncio.Lock())
 
     @property
-    def auto_complete(self) -> bool:
-        return not (self.settings.disable_auto_complete_config or self.settings.strict_model_config)
+    def auto_complete(self) -> AutoComplete:
+        return AutoComplete(
+            enabled=not (self.settings.disable_auto_complete_config or self.settings.strict_model_config),
+            backend_directory=self.settings.backend_directory,
+            backend_config=backend_config.parse(self.settings.backend_config),
+        )
 
     def available(self) -> list[str]:
         return list_models(self.root)

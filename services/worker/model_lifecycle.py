@@ -33,6 +33,7 @@ from services.worker.python.isolation import ModelProcesses, isolated
 from services.worker.sequences.state import StateStore
 from services.worker.warmup import run_warmup
 from shared.bus import buckets
+from shared.config import backend_config
 from shared.config.model_config import ModelSpec, load_error, spec_from_json
 from shared.config.sequence_config import sequence_config
 from shared.memory import footprint
@@ -71,6 +72,7 @@ class ModelLifecycle:
         self._tasks: set[asyncio.Task] = set()
         self.processes = ModelProcesses(settings, worker_id, self._child_crashed)
         self.loader = BoundedLoader(settings.model_load_thread_count)
+        self.backend_config = backend_config.parse(settings.backend_config)
 
     async def start(self) -> None:
         self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
@@ -237,10 +239,11 @@ class ModelLifecycle:
         await self.on_ready(loaded)
 
     def _create(self, spec: ModelSpec, record: ModelRecord, version: int) -> LoadedModel:
-        backend = self.local or backends.load_backend(spec.backend or "onnxruntime")
+        backend = self.local or backends.load_backend(spec.backend or "onnxruntime", self.settings.backend_directory)
         # every group's instances, each with its own kind and device (Triton's instance_group)
         plans = plan_instances(record.config, available_gpus())
         threads = self.settings.intra_op_threads or backend.default_threads(len(plans))
+        settings = backend_config.settings_for(self.backend_config, spec.backend)
         loaded = LoadedModel(spec, version, record.generation)
         model_dir = Path(record.path)
         loaded.sequence = sequence_config(record.config)
@@ -251,7 +254,9 @@ class ModelLifecycle:
         rss, device = footprint.rss_bytes(), footprint.device_bytes()
         try:
             for index, plan in enumerate(plans):
-                runner = backend.create(spec, model_dir, Placement(version, plan.kind, plan.device, threads, plan.name))
+                runner = backend.create(
+                    spec, model_dir, Placement(version, plan.kind, plan.device, threads, plan.name, index, settings)
+                )
                 executor = InstanceThread(f"{spec.name}-{index}")
                 loaded.instances.append(
                     Instance(
