@@ -1,16 +1,53 @@
-"""Backend auto-complete for ONNX models without (complete) inputs/outputs (docs/triton-spec.md §2.4)."""
+"""Backend auto-complete for models without (complete) inputs/outputs (docs/triton-spec.md §2.4):
+ONNX graphs, python models' own `auto_complete_config`, python-based backends' (the backend's
+model.py), as each Triton backend completes its configs."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
 from tritonclient.grpc import model_config_pb2 as pb
 
+from shared.config.backend_config import BackendConfig, default_max_batch_size, python_based_runtime
+from shared.config.paths import inside
 from shared.errors import invalid
+
+
+@dataclass(frozen=True)
+class AutoComplete:
+    """Whether configs are completed from the model files, and what the backends were given."""
+
+    enabled: bool = True
+    backend_directory: str = ""
+    backend_config: BackendConfig = field(default_factory=dict)
+
+
+def complete(config: pb.ModelConfig, model_dir: Path, version: int, how: AutoComplete) -> pb.ModelConfig:
+    """`config` completed by its backend from the newest version's files, as Triton's backends do."""
+    backend = config.backend
+
+    def version_file(default: str) -> Path:
+        return inside(model_dir.parent, f"{model_dir.name}/{version}/{config.default_model_filename or default}")
+
+    if backend == "onnxruntime":
+        onnx_file = version_file("model.onnx")
+        if onnx_file.is_file():
+            autocomplete_onnx(config, onnx_file, default_max_batch_size(how.backend_config, backend))
+    elif backend == "python":
+        model_file = version_file("model.py")
+        if model_file.is_file():
+            config = autocomplete_python(config, model_file)
+    else:
+        runtime = python_based_runtime(how.backend_directory, backend)
+        if runtime is not None:  # a python-based backend completes every config naming it (vLLM's does)
+            config = autocomplete_python(config, runtime)
+    return config
+
 
 _ONNX_TO_CONFIG: dict[int, int] = {
     onnx.TensorProto.BOOL: pb.TYPE_BOOL,

@@ -170,3 +170,20 @@ class BatchedRunner:
 
     def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
         pass
+
+
+class RequestRunner:
+    """A backend that sees the requests one by one (`execute` loops over them itself), with no
+    readiness check and nothing to do when a sequence ends: Triton's small C++ backends."""
+
+    batches_rows = False
+    checks_readiness = False
+
+    def is_ready(self) -> bool:
+        return True
+
+    def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

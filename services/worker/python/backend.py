@@ -13,6 +13,7 @@ own like the loop of Triton's stub: tasks the model starts (a decoupled model an
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import inspect
 import json
@@ -35,7 +36,7 @@ from services.worker.backends.runner import (
     Result,
     Work,
 )
-from services.worker.python import environments, numpy_compat, pb_utils
+from services.worker.python import backend_settings, environments, numpy_compat, pb_utils
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, unavailable
 
@@ -82,7 +83,9 @@ def _request(work: Work, decoupled: bool) -> pb_utils.InferenceRequest:
     )
 
 
-def _import(path: Path) -> ModuleType:
+def _import(path: Path, keep_path: bool = False) -> ModuleType:
+    """Import a `model.py`; its folder is on `sys.path` while it imports its sibling files (for a
+    python-based backend's folder, for good: its modules may import their siblings lazily)."""
     sys.modules.setdefault("triton_python_backend_utils", pb_utils)
     numpy_compat.install()  # models written for Triton's numpy 1 environment run unchanged
     name = f"shoal_python_model_{uuid.uuid4().hex}"
@@ -90,27 +93,36 @@ def _import(path: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise unavailable(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))  # models import their sibling files
+    folder = str(path.parent)
+    if keep_path and folder in sys.path:
+        keep_path = False  # another instance of the backend put it there already
+    sys.path.insert(0, folder)  # models import their sibling files
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.path.remove(str(path.parent))
+        if not keep_path:
+            sys.path.remove(folder)
     return module
 
 
 class PythonInstance:
     batches_rows = False  # execute() sees the requests one by one
 
-    def __init__(self, spec: ModelSpec, path: Path, placement: Placement) -> None:
+    def __init__(self, spec: ModelSpec, path: Path, placement: Placement, runtime: Path | None = None) -> None:
+        """`path`: the version's `model.py`; for a python-based backend (`runtime`: its
+        `<backend-directory>/<backend>/model.py`), the version's directory, which the backend's
+        model.py sees as `pb_utils.get_model_dir()` (as in Triton: vLLM reads its model.json there)."""
         kind, device, version = placement.kind, placement.device, placement.version
         name = placement.name or f"{spec.name}_0"
-        environments.check(spec.parameters, str(path.parent.parent))  # <model>/<version>/model.py
-        module = _import(path)
+        version_dir = path if runtime is not None else path.parent
+        backend_settings.check(placement.settings)
+        environments.check(spec.parameters, str(version_dir.parent))  # <model>/<version>/model.py
+        module = _import(runtime, keep_path=True) if runtime is not None else _import(path)
         if not hasattr(module, "TritonPythonModel"):
-            raise unavailable(f"{path} does not define TritonPythonModel")
+            raise unavailable(f"{runtime or path} does not define TritonPythonModel")
         self.spec = spec
         self.iterative = bool(spec.config.get("sequence_batching", {}).get("iterative_sequence", False))
-        self.model_dir = str(path.parent)
+        self.model_dir = str(version_dir)
         self.model = module.TritonPythonModel()
         args = {
             "model_config": json.dumps(spec.config),
@@ -118,7 +130,7 @@ class PythonInstance:
             "model_instance_kind": kind.removeprefix("KIND_") if kind != "KIND_AUTO" else "CPU",
             "model_instance_name": name,
             "model_instance_device_id": str(device),
-            "model_repository": str(path.parent.parent),
+            "model_repository": str(version_dir.parent),  # the model's own directory, as in Triton
             "model_version": str(version),
             "model_name": spec.name,
         }
@@ -253,3 +265,9 @@ def _result(response: pb_utils.InferenceResponse) -> Result:
 
 
 BACKEND = Backend("model.py", PythonInstance, file_only=True)
+
+
+def python_based(runtime: Path) -> Backend:
+    """A python-based backend: every model naming it runs `runtime` (Triton's
+    `<backend-directory>/<backend>/model.py`), with the model's version directory as its own."""
+    return Backend("", functools.partial(PythonInstance, runtime=runtime))
