@@ -40,7 +40,7 @@ from shared.memory import footprint
 from shared.process.settings import WorkerSettings
 from shared.wire import subjects
 from shared.wire.messages import encode
-from shared.wire.records import InstanceRecord, ModelRecord
+from shared.wire.records import InstanceRecord, ModelRecord, ModelState
 
 log = logging.getLogger("shoal.worker")
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
@@ -100,9 +100,9 @@ class ModelLifecycle:
         for key, loaded in list(self.models.items()):
             record = self._records.get(key[0])
             if record is not None and self._attempted.get(key) == record.generation:
-                state = "READY" if loaded.generation == record.generation else "LOADING"
-                if state == "READY" and not loaded.ready:
-                    await self.report(record, key[1], "UNAVAILABLE", NOT_READY, count=len(loaded.instances))
+                state = ModelState.READY if loaded.generation == record.generation else ModelState.LOADING
+                if state == ModelState.READY and not loaded.ready:
+                    await self.report(record, key[1], ModelState.UNAVAILABLE, NOT_READY, count=len(loaded.instances))
                     continue
                 await self.report(record, key[1], state, count=len(loaded.instances))
 
@@ -136,7 +136,7 @@ class ModelLifecycle:
                 await self.report(
                     record,
                     key[1],
-                    "READY" if ready else "UNAVAILABLE",
+                    ModelState.READY if ready else ModelState.UNAVAILABLE,
                     "" if ready else NOT_READY,
                     count=len(loaded.instances),
                 )
@@ -206,7 +206,7 @@ class ModelLifecycle:
 
     async def _load(self, record: ModelRecord, version: int) -> None:
         key = (record.name, version)
-        await self.report(record, version, "LOADING")
+        await self.report(record, version, ModelState.LOADING)
         started = time.perf_counter()
         try:
             spec = spec_from_json(record.config)
@@ -215,7 +215,7 @@ class ModelLifecycle:
             reason = load_error(record.name, exc)
             log.error("failed to load '%s' version %d: %s", record.name, version, reason)
             if self._attempted.get(key) == record.generation:  # not superseded or unloaded meanwhile
-                await self.report(record, version, "UNAVAILABLE", reason)
+                await self.report(record, version, ModelState.UNAVAILABLE, reason)
             return
         if self._attempted.get(key) != record.generation:  # superseded or unloaded while loading
             loaded.close()
@@ -225,7 +225,7 @@ class ModelLifecycle:
         if old is not None:
             old.retire()
             await self.on_retired(old)
-        await self.report(record, version, "READY", count=len(loaded.instances))
+        await self.report(record, version, ModelState.READY, count=len(loaded.instances))
         log.info(
             "loaded '%s' version %d (generation %d): %d instance(s) in %.0f ms, warmup %.1f ms, %.1f MiB",
             record.name,
@@ -292,7 +292,9 @@ class ModelLifecycle:
             gc.collect()  # sessions hold large native buffers: return them now, not at some later GC
         log.info("unloaded '%s' version %d", *key)
 
-    async def report(self, record: ModelRecord, version: int, state: str, reason: str = "", count: int = 0) -> None:
+    async def report(
+        self, record: ModelRecord, version: int, state: ModelState, reason: str = "", count: int = 0
+    ) -> None:
         serving = self.models.get((record.name, version))
         if serving is not None and not serving.ready:
             serving = None  # its is_ready() said no: nothing here serves it

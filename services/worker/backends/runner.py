@@ -43,7 +43,18 @@ class Streamed:
 
 
 STREAMED = Streamed()
-Result = Tensors | ModelError | Streamed
+
+
+class Rescheduled:
+    """The result of a request the model released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+    no answer now; it goes back to its sequence's queue to run again (iterative sequences)."""
+
+    def __repr__(self) -> str:
+        return "RESCHEDULED"
+
+
+RESCHEDULED = Rescheduled()
+Result = Tensors | ModelError | Streamed | Rescheduled
 
 
 @dataclass
