@@ -27,8 +27,6 @@ SERVICES: dict[str, type[BaseSettings]] = {
 UNSUPPORTED_FLAGS = {
     "--grpc-infer-thread-count": "the gRPC endpoint is one event loop; scale out with more gateways instead",
     "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
-    "--backend-config": "backend configuration settings are not implemented yet",
-    "--backend-directory": "Shoal's backends are Python modules, not a directory of shared libraries",
     "--repoagent-directory": "repository agents are not implemented yet",
     "--log-file": "logs go to stderr; redirect them",
     "--http-thread-count": "the gateway is one event loop; scale out with more gateways instead",
@@ -63,6 +61,8 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--strict-model-config", R, "strict_model_config"),
     ("--exit-timeout-secs", G, "exit_timeout_s"),
     ("--model-load-thread-count", W, "model_load_thread_count"),
+    ("--backend-directory", W, "backend_directory"),
+    ("--backend-config", W, "backend_config"),
     ("--id", G, "id"),
     ("--http-address", G, "http_address"),
     ("--http-port", G, "http_port"),
@@ -217,6 +217,12 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     except ValueError as exc:
         raise SystemExit(f"shoal serve: {exc}") from None
     grpc_flags.check(args)
+    try:
+        from shared.config.backend_config import parse as parse_backend_config
+
+        parse_backend_config(args.backend_config)
+    except ValueError as exc:
+        raise SystemExit(f"shoal serve: {exc}") from None
     try:
         from services.gateway.http.restricted import parse as parse_restricted
 

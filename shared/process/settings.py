@@ -17,6 +17,7 @@ from pydantic import Field, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.config.backend_config import DEFAULT_DIRECTORY
 from shared.memory.footprint import parse_budget
 
 TRUE = {"true", "on", "1", "yes"}
@@ -207,6 +208,14 @@ class WorkerSettings(BusSettings):
         json_schema_extra={"shown": "none"},
     )
     max_loaded_models: int = Field(0, ge=0, description="on-demand mode: models this worker may hold (0 = no limit)")
+    backend_directory: str = Field(
+        DEFAULT_DIRECTORY,
+        description="where backends Shoal does not have built in are looked for: <dir>/<name>/model.py "
+        "(a python-based backend)",
+    )
+    backend_config: list[str] = Field(
+        default_factory=list, description="<backend>,<setting>=<value> or <setting>=<value>, as tritonserver"
+    )
     credits_per_instance: int = Field(
         2,
         description="batches the scheduler may send an instance ahead: the next one waits at the worker "
@@ -238,6 +247,12 @@ class RepositorySettings(BusSettings):
         60.0, description="on-demand mode: a model requested again this soon after its eviction counts as thrash"
     )
     disable_auto_complete_config: bool = Field(False, description="never complete configs from the model files")
+    backend_directory: str = Field(
+        DEFAULT_DIRECTORY, description="python-based backends: <dir>/<name>/model.py completes their configs"
+    )
+    backend_config: list[str] = Field(
+        default_factory=list, description="<backend>,<setting>=<value>: default-max-batch-size for auto-complete"
+    )
     strict_model_config: bool = Field(False, description="older name of --disable-auto-complete-config")
     repository_poll_secs: int = Field(15, description="poll mode: rescan interval (file events act sooner)")
     load_timeout_s: float = Field(300.0, description="how long a load request waits for the workers")
