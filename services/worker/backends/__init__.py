@@ -30,8 +30,10 @@ _MODULES = {
     "identity": "services.worker.backends.identity_backend",
     "repeat": "services.worker.backends.repeat_backend",
     "square": "services.worker.backends.square_backend",
+    "fil": "services.worker.backends.fil_backend",
 }
 _EXTRAS = {
+    "fil": "shoal[fil]",
     "tensorrt": "shoal[gpu]",
     "pytorch": "shoal[torch]",
 }
