@@ -31,9 +31,11 @@ _MODULES = {
     "repeat": "services.worker.backends.repeat_backend",
     "square": "services.worker.backends.square_backend",
     "fil": "services.worker.backends.fil_backend",
+    "openvino": "services.worker.backends.openvino_backend",
 }
 _EXTRAS = {
     "fil": "shoal[fil]",
+    "openvino": "shoal[openvino]",
     "tensorrt": "shoal[gpu]",
     "pytorch": "shoal[torch]",
 }
