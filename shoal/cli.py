@@ -36,7 +36,6 @@ UNSUPPORTED_FLAGS = {
     "--pinned-memory-pool-byte-size": "Shoal has no pinned memory pool",
     "--cuda-memory-pool-byte-size": "Shoal has no CUDA memory pool",
     "--model-load-gpu-limit": "GPU memory limits on load are not implemented yet",
-    "--http-header-forward-pattern": "header forwarding is not implemented yet",
 }
 # boolean flags that Shoal accepts only with the value it already behaves as: flag -> (allowed, why, help)
 FIXED_FLAGS: dict[str, tuple[bool | None, str, str]] = {
@@ -69,6 +68,7 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--reuse-http-port", G, "reuse_http_port"),
     ("--http-max-input-size", G, "http_max_input_size"),
     ("--http-restricted-api", G, "http_restricted_api"),
+    ("--http-header-forward-pattern", G, "http_header_forward_pattern"),
     ("--metrics-address", G, "metrics_address"),
     ("--metrics-port", G, "metrics_port"),
     ("--allow-metrics", G, "allow_metrics"),
