@@ -55,6 +55,7 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--reuse-http-port", G, "reuse_http_port"),
     ("--http-max-input-size", G, "http_max_input_size"),
     ("--http-restricted-api", G, "http_restricted_api"),
+    ("--http-header-forward-pattern", G, "http_header_forward_pattern"),
     ("--metrics-address", G, "metrics_address"),
     ("--metrics-port", G, "metrics_port"),
     ("--allow-metrics", G, "allow_metrics"),

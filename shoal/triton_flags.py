@@ -49,8 +49,6 @@ REFUSED = {
     "--host-policy": "host policies (NUMA binding) are not implemented",
     "--model-namespacing": "model namespacing is not implemented yet",
     "--model-config-name": "alternative config names are not implemented yet",
-    "--http-header-forward-pattern": "header forwarding is not implemented yet",
-    "--grpc-header-forward-pattern": "header forwarding is not implemented yet",
 }
 
 

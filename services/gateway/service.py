@@ -192,7 +192,12 @@ class GatewayService:
         """KServe v2 and Triton's extensions (services/gateway/http/)."""
         settings = self.settings
         return self._uvicorn(
-            build_app(self.server, settings.http_max_input_size, settings.http_restricted_api),
+            build_app(
+                self.server,
+                settings.http_max_input_size,
+                settings.http_restricted_api,
+                header_forward_pattern=settings.http_header_forward_pattern,
+            ),
             settings.http_address,
             settings.http_port,
             http=CorkedHttpToolsProtocol,

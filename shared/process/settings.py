@@ -77,6 +77,12 @@ class GatewaySettings(BusSettings):
     http_restricted_api: list[str] = Field(
         default_factory=list, description="<api>[,<api>...]:<header>=<value>: those APIs need that header (403)"
     )
+    http_header_forward_pattern: str = Field(
+        "", description="HTTP headers whose name matches this regex become request parameters (case-insensitive)"
+    )
+    grpc_header_forward_pattern: str = Field(
+        "", description="gRPC metadata whose key matches this regex becomes request parameters (case-insensitive)"
+    )
     request_timeout_s: float = Field(60.0, description="deadline of a request with no timeout of its own")
     inline_max_bytes: int = Field(65536, description="tensors up to this size travel inside the bus message")
     tensor_transport: Literal["auto", "shm", "bus"] = Field(

@@ -209,8 +209,25 @@ def write_rescheduling_models(root: Path) -> None:
     )
 
 
+# item 6: answers the request's parameters as JSON
+ECHO_PARAMETERS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("PARAMETERS", np.array([r.parameters().encode()], dtype=np.object_))]) for r in requests]
+"""
+HTTP_FORWARD = "MY_HEADER.*|^timeout$"  # case-insensitive: my_header_1 matches; `timeout` is reserved
+GRPC_FORWARD = "(?-i)MY_HEADER.*|^my_header_2$|^triton_injected_via_header$"  # case-sensitive
+
+
 def build_repository(root: Path) -> Path:
     write_rescheduling_models(root)
+    echo = _io("input", "INPUT0", "TYPE_FP32", "1") + _io("output", "PARAMETERS", "TYPE_STRING", "1")
+    _python_model(root, "echo_parameters", ECHO_PARAMETERS, echo + "instance_group [{ kind: KIND_CPU }]\n")
     model = root / "python_int32_int32_int32"
     (model / "1").mkdir(parents=True)
     (model / "1" / "model.py").write_text(QA_ADD_SUB)
@@ -225,7 +242,8 @@ def build_repository(root: Path) -> Path:
 def served(tmp_path_factory):
     root = build_repository(tmp_path_factory.mktemp("parity4"))
     repository = {"model_control_mode": "explicit", "load_model": ["*"]}  # item 4 reloads models, as qa does
-    with running_cluster(root, repository=repository, allow_client_shm=True) as running:
+    forward = {"http_header_forward_pattern": HTTP_FORWARD, "grpc_header_forward_pattern": GRPC_FORWARD}
+    with running_cluster(root, repository=repository, allow_client_shm=True, **forward) as running:
         yield running
 
 
@@ -412,4 +430,84 @@ def test_a_rescheduled_request_answered_with_a_response_fails_in_tritons_words(s
         "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured "
         "to handle such a flag."
     )
+    client.close()
+
+
+# -- item 6: header forwarding and the gRPC stream's error mode ------------------------------------------
+HEADERS = {"MY_HEADER_1": "my_value_1", "my_header_2": "my_value_2", "other": "x"}
+
+
+def _echo(module, client, headers: dict[str, str]) -> dict:
+    import json
+
+    tensor = module.InferInput("INPUT0", [1], "FP32")
+    tensor.set_data_from_numpy(np.ones(1, np.float32))
+    result = client.infer("echo_parameters", [tensor], headers=dict(headers))  # (the HTTP client adds to it)
+    return json.loads(result.as_numpy("PARAMETERS")[0])
+
+
+def test_http_headers_matching_the_pattern_become_parameters(served):
+    """qa/L0_parameters test_headers: `--http-header-forward-pattern MY_HEADER.*` forwards
+    my_header_1 and my_header_2 whatever their case (HTTP header names are case-insensitive),
+    nothing else; a reserved name is Triton's 400."""
+    client = _client(served, "http")
+    assert _echo(httpclient, client, HEADERS) == {"my_header_1": "my_value_1", "my_header_2": "my_value_2"}
+    with pytest.raises(InferenceServerException) as reserved:
+        _echo(httpclient, client, {"timeout": "5"})
+    assert reserved.value.status() == "400"
+    assert reserved.value.message() == "Header 'timeout' is reserved for Triton usage and cannot be forwarded."
+    client.close()
+
+
+def test_grpc_metadata_matching_the_pattern_become_parameters(served):
+    """qa/L0_parameters test_grpc_header_forward_pattern_case_sensitive: `(?-i)` makes the pattern
+    case-sensitive, and gRPC metadata keys are lowercase: MY_HEADER.* forwards nothing, my_header_2
+    is named exactly; on a stream too. A reserved `triton_` key is Triton's INVALID_ARGUMENT."""
+    import queue
+
+    client = _client(served, "grpc")
+    lowercase = {key.lower(): value for key, value in HEADERS.items()}  # gRPC refuses uppercase keys
+    assert _echo(grpcclient, client, lowercase) == {"my_header_2": "my_value_2"}
+    with pytest.raises(InferenceServerException) as reserved:
+        _echo(grpcclient, client, {"triton_injected_via_header": "1"})
+    assert "StatusCode.INVALID_ARGUMENT" in str(reserved.value.status())
+    assert "Header 'triton_injected_via_header' is reserved for Triton usage" in reserved.value.message()
+    received: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: received.put(error or result), headers=lowercase)
+    tensor = grpcclient.InferInput("INPUT0", [1], "FP32")
+    tensor.set_data_from_numpy(np.ones(1, np.float32))
+    client.async_stream_infer("echo_parameters", [tensor])
+    import json
+
+    assert json.loads(received.get(timeout=30).as_numpy("PARAMETERS")[0]) == {"my_header_2": "my_value_2"}
+    client.stop_stream()
+    client.close()
+
+
+@pytest.mark.parametrize("error_mode", [False, True])
+def test_a_stream_in_triton_grpc_error_mode_ends_at_the_first_error(served, error_mode):
+    """qa/L0_backend_python/lifecycle test_triton_grpc_error_error_on: with `triton_grpc_error:
+    true` in the stream's metadata a failed request closes the stream with its status
+    (INTERNAL here); without it, each failure is a message on the stream, which goes on."""
+    import queue
+
+    received: queue.Queue = queue.Queue()
+    client = _client(served, "grpc")
+    headers = {"triton_grpc_error": "true"} if error_mode else None
+    client.start_stream(callback=lambda result, error: received.put(error or result), headers=headers)
+    tensor = grpcclient.InferInput("INPUT0", [4], "FP32")
+    tensor.set_data_from_numpy(np.ones(4, np.float32))
+    for _ in range(2):
+        client.async_stream_infer("wrong_return_type", [tensor])
+    first = received.get(timeout=30)
+    assert isinstance(first, InferenceServerException)
+    assert "Expected a None object in the execute function return list" in first.message()
+    if error_mode:
+        assert str(first.status()) == "StatusCode.INTERNAL"
+        with pytest.raises(queue.Empty):  # the stream is closed: nothing more comes
+            received.get(timeout=2)
+    else:
+        second = received.get(timeout=30)
+        assert isinstance(second, InferenceServerException) and "Expected a None object" in second.message()
+    client.stop_stream()
     client.close()
