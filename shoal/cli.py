@@ -105,7 +105,11 @@ def serve_parser() -> argparse.ArgumentParser:
         "summary_quantiles, repeatable (default: none)",
     )
     p.add_argument(
-        "--cache-config", action="append", default=[], help="local,size=<bytes>: the response cache (default: none)"
+        "--cache-config",
+        action="append",
+        default=[],
+        help="local,size=<bytes> or redis,<key>=<value> (host, port, user, password, db, ...; repeatable): "
+        "the response cache (default: none)",
     )
     p.add_argument(
         "--response-cache-byte-size",
@@ -218,7 +222,7 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         raise SystemExit(f"shoal serve: {exc}") from None
     args.trace = trace_settings(args)
     args.metrics = metrics_config(args.metrics_config)
-    args.cache_bytes = cache_size(args)
+    args.cache_bytes, args.cache_redis = cache_size(args)
     if args.workers < 1:
         raise SystemExit("shoal serve: --workers must be at least 1")
     if args.gateways < 1:
@@ -236,22 +240,36 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def cache_size(args: argparse.Namespace) -> int:
-    """`--cache-config local,size=N` (or the older `--response-cache-byte-size=N`): bytes."""
+def cache_size(args: argparse.Namespace) -> tuple[int, list[str]]:
+    """`--cache-config local,size=N` (or the older `--response-cache-byte-size=N`): bytes; or
+    `--cache-config redis,<key>=<value>` (repeatable): the Redis cache's settings."""
     if args.cache_config and args.response_cache_byte_size is not None:
         raise SystemExit("shoal serve: --cache-config and --response-cache-byte-size can not be used together")
     if args.response_cache_byte_size is not None:
-        return args.response_cache_byte_size
-    size = 0
+        return args.response_cache_byte_size, []
+    size, redis, kinds = 0, [], set()
     for entry in args.cache_config:
         kind, _, setting = entry.partition(",")
+        kinds.add(kind)
+        if kind == "redis":
+            redis.append(setting)
+            continue
         if kind != "local":
-            raise SystemExit(f"shoal serve: --cache-config '{kind}' is not supported (only the 'local' cache)")
+            raise SystemExit(f"shoal serve: --cache-config '{kind}' is not supported (the 'local' and 'redis' caches)")
         key, _, value = setting.partition("=")
         if key != "size" or not value.isdigit():
             raise SystemExit(f"shoal serve: --cache-config local supports 'size=<bytes>', got '{setting}'")
         size = int(value)
-    return size
+    if len(kinds) > 1:  # tritonserver runs one cache
+        raise SystemExit("shoal serve: --cache-config names more than one cache (local and redis)")
+    if redis:
+        from inference.redis_cache import parse_options
+
+        try:
+            parse_options(redis)
+        except ValueError as exc:
+            raise SystemExit(f"shoal serve: {exc}") from None
+    return size, redis
 
 
 def metrics_config(entries: list[str]) -> dict[str, object]:

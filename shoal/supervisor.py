@@ -254,6 +254,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         trace_count=args.trace["count"],
         trace_log_frequency=args.trace["log-frequency"],
         cache_bytes=args.cache_bytes,
+        cache_redis=args.cache_redis,
         allow_cpu_metrics=args.allow_cpu_metrics is not False,
         allow_gpu_metrics=args.allow_gpu_metrics is not False,
         **args.metrics,

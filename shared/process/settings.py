@@ -93,6 +93,9 @@ class GatewaySettings(BusSettings):
         False, description="client shared memory (system and CUDA), off unless asked as in Triton"
     )
     cache_bytes: int = Field(0, description="response cache size in bytes (0 = no cache)")
+    cache_redis: list[str] = Field(
+        default_factory=list, description="key=value settings of a Redis response cache (host and port at least)"
+    )
     trace_file: str = Field("", description="file the traces are written to (JSON)")
     trace_level: str = Field("OFF", description="comma separated: OFF, TIMESTAMPS, TENSORS")
     trace_rate: int = Field(1000, description="trace one request in this many")
