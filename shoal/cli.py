@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings
 
 from shared.process import settings as s
-from shoal import grpc_flags
+from shoal import grpc_flags, triton_flags
 
 SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": s.GatewaySettings,
@@ -23,20 +23,6 @@ SERVICES: dict[str, type[BaseSettings]] = {
     "repository": s.RepositorySettings,
 }
 
-# tritonserver flags Shoal does not implement (yet): flag -> why
-UNSUPPORTED_FLAGS = {
-    "--grpc-infer-thread-count": "the gRPC endpoint is one event loop; scale out with more gateways instead",
-    "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
-    "--repoagent-directory": "repository agents are not implemented yet",
-    "--log-file": "logs go to stderr; redirect them",
-    "--http-thread-count": "the gateway is one event loop; scale out with more gateways instead",
-    "--model-namespacing": "model namespacing is not implemented yet",
-    "--model-config-name": "alternative config names are not implemented yet",
-    "--host-policy": "host policies are not implemented",
-    "--pinned-memory-pool-byte-size": "Shoal has no pinned memory pool",
-    "--cuda-memory-pool-byte-size": "Shoal has no CUDA memory pool",
-    "--model-load-gpu-limit": "GPU memory limits on load are not implemented yet",
-}
 # boolean flags that Shoal accepts only with the value it already behaves as: flag -> (allowed, why, help)
 FIXED_FLAGS: dict[str, tuple[bool | None, str, str]] = {
     "allow_http": (True, "the HTTP endpoint cannot be switched off", "HTTP endpoint: only true"),
@@ -60,6 +46,7 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--strict-model-config", R, "strict_model_config"),
     ("--exit-timeout-secs", G, "exit_timeout_s"),
     ("--model-load-thread-count", W, "model_load_thread_count"),
+    ("--model-load-retry-count", W, "model_load_retry_count"),
     ("--backend-directory", W, "backend_directory"),
     ("--backend-config", W, "backend_config"),
     ("--id", G, "id"),
@@ -143,6 +130,12 @@ def serve_parser() -> argparse.ArgumentParser:
         text = help if "(default" in help else f"{help} (default: {_FIXED_DEFAULTS[name]})"
         p.add_argument(flag, type=s.parse_bool, nargs="?", const=True, default=None, metavar="BOOL", help=text)
     grpc_flags.add_flags(p)
+    triton_flags.add_flags(p)
+    p.add_argument(
+        "--log-file",
+        default=None,
+        help="write the log of every service to this file (appended) instead of stderr (default: none, stderr)",
+    )
     # Shoal's own
     p.add_argument(
         "--nats-url",
@@ -188,16 +181,10 @@ def serve_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _refuse_unsupported(argv: list[str]) -> None:
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
-        if flag in UNSUPPORTED_FLAGS:
-            raise SystemExit(f"shoal serve: {flag} is not supported: {UNSUPPORTED_FLAGS[flag]}")
-
-
 def parse_serve(argv: list[str]) -> argparse.Namespace:
-    _refuse_unsupported(argv)
+    triton_flags.refuse(argv)
     args = serve_parser().parse_args(argv)
+    args.flag_warnings = triton_flags.check(args)
     for name, (allowed, why, _) in FIXED_FLAGS.items():
         value = getattr(args, name)
         if value is not None and allowed is not None and value != allowed:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import functools
 import gc
 import logging
 import time
@@ -208,15 +209,24 @@ class ModelLifecycle:
         key = (record.name, version)
         await self.report(record, version, ModelState.LOADING)
         started = time.perf_counter()
-        try:
-            spec = spec_from_json(record.config)
-            loaded = await self.loader.run(lambda: self._create(spec, record, version))
-        except Exception as exc:
-            reason = load_error(record.name, exc)
-            log.error("failed to load '%s' version %d: %s", record.name, version, reason)
-            if self._attempted.get(key) == record.generation:  # not superseded or unloaded meanwhile
+        tries = 1 + max(0, self.settings.model_load_retry_count)  # tritonserver's --model-load-retry-count
+        for attempt in range(1, tries + 1):
+            try:
+                spec = spec_from_json(record.config)
+                loaded = await self.loader.run(functools.partial(self._create, spec, record, version))
+                break
+            except Exception as exc:
+                reason = load_error(record.name, exc)
+                log.error("failed to load '%s' version %d: %s", record.name, version, reason)
+                if self._attempted.get(key) != record.generation:  # superseded or unloaded meanwhile
+                    return
+                if attempt < tries:
+                    log.info(
+                        "retrying the load of '%s' version %d (%d of %d)", record.name, version, attempt, tries - 1
+                    )
+                    continue
                 await self.report(record, version, ModelState.UNAVAILABLE, reason)
-            return
+                return
         if self._attempted.get(key) != record.generation:  # superseded or unloaded while loading
             loaded.close()
             return

@@ -196,6 +196,9 @@ class WorkerSettings(BusSettings):
         "(0 = the backend's default: 1 per onnxruntime instance, cores / instances for PyTorch)",
     )
     model_load_thread_count: int = Field(4, ge=1, description="models loaded at once (tritonserver's flag)")
+    model_load_retry_count: int = Field(
+        0, ge=0, description="times a model whose load failed is loaded again before it is UNAVAILABLE"
+    )
     heartbeat_s: float = Field(1.0, description="seconds between the worker's heartbeats to the schedulers")
     models: list[str] = Field(
         default_factory=list, description="host only models matching these globs (none = every model)"
