@@ -46,7 +46,7 @@ def test_tritonserver_flag_forms():
         (["--grpc-restricted-protocol=inference"], "expects <protocols>:<key>=<value>"),
         (["--grpc-restricted-protocol=nope:k=v"], "unknown restricted protocol 'nope'"),
         (["--grpc-use-ssl=true"], "needs --grpc-server-cert and --grpc-server-key"),
-        (["--cache-config", "redis,host=x"], "only the 'local' cache"),
+        (["--cache-config", "redis,host=x"], "--cache-config redis: 'port' is required"),
         (["--cache-config", "local,size=10", "--response-cache-byte-size=5"], "can not be used together"),
         (["--allow-http=false"], "--allow-http=false is not supported"),
         (["--repoagent-directory=/agents"], "--repoagent-directory is not supported"),
