@@ -43,6 +43,7 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--repository-poll-secs", R, "repository_poll_secs"),
     ("--strict-readiness", G, "strict_readiness"),
     ("--disable-auto-complete-config", R, "disable_auto_complete_config"),
+    ("--model-config-name", R, "model_config_name"),
     ("--strict-model-config", R, "strict_model_config"),
     ("--exit-timeout-secs", G, "exit_timeout_s"),
     ("--model-load-thread-count", W, "model_load_thread_count"),

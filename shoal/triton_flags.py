@@ -48,7 +48,6 @@ REFUSED = {
     "--repoagent-directory": "repository agents are built in (checksum); agent libraries cannot be loaded",
     "--host-policy": "host policies (NUMA binding) are not implemented",
     "--model-namespacing": "model namespacing is not implemented yet",
-    "--model-config-name": "alternative config names are not implemented yet",
 }
 
 

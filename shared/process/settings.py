@@ -259,6 +259,9 @@ class RepositorySettings(BusSettings):
         60.0, description="on-demand mode: a model requested again this soon after its eviction counts as thrash"
     )
     disable_auto_complete_config: bool = Field(False, description="never complete configs from the model files")
+    model_config_name: str = Field(
+        "", description="read <model>/configs/<name>.pbtxt where it exists instead of config.pbtxt (as tritonserver)"
+    )
     backend_directory: str = Field(
         DEFAULT_DIRECTORY, description="python-based backends: <dir>/<name>/model.py completes their configs"
     )

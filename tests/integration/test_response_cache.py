@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from services.repository import examples
 from shared.process.natsserver import free_port
 from tests.cluster import identity_config, running_cluster
+from tests.serving import wait_until
 
 REDIS_SERVER = shutil.which("redis-server")
 
@@ -99,8 +100,13 @@ def test_identical_request_is_answered_from_the_cache(cached):
     client = httpclient.InferenceServerClient(cached.url)
     value = np.arange(8, dtype=np.float32).reshape(1, 8)
     np.testing.assert_array_equal(infer(client, "cached", value), value)
+    # the gateway tells the model's scheduler of each hit and miss by a message (the scheduler of
+    # another gateway, with two): the statistics show them a moment later
+    wait_until(lambda: stats(client, "cached")["inference_stats"]["cache_miss"]["count"] >= 1, 10, "the miss")
     first = stats(client, "cached")
     np.testing.assert_array_equal(infer(client, "cached", value), value)
+    hits = first["inference_stats"]["cache_hit"]["count"]
+    wait_until(lambda: stats(client, "cached")["inference_stats"]["cache_hit"]["count"] > hits, 10, "the hit")
     second = stats(client, "cached")
     assert second["execution_count"] == first["execution_count"]  # not executed again
     assert second["inference_count"] == first["inference_count"]
@@ -141,7 +147,11 @@ def test_gateways_share_the_redis_cache(cached, request):
     other = httpclient.InferenceServerClient(f"127.0.0.1:{cached.cluster.more_gateways[0].http_port}")
     first = httpclient.InferenceServerClient(cached.url)
     value = np.full((1, 7), float(uuid.uuid4().int % 1000), np.float32)
+    before = stats(first, "cached")
     np.testing.assert_array_equal(infer(first, "cached", value), value)
-    executed = stats(first, "cached")["execution_count"]
+    executed = before["execution_count"] + 1
+    wait_until(lambda: stats(first, "cached")["execution_count"] == executed, 10, "the execution")
+    hits = stats(first, "cached")["inference_stats"]["cache_hit"]["count"]
     np.testing.assert_array_equal(infer(other, "cached", value), value)
+    wait_until(lambda: stats(first, "cached")["inference_stats"]["cache_hit"]["count"] > hits, 10, "the hit")
     assert stats(first, "cached")["execution_count"] == executed
