@@ -135,6 +135,7 @@ def running_cluster(
     nats_server: NatsServer | None = None,
     shape: str = "",
     nats_urls: dict[str, str] | None = None,
+    ready_timeout_s: float = 90,
     **gateway: object,
 ) -> Iterator[Running]:
     """`nats_nodes` > 1: a NATS cluster of that many servers (routes, clustered JetStream);
@@ -190,7 +191,7 @@ def running_cluster(
     )
     try:
         cluster.start()
-        cluster.wait_ready(90)
+        cluster.wait_ready(ready_timeout_s)
         for more in cluster.more_gateways:  # wait_ready asks the first gateway only
             wait_for_port(more.http_port, 60)
         yield Running(nats, cluster)

@@ -26,7 +26,7 @@ from services.scheduler.batching.flights import Flights
 from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.batching.pump import Pump
 from services.scheduler.batching.ratelimit import RateLimiter, parse_resources
-from services.scheduler.disciplines import Disciplines
+from services.scheduler.discipline_factory import DisciplineFactory
 from services.scheduler.ensembles.runner import EnsembleRunner
 from services.scheduler.holdings import Holdings
 from services.scheduler.records import Key
@@ -76,7 +76,7 @@ class SchedulerService:
         self.tasks = Tasks()
         limiter = RateLimiter(settings.rate_limit == "execution_count", parse_resources(settings.rate_limit_resource))
         self.flights, answers = Flights(), Answers(nc.publish)
-        self.pump = Pump(nc, limiter, self.tasks, self.flights, answers, Disciplines(nc.publish), local_inbox)
+        self.pump = Pump(nc, limiter, self.tasks, self.flights, answers, DisciplineFactory(nc.publish), local_inbox)
         self.credits = Credits(self.pump, self.flights, answers)
         self.holdings = Holdings(nc, self.flights, self.credits, self.tasks)  # batches lost with a connection
         self.liveness = WorkerLiveness(
