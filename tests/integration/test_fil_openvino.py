@@ -4,7 +4,6 @@ dynamic batching, and measured by perf_analyzer."""
 
 from __future__ import annotations
 
-import concurrent.futures
 from pathlib import Path
 
 import numpy as np
@@ -101,15 +100,12 @@ def served(models) -> Running:
 def test_fil_answers_equal_the_library_over_http_and_grpc(served, models, model):
     expected = models[1][model]
     http = httpclient.InferenceServerClient(served.url, concurrency=8)
-
-    def one(start: int) -> np.ndarray:
-        rows = X[start : start + 4]
-        tensor = httpclient.InferInput("input__0", list(rows.shape), "FP32")
-        tensor.set_data_from_numpy(rows)
-        return http.infer(model, [tensor]).as_numpy("output__0")
-
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:  # concurrent requests: dynamic batches
-        answers = list(pool.map(one, range(0, len(X), 4)))
+    pending = []
+    for start in range(0, len(X), 4):  # in flight together: dynamic batches (the client's own concurrency)
+        tensor = httpclient.InferInput("input__0", [4, FEATURES], "FP32")
+        tensor.set_data_from_numpy(X[start : start + 4])
+        pending.append(http.async_infer(model, [tensor]))
+    answers = [request.get_result().as_numpy("output__0") for request in pending]
     np.testing.assert_array_equal(np.concatenate(answers), expected)
     grpc = grpcclient.InferenceServerClient(served.grpc_url)
     tensor = grpcclient.InferInput("input__0", [10, FEATURES], "FP32")
@@ -124,20 +120,18 @@ def test_openvino_answers_within_1e_5_of_onnxruntime(served, models):
     session = ort.InferenceSession(str(models[0] / "reference_mlp.onnx"))
     expected = session.run(None, {"INPUT0": rows})[0]
     http = httpclient.InferenceServerClient(served.url, concurrency=8)
-
-    def one(start: int) -> np.ndarray:
+    pending = []
+    for start in range(0, 24, 3):
         tensor = httpclient.InferInput("INPUT0", [3, 256], "FP32")
         tensor.set_data_from_numpy(rows[start : start + 3])
-        return http.infer("ov_mlp", [tensor]).as_numpy("OUTPUT0")
-
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        got = np.concatenate(list(pool.map(one, range(0, 24, 3))))
+        pending.append(http.async_infer("ov_mlp", [tensor]))
+    got = np.concatenate([request.get_result().as_numpy("OUTPUT0") for request in pending])
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
     grpc = grpcclient.InferenceServerClient(served.grpc_url)
     tensor = grpcclient.InferInput("INPUT0", [1, 256], "FP32")  # auto-completed: the model's own [?, 256]
     tensor.set_data_from_numpy(rows[:1])
     np.testing.assert_allclose(grpc.infer("ov_auto", [tensor]).as_numpy("OUTPUT0"), expected[:1], atol=1e-5, rtol=0)
-    config = httpclient.InferenceServerClient(served.url).get_model_config("ov_auto")  # not the pool's client
+    config = http.get_model_config("ov_auto")
     assert [(i["name"], i["dims"]) for i in config["input"]] == [("INPUT0", [-1, 256])]
 
 
