@@ -53,7 +53,8 @@ def _attributes(items: Any) -> dict[str, Any]:
 
 
 class OtlpReceiver:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
+        """`port` 0: a free one (tests); docs/serving.md's example listens on the OTLP/HTTP port, 4318."""
         self.spans: list[ReceivedSpan] = []
         self.requests = 0
         self._lock = threading.Condition()
@@ -75,7 +76,7 @@ class OtlpReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -111,6 +112,10 @@ class OtlpReceiver:
             self.spans.extend(received)
             self.requests += 1
             self._lock.notify_all()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.spans.clear()
 
     def trace(self, trace_id: str) -> list[ReceivedSpan]:
         with self._lock:
