@@ -74,6 +74,7 @@ class ModelLifecycle:
         self.processes = ModelProcesses(settings, worker_id, self._child_crashed)
         self.loader = BoundedLoader(settings.model_load_thread_count)
         self.backend_config = backend_config.parse(settings.backend_config)
+        self._said_unread: set[tuple[str, str]] = set()
 
     async def start(self) -> None:
         self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
@@ -254,6 +255,7 @@ class ModelLifecycle:
         plans = plan_instances(record.config, available_gpus())
         threads = self.settings.intra_op_threads or backend.default_threads(len(plans))
         settings = backend_config.settings_for(self.backend_config, spec.backend)
+        self._say_unread(spec.backend, settings)
         loaded = LoadedModel(spec, version, record.generation)
         model_dir = Path(record.path)
         loaded.sequence = sequence_config(record.config)
@@ -289,6 +291,15 @@ class ModelLifecycle:
             loaded.close()
             raise
         return loaded
+
+    def _say_unread(self, backend: str, settings: dict[str, str]) -> None:
+        """--backend-config settings no part of Shoal reads: accepted, as Triton's backends accept
+        the ones they do not know, and said once per backend and setting."""
+        python_based = backend_config.python_based_runtime(self.settings.backend_directory, backend) is not None
+        for key in backend_config.unread(settings, backend, python_based):
+            if (backend, key) not in self._said_unread:
+                self._said_unread.add((backend, key))
+                log.warning("--backend-config %s setting '%s' has no effect in Shoal", backend or "(global)", key)
 
     async def unload(self, key: Key, collect: bool = True) -> None:
         loaded = self.models.pop(key, None)
