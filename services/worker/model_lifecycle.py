@@ -268,7 +268,8 @@ class ModelLifecycle:
         if loaded.sequence is not None:
             loaded.states = StateStore(loaded.sequence, model_dir / str(version) / "initial_state")
         # what the model costs: the process's memory before and after its instances exist (loads
-        # running beside this one blur it; on-demand mode loads one model at a time per worker)
+        # running beside this one blur it; on-demand mode loads one model at a time per worker), or
+        # the whole process where it exists only for this model (a python model's or instance's)
         rss, device = footprint.rss_bytes(), footprint.device_bytes()
         try:
             for index, plan in hosted:
@@ -291,7 +292,10 @@ class ModelLifecycle:
                 started = time.perf_counter()
                 run_warmup(loaded, record.config, model_dir)
                 loaded.warmup_ms = (time.perf_counter() - started) * 1000
-            loaded.rss_bytes = max(0, footprint.rss_bytes() - rss)
+            if self.settings.parent_pid:  # a python model's (or instance's) own process: all of it is the model's
+                loaded.rss_bytes = footprint.proportional_bytes()
+            else:
+                loaded.rss_bytes = max(0, footprint.rss_bytes() - rss)
             loaded.device_bytes = max(0, footprint.device_bytes() - device)
         except Exception:
             loaded.close()

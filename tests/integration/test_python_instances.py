@@ -165,6 +165,17 @@ def test_each_instance_runs_in_its_own_process_and_two_executes_run_at_once(inst
     ]
 
 
+def test_each_instance_process_counts_in_the_models_memory(instances):
+    """Each instance process reports its whole proportional set as its instance's memory; the index
+    shows their sum (what the on-demand budget counts too)."""
+    reports = [r for r in instances.log.reports.values() if r.model == "parallel" and r.serving_generation]
+    assert len(reports) == 2 and all(r.rss_bytes > 10 << 20 for r in reports), reports  # a process each
+    client = httpclient.InferenceServerClient(instances.url)
+    (entry,) = [m for m in client.get_model_repository_index() if m["name"] == "parallel"]
+    client.close()
+    assert int(entry["memory_bytes"]) == sum(r.rss_bytes for r in reports), entry
+
+
 def test_one_instance_killed_fails_only_its_request_and_the_other_serves_on(instances):
     before = instance_processes("parallel")
     assert sorted(before) == [0, 1], before
