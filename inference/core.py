@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from inference import classification
-from inference.cache import ResponseCache, cache_key
+from inference.cache import Cache, cache_key
 from inference.forward import Forwarder
 from inference.models import ModelRegistry
 from inference.on_demand import DemandLoads
@@ -54,7 +54,7 @@ class InferenceCore:
         store: TensorStore,
         timeout_s: float,
         shm: ShmRegistry | None = None,
-        cache: ResponseCache | None = None,
+        cache: Cache | None = None,
         tracer: Tracer | None = None,
         cache_events: CacheEvents | None = None,
         demand: DemandLoads | None = None,
@@ -116,7 +116,7 @@ class InferenceCore:
         started = started_ns or time.monotonic_ns()
         valid = self._check(spec, parsed, False, endpoint)
         key = cache_key(spec.name, version, parsed, valid) if self.cache is not None and spec.response_cache else None
-        cached = self.cache.get(key) if self.cache is not None and key is not None else None
+        cached = await self.cache.get(key) if self.cache is not None and key is not None else None
         if cached is not None:
             outputs = [
                 OutputTensor(o.name, o.datatype, o.shape, o.data, valid.binary.get(o.name, False)) for o in cached
@@ -133,7 +133,7 @@ class InferenceCore:
             outputs, parameters, response = await self.forwarder.infer(spec, version, parsed, valid, traced, timeout_s)
         if self.cache is not None and key is not None:
             inserted = time.monotonic_ns()
-            self.cache.put(key, outputs)
+            await self.cache.put(key, outputs)
             await self._cache_event(spec.name, version, False, time.monotonic_ns() - inserted)
         answer = Answer(spec.name, version, parsed.id, self._classify(spec, parsed, outputs), parameters)
         if traced and self.tracer is not None:

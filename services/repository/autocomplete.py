@@ -25,6 +25,17 @@ class AutoComplete:
     enabled: bool = True
     backend_directory: str = ""
     backend_config: BackendConfig = field(default_factory=dict)
+    config_name: str = ""  # --model-config-name: <model>/configs/<name>.pbtxt first
+
+
+def config_path(model_dir: Path, config_name: str = "") -> Path:
+    """The config file a model is read from: with `--model-config-name`, `configs/<name>.pbtxt` where
+    it exists, else `config.pbtxt` (core's GetModelConfigFullPath)."""
+    if config_name:
+        custom = model_dir / "configs" / f"{config_name}.pbtxt"
+        if custom.exists():
+            return custom
+    return model_dir / "config.pbtxt"
 
 
 def complete(config: pb.ModelConfig, model_dir: Path, version: int, how: AutoComplete) -> pb.ModelConfig:

@@ -63,6 +63,7 @@ class ModelManager:
             enabled=not (self.settings.disable_auto_complete_config or self.settings.strict_model_config),
             backend_directory=self.settings.backend_directory,
             backend_config=backend_config.parse(self.settings.backend_config),
+            config_name=self.settings.model_config_name,
         )
 
     def available(self) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import functools
 import gc
 import logging
 import time
@@ -74,6 +75,7 @@ class ModelLifecycle:
         self.processes = ModelProcesses(settings, worker_id, self._child_crashed)
         self.loader = BoundedLoader(settings.model_load_thread_count)
         self.backend_config = backend_config.parse(settings.backend_config)
+        self._said_unread: set[tuple[str, str]] = set()
 
     async def start(self) -> None:
         self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
@@ -219,15 +221,24 @@ class ModelLifecycle:
         key = (record.name, version)
         await self.report(record, version, ModelState.LOADING)
         started = time.perf_counter()
-        try:
-            spec = spec_from_json(record.config)
-            loaded = await self.loader.run(lambda: self._create(spec, record, version))
-        except Exception as exc:
-            reason = load_error(record.name, exc)
-            log.error("failed to load '%s' version %d: %s", record.name, version, reason)
-            if self._attempted.get(key) == record.generation:  # not superseded or unloaded meanwhile
+        tries = 1 + max(0, self.settings.model_load_retry_count)  # tritonserver's --model-load-retry-count
+        for attempt in range(1, tries + 1):
+            try:
+                spec = spec_from_json(record.config)
+                loaded = await self.loader.run(functools.partial(self._create, spec, record, version))
+                break
+            except Exception as exc:
+                reason = load_error(record.name, exc)
+                log.error("failed to load '%s' version %d: %s", record.name, version, reason)
+                if self._attempted.get(key) != record.generation:  # superseded or unloaded meanwhile
+                    return
+                if attempt < tries:
+                    log.info(
+                        "retrying the load of '%s' version %d (%d of %d)", record.name, version, attempt, tries - 1
+                    )
+                    continue
                 await self.report(record, version, ModelState.UNAVAILABLE, reason)
-            return
+                return
         if self._attempted.get(key) != record.generation:  # superseded or unloaded while loading
             loaded.close()
             return
@@ -262,6 +273,7 @@ class ModelLifecycle:
                 )
             hosted = [hosted[self.settings.instance_index]]
         settings = backend_config.settings_for(self.backend_config, spec.backend)
+        self._say_unread(spec.backend, settings)
         loaded = LoadedModel(spec, version, record.generation)
         model_dir = Path(record.path)
         loaded.sequence = sequence_config(record.config)
@@ -301,6 +313,15 @@ class ModelLifecycle:
             loaded.close()
             raise
         return loaded
+
+    def _say_unread(self, backend: str, settings: dict[str, str]) -> None:
+        """--backend-config settings no part of Shoal reads: accepted, as Triton's backends accept
+        the ones they do not know, and said once per backend and setting."""
+        python_based = backend_config.python_based_runtime(self.settings.backend_directory, backend) is not None
+        for key in backend_config.unread(settings, backend, python_based):
+            if (backend, key) not in self._said_unread:
+                self._said_unread.add((backend, key))
+                log.warning("--backend-config %s setting '%s' has no effect in Shoal", backend or "(global)", key)
 
     async def unload(self, key: Key, collect: bool = True) -> None:
         loaded = self.models.pop(key, None)

@@ -123,10 +123,11 @@ class WorkerService:
         await msg.respond(b"")
 
     async def _on_holdings_asked(self, msg: Msg) -> None:
-        await self._say_holdings()
+        await self._say_holdings(msg.reply)  # to the scheduler that asked (services/scheduler/holdings.py)
 
-    async def _say_holdings(self) -> None:
-        await self.nc.publish(subjects.WORKER_HOLDINGS, encode(WorkerHoldings(self.id, sorted(self.batches.holding))))
+    async def _say_holdings(self, to: str = "") -> None:
+        holdings = encode(WorkerHoldings(self.id, sorted(self.batches.holding)))
+        await self.nc.publish(to or subjects.WORKER_HOLDINGS, holdings)
 
     def status(self) -> WorkerStatus:
         return WorkerStatus(

@@ -93,6 +93,9 @@ class GatewaySettings(BusSettings):
         False, description="client shared memory (system and CUDA), off unless asked as in Triton"
     )
     cache_bytes: int = Field(0, description="response cache size in bytes (0 = no cache)")
+    cache_redis: list[str] = Field(
+        default_factory=list, description="key=value settings of a Redis response cache (host and port at least)"
+    )
     trace_file: str = Field("", description="file the traces are written to (JSON)")
     trace_level: str = Field("OFF", description="comma separated: OFF, TIMESTAMPS, TENSORS")
     trace_rate: int = Field(1000, description="trace one request in this many")
@@ -193,6 +196,9 @@ class WorkerSettings(BusSettings):
         "(0 = the backend's default: 1 per onnxruntime instance, cores / instances for PyTorch)",
     )
     model_load_thread_count: int = Field(4, ge=1, description="models loaded at once (tritonserver's flag)")
+    model_load_retry_count: int = Field(
+        0, ge=0, description="times a model whose load failed is loaded again before it is UNAVAILABLE"
+    )
     heartbeat_s: float = Field(1.0, description="seconds between the worker's heartbeats to the schedulers")
     models: list[str] = Field(
         default_factory=list, description="host only models matching these globs (none = every model)"
@@ -270,6 +276,9 @@ class RepositorySettings(BusSettings):
         60.0, description="on-demand mode: a model requested again this soon after its eviction counts as thrash"
     )
     disable_auto_complete_config: bool = Field(False, description="never complete configs from the model files")
+    model_config_name: str = Field(
+        "", description="read <model>/configs/<name>.pbtxt where it exists instead of config.pbtxt (as tritonserver)"
+    )
     backend_directory: str = Field(
         DEFAULT_DIRECTORY, description="python-based backends: <dir>/<name>/model.py completes their configs"
     )

@@ -12,10 +12,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
+from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
-from tests.cluster import running_cluster
+from tests.cluster import identity_config, running_cluster
 from tests.integration.test_parity3_cluster import QA_INT32_CONFIG, qa_int32_graph
 
 # qa/python_models/add_sub/model.py, which qa/L0_shared_memory/test.sh copies as
@@ -226,6 +227,15 @@ GRPC_FORWARD = "(?-i)MY_HEADER.*|^my_header_2$|^triton_injected_via_header$"  # 
 
 def build_repository(root: Path) -> Path:
     write_rescheduling_models(root)
+    # item 5: --model-config-name alt reads configs/alt.pbtxt where a model has one
+    model = examples.write_model(
+        root,
+        "config_named",
+        examples.identity_graph(TensorProto.FLOAT, 2, "config_named"),
+        identity_config("config_named", "FP32", 8),
+    )
+    (model / "configs").mkdir()
+    (model / "configs" / "alt.pbtxt").write_text(identity_config("config_named", "FP32", 4))
     echo = _io("input", "INPUT0", "TYPE_FP32", "1") + _io("output", "PARAMETERS", "TYPE_STRING", "1")
     _python_model(root, "echo_parameters", ECHO_PARAMETERS, echo + "instance_group [{ kind: KIND_CPU }]\n")
     model = root / "python_int32_int32_int32"
@@ -241,7 +251,11 @@ def build_repository(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     root = build_repository(tmp_path_factory.mktemp("parity4"))
-    repository = {"model_control_mode": "explicit", "load_model": ["*"]}  # item 4 reloads models, as qa does
+    repository = {
+        "model_control_mode": "explicit",
+        "load_model": ["*"],
+        "model_config_name": "alt",
+    }  # item 4 reloads models, as qa does
     forward = {"http_header_forward_pattern": HTTP_FORWARD, "grpc_header_forward_pattern": GRPC_FORWARD}
     with running_cluster(root, repository=repository, allow_client_shm=True, **forward) as running:
         yield running
@@ -510,4 +524,14 @@ def test_a_stream_in_triton_grpc_error_mode_ends_at_the_first_error(served, erro
         second = received.get(timeout=30)
         assert isinstance(second, InferenceServerException) and "Expected a None object" in second.message()
     client.stop_stream()
+    client.close()
+
+
+# -- item 5: --model-config-name ------------------------------------------------------------------------
+def test_model_config_name_picks_the_named_config_where_a_model_has_one(served):
+    """core's GetModelConfigFullPath: `<model>/configs/<name>.pbtxt` if it exists, else
+    `config.pbtxt` (qa/L0_model_config's custom config tests)."""
+    client = _client(served, "http")
+    assert client.get_model_config("config_named")["max_batch_size"] == 4  # configs/alt.pbtxt
+    assert client.get_model_config("python_int32_int32_int32")["max_batch_size"] == 8  # its config.pbtxt
     client.close()
