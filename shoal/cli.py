@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings
 
 from shared.process import settings as s
-from shoal import grpc_flags
+from shoal import grpc_flags, triton_flags
 
 SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": s.GatewaySettings,
@@ -23,21 +23,6 @@ SERVICES: dict[str, type[BaseSettings]] = {
     "repository": s.RepositorySettings,
 }
 
-# tritonserver flags Shoal does not implement (yet): flag -> why
-UNSUPPORTED_FLAGS = {
-    "--grpc-infer-thread-count": "the gRPC endpoint is one event loop; scale out with more gateways instead",
-    "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
-    "--repoagent-directory": "repository agents are not implemented yet",
-    "--log-file": "logs go to stderr; redirect them",
-    "--http-thread-count": "the gateway is one event loop; scale out with more gateways instead",
-    "--model-namespacing": "model namespacing is not implemented yet",
-    "--model-config-name": "alternative config names are not implemented yet",
-    "--host-policy": "host policies are not implemented",
-    "--pinned-memory-pool-byte-size": "Shoal has no pinned memory pool",
-    "--cuda-memory-pool-byte-size": "Shoal has no CUDA memory pool",
-    "--model-load-gpu-limit": "GPU memory limits on load are not implemented yet",
-    "--http-header-forward-pattern": "header forwarding is not implemented yet",
-}
 # boolean flags that Shoal accepts only with the value it already behaves as: flag -> (allowed, why, help)
 FIXED_FLAGS: dict[str, tuple[bool | None, str, str]] = {
     "allow_http": (True, "the HTTP endpoint cannot be switched off", "HTTP endpoint: only true"),
@@ -58,9 +43,11 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--repository-poll-secs", R, "repository_poll_secs"),
     ("--strict-readiness", G, "strict_readiness"),
     ("--disable-auto-complete-config", R, "disable_auto_complete_config"),
+    ("--model-config-name", R, "model_config_name"),
     ("--strict-model-config", R, "strict_model_config"),
     ("--exit-timeout-secs", G, "exit_timeout_s"),
     ("--model-load-thread-count", W, "model_load_thread_count"),
+    ("--model-load-retry-count", W, "model_load_retry_count"),
     ("--backend-directory", W, "backend_directory"),
     ("--backend-config", W, "backend_config"),
     ("--id", G, "id"),
@@ -69,6 +56,7 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--reuse-http-port", G, "reuse_http_port"),
     ("--http-max-input-size", G, "http_max_input_size"),
     ("--http-restricted-api", G, "http_restricted_api"),
+    ("--http-header-forward-pattern", G, "http_header_forward_pattern"),
     ("--metrics-address", G, "metrics_address"),
     ("--metrics-port", G, "metrics_port"),
     ("--allow-metrics", G, "allow_metrics"),
@@ -118,7 +106,11 @@ def serve_parser() -> argparse.ArgumentParser:
         "summary_quantiles, repeatable (default: none)",
     )
     p.add_argument(
-        "--cache-config", action="append", default=[], help="local,size=<bytes>: the response cache (default: none)"
+        "--cache-config",
+        action="append",
+        default=[],
+        help="local,size=<bytes> or redis,<key>=<value> (host, port, user, password, db, ...; repeatable): "
+        "the response cache (default: none)",
     )
     p.add_argument(
         "--response-cache-byte-size",
@@ -130,7 +122,9 @@ def serve_parser() -> argparse.ArgumentParser:
         "--trace-config",
         action="append",
         default=[],
-        help="[triton,]<setting>=<value>: file, level, rate, count, log-frequency, mode, repeatable (default: none)",
+        help="[<mode>,]<setting>=<value>: rate, level, count, mode (triton or opentelemetry); triton,file=..., "
+        "triton,log-frequency=...; opentelemetry,url=..., opentelemetry,resource=<key>=<value>, "
+        "opentelemetry,bsp_max_queue_size|bsp_schedule_delay|bsp_max_export_batch_size=...; repeatable (default: none)",
     )
     for flag, field in TRACE_FLAGS:
         s.add_setting(p, flag, G, field, default=None, **({"action": "append"} if field == "trace_level" else {}))
@@ -139,6 +133,12 @@ def serve_parser() -> argparse.ArgumentParser:
         text = help if "(default" in help else f"{help} (default: {_FIXED_DEFAULTS[name]})"
         p.add_argument(flag, type=s.parse_bool, nargs="?", const=True, default=None, metavar="BOOL", help=text)
     grpc_flags.add_flags(p)
+    triton_flags.add_flags(p)
+    p.add_argument(
+        "--log-file",
+        default=None,
+        help="write the log of every service to this file (appended) instead of stderr (default: none, stderr)",
+    )
     # Shoal's own
     p.add_argument(
         "--nats-url",
@@ -184,16 +184,10 @@ def serve_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _refuse_unsupported(argv: list[str]) -> None:
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
-        if flag in UNSUPPORTED_FLAGS:
-            raise SystemExit(f"shoal serve: {flag} is not supported: {UNSUPPORTED_FLAGS[flag]}")
-
-
 def parse_serve(argv: list[str]) -> argparse.Namespace:
-    _refuse_unsupported(argv)
+    triton_flags.refuse(argv)
     args = serve_parser().parse_args(argv)
+    args.flag_warnings = triton_flags.check(args)
     for name, (allowed, why, _) in FIXED_FLAGS.items():
         value = getattr(args, name)
         if value is not None and allowed is not None and value != allowed:
@@ -231,7 +225,7 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         raise SystemExit(f"shoal serve: {exc}") from None
     args.trace = trace_settings(args)
     args.metrics = metrics_config(args.metrics_config)
-    args.cache_bytes = cache_size(args)
+    args.cache_bytes, args.cache_redis = cache_size(args)
     if args.workers < 1:
         raise SystemExit("shoal serve: --workers must be at least 1")
     if args.gateways < 1:
@@ -249,22 +243,36 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def cache_size(args: argparse.Namespace) -> int:
-    """`--cache-config local,size=N` (or the older `--response-cache-byte-size=N`): bytes."""
+def cache_size(args: argparse.Namespace) -> tuple[int, list[str]]:
+    """`--cache-config local,size=N` (or the older `--response-cache-byte-size=N`): bytes; or
+    `--cache-config redis,<key>=<value>` (repeatable): the Redis cache's settings."""
     if args.cache_config and args.response_cache_byte_size is not None:
         raise SystemExit("shoal serve: --cache-config and --response-cache-byte-size can not be used together")
     if args.response_cache_byte_size is not None:
-        return args.response_cache_byte_size
-    size = 0
+        return args.response_cache_byte_size, []
+    size, redis, kinds = 0, [], set()
     for entry in args.cache_config:
         kind, _, setting = entry.partition(",")
+        kinds.add(kind)
+        if kind == "redis":
+            redis.append(setting)
+            continue
         if kind != "local":
-            raise SystemExit(f"shoal serve: --cache-config '{kind}' is not supported (only the 'local' cache)")
+            raise SystemExit(f"shoal serve: --cache-config '{kind}' is not supported (the 'local' and 'redis' caches)")
         key, _, value = setting.partition("=")
         if key != "size" or not value.isdigit():
             raise SystemExit(f"shoal serve: --cache-config local supports 'size=<bytes>', got '{setting}'")
         size = int(value)
-    return size
+    if len(kinds) > 1:  # tritonserver runs one cache
+        raise SystemExit("shoal serve: --cache-config names more than one cache (local and redis)")
+    if redis:
+        from inference.redis_cache import parse_options
+
+        try:
+            parse_options(redis)
+        except ValueError as exc:
+            raise SystemExit(f"shoal serve: {exc}") from None
+    return size, redis
 
 
 def metrics_config(entries: list[str]) -> dict[str, object]:
@@ -288,23 +296,30 @@ def metrics_config(entries: list[str]) -> dict[str, object]:
 
 
 def trace_settings(args: argparse.Namespace) -> dict[str, object]:
-    """tritonserver's `--trace-config [mode,]key=value` and the older `--trace-*` flags."""
+    """tritonserver's `--trace-config [mode,]key=value` and the older `--trace-*` flags.
+    `config`: the entries every service gets in opentelemetry mode (the mode and its exporter's
+    settings: each service exports its own spans); none in triton mode."""
+    from shared.tracing import settings as tracing
+
     trace: dict[str, object] = {"file": "", "level": "OFF", "rate": 1000, "count": -1, "log-frequency": 0}
     levels: list[str] = []
-    for entry in args.trace_config:
-        mode, _, setting = entry.rpartition(",") if "," in entry else ("", "", entry)
-        if mode and mode != "triton":
-            raise SystemExit(f"shoal serve: --trace-config mode '{mode}' is not supported (only 'triton')")
-        key, _, value = setting.partition("=")
-        if key == "mode":
-            if value != "triton":
-                raise SystemExit(f"shoal serve: trace mode '{value}' is not supported (only 'triton')")
-        elif key == "level":
-            levels.append(value.upper())
-        elif key in ("file", "rate", "count", "log-frequency"):
-            trace[key] = value if key == "file" else int(value)
-        else:
-            raise SystemExit(f"shoal serve: unknown --trace-config setting '{key}'")
+    try:
+        mode = tracing.mode(args.trace_config)
+        for entry in args.trace_config:
+            section, key, value = tracing.split(entry)
+            if section == "opentelemetry" or key == "mode":
+                continue
+            if section == "triton" and key not in ("file", "log-frequency"):
+                continue  # tritonserver keeps a mode's unknown settings and uses none of them
+            if key == "level":
+                levels.append(_trace_level(value))
+            elif key in ("file", "rate", "count", "log-frequency"):
+                trace[key] = value if key == "file" else int(value)
+            else:
+                raise SystemExit(f"shoal serve: unknown --trace-config setting '{key}'")
+        otel = tracing.opentelemetry(args.trace_config) if mode == "opentelemetry" else None
+    except (tracing.TraceConfigError, ValueError) as exc:
+        raise SystemExit(f"shoal serve: {exc}") from None
     for key, value in (
         ("file", args.trace_file),
         ("rate", args.trace_rate),
@@ -313,12 +328,27 @@ def trace_settings(args: argparse.Namespace) -> dict[str, object]:
     ):
         if value is not None:
             trace[key] = value
-    levels += [level.upper() for level in args.trace_level or []]
-    if "TENSORS" in levels:
-        raise SystemExit("shoal serve: trace level TENSORS is not supported yet (use TIMESTAMPS)")
+    levels += [_trace_level(level) for level in args.trace_level or []]
+    if "OFF" in levels:  # tritonserver: an explicit OFF disables tracing whatever else is given
+        levels = ["OFF"]
     if levels:
-        trace["level"] = ",".join(levels)
+        trace["level"] = ",".join(dict.fromkeys(levels))
+    trace["config"] = (
+        ["mode=opentelemetry", *(f"opentelemetry,{k}={v}" for k, v in otel.entries)] if otel is not None else []
+    )
     return trace
+
+
+def _trace_level(value: str) -> str:
+    """tritonserver's `ParseTraceLevelOption`."""
+    lowered = value.lower()
+    if lowered in ("false", "off"):
+        return "OFF"
+    if lowered in ("true", "on", "min", "max", "timestamps"):
+        return "TIMESTAMPS"
+    if lowered == "tensors":
+        return "TENSORS"
+    raise SystemExit(f"shoal serve: invalid value for trace level option: {value}")
 
 
 def _service(name: str, argv: list[str]) -> None:

@@ -228,7 +228,7 @@ def model_table(index: list[dict]) -> str:
 
 
 def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> Cluster:
-    common = {"nats_url": nats_url, "log_verbose": args.log_verbose}
+    common = {"nats_url": nats_url, "log_verbose": args.log_verbose, "trace_config": args.trace["config"]}
     gateway = GatewaySettings(
         **common,
         id=args.id,
@@ -254,6 +254,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         trace_count=args.trace["count"],
         trace_log_frequency=args.trace["log-frequency"],
         cache_bytes=args.cache_bytes,
+        cache_redis=args.cache_redis,
         allow_cpu_metrics=args.allow_cpu_metrics is not False,
         allow_gpu_metrics=args.allow_gpu_metrics is not False,
         **args.metrics,
@@ -281,6 +282,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
             tensor_transport=args.tensor_transport,
             python_isolation=args.python_isolation,
             model_load_thread_count=args.model_load_thread_count,
+            model_load_retry_count=args.model_load_retry_count,
             backend_directory=args.backend_directory,
             backend_config=args.backend_config,
             model_memory_budget=args.model_memory_budget,
@@ -378,7 +380,17 @@ def serve(args: argparse.Namespace) -> int:
     from shared.process.runtime import configure_logging
     from shoal.status import forget_serve, record_serve
 
+    if args.log_file:
+        try:  # every service inherits stderr: the whole cluster's log goes to the file, as tritonserver's
+            log_fd = os.open(args.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as exc:
+            print(f"error: failed to open log file '{args.log_file}': {exc.strerror}", file=sys.stderr)
+            return 1
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
     configure_logging("serve", args.log_verbose)
+    for warning in getattr(args, "flag_warnings", []):
+        log.warning("%s", warning)
     if args.model_repository:
         repository = Path(args.model_repository[0]).resolve()
         if not repository.is_dir():

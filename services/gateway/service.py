@@ -13,7 +13,7 @@ from nats.aio.client import Client as NATS
 from nats.micro.service import Service as MicroService
 
 from inference import trace
-from inference.cache import ResponseCache
+from inference.cache import Cache, ResponseCache
 from inference.core import InferenceCore
 from inference.models import ModelRegistry
 from inference.on_demand import DemandLoads
@@ -35,6 +35,8 @@ from shared.bus.dispatch import Dispatcher
 from shared.bus.tensor_store import TensorStore
 from shared.process.runtime import serve_until
 from shared.process.settings import GatewaySettings, cohosted_scheduler
+from shared.tracing import settings as tracing_settings
+from shared.tracing import spans
 from shared.wire import subjects
 from shared.wire.control import StatisticsRequest
 from shared.wire.messages import CacheEvent
@@ -57,11 +59,27 @@ def metrics_options(settings: GatewaySettings) -> MetricsOptions:
 
 
 def tracer(settings: GatewaySettings) -> trace.Tracer:
-    levels = tuple(level.strip().upper() for level in settings.trace_level.split(","))
+    """The trace extension's settings: the trace fields, then `--trace-config`'s global entries
+    (`shoal gateway` takes them too); in opentelemetry mode spans go to this process's exporter."""
+    fields = {"level": settings.trace_level, "rate": str(settings.trace_rate), "count": str(settings.trace_count)}
+    for entry in settings.trace_config:
+        section, key, value = tracing_settings.split(entry)
+        if not section and key in fields:
+            fields[key] = value
+    levels = tuple(level.strip().upper() for level in fields["level"].split(","))
+    mode = tracing_settings.mode(settings.trace_config)
+    otel = tracing_settings.opentelemetry(settings.trace_config) if mode == "opentelemetry" else None
     return trace.Tracer(
         trace.TraceSettings(
-            levels, settings.trace_rate, settings.trace_count, settings.trace_log_frequency, settings.trace_file
-        )
+            levels,
+            int(fields["rate"]),
+            int(fields["count"]),
+            settings.trace_log_frequency,
+            settings.trace_file,
+            mode,
+            otel.entries if otel is not None else (),
+        ),
+        spans.install(otel, "gateway", settings.gateway_id),
     )
 
 
@@ -107,6 +125,14 @@ class GatewayService:
         inbox = subjects.gateway_inbox(self.settings.gateway_id)
         return CoHosted(cohosted_scheduler(self.settings), self.nc, inbox)
 
+    def _response_cache(self) -> Cache | None:
+        """`--cache-config redis,...` (every gateway shares it), `local,size=N`, or none."""
+        if self.settings.cache_redis:
+            from inference.redis_cache import RedisCache, parse_options
+
+            return RedisCache(parse_options(self.settings.cache_redis))
+        return ResponseCache(self.settings.cache_bytes) if self.settings.cache_bytes > 0 else None
+
     def _inference_core(self) -> InferenceCore:
         settings = self.settings
         return InferenceCore(
@@ -115,7 +141,7 @@ class GatewayService:
             self.store,
             settings.request_timeout_s,
             self.shm,
-            ResponseCache(settings.cache_bytes) if settings.cache_bytes > 0 else None,
+            self._response_cache(),
             self.tracer,
             self._cache_event,
             DemandLoads(self.nc, self.registry, settings.request_timeout_s),
@@ -192,7 +218,12 @@ class GatewayService:
         """KServe v2 and Triton's extensions (services/gateway/http/)."""
         settings = self.settings
         return self._uvicorn(
-            build_app(self.server, settings.http_max_input_size, settings.http_restricted_api),
+            build_app(
+                self.server,
+                settings.http_max_input_size,
+                settings.http_restricted_api,
+                header_forward_pattern=settings.http_header_forward_pattern,
+            ),
             settings.http_address,
             settings.http_port,
             http=CorkedHttpToolsProtocol,
@@ -236,4 +267,7 @@ class GatewayService:
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     options = metrics_options(settings)  # read before anything starts: what it logs comes first
     nc = await connection.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
-    await serve_until(stop, nc, GatewayService(settings, nc, options), "gateway")
+    try:
+        await serve_until(stop, nc, GatewayService(settings, nc, options), "gateway")
+    finally:
+        spans.uninstall()

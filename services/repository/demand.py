@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from services.repository import ensembles
+from services.repository.autocomplete import config_path
 from services.repository.eviction import Placement, Resident, Room, place
 from services.repository.manager import ModelManager
 from shared.config import model_config
@@ -164,7 +165,7 @@ class OnDemand:
     async def is_ensemble(self, name: str) -> bool:
         known = self._ensemble.get(name)
         if known is None:
-            path = self.manager.root / name / "config.pbtxt"
+            path = config_path(self.manager.root / name, self.manager.auto_complete.config_name)
             try:
                 text = await asyncio.to_thread(path.read_text)
                 known = model_config.parse_text(text, path).platform == "ensemble"

@@ -10,7 +10,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as pb
 
 from services.repository.agents import run_agents
-from services.repository.autocomplete import AutoComplete, complete
+from services.repository.autocomplete import AutoComplete, complete, config_path
 from shared.config import model_config
 from shared.config.paths import inside
 from shared.errors import invalid
@@ -58,7 +58,8 @@ def load_config(
 ) -> pb.ModelConfig:
     auto_complete = auto_complete or AutoComplete()
     # a symlink may point elsewhere in the repository, never out of it
-    path = inside(model_dir.parent, f"{model_dir.name}/config.pbtxt")
+    chosen = config_path(model_dir, auto_complete.config_name)
+    path = inside(model_dir.parent, str(chosen.relative_to(model_dir.parent)))
     if override is not None:
         config = override
     elif path.exists():

@@ -37,6 +37,11 @@ def parse_bool(value: str) -> bool:
 class BusSettings(BaseSettings):
     nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server URL(s), comma separated")
     log_verbose: int = Field(0, description="verbose logging level (as tritonserver)")
+    trace_config: list[str] = Field(
+        default_factory=list,
+        description="tritonserver's --trace-config entries; with mode=opentelemetry this service exports "
+        "its spans over OTLP/HTTP (opentelemetry,url=...; docs/serving.md, 'Tracing')",
+    )
 
 
 def _random_id() -> str:
@@ -77,6 +82,12 @@ class GatewaySettings(BusSettings):
     http_restricted_api: list[str] = Field(
         default_factory=list, description="<api>[,<api>...]:<header>=<value>: those APIs need that header (403)"
     )
+    http_header_forward_pattern: str = Field(
+        "", description="HTTP headers whose name matches this regex become request parameters (case-insensitive)"
+    )
+    grpc_header_forward_pattern: str = Field(
+        "", description="gRPC metadata whose key matches this regex becomes request parameters (case-insensitive)"
+    )
     request_timeout_s: float = Field(60.0, description="deadline of a request with no timeout of its own")
     inline_max_bytes: int = Field(65536, description="tensors up to this size travel inside the bus message")
     tensor_transport: Literal["auto", "shm", "bus"] = Field(
@@ -87,6 +98,9 @@ class GatewaySettings(BusSettings):
         False, description="client shared memory (system and CUDA), off unless asked as in Triton"
     )
     cache_bytes: int = Field(0, description="response cache size in bytes (0 = no cache)")
+    cache_redis: list[str] = Field(
+        default_factory=list, description="key=value settings of a Redis response cache (host and port at least)"
+    )
     trace_file: str = Field("", description="file the traces are written to (JSON)")
     trace_level: str = Field("OFF", description="comma separated: OFF, TIMESTAMPS, TENSORS")
     trace_rate: int = Field(1000, description="trace one request in this many")
@@ -187,19 +201,34 @@ class WorkerSettings(BusSettings):
         "(0 = the backend's default: 1 per onnxruntime instance, cores / instances for PyTorch)",
     )
     model_load_thread_count: int = Field(4, ge=1, description="models loaded at once (tritonserver's flag)")
+    model_load_retry_count: int = Field(
+        0, ge=0, description="times a model whose load failed is loaded again before it is UNAVAILABLE"
+    )
     heartbeat_s: float = Field(1.0, description="seconds between the worker's heartbeats to the schedulers")
     models: list[str] = Field(
         default_factory=list, description="host only models matching these globs (none = every model)"
     )
-    python_isolation: Literal["process", "none"] = Field(
-        "process",
-        description="python-backend models: each in a worker process of its own (a crash takes "
-        "down only that model, which is restarted), or 'none': in this worker's process",
+    python_isolation: Literal["instance", "model", "none", "process"] = Field(
+        "instance",
+        description="python-backend models: 'instance': each instance in a worker process of its own, as "
+        "Triton's stubs (count: N runs N executes at once; a crash takes down only that instance, which is "
+        "restarted); 'model': one process per model, its instances as threads of it ('process' is an older "
+        "name of it); 'none': in this worker's process",
     )
     parent_pid: int = Field(
         0,
-        description="set for the worker process of one python model: the worker that "
+        description="set for the worker process of one python model or instance: the worker that "
         "started it (it dies with that worker)",
+    )
+    instance_index: int = Field(
+        -1,
+        description="set for the worker process of one instance (--python-isolation instance): which "
+        "instance of its model it hosts, in instance_group order (-1: all of them)",
+    )
+    instance_group: str = Field(
+        "",
+        description="set for the worker process of one instance: the id its model's instance processes "
+        "report under together (the repository counts the model loaded once all have loaded)",
     )
     model_memory_budget: str = Field(
         "",
@@ -221,6 +250,11 @@ class WorkerSettings(BusSettings):
         description="batches the scheduler may send an instance ahead: the next one waits at the worker "
         "instead of a bus round trip after each batch",
     )
+
+    @field_validator("python_isolation")
+    @classmethod
+    def _isolation(cls, value: str) -> str:
+        return "model" if value == "process" else value  # the older name of one process per model
 
     @field_validator("model_memory_budget")
     @classmethod
@@ -247,6 +281,9 @@ class RepositorySettings(BusSettings):
         60.0, description="on-demand mode: a model requested again this soon after its eviction counts as thrash"
     )
     disable_auto_complete_config: bool = Field(False, description="never complete configs from the model files")
+    model_config_name: str = Field(
+        "", description="read <model>/configs/<name>.pbtxt where it exists instead of config.pbtxt (as tritonserver)"
+    )
     backend_directory: str = Field(
         DEFAULT_DIRECTORY, description="python-based backends: <dir>/<name>/model.py completes their configs"
     )

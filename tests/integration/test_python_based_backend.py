@@ -38,6 +38,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Running:
     (models / "fakellm_model" / "1").mkdir(parents=True)
     (models / "fakellm_model" / "config.pbtxt").write_text(CONFIG)
     (models / "fakellm_model" / "1" / "model.json").write_text(json.dumps({"step_delay_s": 0.005}))
+    # an unhealthy engine: the backend answers UNAVAILABLE and unloads its model (vLLM's health check)
+    (models / "fakellm_sick" / "1").mkdir(parents=True)
+    (models / "fakellm_sick" / "config.pbtxt").write_text(
+        CONFIG.replace("REPORT_CUSTOM_METRICS", "ENABLE_HEALTH_CHECK")
+    )
+    (models / "fakellm_sick" / "1" / "model.json").write_text(json.dumps({"healthy": False}))
     # a backend no directory has: unavailable with a clear reason, the rest still loads
     (models / "nowhere" / "1").mkdir(parents=True)
     (models / "nowhere" / "config.pbtxt").write_text(
@@ -46,7 +52,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Running:
         'output [ { name: "B" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
     )
     settings = {"backend_directory": str(backends), "backend_config": ["fakellm,shm-default-byte-size=4194304"]}
-    with running_cluster(models, worker=settings, repository=settings) as running:
+    control = {"model_control_mode": "explicit", "load_model": ["*"]}  # a model may unload itself
+    with running_cluster(models, worker=settings, repository={**settings, **control}) as running:
+        http = httpclient.InferenceServerClient(running.url)
+        deadline = time.monotonic() + 90
+        while not (http.is_model_ready("fakellm_model") and http.is_model_ready("fakellm_sick")):
+            assert time.monotonic() < deadline, http.get_model_repository_index()
+            time.sleep(0.2)
         yield running
 
 
@@ -127,3 +139,42 @@ def test_a_cancelled_stream_reaches_is_cancelled_and_the_metrics_show(served):
         time.sleep(0.3)
     assert "# TYPE fakellm:generation_tokens_total counter" in text
     assert "fakellm:request_generation_tokens_bucket{" in text
+
+
+def test_an_unhealthy_backend_answers_unavailable_and_unloads_its_model(served):
+    stream = Stream(served.grpc_url)
+    try:
+        stream.client.async_stream_infer("fakellm_sick", inputs("a", True, 2))
+        ((result, error),) = stream.until_final()
+        assert error is not None and "Model is unavailable due to unhealthy engine" in str(error)
+    finally:
+        stream.close()
+    http = httpclient.InferenceServerClient(served.url)
+    deadline = time.monotonic() + 30
+    while http.is_model_ready("fakellm_sick"):  # pb_utils.unload_model from its own execute, not waited on
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert http.is_model_ready("fakellm_model")
+
+
+def test_perf_analyzer_streams_from_the_python_based_backend(perf_analyzer, served, tmp_path):
+    from tests.integration.test_perf_analyzer import run as perf_run
+
+    binary = perf_analyzer
+    data = tmp_path / "prompt.json"
+    data.write_text(
+        json.dumps({"data": [{"text_input": ["a b"], "stream": [True], "sampling_parameters": ['{"max_tokens": 3}']}]})
+    )
+    perf_run(
+        binary,
+        served.grpc_url,
+        "-i",
+        "grpc",
+        "--streaming",
+        "-m",
+        "fakellm_model",
+        "--input-data",
+        str(data),
+        "--concurrency-range",
+        "2",
+    )

@@ -30,8 +30,14 @@ _MODULES = {
     "identity": "services.worker.backends.identity_backend",
     "repeat": "services.worker.backends.repeat_backend",
     "square": "services.worker.backends.square_backend",
+    "fil": "services.worker.backends.fil_backend",
+    "openvino": "services.worker.backends.openvino_backend",
+    "dali": "services.worker.backends.dali_backend",
 }
 _EXTRAS = {
+    "fil": "shoal[fil]",
+    "openvino": "shoal[openvino]",
+    "dali": "shoal[dali]",
     "tensorrt": "shoal[gpu]",
     "pytorch": "shoal[torch]",
 }

@@ -43,7 +43,18 @@ class Streamed:
 
 
 STREAMED = Streamed()
-Result = Tensors | ModelError | Streamed
+
+
+class Rescheduled:
+    """The result of a request the model released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+    no answer now; it goes back to its sequence's queue to run again (iterative sequences)."""
+
+    def __repr__(self) -> str:
+        return "RESCHEDULED"
+
+
+RESCHEDULED = Rescheduled()
+Result = Tensors | ModelError | Streamed | Rescheduled
 
 
 @dataclass
@@ -80,6 +91,7 @@ class RequestContext:
     timeout_us: int = 0
     cancelled: Callable[[], bool] = _never
     responses: ResponseStream | None = None  # set for a decoupled model's requests
+    trace: tuple[str, str] | None = None  # OpenTelemetry: (traceparent, tracestate) of the request's span
 
 
 @dataclass

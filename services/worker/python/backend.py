@@ -25,6 +25,7 @@ from types import ModuleType
 
 from services.worker.backends import Backend, Placement
 from services.worker.backends.runner import (
+    RESCHEDULED,
     STREAMED,
     Batch,
     CorrelationId,
@@ -79,6 +80,7 @@ def _request(work: Work, decoupled: bool) -> pb_utils.InferenceRequest:
         timeout=context.timeout_us,
         cancelled=context.cancelled,
         response_sender=sender,
+        trace=pb_utils.InferenceTrace(context.trace),
     )
 
 
@@ -120,6 +122,7 @@ class PythonInstance:
         if not hasattr(module, "TritonPythonModel"):
             raise unavailable(f"{runtime or path} does not define TritonPythonModel")
         self.spec = spec
+        self.iterative = bool(spec.config.get("sequence_batching", {}).get("iterative_sequence", False))
         self.model_dir = str(version_dir)
         self.model = module.TritonPythonModel()
         args = {
@@ -181,14 +184,40 @@ class PythonInstance:
             return [ModelError(exc.message(), exc.code_name())] * len(requests)
         except Exception as exc:  # the model raised: its requests fail, the worker goes on
             return [ModelError(f"{type(exc).__name__}: {exc}", Code.INTERNAL)] * len(requests)
-        if self.spec.decoupled:
-            return [STREAMED] * len(requests)  # what execute returns is ignored, as in Triton
+        if self.spec.decoupled:  # what execute returns is ignored, as in Triton
+            return [self._released(request, STREAMED) for request in requests]
         if not isinstance(responses, list) or len(responses) != len(requests):
             got = len(responses) if isinstance(responses, list) else type(responses).__name__
             return [ModelError(f"execute returned {got} responses for {len(requests)} requests", Code.INTERNAL)] * len(
                 requests
             )
-        return [_result(response) for response in responses]
+        for request, response in zip(requests, responses):
+            if request._rescheduled() and response is not None:  # pb_stub.cc fails the whole execute
+                found = "InferenceResponse" if isinstance(response, pb_utils.InferenceResponse) else type(response)
+                message = (
+                    "Expected a None object in the execute function return list for reschduled request, "
+                    f"found type '{found}'."
+                )
+                return [ModelError(message, Code.INTERNAL)] * len(requests)
+        return [
+            self._released(request, None if response is None else _result(response))
+            for request, response in zip(requests, responses)
+        ]
+
+    def _released(self, request: pb_utils.InferenceRequest, result: Result | None) -> Result:
+        """What a request's release flags make of its result: RESCHEDULE runs it again later, on a
+        model whose sequence batcher is iterative; on any other model core refuses the flag."""
+        if not request._rescheduled():
+            if result is None:
+                return ModelError("execute returned None for a request it did not reschedule", Code.INTERNAL)
+            return result
+        if not self.iterative:
+            return ModelError(
+                "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
+                "configured to handle such a flag.",
+                Code.INVALID_ARG,
+            )
+        return RESCHEDULED
 
     def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
         """Shoal-only, optional: a model's `sequence_ended(correlation_id, reason)` hears of a sequence

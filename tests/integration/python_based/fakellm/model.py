@@ -4,7 +4,8 @@ call that one makes, over a stand-in engine (utils/engine.py) instead of vLLM.
 auto_complete_config (decoupled, max_batch_size 0, inputs and outputs added), the model
 config and args, model.json read from pb_utils.get_model_dir(), an asyncio engine on a thread
 of its own, a response thread sending through each request's response sender,
-is_cancelled, MetricFamily counters and histograms, TritonError codes, finalize.
+is_cancelled, MetricFamily counters and histograms, TritonError codes, a health check that
+unloads the model (pb_utils.unload_model from execute), finalize.
 """
 
 import asyncio
@@ -51,6 +52,8 @@ class TritonPythonModel:
         self.model_config = json.loads(args["model_config"])
         output_config = pb_utils.get_output_config_by_name(self.model_config, "text_output")
         self.output_dtype = pb_utils.triton_string_to_numpy(output_config["data_type"])
+        self._enable_health_check = self._get_bool_config_param("ENABLE_HEALTH_CHECK")
+        self._is_healthy = True
         assert pb_utils.using_decoupled_model_transaction_policy(self.model_config), (
             "fakellm backend must be configured to use decoupled model transaction policy"
         )
@@ -107,7 +110,8 @@ class TritonPythonModel:
     async def _run_engine(self):
         self._ongoing = 0
         self._shutdown = asyncio.Event()
-        async with build_engine(float(self.engine_config.get("step_delay_s", 0.005))) as engine:
+        delay = float(self.engine_config.get("step_delay_s", 0.005))
+        async with build_engine(delay, bool(self.engine_config.get("healthy", True))) as engine:
             self._event_loop = asyncio.get_running_loop()
             with self._engine_started:
                 self._engine = engine
@@ -134,10 +138,33 @@ class TritonPythonModel:
                     self._ongoing -= 1
 
     def execute(self, requests):
+        if self._enable_health_check and not self._check_health(requests):
+            return None
         for request in requests:
             assert not self._shutdown.is_set(), "Cannot create tasks after shutdown has been requested"
             asyncio.run_coroutine_threadsafe(self._infer(request), self._event_loop)
         return None
+
+    def _check_health(self, requests):
+        future = asyncio.run_coroutine_threadsafe(self._engine.check_health(), self._event_loop)
+        try:
+            future.result()
+        except Exception as exc:
+            self.logger.log_error(f"[fakellm] Engine is not healthy and model will be unloaded: {exc}")
+            pb_utils.unload_model(self.model_config["name"])  # non-blocking
+            self._is_healthy = False
+        if not self._is_healthy:
+            for request in requests:
+                request.get_response_sender().send(
+                    pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError(
+                            message="Model is unavailable due to unhealthy engine",
+                            code=pb_utils.TritonError.UNAVAILABLE,
+                        )
+                    ),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
+        return self._is_healthy
 
     def _parameters(self, request):
         tensor = pb_utils.get_input_tensor_by_name(request, "sampling_parameters")

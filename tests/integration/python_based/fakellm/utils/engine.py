@@ -17,8 +17,9 @@ class RequestOutput:
 
 
 class Engine:
-    def __init__(self, step_delay_s: float) -> None:
+    def __init__(self, step_delay_s: float, healthy: bool) -> None:
         self.step_delay_s = step_delay_s
+        self.healthy = healthy
         self.aborted: set[str] = set()
 
     async def generate(self, prompt: str, request_id: str, max_tokens: int):
@@ -34,9 +35,10 @@ class Engine:
         self.aborted.add(request_id)
 
     async def check_health(self) -> None:
-        pass
+        if not self.healthy:
+            raise RuntimeError("the engine is not healthy")
 
 
 @contextlib.asynccontextmanager
-async def build_engine(step_delay_s: float):
-    yield Engine(step_delay_s)
+async def build_engine(step_delay_s: float, healthy: bool = True):
+    yield Engine(step_delay_s, healthy)
