@@ -122,6 +122,7 @@ def main() -> None:
     size = write_model(root, args.mb)
     print(f"model 'big': {size / 1e6:.1f} MB (1/model.onnx); load average {os.getloadavg()[0]:.1f}")
     rows = []
+    (work / "nats").mkdir()
     with NatsServer(store_dir=str(work / "nats")) as nats:
         for run in range(args.runs):
             row: dict[str, float] = {}
