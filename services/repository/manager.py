@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
-from services.repository import ensembles, overrides
+from services.repository import ensembles, instance_groups, overrides
 from services.repository.autocomplete import AutoComplete
 from services.repository.labels import LabelError, read_labels
 from services.repository.model_states import derive_state, next_record
@@ -54,6 +54,7 @@ class ModelManager:
         self.drain = drain
         self.records: dict[str, ModelRecord] = {}
         self.reports: dict[str, InstanceRecord] = {}  # instance key -> report
+        self._whole_groups: dict[instance_groups.GroupKey, int] = {}  # instance processes' groups: served whole
         self.signatures: dict[str, str] = {}
         self.override_dirs: dict[str, Path] = {}  # model -> the override directory of its latest load
         self._stale_dirs: dict[str, list[Path]] = {}  # override directories still serving an old generation
@@ -256,12 +257,18 @@ class ModelManager:
         if name in self.override_dirs:
             overrides.remove_override_dir(self.override_dirs.pop(name))
         self._drop_stale_dirs(name)
+        for key in [k for k in self._whole_groups if k[1] == name]:
+            del self._whole_groups[key]
         log.info("unloaded '%s'", name)
         await self._refresh_dependents(name)
 
     # -- reports from workers ------------------------------------------------------
     def _reports(self, name: str, version: int) -> list[InstanceRecord]:
-        return [r for r in self.reports.values() if r.model == name and r.version == version]
+        """The version's reports, the instance processes of one model on one worker as one report
+        (instance_groups.py)."""
+        return instance_groups.fold(
+            (r for r in self.reports.values() if r.model == name and r.version == version), self._whole_groups
+        )
 
     async def on_report(self, key: str, report: InstanceRecord | None) -> None:
         # under the condition's lock: a load waiting in `wait_loaded` must not see the report

@@ -24,6 +24,25 @@ BUILT_IN = frozenset(
 
 BackendConfig = dict[str, dict[str, str]]  # backend ("" for all) -> setting -> value
 
+# the settings Shoal's backends read (every backend: default-max-batch-size, for auto-complete)
+PYTHON_SETTINGS = frozenset(
+    {
+        "shm-default-byte-size",
+        "shm-growth-byte-size",
+        "stub-timeout-seconds",
+        "thread-pool-size",
+        "shm-region-prefix-name",
+        "shm_message_queue_size",
+    }
+)
+_READ = {"python": PYTHON_SETTINGS, "dali": frozenset({"release_after_unload"})}
+
+
+def unread(settings: dict[str, str], backend: str, python_based: bool) -> list[str]:
+    """The settings given to `backend` that no part of Shoal reads (said once in the log)."""
+    read = _READ.get("python" if python_based else backend, frozenset()) | {"default-max-batch-size"}
+    return sorted(key for key in settings if key not in read)
+
 
 def parse_option(entry: str) -> tuple[str, str, str]:
     """One `--backend-config` value: (backend, setting, value), with tritonserver's errors."""

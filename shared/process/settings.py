@@ -208,15 +208,27 @@ class WorkerSettings(BusSettings):
     models: list[str] = Field(
         default_factory=list, description="host only models matching these globs (none = every model)"
     )
-    python_isolation: Literal["process", "none"] = Field(
-        "process",
-        description="python-backend models: each in a worker process of its own (a crash takes "
-        "down only that model, which is restarted), or 'none': in this worker's process",
+    python_isolation: Literal["instance", "model", "none", "process"] = Field(
+        "instance",
+        description="python-backend models: 'instance': each instance in a worker process of its own, as "
+        "Triton's stubs (count: N runs N executes at once; a crash takes down only that instance, which is "
+        "restarted); 'model': one process per model, its instances as threads of it ('process' is an older "
+        "name of it); 'none': in this worker's process",
     )
     parent_pid: int = Field(
         0,
-        description="set for the worker process of one python model: the worker that "
+        description="set for the worker process of one python model or instance: the worker that "
         "started it (it dies with that worker)",
+    )
+    instance_index: int = Field(
+        -1,
+        description="set for the worker process of one instance (--python-isolation instance): which "
+        "instance of its model it hosts, in instance_group order (-1: all of them)",
+    )
+    instance_group: str = Field(
+        "",
+        description="set for the worker process of one instance: the id its model's instance processes "
+        "report under together (the repository counts the model loaded once all have loaded)",
     )
     model_memory_budget: str = Field(
         "",
@@ -238,6 +250,11 @@ class WorkerSettings(BusSettings):
         description="batches the scheduler may send an instance ahead: the next one waits at the worker "
         "instead of a bus round trip after each batch",
     )
+
+    @field_validator("python_isolation")
+    @classmethod
+    def _isolation(cls, value: str) -> str:
+        return "model" if value == "process" else value  # the older name of one process per model
 
     @field_validator("model_memory_budget")
     @classmethod

@@ -108,3 +108,7 @@ class InstanceRecord(msgspec.Struct, omit_defaults=True):
     warmup_ms: float = 0.0
     rss_bytes: int = 0  # memory its instances took at load: the worker's resident set after - before
     device_bytes: int = 0  # and GPU memory, where there is a GPU
+    # the process of one instance (--python-isolation instance): the model's instance processes on one
+    # worker report under one group, counted as one report of `group_size` instances (all loaded: loaded)
+    group: str = ""
+    group_size: int = 0

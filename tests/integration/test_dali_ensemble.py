@@ -179,3 +179,14 @@ def test_dali_gpu_pipeline_in_the_ensemble(served, repository):
     got = client.infer("ensemble_gpu", [tensor]).as_numpy("PROBABILITIES")
     cpu = client.infer("ensemble_cpu", [tensor]).as_numpy("PROBABILITIES")
     np.testing.assert_allclose(got, cpu, atol=1e-2)  # nvJPEG and the CPU decoder may round differently
+
+
+def test_perf_analyzer_on_the_dali_ensemble(perf_analyzer, served, tmp_path):
+    import json
+
+    from tests.integration.test_perf_analyzer import run as perf_run
+
+    image = np.frombuffer(images()[0], np.uint8)
+    data = tmp_path / "image.json"
+    data.write_text(json.dumps({"data": [{"IMAGE": {"content": image.tolist(), "shape": [len(image)]}}]}))
+    perf_run(perf_analyzer, served.url, "-m", "ensemble_cpu", "--input-data", str(data), "--concurrency-range", "2")

@@ -5,7 +5,6 @@ dynamic batching, and measured by perf_analyzer."""
 from __future__ import annotations
 
 import concurrent.futures
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -116,18 +115,6 @@ def test_fil_answers_equal_the_library_over_http_and_grpc(served, models, model)
     tensor = grpcclient.InferInput("input__0", [10, FEATURES], "FP32")
     tensor.set_data_from_numpy(X[:10])
     np.testing.assert_array_equal(grpc.infer(model, [tensor]).as_numpy("output__0"), expected[:10])
-
-
-@pytest.fixture(scope="module")
-def perf_analyzer() -> str:
-    binary = ROOT / "benchmarks" / ".tools" / "perf_analyzer"
-    if not binary.exists():
-        fetched = subprocess.run(
-            ["bash", str(ROOT / "benchmarks" / "get_perf_analyzer.sh")], capture_output=True, text=True, timeout=600
-        )
-        if fetched.returncode != 0 or not binary.exists():
-            pytest.skip(f"perf_analyzer could not be fetched: {fetched.stderr[-500:]}")
-    return str(binary)
 
 
 def test_openvino_answers_within_1e_5_of_onnxruntime(served, models):

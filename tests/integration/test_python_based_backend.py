@@ -155,3 +155,26 @@ def test_an_unhealthy_backend_answers_unavailable_and_unloads_its_model(served):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert http.is_model_ready("fakellm_model")
+
+
+def test_perf_analyzer_streams_from_the_python_based_backend(perf_analyzer, served, tmp_path):
+    from tests.integration.test_perf_analyzer import run as perf_run
+
+    binary = perf_analyzer
+    data = tmp_path / "prompt.json"
+    data.write_text(
+        json.dumps({"data": [{"text_input": ["a b"], "stream": [True], "sampling_parameters": ['{"max_tokens": 3}']}]})
+    )
+    perf_run(
+        binary,
+        served.grpc_url,
+        "-i",
+        "grpc",
+        "--streaming",
+        "-m",
+        "fakellm_model",
+        "--input-data",
+        str(data),
+        "--concurrency-range",
+        "2",
+    )

@@ -5,7 +5,6 @@ repeat and square as decoupled models over a gRPC stream, and perf_analyzer on b
 from __future__ import annotations
 
 import queue
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -132,18 +131,6 @@ def test_a_decoupled_model_over_http_is_refused_as_in_triton(served):
     inp.set_data_from_numpy(np.array([2], np.int32))
     with pytest.raises(InferenceServerException):
         http.infer("square_int32", [inp])
-
-
-@pytest.fixture(scope="module")
-def perf_analyzer() -> str:
-    binary = ROOT / "benchmarks" / ".tools" / "perf_analyzer"
-    if not binary.exists():
-        fetched = subprocess.run(
-            ["bash", str(ROOT / "benchmarks" / "get_perf_analyzer.sh")], capture_output=True, text=True, timeout=600
-        )
-        if fetched.returncode != 0 or not binary.exists():
-            pytest.skip(f"perf_analyzer could not be fetched: {fetched.stderr[-500:]}")
-    return str(binary)
 
 
 def test_perf_analyzer_on_identity_and_on_a_decoupled_square(perf_analyzer, served, tmp_path):

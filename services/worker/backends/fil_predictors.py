@@ -7,8 +7,9 @@ GTIL's output before its classifier post-processing (fil_backend.py).
 
 The library's own predictor is the default when it is installed: XGBoost's `inplace_predict`
 and LightGBM's `predict` give exactly the library's prediction (treelite's GTIL sums the trees
-in another order, a few ulps apart on XGBoost models), and they are faster on batches
-(docs/models.md, "FIL": measured with benchmarks/fil_openvino.py). Treelite loads every FIL
+in another order, a few ulps apart on XGBoost models). LightGBM's is faster than GTIL at every
+batch size; XGBoost's pays a fixed cost per call and wins from a few dozen rows on (docs/models.md,
+"FIL and OpenVINO: measured"). Treelite loads every FIL
 format (and scikit-learn forests through its checkpoints), so it runs whatever has no
 library installed, and `treelite_checkpoint` models always.
 """
