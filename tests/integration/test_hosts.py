@@ -190,6 +190,9 @@ def test_models_reach_the_worker_hosts_without_a_shared_disk(hosts: Hosts) -> No
     for host in hosts.hosts[1:]:
         trees = list((hosts.workdir / f"{host.name}-model-files" / "trees").iterdir())
         assert len(trees) == 2, f"{host.name}: {trees}"  # 'big' and 'second', each fetched on this host
+    connection = hosts[1].call(client, hosts[1])
+    hosts[1].call(connection.unload_model, "second")  # as the tests after this one expect
+    hosts[1].call(connection.close)
 
 
 def load(host: Host, stop: threading.Event, results: list) -> None:
