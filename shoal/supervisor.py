@@ -228,7 +228,7 @@ def model_table(index: list[dict]) -> str:
 
 
 def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> Cluster:
-    common = {"nats_url": nats_url, "log_verbose": args.log_verbose}
+    common = {"nats_url": nats_url, "log_verbose": args.log_verbose, "trace_config": args.trace["config"]}
     gateway = GatewaySettings(
         **common,
         id=args.id,

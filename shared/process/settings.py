@@ -37,6 +37,11 @@ def parse_bool(value: str) -> bool:
 class BusSettings(BaseSettings):
     nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server URL(s), comma separated")
     log_verbose: int = Field(0, description="verbose logging level (as tritonserver)")
+    trace_config: list[str] = Field(
+        default_factory=list,
+        description="tritonserver's --trace-config entries; with mode=opentelemetry this service exports "
+        "its spans over OTLP/HTTP (opentelemetry,url=...; docs/serving.md, 'Tracing')",
+    )
 
 
 def _random_id() -> str:
