@@ -23,6 +23,7 @@ import logging
 import random
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -130,7 +131,9 @@ class Engine:
         if prompt == 0:
             raise ValueError("the prompt is empty")
         if prompt >= limit:
-            raise ValueError(f"the prompt has {prompt} tokens; a sequence holds at most {limit} (prompt and completion)")
+            raise ValueError(
+                f"the prompt has {prompt} tokens; a sequence holds at most {limit} (prompt and completion)"
+            )
 
     def submit(self, job: Job) -> None:
         """Queue `job` and return once it has joined the running sequences, or was answered
@@ -268,7 +271,7 @@ class Engine:
             self._reserved -= sequence.cells
 
     @staticmethod
-    def _answer(call, *args) -> bool:  # type: ignore[no-untyped-def]
+    def _answer(call: Callable[..., None], *args: object) -> bool:
         """Hand output to a sink; a sink that raises (its client gone) loses its sequence, not the engine."""
         try:
             call(*args)

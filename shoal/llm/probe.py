@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -31,6 +32,8 @@ from pathlib import Path
 from shoal.llm.runtime import LlamaError
 
 VARIANTS = "libggml-cpu-*.so"
+
+log = logging.getLogger("shoal.llm")
 
 
 class ProbeFailed(LlamaError):
@@ -114,7 +117,13 @@ def choose(gguf: Path, folders: Sequence[Path], timeout: float = 180.0) -> Choic
     (saying what happened to each) when none generates."""
     candidates = variants(folders)
     if not candidates:  # a build with its CPU code inside: one trial, as it is
-        return trial(gguf, None, timeout)
+        try:
+            return trial(gguf, None, timeout)
+        except ProbeFailed as exc:
+            raise ProbeFailed(
+                f"{exc}. This llama-cpp-python has its CPU code built in, for one CPU (pip builds it with "
+                "-march=native): install the portable build, which picks its CPU backend here (docs/openai.md)"
+            ) from None
     ranked = sorted(((score, path) for path, score in scores(candidates).items() if score > 0), reverse=True)
     if not ranked:
         names = ", ".join(path.name for path in candidates)
@@ -125,6 +134,7 @@ def choose(gguf: Path, folders: Sequence[Path], timeout: float = 180.0) -> Choic
             return trial(gguf, path, timeout)
         except ProbeFailed as exc:
             failures.append(f"{path.name}: {exc}")
+            log.warning("llama.cpp's CPU backend %s failed its trial (%s); trying the next", path.name, exc)
     raise ProbeFailed("no CPU backend of llama.cpp generates on this machine: " + "; ".join(failures))
 
 

@@ -116,7 +116,11 @@ class LlamaPythonModel:
         def number(key: str, default: int) -> int:
             return int(settings.get(key) or default)
 
-        folders = [Path(f) for f in settings["llama_cpu_backends"].split(":")] if settings.get("llama_cpu_backends") else [library_folder()]
+        folders = (
+            [Path(f) for f in settings["llama_cpu_backends"].split(":")]
+            if settings.get("llama_cpu_backends")
+            else [library_folder()]
+        )
         # in a child first: a library that dies on this CPU fails the load here, with the reason
         choice = probe.choose(gguf, folders)
         library = Library.start(choice.variant)
@@ -153,7 +157,9 @@ class LlamaPythonModel:
                 self.engine.submit(self._job(request, sender))
             except Exception as exc:  # a prompt that can never run, a template that refuses it
                 error = pb_utils.TritonError(f"{type(exc).__name__}: {exc}", pb_utils.TritonError.INVALID_ARG)
-                sender.send(pb_utils.InferenceResponse(error=error), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(
+                    pb_utils.InferenceResponse(error=error), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                )
         return None
 
     def _prompt(self, request: Any) -> list[int]:

@@ -77,7 +77,7 @@ class Library:
         self._callback = api.llama_log_callback(self._on_log)  # kept: C holds a pointer to it
         api.llama_log_set(self._callback, ctypes.c_void_p(0))
         if variant is not None:
-            ggml = ctypes.CDLL(str(variant.parent / "libggml.so"))
+            ggml = ctypes.CDLL(str(library_folder() / "libggml.so"))  # already loaded, by libllama
             ggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
             ggml.ggml_backend_load.restype = ctypes.c_void_p
             if not ggml.ggml_backend_load(str(variant).encode()):
