@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import functools
 import gc
 import logging
 import time
@@ -25,7 +26,7 @@ from services.worker.gpus import available_gpus
 from services.worker.instance_thread import InstanceThread
 from services.worker.instances import Instance, LoadedModel
 from services.worker.loading import BoundedLoader
-from services.worker.placement import plan_instances
+from services.worker.placement import group_size, plan_instances
 from services.worker.python import environments
 from services.worker.python.callables import InProcessModels, in_process
 from services.worker.python.child_reports import ChildReports
@@ -33,13 +34,15 @@ from services.worker.python.isolation import ModelProcesses, isolated
 from services.worker.sequences.state import StateStore
 from services.worker.warmup import run_warmup
 from shared.bus import buckets
+from shared.config import backend_config
 from shared.config.model_config import ModelSpec, load_error, spec_from_json
 from shared.config.sequence_config import sequence_config
+from shared.errors import unavailable
 from shared.memory import footprint
 from shared.process.settings import WorkerSettings
 from shared.wire import subjects
 from shared.wire.messages import encode
-from shared.wire.records import InstanceRecord, ModelRecord
+from shared.wire.records import InstanceRecord, ModelRecord, ModelState
 
 log = logging.getLogger("shoal.worker")
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
@@ -49,7 +52,7 @@ NOT_READY = "the model's is_ready() returned False"
 Hook = Callable[[LoadedModel], Awaitable[None]]
 
 
-class ModelHost:
+class ModelLifecycle:
     def __init__(
         self,
         worker_id: str,
@@ -71,6 +74,8 @@ class ModelHost:
         self._tasks: set[asyncio.Task] = set()
         self.processes = ModelProcesses(settings, worker_id, self._child_crashed)
         self.loader = BoundedLoader(settings.model_load_thread_count)
+        self.backend_config = backend_config.parse(settings.backend_config)
+        self._said_unread: set[tuple[str, str]] = set()
 
     async def start(self) -> None:
         self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
@@ -98,9 +103,9 @@ class ModelHost:
         for key, loaded in list(self.models.items()):
             record = self._records.get(key[0])
             if record is not None and self._attempted.get(key) == record.generation:
-                state = "READY" if loaded.generation == record.generation else "LOADING"
-                if state == "READY" and not loaded.ready:
-                    await self.report(record, key[1], "UNAVAILABLE", NOT_READY, count=len(loaded.instances))
+                state = ModelState.READY if loaded.generation == record.generation else ModelState.LOADING
+                if state == ModelState.READY and not loaded.ready:
+                    await self.report(record, key[1], ModelState.UNAVAILABLE, NOT_READY, count=len(loaded.instances))
                     continue
                 await self.report(record, key[1], state, count=len(loaded.instances))
 
@@ -108,7 +113,9 @@ class ModelHost:
         record = self._records.get(model)
         if record is None:
             return False
-        crashed_loading = await self.child_reports.crashed(record, child_id, code, lived_s)
+        group_id = self.processes.group_id(model)
+        group = (group_id, group_size(record.config)) if child_id != group_id else None  # one instance's process
+        crashed_loading = await self.child_reports.crashed(record, child_id, code, lived_s, group)
         current = self._records.get(model)
         if crashed_loading and (current is None or current.generation != record.generation):
             await self.child_reports.forget(model, record.hosted)  # a new load began meanwhile: it decides
@@ -134,7 +141,7 @@ class ModelHost:
                 await self.report(
                     record,
                     key[1],
-                    "READY" if ready else "UNAVAILABLE",
+                    ModelState.READY if ready else ModelState.UNAVAILABLE,
                     "" if ready else NOT_READY,
                     count=len(loaded.instances),
                 )
@@ -181,10 +188,11 @@ class ModelHost:
             environ = await asyncio.to_thread(environments.process_environ, hosted.config, hosted.path)
             if self.processes.environ_changed(name, environ):
                 await self.processes.stop(name)
-            if self.processes.ensure(name, hosted.generation, environ):  # a worker process of its own hosts it
+            # worker processes of its own host it: one per instance, or one for the whole model
+            if await self.processes.ensure(name, hosted.generation, environ, self._instance_processes(hosted)):
                 await self.child_reports.forget(name, hosted.hosted)
             hosted = None
-        elif name in self.processes.children:
+        elif self.processes.hosts(name):
             self._spawn(self.processes.stop(name))  # up to its stop timeout: other models go on meanwhile
             await self.child_reports.forget(name, [])
         wanted = set(hosted.hosted) if hosted is not None else set()
@@ -193,6 +201,13 @@ class ModelHost:
             await self.unload(key)
         if hosted is not None:
             self._load_new(name, hosted, wanted)
+
+    def _instance_processes(self, record: ModelRecord) -> int | None:
+        """How many processes an isolated model gets: one per instance (`--python-isolation
+        instance`), or None for one process with every instance (`model`)."""
+        if self.settings.python_isolation != "instance":
+            return None
+        return group_size(record.config)
 
     def _load_new(self, name: str, record: ModelRecord, versions: set[int]) -> None:
         for version in versions:
@@ -204,17 +219,26 @@ class ModelHost:
 
     async def _load(self, record: ModelRecord, version: int) -> None:
         key = (record.name, version)
-        await self.report(record, version, "LOADING")
+        await self.report(record, version, ModelState.LOADING)
         started = time.perf_counter()
-        try:
-            spec = spec_from_json(record.config)
-            loaded = await self.loader.run(lambda: self._create(spec, record, version))
-        except Exception as exc:
-            reason = load_error(record.name, exc)
-            log.error("failed to load '%s' version %d: %s", record.name, version, reason)
-            if self._attempted.get(key) == record.generation:  # not superseded or unloaded meanwhile
-                await self.report(record, version, "UNAVAILABLE", reason)
-            return
+        tries = 1 + max(0, self.settings.model_load_retry_count)  # tritonserver's --model-load-retry-count
+        for attempt in range(1, tries + 1):
+            try:
+                spec = spec_from_json(record.config)
+                loaded = await self.loader.run(functools.partial(self._create, spec, record, version))
+                break
+            except Exception as exc:
+                reason = load_error(record.name, exc)
+                log.error("failed to load '%s' version %d: %s", record.name, version, reason)
+                if self._attempted.get(key) != record.generation:  # superseded or unloaded meanwhile
+                    return
+                if attempt < tries:
+                    log.info(
+                        "retrying the load of '%s' version %d (%d of %d)", record.name, version, attempt, tries - 1
+                    )
+                    continue
+                await self.report(record, version, ModelState.UNAVAILABLE, reason)
+                return
         if self._attempted.get(key) != record.generation:  # superseded or unloaded while loading
             loaded.close()
             return
@@ -223,7 +247,7 @@ class ModelHost:
         if old is not None:
             old.retire()
             await self.on_retired(old)
-        await self.report(record, version, "READY", count=len(loaded.instances))
+        await self.report(record, version, ModelState.READY, count=len(loaded.instances))
         log.info(
             "loaded '%s' version %d (generation %d): %d instance(s) in %.0f ms, warmup %.1f ms, %.1f MiB",
             record.name,
@@ -237,25 +261,37 @@ class ModelHost:
         await self.on_ready(loaded)
 
     def _create(self, spec: ModelSpec, record: ModelRecord, version: int) -> LoadedModel:
-        backend = self.local or backends.load_backend(spec.backend or "onnxruntime")
+        backend = self.local or backends.load_backend(spec.backend or "onnxruntime", self.settings.backend_directory)
         # every group's instances, each with its own kind and device (Triton's instance_group)
         plans = plan_instances(record.config, available_gpus())
         threads = self.settings.intra_op_threads or backend.default_threads(len(plans))
+        hosted = list(enumerate(plans))  # (index in the model's instances, plan)
+        if self.settings.instance_index >= 0:  # the process of one instance (--python-isolation instance)
+            if self.settings.instance_index >= len(plans):
+                raise unavailable(
+                    f"model '{spec.name}' has {len(plans)} instance(s), not {self.settings.instance_index + 1}"
+                )
+            hosted = [hosted[self.settings.instance_index]]
+        settings = backend_config.settings_for(self.backend_config, spec.backend)
+        self._say_unread(spec.backend, settings)
         loaded = LoadedModel(spec, version, record.generation)
         model_dir = Path(record.path)
         loaded.sequence = sequence_config(record.config)
         if loaded.sequence is not None:
             loaded.states = StateStore(loaded.sequence, model_dir / str(version) / "initial_state")
         # what the model costs: the process's memory before and after its instances exist (loads
-        # running beside this one blur it; on-demand mode loads one model at a time per worker)
+        # running beside this one blur it; on-demand mode loads one model at a time per worker), or
+        # the whole process where it exists only for this model (a python model's or instance's)
         rss, device = footprint.rss_bytes(), footprint.device_bytes()
         try:
-            for index, plan in enumerate(plans):
-                runner = backend.create(spec, model_dir, Placement(version, plan.kind, plan.device, threads, plan.name))
+            for index, plan in hosted:
+                runner = backend.create(
+                    spec, model_dir, Placement(version, plan.kind, plan.device, threads, plan.name, index, settings)
+                )
                 executor = InstanceThread(f"{spec.name}-{index}")
                 loaded.instances.append(
                     Instance(
-                        index,
+                        len(loaded.instances),  # its index in this worker: its credits
                         runner,
                         executor,
                         max(1, self.settings.credits_per_instance),
@@ -268,12 +304,24 @@ class ModelHost:
                 started = time.perf_counter()
                 run_warmup(loaded, record.config, model_dir)
                 loaded.warmup_ms = (time.perf_counter() - started) * 1000
-            loaded.rss_bytes = max(0, footprint.rss_bytes() - rss)
+            if self.settings.parent_pid:  # a python model's (or instance's) own process: all of it is the model's
+                loaded.rss_bytes = footprint.proportional_bytes()
+            else:
+                loaded.rss_bytes = max(0, footprint.rss_bytes() - rss)
             loaded.device_bytes = max(0, footprint.device_bytes() - device)
         except Exception:
             loaded.close()
             raise
         return loaded
+
+    def _say_unread(self, backend: str, settings: dict[str, str]) -> None:
+        """--backend-config settings no part of Shoal reads: accepted, as Triton's backends accept
+        the ones they do not know, and said once per backend and setting."""
+        python_based = backend_config.python_based_runtime(self.settings.backend_directory, backend) is not None
+        for key in backend_config.unread(settings, backend, python_based):
+            if (backend, key) not in self._said_unread:
+                self._said_unread.add((backend, key))
+                log.warning("--backend-config %s setting '%s' has no effect in Shoal", backend or "(global)", key)
 
     async def unload(self, key: Key, collect: bool = True) -> None:
         loaded = self.models.pop(key, None)
@@ -287,7 +335,9 @@ class ModelHost:
             gc.collect()  # sessions hold large native buffers: return them now, not at some later GC
         log.info("unloaded '%s' version %d", *key)
 
-    async def report(self, record: ModelRecord, version: int, state: str, reason: str = "", count: int = 0) -> None:
+    async def report(
+        self, record: ModelRecord, version: int, state: ModelState, reason: str = "", count: int = 0
+    ) -> None:
         serving = self.models.get((record.name, version))
         if serving is not None and not serving.ready:
             serving = None  # its is_ready() said no: nothing here serves it
@@ -303,6 +353,8 @@ class ModelHost:
             warmup_ms=serving.warmup_ms if serving else 0.0,
             rss_bytes=serving.rss_bytes if serving else 0,
             device_bytes=serving.device_bytes if serving else 0,
+            group=self.settings.instance_group,
+            group_size=group_size(record.config) if self.settings.instance_group else 0,
         )
         await buckets.put(
             self.instances_kv, subjects.instance_key(self.worker_id, record.name, version), encode(report)
