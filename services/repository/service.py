@@ -21,6 +21,7 @@ from services.repository.demand import Budget, OnDemand, Usage
 from services.repository.drain import Drainer
 from services.repository.manager import ModelManager
 from services.repository.overrides import check_parameters
+from services.repository.publishing import COLLECT_EVERY_S, FilePublisher
 from shared.bus import buckets, connection, discovery
 from shared.bus.liveness import WorkerLiveness
 from shared.errors import Code, ShoalError, unavailable
@@ -53,7 +54,10 @@ class RepositoryService:
     def __init__(self, settings: RepositorySettings, nc: NATS) -> None:
         self.settings = settings
         self.nc = nc
-        self.manager = ModelManager(settings, self._publish, self._forget, Drainer(nc, settings.unload_timeout_s))
+        # --model-files=store: each loaded version's files go into NATS for the workers of any host
+        self.files = FilePublisher(nc) if settings.model_files == "store" else None
+        drainer = Drainer(nc, settings.unload_timeout_s)
+        self.manager = ModelManager(settings, self._publish, self._forget, drainer, self.files)
         self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._worker_gone, self._worker_back)
         self.demand = OnDemand(self.manager, settings, self._usage, self._budgets)
         self._tasks: list[asyncio.Task] = []
@@ -80,6 +84,8 @@ class RepositoryService:
         await self.nc.subscribe(subjects.REPOSITORY_UNLOAD, cb=self._on_unload)
         await self.liveness.start()
         self._tasks.append(asyncio.create_task(self._watch_instances()))
+        if self.files is not None:
+            self._tasks.append(asyncio.create_task(self._collect_files(self.files)))
         if self.settings.model_control_mode == "poll":
             self._tasks.append(asyncio.create_task(self._poll()))
         self.micro = await discovery.register(
@@ -272,6 +278,15 @@ class RepositoryService:
         return name
 
     # -- poll mode ------------------------------------------------------------------------
+    async def _collect_files(self, files: FilePublisher) -> None:
+        """Model files no record names any more leave the object store (publishing.py)."""
+        while True:
+            await asyncio.sleep(COLLECT_EVERY_S)
+            try:
+                await files.collect(list(self.manager.records.values()))
+            except Exception as exc:  # the bus is away: next time
+                log.warning("could not collect unused model files: %s", exc)
+
     async def _poll(self) -> None:
         """React to file events (debounced), and rescan every --repository-poll-secs regardless."""
         changes = watchfiles.awatch(

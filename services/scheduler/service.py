@@ -40,6 +40,7 @@ from shared.bus.liveness import WorkerLiveness
 from shared.config.model_config import spec_from_json
 from shared.process.runtime import serve_until
 from shared.process.settings import SchedulerSettings
+from shared.tracing import spans
 from shared.wire import subjects
 from shared.wire.control import DrainDone, DrainRequest, UsageReply
 from shared.wire.messages import (
@@ -319,5 +320,9 @@ class SchedulerService:
 
 
 async def run(settings: SchedulerSettings, stop: asyncio.Event) -> None:
+    spans.install(spans.from_config(settings.trace_config), "scheduler", settings.scheduler_id)
     nc = await connection.connect(settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}")
-    await serve_until(stop, nc, SchedulerService(settings, nc), "scheduler")
+    try:
+        await serve_until(stop, nc, SchedulerService(settings, nc), "scheduler")
+    finally:
+        spans.uninstall()
