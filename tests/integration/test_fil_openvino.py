@@ -100,11 +100,16 @@ def served(models) -> Running:
 def test_fil_answers_equal_the_library_over_http_and_grpc(served, models, model):
     expected = models[1][model]
     http = httpclient.InferenceServerClient(served.url, concurrency=8)
-    pending = []
-    for start in range(0, len(X), 4):  # in flight together: dynamic batches (the client's own concurrency)
-        tensor = httpclient.InferInput("input__0", [4, FEATURES], "FP32")
-        tensor.set_data_from_numpy(X[start : start + 4])
-        pending.append(http.async_infer(model, [tensor]))
+
+    def one(start: int) -> httpclient.InferAsyncRequest:
+        rows = X[start : start + 4]
+        tensor = httpclient.InferInput("input__0", list(rows.shape), "FP32")
+        tensor.set_data_from_numpy(rows)
+        return http.async_infer(model, [tensor])
+
+    # concurrent requests (dynamic batches) as tritonclient.http makes them: its client is not
+    # thread-safe (a client shared by threads fails "greenlet.error: Cannot switch to a different thread")
+    pending = [one(start) for start in range(0, len(X), 4)]
     answers = [request.get_result().as_numpy("output__0") for request in pending]
     np.testing.assert_array_equal(np.concatenate(answers), expected)
     grpc = grpcclient.InferenceServerClient(served.grpc_url)
@@ -120,11 +125,13 @@ def test_openvino_answers_within_1e_5_of_onnxruntime(served, models):
     session = ort.InferenceSession(str(models[0] / "reference_mlp.onnx"))
     expected = session.run(None, {"INPUT0": rows})[0]
     http = httpclient.InferenceServerClient(served.url, concurrency=8)
-    pending = []
-    for start in range(0, 24, 3):
+
+    def one(start: int) -> httpclient.InferAsyncRequest:
         tensor = httpclient.InferInput("INPUT0", [3, 256], "FP32")
         tensor.set_data_from_numpy(rows[start : start + 3])
-        pending.append(http.async_infer("ov_mlp", [tensor]))
+        return http.async_infer("ov_mlp", [tensor])
+
+    pending = [one(start) for start in range(0, 24, 3)]
     got = np.concatenate([request.get_result().as_numpy("OUTPUT0") for request in pending])
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
     grpc = grpcclient.InferenceServerClient(served.grpc_url)
