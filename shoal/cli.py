@@ -153,6 +153,13 @@ def serve_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--workers", type=int, default=1, help="worker processes to start (default: 1)")
     p.add_argument(
+        "--model-files",
+        choices=["path", "store"],
+        default="path",
+        help="path: the workers (all on this host) read the model files where the repository is; store: "
+        "they are published into NATS too, for workers that join from other hosts (default: path)",
+    )
+    p.add_argument(
         "--gateways",
         type=int,
         default=1,
