@@ -26,6 +26,7 @@ from services.worker.gpus import available_gpus
 from services.worker.instance_thread import InstanceThread
 from services.worker.instances import Instance, LoadedModel
 from services.worker.loading import BoundedLoader
+from services.worker.model_files import ModelFiles
 from services.worker.placement import group_size, plan_instances
 from services.worker.python import environments
 from services.worker.python.callables import InProcessModels, in_process
@@ -33,7 +34,7 @@ from services.worker.python.child_reports import ChildReports
 from services.worker.python.isolation import ModelProcesses, isolated
 from services.worker.sequences.state import StateStore
 from services.worker.warmup import run_warmup
-from shared.bus import buckets
+from shared.bus import buckets, file_store
 from shared.config import backend_config
 from shared.config.model_config import ModelSpec, load_error, spec_from_json
 from shared.config.sequence_config import sequence_config
@@ -74,6 +75,7 @@ class ModelLifecycle:
         self._tasks: set[asyncio.Task] = set()
         self.processes = ModelProcesses(settings, worker_id, self._child_crashed)
         self.loader = BoundedLoader(settings.model_load_thread_count)
+        self.files = ModelFiles(nc, settings.model_cache_dir)  # --model-files=store: fetched from NATS
         self.backend_config = backend_config.parse(settings.backend_config)
         self._said_unread: set[tuple[str, str]] = set()
 
@@ -188,8 +190,14 @@ class ModelLifecycle:
         ):
             hosted = None
         if hosted is not None and isolated(self.settings, hosted.config):
-            # its EXECUTION_ENV_PATH, unpacked if packed (once): off the event loop
-            environ = await asyncio.to_thread(environments.process_environ, hosted.config, hosted.path)
+            # its EXECUTION_ENV_PATH, unpacked if packed (once): off the event loop; the model's
+            # directory on this host (fetched from NATS: model_files.py), which its process loads from too
+            try:
+                model_dir = str((await self.files.directory(hosted)).path)
+            except (file_store.FetchError, OSError, ValueError) as exc:  # its process reports the failure
+                log.error("the files of '%s' could not be had: %s", name, exc)
+                model_dir = hosted.path
+            environ = await asyncio.to_thread(environments.process_environ, hosted.config, model_dir)
             if self.processes.environ_changed(name, environ):
                 await self.processes.stop(name)
             # worker processes of its own host it: one per instance, or one for the whole model
@@ -229,7 +237,9 @@ class ModelLifecycle:
         for attempt in range(1, tries + 1):
             try:
                 spec = spec_from_json(record.config)
-                loaded = await self.loader.run(functools.partial(self._create, spec, record, version))
+                fetched = await self.files.directory(record)  # the repository's path, or this host's copy
+                create = functools.partial(self._create, spec, record, version, fetched.path)
+                loaded = await self.loader.run(create)
                 break
             except Exception as exc:
                 reason = load_error(record.name, exc)
@@ -253,7 +263,7 @@ class ModelLifecycle:
             await self.on_retired(old)
         await self.report(record, version, ModelState.READY, count=len(loaded.instances))
         log.info(
-            "loaded '%s' version %d (generation %d): %d instance(s) in %.0f ms, warmup %.1f ms, %.1f MiB",
+            "loaded '%s' version %d (generation %d): %d instance(s) in %.0f ms, warmup %.1f ms, %.1f MiB%s",
             record.name,
             version,
             record.generation,
@@ -261,10 +271,13 @@ class ModelLifecycle:
             (time.perf_counter() - started) * 1000,
             loaded.warmup_ms,
             (loaded.rss_bytes + loaded.device_bytes) / (1 << 20),
+            f" (files: {fetched.bytes_fetched / (1 << 20):.1f} MiB fetched in {fetched.seconds * 1000:.0f} ms)"
+            if fetched.bytes_fetched
+            else "",
         )
         await self.on_ready(loaded)
 
-    def _create(self, spec: ModelSpec, record: ModelRecord, version: int) -> LoadedModel:
+    def _create(self, spec: ModelSpec, record: ModelRecord, version: int, model_dir: Path) -> LoadedModel:
         backend = self.local or backends.load_backend(spec.backend or "onnxruntime", self.settings.backend_directory)
         # every group's instances, each with its own kind and device (Triton's instance_group)
         plans = plan_instances(record.config, available_gpus())
@@ -279,7 +292,6 @@ class ModelLifecycle:
         settings = backend_config.settings_for(self.backend_config, spec.backend)
         self._say_unread(spec.backend, settings)
         loaded = LoadedModel(spec, version, record.generation)
-        model_dir = Path(record.path)
         loaded.sequence = sequence_config(record.config)
         if loaded.sequence is not None:
             loaded.states = StateStore(loaded.sequence, model_dir / str(version) / "initial_state")
