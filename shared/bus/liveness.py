@@ -9,7 +9,8 @@ schedulers), each worker is asked every `PROBE_S`, so a dead worker is dropped w
 second. Only a worker that has answered a probe before is judged by one (a worker of an older
 version, or one whose subscription has not reached this node yet, is left to its heartbeat).
 A python model's process (one per instance: hundreds of them) is not probed: the worker that
-started it sees it exit and says so (`WorkerExited`), sooner than a probe would find it.
+started it sees it exit and says so (`WorkerExited`), sooner than a probe would find it, and
+when that worker is gone its processes (`<worker>-py-...`, which die with it) go too.
 
 A worker whose heartbeat is late is asked too, before anything is decided (issue 33): a busy
 machine delays heartbeats by seconds (a worker's beat thread, its loop and this process all wait
@@ -185,6 +186,10 @@ class WorkerLiveness:
         self.loading.discard(worker)
         self.gone.add(worker)
         await self.on_gone(worker)
+        # its python models' processes die with it (services/worker/python/isolation.py), unprobed
+        for child in [w for w in self.seen if w.startswith(f"{worker}-py-") and self.supervised(w)]:
+            log.warning("worker %s went with the worker that started it", child)
+            await self._drop(child)
 
     async def _probe_forever(self) -> None:
         while True:

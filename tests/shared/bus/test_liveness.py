@@ -155,3 +155,33 @@ async def test_a_python_model_process_is_dropped_when_its_worker_says_it_exited_
     for process in processes:
         await process.close()
     await nc.close()
+
+
+async def test_the_processes_of_a_worker_that_is_gone_go_with_it(nats_server):
+    """Python model processes die with the worker that started them: when NATS says it is gone,
+    its processes (`<worker>-py-...`, never probed) are dropped too; another worker's stay."""
+    nc = await nats.connect(nats_server.url)
+    gone: list[str] = []
+
+    async def on_gone(worker: str) -> None:
+        gone.append(worker)
+
+    liveness = WorkerLiveness(nc, 60.0, on_gone, probe=True)
+    await liveness.start()
+    parent, child, stranger = "w-abc123", "w-abc123-py-m-0-def456", "w2-abc123-py-m-0-def456"
+    connections = {w: await _worker(nats_server.url, w) for w in (parent, child, stranger)}
+    for worker in (parent, child, stranger):
+        beat = WorkerHeartbeat(worker, "s", "h", {}, 1.0, supervised=worker != parent)
+        await nc.publish(subjects.WORKER_HEARTBEAT, encode(beat))
+    started = time.monotonic()
+    while parent not in liveness.answering or len(liveness.seen) < 3:
+        assert time.monotonic() - started < 10
+        await asyncio.sleep(0.05)
+    await connections[parent].close()
+    while child not in gone and time.monotonic() - started < 10:
+        await asyncio.sleep(0.05)
+    assert gone == [parent, child] and stranger in liveness.seen
+    liveness.stop()
+    for worker in (child, stranger):
+        await connections[worker].close()
+    await nc.close()
