@@ -43,11 +43,23 @@ from shared.wire.control import (
 )
 from shared.wire.messages import ErrorReply, encode
 from shared.wire.records import InstanceRecord, ModelRecord
+from shared.wire.statistics import ReplicaCount
 from shared.wire.status import RepositoryStatus
 
 log = logging.getLogger("shoal.repository")
 
 _instance_decoder = msgspec.msgpack.Decoder(InstanceRecord)
+_usage_count = msgspec.json.Decoder(ReplicaCount)
+
+
+def _replicas_declared(reply: bytes) -> int:
+    """How many scheduler replicas a usage reply says there are (0: it cannot say)."""
+    try:
+        return _usage_count.decode(reply).replicas
+    except msgspec.DecodeError:
+        return 0
+
+
 NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
 CONTROLLED = ("explicit", "on-demand")  # the modes that take load/unload requests
 
@@ -220,7 +232,8 @@ class RepositoryService:
     async def _usage(self) -> Usage:
         """Every scheduler replica's view of the models it serves: in use, last used."""
         merged: Usage = {}
-        for reply in await connection.gather(self.nc, subjects.SCHEDULER_USAGE, timeout=1.0):
+        replies = await connection.gather(self.nc, subjects.SCHEDULER_USAGE, timeout=1.0, declared=_replicas_declared)
+        for reply in replies:
             try:
                 models = msgspec.json.decode(reply, type=UsageReply).models
             except msgspec.DecodeError as exc:  # one replica's unreadable answer costs only its figures

@@ -310,11 +310,12 @@ class SchedulerService:
     async def _on_usage(self, msg: Msg) -> None:
         """On-demand eviction asks which models are in use and when each was last used."""
         usage = model_usage(self.pump.queues.values(), self.ownership.owns, self.idle)
-        await msg.respond(msgspec.json.encode(UsageReply(usage)))
+        await msg.respond(msgspec.json.encode(UsageReply(usage, self.ownership.replicas())))
 
     async def _on_stats(self, msg: Msg) -> None:
         """Statistics per model version; a request may ask for latency quantiles (metrics summaries)."""
         stats = report(self.pump.queues.values(), self.ownership.owns, quantiles_asked(msg.data), self.pump.pending)
+        stats.replicas = self.ownership.replicas()
         self.ensembles.annotate(stats)
         await msg.respond(encode(stats))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TypeVar
 
 import msgspec
@@ -13,10 +13,9 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from shared.bus import nats_internals
+
 T = TypeVar("T")
-
-
-ErrorCallback = Callable[[Exception], Awaitable[None]]
 
 
 _reconnects: weakref.WeakKeyDictionary[NATS, int] = weakref.WeakKeyDictionary()  # per connection
@@ -105,7 +104,7 @@ def on_connection(nc: NATS, lost: Listener, back: Listener) -> None:
 def cluster_size(nc: NATS) -> int:
     """Servers in the NATS cluster this connection is on: the server announces the client URLs
     of its cluster peers (`connect_urls` in INFO), itself included."""
-    info = getattr(nc, "_server_info", None) or {}
+    info = nats_internals.server_info(nc)
     urls = set(info.get("connect_urls") or [])
     if info.get("cluster") and not urls:
         return 1
@@ -123,12 +122,23 @@ def decode(decoder: msgspec.msgpack.Decoder[T], msg: Msg, logger: logging.Logger
 
 
 async def gather(
-    nc: NATS, subject: str, payload: bytes = b"", expected: int = 0, timeout: float = 5.0, settle: float = 0.015
+    nc: NATS,
+    subject: str,
+    payload: bytes = b"",
+    expected: int = 0,
+    timeout: float = 5.0,
+    settle: float = 0.015,
+    declared: Callable[[bytes], int] | None = None,
+    patience: float = 1.0,
 ) -> list[bytes]:
     """Ask every responder (scheduler replicas) and collect their answers.
 
-    Returns as soon as `expected` answers are in; otherwise, after the first answer, once
-    `settle` seconds pass without another. No answer within `timeout`: an empty list."""
+    Returns as soon as `expected` answers are in, or as many as an answer declares there are
+    (`declared(reply)`: the responders' own count, 0 when it cannot say), waiting at most
+    `patience` seconds after the first answer for them. Otherwise, after the first answer, once
+    `settle` seconds pass without another: a guess that a loaded machine defeats (a second
+    replica's answer 20 ms late is lost), so responders that know their number should say it.
+    No answer within `timeout`: an empty list."""
     inbox = nc.new_inbox()
     replies: list[bytes] = []
     arrived = asyncio.Event()
@@ -145,13 +155,17 @@ async def gather(
             await asyncio.wait_for(arrived.wait(), timeout)
         except asyncio.TimeoutError:
             return replies
-        while not (expected and len(replies) >= expected):
+        until = asyncio.get_running_loop().time() + patience
+        while True:
+            wanted = max([expected, *(declared(r) for r in replies)]) if declared else expected
+            if wanted and len(replies) >= wanted:
+                return replies
             arrived.clear()
+            wait = until - asyncio.get_running_loop().time() if declared and wanted else settle
             try:
-                await asyncio.wait_for(arrived.wait(), settle)
+                await asyncio.wait_for(arrived.wait(), max(0.0, wait))
             except asyncio.TimeoutError:
-                break
-        return replies
+                return replies
     finally:
         await sub.unsubscribe()
 
@@ -166,5 +180,5 @@ async def settled(nc: NATS) -> None:
     `nc.flush()` alone does not say so: nats-py 2.16 writes its PING straight to the socket,
     ahead of commands still waiting for its flusher task, so the PONG can come back before a
     SUB sent just before it is registered (another connection's publish then finds no one)."""
-    await nc._flush_pending(force_flush=True)
+    await nats_internals.flush_buffer(nc)
     await nc.flush()
