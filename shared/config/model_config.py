@@ -250,6 +250,17 @@ class ModelSpec:
     def required_inputs(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.inputs if not t.optional)
 
+    def missing_inputs(self, given: list[str], prefix: str = "") -> ShoalError | None:
+        """Triton's error for a request without one of the model's required inputs, or None."""
+        required = self.required_inputs
+        missing = [name for name in required if name not in given] if len(given) < len(self.inputs) else []
+        if not missing:
+            return None
+        return invalid(
+            f"{prefix}expected {len(required)} inputs but got {len(given)} inputs for model '{self.name}'. "
+            f"Got input(s) {given}, but missing required input(s) {missing}. Please provide all required input(s)."
+        )
+
     # looked up for every input and output of every request: built once per spec (the first of a name wins)
     @cached_property
     def _inputs_by_name(self) -> dict[str, TensorSpec]:
