@@ -7,7 +7,9 @@ COPY shared ./shared
 COPY services ./services
 COPY inference ./inference
 COPY shoal ./shoal
-RUN pip install .
+# extras on top, e.g. --build-arg EXTRAS=cloud for a model repository in a bucket (docs/serving.md)
+ARG EXTRAS=""
+RUN if [ -n "$EXTRAS" ]; then pip install ".[$EXTRAS]"; else pip install .; fi
 # the example repository, generated at build time (no downloads at run time)
 RUN shoal example /models
 ENTRYPOINT ["shoal"]
