@@ -371,9 +371,11 @@ def announce_started(args: argparse.Namespace) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     from shared.process.runtime import configure_logging
+    from shoal.build import describe
     from shoal.status import forget_serve, record_serve
 
     configure_logging("serve", args.log_verbose)
+    log.info("%s", describe())  # compiled or pure Python: docs/performance.md, "The compiled build"
     if args.model_repository:
         repository = Path(args.model_repository[0]).resolve()
         if not repository.is_dir():
