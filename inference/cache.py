@@ -1,6 +1,7 @@
-"""Triton's response cache (`--cache-config local,size=N`, `response_cache { enable: true }`).
+"""Triton's response cache (`--cache-config local,size=N` or `redis,host=H,port=P`,
+`response_cache { enable: true }`).
 
-A bounded LRU per gateway. The key covers the model, version, every input's name, datatype,
+`local` is a bounded LRU per gateway; `redis` is `inference/redis_cache.py`. The key covers the model, version, every input's name, datatype,
 shape and bytes, the requested outputs and the custom parameters, so two requests whose
 bytes match but whose shapes differ never collide (Triton keys on bytes without shapes).
 Requests with inputs or outputs in client shared memory bypass it.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Protocol
 
 import msgspec
 
@@ -28,6 +30,14 @@ class CachedOutput:
     @property
     def nbytes(self) -> int:
         return len(self.data)
+
+
+class Cache(Protocol):
+    """Where cached responses live: this gateway's memory (`ResponseCache`) or a Redis server
+    every gateway shares (`inference/redis_cache.py`)."""
+
+    async def get(self, key: bytes) -> list[CachedOutput] | None: ...
+    async def put(self, key: bytes, outputs: list[OutputTensor]) -> None: ...
 
 
 def cache_key(model: str, version: int, parsed: ParsedRequest, valid: Validated) -> bytes | None:
@@ -48,18 +58,20 @@ def cache_key(model: str, version: int, parsed: ParsedRequest, valid: Validated)
 
 
 class ResponseCache:
+    """Triton's `local` cache: a bounded LRU in this gateway's memory."""
+
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
         self._entries: OrderedDict[bytes, list[CachedOutput]] = OrderedDict()
 
-    def get(self, key: bytes) -> list[CachedOutput] | None:
+    async def get(self, key: bytes) -> list[CachedOutput] | None:
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
         return entry
 
-    def put(self, key: bytes, outputs: list[OutputTensor]) -> None:
+    async def put(self, key: bytes, outputs: list[OutputTensor]) -> None:
         entry = [CachedOutput(o.name, o.datatype, list(o.shape), bytes(o.data)) for o in outputs if o.data is not None]
         size = sum(o.nbytes for o in entry)
         if size > self.max_bytes or key in self._entries:

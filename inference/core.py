@@ -12,8 +12,8 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from inference import classification
-from inference.cache import ResponseCache, cache_key
-from inference.execute import Executor
+from inference.cache import Cache, cache_key
+from inference.forward import Forwarder
 from inference.models import ModelRegistry
 from inference.on_demand import DemandLoads
 from inference.shm import DISABLED, ShmRegistry
@@ -54,7 +54,7 @@ class InferenceCore:
         store: TensorStore,
         timeout_s: float,
         shm: ShmRegistry | None = None,
-        cache: ResponseCache | None = None,
+        cache: Cache | None = None,
         tracer: Tracer | None = None,
         cache_events: CacheEvents | None = None,
         demand: DemandLoads | None = None,
@@ -65,7 +65,7 @@ class InferenceCore:
         self.cache = cache
         self.tracer = tracer
         self.cache_events = cache_events
-        self.executor = Executor(dispatcher, store, timeout_s, shm)
+        self.forwarder = Forwarder(dispatcher, store, timeout_s, shm)
 
     def resolve(self, model: str, version: str = "") -> tuple[ModelSpec, int]:
         """The model and version a request goes to, or Triton's error for why not."""
@@ -116,7 +116,7 @@ class InferenceCore:
         started = started_ns or time.monotonic_ns()
         valid = self._check(spec, parsed, False, endpoint)
         key = cache_key(spec.name, version, parsed, valid) if self.cache is not None and spec.response_cache else None
-        cached = self.cache.get(key) if self.cache is not None and key is not None else None
+        cached = await self.cache.get(key) if self.cache is not None and key is not None else None
         if cached is not None:
             outputs = [
                 OutputTensor(o.name, o.datatype, o.shape, o.data, valid.binary.get(o.name, False)) for o in cached
@@ -125,15 +125,15 @@ class InferenceCore:
             return Answer(spec.name, version, parsed.id, self._classify(spec, parsed, outputs))
         traced = self.tracer is not None and self.tracer.sample(spec.name)
         try:
-            outputs, parameters, response = await self.executor.infer(spec, version, parsed, valid, traced, timeout_s)
+            outputs, parameters, response = await self.forwarder.infer(spec, version, parsed, valid, traced, timeout_s)
         except ShoalError as exc:
             if not (self.loads_on_demand(spec.name) and any(text in exc.message for text in NEVER_RAN)):
                 raise  # else: load it again and send it once more
             spec, version = await self.load_on_demand(spec.name, str(version), exc, timeout_s)
-            outputs, parameters, response = await self.executor.infer(spec, version, parsed, valid, traced, timeout_s)
+            outputs, parameters, response = await self.forwarder.infer(spec, version, parsed, valid, traced, timeout_s)
         if self.cache is not None and key is not None:
             inserted = time.monotonic_ns()
-            self.cache.put(key, outputs)
+            await self.cache.put(key, outputs)
             await self._cache_event(spec.name, version, False, time.monotonic_ns() - inserted)
         answer = Answer(spec.name, version, parsed.id, self._classify(spec, parsed, outputs), parameters)
         if traced and self.tracer is not None:
@@ -154,7 +154,7 @@ class InferenceCore:
         yielded as a `ShoalError` and the stream goes on if the model said more will follow;
         closing the iterator early cancels the request (it leaves its queue)."""
         valid = self._check(spec, parsed, True, HTTP_ENDPOINT)
-        stream = self.executor.stream(spec, version, parsed, valid, timeout_s, empty_final)
+        stream = self.forwarder.stream(spec, version, parsed, valid, timeout_s, empty_final)
         try:
             async for item in stream:
                 if isinstance(item, ShoalError):

@@ -16,7 +16,7 @@ from shared.config.ensemble_graph import is_decoupled, is_ensemble
 from shared.config.model_config import ModelSpec, spec_from_json
 from shared.errors import ShoalError, not_found, unavailable
 from shared.wire import subjects
-from shared.wire.records import ModelRecord
+from shared.wire.records import UNLOADED, ModelRecord, ModelState
 
 log = logging.getLogger("shoal.gateway")
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
@@ -94,7 +94,9 @@ class ModelRegistry:
             record = self.records.get(name)
             if record is None:  # not kept: clients may ask for any name
                 return ()
-            ready = self._ready[name] = tuple(sorted(int(v) for v, s in record.versions.items() if s.state == "READY"))
+            ready = self._ready[name] = tuple(
+                sorted(int(v) for v, s in record.versions.items() if s.state == ModelState.READY)
+            )
         return ready
 
     def resolve(self, name: str, version: str = "") -> tuple[ModelSpec, int]:
@@ -110,7 +112,7 @@ class ModelRegistry:
         state = record.versions.get(str(int(version)))
         if state is None:
             raise not_found(f"Request for unknown model: '{name}' version {int(version)} is not found")
-        if state.state != "READY" or name not in self.specs:
+        if state.state != ModelState.READY or name not in self.specs:
             raise unavailable(f"Request for unknown model: '{name}' version {int(version)} is not at ready state")
         return self.specs[name], int(version)
 
@@ -140,7 +142,7 @@ class ModelRegistry:
     def all_ready(self) -> bool:
         """Strict readiness: every version the repository tried to load is READY."""
         return all(
-            s.state == "READY" or s.reason == "unloaded"
+            s.state == ModelState.READY or s.reason == UNLOADED
             for record in self.records.values()
             for s in record.versions.values()
         )

@@ -48,6 +48,19 @@ def check_shape(name: str, shape: list[int]) -> None:
             )
 
 
+def check_json_byte_size(name: str, datatype: str, shape: list[int], size: int) -> None:
+    """A JSON `data` input's element count times its datatype's size must fit int64 too: Triton
+    checks it before reading the values (`http_server.cc`, qa/L0_http `test_overflow`)."""
+    count = 1
+    for dim in shape:
+        count *= dim
+    if size > 1 and count > _INT64_MAX // size:
+        raise invalid(
+            f"byte size overflow for input '{name}': element count ({count}) * data type size ({size}) "
+            f"exceeds maximum allowed size ({_INT64_MAX})"
+        )
+
+
 def validate(
     spec: ModelSpec, request: ParsedRequest, streaming: bool = False, endpoint: str = "HTTP end point"
 ) -> Validated:

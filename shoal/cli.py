@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings
 
 from shared.process import settings as s
-from shoal import grpc_flags
+from shoal import grpc_flags, triton_flags
 
 SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": s.GatewaySettings,
@@ -23,23 +23,6 @@ SERVICES: dict[str, type[BaseSettings]] = {
     "repository": s.RepositorySettings,
 }
 
-# tritonserver flags Shoal does not implement (yet): flag -> why
-UNSUPPORTED_FLAGS = {
-    "--grpc-infer-thread-count": "the gRPC endpoint is one event loop; scale out with more gateways instead",
-    "--metrics-interval-ms": "per-interval GPU/CPU gauges are not implemented yet",
-    "--backend-config": "backend configuration settings are not implemented yet",
-    "--backend-directory": "Shoal's backends are Python modules, not a directory of shared libraries",
-    "--repoagent-directory": "repository agents are not implemented yet",
-    "--log-file": "logs go to stderr; redirect them",
-    "--http-thread-count": "the gateway is one event loop; scale out with more gateways instead",
-    "--model-namespacing": "model namespacing is not implemented yet",
-    "--model-config-name": "alternative config names are not implemented yet",
-    "--host-policy": "host policies are not implemented",
-    "--pinned-memory-pool-byte-size": "Shoal has no pinned memory pool",
-    "--cuda-memory-pool-byte-size": "Shoal has no CUDA memory pool",
-    "--model-load-gpu-limit": "GPU memory limits on load are not implemented yet",
-    "--http-header-forward-pattern": "header forwarding is not implemented yet",
-}
 # boolean flags that Shoal accepts only with the value it already behaves as: flag -> (allowed, why, help)
 FIXED_FLAGS: dict[str, tuple[bool | None, str, str]] = {
     "allow_http": (True, "the HTTP endpoint cannot be switched off", "HTTP endpoint: only true"),
@@ -60,15 +43,20 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--repository-poll-secs", R, "repository_poll_secs"),
     ("--strict-readiness", G, "strict_readiness"),
     ("--disable-auto-complete-config", R, "disable_auto_complete_config"),
+    ("--model-config-name", R, "model_config_name"),
     ("--strict-model-config", R, "strict_model_config"),
     ("--exit-timeout-secs", G, "exit_timeout_s"),
     ("--model-load-thread-count", W, "model_load_thread_count"),
+    ("--model-load-retry-count", W, "model_load_retry_count"),
+    ("--backend-directory", W, "backend_directory"),
+    ("--backend-config", W, "backend_config"),
     ("--id", G, "id"),
     ("--http-address", G, "http_address"),
     ("--http-port", G, "http_port"),
     ("--reuse-http-port", G, "reuse_http_port"),
     ("--http-max-input-size", G, "http_max_input_size"),
     ("--http-restricted-api", G, "http_restricted_api"),
+    ("--http-header-forward-pattern", G, "http_header_forward_pattern"),
     ("--metrics-address", G, "metrics_address"),
     ("--metrics-port", G, "metrics_port"),
     ("--allow-metrics", G, "allow_metrics"),
@@ -118,7 +106,11 @@ def serve_parser() -> argparse.ArgumentParser:
         "summary_quantiles, repeatable (default: none)",
     )
     p.add_argument(
-        "--cache-config", action="append", default=[], help="local,size=<bytes>: the response cache (default: none)"
+        "--cache-config",
+        action="append",
+        default=[],
+        help="local,size=<bytes> or redis,<key>=<value> (host, port, user, password, db, ...; repeatable): "
+        "the response cache (default: none)",
     )
     p.add_argument(
         "--response-cache-byte-size",
@@ -139,6 +131,12 @@ def serve_parser() -> argparse.ArgumentParser:
         text = help if "(default" in help else f"{help} (default: {_FIXED_DEFAULTS[name]})"
         p.add_argument(flag, type=s.parse_bool, nargs="?", const=True, default=None, metavar="BOOL", help=text)
     grpc_flags.add_flags(p)
+    triton_flags.add_flags(p)
+    p.add_argument(
+        "--log-file",
+        default=None,
+        help="write the log of every service to this file (appended) instead of stderr (default: none, stderr)",
+    )
     # Shoal's own
     p.add_argument(
         "--nats-url",
@@ -184,16 +182,10 @@ def serve_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _refuse_unsupported(argv: list[str]) -> None:
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
-        if flag in UNSUPPORTED_FLAGS:
-            raise SystemExit(f"shoal serve: {flag} is not supported: {UNSUPPORTED_FLAGS[flag]}")
-
-
 def parse_serve(argv: list[str]) -> argparse.Namespace:
-    _refuse_unsupported(argv)
+    triton_flags.refuse(argv)
     args = serve_parser().parse_args(argv)
+    args.flag_warnings = triton_flags.check(args)
     for name, (allowed, why, _) in FIXED_FLAGS.items():
         value = getattr(args, name)
         if value is not None and allowed is not None and value != allowed:
@@ -218,6 +210,12 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         raise SystemExit(f"shoal serve: {exc}") from None
     grpc_flags.check(args)
     try:
+        from shared.config.backend_config import parse as parse_backend_config
+
+        parse_backend_config(args.backend_config)
+    except ValueError as exc:
+        raise SystemExit(f"shoal serve: {exc}") from None
+    try:
         from services.gateway.http.restricted import parse as parse_restricted
 
         parse_restricted(args.http_restricted_api)
@@ -225,7 +223,7 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         raise SystemExit(f"shoal serve: {exc}") from None
     args.trace = trace_settings(args)
     args.metrics = metrics_config(args.metrics_config)
-    args.cache_bytes = cache_size(args)
+    args.cache_bytes, args.cache_redis = cache_size(args)
     if args.workers < 1:
         raise SystemExit("shoal serve: --workers must be at least 1")
     if args.gateways < 1:
@@ -243,22 +241,36 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def cache_size(args: argparse.Namespace) -> int:
-    """`--cache-config local,size=N` (or the older `--response-cache-byte-size=N`): bytes."""
+def cache_size(args: argparse.Namespace) -> tuple[int, list[str]]:
+    """`--cache-config local,size=N` (or the older `--response-cache-byte-size=N`): bytes; or
+    `--cache-config redis,<key>=<value>` (repeatable): the Redis cache's settings."""
     if args.cache_config and args.response_cache_byte_size is not None:
         raise SystemExit("shoal serve: --cache-config and --response-cache-byte-size can not be used together")
     if args.response_cache_byte_size is not None:
-        return args.response_cache_byte_size
-    size = 0
+        return args.response_cache_byte_size, []
+    size, redis, kinds = 0, [], set()
     for entry in args.cache_config:
         kind, _, setting = entry.partition(",")
+        kinds.add(kind)
+        if kind == "redis":
+            redis.append(setting)
+            continue
         if kind != "local":
-            raise SystemExit(f"shoal serve: --cache-config '{kind}' is not supported (only the 'local' cache)")
+            raise SystemExit(f"shoal serve: --cache-config '{kind}' is not supported (the 'local' and 'redis' caches)")
         key, _, value = setting.partition("=")
         if key != "size" or not value.isdigit():
             raise SystemExit(f"shoal serve: --cache-config local supports 'size=<bytes>', got '{setting}'")
         size = int(value)
-    return size
+    if len(kinds) > 1:  # tritonserver runs one cache
+        raise SystemExit("shoal serve: --cache-config names more than one cache (local and redis)")
+    if redis:
+        from inference.redis_cache import parse_options
+
+        try:
+            parse_options(redis)
+        except ValueError as exc:
+            raise SystemExit(f"shoal serve: {exc}") from None
+    return size, redis
 
 
 def metrics_config(entries: list[str]) -> dict[str, object]:

@@ -27,6 +27,7 @@ FLAGS = [
     "grpc_root_cert",
     "grpc_infer_response_compression_level",
     "grpc_restricted_protocol",
+    "grpc_header_forward_pattern",
     "grpc_server",  # Shoal's own: which server (docs/grpc.md)
 ]
 

@@ -31,6 +31,7 @@ from pydantic_settings import BaseSettings
 from shared.process import cache_dirs, lifeline
 from shared.process.natsserver import NatsServer, reserve_ports
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
+from shared.wire.records import ModelState
 from shoal import grpc_flags
 from shoal.ports import busy_endpoint
 
@@ -176,7 +177,7 @@ class Cluster:
                 request = urllib.request.Request(f"{self.base_url}/v2/repository/index", data=b"", method="POST")
                 with urllib.request.urlopen(request, timeout=2) as response:
                     index = json.loads(response.read())
-                loaded = all(e.get("state") != "LOADING" for e in index) and (
+                loaded = all(e.get("state") != ModelState.LOADING for e in index) and (
                     self.repository.model_control_mode in ("explicit", "on-demand") or all("state" in e for e in index)
                 )
                 # the statistics endpoint answers only once a scheduler is on the bus
@@ -253,6 +254,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         trace_count=args.trace["count"],
         trace_log_frequency=args.trace["log-frequency"],
         cache_bytes=args.cache_bytes,
+        cache_redis=args.cache_redis,
         allow_cpu_metrics=args.allow_cpu_metrics is not False,
         allow_gpu_metrics=args.allow_gpu_metrics is not False,
         **args.metrics,
@@ -270,6 +272,8 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         strict_model_config=args.strict_model_config,
         repository_poll_secs=args.repository_poll_secs,
         unload_timeout_s=args.exit_timeout_secs,
+        backend_directory=args.backend_directory,
+        backend_config=args.backend_config,
         pin_model=args.pin_model,
     )
     workers = [
@@ -278,6 +282,9 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
             tensor_transport=args.tensor_transport,
             python_isolation=args.python_isolation,
             model_load_thread_count=args.model_load_thread_count,
+            model_load_retry_count=args.model_load_retry_count,
+            backend_directory=args.backend_directory,
+            backend_config=args.backend_config,
             model_memory_budget=args.model_memory_budget,
             max_loaded_models=args.max_loaded_models,
         )
@@ -374,8 +381,18 @@ def serve(args: argparse.Namespace) -> int:
     from shoal.build import describe
     from shoal.status import forget_serve, record_serve
 
+    if args.log_file:
+        try:  # every service inherits stderr: the whole cluster's log goes to the file, as tritonserver's
+            log_fd = os.open(args.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as exc:
+            print(f"error: failed to open log file '{args.log_file}': {exc.strerror}", file=sys.stderr)
+            return 1
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
     configure_logging("serve", args.log_verbose)
     log.info("%s", describe())  # compiled or pure Python: docs/performance.md, "The compiled build"
+    for warning in getattr(args, "flag_warnings", []):
+        log.warning("%s", warning)
     if args.model_repository:
         repository = Path(args.model_repository[0]).resolve()
         if not repository.is_dir():
@@ -409,7 +426,7 @@ def serve(args: argparse.Namespace) -> int:
         index = cluster.wait_ready(args.ready_timeout_secs, cancel=signals.event)
         print(model_table(index), flush=True)
         apply_log_flags(cluster, args)
-        failed = [e for e in index if e.get("state") == "UNAVAILABLE"]
+        failed = [e for e in index if e.get("state") == ModelState.UNAVAILABLE]
         if args.exit_on_error and failed:
             # Triton's --exit-on-error=true; without the flag Shoal keeps serving the models that loaded
             log.error("exiting: %d model version(s) failed to load (--exit-on-error=true)", len(failed))

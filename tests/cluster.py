@@ -134,6 +134,8 @@ def running_cluster(
     nats_nodes: int = 1,
     nats_server: NatsServer | None = None,
     shape: str = "",
+    nats_urls: dict[str, str] | None = None,
+    ready_timeout_s: float = 90,
     **gateway: object,
 ) -> Iterator[Running]:
     """`nats_nodes` > 1: a NATS cluster of that many servers (routes, clustered JetStream);
@@ -141,7 +143,9 @@ def running_cluster(
     `worker={"nats_url": ...}` then lets the workers reach it another way (tests/proxy.py).
     `shape` (default `DEFAULT_SHAPE`): "cohost", each gateway
     hosts a scheduler replica and `schedulers` - 1 standalone ones join it ("scheduler-1", ...);
-    "standalone": `schedulers` scheduler processes ("scheduler", "scheduler-1", ...)."""
+    "standalone": `schedulers` scheduler processes ("scheduler", "scheduler-1", ...).
+    `nats_urls`: a service kind ("gateway", "scheduler", "worker", "repository") -> the NATS URL it
+    connects to instead of every node's (which node a service is on, in a NATS cluster)."""
     cohost = (shape or DEFAULT_SHAPE) == "cohost"
     scheduling = {"worker_timeout_s": 3, **(scheduler or {})}
     nats: Any = nats_server or (
@@ -149,12 +153,15 @@ def running_cluster(
         if nats_nodes <= 1
         else NatsCluster(nats_nodes, max_payload=max_payload).start()
     )
-    common = {"nats_url": nats.url}
+    urls = nats_urls or {}
+
+    def on(kind: str) -> dict[str, str]:
+        return {"nats_url": urls.get(kind, nats.url)}
 
     def gateway_settings() -> GatewaySettings:
         return GatewaySettings(
             **{"request_timeout_s": 30, **gateway},
-            **common,
+            **on("gateway"),
             http_address="127.0.0.1",
             http_port=free_port(),
             metrics_port=free_port(),
@@ -165,13 +172,17 @@ def running_cluster(
             **scheduling,
         )
 
-    standalone = [SchedulerSettings(**common, **scheduling) for _ in range(schedulers)]
+    standalone = [SchedulerSettings(**on("scheduler"), **scheduling) for _ in range(schedulers)]
     cluster = Cluster(
         gateway_settings(),
         None if cohost else standalone[0],
-        RepositorySettings(**common, model_repository=str(root), **{"worker_timeout_s": 3, **(repository or {})}),
+        RepositorySettings(
+            **on("repository"), model_repository=str(root), **{"worker_timeout_s": 3, **(repository or {})}
+        ),
         [
-            WorkerSettings(**{**common, "tensor_transport": transport, "heartbeat_s": 0.5, **(worker or {}), **extra})
+            WorkerSettings(
+                **{**on("worker"), "tensor_transport": transport, "heartbeat_s": 0.5, **(worker or {}), **extra}
+            )
             for extra in (workers_settings or [{}] * workers)
         ],
         supervise=supervise,
@@ -180,7 +191,7 @@ def running_cluster(
     )
     try:
         cluster.start()
-        cluster.wait_ready(90)
+        cluster.wait_ready(ready_timeout_s)
         for more in cluster.more_gateways:  # wait_ready asks the first gateway only
             wait_for_port(more.http_port, 60)
         yield Running(nats, cluster)

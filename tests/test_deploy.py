@@ -1,4 +1,5 @@
-"""docker-compose.yml validates without a Docker engine (Debian's docker-compose `config -q`)."""
+"""docker-compose.yml validates without a Docker engine (Debian's docker-compose `config -q`); tests/deploy/
+runs it on one."""
 
 from __future__ import annotations
 
@@ -37,11 +38,14 @@ def test_compose_runs_every_service_with_health_and_shared_memory(compose):
     )
     config = yaml.safe_load(out.stdout)
     services = config["services"]
-    assert set(services) == {"nats", "repository", "scheduler", "worker", "gateway"}
+    assert set(services) == {"shm", "nats", "repository", "scheduler", "worker", "gateway"}
     assert "8222" in str(services["nats"]["ports"]) and "healthcheck" in services["nats"]
     for name in ("repository", "scheduler", "worker", "gateway"):
         assert services[name]["depends_on"]["nats"]["condition"] == "service_healthy"
-    assert services["worker"]["ipc"] == "service:gateway" and services["gateway"]["ipc"] == "shareable"
+    # one IPC namespace held by a service that never restarts: a restarted gateway joins it again
+    assert services["worker"]["ipc"] == services["gateway"]["ipc"] == "service:shm"
+    assert services["shm"]["ipc"] == "shareable"
+    assert [name for name, service in services.items() if "build" in service] == ["shm"]  # built once
     assert services["worker"]["deploy"]["replicas"] == 1
     # the scheduler is a container of its own unless the deployment asks the gateways to co-host it
     assert services["gateway"]["command"][-2:] == ["--cohost-scheduler", "false"]

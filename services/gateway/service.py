@@ -13,7 +13,7 @@ from nats.aio.client import Client as NATS
 from nats.micro.service import Service as MicroService
 
 from inference import trace
-from inference.cache import ResponseCache
+from inference.cache import Cache, ResponseCache
 from inference.core import InferenceCore
 from inference.models import ModelRegistry
 from inference.on_demand import DemandLoads
@@ -107,6 +107,14 @@ class GatewayService:
         inbox = subjects.gateway_inbox(self.settings.gateway_id)
         return CoHosted(cohosted_scheduler(self.settings), self.nc, inbox)
 
+    def _response_cache(self) -> Cache | None:
+        """`--cache-config redis,...` (every gateway shares it), `local,size=N`, or none."""
+        if self.settings.cache_redis:
+            from inference.redis_cache import RedisCache, parse_options
+
+            return RedisCache(parse_options(self.settings.cache_redis))
+        return ResponseCache(self.settings.cache_bytes) if self.settings.cache_bytes > 0 else None
+
     def _inference_core(self) -> InferenceCore:
         settings = self.settings
         return InferenceCore(
@@ -115,7 +123,7 @@ class GatewayService:
             self.store,
             settings.request_timeout_s,
             self.shm,
-            ResponseCache(settings.cache_bytes) if settings.cache_bytes > 0 else None,
+            self._response_cache(),
             self.tracer,
             self._cache_event,
             DemandLoads(self.nc, self.registry, settings.request_timeout_s),
@@ -192,7 +200,12 @@ class GatewayService:
         """KServe v2 and Triton's extensions (services/gateway/http/)."""
         settings = self.settings
         return self._uvicorn(
-            build_app(self.server, settings.http_max_input_size, settings.http_restricted_api),
+            build_app(
+                self.server,
+                settings.http_max_input_size,
+                settings.http_restricted_api,
+                header_forward_pattern=settings.http_header_forward_pattern,
+            ),
             settings.http_address,
             settings.http_port,
             http=CorkedHttpToolsProtocol,

@@ -1,16 +1,68 @@
-"""Backend auto-complete for ONNX models without (complete) inputs/outputs (docs/triton-spec.md §2.4)."""
+"""Backend auto-complete for models without (complete) inputs/outputs (docs/triton-spec.md §2.4):
+ONNX graphs, python models' own `auto_complete_config`, python-based backends' (the backend's
+model.py), as each Triton backend completes its configs."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
 from tritonclient.grpc import model_config_pb2 as pb
 
+from shared.config.backend_config import BackendConfig, default_max_batch_size, python_based_runtime
+from shared.config.paths import inside
 from shared.errors import invalid
+
+
+@dataclass(frozen=True)
+class AutoComplete:
+    """Whether configs are completed from the model files, and what the backends were given."""
+
+    enabled: bool = True
+    backend_directory: str = ""
+    backend_config: BackendConfig = field(default_factory=dict)
+    config_name: str = ""  # --model-config-name: <model>/configs/<name>.pbtxt first
+
+
+def config_path(model_dir: Path, config_name: str = "") -> Path:
+    """The config file a model is read from: with `--model-config-name`, `configs/<name>.pbtxt` where
+    it exists, else `config.pbtxt` (core's GetModelConfigFullPath)."""
+    if config_name:
+        custom = model_dir / "configs" / f"{config_name}.pbtxt"
+        if custom.exists():
+            return custom
+    return model_dir / "config.pbtxt"
+
+
+def complete(config: pb.ModelConfig, model_dir: Path, version: int, how: AutoComplete) -> pb.ModelConfig:
+    """`config` completed by its backend from the newest version's files, as Triton's backends do."""
+    backend = config.backend
+
+    def version_file(default: str) -> Path:
+        return inside(model_dir.parent, f"{model_dir.name}/{version}/{config.default_model_filename or default}")
+
+    if backend == "onnxruntime":
+        onnx_file = version_file("model.onnx")
+        if onnx_file.is_file():
+            autocomplete_onnx(config, onnx_file, default_max_batch_size(how.backend_config, backend))
+    elif backend == "openvino":
+        model_file = version_file("model.xml")
+        if model_file.is_file():
+            autocomplete_openvino(config, model_file, default_max_batch_size(how.backend_config, backend))
+    elif backend == "python":
+        model_file = version_file("model.py")
+        if model_file.is_file():
+            config = autocomplete_python(config, model_file)
+    else:
+        runtime = python_based_runtime(how.backend_directory, backend)
+        if runtime is not None:  # a python-based backend completes every config naming it (vLLM's does)
+            config = autocomplete_python(config, runtime)
+    return config
+
 
 _ONNX_TO_CONFIG: dict[int, int] = {
     onnx.TensorProto.BOOL: pb.TYPE_BOOL,
@@ -70,6 +122,60 @@ def autocomplete_onnx(config: pb.ModelConfig, model_file: Path, default_max_batc
                 io.dims.append(1)
                 if batching:
                     io.reshape.SetInParent()
+
+
+_OPENVINO_TO_CONFIG = {
+    "boolean": pb.TYPE_BOOL,
+    "u8": pb.TYPE_UINT8,
+    "u16": pb.TYPE_UINT16,
+    "u32": pb.TYPE_UINT32,
+    "u64": pb.TYPE_UINT64,
+    "i8": pb.TYPE_INT8,
+    "i16": pb.TYPE_INT16,
+    "i32": pb.TYPE_INT32,
+    "i64": pb.TYPE_INT64,
+    "f16": pb.TYPE_FP16,
+    "f32": pb.TYPE_FP32,
+}
+
+
+def autocomplete_openvino(config: pb.ModelConfig, model_file: Path, default_max_batch_size: int = 4) -> None:
+    """Triton's OpenVINO auto-complete: max_batch_size (and dynamic batching) when every input and
+    output's layout has a batch dimension, then the missing inputs and outputs (name, datatype,
+    dims: -1 where the model's shape is dynamic), from the model OpenVINO reads."""
+    if config.input and config.output:
+        return
+    try:
+        import openvino as ov
+    except ImportError:
+        return  # the worker's load says what to install
+    try:
+        model = ov.Core().read_model(str(model_file))
+    except RuntimeError as exc:
+        raise invalid(
+            f"openvino error in reading model for auto-complete: {str(exc).strip().splitlines()[0]}"
+        ) from None
+    ports = list(model.inputs) + list(model.outputs)
+    batched = all(ov.layout_helpers.get_layout(p).has_name("N") for p in ports)
+    if batched and config.max_batch_size == 0:
+        config.max_batch_size = max(default_max_batch_size, 1)
+        if (
+            config.max_batch_size > 1
+            and not config.HasField("dynamic_batching")
+            and not config.HasField("sequence_batching")
+        ):
+            config.dynamic_batching.SetInParent()
+    skip = 1 if config.max_batch_size > 0 else 0
+    for ports_of, target in ((model.inputs, config.input), (model.outputs, config.output)):
+        if target:
+            continue
+        for port in ports_of:
+            element = port.get_element_type().get_type_name()
+            if element not in _OPENVINO_TO_CONFIG:
+                raise invalid(f"unsupported OpenVINO element type {element} for '{port.get_any_name()}'")
+            shape = port.get_partial_shape()
+            dims = [d.get_length() if d.is_static else -1 for d in shape][skip:]
+            target.add(name=port.get_any_name(), data_type=_OPENVINO_TO_CONFIG[element], dims=dims or [1])
 
 
 PYTHON_AUTOCOMPLETE_TIMEOUT_S = 60.0

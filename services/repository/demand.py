@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from services.repository import ensembles
+from services.repository.autocomplete import config_path
 from services.repository.eviction import Placement, Resident, Room, place
 from services.repository.manager import ModelManager
 from shared.config import model_config
@@ -26,7 +27,7 @@ from shared.errors import ShoalError, not_found, unavailable
 from shared.process.settings import RepositorySettings
 from shared.wire.control import Eviction, ModelFigures, ModelUsage
 from shared.wire.messages import WorkerHeartbeat
-from shared.wire.records import ModelRecord
+from shared.wire.records import ModelRecord, ModelState
 
 log = logging.getLogger("shoal.repository")
 
@@ -106,7 +107,7 @@ class OnDemand:
 
     def ready(self, name: str) -> bool:
         record = self.manager.records.get(name)
-        return record is not None and bool(record.hosted) and any(s.state == "READY" for s in record.versions.values())
+        return record is not None and bool(record.hosted) and record.any_version(ModelState.READY)
 
     async def _ensure(self, name: str, timeout_s: float) -> None:
         if name not in self.manager.available():
@@ -114,7 +115,7 @@ class OnDemand:
         if self.ready(name):
             return
         record = self.manager.records.get(name)
-        if record is not None and record.hosted and any(s.state == "LOADING" for s in record.versions.values()):
+        if record is not None and record.hosted and record.any_version(ModelState.LOADING):
             await self.manager.wait_loaded(name, record.generation, self.settings.load_timeout_s)
             return  # an explicit load (or --load-model) already under way
         self._requested(name)
@@ -164,7 +165,7 @@ class OnDemand:
     async def is_ensemble(self, name: str) -> bool:
         known = self._ensemble.get(name)
         if known is None:
-            path = self.manager.root / name / "config.pbtxt"
+            path = config_path(self.manager.root / name, self.manager.auto_complete.config_name)
             try:
                 text = await asyncio.to_thread(path.read_text)
                 known = model_config.parse_text(text, path).platform == "ensemble"
@@ -236,7 +237,7 @@ class OnDemand:
         if record.workers and worker not in record.workers:
             return False
         reports = [r for r in self.manager.reports.values() if r.model == record.name]
-        return not reports or any(r.state != "UNAVAILABLE" for r in reports)  # a failed load holds nothing
+        return not reports or any(r.state != ModelState.UNAVAILABLE for r in reports)  # a failed load holds nothing
 
     def is_pinned(self, record: ModelRecord) -> bool:
         parameter = record.active_config.get("parameters", {}).get(PIN_PARAMETER, {})

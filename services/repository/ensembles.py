@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TypeGuard
 
 from shared.config.ensemble_graph import check_members, graph_from_config, is_ensemble
-from shared.wire.records import ModelRecord, ModelVersionState
+from shared.wire.records import ModelRecord, ModelState, ModelVersionState
 
 
 def record_is_ensemble(record: ModelRecord | None) -> TypeGuard[ModelRecord]:
@@ -28,15 +28,15 @@ def _member_ready(record: ModelRecord | None, version: int) -> bool:
     if record is None or not record.hosted:
         return False
     if version == -1:
-        return any(s.state == "READY" for s in record.versions.values())
+        return record.any_version(ModelState.READY)
     state = record.versions.get(str(version))
-    return state is not None and state.state == "READY"
+    return state is not None and state.state == ModelState.READY
 
 
 def _member_loading(record: ModelRecord | None, available: bool) -> bool:
     if record is None:
         return available  # in the repository, not loaded yet: it is about to be
-    return not record.reason and any(s.state == "LOADING" for s in record.versions.values())
+    return not record.reason and record.any_version(ModelState.LOADING)
 
 
 def ensemble_state(record: ModelRecord, records: dict[str, ModelRecord], available: set[str]) -> ModelVersionState:
@@ -52,21 +52,23 @@ def ensemble_state(record: ModelRecord, records: dict[str, ModelRecord], availab
             loading = True
             continue
         if member is not None and member.reason:
-            return ModelVersionState("UNAVAILABLE", f"ensemble '{name}' depends on '{step.model}' which is not valid")
+            return ModelVersionState(
+                ModelState.UNAVAILABLE, f"ensemble '{name}' depends on '{step.model}' which is not valid"
+            )
         if step.version != -1 and member is not None and member.hosted:
             return ModelVersionState(
-                "UNAVAILABLE",
+                ModelState.UNAVAILABLE,
                 f"ensemble '{name}' depends on '{step.model}' whose required version {step.version} is not loaded",
             )
         return ModelVersionState(
-            "UNAVAILABLE", f"ensemble '{name}' depends on '{step.model}' which has no loaded version"
+            ModelState.UNAVAILABLE, f"ensemble '{name}' depends on '{step.model}' which has no loaded version"
         )
     if loading:
-        return ModelVersionState("LOADING")
+        return ModelVersionState(ModelState.LOADING)
     error = check_members(record.active_config, {m: records[m].active_config for m in graph.members})
     if error:
-        return ModelVersionState("UNAVAILABLE", error)
-    return ModelVersionState("READY")
+        return ModelVersionState(ModelState.UNAVAILABLE, error)
+    return ModelVersionState(ModelState.READY)
 
 
 def cycle(name: str, records: dict[str, ModelRecord], config: dict) -> str:

@@ -17,34 +17,22 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from services.repository import ensembles, overrides
+from services.repository.autocomplete import AutoComplete
 from services.repository.labels import LabelError, read_labels
+from services.repository.model_states import derive_state, next_record
 from services.repository.scan import ScannedModel, check_model_name, list_models, scan_model, signature
-from shared.config import model_config
+from shared.config import backend_config, model_config
 from shared.config.ensemble_graph import check_structure, is_ensemble
 from shared.errors import ShoalError, internal, invalid
 from shared.process.settings import RepositorySettings
 from shared.wire.control import IndexEntry, RepositoryIndex
-from shared.wire.records import InstanceRecord, ModelRecord, ModelVersionState
+from shared.wire.records import UNLOADED, InstanceRecord, ModelRecord, ModelState, ModelVersionState
 
 log = logging.getLogger("shoal.repository")
 
 Publish = Callable[[ModelRecord], Awaitable[None]]
 Forget = Callable[[str], Awaitable[None]]
 Drain = Callable[[str, int], Awaitable[None]]
-
-NO_INSTANCES = "no worker hosts an instance of this model version any more"
-
-
-def derive_state(reports: list[InstanceRecord], generation: int, previous: ModelVersionState) -> ModelVersionState:
-    if any(r.serving_generation > 0 for r in reports):
-        return ModelVersionState("READY")
-    current = [r for r in reports if r.generation == generation]
-    failed = [r for r in current if r.state == "UNAVAILABLE"]
-    if current and len(failed) == len(current):
-        return ModelVersionState("UNAVAILABLE", failed[0].reason)
-    if not reports and (previous.state == "READY" or previous.reason == NO_INSTANCES):
-        return ModelVersionState("UNAVAILABLE", NO_INSTANCES)  # every instance died with its worker
-    return ModelVersionState("LOADING")
 
 
 class ModelManager:
@@ -69,8 +57,13 @@ class ModelManager:
         return self._locks.setdefault(name, asyncio.Lock())
 
     @property
-    def auto_complete(self) -> bool:
-        return not (self.settings.disable_auto_complete_config or self.settings.strict_model_config)
+    def auto_complete(self) -> AutoComplete:
+        return AutoComplete(
+            enabled=not (self.settings.disable_auto_complete_config or self.settings.strict_model_config),
+            backend_directory=self.settings.backend_directory,
+            backend_config=backend_config.parse(self.settings.backend_config),
+            config_name=self.settings.model_config_name,
+        )
 
     def available(self) -> list[str]:
         return list_models(self.root)
@@ -109,6 +102,16 @@ class ModelManager:
                 self.override_dirs[name] = model_dir
         return scanned
 
+    def _read(self, name: str, config: str, files: dict[str, str]) -> tuple[ScannedModel, dict[str, list[str]]]:
+        """The model scanned, and its outputs' classification labels (file I/O: on a thread)."""
+        scanned = self._scan(name, config, files)
+        if scanned.config is None:
+            return scanned, {}
+        try:
+            return scanned, read_labels(scanned.path, name, model_config.to_json(scanned.config))
+        except LabelError as exc:
+            return ScannedModel(scanned.name, scanned.path, None, scanned.versions, str(exc)), {}
+
     def _drop_stale_dirs(self, name: str) -> None:
         for stale in self._stale_dirs.pop(name, []):
             overrides.remove_override_dir(stale)
@@ -139,54 +142,13 @@ class ModelManager:
         """Publish a new generation of `name`; old instances keep serving until it is ready.
         `workers`: only those host it (on-demand placement); none: every worker."""
         # reading configs and ONNX files takes time: off the event loop
-        scanned = await asyncio.to_thread(self._scan, name, config, files or {})
-        labels: dict[str, list[str]] = {}
-        if scanned.config is not None:
-            try:
-                labels = await asyncio.to_thread(read_labels, scanned.path, name, model_config.to_json(scanned.config))
-            except LabelError as exc:
-                scanned = ScannedModel(scanned.name, scanned.path, None, scanned.versions, str(exc))
+        scanned, labels = await asyncio.to_thread(self._read, name, config, files or {})
         if not files and (self.root / name).is_dir():
             self.signatures[name] = await asyncio.to_thread(signature, self.root / name)
-        previous = self.records.get(name)
-        generation = previous.generation + 1 if previous else 1
+        # raises when the new config failed and the previous one serves: it keeps serving
+        record = next_record(name, scanned, labels, self.records.get(name), list(workers or []), self.on_demand)
         if scanned.config is None:
-            if previous is not None and any(s.state == "READY" for s in previous.versions.values()):
-                raise invalid(f"load failed for model '{name}': {scanned.error}\n")  # keep serving the old one
             log.error("failed to load '%s': %s", name, scanned.error)
-            versions = {str(v): ModelVersionState("UNAVAILABLE", scanned.error) for v in scanned.versions or [1]}
-            record = ModelRecord(
-                name, str(scanned.path), versions=versions, generation=generation, reason=scanned.error
-            )
-        else:
-            hosted = list(scanned.versions)
-            versions = {}
-            for key in previous.versions if previous else []:
-                if int(key) not in hosted:
-                    versions[key] = ModelVersionState("UNAVAILABLE", "unloaded")
-            serving = previous.active_config if previous and previous.hosted else {}
-            serving_path = (previous.serving_path or previous.path) if previous and serving else ""
-            for version in hosted:
-                old = previous.versions.get(str(version)) if previous else None
-                versions[str(version)] = (
-                    old if old is not None and old.state == "READY" else ModelVersionState("LOADING")
-                )
-            record = ModelRecord(
-                name,
-                str(scanned.path),
-                model_config.to_json(scanned.config),
-                versions,
-                generation,
-                hosted,
-                serving_config=serving,
-                serving_path=serving_path,
-                labels=labels,
-            )
-            if not hosted:
-                record.reason = f"no version is available for model '{name}'"
-        if is_ensemble(record.config):  # nothing to swap: an ensemble's new graph serves at once
-            record.serving_config, record.serving_path = {}, ""
-        record.workers, record.on_demand = list(workers or []), self.on_demand
         self.records[name] = record
         await self.publish(record)
         if ensembles.record_is_ensemble(record) and record.hosted:
@@ -219,10 +181,10 @@ class ModelManager:
         if record is None or record.reason:
             return True
         if ensembles.record_is_ensemble(record):
-            return all(s.state != "LOADING" for s in record.versions.values())
+            return all(s.state != ModelState.LOADING for s in record.versions.values())
         for version in record.hosted:
             reports = self._reports(name, version)
-            if not reports or any(r.generation != record.generation or r.state == "LOADING" for r in reports):
+            if not reports or any(r.generation != record.generation or r.state == ModelState.LOADING for r in reports):
                 return False
         return True
 
@@ -246,7 +208,7 @@ class ModelManager:
         if record.generation != generation:  # reverted to the version still serving
             raise invalid(f"load failed for model '{name}': {self._failures.get(name, 'the new version failed')}\n")
         if ensembles.record_is_ensemble(record):
-            failed = [s.reason for s in record.versions.values() if s.state != "READY"]
+            failed = [s.reason for s in record.versions.values() if s.state != ModelState.READY]
             if failed:
                 raise invalid(f"load failed for model '{name}': {failed[0]}\n")
             return
@@ -262,12 +224,12 @@ class ModelManager:
         if record is None or not record.hosted:
             return
         for version in record.hosted:
-            record.versions[str(version)] = ModelVersionState("UNLOADING")
+            record.versions[str(version)] = ModelVersionState(ModelState.UNLOADING)
         await self.publish(record)  # gateways stop routing new requests to it
         for version in record.hosted:
             await self.drain(name, version)  # queued and running requests finish first
         for version in record.hosted:
-            record.versions[str(version)] = ModelVersionState("UNAVAILABLE", "unloaded")
+            record.versions[str(version)] = ModelVersionState(ModelState.UNAVAILABLE, UNLOADED)
         record.hosted = []
         record.serving_config, record.serving_path = {}, ""
         await self.publish(record)
@@ -303,8 +265,8 @@ class ModelManager:
             return
         changed = False
         for version in record.hosted:
-            old = record.versions.get(str(version), ModelVersionState("LOADING"))
-            if old.state == "UNLOADING":
+            old = record.versions.get(str(version), ModelVersionState(ModelState.LOADING))
+            if old.state == ModelState.UNLOADING:
                 continue
             reports = self._reports(name, version)
             new = derive_state(reports, record.generation, old)
@@ -342,7 +304,7 @@ class ModelManager:
             changed = False
             for version in record.hosted:
                 old = record.versions.get(str(version))
-                if old is not None and old.state == "UNLOADING":
+                if old is not None and old.state == ModelState.UNLOADING:
                     continue
                 if new != old:
                     record.versions[str(version)] = new
@@ -364,14 +326,14 @@ class ModelManager:
                     entries.append(IndexEntry(name))
                 continue
             for version, state in sorted(record.versions.items(), key=lambda kv: int(kv[0])):
-                if ready_only and state.state != "READY":
+                if ready_only and state.state != ModelState.READY:
                     continue
                 entries.append(self._index_entry(name, version, state))
         return RepositoryIndex(entries)
 
     def _index_entry(self, name: str, version: str, state: ModelVersionState) -> IndexEntry:
         entry = IndexEntry(name, version, state.state, state.reason)
-        if state.state != "READY":
+        if state.state != ModelState.READY:
             return entry
         reports = self._reports(name, int(version))
         warmup = [r.warmup_ms for r in reports if r.warmup_ms]

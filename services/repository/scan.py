@@ -10,7 +10,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as pb
 
 from services.repository.agents import run_agents
-from services.repository.autocomplete import autocomplete_onnx, autocomplete_python
+from services.repository.autocomplete import AutoComplete, complete, config_path
 from shared.config import model_config
 from shared.config.paths import inside
 from shared.errors import invalid
@@ -51,15 +51,20 @@ def select_versions(config: pb.ModelConfig, available: list[int]) -> list[int]:
 
 
 def load_config(
-    model_dir: Path, versions: list[int], auto_complete: bool = True, override: pb.ModelConfig | None = None
+    model_dir: Path,
+    versions: list[int],
+    auto_complete: AutoComplete | None = None,
+    override: pb.ModelConfig | None = None,
 ) -> pb.ModelConfig:
+    auto_complete = auto_complete or AutoComplete()
     # a symlink may point elsewhere in the repository, never out of it
-    path = inside(model_dir.parent, f"{model_dir.name}/config.pbtxt")
+    chosen = config_path(model_dir, auto_complete.config_name)
+    path = inside(model_dir.parent, str(chosen.relative_to(model_dir.parent)))
     if override is not None:
         config = override
     elif path.exists():
         config = model_config.parse_text(path.read_text(), path)
-    elif auto_complete:
+    elif auto_complete.enabled:
         config = pb.ModelConfig()
     else:
         raise invalid(f"failed to open text file for read {path}: No such file or directory")
@@ -69,22 +74,16 @@ def load_config(
             "directory name must equal model name"
         )
     model_config.autofill_backend(config, model_dir, versions)
-    if auto_complete and config.backend == "onnxruntime" and versions:
-        onnx_file = inside(model_dir.parent, f"{model_dir.name}/{max(versions)}/{config.default_model_filename}")
-        if onnx_file.is_file():
-            autocomplete_onnx(config, onnx_file)
-    if auto_complete and config.backend == "python" and versions:
-        model_file = inside(
-            model_dir.parent, f"{model_dir.name}/{max(versions)}/{config.default_model_filename or 'model.py'}"
-        )
-        if model_file.is_file():
-            config = autocomplete_python(config, model_file)
+    if auto_complete.enabled and versions:
+        config = complete(config, model_dir, max(versions), auto_complete)
     model_config.normalize(config)
     model_config.validate(config)
     return config
 
 
-def scan_model(model_dir: Path, auto_complete: bool = True, override: pb.ModelConfig | None = None) -> ScannedModel:
+def scan_model(
+    model_dir: Path, auto_complete: AutoComplete | None = None, override: pb.ModelConfig | None = None
+) -> ScannedModel:
     available = version_dirs(model_dir)
     try:
         config = load_config(model_dir, available, auto_complete, override)

@@ -145,8 +145,9 @@ class RepositoryService:
             await self.manager.on_report(change.key, report)
 
     async def _worker_gone(self, worker: str) -> None:
-        """A worker that stopped beating (crashed, partitioned) no longer counts as an instance."""
-        log.warning("worker %s stopped sending heartbeats; dropping its instances", worker)
+        """A worker that is gone (its connection closed, or silent past the liveness rules: crashed,
+        partitioned, stuck) no longer counts as an instance."""
+        log.warning("worker %s is gone; dropping its instances", worker)
         for key in [k for k, r in self.manager.reports.items() if r.worker == worker]:
             await self.instances_kv.delete(key)
 

@@ -85,6 +85,7 @@ class InFlight:
     requests: list[Pending]
     dispatched: float
     cancelled: set[str] = field(default_factory=set)  # rids whose client left while the batch waited
+    rescheduled: set[str] = field(default_factory=set)  # rids the model released to run again
 
     def holds(self, rid: str) -> bool:
         return any(p.header.rid == rid for p in self.requests)

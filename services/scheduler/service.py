@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import secrets
 import time
 
@@ -27,8 +26,9 @@ from services.scheduler.batching.flights import Flights
 from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.batching.pump import Pump
 from services.scheduler.batching.ratelimit import RateLimiter, parse_resources
-from services.scheduler.disciplines import Disciplines
+from services.scheduler.discipline_factory import DisciplineFactory
 from services.scheduler.ensembles.runner import EnsembleRunner
+from services.scheduler.holdings import Holdings
 from services.scheduler.records import Key
 from services.scheduler.replicas.ownership import Ownership
 from services.scheduler.sequences.sequence_batcher import sequence_batcher_of
@@ -49,7 +49,6 @@ from shared.wire.messages import (
     InstanceFree,
     RequestBatch,
     RequestHeader,
-    WorkerHoldings,
     encode,
 )
 from shared.wire.records import ModelRecord
@@ -65,10 +64,6 @@ _cancel_decoder = msgspec.msgpack.Decoder(CancelRequest)
 _cache_decoder = msgspec.msgpack.Decoder(CacheEvent)
 _free_decoder = msgspec.msgpack.Decoder(InstanceFree)
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
-_holdings_decoder = msgspec.msgpack.Decoder(WorkerHoldings)
-HOLDINGS_SETTLE_S = 0.25  # completions that arrived with the holdings are applied first
-IN_TRANSIT_S = 0.5  # a batch sent this shortly before the holdings may not be in them yet
-RECHECK_S = 5.0  # holdings are asked for again at most this often per worker
 
 
 class SchedulerService:
@@ -81,8 +76,9 @@ class SchedulerService:
         self.tasks = Tasks()
         limiter = RateLimiter(settings.rate_limit == "execution_count", parse_resources(settings.rate_limit_resource))
         self.flights, answers = Flights(), Answers(nc.publish)
-        self.pump = Pump(nc, limiter, self.tasks, self.flights, answers, Disciplines(nc.publish), local_inbox)
+        self.pump = Pump(nc, limiter, self.tasks, self.flights, answers, DisciplineFactory(nc.publish), local_inbox)
         self.credits = Credits(self.pump, self.flights, answers)
+        self.holdings = Holdings(nc, self.flights, self.credits, self.tasks)  # batches lost with a connection
         self.liveness = WorkerLiveness(
             nc, settings.worker_timeout_s, self.credits.worker_lost, self._worker_back, probe=True
         )
@@ -90,7 +86,6 @@ class SchedulerService:
         self.ensembles = EnsembleRunner(nc, settings.scheduler_id, local=self)
         self.ownership = Ownership(nc, settings.scheduler_id, self, self.pump, self.take)
         self._subs: dict[str, Subscription] = {}  # model -> its infer subscription, while we hold its lease
-        self._rechecked: dict[str, float] = {}  # worker -> when its holdings were asked for again
         self._stats_sub: Subscription | None = None
         # dispatchers ping this while we hold their requests (shared/bus/holders.py): answered only
         # by this process, so a restarted scheduler with the same id is not mistaken for it
@@ -108,11 +103,10 @@ class SchedulerService:
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
         await self.nc.subscribe(subjects.SCHEDULER_CACHE, cb=self._on_cache)
         await self.nc.subscribe(subjects.SCHEDULER_USAGE, cb=self._on_usage)
-        await self.nc.subscribe(subjects.WORKER_HOLDINGS, cb=self._on_holdings)
-        # batches sent just before our own connection dropped may be lost: workers say what they hold
-        connection.on_connection(
-            self.nc, lambda: None, lambda: self.tasks.spawn(self.nc.publish(subjects.HOLDINGS_ASK, b""))
-        )
+        await self.holdings.start()
+        # batches sent just before our own connection dropped may be lost (workers say what they
+        # hold), and so may request groups on their way to us (dispatchers send them again)
+        connection.on_connection(self.nc, lambda: None, lambda: self.tasks.spawn(self._reconnected()))
         await self.ownership.start()
         self.tasks.spawn(self._watch_models())
         self.tasks.spawn(self.credits.expire_forever())
@@ -180,6 +174,14 @@ class SchedulerService:
                 await self.acknowledgements.took(msg.reply)
             await self.take(batch.requests)
 
+    async def _reconnected(self) -> None:
+        await self.holdings.ask()
+        # first what we took and owe acknowledgements for: those are held, not lost
+        await self.acknowledgements.flush()
+        await self.nc.publish(
+            subjects.SCHEDULER_RECONNECTED, b"", headers={subjects.HELD_BY_HEADER: self.alive_subject}
+        )
+
     async def _on_alive(self, msg: Msg) -> None:
         await msg.respond(b"")
 
@@ -246,28 +248,6 @@ class SchedulerService:
         revoked: CreditsRevoked | None = connection.decode(_revoked_decoder, msg, log)
         if revoked is not None:
             await self.credits.revoked(revoked)
-
-    async def _on_holdings(self, msg: Msg) -> None:
-        holdings: WorkerHoldings | None = connection.decode(_holdings_decoder, msg, log)
-        if holdings is not None:
-            self.tasks.spawn(self._reconcile(holdings, time.monotonic() - IN_TRANSIT_S))
-
-    async def _reconcile(self, holdings: WorkerHoldings, cutoff: float) -> None:
-        await asyncio.sleep(HOLDINGS_SETTLE_S)
-        worker, held = holdings.worker, set(holdings.batch_ids)
-        await self.credits.lost_in_transit(worker, held, cutoff)
-        # batches sent in the IN_TRANSIT_S before the holdings and not in them may be on their way,
-        # or lost with the connection: a worker reconnects within milliseconds when only its NATS
-        # node died, so the last batches before the loss are always in that window and, unasked,
-        # held the model's credits until FLIGHT_GRACE_S past their deadline (10 s without a
-        # success in test_losing_one_of_three_nats_nodes_under_load). Ask once more when they
-        # would have arrived; once per RECHECK_S: the answers to it must not ask again.
-        if time.monotonic() - self._rechecked.get(worker, -math.inf) < RECHECK_S:
-            return
-        if any(key[1] not in held for key in self.pump.flights.sent_before(worker, math.inf)):
-            self._rechecked[worker] = time.monotonic()
-            await asyncio.sleep(IN_TRANSIT_S)
-            await self.nc.publish(subjects.HOLDINGS_ASK, b"")
 
     async def _worker_back(self, worker: str) -> None:
         await self.nc.publish(subjects.worker_resync(worker), b"")  # its idle credits were dropped

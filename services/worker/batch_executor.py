@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 
-from services.worker.backends.runner import Batch, ModelError, RequestContext, Result, Tensors, Work
+from services.worker.backends.runner import Batch, ModelError, RequestContext, Rescheduled, Result, Tensors, Work
 from services.worker.completions import Completions
 from services.worker.instances import Instance, LoadedModel
 from services.worker.outputs import Outputs
@@ -435,6 +435,9 @@ class BatchExecutor:
             control = controls.get(request.rid)
             if control is not None and loaded.states is not None and isinstance(result, dict):
                 loaded.states.keep(control, result)
+            if isinstance(result, Rescheduled):  # no answer now: the scheduler queues it again
+                replies.done.append(RequestDone(rid=request.rid, ok=True, rescheduled=True))
+                continue
             if spec.decoupled:  # the model's stream answers; an error ends it unless it did already
                 if isinstance(result, ModelError):
                     self.decoupled.fail(request, result.message, result.code)

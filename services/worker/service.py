@@ -4,7 +4,7 @@ Each instance runs on its own thread (native backends release the GIL). After a
 batch the worker replies straight to each request's gateway (one message per gateway),
 then tells the scheduler the instance is free (with the batch's timings), which is
 also the credit for the next batch. Running a batch is `batches.BatchExecutor`'s job,
-which models it hosts `host.ModelHost`'s; this module wires them to the bus.
+which models it hosts `model_lifecycle.ModelLifecycle`'s; this module wires them to the bus.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from nats.aio.msg import Msg
 from services.worker.batch_executor import BatchExecutor
 from services.worker.completions import Completions
 from services.worker.heartbeat import HeartbeatThread
-from services.worker.host import ModelHost
 from services.worker.instances import Instance, LoadedModel
+from services.worker.model_lifecycle import ModelLifecycle
 from services.worker.outputs import Outputs
 from services.worker.python import pb_utils
 from services.worker.python.bls import BlsRuntime
@@ -68,7 +68,9 @@ class WorkerService:
         self.id = f"{settings.worker_id}-{uuid.uuid4().hex[:6]}"
         self.subject = subjects.worker_exec(self.id)
         self.store = TensorStore(nc, self.id, settings.inline_max_bytes, settings.tensor_transport)
-        self.host = ModelHost(self.id, settings, nc, on_ready=self._grant_idle, on_retired=self._revoke, local=local)
+        self.lifecycle = ModelLifecycle(
+            self.id, settings, nc, on_ready=self._grant_idle, on_retired=self._revoke, local=local
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop = asyncio.get_running_loop()
         self.cancellations = Cancellations()
@@ -86,7 +88,7 @@ class WorkerService:
         )
 
     def _loading(self) -> int:
-        return self.host.loader.loading
+        return self.lifecycle.loader.loading
 
     async def start(self) -> None:
         await self.store.start()
@@ -105,13 +107,13 @@ class WorkerService:
         # batches sent to us while our connection was down are lost: schedulers learn which we hold
         connection.on_connection(self.nc, lambda: None, lambda: self._spawn(self._say_holdings()))
         await self.nc.subscribe(subjects.worker_sequence(self.id), cb=self._on_sequence_ended)
-        await self.host.start()
-        self.host.loader.on_idle = self.beats.beat_now  # "no longer loading" must not wait a beat
+        await self.lifecycle.start()
+        self.lifecycle.loader.on_idle = self.beats.beat_now  # "no longer loading" must not wait a beat
         self.beats.start()
         self._spawn(self._tick())
         self.micro = await discovery.register(self.nc, "worker", self.id, self.status, shm_host=self.store.host)
         # the objects made by imports and start-up live as long as the process: out of the
-        # collector's sight, the full collection each unload runs (host.py) costs ~0 ms instead
+        # collector's sight, the full collection each unload runs (model_lifecycle.py) costs ~0 ms instead
         # of ~125 ms, which was most of an on-demand eviction (benchmarks/on_demand.py)
         gc.collect()
         gc.freeze()
@@ -121,10 +123,11 @@ class WorkerService:
         await msg.respond(b"")
 
     async def _on_holdings_asked(self, msg: Msg) -> None:
-        await self._say_holdings()
+        await self._say_holdings(msg.reply)  # to the scheduler that asked (services/scheduler/holdings.py)
 
-    async def _say_holdings(self) -> None:
-        await self.nc.publish(subjects.WORKER_HOLDINGS, encode(WorkerHoldings(self.id, sorted(self.batches.holding))))
+    async def _say_holdings(self, to: str = "") -> None:
+        holdings = encode(WorkerHoldings(self.id, sorted(self.batches.holding)))
+        await self.nc.publish(to or subjects.WORKER_HOLDINGS, holdings)
 
     def status(self) -> WorkerStatus:
         return WorkerStatus(
@@ -139,7 +142,7 @@ class WorkerService:
                     device_bytes=loaded.device_bytes,
                     instance_list=[InstanceStatus(i.name, i.kind, i.device, i.executions) for i in loaded.instances],
                 )
-                for (m, v), loaded in self.host.models.items()
+                for (m, v), loaded in self.lifecycle.models.items()
             },
         )
 
@@ -148,7 +151,7 @@ class WorkerService:
         await self.micro.stop()
         for task in list(self._tasks):
             task.cancel()
-        await self.host.stop()
+        await self.lifecycle.stop()
         await self.bls.stop()
         await self.store.close()
 
@@ -182,7 +185,7 @@ class WorkerService:
         await self.nc.publish(subjects.CREDITS_REVOKED, encode(revoked))
 
     async def _on_report_request(self, msg: Msg) -> None:
-        await self.host.report_all()
+        await self.lifecycle.report_all()
 
     async def _on_sequence_ended(self, msg: Msg) -> None:
         """A sequence ended without END (idle timeout, cancelled END): free its implicit state and
@@ -191,7 +194,7 @@ class WorkerService:
         ended = connection.decode(_ended_decoder, msg, log)
         if ended is None:
             return
-        loaded = self.host.models.get((ended.model, ended.version))
+        loaded = self.lifecycle.models.get((ended.model, ended.version))
         if loaded is None:
             return
         if loaded.states is not None:
@@ -207,7 +210,7 @@ class WorkerService:
                     log.exception("sequence_ended of '%s' failed", ended.model)
 
     async def _on_resync(self, msg: Msg) -> None:
-        for loaded in list(self.host.models.values()):
+        for loaded in list(self.lifecycle.models.values()):
             await self._grant_idle(loaded)
 
     async def _tick(self) -> None:
@@ -215,7 +218,7 @@ class WorkerService:
         interval = self.settings.heartbeat_s
         last = time.monotonic()
         while True:
-            instances = {f"{m}/{v}": len(loaded.instances) for (m, v), loaded in self.host.models.items()}
+            instances = {f"{m}/{v}": len(loaded.instances) for (m, v), loaded in self.lifecycle.models.items()}
             self.beats.update(
                 WorkerHeartbeat(
                     self.id,
@@ -226,7 +229,7 @@ class WorkerService:
                     budget_bytes=self.budget_bytes,
                     max_models=self.settings.max_loaded_models,
                     models=self.settings.models,
-                    placeable=self.host.local is None and not self.settings.parent_pid,
+                    placeable=self.lifecycle.local is None and not self.settings.parent_pid,
                 )
             )
             now = time.monotonic()
@@ -234,7 +237,7 @@ class WorkerService:
                 log.info(
                     "the event loop was busy for %.1f s (%d model load(s) in progress)",
                     now - last,
-                    self.host.loader.loading,
+                    self.lifecycle.loader.loading,
                 )
             last = now
             families = pb_utils.metrics_snapshot()
@@ -242,7 +245,7 @@ class WorkerService:
                 await self.nc.publish(subjects.WORKER_METRICS, encode(WorkerMetrics(self.id, families)))
             self.decoupled.expire()
             if self._readiness is None or self._readiness.done():
-                self._readiness = self._spawn(self.host.check_readiness())
+                self._readiness = self._spawn(self.lifecycle.check_readiness())
             await asyncio.sleep(interval)
 
     async def _on_cancel(self, msg: Msg) -> None:
@@ -256,7 +259,7 @@ class WorkerService:
         batch = connection.decode(_batch_decoder, msg, log)
         if batch is None:
             return
-        loaded = self.host.models.get((batch.model, batch.version))
+        loaded = self.lifecycle.models.get((batch.model, batch.version))
         if loaded is None or not loaded.instances:
             message = f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}"
             self._spawn(self.batches.fail(batch, message))

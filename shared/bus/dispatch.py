@@ -137,6 +137,7 @@ class Dispatcher:
 
     async def start(self) -> None:
         await hot_path.subscribe(self.nc, f"{self.inbox}.*", self._on_reply)
+        await self.nc.subscribe(subjects.SCHEDULER_RECONNECTED, cb=self._scheduler_reconnected)
         connection.on_connection(self.nc, self._bus_lost, self._bus_back)
         self.holders.start()
 
@@ -255,6 +256,11 @@ class Dispatcher:
         rids = [rid for group in held.groups for rid in self._groups.pop(group, ()) if rid in self._pending]
         self.holders.held(held_by, rids)
 
+    async def _scheduler_reconnected(self, msg: Msg) -> None:
+        held_by = msg.headers.get(subjects.HELD_BY_HEADER) if msg.headers else None
+        if held_by:
+            self.holders.reconnected(held_by)
+
     def _fail(self, rids: list[str], exc: ShoalError) -> None:
         for rid in rids:
             waiter = self._pending.get(rid)
@@ -263,8 +269,9 @@ class Dispatcher:
             elif waiter is not None and not waiter.done():
                 waiter.set_exception(exc)
 
-    async def _recover(self, holder: str, rids: list[str]) -> None:
-        """The scheduler holding `rids` died: send the safe ones again, fail the others now."""
+    async def _recover(self, holder: str, rids: list[str], dead: bool = True) -> None:
+        """The scheduler holding `rids` died (`dead`), or they were on their way to one whose
+        connection to NATS was lost: send the safe ones again, fail the others now."""
         unsafe = []
         for rid in rids:
             sent = self._sent.get(rid)
@@ -276,7 +283,8 @@ class Dispatcher:
                 self._send(model, rid, raw)
             else:
                 unsafe.append(rid)
-        self._fail(unsafe, unavailable(f"the scheduler holding the request stopped responding; {NOT_RESENT}"))
+        why = "stopped responding" if dead else "lost its connection to NATS while the request was on its way"
+        self._fail(unsafe, unavailable(f"the scheduler holding the request {why}; {NOT_RESENT}"))
 
     # -- this process's own connection to NATS ------------------------------------------
     def _bus_lost(self) -> None:

@@ -15,6 +15,14 @@ acknowledged within `UNACKED_S` make the dispatcher ping every scheduler it has 
 one of them is gone, those requests may have been its, and go to `on_lost` with its own. The
 requests still unacknowledged when a scheduler is found dead, but younger than `UNACKED_S`, go
 to `on_lost` too once they are that old and still unacknowledged.
+
+A scheduler whose own connection to NATS dropped and came back (its node died: it reconnects to
+another one within milliseconds) is alive, so the pings above never find it gone; but the groups
+on their way to it when its node died were lost inside that node, and it never acknowledges them.
+It says so once reconnected (`SCHEDULER_RECONNECTED`, after the acknowledgements it owed:
+`reconnected`), and the requests unacknowledged at that moment go to `on_lost` (with
+`dead=False`: what it holds stays with it) if they are still unacknowledged `UNACKED_S` after
+they were sent. Before, they waited for their deadlines (issue 37).
 """
 
 from __future__ import annotations
@@ -35,7 +43,9 @@ PING_TIMEOUT_S = 1.0
 MIN_AGE_S = 0.3  # requests held for less than this are usually answered before a ping matters
 UNACKED_S = 1.0  # a group no scheduler acknowledged for this long: some scheduler may have died with it
 
-LostCallback = Callable[[str, list[str]], Awaitable[None]]
+# (holder, rids, dead): dead, the holder's process is gone with what it held; not dead, its connection
+# was lost and is back, and only these unacknowledged requests may have been lost with it
+LostCallback = Callable[[str, list[str], bool], Awaitable[None]]
 
 
 class Holders:
@@ -46,9 +56,10 @@ class Holders:
         self._by_rid: dict[str, str] = {}
         self._unacked: dict[str, float] = {}  # rid -> when sent, until a scheduler acknowledges it
         self._known: set[str] = set()  # liveness subjects of the schedulers heard from
-        # requests unacknowledged when a scheduler was found dead: perhaps its, taken in the 0.1 s before it
-        # died; lost if still unacknowledged once UNACKED_S old (rid -> the dead scheduler)
-        self._unacked_at_death: dict[str, str] = {}
+        # requests unacknowledged when a scheduler was found dead (perhaps its, taken in the 0.1 s before
+        # it died) or said it reconnected (perhaps lost in its dead node): lost if still unacknowledged
+        # once UNACKED_S old (rid -> (that scheduler, whether it died))
+        self._unacked_at_death: dict[str, tuple[str, bool]] = {}
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -101,20 +112,34 @@ class Holders:
                     await self._lost(holder, orphans)
                     orphans = []
                     for rid in self._unacked:  # younger than UNACKED_S: looked at again on later rounds
-                        self._unacked_at_death.setdefault(rid, holder)
+                        self._unacked_at_death.setdefault(rid, (holder, True))
+
+    def reconnected(self, holder: str) -> None:
+        """The scheduler answering `holder` lost its NATS connection and is back: what it did not
+        acknowledge by now may have been lost with its node (recovered once `UNACKED_S` old)."""
+        for rid in self._unacked:
+            self._unacked_at_death.setdefault(rid, (holder, False))
 
     async def _orphans_of_the_dead(self, now: float) -> None:
         """Requests unacknowledged when a scheduler died: acknowledged since, answered, or lost now."""
-        lost: dict[str, list[str]] = {}
-        for rid, holder in list(self._unacked_at_death.items()):
+        lost: dict[tuple[str, bool], list[str]] = {}
+        for rid, why in list(self._unacked_at_death.items()):
             sent = self._unacked.get(rid)
             if sent is None:
                 del self._unacked_at_death[rid]
             elif sent < now - UNACKED_S:
                 del self._unacked_at_death[rid]
-                lost.setdefault(holder, []).append(rid)
-        for holder, rids in lost.items():
-            await self._lost(holder, rids)
+                lost.setdefault(why, []).append(rid)
+        for (holder, dead), rids in lost.items():
+            if dead:
+                await self._lost(holder, rids)
+                continue
+            for rid in rids:
+                self._unacked.pop(rid, None)
+            log.warning(
+                "%d request(s) sent as %s lost its NATS connection were never taken; recovering them", len(rids), holder
+            )
+            await self.on_lost(holder, rids, False)
 
     async def _gone(self, holder: str) -> bool:
         try:
@@ -134,4 +159,4 @@ class Holders:
                 rids.append(rid)
         if rids:
             log.warning("the scheduler holding %d request(s) is gone (%s); recovering them", len(rids), holder)
-            await self.on_lost(holder, rids)
+            await self.on_lost(holder, rids, True)

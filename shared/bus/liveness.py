@@ -1,20 +1,28 @@
-"""Which workers are alive, from their heartbeats (and any other message they send), and,
-where asked (`probe`), from what NATS says about their connection.
+"""Which workers are alive: from what NATS says about their connection first, and from their
+heartbeats (and any other message they send) as a fallback.
 
 A worker that dies, or whose host is cut off, is found by NATS before its heartbeat stops
 counting: its connection closes (or its route to the other nodes misses its pings), the server
 drops its subscriptions, and a request to the subject only that worker answers
-(`subjects.worker_alive`) comes back "no responders" at once. The probe asks each worker every
-`PROBE_S`, so a dead worker is dropped within about a second; the heartbeat timeout stays as
-the fallback for a silence NATS has not noticed yet (a partition inside nats-server's ping
-interval, a stuck worker whose connection lives). A probe that times out (a busy worker) or
-fails because this process's own bus is down proves nothing and changes nothing, and only a
-worker that has answered a probe before is judged by one (a worker of an older version, or one
-whose subscription has not reached this node yet, is left to its heartbeat).
+(`subjects.worker_alive`) comes back "no responders" at once. Where asked (`probe`, the
+schedulers), each worker is asked every `PROBE_S`, so a dead worker is dropped within about a
+second. Only a worker that has answered a probe before is judged by one (a worker of an older
+version, or one whose subscription has not reached this node yet, is left to its heartbeat).
 
-Two things never count as a worker's death (issue 17): a load in progress (a worker whose last
-heartbeat reported loads gets `LOADING_TIMEOUT_S`), and this process's own deafness: when the
-expiry task wakes up late, the heartbeats may be waiting unread in the subscription, so every
+A worker whose heartbeat is late is asked too, before anything is decided (issue 33): a busy
+machine delays heartbeats by seconds (a worker's beat thread, its loop and this process all wait
+for a core), and a worker declared gone because of it had its models go UNAVAILABLE and come back,
+over and over. So a late heartbeat alone never drops a worker that NATS still holds:
+- it answers: it is alive, its beat was late;
+- "no responders": its connection is gone, it is dropped;
+- no answer in time: NATS still delivers to its subscription, so its connection lives and the
+  worker (or this process) is only slow. It is given `PATIENT_TIMEOUT_S` of silence before it is
+  dropped: only a worker stuck with a live connection (a deadlocked loop, a stopped process) or one
+  cut off before NATS noticed stays silent that long.
+
+Two more things never count as a worker's death (issue 17): a load in progress (a worker whose
+last heartbeat reported loads gets `PATIENT_TIMEOUT_S` too), and this process's own deafness: when
+the expiry task wakes up late, the heartbeats may be waiting unread in the subscription, so every
 worker is credited the time this loop was too busy to listen.
 """
 
@@ -36,19 +44,29 @@ from shared.wire.messages import WorkerHeartbeat
 
 log = logging.getLogger(__name__)
 _decoder = msgspec.msgpack.Decoder(WorkerHeartbeat)
-LOADING_TIMEOUT_S = 60.0  # a worker loading models may be slow to beat; a crash is still noticed
+PATIENT_TIMEOUT_S = 60.0  # a worker loading, or one NATS still holds: slow to beat, not dead
 PROBE_S = 0.5  # how often each worker's connection is asked after
 PROBE_TIMEOUT_S = 1.0
 
 
 def overdue(seen: dict[str, float], loading: set[str], now: float, timeout_s: float) -> list[str]:
-    """Workers silent for longer than they may be: `timeout_s`, or `LOADING_TIMEOUT_S` while loading."""
-    return [w for w, t in seen.items() if now - t > (max(timeout_s, LOADING_TIMEOUT_S) if w in loading else timeout_s)]
+    """Workers silent for longer than they may be: `timeout_s`, or `PATIENT_TIMEOUT_S` while loading."""
+    return [w for w, t in seen.items() if now - t > (max(timeout_s, PATIENT_TIMEOUT_S) if w in loading else timeout_s)]
+
+
+def verdict(connected: bool | None, silent_s: float) -> bool:
+    """Whether a worker whose heartbeat is overdue is gone, given what NATS said when asked:
+    True (it answered: alive), False ("no responders": gone) or None (no answer in time: its
+    connection lives, it is busy, unless it has been silent for `PATIENT_TIMEOUT_S`)."""
+    if connected is None:
+        return silent_s > PATIENT_TIMEOUT_S
+    return not connected
 
 
 class WorkerLiveness:
-    """Calls `on_gone(worker)` once for a worker silent for `timeout_s`, and `on_back(worker)`
-    when one declared gone is heard again (a paused process, a healed partition)."""
+    """Calls `on_gone(worker)` once for a worker that is gone (NATS says its connection is, or it
+    was silent for `timeout_s` and NATS cannot say), and `on_back(worker)` when one declared gone
+    is heard again (a paused process, a healed partition)."""
 
     def __init__(
         self,
@@ -119,7 +137,21 @@ class WorkerLiveness:
                 for worker in self.seen:
                     self.seen[worker] += deaf
                 continue
-            for worker in overdue(self.seen, self.loading, now, self.timeout_s):
+            late = overdue(self.seen, self.loading, now, self.timeout_s)
+            if late:
+                await self._judge(late, now)
+
+    async def _judge(self, late: list[str], now: float) -> None:
+        """Workers whose heartbeat is overdue: NATS is asked about each before any is dropped."""
+        answers = await asyncio.gather(*(self._connected(w) for w in late))
+        for worker, connected in zip(late, answers):
+            silent_s = now - self.seen.get(worker, now)
+            if connected:
+                self._answered.add(worker)
+                self.heard(worker)  # alive: only its beat was late
+            elif verdict(connected, silent_s):
+                if connected is None:
+                    log.warning("worker %s silent for %.0f s with a live connection; dropping it", worker, silent_s)
                 await self._drop(worker)
 
     async def _drop(self, worker: str) -> None:
@@ -138,6 +170,7 @@ class WorkerLiveness:
             for worker, connected in zip(workers, answers):
                 if connected:
                     self._answered.add(worker)
+                    self.heard(worker)  # an answer is as good as a beat
                 elif connected is False and worker in self._answered and worker in self.seen:
                     log.warning("worker %s has no connection to NATS any more; dropping it", worker)
                     self.found_by_nats += 1

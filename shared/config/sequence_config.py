@@ -59,6 +59,9 @@ class SequenceConfig:
     preferred_batch_sizes: tuple[int, ...] = ()  # oldest
     controls: tuple[Control, ...] = ()
     states: tuple[State, ...] = ()
+    # `iterative_sequence: true`: a request without a correlation ID starts a sequence of its own,
+    # which lasts while the model reschedules it (core's IterativeSequencer)
+    iterative: bool = False
 
     @property
     def slots_per_instance(self) -> int:
@@ -118,4 +121,5 @@ def sequence_config(config: dict[str, Any]) -> SequenceConfig | None:
         preferred_batch_sizes=tuple(sorted(int(s) for s in strategy.get("preferred_batch_size", []))),
         controls=tuple(_control(ci["name"], c) for ci in doc.get("control_input", []) for c in ci.get("control", [])),
         states=tuple(_state(s) for s in doc.get("state", [])),
+        iterative=bool(doc.get("iterative_sequence", False)),
     )

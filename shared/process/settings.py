@@ -17,6 +17,7 @@ from pydantic import Field, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.config.backend_config import DEFAULT_DIRECTORY
 from shared.memory.footprint import parse_budget
 
 TRUE = {"true", "on", "1", "yes"}
@@ -76,6 +77,12 @@ class GatewaySettings(BusSettings):
     http_restricted_api: list[str] = Field(
         default_factory=list, description="<api>[,<api>...]:<header>=<value>: those APIs need that header (403)"
     )
+    http_header_forward_pattern: str = Field(
+        "", description="HTTP headers whose name matches this regex become request parameters (case-insensitive)"
+    )
+    grpc_header_forward_pattern: str = Field(
+        "", description="gRPC metadata whose key matches this regex becomes request parameters (case-insensitive)"
+    )
     request_timeout_s: float = Field(60.0, description="deadline of a request with no timeout of its own")
     inline_max_bytes: int = Field(65536, description="tensors up to this size travel inside the bus message")
     tensor_transport: Literal["auto", "shm", "bus"] = Field(
@@ -86,6 +93,9 @@ class GatewaySettings(BusSettings):
         False, description="client shared memory (system and CUDA), off unless asked as in Triton"
     )
     cache_bytes: int = Field(0, description="response cache size in bytes (0 = no cache)")
+    cache_redis: list[str] = Field(
+        default_factory=list, description="key=value settings of a Redis response cache (host and port at least)"
+    )
     trace_file: str = Field("", description="file the traces are written to (JSON)")
     trace_level: str = Field("OFF", description="comma separated: OFF, TIMESTAMPS, TENSORS")
     trace_rate: int = Field(1000, description="trace one request in this many")
@@ -186,6 +196,9 @@ class WorkerSettings(BusSettings):
         "(0 = the backend's default: 1 per onnxruntime instance, cores / instances for PyTorch)",
     )
     model_load_thread_count: int = Field(4, ge=1, description="models loaded at once (tritonserver's flag)")
+    model_load_retry_count: int = Field(
+        0, ge=0, description="times a model whose load failed is loaded again before it is UNAVAILABLE"
+    )
     heartbeat_s: float = Field(1.0, description="seconds between the worker's heartbeats to the schedulers")
     models: list[str] = Field(
         default_factory=list, description="host only models matching these globs (none = every model)"
@@ -207,6 +220,14 @@ class WorkerSettings(BusSettings):
         json_schema_extra={"shown": "none"},
     )
     max_loaded_models: int = Field(0, ge=0, description="on-demand mode: models this worker may hold (0 = no limit)")
+    backend_directory: str = Field(
+        DEFAULT_DIRECTORY,
+        description="where backends Shoal does not have built in are looked for: <dir>/<name>/model.py "
+        "(a python-based backend)",
+    )
+    backend_config: list[str] = Field(
+        default_factory=list, description="<backend>,<setting>=<value> or <setting>=<value>, as tritonserver"
+    )
     credits_per_instance: int = Field(
         2,
         description="batches the scheduler may send an instance ahead: the next one waits at the worker "
@@ -238,6 +259,15 @@ class RepositorySettings(BusSettings):
         60.0, description="on-demand mode: a model requested again this soon after its eviction counts as thrash"
     )
     disable_auto_complete_config: bool = Field(False, description="never complete configs from the model files")
+    model_config_name: str = Field(
+        "", description="read <model>/configs/<name>.pbtxt where it exists instead of config.pbtxt (as tritonserver)"
+    )
+    backend_directory: str = Field(
+        DEFAULT_DIRECTORY, description="python-based backends: <dir>/<name>/model.py completes their configs"
+    )
+    backend_config: list[str] = Field(
+        default_factory=list, description="<backend>,<setting>=<value>: default-max-batch-size for auto-complete"
+    )
     strict_model_config: bool = Field(False, description="older name of --disable-auto-complete-config")
     repository_poll_secs: int = Field(15, description="poll mode: rescan interval (file events act sooner)")
     load_timeout_s: float = Field(300.0, description="how long a load request waits for the workers")

@@ -10,6 +10,8 @@ from typing import Any
 
 import msgspec
 
+from shared.wire.records import ModelState
+
 
 class DrainRequest(msgspec.Struct):
     """Repository -> schedulers: answer once nothing is queued or running for this version, or
@@ -70,7 +72,7 @@ class IndexEntry(msgspec.Struct, omit_defaults=True):
 
     name: str
     version: str = ""
-    state: str = ""
+    state: ModelState | None = None
     reason: str = ""
     warmup_ms: float | None = None  # the slowest instance's warmup
     memory_bytes: int | None = None  # what its instances took at load, summed over workers

@@ -195,6 +195,7 @@ class RequestDone(msgspec.Struct, omit_defaults=True):
     rid: str
     ok: bool
     response: bytes = b""  # the encoded InferResponse, only with reply_via_scheduler
+    rescheduled: bool = False  # released with RESCHEDULE: not answered, it runs again (iterative sequences)
 
 
 class InstanceFree(msgspec.Struct, omit_defaults=True):

@@ -4,6 +4,7 @@ their instances, and the clients' shared-memory regions."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 import msgspec
@@ -29,8 +30,24 @@ class ShmRegion(msgspec.Struct, omit_defaults=True):
     device_id: int = 0
 
 
-class ModelVersionState(msgspec.Struct, omit_defaults=True):
-    state: str  # READY, LOADING, UNAVAILABLE, UNLOADING, UNKNOWN
+class ModelState(StrEnum):
+    """A model version's state, Triton's names (its repository index and `ModelReady`): on the wire
+    as the name itself, and equal to it as a string."""
+
+    UNKNOWN = "UNKNOWN"
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+
+
+UNLOADED = "unloaded"  # the reason of a version unloaded on purpose (not a failure)
+
+
+class ModelVersionState(msgspec.Struct, omit_defaults=True, frozen=True):
+    """A version's state as clients see it, and why when it is not READY (replaced, never edited)."""
+
+    state: ModelState
     reason: str = ""
 
 
@@ -59,6 +76,10 @@ class ModelRecord(msgspec.Struct, omit_defaults=True):
     def active_config(self) -> dict[str, Any]:
         return self.serving_config or self.config
 
+    def any_version(self, state: ModelState) -> bool:
+        """Whether a version of it is in `state`."""
+        return any(s.state == state for s in self.versions.values())
+
 
 class InstanceRecord(msgspec.Struct, omit_defaults=True):
     """A worker's report on its instances of one model version (KV `shoal-instances`)."""
@@ -67,7 +88,7 @@ class InstanceRecord(msgspec.Struct, omit_defaults=True):
     model: str
     version: int
     generation: int  # the generation last loaded or tried
-    state: str  # of that generation: READY, LOADING, UNAVAILABLE
+    state: ModelState  # of that generation: READY, LOADING or UNAVAILABLE
     reason: str = ""
     count: int = 0
     serving_generation: int = 0  # generation of the instances serving now (0 = none)

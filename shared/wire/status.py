@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
+from shared.wire.records import ModelState
+
 
 class GatewayStatus(msgspec.Struct):
     http: str  # address:port
@@ -67,7 +69,7 @@ class WorkerStatus(msgspec.Struct):
 class RepositoryStatus(msgspec.Struct):
     repository: str  # its root directory
     mode: str  # --model-control-mode
-    models: dict[str, dict[str, str]]  # model -> version -> state
+    models: dict[str, dict[str, ModelState]]  # model -> version -> state
 
 
 Status = GatewayStatus | SchedulerStatus | WorkerStatus | RepositoryStatus

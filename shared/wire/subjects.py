@@ -69,6 +69,9 @@ def infer(model: str) -> str:
 # A scheduler acknowledges the request groups it takes with a message on `held_groups(inbox)`
 # carrying this header; its value is the scheduler's liveness subject (see shared/bus/holders.py).
 HELD_BY_HEADER = "Shoal-Held-By"
+# a scheduler whose connection to NATS was lost and is back says so (header: HELD_BY_HEADER): groups
+# on their way to it then were lost in its dead node (shared/bus/holders.py)
+SCHEDULER_RECONNECTED = f"{PREFIX}.sched.reconnected"
 
 
 def scheduler_alive(scheduler_id: str, incarnation: str) -> str:

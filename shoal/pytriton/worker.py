@@ -126,7 +126,7 @@ class InProcessWorker:
         if record is not None and record.hosted and _fingerprint(record.config) == _fingerprint(binding.config()):
             # loaded already by another process with this very binding: host it as it is (the worker
             # saw the record before the function was registered, so it has to look again)
-            await self.service.host.apply(binding.name, record)
+            await self.service.lifecycle.apply(binding.name, record)
             if await self._wait_serving(binding.name, binding.version, deadline):
                 return
         parameters = {
@@ -149,7 +149,7 @@ class InProcessWorker:
 
     async def _wait_serving(self, name: str, version: int, deadline: float) -> bool:
         while time.monotonic() < deadline:
-            loaded = self.service.host.models.get((name, version))
+            loaded = self.service.lifecycle.models.get((name, version))
             if loaded is not None and loaded.ready and not loaded.retired:
                 return True
             await asyncio.sleep(0.05)
@@ -188,10 +188,10 @@ class InProcessWorker:
     async def _withdraw(self, binding: Binding, timeout: float) -> None:
         """Give back our instances' credits, then wait for the batches they run to finish."""
         key = (binding.name, binding.version)
-        loaded = self.service.host.models.get(key)
+        loaded = self.service.lifecycle.models.get(key)
         if loaded is None:
             return
-        await self.service.host.unload(key)
+        await self.service.lifecycle.unload(key)
         deadline = time.monotonic() + timeout
         while any(instance.busy for instance in loaded.instances) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)

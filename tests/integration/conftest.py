@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,3 +42,17 @@ def with_shm(test_repository: Any) -> Iterator[Running]:
     """A cluster that allows client shared memory (`--allow-client-shm`), one per module."""
     with running_cluster(test_repository, allow_client_shm=True) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def perf_analyzer() -> str:
+    """Triton's perf_analyzer (benchmarks/get_perf_analyzer.sh fetches it); skipped, saying why, where it cannot be."""
+    root = Path(__file__).resolve().parents[2]
+    binary = root / "benchmarks" / ".tools" / "perf_analyzer"
+    if not binary.exists():
+        fetched = subprocess.run(
+            ["bash", str(root / "benchmarks" / "get_perf_analyzer.sh")], capture_output=True, text=True, timeout=600
+        )
+        if fetched.returncode != 0 or not binary.exists():
+            pytest.skip(f"perf_analyzer could not be fetched: {fetched.stderr[-500:]}")
+    return str(binary)

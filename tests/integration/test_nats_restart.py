@@ -17,7 +17,7 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
-from services.scheduler.service import IN_TRANSIT_S
+from services.scheduler.holdings import IN_TRANSIT_S
 from shared.process.natsserver import NatsServer
 from tests.cluster import identity_config, running_cluster
 from tests.proxy import proxy_to

@@ -8,25 +8,10 @@ fetched the tests skip and say why.
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from tests.cluster import running_cluster
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def perf_analyzer() -> str:
-    binary = ROOT / "benchmarks" / ".tools" / "perf_analyzer"
-    if not binary.exists():
-        fetched = subprocess.run(
-            ["bash", str(ROOT / "benchmarks" / "get_perf_analyzer.sh")], capture_output=True, text=True, timeout=600
-        )
-        if fetched.returncode != 0 or not binary.exists():
-            pytest.skip(f"perf_analyzer could not be fetched: {fetched.stderr[-500:]}")
-    return str(binary)
 
 
 @pytest.fixture(scope="module")

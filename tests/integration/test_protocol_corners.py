@@ -92,6 +92,20 @@ def test_shape_overflowing_int64_is_400(shoal, shape):
     )
 
 
+def test_json_byte_size_overflowing_int64_gets_tritons_text(shoal):
+    """qa/L0_http test_overflow's second payload (issue 38 item 3): [4, 2**60 + 2] FP32 elements fit
+    int64, their bytes do not; Triton checks that before it reads `data` (http_server.cc)."""
+    shape = [2**2, 2**60 + 2]
+    got, raw = infer_json(
+        shoal.url, "identity_fp32", [{"name": "INPUT0", "shape": shape, "datatype": "FP32", "data": [1.0]}]
+    )
+    assert got == 400, raw
+    assert error_of(raw) == (
+        f"byte size overflow for input 'INPUT0': element count ({4 * (2**60 + 2)}) * data type size (4) "
+        "exceeds maximum allowed size (9223372036854775807)"
+    )
+
+
 # -- item 9: an output asked for twice ---------------------------------------------------------
 def test_same_output_twice_is_400(client):
     a = np.arange(16, dtype=np.int32).reshape(1, 16)

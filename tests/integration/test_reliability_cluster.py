@@ -14,6 +14,7 @@ import tritonclient.http as httpclient
 from onnx import TensorProto
 
 from services.repository import examples
+from shared.process.natsserver import NatsCluster
 from tests.cluster import identity_config, running_cluster
 from tests.serving import record_until, wait_until
 
@@ -23,6 +24,11 @@ TIMEOUT_S = 5
 def connections(node) -> int:
     with urllib.request.urlopen(f"http://127.0.0.1:{node.monitor_port}/varz", timeout=5) as response:
         return int(json.loads(response.read())["connections"])
+
+
+def scheduler_on(node) -> bool:
+    """Whether the scheduler's connection is on this node (nats-server's /connz names clients)."""
+    return any(c.get("name", "").startswith("shoal-scheduler") for c in node.monitor("connz")["connections"] or [])
 
 
 def load(url: str, stop: threading.Event, results: list) -> None:
@@ -100,3 +106,76 @@ def test_losing_one_of_three_nats_nodes_under_load(tmp_path):
         # can trail the load's answer by a moment (docs/reliability.md, known limits)
         wait_until(lambda: client.is_model_ready("second"), 5, "'second' not ready after its load")
         client.close()
+
+
+def node_loss_under_load(url: str, victim) -> list:
+    """SIGKILL `victim` while 4 clients infer; every request's (started, ended, ok, error) once the
+    load ran on for a while after the first success past the loss."""
+    results: list = []
+    stop = threading.Event()
+    clients = [threading.Thread(target=load, args=(url, stop, results)) for _ in range(4)]
+    for thread in clients:
+        thread.start()
+    try:
+        wait_until(lambda: sum(ok for *_, ok, _ in results) > 50, 30, "no load before the node loss")
+        killed = time.monotonic()
+        victim.kill()
+        wait_until(lambda: any(ok and s > killed + 1 for s, _, ok, _ in results), 30, "no success after the loss")
+        recovered = len(results)
+        wait_until(lambda: len(results) > recovered + 50, 30, "no load after the recovery")
+    finally:
+        stop.set()
+        for thread in clients:
+            thread.join(60)
+    return results
+
+
+def streams_settled(nodes) -> bool:
+    """Every JetStream stream has a leader that sees all its replicas current (a restarted node has
+    caught up): the next node loss finds the cluster whole."""
+    streams: dict[str, bool] = {}
+    for node in nodes:
+        for account in node.monitor("jsz?streams=true").get("account_details") or []:
+            for stream in account.get("stream_detail") or []:
+                cluster = stream.get("cluster") or {}
+                streams.setdefault(stream["name"], False)
+                if cluster.get("leader") == node.name:  # only the leader knows its followers' state
+                    streams[stream["name"]] = all(r.get("current") for r in cluster.get("replicas") or [])
+    return bool(streams) and all(streams.values())
+
+
+@pytest.mark.timeout(300)
+def test_losing_the_schedulers_nats_node_leaves_no_request_to_its_deadline(tmp_path):
+    """As in docker-compose.nats-cluster.yml: the scheduler is a process of its own, on another
+    node than the gateway and the worker, and that node dies under load (twice: the scheduler is
+    on another node the second time). Request groups on their way to the scheduler were lost in
+    the node, batches on their way to the worker too, and the scheduler gave up the credits of a
+    model whose lease came back while it drained; requests then waited for their 30 s deadline
+    (issue 37: 4 of 5 compose runs). Now every request ends within seconds: answered (sent again
+    if need be), or a clear 503."""
+    examples.write_model(
+        tmp_path, "first", examples.identity_graph(TensorProto.FLOAT, 2, "first"), identity_config("first", "FP32")
+    )
+    with NatsCluster(3) as nats_cluster:
+        home, victim = nats_cluster.nodes[0], nats_cluster.nodes[1]
+        with running_cluster(
+            tmp_path,
+            nats_server=nats_cluster,
+            shape="standalone",
+            nats_urls={"gateway": home.url, "worker": home.url, "repository": home.url, "scheduler": victim.url},
+            request_timeout_s=30,
+        ) as running:
+            for round in range(2):
+                results = node_loss_under_load(running.url, victim)
+                slowest = max(end - started for started, end, *_ in results)
+                failures = [error for *_, ok, error in results if not ok]
+                print(
+                    f"round {round}: {len(results)} requests, {len(failures)} failed {failures[:3]}, slowest {slowest:.2f}s"
+                )
+                assert slowest < 5, f"a request took {slowest:.1f}s (deadline 30 s): left to its deadline"
+                assert len(failures) <= 1, failures
+                assert all(e.startswith("503") for e in failures), failures
+                victim.start()  # back, and caught up, for the next round
+                victim.wait_healthy(60)
+                wait_until(lambda: streams_settled(nats_cluster.nodes), 60, "the streams caught up")
+                victim = next(n for n in nats_cluster.nodes if scheduler_on(n))

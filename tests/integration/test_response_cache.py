@@ -1,8 +1,14 @@
-"""The response cache: an identical request answers without executing; shapes are in the key."""
+"""The response cache: an identical request answers without executing; shapes are in the key.
+Each test runs against Triton's `local` cache and against its `redis` cache (issue 38 item 7),
+the latter on a real redis-server the tests start on a free port."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import time
 import urllib.request
+import uuid
 
 import numpy as np
 import pytest
@@ -11,11 +17,45 @@ from onnx import TensorProto
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.repository import examples
+from shared.process.natsserver import free_port
 from tests.cluster import identity_config, running_cluster
+from tests.serving import wait_until
+
+REDIS_SERVER = shutil.which("redis-server")
 
 
 @pytest.fixture(scope="module")
-def cached(tmp_path_factory):
+def redis_port(tmp_path_factory):
+    """A real redis-server (Debian's package, which .ci/run installs) on a free port."""
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (Debian's package redis-server; .ci/run installs it)")
+    import redis
+
+    port = free_port()
+    directory = tmp_path_factory.mktemp("redis")
+    process = subprocess.Popen(
+        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(directory)],
+        stdout=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                raise
+            time.sleep(0.05)  # polling a condition (the server answers) with a deadline
+    yield port
+    client.close()
+    process.terminate()
+    process.wait(10)
+
+
+@pytest.fixture(scope="module", params=["local", "redis"])
+def cached(request, tmp_path_factory):
     root = tmp_path_factory.mktemp("cache")
     examples.write_model(
         root,
@@ -29,8 +69,21 @@ def cached(tmp_path_factory):
         examples.identity_graph(TensorProto.FLOAT, 2, "uncached"),
         identity_config("uncached", "FP32", 8),
     )
-    with running_cluster(root, cache_bytes=1 << 20) as running:
+    if request.param == "local":
+        cache: dict = {"cache_bytes": 1 << 20}
+    else:
+        port = request.getfixturevalue("redis_port")
+        cache = {"cache_redis": ["host=127.0.0.1", f"port={port}", f"db={_next_db()}"], "gateways": 2}
+    with running_cluster(root, **cache) as running:
         yield running
+
+
+_dbs = iter(range(1, 16))
+
+
+def _next_db() -> int:
+    """A Redis database of its own per cluster: nothing cached by an earlier one is seen."""
+    return next(_dbs)
 
 
 def infer(client, model: str, value: np.ndarray) -> np.ndarray:
@@ -47,8 +100,13 @@ def test_identical_request_is_answered_from_the_cache(cached):
     client = httpclient.InferenceServerClient(cached.url)
     value = np.arange(8, dtype=np.float32).reshape(1, 8)
     np.testing.assert_array_equal(infer(client, "cached", value), value)
+    # the gateway tells the model's scheduler of each hit and miss by a message (the scheduler of
+    # another gateway, with two): the statistics show them a moment later
+    wait_until(lambda: stats(client, "cached")["inference_stats"]["cache_miss"]["count"] >= 1, 10, "the miss")
     first = stats(client, "cached")
     np.testing.assert_array_equal(infer(client, "cached", value), value)
+    hits = first["inference_stats"]["cache_hit"]["count"]
+    wait_until(lambda: stats(client, "cached")["inference_stats"]["cache_hit"]["count"] > hits, 10, "the hit")
     second = stats(client, "cached")
     assert second["execution_count"] == first["execution_count"]  # not executed again
     assert second["inference_count"] == first["inference_count"]
@@ -79,3 +137,21 @@ def test_cache_metrics(cached):
     hits = [s for s in families["nv_cache_num_hits_per_model"].samples if s.labels["model"] == "cached"]
     assert hits and hits[0].value >= 1
     assert not [s for s in families["nv_cache_num_hits_per_model"].samples if s.labels["model"] == "uncached"]
+
+
+def test_gateways_share_the_redis_cache(cached, request):
+    """With `--cache-config redis,...` a request first answered through one gateway is a hit
+    through another (the local cache is per gateway)."""
+    if not cached.cluster.more_gateways:
+        pytest.skip("the local cache is per gateway")
+    other = httpclient.InferenceServerClient(f"127.0.0.1:{cached.cluster.more_gateways[0].http_port}")
+    first = httpclient.InferenceServerClient(cached.url)
+    value = np.full((1, 7), float(uuid.uuid4().int % 1000), np.float32)
+    before = stats(first, "cached")
+    np.testing.assert_array_equal(infer(first, "cached", value), value)
+    executed = before["execution_count"] + 1
+    wait_until(lambda: stats(first, "cached")["execution_count"] == executed, 10, "the execution")
+    hits = stats(first, "cached")["inference_stats"]["cache_hit"]["count"]
+    np.testing.assert_array_equal(infer(other, "cached", value), value)
+    wait_until(lambda: stats(first, "cached")["inference_stats"]["cache_hit"]["count"] > hits, 10, "the hit")
+    assert stats(first, "cached")["execution_count"] == executed

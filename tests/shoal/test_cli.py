@@ -42,14 +42,14 @@ def test_tritonserver_flag_forms():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--grpc-infer-thread-count=4"], "--grpc-infer-thread-count is not supported"),
+        (["--host-policy=numa,cpu-cores=0-1"], "--host-policy is not supported"),
         (["--grpc-restricted-protocol=inference"], "expects <protocols>:<key>=<value>"),
         (["--grpc-restricted-protocol=nope:k=v"], "unknown restricted protocol 'nope'"),
         (["--grpc-use-ssl=true"], "needs --grpc-server-cert and --grpc-server-key"),
-        (["--cache-config", "redis,host=x"], "only the 'local' cache"),
+        (["--cache-config", "redis,host=x"], "--cache-config redis: 'port' is required"),
         (["--cache-config", "local,size=10", "--response-cache-byte-size=5"], "can not be used together"),
         (["--allow-http=false"], "--allow-http=false is not supported"),
-        (["--http-thread-count=4"], "--http-thread-count is not supported"),
+        (["--repoagent-directory=/agents"], "--repoagent-directory is not supported"),
         (["--trace-config", "level=TENSORS"], "TENSORS is not supported"),
         (["--load-model=simple"], "only allowed with --model-control-mode=explicit"),
         (["--model-control-mode=explicit", "--load-model=*", "--load-model=a"], "must be the only"),

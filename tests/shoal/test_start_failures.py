@@ -14,6 +14,10 @@ from tests.shoal.serving import one_model_repository, serve
 
 # Triton's qa/L0_metrics passes this value (its second pair reads as 0.1:0.0) and expects a server
 TRITON_QA_QUANTILES = "0.1:0.0.1,0.7:0.01,0.75:0.01"
+SUMMARY_FAMILIES = [
+    f"nv_inference_{kind}_summary_us"
+    for kind in ("request", "queue", "compute_input", "compute_infer", "compute_output")
+]
 
 
 def test_tritons_custom_quantiles_start_and_label_the_summaries(tmp_path):
@@ -26,19 +30,28 @@ def test_tritons_custom_quantiles_start_and_label_the_summaries(tmp_path):
     )
     with serve(repository, tmp_path / "cache", *flags) as running:
         running.wait_for("Started Metrics Service")
-        client = httpclient.InferenceServerClient(f"127.0.0.1:{running.http_port}")
-        tensor = httpclient.InferInput("INPUT0", [1, 2], "FP32")
-        tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
-        client.infer("q", [tensor])
 
         def metrics() -> str:
             with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
                 return response.read().decode()
 
+        def quantiles(text: str, family: str) -> dict[str, str]:
+            prefix = f'{family}{{model="q",version="1",quantile="'
+            return dict(line[len(prefix) :].split('"} ') for line in text.splitlines() if line.startswith(prefix))
+
+        # qa/L0_metrics test_summaries_custom_quantiles reads /metrics before any request (issue 38
+        # item 1): each family carries exactly the quantiles asked for, NaN until observed (prometheus-cpp)
         wait_until(lambda: "nv_inference_request_summary_us_count" in metrics(), 30, "the request summary")
         text = metrics()
-        for quantile in ("0.1", "0.7", "0.75"):
-            assert f'nv_inference_request_summary_us{{model="q",version="1",quantile="{quantile}"}}' in text
+        for family in SUMMARY_FAMILIES:
+            assert quantiles(text, family) == {"0.1": "NaN", "0.7": "NaN", "0.75": "NaN"}, (family, text)
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{running.http_port}")
+        tensor = httpclient.InferInput("INPUT0", [1, 2], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
+        client.infer("q", [tensor])
+        wait_until(lambda: 'nv_inference_request_summary_us_count{model="q",version="1"} 1' in metrics(), 30, "one")
+        observed = quantiles(metrics(), "nv_inference_request_summary_us")
+        assert sorted(observed) == ["0.1", "0.7", "0.75"] and all(float(v) > 0 for v in observed.values()), observed
 
 
 def test_a_service_that_cannot_start_ends_the_serve_at_once(tmp_path):

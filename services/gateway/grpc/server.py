@@ -108,6 +108,7 @@ async def start(settings: GatewaySettings, server: InferenceServer) -> Listener:
         server,
         restrictions(settings.grpc_restricted_protocol),
         compress=settings.grpc_infer_response_compression_level != "none",
+        header_forward_pattern=settings.grpc_header_forward_pattern,
     )
     if settings.grpc_server == "grpcio":
         return await _start_grpcio(settings, service)

@@ -18,6 +18,7 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from inference.header_forwarding import forwarder
 from inference.on_demand import request_timeout_s
 from inference.server import InferenceServer
 from services.gateway.grpc import convert
@@ -108,14 +109,24 @@ def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
     return wrapped
 
 
+def _metadata(context: Any) -> list[tuple[str, str]]:
+    """The call's metadata as (key, text value) pairs (binary `-bin` values left out)."""
+    return [(key, value) for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)]
+
+
 class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(
-        self, server: InferenceServer, restrictions: Restrictions | None = None, compress: bool = False
+        self,
+        server: InferenceServer,
+        restrictions: Restrictions | None = None,
+        compress: bool = False,
+        header_forward_pattern: str = "",
     ) -> None:
         self.server = server
         self.core = server.core
         self.restrictions = restrictions or {}
         self.compress = compress
+        self.forward = forwarder(header_forward_pattern)
 
     def check_allowed(self, rpc: str, context: grpc.aio.ServicerContext) -> None:
         restriction = self.restrictions.get(CATEGORY[rpc])
@@ -161,6 +172,8 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         spec, version = await self._resolve(request)
         parsed, _ = convert.parse_infer(request)
+        if self.forward is not None:
+            self.forward.forward(_metadata(context), parsed.parameters)
         answer = await self.core.infer(spec, version, parsed, endpoint=MODEL_INFER)
         if self.compress:
             context.set_compression(grpc.Compression.Gzip)
@@ -182,11 +195,15 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Many requests on one stream, each answered as its responses come (in any order,
-        matched by id); a failed request is an error message on the stream, which goes on."""
+        matched by id); a failed request is an error message on the stream, which goes on. With
+        the stream's metadata `triton_grpc_error: true` (Triton's error mode for streams) the first
+        error ends the stream instead, as a gRPC status with the error's code and text."""
         try:
             self.check_allowed("ModelStreamInfer", context)
         except ShoalError as exc:
             await context.abort(convert.status_code(exc), exc.message)
+        metadata = _metadata(context)
+        error_mode = any(key == "triton_grpc_error" and value == "true" for key, value in metadata)
         if self.compress:
             context.set_compression(grpc.Compression.Gzip)
         loop = asyncio.get_running_loop()  # once per stream: in Python 3.11 each look-up is a getpid system call
@@ -197,7 +214,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
-                async for message in self._stream_answers(request):
+                async for message in self._stream_answers(request, metadata):
                     out.put_nowait(message)
             finally:
                 out.put_nowait(done)
@@ -220,30 +237,39 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 if item is done:
                     pending -= 1
                     continue
+                if isinstance(item, tuple):  # (error, request): a failed request
+                    error, failed = item
+                    if error_mode:
+                        await context.abort(convert.status_code(error), error.message)
+                    item = convert.stream_error(error, failed)
                 yield item
         finally:  # the client closed or cancelled the stream: requests still queued leave their queues
             reader.cancel()
             for task in list(tasks):
                 task.cancel()
 
-    async def _stream_answers(self, request: pb.ModelInferRequest) -> AsyncIterator[pb.ModelStreamInferResponse]:
+    async def _stream_answers(
+        self, request: pb.ModelInferRequest, metadata: list[tuple[str, str]]
+    ) -> AsyncIterator[pb.ModelStreamInferResponse | tuple[ShoalError, pb.ModelInferRequest]]:
         try:
             spec, version = await self._resolve(request)
             parsed, empty_final = convert.parse_infer(request)
+            if self.forward is not None:
+                self.forward.forward(metadata, parsed.parameters)
             if not spec.decoupled:
                 answer = await self.core.infer(spec, version, parsed, endpoint=MODEL_INFER)
                 yield pb.ModelStreamInferResponse(infer_response=convert.infer_response(answer, stream=True))
                 return
             async for item in self.core.stream(spec, version, parsed, empty_final=empty_final):
                 if isinstance(item, ShoalError):
-                    yield convert.stream_error(item, request)
+                    yield item, request
                 else:
                     yield pb.ModelStreamInferResponse(infer_response=convert.infer_response(item, stream=True))
         except ShoalError as exc:
-            yield convert.stream_error(exc, request)
+            yield exc, request
         except Exception as exc:  # a bug fails this request, not the stream
             log.exception("unhandled error on a stream request")
-            yield convert.stream_error(ShoalError(f"internal error: {exc}", Code.INTERNAL), request)
+            yield ShoalError(f"internal error: {exc}", Code.INTERNAL), request
 
     # -- model repository -------------------------------------------------------------------
     @_rpc

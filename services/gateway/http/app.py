@@ -71,7 +71,11 @@ def _shm_routes(h: Handlers) -> list[Route]:
 
 
 def build_app(
-    server: InferenceServer, max_input_size: int, restricted_api: list[str] | None = None, lifespan=None
+    server: InferenceServer,
+    max_input_size: int,
+    restricted_api: list[str] | None = None,
+    lifespan=None,
+    header_forward_pattern: str = "",
 ) -> restricted.HttpApp:
     h = Handlers(server, max_input_size)
     routes = [
@@ -97,4 +101,5 @@ def build_app(
             Route(base + "/generate_stream", triton_errors(h.generate_stream), methods=["POST"]),
         ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _not_found}, lifespan=lifespan)
-    return restricted.wrap(InferFastPath(server.core, max_input_size, app), restricted_api or [])
+    fast = InferFastPath(server.core, max_input_size, app, header_forward_pattern)
+    return restricted.wrap(fast, restricted_api or [])

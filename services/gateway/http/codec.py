@@ -17,7 +17,7 @@ import orjson
 import rapidjson
 
 from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
-from inference.validation import check_shape
+from inference.validation import check_json_byte_size, check_shape
 from services.gateway.http.json_data import json_tensor_bytes
 from shared.config.datatypes import DATATYPES, element_count, element_size, numpy_dtype
 from shared.config.model_config import ModelSpec
@@ -306,6 +306,8 @@ def _parse_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTensor
         if offset + size > len(binary):
             raise invalid(f"unexpected size for input '{name}', expecting {size} additional bytes")
         return InputTensor(name, datatype, shape, binary[offset : offset + size], params), offset + size
+    if datatype != "BYTES":
+        check_json_byte_size(name, datatype, shape, element_size(datatype))
     return InputTensor(name, datatype, shape, json_tensor_bytes(name, datatype, shape, raw["data"]), params), offset
 
 

@@ -8,15 +8,17 @@ saves a measurable share of the gateway's CPU per request (docs/performance.md).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 import orjson
 
 from inference.core import InferenceCore
+from inference.header_forwarding import forwarder
 from inference.on_demand import request_timeout_s
 from services.gateway.http import codec
 from services.gateway.http.protocol import Disconnect
@@ -35,7 +37,13 @@ class _HTTPError(Exception):
 
 
 async def infer(
-    core: InferenceCore, model: str, version: str, headers: dict[str, str], body: bytes, limit: int
+    core: InferenceCore,
+    model: str,
+    version: str,
+    headers: dict[str, str],
+    body: bytes,
+    limit: int,
+    forward: Callable[[dict], None] | None = None,
 ) -> tuple[bytes, dict[str, str]]:
     """One inference: request bytes and headers in, response bytes and headers out."""
     started = time.monotonic_ns()
@@ -55,6 +63,8 @@ async def infer(
             spec, resolved = found
         else:  # loads it, bounded by the request's own timeout (docs/models.md, "Models on demand")
             spec, resolved = await core.load_on_demand(model, version, found, request_timeout_s(parsed.parameters))
+    if forward is not None:  # --http-header-forward-pattern: matching headers become parameters
+        forward(parsed.parameters)
     answer = await core.infer(spec, resolved, parsed, started_ns=started)
     content, json_length = codec.encode_response(model, resolved, parsed.id, answer.outputs, answer.parameters)
     out_headers = {"content-type": "application/json"}
@@ -80,10 +90,19 @@ class InferFastPath:
     services/gateway/http/protocol.py: the one way in for inference, which skips uvicorn's ASGI
     request cycle); every other request goes to the Starlette app through ASGI."""
 
-    def __init__(self, core: InferenceCore, max_input_size: int, app: Any) -> None:
+    def __init__(self, core: InferenceCore, max_input_size: int, app: Any, forward_pattern: str = "") -> None:
         self.core = core
         self.limit = max_input_size
         self.app = app
+        self.forward = forwarder(forward_pattern)
+
+    def _forwarding(self, headers: Iterable[tuple[bytes, bytes]]) -> Callable[[dict], None] | None:
+        """What adds the request's forwarded headers to its parameters (every header, not only
+        those `header_dict` keeps), or None without a pattern."""
+        if self.forward is None:
+            return None
+        decoded = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
+        return functools.partial(self.forward.forward, decoded)
 
     def claim(self, method: str, path: str) -> tuple[str, str] | None:
         """(model, version) of a request the protocol hands to `respond`."""
@@ -120,7 +139,7 @@ class InferFastPath:
             if size > self.limit:
                 raise self._size_error(size, named)
             content, out_headers = await _until_lost(
-                infer(self.core, model, version, named, body, self.limit), disconnect
+                infer(self.core, model, version, named, body, self.limit, self._forwarding(headers)), disconnect
             )
             log.debug("infer '%s' done", model)
             return 200, content, out_headers

@@ -141,6 +141,12 @@ _CACHE: tuple[tuple[str, str, Callable[[InferenceStats], float]], ...] = (
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
+def quantile_label(q: float) -> str:
+    """A quantile as prometheus-cpp writes its label (Triton's metrics): a double at 16 significant
+    digits, the shortest form (0.5, 0.999, 1e-05)."""
+    return f"{q:.16g}"
+
+
 def _summaries(entries: Entries, options: MetricsOptions) -> list[str]:
     lines: list[str] = []
     for name, doc, kind in _SUMMARIES:
@@ -148,9 +154,9 @@ def _summaries(entries: Entries, options: MetricsOptions) -> list[str]:
         for (model, version), value in entries:
             labels = {"model": model, "version": version}
             points = value.latency.quantiles.get(kind, {})
-            for q, _error in options.quantiles:
-                if str(q) in points:
-                    lines.append(f"{name}{label_text({**labels, 'quantile': str(q)})} {points[str(q)]:g}")
+            for q, _error in options.quantiles:  # every quantile asked for, NaN before any observation
+                value_text = f"{points[str(q)]:g}" if str(q) in points else "NaN"
+                lines.append(f"{name}{label_text({**labels, 'quantile': quantile_label(q)})} {value_text}")
             total = _SUMMARY_TOTALS[kind](value.stats.inference_stats)
             lines.append(f"{name}_sum{label_text(labels)} {total.ns / 1000:g}")
             lines.append(f"{name}_count{label_text(labels)} {total.count}")

@@ -70,6 +70,9 @@ class Credits:
         flight = self.flights.end((free.worker, free.batch_id))  # as `_end` does, written out: the hot path
         if flight is None:
             return
+        for done in free.done:  # before the discipline hears the batch ended: these go back to it
+            if done.rescheduled:
+                flight.rescheduled.add(done.rid)
         self.pump.ended(flight)
         now_ns = time.time_ns()
         headers = {p.header.rid: p.header for p in flight.live}
@@ -77,7 +80,7 @@ class Credits:
             self._record_batch(queue, free, flight)
         for done in free.done:
             header = headers.pop(done.rid, None)
-            if header is None:
+            if header is None or done.rescheduled:  # (a rescheduled request is queued again, unanswered)
                 continue
             queue.stats.record_request(done.ok, now_ns - header.received_ns)
             await self.answers.finish(queue, header, done.response or None)

@@ -1,7 +1,7 @@
 """How one model version's queue is served, as the pump sees it: one small interface per side.
 
 `Discipline` is what the pump calls; each kind of queue is one object behind it, made for the
-version's config by `services/scheduler/disciplines.py`:
+version's config by `services/scheduler/discipline_factory.py`:
 - `batching/dynamic.py` `DynamicBatcher`: Triton's dynamic batcher, and its default scheduler
   (batches of one: the same queue, priorities and timeouts with `BatchPolicy.dynamic` off);
 - `sequences/sequence_batcher.py` `SequenceBatcher`: Triton's sequence batcher (slots, backlog,

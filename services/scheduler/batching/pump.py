@@ -37,8 +37,8 @@ from shared.wire.messages import ExecBatch, RequestHeader, SeqControl, encode
 log = logging.getLogger("shoal.scheduler")
 
 
-class Disciplines(Protocol):
-    """Which discipline serves a version with this config (`services/scheduler/disciplines.py`)."""
+class DisciplineChooser(Protocol):
+    """Which discipline serves a version with this config (`services/scheduler/discipline_factory.py`)."""
 
     def choose(self, key: Key, spec: ModelSpec | None, host: Host) -> Discipline: ...
 
@@ -51,7 +51,7 @@ class Pump:
         tasks: Tasks,
         flights: Flights,
         answers: Answers,
-        disciplines: Disciplines,
+        chooser: DisciplineChooser,
         local_inbox: str = "",
     ) -> None:
         self.nc = nc
@@ -63,7 +63,7 @@ class Pump:
         self.tasks = tasks
         self.flights = flights
         self.answers = answers
-        self.disciplines = disciplines
+        self.chooser = chooser
         self.queues: dict[Key, ModelQueue] = {}
 
     # -- queues ---------------------------------------------------------------------
@@ -71,7 +71,7 @@ class Pump:
         key = (model, version)
         queue = self.queues.get(key)
         if queue is None:
-            queue = self.queues[key] = ModelQueue(key, self.disciplines.choose(key, None, self))
+            queue = self.queues[key] = ModelQueue(key, self.chooser.choose(key, None, self))
         return queue
 
     def find(self, key: Key) -> ModelQueue | None:
@@ -91,7 +91,7 @@ class Pump:
         queue.needs = instance_needs(spec.config)
         self.limiter.learn(queue.needs)
         if not queue.discipline.adopt(spec):
-            old, queue.discipline = queue.discipline, self.disciplines.choose(queue.key, spec, self)
+            old, queue.discipline = queue.discipline, self.chooser.choose(queue.key, spec, self)
             self.spawn(old.retire(queue))
 
     def idle(self, key: Key) -> bool:

@@ -46,7 +46,7 @@ from shared.errors import Code, ShoalError
 from shared.process.logcontext import request_ids
 from shared.wire import subjects
 from shared.wire.messages import InferRequest, InferResponse, TensorRef, encode
-from shared.wire.records import ModelRecord
+from shared.wire.records import ModelRecord, ModelState
 from shared.wire.statistics import SchedulerStatistics, StepStats
 
 log = logging.getLogger("shoal.scheduler.ensemble")
@@ -101,7 +101,7 @@ class EnsembleRunner:
             self._derive_decoupled()
             return
         self.specs[name] = spec_from_json(config)
-        self.ready[name] = sorted(int(v) for v, s in record.versions.items() if s.state == "READY")
+        self.ready[name] = sorted(int(v) for v, s in record.versions.items() if s.state == ModelState.READY)
         if is_ensemble(config):
             self.graphs[name] = graph_from_config(config)
         else:

@@ -10,6 +10,7 @@ touches tensor bytes.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,9 @@ from shared.wire.messages import InferResponse, RequestHeader, SeqControl, Seque
 log = logging.getLogger("shoal.scheduler.sequences")
 
 Publish = Callable[[str, bytes], Awaitable[None]]
+# correlation ids an iterative sequence batcher gives requests that have none (core counts from 1;
+# these stay clear of the ids clients choose, and fit a UINT64 CORRID control)
+ITERATIVE_IDS_FROM = 1 << 62
 
 
 class SequenceBatcher:
@@ -39,6 +43,7 @@ class SequenceBatcher:
         self.book = SequenceBook(model, config.slots_per_instance, config.idle_us / 1e6)
         self.reaper: asyncio.TimerHandle | None = None  # the next idle check
         self.retired = False
+        self._iterative_ids = itertools.count(ITERATIVE_IDS_FROM)
 
     def adopt(self, spec: ModelSpec) -> bool:
         """A reload with the same slots keeps the live sequences; other slots end them."""
@@ -87,6 +92,10 @@ class SequenceBatcher:
     async def admit(self, queue: ModelQueue, pending: Pending) -> bool:
         """Queue a request in its sequence, or answer it with Triton's error."""
         header, model, book = pending.header, queue.key[0], self.book
+        if self.config.iterative and header.sequence_id in (0, ""):
+            # core's IterativeSequencer: a request without a correlation id starts a sequence of its own
+            header.sequence_id = next(self._iterative_ids)
+            header.sequence_start, header.sequence_end = True, False
         refused = _refusal(queue, self.config, header)
         if refused:
             await self._error(queue, header, refused, Code.INVALID_ARG)
@@ -165,11 +174,24 @@ class SequenceBatcher:
         self._arm_reaper(queue)
 
     def finished(self, queue: ModelQueue, flight: InFlight) -> None:
-        """A batch ended (completed, expired, or its worker died): its sequences may go on."""
+        """A batch ended (completed, expired, or its worker died): its sequences may go on.
+        Iterative sequences (core's IterativeSequencer): a request the model rescheduled goes back
+        to the head of its sequence, neither START nor END now; one released otherwise ends its
+        sequence, and the worker frees what it held for it."""
         now = time.monotonic()
         for pending in flight.requests:
-            if pending.sequence is not None:
-                self.book.finished(pending.sequence, now)
+            seq = pending.sequence
+            if seq is None:
+                continue
+            if pending.header.rid in flight.rescheduled:
+                pending.header.sequence_start = pending.header.sequence_end = False
+                seq.queue.appendleft(pending)
+            elif self.config.iterative and not seq.closing:
+                seq.closing = True
+                slot = seq.slot
+                if slot is not None and not seq.queue:
+                    self.host.spawn(self._tell_worker(queue, seq, slot, "released"))
+            self.book.finished(seq, now)
 
     # -- endings --------------------------------------------------------------------
     async def cancel(self, queue: ModelQueue, rid: str) -> None:
@@ -273,7 +295,7 @@ def _refusal(queue: ModelQueue, config: SequenceConfig, header: RequestHeader) -
     model = queue.key[0]
     if header.batch_size > 1 and queue.spec is not None and queue.spec.max_batch_size > 0:
         return f"inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher"
-    if header.sequence_id in (0, ""):
+    if header.sequence_id in (0, ""):  # (an iterative batcher gave it one already)
         return f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
     corrid = config.control(CORRID)
     if corrid is not None and (corrid.datatype == "BYTES") != isinstance(header.sequence_id, str):

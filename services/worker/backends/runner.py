@@ -43,7 +43,18 @@ class Streamed:
 
 
 STREAMED = Streamed()
-Result = Tensors | ModelError | Streamed
+
+
+class Rescheduled:
+    """The result of a request the model released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+    no answer now; it goes back to its sequence's queue to run again (iterative sequences)."""
+
+    def __repr__(self) -> str:
+        return "RESCHEDULED"
+
+
+RESCHEDULED = Rescheduled()
+Result = Tensors | ModelError | Streamed | Rescheduled
 
 
 @dataclass
@@ -158,4 +169,21 @@ class BatchedRunner:
         return True
 
     def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
+        pass
+
+
+class RequestRunner:
+    """A backend that sees the requests one by one (`execute` loops over them itself), with no
+    readiness check and nothing to do when a sequence ends: Triton's small C++ backends."""
+
+    batches_rows = False
+    checks_readiness = False
+
+    def is_ready(self) -> bool:
+        return True
+
+    def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
+        pass
+
+    def close(self) -> None:
         pass

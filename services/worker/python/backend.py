@@ -13,6 +13,7 @@ own like the loop of Triton's stub: tasks the model starts (a decoupled model an
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import inspect
 import json
@@ -24,6 +25,7 @@ from types import ModuleType
 
 from services.worker.backends import Backend, Placement
 from services.worker.backends.runner import (
+    RESCHEDULED,
     STREAMED,
     Batch,
     CorrelationId,
@@ -34,7 +36,7 @@ from services.worker.backends.runner import (
     Result,
     Work,
 )
-from services.worker.python import environments, numpy_compat, pb_utils
+from services.worker.python import backend_settings, environments, numpy_compat, pb_utils
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, unavailable
 
@@ -81,7 +83,9 @@ def _request(work: Work, decoupled: bool) -> pb_utils.InferenceRequest:
     )
 
 
-def _import(path: Path) -> ModuleType:
+def _import(path: Path, keep_path: bool = False) -> ModuleType:
+    """Import a `model.py`; its folder is on `sys.path` while it imports its sibling files (for a
+    python-based backend's folder, for good: its modules may import their siblings lazily)."""
     sys.modules.setdefault("triton_python_backend_utils", pb_utils)
     numpy_compat.install()  # models written for Triton's numpy 1 environment run unchanged
     name = f"shoal_python_model_{uuid.uuid4().hex}"
@@ -89,26 +93,36 @@ def _import(path: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise unavailable(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))  # models import their sibling files
+    folder = str(path.parent)
+    if keep_path and folder in sys.path:
+        keep_path = False  # another instance of the backend put it there already
+    sys.path.insert(0, folder)  # models import their sibling files
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.path.remove(str(path.parent))
+        if not keep_path:
+            sys.path.remove(folder)
     return module
 
 
 class PythonInstance:
     batches_rows = False  # execute() sees the requests one by one
 
-    def __init__(self, spec: ModelSpec, path: Path, placement: Placement) -> None:
+    def __init__(self, spec: ModelSpec, path: Path, placement: Placement, runtime: Path | None = None) -> None:
+        """`path`: the version's `model.py`; for a python-based backend (`runtime`: its
+        `<backend-directory>/<backend>/model.py`), the version's directory, which the backend's
+        model.py sees as `pb_utils.get_model_dir()` (as in Triton: vLLM reads its model.json there)."""
         kind, device, version = placement.kind, placement.device, placement.version
         name = placement.name or f"{spec.name}_0"
-        environments.check(spec.parameters, str(path.parent.parent))  # <model>/<version>/model.py
-        module = _import(path)
+        version_dir = path if runtime is not None else path.parent
+        backend_settings.check(placement.settings)
+        environments.check(spec.parameters, str(version_dir.parent))  # <model>/<version>/model.py
+        module = _import(runtime, keep_path=True) if runtime is not None else _import(path)
         if not hasattr(module, "TritonPythonModel"):
-            raise unavailable(f"{path} does not define TritonPythonModel")
+            raise unavailable(f"{runtime or path} does not define TritonPythonModel")
         self.spec = spec
-        self.model_dir = str(path.parent)
+        self.iterative = bool(spec.config.get("sequence_batching", {}).get("iterative_sequence", False))
+        self.model_dir = str(version_dir)
         self.model = module.TritonPythonModel()
         args = {
             "model_config": json.dumps(spec.config),
@@ -116,7 +130,7 @@ class PythonInstance:
             "model_instance_kind": kind.removeprefix("KIND_") if kind != "KIND_AUTO" else "CPU",
             "model_instance_name": name,
             "model_instance_device_id": str(device),
-            "model_repository": str(path.parent.parent),
+            "model_repository": str(version_dir.parent),  # the model's own directory, as in Triton
             "model_version": str(version),
             "model_name": spec.name,
         }
@@ -169,14 +183,40 @@ class PythonInstance:
             return [ModelError(exc.message(), exc.code_name())] * len(requests)
         except Exception as exc:  # the model raised: its requests fail, the worker goes on
             return [ModelError(f"{type(exc).__name__}: {exc}", Code.INTERNAL)] * len(requests)
-        if self.spec.decoupled:
-            return [STREAMED] * len(requests)  # what execute returns is ignored, as in Triton
+        if self.spec.decoupled:  # what execute returns is ignored, as in Triton
+            return [self._released(request, STREAMED) for request in requests]
         if not isinstance(responses, list) or len(responses) != len(requests):
             got = len(responses) if isinstance(responses, list) else type(responses).__name__
             return [ModelError(f"execute returned {got} responses for {len(requests)} requests", Code.INTERNAL)] * len(
                 requests
             )
-        return [_result(response) for response in responses]
+        for request, response in zip(requests, responses):
+            if request._rescheduled() and response is not None:  # pb_stub.cc fails the whole execute
+                found = "InferenceResponse" if isinstance(response, pb_utils.InferenceResponse) else type(response)
+                message = (
+                    "Expected a None object in the execute function return list for reschduled request, "
+                    f"found type '{found}'."
+                )
+                return [ModelError(message, Code.INTERNAL)] * len(requests)
+        return [
+            self._released(request, None if response is None else _result(response))
+            for request, response in zip(requests, responses)
+        ]
+
+    def _released(self, request: pb_utils.InferenceRequest, result: Result | None) -> Result:
+        """What a request's release flags make of its result: RESCHEDULE runs it again later, on a
+        model whose sequence batcher is iterative; on any other model core refuses the flag."""
+        if not request._rescheduled():
+            if result is None:
+                return ModelError("execute returned None for a request it did not reschedule", Code.INTERNAL)
+            return result
+        if not self.iterative:
+            return ModelError(
+                "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
+                "configured to handle such a flag.",
+                Code.INVALID_ARG,
+            )
+        return RESCHEDULED
 
     def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
         """Shoal-only, optional: a model's `sequence_ended(correlation_id, reason)` hears of a sequence
@@ -225,3 +265,9 @@ def _result(response: pb_utils.InferenceResponse) -> Result:
 
 
 BACKEND = Backend("model.py", PythonInstance, file_only=True)
+
+
+def python_based(runtime: Path) -> Backend:
+    """A python-based backend: every model naming it runs `runtime` (Triton's
+    `<backend-directory>/<backend>/model.py`), with the model's version directory as its own."""
+    return Backend("", functools.partial(PythonInstance, runtime=runtime))

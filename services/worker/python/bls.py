@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import json
+import logging
 import queue
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from nats.aio.client import Client as NATS
 
@@ -32,6 +35,8 @@ from shared.config.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.errors import Code, ShoalError
 from shared.wire import subjects
 from shared.wire.control import LoadRequest, UnloadRequest
+
+log = logging.getLogger("shoal.worker")
 
 DEFAULT_TIMEOUT_S = 60.0  # a BLS request made outside any request's deadline (e.g. in initialize)
 REPOSITORY_TIMEOUT_S = 330.0  # a load waits for the workers, as an HTTP load request does
@@ -103,15 +108,22 @@ class BlsRuntime:
         self._control(subjects.REPOSITORY_LOAD, LoadRequest(model_name, parameters))
 
     def unload_model(self, model_name: str, unload_dependents: bool = False) -> None:
-        self._control(subjects.REPOSITORY_UNLOAD, UnloadRequest(model_name, unload_dependents))
+        # a model unloading itself (vLLM's backend does, from `execute`, when its engine is unhealthy)
+        # cannot wait for the unload: it drains the requests this very call is serving
+        own = Path(pb_utils.get_model_dir()).parent.name == model_name
+        self._control(subjects.REPOSITORY_UNLOAD, UnloadRequest(model_name, unload_dependents), wait=not own)
 
-    def _control(self, subject: str, request: RepositoryRequest) -> None:
+    def _control(self, subject: str, request: RepositoryRequest, wait: bool = True) -> None:
         async def call() -> None:
             revision = await repository_call(self.nc, subject, request, REPOSITORY_TIMEOUT_S)
             await self.registry.seen(revision)  # the model's next BLS call sees it
 
+        future = asyncio.run_coroutine_threadsafe(call(), self.loop)
+        if not wait:  # Triton's unload returns once asked; a failure is logged
+            future.add_done_callback(_log_failure)
+            return
         try:
-            asyncio.run_coroutine_threadsafe(call(), self.loop).result()
+            future.result()
         except ShoalError as exc:
             raise pb_utils.TritonModelException(exc.message) from None
 
@@ -178,3 +190,8 @@ def _data(output: OutputTensor) -> memoryview | bytes:
 def _response(outputs: list[OutputTensor], parameters: dict) -> pb_utils.InferenceResponse:
     tensors = [pb_utils.Tensor(o.name, from_bytes(_data(o), o.datatype, o.shape)) for o in outputs]
     return pb_utils.InferenceResponse(output_tensors=tensors, parameters=parameters)
+
+
+def _log_failure(future: concurrent.futures.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("a model's unload of itself failed: %s", future.exception())

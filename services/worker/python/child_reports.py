@@ -25,7 +25,7 @@ from nats.js.kv import KeyValue
 from shared.bus import buckets
 from shared.wire import subjects
 from shared.wire.messages import encode
-from shared.wire.records import InstanceRecord, ModelRecord
+from shared.wire.records import InstanceRecord, ModelRecord, ModelState
 
 log = logging.getLogger("shoal.worker")
 
@@ -49,7 +49,7 @@ class ChildReports:
             if last is None:
                 died_loading = lived_s < QUICK_DEATH_S
             else:
-                died_loading = last.state == "LOADING" and last.generation == record.generation
+                died_loading = last.state == ModelState.LOADING and last.generation == record.generation
             if died_loading:
                 loading = True
                 await self._fail(
@@ -77,7 +77,7 @@ class ChildReports:
             model=record.name,
             version=version,
             generation=record.generation,
-            state="UNAVAILABLE",
+            state=ModelState.UNAVAILABLE,
             reason=reason,
         )
         await self.kv.put(subjects.instance_key(self.parent_id, record.name, version), encode(failed))

@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
+from shared.config.backend_config import python_based_runtime
 from shared.process.settings import WorkerSettings, to_argv
 from shared.wire import subjects
 
@@ -154,5 +155,9 @@ class ModelProcesses:
 
 
 def isolated(settings: WorkerSettings, config: dict) -> bool:
-    """Whether this worker hosts `config`'s model in a child process."""
-    return settings.python_isolation == "process" and config.get("backend") == "python"
+    """Whether this worker hosts `config`'s model in a child process: a python model, or a model
+    of a python-based backend (`<backend-directory>/<backend>/model.py`)."""
+    if settings.python_isolation != "process":
+        return False
+    backend = config.get("backend", "")
+    return backend == "python" or python_based_runtime(settings.backend_directory, backend) is not None

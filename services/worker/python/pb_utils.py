@@ -244,11 +244,12 @@ class InferenceRequest:
         return self._sender
 
     def set_release_flags(self, flags: int) -> None:
-        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise TritonModelException(
-                "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not supported by Shoal"
-            )
+        """TRITONSERVER_REQUEST_RELEASE_RESCHEDULE: run this request again in a later batch (a model
+        with `sequence_batching { iterative_sequence: true }`; others fail it, as Triton's core does)."""
         self._release_flags = flags
+
+    def _rescheduled(self) -> bool:
+        return bool(self._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
 
     def _deadline_ns(self) -> int:
         return get_deadline_ns()

@@ -122,7 +122,7 @@ def test_classification_per_batch_row():
     assert list(deserialize_bytes(out.data)) == [b"0.700000:1", b"0.200000:2", b"3.000000:0", b"2.000000:2"]
 
 
-def test_cache_key_includes_shapes_and_evicts_by_bytes():
+async def test_cache_key_includes_shapes_and_evicts_by_bytes():
     from inference.cache import ResponseCache, cache_key
     from inference.validation import Validated
 
@@ -133,11 +133,11 @@ def test_cache_key_includes_shapes_and_evicts_by_bytes():
     assert cache_key("m", 1, a, valid) == cache_key("m", 1, a, valid)
     cache = ResponseCache(max_bytes=32)
     out = [types.OutputTensor("Y", "FP32", [1, 4], bytes(16), True)]
-    cache.put(b"k1", out)
-    cache.put(b"k2", out)
-    assert cache.get(b"k1") is not None  # k1 is now the most recent
-    cache.put(b"k3", out)  # evicts the least recently used: k2
-    assert cache.get(b"k2") is None and cache.get(b"k1") is not None and cache.bytes == 32
+    await cache.put(b"k1", out)
+    await cache.put(b"k2", out)
+    assert await cache.get(b"k1") is not None  # k1 is now the most recent
+    await cache.put(b"k3", out)  # evicts the least recently used: k2
+    assert await cache.get(b"k2") is None and await cache.get(b"k1") is not None and cache.bytes == 32
 
 
 # -- issue 28 items 5 and 18: parse first, then the nesting limit ----------------------------------

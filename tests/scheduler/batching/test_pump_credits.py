@@ -16,7 +16,7 @@ from services.scheduler.batching.dynamic import DynamicBatcher
 from services.scheduler.batching.flights import Flights
 from services.scheduler.batching.pump import Pump
 from services.scheduler.batching.ratelimit import RateLimiter
-from services.scheduler.disciplines import Disciplines
+from services.scheduler.discipline_factory import DisciplineFactory
 from services.scheduler.records import Pending, Slot
 from services.scheduler.sequences.sequence_batcher import SequenceBatcher
 from services.scheduler.tasks import Tasks
@@ -43,7 +43,7 @@ class Bench:
     def __init__(self, nc: nats.NATS) -> None:
         self.nc = nc
         flights, answers = Flights(), Answers(nc.publish)
-        self.pump = Pump(nc, RateLimiter(), Tasks(), flights, answers, Disciplines(nc.publish))
+        self.pump = Pump(nc, RateLimiter(), Tasks(), flights, answers, DisciplineFactory(nc.publish))
         self.credits = Credits(self.pump, flights, answers)
         self.queue = self.pump.queue("m", 1)
         assert isinstance(self.queue.discipline, DynamicBatcher)  # a model that is not sequence-batched

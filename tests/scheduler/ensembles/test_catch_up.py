@@ -11,7 +11,7 @@ from services.scheduler.ensembles.runner import CATCH_UP_S, EnsembleRunner
 from shared.bus import buckets, connection
 from shared.wire import subjects
 from shared.wire.messages import encode
-from shared.wire.records import ModelVersionState
+from shared.wire.records import ModelState, ModelVersionState
 from tests.scheduler.ensembles.test_runner import MEMBER, PIPELINE, record
 
 
@@ -29,7 +29,7 @@ async def test_a_view_behind_the_bucket_waits_for_it_and_a_current_one_does_not(
         for name, config in (("pre", MEMBER), ("cls", MEMBER), ("seg", MEMBER), ("pipeline", PIPELINE)):
             entry = record(name, config)
             if name == "seg":
-                entry.versions = {"1": ModelVersionState("LOADING")}
+                entry.versions = {"1": ModelVersionState(ModelState.LOADING)}
             runner.on_record(name, entry, await buckets.put(kv, subjects.model_key(name), encode(entry)))
         ready = record("seg", MEMBER)
         newest = await buckets.put(kv, subjects.model_key("seg"), encode(ready))  # this view has not seen it

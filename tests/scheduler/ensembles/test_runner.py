@@ -6,7 +6,7 @@ import asyncio
 
 from services.scheduler.ensembles.runner import DEADLOCK, EnsembleRunner
 from shared.wire.messages import InferRequest, InferResponse, TensorRef
-from shared.wire.records import ModelRecord, ModelVersionState
+from shared.wire.records import ModelRecord, ModelState, ModelVersionState
 
 
 def io(name: str, dims: list[int] | None = None) -> dict:
@@ -15,7 +15,7 @@ def io(name: str, dims: list[int] | None = None) -> dict:
 
 def record(name: str, config: dict) -> ModelRecord:
     return ModelRecord(
-        name=name, config={"name": name, **config}, versions={"1": ModelVersionState("READY")}, hosted=[1]
+        name=name, config={"name": name, **config}, versions={"1": ModelVersionState(ModelState.READY)}, hosted=[1]
     )
 
 

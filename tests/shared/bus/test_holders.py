@@ -33,8 +33,8 @@ async def _watching(url: str) -> tuple[nats.NATS, Holders, list]:
     nc = await nats.connect(url)
     lost: list = []
 
-    async def on_lost(holder: str, rids: list[str]) -> None:
-        lost.append((holder, sorted(rids)))
+    async def on_lost(holder: str, rids: list[str], dead: bool) -> None:
+        lost.append((holder, sorted(rids)) if dead else ("reconnected", holder, sorted(rids)))
 
     holders = Holders(nc, on_lost)
     holders.start()
@@ -77,6 +77,28 @@ async def test_requests_sent_just_before_a_holder_died_are_recovered_too(nats_se
     await until(lambda: len(lost) >= 2, 6, "both losses reported")
     assert lost == [("alive.c", ["r1"]), ("alive.c", ["r2"])]
     holders.stop()
+    await nc.close()
+
+
+async def test_requests_unacknowledged_when_a_scheduler_reconnects_are_recovered_alone(nats_server):
+    """A scheduler whose NATS node died reconnects at once and lives: what was on its way to it
+    then is lost in the node (never acknowledged), what it holds is not (issue 37)."""
+    nc, holders, lost = await _watching(nats_server.url)
+    pings: Counter[str] = Counter()
+    live = await _scheduler(nats_server.url, "alive.d", pings)
+    holders.held("alive.d", ["r1"])  # in its queue: stays there
+    sent = time.monotonic()
+    holders.sent(["r2", "r3"])  # on their way when its node died
+    holders.reconnected("alive.d")
+    holders.held("alive.d", ["r3"])  # taken after all (its acknowledgement came late)
+    holders.sent(["r4"])  # sent after it said so: acknowledged as usual
+    await until(lambda: bool(lost), UNACKED_S + 3, "the lost request recovered")
+    assert time.monotonic() - sent >= UNACKED_S
+    assert lost == [("reconnected", "alive.d", ["r2"])]
+    await until(lambda: pings["alive.d"] > 2, 5, "the live holder pinged")  # r4 unacknowledged: pings, nothing lost
+    assert len(lost) == 1
+    holders.stop()
+    await live.close()
     await nc.close()
 
 

@@ -1,6 +1,6 @@
 """Which workers count as gone: a loading worker gets longer, nobody is judged on a stale clock;
 and, against a real nats-server, a worker whose connection is gone is dropped within about a
-second whatever its heartbeat timeout, while a live one never is."""
+second whatever its heartbeat timeout, while a live one never is, however late its heartbeats."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import nats
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.bus.liveness import LOADING_TIMEOUT_S, PROBE_S, WorkerLiveness, overdue
+from shared.bus.liveness import PATIENT_TIMEOUT_S, PROBE_S, WorkerLiveness, overdue, verdict
 from shared.wire import subjects
 
 
@@ -23,7 +23,7 @@ def test_a_silent_worker_is_overdue_after_the_timeout():
 def test_a_loading_worker_is_not_overdue_until_the_loading_timeout():
     seen = {"a": 0.0}
     assert overdue(seen, {"a"}, 30.0, 5.0) == []
-    assert overdue(seen, {"a"}, LOADING_TIMEOUT_S + 1, 5.0) == ["a"]
+    assert overdue(seen, {"a"}, PATIENT_TIMEOUT_S + 1, 5.0) == ["a"]
 
 
 @given(
@@ -34,6 +34,13 @@ def test_a_loading_worker_is_not_overdue_until_the_loading_timeout():
 )
 def test_loading_never_shortens_the_timeout(seen, loading, now, timeout):
     assert set(overdue(seen, loading, now, timeout)) <= set(overdue(seen, set(), now, timeout))
+
+
+def test_an_overdue_worker_is_gone_only_when_nats_says_so_or_after_the_patient_timeout():
+    assert not verdict(True, 1000.0)  # it answered: alive, however long its heartbeat was late
+    assert verdict(False, 0.0)  # no responders: its connection is gone
+    assert not verdict(None, PATIENT_TIMEOUT_S - 1)  # no answer in time: busy, its connection lives
+    assert verdict(None, PATIENT_TIMEOUT_S + 1)  # that silent for that long: stuck
 
 
 async def _worker(url: str, worker: str) -> nats.NATS:
@@ -75,4 +82,43 @@ async def test_a_worker_whose_connection_closed_is_dropped_long_before_its_heart
     assert "w-live" in liveness.seen and "w-never-answered" in liveness.seen and liveness.found_by_nats == 1
     liveness.stop()
     await live.close()
+    await nc.close()
+
+
+async def _busy_worker(url: str, worker: str) -> nats.NATS:
+    """A worker whose loop is too busy to answer: NATS delivers to its subscription, nobody replies."""
+    nc = await nats.connect(url)
+
+    async def busy(msg) -> None:
+        pass
+
+    await nc.subscribe(subjects.worker_alive(worker), cb=busy)
+    return nc
+
+
+async def test_late_heartbeats_never_drop_a_worker_nats_holds(nats_server):
+    """Issue 33: on a saturated machine heartbeats come seconds late. With no heartbeat at all for
+    several timeouts, a worker that answers and one whose connection lives but does not answer stay;
+    one that never had the subject and one whose connection closed go, each once."""
+    nc = await nats.connect(nats_server.url)
+    gone: list[str] = []
+
+    async def on_gone(worker: str) -> None:
+        gone.append(worker)
+
+    liveness = WorkerLiveness(nc, 0.5, on_gone)  # as the repository uses it: no steady probe
+    await liveness.start()
+    answering, busy = await _worker(nats_server.url, "w-answers"), await _busy_worker(nats_server.url, "w-busy")
+    closing = await _worker(nats_server.url, "w-closes")
+    for worker in ("w-answers", "w-busy", "w-closes", "w-without-subject"):
+        liveness.heard(worker)
+    await closing.close()
+    started = time.monotonic()
+    while time.monotonic() - started < 4.0:  # eight heartbeat timeouts without a beat
+        await asyncio.sleep(0.1)
+    assert sorted(gone) == ["w-closes", "w-without-subject"], gone
+    assert {"w-answers", "w-busy"} <= set(liveness.seen) and "w-answers" in liveness.answering
+    liveness.stop()
+    await answering.close()
+    await busy.close()
     await nc.close()

@@ -15,7 +15,7 @@ from shared.bus import buckets, connection
 from shared.process.natsserver import NatsServer
 from shared.wire import subjects
 from shared.wire.messages import encode
-from shared.wire.records import InstanceRecord, ModelRecord
+from shared.wire.records import InstanceRecord, ModelRecord, ModelState
 
 PARENT = "w1"
 CHILD = f"{PARENT}-py-crasher"
@@ -33,7 +33,7 @@ async def _bucket(url: str):
     return nc, await buckets.bucket(nc, "shoal-instances-test")
 
 
-async def _report(kv, state: str, incarnation: str = "a1b2c3") -> None:
+async def _report(kv, state: ModelState, incarnation: str = "a1b2c3") -> None:
     key = subjects.instance_key(f"{CHILD}-{incarnation}", RECORD.name, 1)
     await kv.put(key, encode(InstanceRecord(f"{CHILD}-{incarnation}", RECORD.name, 1, RECORD.generation, state)))
 
@@ -46,7 +46,7 @@ async def _parent_report(kv) -> InstanceRecord:
 async def test_a_quick_death_after_ready_is_a_crash_and_its_reports_go(server):
     nc, kv = await _bucket(server.url)
     try:
-        await _report(kv, "READY")
+        await _report(kv, ModelState.READY)
         assert await ChildReports(kv, PARENT).crashed(RECORD, CHILD, -11, lived_s=1.0) is False
         assert await buckets.list_keys(kv) == []  # the dead incarnation's report is gone
     finally:
@@ -60,11 +60,11 @@ async def test_a_quick_death_without_a_word_or_while_loading_fails_the_load(serv
         assert await reports.crashed(RECORD, CHILD, -11, lived_s=1.0) is True
         failed = await _parent_report(kv)
         assert (failed.state, failed.reason) == (
-            "UNAVAILABLE",
+            ModelState.UNAVAILABLE,
             "the process of python model 'crasher' exited with code -11 while loading it",
         )
         await reports.forget(RECORD.name, [1])
-        await _report(kv, "LOADING")
+        await _report(kv, ModelState.LOADING)
         assert await reports.crashed(RECORD, CHILD, -6, lived_s=30.0) is True  # said LOADING: died loading
     finally:
         await nc.close()
@@ -73,7 +73,7 @@ async def test_a_quick_death_without_a_word_or_while_loading_fails_the_load(serv
 async def test_reports_unreadable_for_a_moment_are_read_again(server):
     nc, kv = await _bucket(server.url)
     try:
-        await _report(kv, "READY")
+        await _report(kv, ModelState.READY)
         server.kill()  # the bus goes away just as the crash is judged
         judged = asyncio.create_task(ChildReports(kv, PARENT).crashed(RECORD, CHILD, -11, lived_s=1.0))
         await asyncio.to_thread(server.start)

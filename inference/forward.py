@@ -48,7 +48,7 @@ def _regions_used(parsed: ParsedRequest) -> list[str]:
     return [str(t.parameters.get("shared_memory_region")) for t in tensors if t.in_shared_memory]
 
 
-class Executor:
+class Forwarder:
     def __init__(self, dispatcher: Dispatcher, store: TensorStore, timeout_s: float, shm: ShmRegistry | None) -> None:
         self.dispatcher = dispatcher
         self.store = store

@@ -17,7 +17,7 @@ from shared.config.sequence_config import sequence_config
 Publish = Callable[[str, bytes], Awaitable[None]]
 
 
-class Disciplines:
+class DisciplineFactory:
     def __init__(self, publish: Publish) -> None:
         self.publish = publish  # the sequence batcher answers and tells workers itself
 

@@ -1,4 +1,4 @@
-"""inference/execute.py with a real Dispatcher on a real nats-server and a scheduler
+"""inference/forward.py with a real Dispatcher on a real nats-server and a scheduler
 played by a subscription on the model's infer subject that echoes each request's inputs as its
 outputs: what goes on the wire, what comes back, and bad parameters refused before sending."""
 
@@ -8,7 +8,7 @@ import msgspec
 import nats
 import pytest
 
-from inference.execute import Executor
+from inference.forward import Forwarder
 from inference.shm import DISABLED
 from inference.types import InputTensor, ParsedRequest, RequestedOutput
 from inference.validation import Validated
@@ -62,7 +62,7 @@ async def bench(nats_server):
     echo = Echo(nc)
     await nc.subscribe(subjects.infer("echo"), cb=echo.on_group)
     await connection.settled(nc)
-    yield Executor(dispatcher, store, 10.0, shm=None), echo
+    yield Forwarder(dispatcher, store, 10.0, shm=None), echo
     await nc.close()
 
 

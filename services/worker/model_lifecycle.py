@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import functools
 import gc
 import logging
 import time
@@ -33,13 +34,14 @@ from services.worker.python.isolation import ModelProcesses, isolated
 from services.worker.sequences.state import StateStore
 from services.worker.warmup import run_warmup
 from shared.bus import buckets
+from shared.config import backend_config
 from shared.config.model_config import ModelSpec, load_error, spec_from_json
 from shared.config.sequence_config import sequence_config
 from shared.memory import footprint
 from shared.process.settings import WorkerSettings
 from shared.wire import subjects
 from shared.wire.messages import encode
-from shared.wire.records import InstanceRecord, ModelRecord
+from shared.wire.records import InstanceRecord, ModelRecord, ModelState
 
 log = logging.getLogger("shoal.worker")
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
@@ -49,7 +51,7 @@ NOT_READY = "the model's is_ready() returned False"
 Hook = Callable[[LoadedModel], Awaitable[None]]
 
 
-class ModelHost:
+class ModelLifecycle:
     def __init__(
         self,
         worker_id: str,
@@ -71,6 +73,8 @@ class ModelHost:
         self._tasks: set[asyncio.Task] = set()
         self.processes = ModelProcesses(settings, worker_id, self._child_crashed)
         self.loader = BoundedLoader(settings.model_load_thread_count)
+        self.backend_config = backend_config.parse(settings.backend_config)
+        self._said_unread: set[tuple[str, str]] = set()
 
     async def start(self) -> None:
         self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
@@ -98,9 +102,9 @@ class ModelHost:
         for key, loaded in list(self.models.items()):
             record = self._records.get(key[0])
             if record is not None and self._attempted.get(key) == record.generation:
-                state = "READY" if loaded.generation == record.generation else "LOADING"
-                if state == "READY" and not loaded.ready:
-                    await self.report(record, key[1], "UNAVAILABLE", NOT_READY, count=len(loaded.instances))
+                state = ModelState.READY if loaded.generation == record.generation else ModelState.LOADING
+                if state == ModelState.READY and not loaded.ready:
+                    await self.report(record, key[1], ModelState.UNAVAILABLE, NOT_READY, count=len(loaded.instances))
                     continue
                 await self.report(record, key[1], state, count=len(loaded.instances))
 
@@ -134,7 +138,7 @@ class ModelHost:
                 await self.report(
                     record,
                     key[1],
-                    "READY" if ready else "UNAVAILABLE",
+                    ModelState.READY if ready else ModelState.UNAVAILABLE,
                     "" if ready else NOT_READY,
                     count=len(loaded.instances),
                 )
@@ -204,17 +208,26 @@ class ModelHost:
 
     async def _load(self, record: ModelRecord, version: int) -> None:
         key = (record.name, version)
-        await self.report(record, version, "LOADING")
+        await self.report(record, version, ModelState.LOADING)
         started = time.perf_counter()
-        try:
-            spec = spec_from_json(record.config)
-            loaded = await self.loader.run(lambda: self._create(spec, record, version))
-        except Exception as exc:
-            reason = load_error(record.name, exc)
-            log.error("failed to load '%s' version %d: %s", record.name, version, reason)
-            if self._attempted.get(key) == record.generation:  # not superseded or unloaded meanwhile
-                await self.report(record, version, "UNAVAILABLE", reason)
-            return
+        tries = 1 + max(0, self.settings.model_load_retry_count)  # tritonserver's --model-load-retry-count
+        for attempt in range(1, tries + 1):
+            try:
+                spec = spec_from_json(record.config)
+                loaded = await self.loader.run(functools.partial(self._create, spec, record, version))
+                break
+            except Exception as exc:
+                reason = load_error(record.name, exc)
+                log.error("failed to load '%s' version %d: %s", record.name, version, reason)
+                if self._attempted.get(key) != record.generation:  # superseded or unloaded meanwhile
+                    return
+                if attempt < tries:
+                    log.info(
+                        "retrying the load of '%s' version %d (%d of %d)", record.name, version, attempt, tries - 1
+                    )
+                    continue
+                await self.report(record, version, ModelState.UNAVAILABLE, reason)
+                return
         if self._attempted.get(key) != record.generation:  # superseded or unloaded while loading
             loaded.close()
             return
@@ -223,7 +236,7 @@ class ModelHost:
         if old is not None:
             old.retire()
             await self.on_retired(old)
-        await self.report(record, version, "READY", count=len(loaded.instances))
+        await self.report(record, version, ModelState.READY, count=len(loaded.instances))
         log.info(
             "loaded '%s' version %d (generation %d): %d instance(s) in %.0f ms, warmup %.1f ms, %.1f MiB",
             record.name,
@@ -237,10 +250,12 @@ class ModelHost:
         await self.on_ready(loaded)
 
     def _create(self, spec: ModelSpec, record: ModelRecord, version: int) -> LoadedModel:
-        backend = self.local or backends.load_backend(spec.backend or "onnxruntime")
+        backend = self.local or backends.load_backend(spec.backend or "onnxruntime", self.settings.backend_directory)
         # every group's instances, each with its own kind and device (Triton's instance_group)
         plans = plan_instances(record.config, available_gpus())
         threads = self.settings.intra_op_threads or backend.default_threads(len(plans))
+        settings = backend_config.settings_for(self.backend_config, spec.backend)
+        self._say_unread(spec.backend, settings)
         loaded = LoadedModel(spec, version, record.generation)
         model_dir = Path(record.path)
         loaded.sequence = sequence_config(record.config)
@@ -251,7 +266,9 @@ class ModelHost:
         rss, device = footprint.rss_bytes(), footprint.device_bytes()
         try:
             for index, plan in enumerate(plans):
-                runner = backend.create(spec, model_dir, Placement(version, plan.kind, plan.device, threads, plan.name))
+                runner = backend.create(
+                    spec, model_dir, Placement(version, plan.kind, plan.device, threads, plan.name, index, settings)
+                )
                 executor = InstanceThread(f"{spec.name}-{index}")
                 loaded.instances.append(
                     Instance(
@@ -275,6 +292,15 @@ class ModelHost:
             raise
         return loaded
 
+    def _say_unread(self, backend: str, settings: dict[str, str]) -> None:
+        """--backend-config settings no part of Shoal reads: accepted, as Triton's backends accept
+        the ones they do not know, and said once per backend and setting."""
+        python_based = backend_config.python_based_runtime(self.settings.backend_directory, backend) is not None
+        for key in backend_config.unread(settings, backend, python_based):
+            if (backend, key) not in self._said_unread:
+                self._said_unread.add((backend, key))
+                log.warning("--backend-config %s setting '%s' has no effect in Shoal", backend or "(global)", key)
+
     async def unload(self, key: Key, collect: bool = True) -> None:
         loaded = self.models.pop(key, None)
         if loaded is None:
@@ -287,7 +313,9 @@ class ModelHost:
             gc.collect()  # sessions hold large native buffers: return them now, not at some later GC
         log.info("unloaded '%s' version %d", *key)
 
-    async def report(self, record: ModelRecord, version: int, state: str, reason: str = "", count: int = 0) -> None:
+    async def report(
+        self, record: ModelRecord, version: int, state: ModelState, reason: str = "", count: int = 0
+    ) -> None:
         serving = self.models.get((record.name, version))
         if serving is not None and not serving.ready:
             serving = None  # its is_ready() said no: nothing here serves it

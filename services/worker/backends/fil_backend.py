@@ -1,0 +1,163 @@
+"""Triton's FIL backend (`backend: "fil"`): XGBoost, LightGBM and treelite tree models, on the CPU.
+
+The config reads as Triton's FIL backend reads it: input `input__0` FP32 [features], output
+`output__0` FP32; `parameters` `model_type` (`xgboost` (default), `xgboost_json`,
+`xgboost_ubj`, `lightgbm`, `treelite_checkpoint`) with its default file name (`xgboost.model`,
+`xgboost.json`, `xgboost.ubj`, `model.txt`, `checkpoint.tl`), `is_classifier` (required;
+`output_class`, its older name, still read), `predict_proba`, `threshold` (binary
+classifiers, default 0.5), `xgboost_allow_unknown_field`, `cpu_nthread`. The GPU-only
+parameters (`chunk_size`, `layout`, `transfer_threshold`) and the removed ones are accepted
+with a warning. A classifier answers its class (argmax, or probability > threshold for a
+binary one) unless `predict_proba` asks for the probabilities ([1-p, p] when the output has
+two columns). Batching, instance groups and every scheduler feature apply as to any model.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from services.worker.backends import Backend, Placement, fil_predictors, model_path
+from services.worker.backends.runner import BatchedRunner, Tensors
+from shared.config.model_config import ModelSpec
+from shared.errors import invalid, unsupported
+
+log = logging.getLogger("shoal.worker")
+
+DEFAULT_FILES = {
+    "xgboost": "xgboost.model",
+    "xgboost_json": "xgboost.json",
+    "xgboost_ubj": "xgboost.ubj",
+    "lightgbm": "model.txt",
+    "treelite_checkpoint": "checkpoint.tl",
+}
+GPU_ONLY = ("chunk_size", "layout", "transfer_threshold")
+REMOVED = {"algo": "layout", "threads_per_tree": "chunk_size", "storage_type": "", "blocks_per_sm": ""}
+INPUT, OUTPUT = "input__0", "output__0"
+
+
+@dataclass(frozen=True)
+class FilParameters:
+    model_type: str
+    is_classifier: bool
+    predict_proba: bool
+    threshold: float
+    allow_unknown_field: bool
+    cpu_nthread: int
+    predictor: str  # Shoal's own `shoal.fil_predictor`: "library" (default) or "treelite"
+
+
+def _bool(spec: ModelSpec, key: str, default: bool | None) -> bool:
+    """A boolean as FIL reads one (std::boolalpha: exactly `true` or `false`)."""
+    value = spec.parameters.get(key)
+    if value is None:
+        if default is None:
+            raise invalid(f"Required parameter {key} not found in config")
+        return default
+    if value.strip() not in ("true", "false"):
+        if default is None:
+            raise invalid(f"Bad input for parameter {key}")
+        return default
+    return value.strip() == "true"
+
+
+def _number(spec: ModelSpec, key: str, default: float) -> float:
+    try:
+        return float(spec.parameters.get(key, default))
+    except ValueError:
+        return default  # FIL falls back to the default when a value with one does not parse
+
+
+def parse(spec: ModelSpec) -> FilParameters:
+    """The FIL parameters of a config, with FIL's errors and warnings."""
+    model_type = spec.parameters.get("model_type", "xgboost")
+    if model_type not in DEFAULT_FILES:
+        raise unsupported(f"{model_type} not recognized as a valid serialization format.")
+    for removed, instead in REMOVED.items():
+        if spec.parameters.get(removed):
+            use = f" Use `{instead}` instead." if instead else ""
+            log.warning("model '%s': the `%s` parameter has been removed in 25.09 release.%s", spec.name, removed, use)
+    if spec.parameters.get("use_experimental_optimizations"):
+        log.warning("model '%s': use_experimental_optimizations option is deprecated.", spec.name)
+    for key in GPU_ONLY:
+        if spec.parameters.get(key):
+            log.warning(
+                "model '%s': the FIL parameter `%s` applies to GPU execution only; Shoal runs FIL on the CPU",
+                spec.name,
+                key,
+            )
+    if spec.parameters.get("output_class"):  # the older name of is_classifier
+        log.warning(
+            "model '%s': the `output_class` parameter has been removed in 25.09 release. Use `is_classifier` instead.",
+            spec.name,
+        )
+        is_classifier = _bool(spec, "output_class", None)
+    else:
+        is_classifier = _bool(spec, "is_classifier", None)
+    predictor = spec.parameters.get("shoal.fil_predictor", "library")
+    if predictor not in ("library", "treelite"):
+        raise invalid(f"model '{spec.name}': shoal.fil_predictor must be 'library' or 'treelite', got '{predictor}'")
+    return FilParameters(
+        model_type=model_type,
+        is_classifier=is_classifier,
+        predict_proba=_bool(spec, "predict_proba", False),
+        threshold=_number(spec, "threshold", 0.5) if is_classifier else 0.5,
+        allow_unknown_field=_bool(spec, "xgboost_allow_unknown_field", False),
+        cpu_nthread=int(_number(spec, "cpu_nthread", -1)),
+        predictor=predictor,
+    )
+
+
+def postprocess(scores: np.ndarray, params: FilParameters, columns: int) -> np.ndarray:
+    """FIL's output from the model's (n, k) predictions: classes, probabilities or values."""
+    classes = scores.shape[1]
+    if not params.is_classifier:
+        return scores.astype(np.float32, copy=False)
+    if params.predict_proba:
+        if classes == 1 and columns == 2:  # a binary model's one probability as [1 - p, p]
+            positive = scores[:, 0].astype(np.float32)
+            return np.stack([1.0 - positive, positive], axis=1)
+        return scores.astype(np.float32, copy=False)
+    if classes > 1:
+        return np.argmax(scores, axis=1).astype(np.float32).reshape(-1, 1)
+    return (scores[:, :1] > params.threshold).astype(np.float32)
+
+
+class FilInstance(BatchedRunner):
+    def __init__(self, spec: ModelSpec, version_dir: Path, placement: Placement) -> None:
+        super().__init__(spec)
+        self.params = parse(spec)
+        if spec.output("treeshap_output") is not None:
+            raise unsupported(
+                f"model '{spec.name}': treeshap_output (FIL's explainability output) is not supported by Shoal yet"
+            )
+        output = spec.output(OUTPUT)
+        if spec.input(INPUT) is None or output is None:
+            raise invalid(f"model '{spec.name}': the FIL backend reads input '{INPUT}' and answers output '{OUTPUT}'")
+        if placement.kind == "KIND_GPU":
+            log.warning(
+                "model '%s' instance '%s': Shoal runs FIL on the CPU (KIND_GPU asked)", spec.name, placement.name
+            )
+        self.columns = int(np.prod([d for d in output.dims if d > 0])) if output.dims else 1
+        path = model_path(spec, version_dir.parent, placement.version, DEFAULT_FILES[self.params.model_type], True)
+        threads = self.params.cpu_nthread if self.params.cpu_nthread > 0 else placement.threads
+        self.predictor = fil_predictors.load(
+            path, self.params.model_type, threads, self.params.allow_unknown_field, self.params.predictor
+        )
+        log.info("model '%s': FIL predicts with %s, %d thread(s)", spec.name, self.predictor.library, threads)
+
+    def run(self, inputs: Tensors, output_names: list[str]) -> Tensors:
+        rows = np.ascontiguousarray(inputs[INPUT], dtype=np.float32)
+        rows = rows.reshape(len(rows), -1)
+        result = postprocess(self.predictor.predict(rows), self.params, self.columns)
+        return {OUTPUT: result.reshape(len(rows), -1)}
+
+    def close(self) -> None:
+        del self.predictor
+
+
+# the version directory comes in (the model file depends on `model_type`); instances share the cores
+BACKEND = Backend("", FilInstance, shares_cores=True)

@@ -1,0 +1,95 @@
+"""Every tritonserver flag Shoal does not implement, and what `shoal serve` answers to it.
+
+A tritonserver launch script never meets argparse's "unrecognized arguments": each of
+tritonserver's flags (its src/command_line_parser.cc; the table in docs/serving.md) is
+implemented, or listed here. A flag that only tunes a part Shoal does not have (thread pools,
+memory pools, GPU settings) is accepted and said to change nothing, in one warning line at
+start; a flag that asks for a feature Shoal lacks is refused by name with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from shared.process.settings import parse_bool
+
+# accepted, with a warning at start: flag -> why it changes nothing here
+NO_EFFECT = {
+    "--grpc-infer-thread-count": "the gRPC endpoint is one event loop; scale out with --gateways",
+    "--http-thread-count": "the HTTP endpoint is one event loop; scale out with --gateways",
+    "--grpc-max-response-pool-size": "Python allocates each gRPC response; there is no pool to size",
+    "--buffer-manager-thread-count": "tensors are copied by the process that reads them; there is no buffer manager",
+    "--pinned-memory-pool-byte-size": "Shoal has no pinned memory pool (tensors travel in POSIX shared memory)",
+    "--cuda-memory-pool-byte-size": "Shoal has no CUDA memory pool (each backend allocates its own device memory)",
+    "--cuda-virtual-address-size": "Shoal has no CUDA memory pool",
+    "--enable-peer-access": "Shoal does not set up CUDA peer access between GPUs",
+    "--min-supported-compute-capability": "Shoal does not filter GPUs by compute capability",
+    "--metrics-interval-ms": "the CPU, memory and GPU gauges are read when /metrics is scraped",
+    "--model-load-gpu-limit": "GPU memory limits on load are not implemented; --model-memory-budget limits memory",
+    "--cache-directory": "Shoal reads local model repositories only; there is no remote repository cache",
+    "--grpc-max-connection-age": "Shoal's gRPC server does not age connections out",
+    "--grpc-max-connection-age-grace": "Shoal's gRPC server does not age connections out",
+    "--sagemaker-port": "the SageMaker endpoint is not implemented (--allow-sagemaker)",
+    "--sagemaker-safe-port-range": "the SageMaker endpoint is not implemented (--allow-sagemaker)",
+    "--sagemaker-thread-count": "the SageMaker endpoint is not implemented (--allow-sagemaker)",
+    "--vertex-ai-port": "the Vertex AI endpoint is not implemented (--allow-vertex-ai)",
+    "--vertex-ai-thread-count": "the Vertex AI endpoint is not implemented (--allow-vertex-ai)",
+    "--vertex-ai-default-model": "the Vertex AI endpoint is not implemented (--allow-vertex-ai)",
+}
+
+# booleans accepted only as false: flag -> why true is refused
+FALSE_ONLY = {
+    "--allow-sagemaker": "the SageMaker endpoint is not implemented",
+    "--allow-vertex-ai": "the Vertex AI endpoint is not implemented",
+}
+
+# refused by name: flag -> why
+REFUSED = {
+    "--repoagent-directory": "repository agents are built in (checksum); agent libraries cannot be loaded",
+    "--host-policy": "host policies (NUMA binding) are not implemented",
+    "--model-namespacing": "model namespacing is not implemented yet",
+}
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that have no effect and the false-only booleans, so that argparse knows them."""
+    for flag, why in NO_EFFECT.items():
+        parser.add_argument(
+            flag, nargs="?", const="", default=None, metavar="VALUE", help=f"accepted, no effect: {why} (default: none)"
+        )
+    for flag, why in FALSE_ONLY.items():
+        parser.add_argument(
+            flag,
+            type=parse_bool,
+            nargs="?",
+            const=True,
+            default=None,
+            metavar="BOOL",
+            help=f"only false: {why} (default: false)",
+        )
+
+
+def refuse(argv: list[str]) -> None:
+    """Stop at the first flag Shoal refuses, naming it and why."""
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if flag in REFUSED:
+            raise SystemExit(f"shoal serve: {flag} is not supported: {REFUSED[flag]}")
+
+
+def check(args: argparse.Namespace) -> list[str]:
+    """Refuse a false-only boolean set to true; the warnings for the flags that change nothing."""
+    for flag, why in FALSE_ONLY.items():
+        if getattr(args, _dest(flag)) is True:
+            raise SystemExit(f"shoal serve: {flag}=true is not supported: {why}")
+    warnings = []
+    for flag, why in NO_EFFECT.items():
+        value = getattr(args, _dest(flag))
+        if value is not None:
+            shown = f"{flag}={value}" if value else flag
+            warnings.append(f"{shown} has no effect in Shoal: {why}")
+    return warnings
+
+
+def _dest(flag: str) -> str:
+    return flag[2:].replace("-", "_")

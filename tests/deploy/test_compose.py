@@ -1,0 +1,238 @@
+"""`docker compose up` for real: the compose files build, start, serve, scale and survive faults.
+
+Runs where a container engine answers (`docker info`) and a compose command is found; skips with
+the reason elsewhere (tests/deploy/compose.py). Marked `deploy` and left out of the default run
+(pyproject's addopts): it builds the image (about a minute) and runs for minutes. `.ci/run` runs it
+as a step of its own, after the suite (docs/serving.md, "Deployment"):
+
+    python -m pytest -q -m deploy tests/deploy
+
+What it checks (issue 37): build, up, ready, inference through tritonclient over HTTP and gRPC,
+metrics, three workers that all take batches, a worker SIGKILLed under load, co-hosted
+schedulers, the 3-node NATS cluster with the scheduler's node SIGKILLed under load, a gateway
+SIGKILLed and restarted (still on the workers' shared memory), and `down -v` leaving nothing.
+A fault may cost at most one request, answered with a clear error within `FAIL_WITHIN_S`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import urllib3
+import yaml
+
+from shoal import status
+from tests.deploy.compose import Project, compose_command, compose_version, engine_refused, run, wait_for
+from tests.serving import record_until
+
+pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1800)]
+
+FAIL_WITHIN_S = 5.0  # a request cut by a fault is answered (served, or a clear error) within this
+READY_S = 180.0  # up -d to ready, on a loaded machine
+
+
+@pytest.fixture(scope="module")
+def command() -> list[str]:
+    refused = engine_refused()
+    if refused:
+        pytest.skip(refused)
+    found = compose_command()
+    assert found is not None
+    return found
+
+
+@pytest.fixture(scope="module")
+def image(command: list[str]) -> Iterator[str]:
+    """The Shoal image, built once for the module with a tag of its own; removed afterwards."""
+    tag = f"shoal-deploy-test-{uuid.uuid4().hex[:8]}:cpu"
+    project = Project(command, tag)
+    # one image for the services that run it, built once: compose v2 builds a `build:` per service
+    checked = project.compose("config")
+    assert "obsolete" not in checked.stderr, checked.stderr  # compose v2 on a `version:` key
+    built = sorted(name for name, service in yaml.safe_load(checked.stdout)["services"].items() if "build" in service)
+    assert len(built) == 1, f"{built} each build the image"
+    started = time.monotonic()
+    project.compose("build", timeout=1800)
+    print(f"compose {compose_version(command)}: built {tag} in {time.monotonic() - started:.0f}s")
+    yield tag
+    run(["docker", "image", "rm", "-f", tag], check=False)
+
+
+@pytest.fixture
+def project(command: list[str], image: str) -> Iterator[Project]:
+    made: list[Project] = []
+
+    def make(*files: str, env: dict[str, str] | None = None) -> Project:
+        made.append(Project(command, image, list(files) or ["docker-compose.yml"], env or {}))
+        return made[-1]
+
+    yield make  # type: ignore[misc]
+    for one in made:
+        try:
+            one.down()
+        finally:
+            left = one.leftovers()
+        assert not left, f"`down -v` left {left}"
+
+
+# -- the client side --------------------------------------------------------------------------
+def http(project: Project) -> httpclient.InferenceServerClient:
+    return httpclient.InferenceServerClient(project.url, network_timeout=60)
+
+
+def simple_inputs(module) -> list:
+    x = np.arange(16, dtype=np.int32).reshape(1, 16)
+    inputs = [module.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(x)
+    return inputs
+
+
+def served(client: httpclient.InferenceServerClient) -> bool:
+    result = client.infer("simple", simple_inputs(httpclient))
+    return bool(np.array_equal(result.as_numpy("OUTPUT0"), np.arange(16, dtype=np.int32).reshape(1, 16) * 2))
+
+
+def wait_ready(project: Project) -> float:
+    client = http(project)
+    try:
+        return wait_for(lambda: client.is_server_ready() and served(client), READY_S, "ready and serving 'simple'")
+    finally:
+        client.close()
+
+
+def load(project: Project, stop: threading.Event, results: list) -> None:
+    client = http(project)
+    record_until(stop, results, lambda: served(client))
+    client.close()
+
+
+def under_load(project: Project, fault, clients: int = 4, after: int = 150) -> list:
+    """`fault()` while `clients` threads infer; returns every request's (started, ended, ok, error)
+    once `after` more requests succeeded after it."""
+    results: list = []
+    stop = threading.Event()
+    threads = [threading.Thread(target=load, args=(project, stop, results)) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(lambda: sum(r[2] for r in results) > 50, 60, "no load before the fault", 0.1)
+        fault()
+        done = time.monotonic()
+        wait_for(lambda: sum(r[2] and r[0] > done for r in results) > after, 120, "no load after the fault", 0.1)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(90)
+    return results
+
+
+def check_fault(results: list, what: str) -> None:
+    failures = [(end - started, error) for started, end, ok, error in results if not ok]
+    slowest = max(end - started for started, end, *_ in results)
+    print(f"{what}: {len(results)} requests, {len(failures)} failed {failures[:3]}, slowest {slowest:.2f}s")
+    assert len(failures) <= 1, f"{what}: {failures}"
+    assert all(error.startswith(("503", "500", "504")) for _, error in failures), failures
+    assert slowest < FAIL_WITHIN_S, f"{what}: a request took {slowest:.1f}s"
+
+
+def executions(project: Project) -> dict[str, int]:
+    """Executions of `simple` per worker container (its hostname), from `shoal status`'s source."""
+    services = asyncio.run(status.collect(project.nats_url, wait=0.5))
+    found: dict[str, int] = {}
+    for service in services:
+        if service["name"] == "shoal-worker":
+            model = service.get("status", {}).get("models", {}).get("simple/1", {})
+            found[service["metadata"]["host"]] = sum(i["executions"] for i in model.get("instance_list", []))
+    return found
+
+
+def hostname(project: Project, container: str) -> str:
+    return str(project.inspect(container)["Config"]["Hostname"])
+
+
+def shm_host(project: Project, container: str) -> str:
+    """The host token in the container's /dev/shm: equal in processes that share memory."""
+    return project.exec(
+        container, "python", "-c", "from shared.memory.segments import host_token; print(host_token())"
+    ).strip()
+
+
+# -- the tests --------------------------------------------------------------------------------
+def test_compose_serves_scales_survives_and_goes(project):
+    stack = project()
+    started = time.monotonic()
+    stack.up()
+    print(f"ready {wait_ready(stack) + (time.monotonic() - started):.1f}s after up -d")
+    client = http(stack)
+    assert client.get_model_metadata("simple")["name"] == "simple"
+    grpc = grpcclient.InferenceServerClient(stack.grpc_url)
+    result = grpc.infer("simple", simple_inputs(grpcclient))
+    assert np.array_equal(result.as_numpy("OUTPUT1"), np.zeros((1, 16), np.int32))
+    grpc.close()
+    metrics = urllib3.request("GET", f"http://127.0.0.1:{stack.metrics_port}/metrics").data.decode()
+    assert 'nv_inference_count{model="simple",version="1"}' in metrics
+
+    # three workers, and every one takes batches
+    stack.up("--scale", "worker=3")
+    workers = stack.containers("worker")
+    assert len(workers) == 3
+    names = {hostname(stack, w) for w in workers}
+    wait_for(lambda: set(executions(stack)) >= names, 60, "three workers on the bus")
+    before = executions(stack)
+
+    def all_three() -> bool:
+        for _ in range(30):
+            served(client)
+        now = executions(stack)
+        return all(now.get(n, 0) > before.get(n, 0) for n in names)
+
+    wait_for(all_three, 120, "each of the three workers took batches")
+
+    # a worker SIGKILLed under load: its running batch fails clearly, or is served elsewhere
+    victim = workers[0]
+    check_fault(under_load(stack, lambda: stack.crash(victim)), "worker killed")
+
+    # the gateway SIGKILLed: its restart serves again, on the workers' shared memory
+    gateway = stack.containers("gateway")[0]
+    restarts = stack.restarts(gateway)
+    stack.crash(gateway)
+    wait_for(lambda: stack.restarts(gateway) > restarts, 60, "the gateway restarted")
+    wait_ready(stack)
+    tokens = {shm_host(stack, w) for w in stack.containers("worker")}
+    assert tokens == {shm_host(stack, gateway)}, "a restarted gateway no longer shares memory with the workers"
+    client.close()
+
+
+def test_compose_cohosted_schedulers(project):
+    stack = project(env={"SHOAL_COHOST_SCHEDULER": "true"})
+    stack.up("--scale", "scheduler=0")
+    wait_ready(stack)
+    assert not stack.containers("scheduler")
+    check_fault(under_load(stack, lambda: None, after=100), "co-hosted")
+
+
+def test_compose_nats_cluster_loses_the_schedulers_node_under_load(project):
+    stack = project("docker-compose.yml", "docker-compose.nats-cluster.yml")
+    stack.up()
+    wait_ready(stack)
+
+    def schedulers_node() -> str:
+        for service in ("nats", "nats-2", "nats-3"):
+            for container in stack.containers(service):
+                connz = json.loads(stack.exec(container, "wget", "-qO-", "http://127.0.0.1:8222/connz"))
+                if any(c.get("name", "").startswith("shoal-scheduler") for c in connz.get("connections") or []):
+                    return container
+        raise AssertionError("no node has the scheduler's connection")
+
+    node = schedulers_node()
+    check_fault(under_load(stack, lambda: stack.crash(node), after=300), "the scheduler's NATS node killed")

@@ -1,0 +1,1 @@
+"""The stand-in engine of the fakellm backend."""
