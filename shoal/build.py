@@ -42,7 +42,7 @@ COMPILED: tuple[str, ...] = (
     # the scheduler's batching
     "services/scheduler/records.py",
     "services/scheduler/cohosted.py",
-    "services/scheduler/disciplines.py",
+    "services/scheduler/discipline_factory.py",
     "services/scheduler/batching/answers.py",
     "services/scheduler/batching/credits.py",
     "services/scheduler/batching/discipline.py",
