@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from services.repository import examples  # noqa: E402
 from shared.process.natsserver import free_port  # noqa: E402
-from shoal.cli import UNSUPPORTED_FLAGS  # noqa: E402
+from shoal.triton_flags import REFUSED  # noqa: E402
 from tests.integration.ensemble_models import write_python  # noqa: E402
 from tests.serving import Serve, command_of  # noqa: E402
 
@@ -222,7 +222,7 @@ def run(
         f"--request-timeout-secs={timeout_s}",
     ]
     grpc_port = 0
-    if "--grpc-port" not in UNSUPPORTED_FLAGS:
+    if "--grpc-port" not in REFUSED:
         grpc_port = free_port()
         args.append(f"--grpc-port={grpc_port}")
     started_wall = time.time()

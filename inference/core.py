@@ -10,20 +10,23 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from inference import classification
 from inference.cache import Cache, cache_key
 from inference.forward import Forwarder
 from inference.models import ModelRegistry
 from inference.on_demand import DemandLoads
+from inference.otel_trace import Carrier, RequestTrace
 from inference.shm import DISABLED, ShmRegistry
-from inference.trace import Tracer
+from inference.trace import TracedTensor, Tracer
 from inference.types import OutputTensor, ParsedRequest
 from inference.validation import Validated, validate
 from shared.bus.dispatch import Dispatcher
 from shared.bus.tensor_store import TensorStore
 from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError, unsupported
+from shared.tracing import context, spans
 from shared.wire.messages import CacheEvent
 
 # a request that failed with one of these never ran: its model left (evicted) between this gateway's
@@ -32,6 +35,26 @@ NEVER_RAN = ("was unloaded", "no scheduler is serving requests")
 HTTP_ENDPOINT = "HTTP end point"  # how Triton names the transport that refuses a decoupled model
 
 CacheEvents = Callable[[CacheEvent], Awaitable[None]]
+
+
+class TraceFrom(NamedTuple):
+    """Where a request came from for its trace: the transport ("HTTP", "GRPC"; "" for a BLS
+    call) and the W3C context it brought (the client's headers, or the calling request's span)."""
+
+    protocol: str
+    parent: Carrier | None = None
+
+
+def trace_from(protocol: str, traceparent: str | None, tracestate: str | None) -> TraceFrom:
+    return TraceFrom(protocol, (traceparent, tracestate or "") if traceparent else None)
+
+
+def _traced_tensors(parsed: ParsedRequest, outputs: list[OutputTensor]) -> list[tuple[str, TracedTensor]]:
+    """The tensors of a TENSORS trace: the inputs as they were queued, the outputs as they came back."""
+    return [
+        *(("TENSOR_QUEUE_INPUT", TracedTensor(t.name, t.datatype, t.shape, t.data)) for t in parsed.inputs),
+        *(("TENSOR_BACKEND_OUTPUT", TracedTensor(o.name, o.datatype, o.shape, o.data)) for o in outputs),
+    ]
 
 
 @dataclass
@@ -93,6 +116,12 @@ class InferenceCore:
             raise missing
         return await self.demand.resolve(model, version, missing, timeout_s)
 
+    @property
+    def spans(self) -> bool:
+        """Whether requests get OpenTelemetry spans here: the transports then read the W3C
+        context of each request (`trace_from`); with tracing off they read nothing."""
+        return self.tracer is not None and self.tracer.tracing is not None
+
     def loads_on_demand(self, model: str) -> bool:
         return self.demand is not None and self.demand.loads(model)
 
@@ -111,8 +140,10 @@ class InferenceCore:
         endpoint: str = HTTP_ENDPOINT,
         timeout_s: float | None = None,
         started_ns: int | None = None,
+        trace: TraceFrom | None = None,
     ) -> Answer:
-        """One request, one response (a decoupled model is refused: `endpoint` names who refuses)."""
+        """One request, one response (a decoupled model is refused: `endpoint` names who refuses).
+        `trace`: where the request came from and the OpenTelemetry context it brought, if any."""
         started = started_ns or time.monotonic_ns()
         valid = self._check(spec, parsed, False, endpoint)
         key = cache_key(spec.name, version, parsed, valid) if self.cache is not None and spec.response_cache else None
@@ -123,23 +154,57 @@ class InferenceCore:
             ]
             await self._cache_event(spec.name, version, True, time.monotonic_ns() - started)
             return Answer(spec.name, version, parsed.id, self._classify(spec, parsed, outputs))
-        traced = self.tracer is not None and self.tracer.sample(spec.name)
+        traced, span = False, None
+        if self.tracer is not None and self.tracer.tracing is None:
+            traced = self.tracer.sample(spec.name)
+        elif trace is not None:  # opentelemetry mode, or a BLS call of a traced request
+            span = self._span(spec, version, parsed, started, trace)
         try:
-            outputs, parameters, response = await self.forwarder.infer(spec, version, parsed, valid, traced, timeout_s)
-        except ShoalError as exc:
-            if not (self.loads_on_demand(spec.name) and any(text in exc.message for text in NEVER_RAN)):
-                raise  # else: load it again and send it once more
-            spec, version = await self.load_on_demand(spec.name, str(version), exc, timeout_s)
-            outputs, parameters, response = await self.forwarder.infer(spec, version, parsed, valid, traced, timeout_s)
+            try:
+                outputs, parameters, response = await self.forwarder.infer(
+                    spec, version, parsed, valid, traced, timeout_s, span
+                )
+            except ShoalError as exc:
+                if not (self.loads_on_demand(spec.name) and any(text in exc.message for text in NEVER_RAN)):
+                    raise  # else: load it again and send it once more
+                spec, version = await self.load_on_demand(spec.name, str(version), exc, timeout_s)
+                outputs, parameters, response = await self.forwarder.infer(
+                    spec, version, parsed, valid, traced, timeout_s, span
+                )
+        except BaseException as exc:
+            if span is not None:
+                span.end(exc.message if isinstance(exc, ShoalError) else type(exc).__name__)
+            raise
         if self.cache is not None and key is not None:
             inserted = time.monotonic_ns()
             await self.cache.put(key, outputs)
             await self._cache_event(spec.name, version, False, time.monotonic_ns() - inserted)
         answer = Answer(spec.name, version, parsed.id, self._classify(spec, parsed, outputs), parameters)
-        if traced and self.tracer is not None:
+        if span is not None:
+            span.end()
+        elif traced and self.tracer is not None:
             timestamps = {"REQUEST_START": started, **response.trace, "REQUEST_END": time.monotonic_ns()}
-            self.tracer.record(spec.name, version, parsed.id, timestamps, response.batch)
+            tensors = _traced_tensors(parsed, outputs) if self.tracer.tensors_traced(spec.name) else []
+            self.tracer.record(spec.name, version, parsed.id, timestamps, response.batch, tensors)
         return answer
+
+    def _span(
+        self, spec: ModelSpec, version: int, parsed: ParsedRequest, started: int, trace: TraceFrom
+    ) -> RequestTrace | None:
+        """The request's spans when it is traced: sampled at this gateway (a context the client
+        brought is always traced, as in Triton), or a BLS call whose caller passed its trace."""
+        if not trace.protocol:  # BLS: no sampling of its own, under the calling request's span
+            tracing = spans.active
+            if tracing is None or trace.parent is None:
+                return None
+            return RequestTrace(tracing, spec.name, version, parsed.id, started, trace.parent, root=False)
+        tracer = self.tracer
+        if tracer is None or tracer.tracing is None:
+            return None
+        parent = trace.parent if trace.parent is not None and context.parse(trace.parent[0]) else None
+        if not tracer.sample(spec.name, forced=parent is not None):
+            return None
+        return RequestTrace(tracer.tracing, spec.name, version, parsed.id, started, parent, trace.protocol)
 
     async def stream(
         self,
@@ -149,12 +214,16 @@ class InferenceCore:
         *,
         timeout_s: float | None = None,
         empty_final: bool = False,
+        trace: TraceFrom | None = None,
     ) -> AsyncGenerator[Answer | ShoalError, None]:
         """A model's responses as they come (many for a decoupled model). An error response is
         yielded as a `ShoalError` and the stream goes on if the model said more will follow;
         closing the iterator early cancels the request (it leaves its queue)."""
+        started = time.monotonic_ns()
         valid = self._check(spec, parsed, True, HTTP_ENDPOINT)
-        stream = self.forwarder.stream(spec, version, parsed, valid, timeout_s, empty_final)
+        span = self._span(spec, version, parsed, started, trace) if trace is not None else None
+        stream = self.forwarder.stream(spec, version, parsed, valid, timeout_s, empty_final, span)
+        error = "cancelled"
         try:
             async for item in stream:
                 if isinstance(item, ShoalError):
@@ -163,7 +232,13 @@ class InferenceCore:
                 outputs, parameters, response = item
                 outputs = self._classify(spec, parsed, outputs)
                 yield Answer(spec.name, version, parsed.id, outputs, parameters, final=not response.more)
+            error = ""
+        except ShoalError as exc:
+            error = exc.message
+            raise
         finally:
+            if span is not None:
+                span.end(error)
             await stream.aclose()
 
     def _classify(self, spec: ModelSpec, parsed: ParsedRequest, outputs: list[OutputTensor]) -> list[OutputTensor]:

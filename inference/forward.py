@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator
 
+from inference.otel_trace import RequestTrace
 from inference.sequence_params import sequence_params
 from inference.shm import DISABLED, ShmRegistry
 from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
@@ -68,13 +69,16 @@ class Forwarder:
         valid: Validated,
         trace: bool = False,
         timeout_s: float | None = None,
+        span: RequestTrace | None = None,
     ) -> tuple[list[OutputTensor], dict, InferResponse]:
         timeout_s = timeout_s or self.timeout_s
         used = _regions_used(parsed)
         if used:  # unregistering a region in use waits for its requests (see ShmRegistry.unregister)
             self._shm().hold(used)
         try:
-            request, regions = self._request(spec, version, parsed, valid, trace, timeout_s)
+            request, regions = self._request(spec, version, parsed, valid, trace, timeout_s, span)
+            if span is not None:
+                span.queued()
             try:
                 response = await self.dispatcher.infer(request, timeout_s)
             finally:
@@ -92,12 +96,15 @@ class Forwarder:
         valid: Validated,
         timeout_s: float | None = None,
         empty_final: bool = False,
+        span: RequestTrace | None = None,
     ) -> AsyncGenerator[tuple[list[OutputTensor], dict, InferResponse] | ShoalError, None]:
         """A model's responses as they come (many for decoupled models); an error response is
         yielded as a `ShoalError`, and the stream goes on if the model said more will follow.
         `empty_final`: also yield the final flag that comes alone (gRPC streams can show it)."""
         timeout_s = timeout_s or self.timeout_s
-        request, regions = self._request(spec, version, parsed, valid, False, timeout_s)
+        request, regions = self._request(spec, version, parsed, valid, False, timeout_s, span)
+        if span is not None:
+            span.queued()
         try:
             async for response in self.dispatcher.stream(request, timeout_s):
                 if response.empty and not response.error and not empty_final:
@@ -112,7 +119,14 @@ class Forwarder:
             self.store.free(request.inputs)
 
     def _request(
-        self, spec: ModelSpec, version: int, parsed: ParsedRequest, valid: Validated, trace: bool, timeout_s: float
+        self,
+        spec: ModelSpec,
+        version: int,
+        parsed: ParsedRequest,
+        valid: Validated,
+        trace: bool,
+        timeout_s: float,
+        span: RequestTrace | None = None,
     ) -> tuple[InferRequest, dict[str, TensorRef]]:
         now = time.time_ns()
         rid = self.dispatcher.new_rid()
@@ -153,6 +167,8 @@ class Forwarder:
                 timeout_us=_uint(parsed.parameters, "timeout"),
                 received_ns=now,
                 trace=trace,
+                traceparent=span.carrier[0] if span is not None else "",
+                tracestate=span.carrier[1] if span is not None else "",
                 sequence_id=sequence.sequence_id,
                 sequence_start=sequence.start,
                 sequence_end=sequence.end,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable, Iterable
 
 import msgspec
@@ -14,27 +13,29 @@ from inference import statistics_merge as merge
 from shared.bus import connection
 from shared.errors import unavailable
 from shared.wire import subjects
-from shared.wire.statistics import ModelStatistics, SchedulerStatistics
+from shared.wire.statistics import ModelStatistics, ReplicaCount, SchedulerStatistics
 
 log = logging.getLogger("shoal.gateway")
 _decoder = msgspec.msgpack.Decoder(SchedulerStatistics)
 
-_replicas = {"count": 0, "learned": 0.0}  # scheduler replicas that answered a full gather, and when
+_count_decoder = msgspec.msgpack.Decoder(ReplicaCount)
+
+
+def replicas_declared(reply: bytes) -> int:
+    """How many scheduler replicas a reply says there are (0: it cannot say, or is unreadable)."""
+    try:
+        return _count_decoder.decode(reply).replicas
+    except msgspec.DecodeError:
+        return 0
 
 
 async def scheduler_stats(nc: NATS, payload: bytes = b"") -> SchedulerStatistics:
-    """Every scheduler replica's statistics for the models it serves, merged.
-
-    Waiting for a quiet moment costs a few ms per call, so the replica count from the last
-    full gather (renewed every second, so new replicas are seen) ends the wait early."""
-    fresh = time.monotonic() - _replicas["learned"] < 1.0
-    replies = await connection.gather(
-        nc, subjects.SCHEDULER_STATS, payload, expected=int(_replicas["count"]) if fresh else 0
-    )
+    """Every scheduler replica's statistics for the models it serves, merged. Each reply says how
+    many replicas its sender counts, and the gather waits for that many (a second at most after
+    the first): on a loaded machine a replica's reply comes late, and a sum without it is wrong."""
+    replies = await connection.gather(nc, subjects.SCHEDULER_STATS, payload, declared=replicas_declared)
     if not replies:
         raise unavailable("the scheduler is not available")
-    if not fresh:
-        _replicas.update(count=len(replies), learned=time.monotonic())
     decoded = [stats for stats in map(_decoded, replies) if stats is not None]
     if not decoded:  # every reply was malformed (logged): as if none had answered
         raise unavailable("the scheduler is not available")

@@ -122,4 +122,4 @@ def version_statistics(a: VersionStatistics, b: VersionStatistics) -> VersionSta
 
 
 def scheduler_statistics(a: SchedulerStatistics, b: SchedulerStatistics) -> SchedulerStatistics:
-    return SchedulerStatistics(by_key(a.versions, b.versions, version_statistics))
+    return SchedulerStatistics(by_key(a.versions, b.versions, version_statistics), max(a.replicas, b.replicas))

@@ -11,9 +11,10 @@ import json
 import os
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from shared.errors import invalid, unsupported
+from shared.tracing.spans import Tracing
 
 LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 ORDER = (
@@ -35,19 +36,34 @@ class TraceSettings:
     log_frequency: int = 0
     file: str = ""
 
+    mode: str = "triton"  # or "opentelemetry": spans exported by every service (shared/tracing/)
+    config: tuple[tuple[str, str], ...] = ()  # the mode's `--trace-config <mode>,<key>=<value>` entries
+
     def json(self) -> dict[str, Any]:
-        return {
+        """Triton's trace settings document (src/http_server.cc, `HandleTrace`): the file and log
+        frequency only in triton mode, then the mode, then the mode's own settings."""
+        body: dict[str, Any] = {
             "trace_level": list(self.level),
             "trace_rate": str(self.rate),
             "trace_count": str(self.count),
-            "log_frequency": str(self.log_frequency),
-            "trace_file": self.file,
-            "trace_mode": "triton",
         }
+        if self.mode == "triton":
+            body["log_frequency"] = str(self.log_frequency)
+            body["trace_file"] = self.file
+        body["trace_mode"] = self.mode
+        for key, value in self.config:
+            body.setdefault(key, value)  # Triton writes a repeated key (resource) twice; JSON keeps the first
+        return body
 
     @property
     def enabled(self) -> bool:
         return self.level != ("OFF",) and self.count != 0
+
+    @property
+    def valid(self) -> bool:
+        """Whether requests are sampled at this rate (Triton's `TraceSetting::Valid`; rate 0: only
+        requests that bring an OpenTelemetry context are traced)."""
+        return self.enabled and self.rate > 0 and (self.mode != "triton" or bool(self.file))
 
 
 def _int(body: dict, key: str, minimum: int) -> int:
@@ -79,8 +95,6 @@ def updated(current: TraceSettings, body: dict[str, Any]) -> dict[str, Any]:
                 raise invalid(f"invalid trace level: {value}")
             if "OFF" in levels and len(levels) > 1:
                 raise invalid("trace level 'OFF' can not be combined with other levels")
-            if "TENSORS" in levels:
-                raise unsupported("trace level 'TENSORS' is not supported by Shoal yet (use TIMESTAMPS)")
             changes[key] = levels
         elif key == "trace_rate":
             changes[key] = _int(body, key, 1)
@@ -89,11 +103,49 @@ def updated(current: TraceSettings, body: dict[str, Any]) -> dict[str, Any]:
         elif key == "log_frequency":
             changes[key] = _int(body, key, 0)
         elif key == "trace_mode":
-            if value != "triton":
-                raise unsupported(f"trace mode '{value}' is not supported (only 'triton')")
+            if value != current.mode:
+                raise unsupported(f"trace mode can not be updated through network protocol (it is '{current.mode}')")
         else:
             raise invalid(f"unknown trace setting '{key}'")
     return changes
+
+
+class TracedTensor(NamedTuple):
+    name: str
+    datatype: str
+    shape: list[int]
+    data: bytes | memoryview | None  # None: in the client's shared memory (not read for a trace)
+
+
+def tensor_json(tensor: TracedTensor) -> dict[str, str]:
+    """A tensor as Triton's TENSORS trace writes it (src/tracer.cc, `TraceTensorActivity`): its
+    elements comma separated (C++ stream formatting: 6 significant digits for floats, BOOL as
+    0/1, BYTES elements quoted), its shape comma separated, its datatype."""
+    return {
+        "name": tensor.name,
+        "data": _elements(tensor) if tensor.data is not None else "",
+        "shape": ",".join(str(d) for d in tensor.shape),
+        "dtype": tensor.datatype,
+    }
+
+
+def _elements(tensor: TracedTensor) -> str:
+    data = memoryview(tensor.data or b"").cast("B")
+    if tensor.datatype == "BYTES":
+        items, offset = [], 0
+        while offset + 4 <= len(data):
+            length = int.from_bytes(data[offset : offset + 4], "little")
+            items.append('"' + bytes(data[offset + 4 : offset + 4 + length]).decode("utf-8", "replace") + '"')
+            offset += 4 + length
+        return ",".join(items)
+    import numpy as np
+
+    from shared.config.datatypes import numpy_dtype
+
+    values = np.frombuffer(data, dtype=numpy_dtype(tensor.datatype)).ravel()
+    if values.dtype.kind == "f":
+        return ",".join(f"{float(v):g}" for v in values)
+    return ",".join(str(int(v)) for v in values)
 
 
 _FIELDS = {"trace_level": "level", "trace_rate": "rate", "trace_count": "count", "log_frequency": "log_frequency"}
@@ -102,6 +154,7 @@ _FIELDS = {"trace_level": "level", "trace_rate": "rate", "trace_count": "count",
 @dataclass
 class Tracer:
     settings: TraceSettings
+    tracing: Tracing | None = None  # opentelemetry mode: this process's exporter (shared/tracing/spans.py)
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # model -> field -> value
     _seen: dict[str, int] = field(default_factory=dict)
     _next_id: int = 1
@@ -126,16 +179,18 @@ class Tracer:
                 model_overrides[_FIELDS[key]] = value
         return self.for_model(model)
 
-    def sample(self, model: str) -> bool:
-        """Every `trace_rate`-th request of a model is traced, up to `trace_count` traces."""
+    def sample(self, model: str, forced: bool = False) -> bool:
+        """Every `trace_rate`-th request of a model is traced, up to `trace_count` traces; in
+        opentelemetry mode a request that brings a context (`forced`) is traced whatever the rate
+        and count (Triton's `TraceSetting::SampleTrace`)."""
         # the settings copied only for a model with overrides: this runs on every request
         settings = self.for_model(model) if model in self.overrides else self.settings
-        if not settings.enabled or not settings.file:
-            return False
+        if not settings.valid:
+            return forced and settings.level != ("OFF",)
         seen = self._seen.get(model, 0) + 1
         self._seen[model] = seen
         if seen % settings.rate:
-            return False
+            return forced
         if settings.count > 0:
             remaining = settings.count - 1
             if model in self.overrides and "count" in self.overrides[model]:
@@ -145,8 +200,16 @@ class Tracer:
         return True
 
     def record(
-        self, model: str, version: int, request_id: str, timestamps: dict[str, int], extra: dict[str, Any]
+        self,
+        model: str,
+        version: int,
+        request_id: str,
+        timestamps: dict[str, int],
+        extra: dict[str, Any],
+        tensors: list[tuple[str, TracedTensor]] = (),  # type: ignore[assignment]
     ) -> None:
+        """One trace into the file: its header, its timestamps, and with level TENSORS the
+        (activity, tensor) entries: TENSOR_QUEUE_INPUT and TENSOR_BACKEND_OUTPUT."""
         settings = self.for_model(model)
         trace_id = self._next_id
         self._next_id += 1
@@ -155,7 +218,13 @@ class Tracer:
             {"id": trace_id, "model_name": model, "model_version": version, "request_id": request_id, **extra}
         )
         self._written.append({"id": trace_id, "timestamps": [{"name": n, "ns": ns} for n, ns in events]})
+        self._written.extend(
+            {"id": trace_id, "activity": activity, "tensor": tensor_json(tensor)} for activity, tensor in tensors
+        )
         self._flush(settings)
+
+    def tensors_traced(self, model: str) -> bool:
+        return "TENSORS" in (self.for_model(model) if model in self.overrides else self.settings).level
 
     def _flush(self, settings: TraceSettings) -> None:
         """log_frequency 0: one file, rewritten whole so it is always valid JSON;

@@ -122,7 +122,9 @@ def serve_parser() -> argparse.ArgumentParser:
         "--trace-config",
         action="append",
         default=[],
-        help="[triton,]<setting>=<value>: file, level, rate, count, log-frequency, mode, repeatable (default: none)",
+        help="[<mode>,]<setting>=<value>: rate, level, count, mode (triton or opentelemetry); triton,file=..., "
+        "triton,log-frequency=...; opentelemetry,url=..., opentelemetry,resource=<key>=<value>, "
+        "opentelemetry,bsp_max_queue_size|bsp_schedule_delay|bsp_max_export_batch_size=...; repeatable (default: none)",
     )
     for flag, field in TRACE_FLAGS:
         s.add_setting(p, flag, G, field, default=None, **({"action": "append"} if field == "trace_level" else {}))
@@ -150,6 +152,13 @@ def serve_parser() -> argparse.ArgumentParser:
         help="embedded nats-server monitoring port (default: 0, a free port)",
     )
     p.add_argument("--workers", type=int, default=1, help="worker processes to start (default: 1)")
+    p.add_argument(
+        "--model-files",
+        choices=["path", "store"],
+        default="path",
+        help="path: the workers (all on this host) read the model files where the repository is; store: "
+        "they are published into NATS too, for workers that join from other hosts (default: path)",
+    )
     p.add_argument(
         "--gateways",
         type=int,
@@ -294,23 +303,30 @@ def metrics_config(entries: list[str]) -> dict[str, object]:
 
 
 def trace_settings(args: argparse.Namespace) -> dict[str, object]:
-    """tritonserver's `--trace-config [mode,]key=value` and the older `--trace-*` flags."""
+    """tritonserver's `--trace-config [mode,]key=value` and the older `--trace-*` flags.
+    `config`: the entries every service gets in opentelemetry mode (the mode and its exporter's
+    settings: each service exports its own spans); none in triton mode."""
+    from shared.tracing import settings as tracing
+
     trace: dict[str, object] = {"file": "", "level": "OFF", "rate": 1000, "count": -1, "log-frequency": 0}
     levels: list[str] = []
-    for entry in args.trace_config:
-        mode, _, setting = entry.rpartition(",") if "," in entry else ("", "", entry)
-        if mode and mode != "triton":
-            raise SystemExit(f"shoal serve: --trace-config mode '{mode}' is not supported (only 'triton')")
-        key, _, value = setting.partition("=")
-        if key == "mode":
-            if value != "triton":
-                raise SystemExit(f"shoal serve: trace mode '{value}' is not supported (only 'triton')")
-        elif key == "level":
-            levels.append(value.upper())
-        elif key in ("file", "rate", "count", "log-frequency"):
-            trace[key] = value if key == "file" else int(value)
-        else:
-            raise SystemExit(f"shoal serve: unknown --trace-config setting '{key}'")
+    try:
+        mode = tracing.mode(args.trace_config)
+        for entry in args.trace_config:
+            section, key, value = tracing.split(entry)
+            if section == "opentelemetry" or key == "mode":
+                continue
+            if section == "triton" and key not in ("file", "log-frequency"):
+                continue  # tritonserver keeps a mode's unknown settings and uses none of them
+            if key == "level":
+                levels.append(_trace_level(value))
+            elif key in ("file", "rate", "count", "log-frequency"):
+                trace[key] = value if key == "file" else int(value)
+            else:
+                raise SystemExit(f"shoal serve: unknown --trace-config setting '{key}'")
+        otel = tracing.opentelemetry(args.trace_config) if mode == "opentelemetry" else None
+    except (tracing.TraceConfigError, ValueError) as exc:
+        raise SystemExit(f"shoal serve: {exc}") from None
     for key, value in (
         ("file", args.trace_file),
         ("rate", args.trace_rate),
@@ -319,12 +335,27 @@ def trace_settings(args: argparse.Namespace) -> dict[str, object]:
     ):
         if value is not None:
             trace[key] = value
-    levels += [level.upper() for level in args.trace_level or []]
-    if "TENSORS" in levels:
-        raise SystemExit("shoal serve: trace level TENSORS is not supported yet (use TIMESTAMPS)")
+    levels += [_trace_level(level) for level in args.trace_level or []]
+    if "OFF" in levels:  # tritonserver: an explicit OFF disables tracing whatever else is given
+        levels = ["OFF"]
     if levels:
-        trace["level"] = ",".join(levels)
+        trace["level"] = ",".join(dict.fromkeys(levels))
+    trace["config"] = (
+        ["mode=opentelemetry", *(f"opentelemetry,{k}={v}" for k, v in otel.entries)] if otel is not None else []
+    )
     return trace
+
+
+def _trace_level(value: str) -> str:
+    """tritonserver's `ParseTraceLevelOption`."""
+    lowered = value.lower()
+    if lowered in ("false", "off"):
+        return "OFF"
+    if lowered in ("true", "on", "min", "max", "timestamps"):
+        return "TIMESTAMPS"
+    if lowered == "tensors":
+        return "TENSORS"
+    raise SystemExit(f"shoal serve: invalid value for trace level option: {value}")
 
 
 def _service(name: str, argv: list[str]) -> None:

@@ -228,7 +228,7 @@ def model_table(index: list[dict]) -> str:
 
 
 def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> Cluster:
-    common = {"nats_url": nats_url, "log_verbose": args.log_verbose}
+    common = {"nats_url": nats_url, "log_verbose": args.log_verbose, "trace_config": args.trace["config"]}
     gateway = GatewaySettings(
         **common,
         id=args.id,
@@ -271,6 +271,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> 
         disable_auto_complete_config=args.disable_auto_complete_config,
         strict_model_config=args.strict_model_config,
         repository_poll_secs=args.repository_poll_secs,
+        model_files=args.model_files,  # the workers it starts share its host: no copy unless asked
         unload_timeout_s=args.exit_timeout_secs,
         backend_directory=args.backend_directory,
         backend_config=args.backend_config,

@@ -98,6 +98,10 @@ def build_test_repository(root: Path) -> Path:
 # shape unless they name one; the scheduling modules run in both (`shape` in tests/integration/conftest.py).
 SHAPES = ("cohost", "standalone")
 DEFAULT_SHAPE = os.environ.get("SHOAL_TEST_SHAPE", "cohost")
+# how workers get the model files: read where the repository is, as `shoal serve` does ("path"), or
+# fetched from NATS ("store", `shoal repository`'s default: tests/integration/test_model_files.py;
+# SHOAL_TEST_MODEL_FILES=store runs any test that way)
+DEFAULT_MODEL_FILES = os.environ.get("SHOAL_TEST_MODEL_FILES", "path")
 
 
 @dataclass
@@ -177,7 +181,9 @@ def running_cluster(
         gateway_settings(),
         None if cohost else standalone[0],
         RepositorySettings(
-            **on("repository"), model_repository=str(root), **{"worker_timeout_s": 3, **(repository or {})}
+            **on("repository"),
+            model_repository=str(root),
+            **{"worker_timeout_s": 3, "model_files": DEFAULT_MODEL_FILES, **(repository or {})},
         ),
         [
             WorkerSettings(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -103,6 +104,9 @@ class Host:
     shm_dir: Path
     nats: NatsServer | None = None
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # directories this host does not see (an empty tmpfs over each): the model repository on the
+    # worker hosts, which share no disk with the repository's host (--model-files=store)
+    hidden: list[Path] = field(default_factory=list)
     _pool: ThreadPoolExecutor | None = None
 
     @property
@@ -115,7 +119,8 @@ class Host:
 
     def command(self, argv: list[str]) -> list[str]:
         """`argv` run on this host: its network, its own /dev/shm and hostname."""
-        script = 'mount --bind "$1" /dev/shm && hostname "$2" && shift 2 && exec "$@"'
+        hide = "".join(f"mount -t tmpfs shoal-hidden {shlex.quote(str(path))} && " for path in self.hidden)
+        script = f'mount --bind "$1" /dev/shm && hostname "$2" && {hide}shift 2 && exec "$@"'
         return [
             "ip", "netns", "exec", self.namespace, "unshare", "--mount", "--uts",
             "sh", "-c", script, "sh", str(self.shm_dir), self.name, *argv,
@@ -276,8 +281,11 @@ class Hosts:
     ) -> None:
         """Shoal as the compose file places it: the repository, scheduler and gateway (no co-hosted
         scheduler) on host 1, one worker on each other host (named after it); each service on its
-        host's NATS node."""
+        host's NATS node. The worker hosts do not see `models` (nor each other's model cache): the
+        files they load come through NATS."""
         first = self[1]
+        for host in self.hosts[1:]:
+            host.hidden.append(models)
         url = self.nats_url(first)
         self.service(
             first, "repository", RepositorySettings(nats_url=url, model_repository=str(models), **(repository or {}))
@@ -299,9 +307,9 @@ class Hosts:
             ),
         )
         for host in self.hosts[1:]:
-            self.service(
-                host, "worker", WorkerSettings(nats_url=self.nats_url(host), worker_id=host.name, **(worker or {}))
-            )
+            cache = str(self.workdir / f"{host.name}-model-files")
+            settings = {"model_cache_dir": cache, **(worker or {})}
+            self.service(host, "worker", WorkerSettings(nats_url=self.nats_url(host), worker_id=host.name, **settings))
 
     @property
     def url(self) -> str:

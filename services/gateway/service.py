@@ -35,6 +35,8 @@ from shared.bus.dispatch import Dispatcher
 from shared.bus.tensor_store import TensorStore
 from shared.process.runtime import serve_until
 from shared.process.settings import GatewaySettings, cohosted_scheduler
+from shared.tracing import settings as tracing_settings
+from shared.tracing import spans
 from shared.wire import subjects
 from shared.wire.control import StatisticsRequest
 from shared.wire.messages import CacheEvent
@@ -57,11 +59,27 @@ def metrics_options(settings: GatewaySettings) -> MetricsOptions:
 
 
 def tracer(settings: GatewaySettings) -> trace.Tracer:
-    levels = tuple(level.strip().upper() for level in settings.trace_level.split(","))
+    """The trace extension's settings: the trace fields, then `--trace-config`'s global entries
+    (`shoal gateway` takes them too); in opentelemetry mode spans go to this process's exporter."""
+    fields = {"level": settings.trace_level, "rate": str(settings.trace_rate), "count": str(settings.trace_count)}
+    for entry in settings.trace_config:
+        section, key, value = tracing_settings.split(entry)
+        if not section and key in fields:
+            fields[key] = value
+    levels = tuple(level.strip().upper() for level in fields["level"].split(","))
+    mode = tracing_settings.mode(settings.trace_config)
+    otel = tracing_settings.opentelemetry(settings.trace_config) if mode == "opentelemetry" else None
     return trace.Tracer(
         trace.TraceSettings(
-            levels, settings.trace_rate, settings.trace_count, settings.trace_log_frequency, settings.trace_file
-        )
+            levels,
+            int(fields["rate"]),
+            int(fields["count"]),
+            settings.trace_log_frequency,
+            settings.trace_file,
+            mode,
+            otel.entries if otel is not None else (),
+        ),
+        spans.install(otel, "gateway", settings.gateway_id),
     )
 
 
@@ -249,4 +267,7 @@ class GatewayService:
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     options = metrics_options(settings)  # read before anything starts: what it logs comes first
     nc = await connection.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
-    await serve_until(stop, nc, GatewayService(settings, nc, options), "gateway")
+    try:
+        await serve_until(stop, nc, GatewayService(settings, nc, options), "gateway")
+    finally:
+        spans.uninstall()

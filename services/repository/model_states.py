@@ -69,6 +69,7 @@ def next_record(
         hosted,
         serving_config=serving,
         serving_path=(previous.serving_path or previous.path) if previous and serving else "",
+        serving_files=(previous.serving_files or previous.files) if previous and serving else [],
         reason="" if hosted else f"no version is available for model '{name}'",
         labels=labels,
         workers=list(workers),

@@ -21,6 +21,7 @@ from services.repository.demand import Budget, OnDemand, Usage
 from services.repository.drain import Drainer
 from services.repository.manager import ModelManager
 from services.repository.overrides import check_parameters
+from services.repository.publishing import COLLECT_EVERY_S, FilePublisher
 from shared.bus import buckets, connection, discovery
 from shared.bus.liveness import WorkerLiveness
 from shared.errors import Code, ShoalError, unavailable
@@ -40,11 +41,23 @@ from shared.wire.control import (
 )
 from shared.wire.messages import ErrorReply, encode
 from shared.wire.records import InstanceRecord, ModelRecord
+from shared.wire.statistics import ReplicaCount
 from shared.wire.status import RepositoryStatus
 
 log = logging.getLogger("shoal.repository")
 
 _instance_decoder = msgspec.msgpack.Decoder(InstanceRecord)
+_usage_count = msgspec.json.Decoder(ReplicaCount)
+
+
+def _replicas_declared(reply: bytes) -> int:
+    """How many scheduler replicas a usage reply says there are (0: it cannot say)."""
+    try:
+        return _usage_count.decode(reply).replicas
+    except msgspec.DecodeError:
+        return 0
+
+
 NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
 CONTROLLED = ("explicit", "on-demand")  # the modes that take load/unload requests
 
@@ -53,7 +66,10 @@ class RepositoryService:
     def __init__(self, settings: RepositorySettings, nc: NATS) -> None:
         self.settings = settings
         self.nc = nc
-        self.manager = ModelManager(settings, self._publish, self._forget, Drainer(nc, settings.unload_timeout_s))
+        # --model-files=store: each loaded version's files go into NATS for the workers of any host
+        self.files = FilePublisher(nc) if settings.model_files == "store" else None
+        drainer = Drainer(nc, settings.unload_timeout_s)
+        self.manager = ModelManager(settings, self._publish, self._forget, drainer, self.files)
         self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._worker_gone, self._worker_back)
         self.demand = OnDemand(self.manager, settings, self._usage, self._budgets)
         self._tasks: list[asyncio.Task] = []
@@ -80,6 +96,8 @@ class RepositoryService:
         await self.nc.subscribe(subjects.REPOSITORY_UNLOAD, cb=self._on_unload)
         await self.liveness.start()
         self._tasks.append(asyncio.create_task(self._watch_instances()))
+        if self.files is not None:
+            self._tasks.append(asyncio.create_task(self._collect_files(self.files)))
         if self.settings.model_control_mode == "poll":
             self._tasks.append(asyncio.create_task(self._poll()))
         self.micro = await discovery.register(
@@ -202,7 +220,8 @@ class RepositoryService:
     async def _usage(self) -> Usage:
         """Every scheduler replica's view of the models it serves: in use, last used."""
         merged: Usage = {}
-        for reply in await connection.gather(self.nc, subjects.SCHEDULER_USAGE, timeout=1.0):
+        replies = await connection.gather(self.nc, subjects.SCHEDULER_USAGE, timeout=1.0, declared=_replicas_declared)
+        for reply in replies:
             try:
                 models = msgspec.json.decode(reply, type=UsageReply).models
             except msgspec.DecodeError as exc:  # one replica's unreadable answer costs only its figures
@@ -272,6 +291,15 @@ class RepositoryService:
         return name
 
     # -- poll mode ------------------------------------------------------------------------
+    async def _collect_files(self, files: FilePublisher) -> None:
+        """Model files no record names any more leave the object store (publishing.py)."""
+        while True:
+            await asyncio.sleep(COLLECT_EVERY_S)
+            try:
+                await files.collect(list(self.manager.records.values()))
+            except Exception as exc:  # the bus is away: next time
+                log.warning("could not collect unused model files: %s", exc)
+
     async def _poll(self) -> None:
         """React to file events (debounced), and rescan every --repository-poll-secs regardless."""
         changes = watchfiles.awatch(

@@ -40,6 +40,7 @@ from shared.bus.liveness import WorkerLiveness
 from shared.config.model_config import spec_from_json
 from shared.process.runtime import serve_until
 from shared.process.settings import SchedulerSettings
+from shared.tracing import spans
 from shared.wire import subjects
 from shared.wire.control import DrainDone, DrainRequest, UsageReply
 from shared.wire.messages import (
@@ -309,15 +310,20 @@ class SchedulerService:
     async def _on_usage(self, msg: Msg) -> None:
         """On-demand eviction asks which models are in use and when each was last used."""
         usage = model_usage(self.pump.queues.values(), self.ownership.owns, self.idle)
-        await msg.respond(msgspec.json.encode(UsageReply(usage)))
+        await msg.respond(msgspec.json.encode(UsageReply(usage, self.ownership.replicas())))
 
     async def _on_stats(self, msg: Msg) -> None:
         """Statistics per model version; a request may ask for latency quantiles (metrics summaries)."""
         stats = report(self.pump.queues.values(), self.ownership.owns, quantiles_asked(msg.data), self.pump.pending)
+        stats.replicas = self.ownership.replicas()
         self.ensembles.annotate(stats)
         await msg.respond(encode(stats))
 
 
 async def run(settings: SchedulerSettings, stop: asyncio.Event) -> None:
+    spans.install(spans.from_config(settings.trace_config), "scheduler", settings.scheduler_id)
     nc = await connection.connect(settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}")
-    await serve_until(stop, nc, SchedulerService(settings, nc), "scheduler")
+    try:
+        await serve_until(stop, nc, SchedulerService(settings, nc), "scheduler")
+    finally:
+        spans.uninstall()

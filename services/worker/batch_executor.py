@@ -33,6 +33,7 @@ from shared.bus.tensor_store import TensorStore
 from shared.config.datatypes import from_bytes
 from shared.errors import Code, ShoalError
 from shared.process.logcontext import request_ids
+from shared.tracing import spans
 from shared.wire import subjects
 from shared.wire.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, RequestDone, SeqControl
 
@@ -411,6 +412,7 @@ class BatchExecutor:
             timeout_us=request.timeout_us,
             cancelled=lambda: self.cancellations.is_cancelled(request),
             responses=self.decoupled.stream(spec, loaded.version, request) if spec.decoupled else None,
+            trace=(request.traceparent, request.tracestate) if request.traceparent else None,
         )
 
     # -- respond ------------------------------------------------------------------------
@@ -455,7 +457,11 @@ class BatchExecutor:
                     response.trace["QUEUE_START"] = enqueued[request.rid]
                 response.batch = dict(zip(_DELIVERY_FIELDS, delivery))
             replies.add(request, response)
-        free.compute_output_ns = time.monotonic_ns() - t_out
+        computed = time.monotonic_ns()
+        free.compute_output_ns = computed - t_out
+        if spans.active is not None:  # opentelemetry mode (one comparison when off)
+            times = (run.started_ns, run.inputs_ns, t_out, computed)
+            compute_spans(spans.active, run.requests, times, (*delivery, batch.batch_id))
 
     def _response(self, loaded: LoadedModel, request: InferRequest, result: Result, small: bool) -> InferResponse:
         try:
@@ -468,6 +474,32 @@ class BatchExecutor:
             return InferResponse(request.rid, error=exc.message, code=str(exc.code))
         except Exception as exc:
             return InferResponse(request.rid, error=f"cannot deliver the outputs: {exc}", code="INTERNAL")
+
+
+def compute_spans(
+    tracing: spans.Tracing, requests: list[InferRequest], times: tuple[int, int, int, int], delivery: tuple
+) -> None:
+    """Triton's `compute` span of each traced request (under its model span, whose context the
+    request carries): COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START and COMPUTE_END,
+    and where it ran. The batch's requests share the times: they ran together."""
+    attributes = dict(zip(_COMPUTE_ATTRIBUTES, delivery))
+    for request in requests:
+        if request.traceparent:
+            span = tracing.start("compute", (request.traceparent, request.tracestate), times[0], attributes)
+            for name, ns in zip(_COMPUTE_EVENTS, times):
+                tracing.event(span, name, ns)
+            tracing.end(span, times[3])
+
+
+_COMPUTE_ATTRIBUTES = (
+    "shoal.batch.size",
+    "shoal.batch.requests",
+    "shoal.batch.reason",
+    "shoal.worker",
+    "shoal.instance",
+    "shoal.batch.id",
+)
+_COMPUTE_EVENTS = ("COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END")
 
 
 def _unreadable(request: InferRequest, exc: Exception) -> InferResponse:

@@ -26,17 +26,19 @@ from services.worker.gpus import available_gpus
 from services.worker.instance_thread import InstanceThread
 from services.worker.instances import Instance, LoadedModel
 from services.worker.loading import BoundedLoader
-from services.worker.placement import plan_instances
+from services.worker.model_files import ModelFiles
+from services.worker.placement import group_size, plan_instances
 from services.worker.python import environments
 from services.worker.python.callables import InProcessModels, in_process
 from services.worker.python.child_reports import ChildReports
 from services.worker.python.isolation import ModelProcesses, isolated
 from services.worker.sequences.state import StateStore
 from services.worker.warmup import run_warmup
-from shared.bus import buckets
+from shared.bus import buckets, file_store
 from shared.config import backend_config
 from shared.config.model_config import ModelSpec, load_error, spec_from_json
 from shared.config.sequence_config import sequence_config
+from shared.errors import unavailable
 from shared.memory import footprint
 from shared.process.settings import WorkerSettings
 from shared.wire import subjects
@@ -73,6 +75,7 @@ class ModelLifecycle:
         self._tasks: set[asyncio.Task] = set()
         self.processes = ModelProcesses(settings, worker_id, self._child_crashed)
         self.loader = BoundedLoader(settings.model_load_thread_count)
+        self.files = ModelFiles(nc, settings.model_cache_dir)  # --model-files=store: fetched from NATS
         self.backend_config = backend_config.parse(settings.backend_config)
         self._said_unread: set[tuple[str, str]] = set()
 
@@ -112,7 +115,9 @@ class ModelLifecycle:
         record = self._records.get(model)
         if record is None:
             return False
-        crashed_loading = await self.child_reports.crashed(record, child_id, code, lived_s)
+        group_id = self.processes.group_id(model)
+        group = (group_id, group_size(record.config)) if child_id != group_id else None  # one instance's process
+        crashed_loading = await self.child_reports.crashed(record, child_id, code, lived_s, group)
         current = self._records.get(model)
         if crashed_loading and (current is None or current.generation != record.generation):
             await self.child_reports.forget(model, record.hosted)  # a new load began meanwhile: it decides
@@ -181,14 +186,21 @@ class ModelLifecycle:
         ):
             hosted = None
         if hosted is not None and isolated(self.settings, hosted.config):
-            # its EXECUTION_ENV_PATH, unpacked if packed (once): off the event loop
-            environ = await asyncio.to_thread(environments.process_environ, hosted.config, hosted.path)
+            # its EXECUTION_ENV_PATH, unpacked if packed (once): off the event loop; the model's
+            # directory on this host (fetched from NATS: model_files.py), which its process loads from too
+            try:
+                model_dir = str((await self.files.directory(hosted)).path)
+            except (file_store.FetchError, OSError, ValueError) as exc:  # its process reports the failure
+                log.error("the files of '%s' could not be had: %s", name, exc)
+                model_dir = hosted.path
+            environ = await asyncio.to_thread(environments.process_environ, hosted.config, model_dir)
             if self.processes.environ_changed(name, environ):
                 await self.processes.stop(name)
-            if self.processes.ensure(name, hosted.generation, environ):  # a worker process of its own hosts it
+            # worker processes of its own host it: one per instance, or one for the whole model
+            if await self.processes.ensure(name, hosted.generation, environ, self._instance_processes(hosted)):
                 await self.child_reports.forget(name, hosted.hosted)
             hosted = None
-        elif name in self.processes.children:
+        elif self.processes.hosts(name):
             self._spawn(self.processes.stop(name))  # up to its stop timeout: other models go on meanwhile
             await self.child_reports.forget(name, [])
         wanted = set(hosted.hosted) if hosted is not None else set()
@@ -197,6 +209,13 @@ class ModelLifecycle:
             await self.unload(key)
         if hosted is not None:
             self._load_new(name, hosted, wanted)
+
+    def _instance_processes(self, record: ModelRecord) -> int | None:
+        """How many processes an isolated model gets: one per instance (`--python-isolation
+        instance`), or None for one process with every instance (`model`)."""
+        if self.settings.python_isolation != "instance":
+            return None
+        return group_size(record.config)
 
     def _load_new(self, name: str, record: ModelRecord, versions: set[int]) -> None:
         for version in versions:
@@ -214,7 +233,9 @@ class ModelLifecycle:
         for attempt in range(1, tries + 1):
             try:
                 spec = spec_from_json(record.config)
-                loaded = await self.loader.run(functools.partial(self._create, spec, record, version))
+                fetched = await self.files.directory(record)  # the repository's path, or this host's copy
+                create = functools.partial(self._create, spec, record, version, fetched.path)
+                loaded = await self.loader.run(create)
                 break
             except Exception as exc:
                 reason = load_error(record.name, exc)
@@ -238,7 +259,7 @@ class ModelLifecycle:
             await self.on_retired(old)
         await self.report(record, version, ModelState.READY, count=len(loaded.instances))
         log.info(
-            "loaded '%s' version %d (generation %d): %d instance(s) in %.0f ms, warmup %.1f ms, %.1f MiB",
+            "loaded '%s' version %d (generation %d): %d instance(s) in %.0f ms, warmup %.1f ms, %.1f MiB%s",
             record.name,
             version,
             record.generation,
@@ -246,33 +267,43 @@ class ModelLifecycle:
             (time.perf_counter() - started) * 1000,
             loaded.warmup_ms,
             (loaded.rss_bytes + loaded.device_bytes) / (1 << 20),
+            f" (files: {fetched.bytes_fetched / (1 << 20):.1f} MiB fetched in {fetched.seconds * 1000:.0f} ms)"
+            if fetched.bytes_fetched
+            else "",
         )
         await self.on_ready(loaded)
 
-    def _create(self, spec: ModelSpec, record: ModelRecord, version: int) -> LoadedModel:
+    def _create(self, spec: ModelSpec, record: ModelRecord, version: int, model_dir: Path) -> LoadedModel:
         backend = self.local or backends.load_backend(spec.backend or "onnxruntime", self.settings.backend_directory)
         # every group's instances, each with its own kind and device (Triton's instance_group)
         plans = plan_instances(record.config, available_gpus())
         threads = self.settings.intra_op_threads or backend.default_threads(len(plans))
+        hosted = list(enumerate(plans))  # (index in the model's instances, plan)
+        if self.settings.instance_index >= 0:  # the process of one instance (--python-isolation instance)
+            if self.settings.instance_index >= len(plans):
+                raise unavailable(
+                    f"model '{spec.name}' has {len(plans)} instance(s), not {self.settings.instance_index + 1}"
+                )
+            hosted = [hosted[self.settings.instance_index]]
         settings = backend_config.settings_for(self.backend_config, spec.backend)
         self._say_unread(spec.backend, settings)
         loaded = LoadedModel(spec, version, record.generation)
-        model_dir = Path(record.path)
         loaded.sequence = sequence_config(record.config)
         if loaded.sequence is not None:
             loaded.states = StateStore(loaded.sequence, model_dir / str(version) / "initial_state")
         # what the model costs: the process's memory before and after its instances exist (loads
-        # running beside this one blur it; on-demand mode loads one model at a time per worker)
+        # running beside this one blur it; on-demand mode loads one model at a time per worker), or
+        # the whole process where it exists only for this model (a python model's or instance's)
         rss, device = footprint.rss_bytes(), footprint.device_bytes()
         try:
-            for index, plan in enumerate(plans):
+            for index, plan in hosted:
                 runner = backend.create(
                     spec, model_dir, Placement(version, plan.kind, plan.device, threads, plan.name, index, settings)
                 )
                 executor = InstanceThread(f"{spec.name}-{index}")
                 loaded.instances.append(
                     Instance(
-                        index,
+                        len(loaded.instances),  # its index in this worker: its credits
                         runner,
                         executor,
                         max(1, self.settings.credits_per_instance),
@@ -285,7 +316,10 @@ class ModelLifecycle:
                 started = time.perf_counter()
                 run_warmup(loaded, record.config, model_dir)
                 loaded.warmup_ms = (time.perf_counter() - started) * 1000
-            loaded.rss_bytes = max(0, footprint.rss_bytes() - rss)
+            if self.settings.parent_pid:  # a python model's (or instance's) own process: all of it is the model's
+                loaded.rss_bytes = footprint.proportional_bytes()
+            else:
+                loaded.rss_bytes = max(0, footprint.rss_bytes() - rss)
             loaded.device_bytes = max(0, footprint.device_bytes() - device)
         except Exception:
             loaded.close()
@@ -331,6 +365,8 @@ class ModelLifecycle:
             warmup_ms=serving.warmup_ms if serving else 0.0,
             rss_bytes=serving.rss_bytes if serving else 0,
             device_bytes=serving.device_bytes if serving else 0,
+            group=self.settings.instance_group,
+            group_size=group_size(record.config) if self.settings.instance_group else 0,
         )
         await buckets.put(
             self.instances_kv, subjects.instance_key(self.worker_id, record.name, version), encode(report)

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.errors import unavailable
+from services.worker.gpus import available_gpus
+from shared.errors import ShoalError, unavailable
 
 
 @dataclass(frozen=True)
@@ -60,3 +61,12 @@ def plan_instances(config: dict[str, Any], gpus: Sequence[int]) -> list[Instance
 
 def _instance_name(group: str, c: int, count: int) -> str:
     return f"{group}_{c}" if count > 1 else group
+
+
+def group_size(config: dict[str, Any]) -> int:
+    """How many instances the model's config asks for on this host (at least 1: a config whose
+    groups cannot be placed fails in the instance that tries, with the reason)."""
+    try:
+        return max(1, len(plan_instances(config, available_gpus())))
+    except ShoalError:
+        return 1

@@ -37,6 +37,7 @@ from shared.bus.tensor_store import TensorStore
 from shared.memory import footprint
 from shared.process.runtime import serve_until
 from shared.process.settings import WorkerSettings
+from shared.tracing import spans
 from shared.wire import subjects
 from shared.wire.control import WorkerMetrics
 from shared.wire.messages import (
@@ -287,5 +288,9 @@ class WorkerService:
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
     die_with_parent(settings.parent_pid)
+    spans.install(spans.from_config(settings.trace_config), "worker", settings.worker_id)
     nc = await connection.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}")
-    await serve_until(stop, nc, WorkerService(settings, nc), "worker")
+    try:
+        await serve_until(stop, nc, WorkerService(settings, nc), "worker")
+    finally:
+        spans.uninstall()

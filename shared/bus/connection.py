@@ -123,12 +123,23 @@ def decode(decoder: msgspec.msgpack.Decoder[T], msg: Msg, logger: logging.Logger
 
 
 async def gather(
-    nc: NATS, subject: str, payload: bytes = b"", expected: int = 0, timeout: float = 5.0, settle: float = 0.015
+    nc: NATS,
+    subject: str,
+    payload: bytes = b"",
+    expected: int = 0,
+    timeout: float = 5.0,
+    settle: float = 0.015,
+    declared: Callable[[bytes], int] | None = None,
+    patience: float = 1.0,
 ) -> list[bytes]:
     """Ask every responder (scheduler replicas) and collect their answers.
 
-    Returns as soon as `expected` answers are in; otherwise, after the first answer, once
-    `settle` seconds pass without another. No answer within `timeout`: an empty list."""
+    Returns as soon as `expected` answers are in, or as many as an answer declares there are
+    (`declared(reply)`: the responders' own count, 0 when it cannot say), waiting at most
+    `patience` seconds after the first answer for them. Otherwise, after the first answer, once
+    `settle` seconds pass without another: a guess that a loaded machine defeats (a second
+    replica's answer 20 ms late is lost), so responders that know their number should say it.
+    No answer within `timeout`: an empty list."""
     inbox = nc.new_inbox()
     replies: list[bytes] = []
     arrived = asyncio.Event()
@@ -145,13 +156,17 @@ async def gather(
             await asyncio.wait_for(arrived.wait(), timeout)
         except asyncio.TimeoutError:
             return replies
-        while not (expected and len(replies) >= expected):
+        until = asyncio.get_running_loop().time() + patience
+        while True:
+            wanted = max([expected, *(declared(r) for r in replies)]) if declared else expected
+            if wanted and len(replies) >= wanted:
+                return replies
             arrived.clear()
+            wait = until - asyncio.get_running_loop().time() if declared and wanted else settle
             try:
-                await asyncio.wait_for(arrived.wait(), settle)
+                await asyncio.wait_for(arrived.wait(), max(0.0, wait))
             except asyncio.TimeoutError:
-                break
-        return replies
+                return replies
     finally:
         await sub.unsubscribe()
 

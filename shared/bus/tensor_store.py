@@ -66,7 +66,11 @@ class TensorStore:
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        """Serve this store's tensors; returns once the server knows the subscription, so that a
+        consumer on another connection asking at once finds it (not NATS "no responders": the SUB
+        could still wait in this connection's buffer while the other one's request arrives)."""
         self._sub = await self._nc.subscribe(self.owner, cb=self._serve)
+        await connection.settled(self._nc)
         self._sweeper = asyncio.create_task(self._sweep())
 
     async def close(self) -> None:

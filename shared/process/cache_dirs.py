@@ -21,6 +21,12 @@ def example_models() -> Path:
     return root() / "models"
 
 
+def model_files() -> Path:
+    """Model files a worker fetched from the object store, shared by the workers of this host
+    (services/worker/model_files.py); `--model-cache-dir` moves it."""
+    return root() / "model-files"
+
+
 def python_environments() -> Path:
     """Packed `EXECUTION_ENV_PATH` archives, unpacked once each (services/worker/python/environments.py)."""
     return root() / "envs"

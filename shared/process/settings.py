@@ -37,6 +37,11 @@ def parse_bool(value: str) -> bool:
 class BusSettings(BaseSettings):
     nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server URL(s), comma separated")
     log_verbose: int = Field(0, description="verbose logging level (as tritonserver)")
+    trace_config: list[str] = Field(
+        default_factory=list,
+        description="tritonserver's --trace-config entries; with mode=opentelemetry this service exports "
+        "its spans over OTLP/HTTP (opentelemetry,url=...; docs/serving.md, 'Tracing')",
+    )
 
 
 def _random_id() -> str:
@@ -199,19 +204,36 @@ class WorkerSettings(BusSettings):
     model_load_retry_count: int = Field(
         0, ge=0, description="times a model whose load failed is loaded again before it is UNAVAILABLE"
     )
+    model_cache_dir: str = Field(
+        "",
+        description="where model files fetched from NATS are kept, shared by the workers of one host",
+        json_schema_extra={"shown": "~/.cache/shoal/model-files"},
+    )
     heartbeat_s: float = Field(1.0, description="seconds between the worker's heartbeats to the schedulers")
     models: list[str] = Field(
         default_factory=list, description="host only models matching these globs (none = every model)"
     )
-    python_isolation: Literal["process", "none"] = Field(
-        "process",
-        description="python-backend models: each in a worker process of its own (a crash takes "
-        "down only that model, which is restarted), or 'none': in this worker's process",
+    python_isolation: Literal["instance", "model", "none", "process"] = Field(
+        "instance",
+        description="python-backend models: 'instance': each instance in a worker process of its own, as "
+        "Triton's stubs (count: N runs N executes at once; a crash takes down only that instance, which is "
+        "restarted); 'model': one process per model, its instances as threads of it ('process' is an older "
+        "name of it); 'none': in this worker's process",
     )
     parent_pid: int = Field(
         0,
-        description="set for the worker process of one python model: the worker that "
+        description="set for the worker process of one python model or instance: the worker that "
         "started it (it dies with that worker)",
+    )
+    instance_index: int = Field(
+        -1,
+        description="set for the worker process of one instance (--python-isolation instance): which "
+        "instance of its model it hosts, in instance_group order (-1: all of them)",
+    )
+    instance_group: str = Field(
+        "",
+        description="set for the worker process of one instance: the id its model's instance processes "
+        "report under together (the repository counts the model loaded once all have loaded)",
     )
     model_memory_budget: str = Field(
         "",
@@ -233,6 +255,11 @@ class WorkerSettings(BusSettings):
         description="batches the scheduler may send an instance ahead: the next one waits at the worker "
         "instead of a bus round trip after each batch",
     )
+
+    @field_validator("python_isolation")
+    @classmethod
+    def _isolation(cls, value: str) -> str:
+        return "model" if value == "process" else value  # the older name of one process per model
 
     @field_validator("model_memory_budget")
     @classmethod
@@ -273,6 +300,12 @@ class RepositorySettings(BusSettings):
     load_timeout_s: float = Field(300.0, description="how long a load request waits for the workers")
     unload_timeout_s: float = Field(30.0, description="how long an unload waits for queued requests to drain")
     worker_timeout_s: float = Field(5.0, description="a worker silent this long no longer counts")
+    model_files: Literal["store", "path"] = Field(
+        "store",
+        description="store: each loaded model version's files are published into NATS (JetStream object "
+        "store) and every worker fetches what it loads, on any host; path: workers read them where the "
+        "repository is (one host, or a disk every host mounts at the same path)",
+    )
 
 
 def _flag(name: str) -> str:

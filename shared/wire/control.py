@@ -97,6 +97,7 @@ class UsageReply(msgspec.Struct):
     """Scheduler -> repository, as JSON: the usage of every model this replica serves."""
 
     models: dict[str, ModelUsage] = {}
+    replicas: int = 0  # the live scheduler replicas this one counts, itself included (0: cannot say)
 
 
 class MemoryUse(msgspec.Struct):

@@ -53,6 +53,9 @@ class InferRequest(msgspec.Struct, omit_defaults=True):
     timeout_us: int = 0  # the request's `timeout` parameter (queue policy override)
     received_ns: int = 0
     trace: bool = False  # sampled for the trace file: services add their timestamps
+    # OpenTelemetry (shared/tracing/): the W3C context of the request's span, empty when not traced
+    traceparent: str = ""
+    tracestate: str = ""
     sequence_id: int | str = 0  # correlation id (uint64 or string); 0 / "" = not in a sequence
     sequence_start: bool = False
     sequence_end: bool = False
@@ -72,6 +75,8 @@ class RequestHeader(msgspec.Struct):
     timeout_us: int = 0
     received_ns: int = 0
     trace: bool = False
+    traceparent: str = ""
+    tracestate: str = ""
     sequence_id: int | str = 0
     sequence_start: bool = False
     sequence_end: bool = False

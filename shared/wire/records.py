@@ -51,6 +51,15 @@ class ModelVersionState(msgspec.Struct, omit_defaults=True, frozen=True):
     reason: str = ""
 
 
+class ModelFile(msgspec.Struct, array_like=True):
+    """One file of a model version as the repository published it into the object store
+    (shared/bus/file_store.py): where it goes in the model's directory, and what it is."""
+
+    path: str  # relative to the model's directory, "/"-separated
+    size: int
+    digest: str  # SHA-256, hex: the object's name in the store
+
+
 class ModelRecord(msgspec.Struct, omit_defaults=True):
     """The repository's published view of one model (JetStream KV `shoal-models`).
 
@@ -67,6 +76,10 @@ class ModelRecord(msgspec.Struct, omit_defaults=True):
     hosted: list[int] = []  # versions workers should have instances of
     serving_config: dict[str, Any] = {}  # config of the generation now serving (empty: `config`)
     serving_path: str = ""  # and its directory
+    # the files of `generation`'s directory in the object store (--model-files=store): workers fetch
+    # these and load from their copy, never from `path` (a directory of the repository's host)
+    files: list[ModelFile] = []
+    serving_files: list[ModelFile] = []  # and those of the generation now serving
     reason: str = ""  # model-level failure (bad config), shown for every version
     labels: dict[str, list[str]] = {}  # output -> classification labels of `config` (label_filename)
     workers: list[str] = []  # the workers that host it (empty: every worker); on-demand placement sets it
@@ -95,3 +108,7 @@ class InstanceRecord(msgspec.Struct, omit_defaults=True):
     warmup_ms: float = 0.0
     rss_bytes: int = 0  # memory its instances took at load: the worker's resident set after - before
     device_bytes: int = 0  # and GPU memory, where there is a GPU
+    # the process of one instance (--python-isolation instance): the model's instance processes on one
+    # worker report under one group, counted as one report of `group_size` instances (all loaded: loaded)
+    group: str = ""
+    group_size: int = 0

@@ -106,3 +106,11 @@ class SchedulerStatistics(msgspec.Struct):
     """One scheduler replica's reply: "model/version" -> that version's statistics."""
 
     versions: dict[str, VersionStatistics]  # required: a reply of another shape must not read as "nothing served"
+    replicas: int = 0  # the live scheduler replicas this one counts, itself included (0: cannot say)
+
+
+class ReplicaCount(msgspec.Struct):
+    """A view of a replica's reply (`SchedulerStatistics`, `UsageReply`): only how many replicas
+    it counts, so a gatherer knows how many replies to wait for (`connection.gather`)."""
+
+    replicas: int = 0

@@ -10,6 +10,7 @@ MODELS_BUCKET = "shoal-models"
 INSTANCES_BUCKET = "shoal-instances"
 SHM_BUCKET = "shoal-shm-regions"
 LEASES_BUCKET = "shoal-leases"  # which scheduler replica serves which model
+MODEL_FILES_BUCKET = "shoal-model-files"  # a JetStream object store: model files by SHA-256 (shared/bus/file_store.py)
 
 # gateway -> scheduler: one subject per model, subscribed by the replica holding its lease
 SCHEDULER_QUEUE = "schedulers"

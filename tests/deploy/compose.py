@@ -154,6 +154,10 @@ class Project:
     def restarts(self, container: str) -> int:
         return int(self.inspect(container)["RestartCount"])
 
+    def container_logs(self, container: str) -> str:
+        done = run(["docker", "logs", container], timeout=60)
+        return done.stdout + done.stderr
+
     def logs(self) -> str:
         done = self.compose("logs", "--no-color", "--tail", "60", timeout=120, check=False)
         return done.stdout[-20000:] + done.stderr[-2000:]

@@ -8,7 +8,8 @@ as a step of its own, after the suite (docs/serving.md, "Deployment"):
     python -m pytest -q -m deploy tests/deploy
 
 What it checks (issue 37): build, up, ready, inference through tritonclient over HTTP and gRPC,
-metrics, three workers that all take batches, a worker SIGKILLed under load, co-hosted
+metrics, three workers that all take batches (the model files reached them through NATS, no model
+volume, fetched once for the host), a worker SIGKILLed under load, co-hosted
 schedulers, the 3-node NATS cluster with the scheduler's node SIGKILLed under load, a gateway
 SIGKILLed and restarted (still on the workers' shared memory), and `down -v` leaving nothing.
 A fault may cost at most one request, answered with a clear error within `FAIL_WITHIN_S`.
@@ -197,6 +198,13 @@ def test_compose_serves_scales_survives_and_goes(project):
         return all(now.get(n, 0) > before.get(n, 0) for n in names)
 
     wait_for(all_three, 120, "each of the three workers took batches")
+
+    # no worker mounts the models: they came through NATS, fetched by the first worker alone and
+    # found in the host's cache by the two others (--model-files=store)
+    for worker in workers:
+        assert "/models" not in [m["Destination"] for m in stack.inspect(worker)["Mounts"]]
+    fetched = [w for w in workers if "fetched in" in stack.container_logs(w)]
+    assert fetched == workers[:1], f"{len(fetched)} workers fetched model files"
 
     # a worker SIGKILLed under load: its running batch fails clearly, or is served elsewhere
     victim = workers[0]

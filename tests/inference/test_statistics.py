@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -66,3 +67,47 @@ def test_a_version_no_scheduler_served_reads_all_zero():
     entries = model_entries(served, ["m", "n"], lambda model: (1, 2) if model == "m" else (3,))
     assert entries == [served.versions["m/1"].stats, ModelStatistics("m", "2"), ModelStatistics("n", "3")]
     assert model_entries(served, ["m"], lambda model: (1, 2), version="2") == [ModelStatistics("m", "2")]
+
+
+def _counted(pending: int, replicas: int) -> bytes:
+    reply = _reply(pending)
+    reply.replicas = replicas
+    return encode(reply)
+
+
+async def test_a_late_replica_is_waited_for_when_the_replies_say_how_many_there_are(nats_url):
+    """On a loaded machine one replica answers well after another: a sum without it is wrong.
+    Each reply names the live replicas; the gather waits for them all (a second at most)."""
+    nc = await connection.connect(nats_url, "test-stats-late")
+    try:
+
+        async def prompt(msg: Msg) -> None:
+            await msg.respond(_counted(2, 2))
+
+        async def late(msg: Msg) -> None:
+            await asyncio.sleep(0.2)  # the slow replica: a stand-in for a busy process
+            await msg.respond(_counted(3, 2))
+
+        for cb in (prompt, late):
+            await nc.subscribe(subjects.SCHEDULER_STATS, cb=cb)
+        await nc.flush()
+        merged = await scheduler_stats(nc)
+        assert merged.versions["m/1"].pending == 5 and merged.replicas == 2
+    finally:
+        await nc.close()
+
+
+async def test_a_replica_that_never_answers_costs_at_most_the_patience(nats_url):
+    nc = await connection.connect(nats_url, "test-stats-gone")
+    try:
+
+        async def prompt(msg: Msg) -> None:
+            await msg.respond(_counted(2, 3))  # counts a third replica that has died since
+
+        await nc.subscribe(subjects.SCHEDULER_STATS, cb=prompt)
+        await nc.flush()
+        started = asyncio.get_running_loop().time()
+        replies = await connection.gather(nc, subjects.SCHEDULER_STATS, declared=lambda r: 3, patience=0.3)
+        assert len(replies) == 1 and asyncio.get_running_loop().time() - started < 5
+    finally:
+        await nc.close()

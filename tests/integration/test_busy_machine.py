@@ -10,27 +10,22 @@ with its NATS connection alive throughout."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import msgspec
-import nats
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
 from shared.process.natsserver import NatsServer
-from shared.wire import subjects
-from shared.wire.records import ModelRecord
 from tests.cluster import running_cluster
+from tests.integration.model_states import StateLog
 
 MODELS = int(os.environ.get("BUSY_MODELS", "12"))
 LOAD_S = 240.0  # the models' processes start on cores that other processes keep busy
@@ -75,60 +70,6 @@ def saturated() -> Iterator[None]:
             burner.kill()
         for burner in burners:
             burner.wait()
-
-
-class StateLog:
-    """Every state the models bucket published for each model version, in order, from a watch of
-    the bucket on a connection of its own (a poll of the index could miss a short flap)."""
-
-    def __init__(self, nats_url: str) -> None:
-        self.nats_url = nats_url
-        self.states: dict[str, list[str]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._watch()), daemon=True)
-
-    def __enter__(self) -> StateLog:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    async def _watch(self) -> None:
-        nc = await nats.connect(self.nats_url)
-        try:
-            while True:  # the repository makes the bucket when it starts
-                try:
-                    kv = await nc.jetstream().key_value(subjects.MODELS_BUCKET)
-                    break
-                except Exception:
-                    if self._stop.is_set():
-                        return
-                    await asyncio.sleep(0.1)
-            watcher = await kv.watchall()
-            while not self._stop.is_set():
-                try:
-                    entry = await watcher.updates(timeout=0.2)
-                except (asyncio.TimeoutError, nats.errors.TimeoutError):
-                    continue
-                if entry is None or entry.value is None or not entry.value:
-                    continue
-                record = msgspec.msgpack.decode(entry.value, type=ModelRecord)
-                for version, state in record.versions.items():
-                    seen = self.states.setdefault(f"{record.name}/{version}", [])
-                    if not seen or seen[-1] != state.state:
-                        seen.append(state.state)
-        finally:
-            await nc.close()
-
-    def flapped(self) -> dict[str, list[str]]:
-        """Model versions that left READY after reaching it."""
-        return {
-            key: states
-            for key, states in self.states.items()
-            if "READY" in states and any(s != "READY" for s in states[states.index("READY") :])
-        }
 
 
 def write_models(root: Path, count: int) -> list[str]:

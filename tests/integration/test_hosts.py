@@ -12,6 +12,7 @@ the control plane (KV with 3 replicas) working on the majority side.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -170,6 +171,28 @@ def test_a_slow_link_carries_large_tensors_intact(hosts: Hosts) -> None:
         gateway.unlimit()
     # 3 x 1 MiB each way is 50 Mbit: the link, not a shortcut, carried it
     assert seconds > 1.0, f"{seconds:.2f}s: the bandwidth limit was not on the path"
+
+
+def test_models_reach_the_worker_hosts_without_a_shared_disk(hosts: Hosts) -> None:
+    """The worker hosts see nothing of the repository's directory: 'big' reached them through NATS
+    (the repository published its files into the object store, each worker fetched them into its
+    own host's cache), and so does 'second', loaded now."""
+    models = hosts[2].hidden[0]
+    for host in hosts.hosts[1:]:
+        listing = subprocess.run(host.command(["ls", "-A", str(models)]), capture_output=True, text=True, timeout=30)
+        assert listing.returncode == 0 and listing.stdout == "", f"{host.name} sees {listing.stdout!r}"
+    assert any((models / "big").iterdir())  # the repository's host does
+    connection = hosts[1].call(client, hosts[1])
+    hosts[1].call(connection.load_model, "second")
+    value = np.arange(4, dtype=np.float32).reshape(1, 4)
+    np.testing.assert_array_equal(hosts[1].call(infer, connection, value, "second"), value)
+    hosts[1].call(connection.close)
+    for host in hosts.hosts[1:]:
+        trees = list((hosts.workdir / f"{host.name}-model-files" / "trees").iterdir())
+        assert len(trees) == 2, f"{host.name}: {trees}"  # 'big' and 'second', each fetched on this host
+    connection = hosts[1].call(client, hosts[1])
+    hosts[1].call(connection.unload_model, "second")  # as the tests after this one expect
+    hosts[1].call(connection.close)
 
 
 def load(host: Host, stop: threading.Event, results: list) -> None:

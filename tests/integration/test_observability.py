@@ -136,6 +136,36 @@ def test_trace_file_spans_gateway_scheduler_and_worker(traced):
     client.close()
 
 
+def test_trace_level_tensors_writes_the_tensors(traced):
+    """Level TENSORS (Triton mode): the inputs as queued and the outputs as the backend gave them,
+    in Triton's entries (src/tracer.cc, `TraceTensorActivity`)."""
+    running, trace_file = traced
+    client = httpclient.InferenceServerClient(running.url)
+    client.update_trace_settings("identity_int32", {"trace_level": ["TIMESTAMPS", "TENSORS"]})
+    try:
+        tensor = httpclient.InferInput("INPUT0", [1, 3], "INT32")
+        tensor.set_data_from_numpy(np.array([[1, -2, 3]], np.int32))
+        client.infer("identity_int32", [tensor], request_id="tensors-1")
+    finally:
+        client.update_trace_settings("identity_int32", {"trace_level": None})
+    records = json.loads(trace_file.read_text())
+    trace_id = next(r for r in records if r.get("request_id") == "tensors-1")["id"]
+    entries = [r for r in records if r["id"] == trace_id and "activity" in r]
+    assert entries == [
+        {
+            "id": trace_id,
+            "activity": "TENSOR_QUEUE_INPUT",
+            "tensor": {"name": "INPUT0", "data": "1,-2,3", "shape": "1,3", "dtype": "INT32"},
+        },
+        {
+            "id": trace_id,
+            "activity": "TENSOR_BACKEND_OUTPUT",
+            "tensor": {"name": "OUTPUT0", "data": "1,-2,3", "shape": "1,3", "dtype": "INT32"},
+        },
+    ]
+    client.close()
+
+
 def test_trace_settings_api(traced, shoal):
     running, _ = traced
     client = httpclient.InferenceServerClient(running.url)

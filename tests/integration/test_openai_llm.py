@@ -3,11 +3,17 @@ one `shoal serve --openai-port` with no other model flag, driven by the official
 
 The embedding model (the `embeddings` extra, part of `test`) always runs; the LLM tests need the
 `llm` extra (llama-cpp-python, built from source: not in `test`, docs/openai.md) and are skipped
-without it. They ask for a few tokens only.
+without it. They ask for a few tokens only. The README's OpenAI example runs as written (its port
+changed to the test's).
 """
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,18 +34,26 @@ pytestmark = [
 needs_llm = pytest.mark.skipif(not installed(LLM), reason="needs the llm extra: pip install '.[llm]'")
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+def api_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     port = free_port()
     serve = Serve(Path(tmp_path_factory.mktemp("openai-llm")), [f"--openai-port={port}", f"--grpc-port={free_port()}"])
     serve.start(ready_timeout=360)
     try:
-        with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-", timeout=120) as c:
-            yield c
+        yield port
         serve.terminate(60)
     finally:
         if serve.process is not None and serve.process.poll() is None:
             serve.kill_tree()
+
+
+@pytest.fixture(scope="module")
+def client(api_port: int) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"http://127.0.0.1:{api_port}/v1", api_key="-", timeout=120) as c:
+        yield c
 
 
 def test_one_command_serves_the_installed_example_models(client: openai.OpenAI):
@@ -101,3 +115,56 @@ def test_a_stop_sequence_ends_the_real_text(client: openai.OpenAI):
     answer = client.completions.create(model=LLM, prompt="One, two, three,", max_tokens=12, temperature=0, stop=cut)
     assert answer.choices[0].text == whole.choices[0].text[: whole.choices[0].text.index(cut)]
     assert answer.choices[0].finish_reason == "stop"
+
+
+@needs_llm
+@pytest.mark.llm
+def test_concurrent_streams_decode_together(client: openai.OpenAI):
+    """Four streams at once: each one's first token comes before any of them ends (served one
+    after another, the second would start only when the first ended)."""
+    firsts: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    counts: dict[int, int] = {}
+
+    def stream(i: int) -> None:
+        chunks = client.chat.completions.create(
+            model=LLM,
+            messages=[{"role": "user", "content": f"Count from {i} to {i + 40}."}],
+            max_tokens=32,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        for chunk in chunks:
+            if chunk.choices and chunk.choices[0].delta.content and i not in firsts:
+                firsts[i] = time.monotonic()
+            if chunk.usage is not None:
+                counts[i] = chunk.usage.completion_tokens
+        ends[i] = time.monotonic()
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert len(ends) == 4 and all(counts[i] > 8 for i in range(4)), counts
+    assert max(firsts.values()) < min(ends.values()), (firsts, ends)
+
+
+def _python_block(document: Path, marker: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", document.read_text(), flags=re.S)
+    [block] = [b for b in blocks if marker in b]
+    return block
+
+
+@needs_llm
+@pytest.mark.llm
+@pytest.mark.parametrize("document", ["README.md", "docs/openai.md"])
+def test_the_documented_openai_example_runs_as_written(api_port: int, document: str):
+    code = _python_block(ROOT / document, 'OpenAI(base_url="http://localhost:9000/v1"')
+    code = code.replace("localhost:9000", f"127.0.0.1:{api_port}")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) >= 2 and "384" in lines[-1], done.stdout  # the embedding's length comes last
+    assert any(line.strip() for line in lines[:-1]), done.stdout  # the model said something

@@ -56,6 +56,15 @@ def countdown(n: np.ndarray):
         raise PyTritonValidationError("unlucky number")
 
 
+MEETING = threading.Barrier(2)
+
+
+def meet(requests):
+    """Each instance's call waits for the other's: they run at once, each on its instance's thread."""
+    MEETING.wait(timeout=30)
+    return [{"y": np.array([threading.get_ident()], np.int64)} for _ in requests]
+
+
 def doomed(requests):
     raise PyTritonUnrecoverableError("the device is gone")
 
@@ -87,6 +96,8 @@ def triton():
         )
         named = ([Tensor(name="x", dtype=np.int32, shape=(2,))], [Tensor(name="y", dtype=np.int32, shape=(2,))])
         triton.bind("Validate", validate, *named)
+        meeting = ([Tensor(name="x", dtype=np.float32, shape=(1,))], [Tensor(name="y", dtype=np.int64, shape=(1,))])
+        triton.bind("Meet", [meet, meet], *meeting, config=ModelConfig(batching=False))
         triton.bind(
             "Countdown",
             countdown,
@@ -118,6 +129,23 @@ def _input(name: str, array: np.ndarray, datatype: str) -> httpclient.InferInput
     tensor = httpclient.InferInput(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array)
     return tensor
+
+
+def test_the_instances_of_a_bound_function_run_at_once(triton):
+    """Two instances (a list of two callables) take two requests at the same time, each on its own
+    thread of this process (PyTriton runs them in the script's process too)."""
+
+    def call() -> int:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{triton.port}", network_timeout=60)
+        try:
+            result = client.infer("Meet", [_input("x", np.zeros(1, np.float32), "FP32")])
+            return int(result.as_numpy("y")[0])
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        threads = list(pool.map(lambda _: call(), range(2)))
+    assert len(set(threads)) == 2, threads  # both met: neither waited for the other to finish
 
 
 def test_generated_config_is_pytritons(http):

@@ -103,6 +103,8 @@ def test_identical_request_is_answered_from_the_cache(cached):
     # the gateway tells the model's scheduler of each hit and miss by a message (the scheduler of
     # another gateway, with two): the statistics show them a moment later
     wait_until(lambda: stats(client, "cached")["inference_stats"]["cache_miss"]["count"] >= 1, 10, "the miss")
+    # the execution is counted when the worker's completion reaches the scheduler: apart from the miss
+    wait_until(lambda: stats(client, "cached")["execution_count"] >= 1, 10, "the execution")
     first = stats(client, "cached")
     np.testing.assert_array_equal(infer(client, "cached", value), value)
     hits = first["inference_stats"]["cache_hit"]["count"]

@@ -50,7 +50,12 @@ def test_tritonserver_flag_forms():
         (["--cache-config", "local,size=10", "--response-cache-byte-size=5"], "can not be used together"),
         (["--allow-http=false"], "--allow-http=false is not supported"),
         (["--repoagent-directory=/agents"], "--repoagent-directory is not supported"),
-        (["--trace-config", "level=TENSORS"], "TENSORS is not supported"),
+        (["--trace-config", "mode=zipkin"], 'Available options are "triton" and "opentelemetry"'),
+        (
+            ["--trace-config", "mode=opentelemetry", "--trace-config", "opentelemetry,bsp_max_queue_size=lots"],
+            "Invalid option value. Got lots",
+        ),
+        (["--trace-config", ",rate=1"], "No trace mode specified"),
         (["--load-model=simple"], "only allowed with --model-control-mode=explicit"),
         (["--model-control-mode=explicit", "--load-model=*", "--load-model=a"], "must be the only"),
     ],
@@ -72,10 +77,39 @@ def test_trace_flags():
             "--trace-count=5",
         ]
     )
-    assert args.trace == {"file": "/tmp/t.json", "level": "TIMESTAMPS", "rate": 1, "count": 5, "log-frequency": 0}
-    with pytest.raises(SystemExit) as err:
-        parse_serve(["--trace-config", "opentelemetry,url=localhost:4318"])
-    assert "only 'triton'" in str(err.value)
+    assert args.trace == {
+        "file": "/tmp/t.json",
+        "level": "TIMESTAMPS",
+        "rate": 1,
+        "count": 5,
+        "log-frequency": 0,
+        "config": [],  # triton mode: the other services get no trace settings
+    }
+
+
+def test_opentelemetry_trace_flags(monkeypatch):
+    """tritonserver's OpenTelemetry settings, with the batch span processor's defaults from the
+    environment; every service gets them (each exports its own spans)."""
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
+    args = parse_serve(
+        [
+            "--trace-config=mode=opentelemetry",
+            "--trace-config=opentelemetry,url=localhost:4318/v1/traces",
+            "--trace-config=opentelemetry,resource=service.name=mine",
+            "--trace-config=opentelemetry,bsp_max_queue_size=64",
+            "--trace-config=level=TENSORS",
+            "--trace-config=rate=0",
+        ]
+    )
+    assert args.trace["level"] == "TENSORS" and args.trace["rate"] == 0
+    assert args.trace["config"] == [
+        "mode=opentelemetry",
+        "opentelemetry,url=localhost:4318/v1/traces",
+        "opentelemetry,resource=service.name=mine",
+        "opentelemetry,bsp_max_queue_size=64",
+        "opentelemetry,bsp_schedule_delay=200",
+        "opentelemetry,bsp_max_export_batch_size=512",
+    ]
 
 
 def test_exit_on_error_stops_serve_when_a_model_fails(tmp_path):

@@ -54,7 +54,7 @@ def test_the_hosting_process_must_run_in_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv(envs.ACTIVE, raising=False)
     with pytest.raises(ShoalError) as err:
         envs.check(params, str(tmp_path))
-    assert "--python-isolation process" in err.value.message
+    assert "--python-isolation instance or model" in err.value.message
     monkeypatch.setenv(envs.ACTIVE, str(root.resolve()))
     envs.check(params, str(tmp_path))
     with pytest.raises(ShoalError) as err:

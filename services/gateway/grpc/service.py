@@ -18,6 +18,7 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from inference.core import TraceFrom, trace_from
 from inference.header_forwarding import forwarder
 from inference.on_demand import request_timeout_s
 from inference.server import InferenceServer
@@ -114,6 +115,12 @@ def _metadata(context: Any) -> list[tuple[str, str]]:
     return [(key, value) for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)]
 
 
+def _trace(metadata: list[tuple[str, str]]) -> TraceFrom:
+    """The W3C context a call's metadata brings (OpenTelemetry trace mode)."""
+    found = {key: value for key, value in metadata if key in ("traceparent", "tracestate")}
+    return trace_from("GRPC", found.get("traceparent"), found.get("tracestate"))
+
+
 class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(
         self,
@@ -174,7 +181,8 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
         parsed, _ = convert.parse_infer(request)
         if self.forward is not None:
             self.forward.forward(_metadata(context), parsed.parameters)
-        answer = await self.core.infer(spec, version, parsed, endpoint=MODEL_INFER)
+        trace = _trace(_metadata(context)) if self.core.spans else None
+        answer = await self.core.infer(spec, version, parsed, endpoint=MODEL_INFER, trace=trace)
         if self.compress:
             context.set_compression(grpc.Compression.Gzip)
         return convert.infer_response(answer)
@@ -256,11 +264,12 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
             parsed, empty_final = convert.parse_infer(request)
             if self.forward is not None:
                 self.forward.forward(metadata, parsed.parameters)
+            trace = _trace(metadata) if self.core.spans else None
             if not spec.decoupled:
-                answer = await self.core.infer(spec, version, parsed, endpoint=MODEL_INFER)
+                answer = await self.core.infer(spec, version, parsed, endpoint=MODEL_INFER, trace=trace)
                 yield pb.ModelStreamInferResponse(infer_response=convert.infer_response(answer, stream=True))
                 return
-            async for item in self.core.stream(spec, version, parsed, empty_final=empty_final):
+            async for item in self.core.stream(spec, version, parsed, empty_final=empty_final, trace=trace):
                 if isinstance(item, ShoalError):
                     yield item, request
                 else:

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from inference.core import InferenceCore
+from inference.core import InferenceCore, trace_from
 from inference.header_forwarding import forwarder
 from inference.on_demand import request_timeout_s
 from services.gateway.http import codec
@@ -65,7 +65,8 @@ async def infer(
             spec, resolved = await core.load_on_demand(model, version, found, request_timeout_s(parsed.parameters))
     if forward is not None:  # --http-header-forward-pattern: matching headers become parameters
         forward(parsed.parameters)
-    answer = await core.infer(spec, resolved, parsed, started_ns=started)
+    trace = trace_from("HTTP", headers.get("traceparent"), headers.get("tracestate")) if core.spans else None
+    answer = await core.infer(spec, resolved, parsed, started_ns=started, trace=trace)
     content, json_length = codec.encode_response(model, resolved, parsed.id, answer.outputs, answer.parameters)
     out_headers = {"content-type": "application/json"}
     if json_length is not None:
@@ -183,7 +184,16 @@ async def _until_lost(
 
 
 # the request headers inference reads: only these are decoded (an HTTP client sends 5-10 others)
-_READ = frozenset({b"content-encoding", b"inference-header-content-length", b"accept-encoding", b"content-length"})
+_READ = frozenset(
+    {
+        b"content-encoding",
+        b"inference-header-content-length",
+        b"accept-encoding",
+        b"content-length",
+        b"traceparent",  # W3C trace context, read in opentelemetry trace mode
+        b"tracestate",
+    }
+)
 
 
 def header_dict(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:

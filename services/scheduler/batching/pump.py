@@ -20,6 +20,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.scheduler.batching.answers import Answers
+from services.scheduler.batching.batch_spans import batch_done, batch_sent
 from services.scheduler.batching.discipline import Discipline, Host
 from services.scheduler.batching.flights import Flights
 from services.scheduler.batching.formation import Decision
@@ -31,6 +32,7 @@ from services.scheduler.records import InFlight, Key, Pending, Slot
 from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.tasks import Tasks
 from shared.config.model_config import ModelSpec
+from shared.tracing import spans
 from shared.wire import subjects
 from shared.wire.messages import ExecBatch, RequestHeader, SeqControl, encode
 
@@ -108,7 +110,7 @@ class Pump:
         """Queue a request at its priority level (its queue policy's timeout from now), or refuse it."""
         level = queue.priorities.level(header.priority)
         timeout_us = queue.priorities.policy(level).timeout_us(header.timeout_us)
-        enqueued_ns = time.monotonic_ns() if header.trace else 0
+        enqueued_ns = time.monotonic_ns() if header.trace or header.traceparent else 0
         deadline_ns = time.time_ns() + timeout_us * 1000 if timeout_us else 0
         return await queue.discipline.admit(queue, Pending(header, raw, now, enqueued_ns, level, deadline_ns))
 
@@ -140,6 +142,8 @@ class Pump:
         """A batch ended (completed, given up, its worker lost): its resources return, and its
         discipline hears of it."""
         queue = self.queue(*flight.key)
+        if flight.span is not None and spans.active is not None:
+            batch_done(spans.active, flight.span)
         self.limiter.release(queue.need(flight.slot.instance), flight.slot.worker)
         queue.discipline.finished(queue, flight)
 
@@ -212,7 +216,10 @@ class Pump:
                     queue, pending.header, f"cannot reach worker {slot.worker}: {type(exc).__name__}"
                 )
             return False
-        self.flights.start(batch_id, InFlight(queue.key, slot, batch, now))
+        flight = InFlight(queue.key, slot, batch, now)
+        if spans.active is not None:  # opentelemetry mode: the batch's spans (one comparison when off)
+            flight.span = batch_sent(spans.active, queue.key, slot, batch, batch_id, reason)
+        self.flights.start(batch_id, flight)
         self.limiter.acquire(queue.need(slot.instance), slot.worker, (slot.worker, queue.key, slot.instance))
         return True
 

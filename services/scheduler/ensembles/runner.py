@@ -44,6 +44,8 @@ from shared.config.ensemble_graph import EnsembleGraph, Step, graph_from_config,
 from shared.config.model_config import ModelSpec, spec_from_json
 from shared.errors import Code, ShoalError
 from shared.process.logcontext import request_ids
+from shared.tracing import spans
+from shared.tracing.spans import Span, Tracing
 from shared.wire import subjects
 from shared.wire.messages import InferRequest, InferResponse, TensorRef, encode
 from shared.wire.records import ModelRecord, ModelState
@@ -264,6 +266,7 @@ class EnsembleRunner:
         batched = {name: bool(spec and spec.max_batch_size > 0) for name in tensors}
         pending = list(steps)
         running: dict[asyncio.Task[InferResponse], tuple[Step, float]] = {}
+        traced: dict[asyncio.Task[InferResponse], Span] = {}  # opentelemetry: each running step's span
         error: tuple[str, str] | None = None
         compute = [0, 0, 0]
         latencies = self.steps.setdefault((request.model, request.version), {})
@@ -287,13 +290,19 @@ class EnsembleRunner:
                         except ShoalError as exc:
                             error = (exc.message, str(exc.code))
                             break
-                        running[asyncio.create_task(self.call(sub))] = (step, time.monotonic())
+                        span = step_span(spans.active, request, sub) if request.traceparent and spans.active else None
+                        task = asyncio.create_task(self.call(sub))
+                        running[task] = (step, time.monotonic())
+                        if span is not None:
+                            traced[task] = span
                 if not running:
                     break
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     step, started = running.pop(task)
                     response = task.result()
+                    if task in traced:
+                        step_done(traced.pop(task), response.error)
                     owned.extend(response.outputs)
                     latency = latencies.setdefault(step.model, StepLatency())
                     (latency.fail if response.error else latency.success).add(int((time.monotonic() - started) * 1e9))
@@ -302,6 +311,8 @@ class EnsembleRunner:
                     else:
                         self._absorb(step, response, tensors, batched, compute)
         finally:
+            for span in traced.values():
+                step_done(span, "cancelled")
             for task in running:  # cancelled: the steps' requests leave their queues too
                 if task.done() and not task.cancelled():
                     owned.extend(task.result().outputs)  # answered just now: free its outputs too
@@ -352,6 +363,27 @@ def _renamed(spec: ModelSpec | None, name: str, ref: TensorRef, batched: bool) -
         else ref.shape
     )
     return msgspec.structs.replace(ref, name=name, shape=shape)
+
+
+def step_span(tracing: Tracing, request: InferRequest, sub: InferRequest) -> Span:
+    """A traced ensemble's step: the member's model span under the ensemble's (Triton's shape),
+    begun now and named for the member; the step request carries it, so the member's queue and
+    compute spans hang under it wherever they run."""
+    now = time.monotonic_ns()
+    attributes: dict[str, str | int] = {"triton.model_name": sub.model, "triton.model_version": sub.version}
+    if sub.id:
+        attributes["triton.request_id"] = sub.id
+    span = tracing.start(sub.model, (request.traceparent, request.tracestate), now, attributes)
+    tracing.event(span, "REQUEST_START", now)
+    sub.traceparent, sub.tracestate = tracing.carrier(span)
+    tracing.event(span, "QUEUE_START", time.monotonic_ns())
+    return span
+
+
+def step_done(span: Span, error: str) -> None:
+    now = time.monotonic_ns()
+    Tracing.event(span, "REQUEST_END", now)
+    Tracing.end(span, now, error)
 
 
 def record_failure(stats: ModelStats, duration_ns: int) -> None:

@@ -47,7 +47,7 @@ class Leases:
         self.on_loss = on_loss
         self.idle = idle  # a model with nothing queued or running can move without failing anything
         self.on_release = on_release  # before a lease is given up on purpose (the new owner cannot have it yet)
-        self.replicas = 1  # live replicas, this one included, as of the last round
+        self.replicas = 0  # live replicas, this one included, as of the last round (0: not counted yet)
         self.closing = False  # shutting down: claim nothing any more
         self._presence_revision = 0
         self.fair = 1 << 30  # models this replica may hold: set from the live replicas each round

@@ -44,6 +44,7 @@ class Ownership:
     async def start(self) -> None:
         kv = await buckets.bucket(self.nc, subjects.LEASES_BUCKET, ttl=LEASE_TTL_S)
         self._leases = Leases(kv, self.me, self._gain, self._lose, self.served.idle, self.handover.begin)
+        await self._leases.rebalance()  # announced and counted before it answers statistics (`replicas`)
         await self.handover.start()
         self.queues.spawn(self.handover.run())
         self.queues.spawn(self._leases.run())
@@ -53,6 +54,10 @@ class Ownership:
         if self._leases is None:
             raise RuntimeError("ownership not started")
         return self._leases
+
+    def replicas(self) -> int:
+        """The live scheduler replicas, this one included, as of the last lease round (0: none yet)."""
+        return self._leases.replicas if self._leases is not None else 0
 
     def owns(self, model: str) -> bool:
         return self._leases is not None and self._leases.owns(model)

@@ -91,6 +91,7 @@ class RequestContext:
     timeout_us: int = 0
     cancelled: Callable[[], bool] = _never
     responses: ResponseStream | None = None  # set for a decoupled model's requests
+    trace: tuple[str, str] | None = None  # OpenTelemetry: (traceparent, tracestate) of the request's span
 
 
 @dataclass

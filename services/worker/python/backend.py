@@ -80,6 +80,7 @@ def _request(work: Work, decoupled: bool) -> pb_utils.InferenceRequest:
         timeout=context.timeout_us,
         cancelled=context.cancelled,
         response_sender=sender,
+        trace=pb_utils.InferenceTrace(context.trace),
     )
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from nats.aio.client import Client as NATS
 
-from inference.core import InferenceCore
+from inference.core import InferenceCore, TraceFrom
 from inference.models import ModelRegistry
 from inference.shm import ShmRegistry
 from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
@@ -146,7 +146,7 @@ class BlsRuntime:
     async def _infer(self, request: pb_utils.InferenceRequest, deadline_ns: int) -> pb_utils.InferenceResponse:
         try:
             spec, resolved, parsed, timeout_s = self._prepare(request, deadline_ns)
-            answer = await self.core.infer(spec, resolved, parsed, timeout_s=timeout_s)
+            answer = await self.core.infer(spec, resolved, parsed, timeout_s=timeout_s, trace=_trace(request))
         except ShoalError as exc:
             return pb_utils.InferenceResponse(error=triton_error(exc))
         return _response(answer.outputs, answer.parameters)
@@ -154,13 +154,20 @@ class BlsRuntime:
     async def _stream(self, request: pb_utils.InferenceRequest, deadline_ns: int):
         try:
             spec, resolved, parsed, timeout_s = self._prepare(request, deadline_ns)
-            async for item in self.core.stream(spec, resolved, parsed, timeout_s=timeout_s):
+            async for item in self.core.stream(spec, resolved, parsed, timeout_s=timeout_s, trace=_trace(request)):
                 if isinstance(item, ShoalError):
                     yield pb_utils.InferenceResponse(error=triton_error(item))
                 else:
                     yield _response(item.outputs, item.parameters)
         except ShoalError as exc:
             yield pb_utils.InferenceResponse(error=triton_error(exc))
+
+
+def _trace(request: pb_utils.InferenceRequest) -> TraceFrom | None:
+    """A BLS request built with `trace=request.trace()` of a traced request: its spans go under
+    that request's span (python_backend's way; without it, as in Triton, it is not traced)."""
+    parent = request.trace().context
+    return TraceFrom("", parent) if parent is not None else None
 
 
 def json_parameters(request: pb_utils.InferenceRequest) -> dict:

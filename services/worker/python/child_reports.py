@@ -39,8 +39,12 @@ class ChildReports:
         self.parent_id = parent_id
         self.failed: set[tuple[str, int]] = set()  # (model, version) with a load failure reported by us
 
-    async def crashed(self, record: ModelRecord, child_id: str, code: int, lived_s: float) -> bool:
-        """Record the death of `child_id`'s last incarnation; True if it died loading the model."""
+    async def crashed(
+        self, record: ModelRecord, child_id: str, code: int, lived_s: float, group: tuple[str, int] | None = None
+    ) -> bool:
+        """Record the death of `child_id`'s last incarnation; True if it died loading the model.
+        `group`: the process of one instance, (its model's group, the group's size): the failure is
+        reported as one of the group's, so that the model's load fails."""
         reports = await self._read_reports(child_id, record.name)
         loading = False
         for version in record.hosted:
@@ -56,6 +60,7 @@ class ChildReports:
                     record,
                     version,
                     f"the process of python model '{record.name}' exited with code {code} while loading it",
+                    group,
                 )
         for key, _, _ in reports:  # that incarnation serves nothing any more
             with contextlib.suppress(Exception):
@@ -70,7 +75,7 @@ class ChildReports:
             with contextlib.suppress(Exception):
                 await self.kv.delete(subjects.instance_key(self.parent_id, *key))
 
-    async def _fail(self, record: ModelRecord, version: int, reason: str) -> None:
+    async def _fail(self, record: ModelRecord, version: int, reason: str, group: tuple[str, int] | None = None) -> None:
         self.failed.add((record.name, version))  # before the put: a cancelled put is still forgotten later
         failed = InstanceRecord(
             worker=self.parent_id,
@@ -79,6 +84,8 @@ class ChildReports:
             generation=record.generation,
             state=ModelState.UNAVAILABLE,
             reason=reason,
+            group=group[0] if group else "",
+            group_size=group[1] if group else 0,
         )
         await self.kv.put(subjects.instance_key(self.parent_id, record.name, version), encode(failed))
 

@@ -115,4 +115,6 @@ def check(parameters: dict[str, str], model_dir: str) -> None:
     root = prepare(path)
     site_packages(root)
     if os.environ.get(ACTIVE) != str(root):
-        raise unavailable(f"{PARAMETER} '{path}' needs the model in a process of its own (--python-isolation process)")
+        raise unavailable(
+            f"{PARAMETER} '{path}' needs the model in a process of its own (--python-isolation instance or model)"
+        )

@@ -172,6 +172,22 @@ class InferenceResponseSender:
         return self._closed
 
 
+class InferenceTrace:
+    """`request.trace()`: the request's trace, passed on to a BLS request (`trace=request.trace()`)
+    to make its spans children of this request's (python_backend's `InferenceTrace`)."""
+
+    def __init__(self, context: tuple[str, str] | None = None) -> None:
+        self.context = context  # (traceparent, tracestate); Shoal's, for the BLS runtime
+
+    def get_context(self) -> str | None:
+        """The W3C context of the request's span as JSON (`{"traceparent": ...}`), or None when
+        the request is not traced in opentelemetry mode."""
+        if self.context is None:
+            return None
+        traceparent, tracestate = self.context
+        return json.dumps({"traceparent": traceparent, **({"tracestate": tracestate} if tracestate else {})})
+
+
 class InferenceRequest:
     """A request as `execute` receives it, or a BLS request a model builds and runs with `exec()`."""
 
@@ -205,6 +221,7 @@ class InferenceRequest:
         self._sender = response_sender
         self._cancelled = cancelled
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        self._trace = trace if isinstance(trace, InferenceTrace) else InferenceTrace()
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -232,6 +249,9 @@ class InferenceRequest:
 
     def parameters(self) -> str:
         return json.dumps(self._parameters)
+
+    def trace(self) -> InferenceTrace:
+        return self._trace
 
     def is_cancelled(self) -> bool:
         return self._cancelled() if self._cancelled is not None else False

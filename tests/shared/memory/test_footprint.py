@@ -6,7 +6,7 @@ import mmap
 
 import pytest
 
-from shared.memory.footprint import parse_budget, rss_bytes
+from shared.memory.footprint import parse_budget, proportional_bytes, rss_bytes
 
 
 @pytest.mark.parametrize(
@@ -30,3 +30,12 @@ def test_the_resident_set_grows_with_an_allocation() -> None:
     with mmap.mmap(-1, 64 << 20) as block:
         block[::4096] = b"x" * len(block[::4096])  # touch every page
         assert rss_bytes() - before >= 32 << 20
+
+
+def test_the_proportional_set_is_at_most_the_resident_set_and_grows_too() -> None:
+    before = proportional_bytes()
+    assert 0 < before <= rss_bytes()
+    with mmap.mmap(-1, 64 << 20) as block:
+        for offset in range(0, len(block), mmap.PAGESIZE):
+            block[offset] = 1
+        assert proportional_bytes() - before >= 60 << 20

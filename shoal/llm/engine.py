@@ -1,0 +1,292 @@
+"""Continuous batching: many sequences decode together in one llama.cpp context.
+
+One thread owns the context and runs steps. A step is one `llama_decode` of a batch holding the
+next token of every sequence that is generating, plus as much of the newcomers' prompts as fits
+in `n_batch` tokens; then each sequence whose logits came back samples its next token with its
+own sampler. Between steps:
+
+- **joining**: the oldest waiting request is admitted while there is a free sequence and its
+  reservation fits the context: prompt + the most it may generate, in KV cells, so that a
+  sequence admitted always has room to finish (no eviction, no recomputation);
+- **leaving**: a sequence that ends (an end-of-generation token, `max_tokens`, its reservation)
+  or whose client went away (`Sink.cancelled`, which includes its deadline) is answered and its
+  cells and sampler are freed at once, so the next request can join at the next step.
+
+`submit` returns once the request has joined (or was answered): a model instance's `execute`
+calls it, so requests that do not fit yet wait in the scheduler's queue, under its policies and
+in its statistics, not in here. docs/openai.md says how it performs.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from shoal.llm.runtime import Entry, LlamaError, Sampler
+from shoal.llm.text import Detokenizer
+
+log = logging.getLogger("shoal.llm")
+
+
+class Decoder(Protocol):
+    """What the engine needs of a model and its context (`runtime.LlamaModel`)."""
+
+    n_ctx: int
+
+    def decode(self, entries: list[Entry]) -> None: ...
+
+    def sampler(self, temperature: float, top_p: float, seed: int) -> Sampler: ...
+
+    def sample(self, sampler: Sampler, index: int) -> int: ...
+
+    def forget(self, seq: int) -> None: ...
+
+    def piece(self, token: int, special: bool = False) -> bytes: ...
+
+    def is_end(self, token: int) -> bool: ...
+
+
+class Sink(Protocol):
+    """Where one request's output goes; called on the engine's thread."""
+
+    def text(self, text: str, completion_tokens: int) -> None:
+        """More text (one token's, or more when a character spans tokens)."""
+
+    def end(self, text: str, reason: str, completion_tokens: int) -> None:
+        """The last text and why it ended: `stop`, `length` or `cancelled`."""
+
+    def fail(self, message: str) -> None:
+        """The request failed: nothing more comes."""
+
+    def cancelled(self) -> bool:
+        """The client went away or its deadline passed."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The engine's bounds: concurrent sequences, and the context's KV cells (shared by all
+    sequences) of which one sequence (prompt and completion) may hold at most `max_sequence_tokens`."""
+
+    max_sequences: int = 8
+    n_batch: int = 512
+    max_sequence_tokens: int = 2048
+
+
+@dataclass
+class Job:
+    """One generation request."""
+
+    prompt: list[int]
+    sink: Sink
+    max_tokens: int | None = None
+    temperature: float = 0.8
+    top_p: float = 0.95
+    seed: int | None = None  # None: a random one
+    joined: threading.Event = field(default_factory=threading.Event, repr=False)
+
+
+@dataclass
+class _Sequence:
+    job: Job
+    seq: int
+    sampler: Sampler
+    budget: int  # the most tokens it may generate
+    fed: int = 0  # prompt tokens decoded so far
+    produced: int = 0
+    next_token: int = -1  # the token to decode at the next step, once the prompt is in
+    detokenizer: Detokenizer = field(default_factory=Detokenizer)
+
+    @property
+    def cells(self) -> int:
+        return len(self.job.prompt) + self.budget
+
+    @property
+    def generating(self) -> bool:
+        return self.fed == len(self.job.prompt)
+
+
+class Engine:
+    def __init__(self, model: Decoder, limits: Limits) -> None:
+        self.model, self.limits = model, limits
+        self.capacity = model.n_ctx
+        self._waiting: deque[Job] = deque()
+        self._running: list[_Sequence] = []
+        self._free_seqs = list(range(limits.max_sequences - 1, -1, -1))
+        self._reserved = 0
+        self._stopping = False
+        self._wake = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name="llm-engine", daemon=True)
+        self._thread.start()
+
+    # --- callers' side ---
+
+    def check(self, job: Job) -> None:
+        """Refuse at once what can never run: ValueError saying why."""
+        prompt, limit = len(job.prompt), min(self.limits.max_sequence_tokens, self.capacity)
+        if prompt == 0:
+            raise ValueError("the prompt is empty")
+        if prompt >= limit:
+            raise ValueError(
+                f"the prompt has {prompt} tokens; a sequence holds at most {limit} (prompt and completion)"
+            )
+
+    def submit(self, job: Job) -> None:
+        """Queue `job` and return once it has joined the running sequences, or was answered
+        (cancelled while it waited, or the engine stopped). Raises ValueError for a job that can
+        never run."""
+        self.check(job)
+        with self._wake:
+            if self._stopping:
+                raise RuntimeError("the model is unloading")
+            self._waiting.append(job)
+            self._wake.notify()
+        job.joined.wait()
+
+    def load(self) -> dict[str, int]:
+        """Sequences running and waiting, KV cells reserved and in all (for statistics and tests)."""
+        with self._wake:
+            running, waiting = len(self._running), len(self._waiting)
+            return {"running": running, "waiting": waiting, "reserved": self._reserved, "capacity": self.capacity}
+
+    def close(self) -> None:
+        """Stop: every request still here fails with a clear error."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        self._thread.join(timeout=30)
+
+    # --- the engine's thread ---
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._wake:
+                    while not self._running and not self._waiting and not self._stopping:
+                        self._wake.wait()
+                    if self._stopping:
+                        break
+                    self._drop_cancelled_waiting()
+                    self._admit()
+                self._step()
+        except Exception:  # a bug: answer everyone rather than leave them hanging
+            log.exception("the LLM engine stopped")
+        finally:
+            self._fail_all("the model is unloading" if self._stopping else "the LLM engine stopped on an error")
+
+    def _admit(self) -> None:
+        while self._waiting and self._free_seqs:
+            job = self._waiting[0]
+            budget = min(self.limits.max_sequence_tokens, self.capacity) - len(job.prompt)
+            if job.max_tokens is not None:
+                budget = min(budget, max(job.max_tokens, 0))
+            if self._reserved + len(job.prompt) + budget > self.capacity:
+                return  # the oldest waits for room: no overtaking
+            self._waiting.popleft()
+            seed = job.seed if job.seed is not None else random.randrange(2**32)
+            sampler = self.model.sampler(job.temperature, job.top_p, seed)
+            sequence = _Sequence(job, self._free_seqs.pop(), sampler, budget)
+            self._reserved += sequence.cells
+            self._running.append(sequence)
+            job.joined.set()
+            if budget == 0:  # max_tokens 0: nothing to generate
+                self._finish(sequence, "length")
+
+    def _drop_cancelled_waiting(self) -> None:
+        for job in [job for job in self._waiting if job.sink.cancelled()]:
+            self._waiting.remove(job)
+            self._answer(job.sink.end, "", "cancelled", 0)
+            job.joined.set()
+
+    def _step(self) -> None:
+        for sequence in [s for s in self._running if s.job.sink.cancelled()]:
+            self._finish(sequence, "cancelled")
+        entries: list[Entry] = []
+        wanted: list[tuple[_Sequence, int]] = []
+        for sequence in self._running:
+            if sequence.generating:
+                position = len(sequence.job.prompt) + sequence.produced - 1
+                wanted.append((sequence, len(entries)))
+                entries.append(Entry(sequence.next_token, position, sequence.seq, True))
+        room = self.limits.n_batch - len(entries)
+        for sequence in self._running:
+            if room <= 0:
+                break
+            if not sequence.generating:
+                prompt = sequence.job.prompt
+                chunk = prompt[sequence.fed : sequence.fed + room]
+                start = sequence.fed
+                entries.extend(
+                    Entry(token, start + i, sequence.seq, start + i == len(prompt) - 1) for i, token in enumerate(chunk)
+                )
+                sequence.fed += len(chunk)
+                room -= len(chunk)
+                if sequence.generating:
+                    wanted.append((sequence, len(entries) - 1))
+        if not entries:
+            return
+        try:
+            self.model.decode(entries)
+        except LlamaError as exc:
+            for sequence in {id(s): s for s in self._batch_members(entries)}.values():
+                self._release(sequence)
+                self._answer(sequence.job.sink.fail, str(exc))
+            return
+        for sequence, index in wanted:
+            self._advance(sequence, self.model.sample(sequence.sampler, index))
+
+    def _batch_members(self, entries: list[Entry]) -> list[_Sequence]:
+        seqs = {entry.seq for entry in entries}
+        return [s for s in self._running if s.seq in seqs]
+
+    def _advance(self, sequence: _Sequence, token: int) -> None:
+        if self.model.is_end(token):
+            self._finish(sequence, "stop")
+            return
+        sequence.produced += 1
+        text = sequence.detokenizer.feed(self.model.piece(token))
+        if sequence.produced >= sequence.budget:
+            self._finish(sequence, "length", text)
+            return
+        sequence.next_token = token
+        if text and not self._answer(sequence.job.sink.text, text, sequence.produced):
+            self._release(sequence)
+
+    def _finish(self, sequence: _Sequence, reason: str, text: str = "") -> None:
+        if sequence not in self._running:
+            return
+        self._release(sequence)
+        self._answer(sequence.job.sink.end, text + sequence.detokenizer.flush(), reason, sequence.produced)
+
+    def _release(self, sequence: _Sequence) -> None:
+        self._running.remove(sequence)
+        self.model.forget(sequence.seq)
+        sequence.sampler.close()
+        with self._wake:
+            self._free_seqs.append(sequence.seq)
+            self._reserved -= sequence.cells
+
+    @staticmethod
+    def _answer(call: Callable[..., None], *args: object) -> bool:
+        """Hand output to a sink; a sink that raises (its client gone) loses its sequence, not the engine."""
+        try:
+            call(*args)
+            return True
+        except Exception:
+            log.exception("could not deliver a generated answer")
+            return False
+
+    def _fail_all(self, message: str) -> None:
+        for sequence in list(self._running):
+            self._release(sequence)
+            self._answer(sequence.job.sink.fail, message)
+        with self._wake:
+            waiting, self._waiting = list(self._waiting), deque()
+            self._stopping = True
+        for job in waiting:
+            self._answer(job.sink.fail, message)
+            job.joined.set()

@@ -1,0 +1,193 @@
+"""A Triton python-backend model that serves a GGUF language model with continuous batching.
+
+A `model.py` subclasses it (the example `smollm2-135m-instruct` is two lines:
+services/repository/llm_examples.py). The model is decoupled: `execute` hands each request to
+the engine (`engine.py`) and returns once it has joined the running sequences; the engine's
+thread sends one response per token through the request's response sender, and the final one
+with `finish_reason` and the usage counts. Its config says, as string parameters:
+
+| parameter | default | |
+|---|---|---|
+| `gguf` | (required) | the model file: `package/file.gguf` inside an installed package, or a path (relative: to the version folder) |
+| `max_sequences` | 8 | sequences decoding together |
+| `n_ctx` | 8192 | KV cells shared by those sequences (the context memory bound) |
+| `max_sequence_tokens` | 2048 | the most one sequence may hold, prompt and completion |
+| `n_batch` | 512 | the most tokens one decode step takes |
+| `n_threads` | 1 | llama.cpp's threads |
+| `llama_cpu_backends` | llama-cpp-python's `lib/` | folders searched for a portable build's CPU backends (`libggml-cpu-*.so`), `:`-separated |
+
+Inputs: `text_input` or `messages` (a JSON conversation, rendered with the GGUF's own chat
+template), `stream`, and optionally `max_tokens`, `temperature`, `top_p`, `seed`. Outputs:
+`text_output`, `finish_reason`, `prompt_tokens`, `completion_tokens` (docs/openai.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shoal.llm import probe
+from shoal.llm.engine import Engine, Job, Limits
+from shoal.llm.runtime import ContextSettings, Library, LlamaModel, library_folder
+from shoal.llm.text import render_chat
+
+log = logging.getLogger("shoal.llm")
+
+
+def gguf_path(setting: str, version_folder: Path) -> Path:
+    """`package/file.gguf` inside an installed package, or a file path."""
+    head, _, rest = setting.partition("/")
+    spec = importlib.util.find_spec(head) if rest and head.isidentifier() else None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(spec.submodule_search_locations[0]) / rest
+    path = Path(setting)
+    return path if path.is_absolute() else version_folder / path
+
+
+def _scalar(request: Any, name: str, default: Any) -> Any:
+    import triton_python_backend_utils as pb_utils
+
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return default if tensor is None else tensor.as_numpy().reshape(-1)[0]
+
+
+class _Responses:
+    """One request's response sender as the engine's `Sink`: a response per piece of text when
+    streaming, else one at the end."""
+
+    def __init__(self, sender: Any, stream: bool, prompt_tokens: int) -> None:
+        self.sender, self.stream, self.prompt_tokens = sender, stream, prompt_tokens
+        self.held: list[str] = []
+
+    def text(self, text: str, completion_tokens: int) -> None:
+        if self.stream:
+            self.sender.send(self._response(text, "", completion_tokens))
+        else:
+            self.held.append(text)
+
+    def end(self, text: str, reason: str, completion_tokens: int) -> None:
+        import triton_python_backend_utils as pb_utils
+
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if reason == "cancelled":  # nobody listens: just close the stream
+            self.sender.send(flags=final)
+            return
+        self.sender.send(self._response("".join(self.held) + text, reason, completion_tokens), flags=final)
+
+    def fail(self, message: str) -> None:
+        import triton_python_backend_utils as pb_utils
+
+        response = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+        self.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def cancelled(self) -> bool:
+        return bool(self.sender.is_cancelled())
+
+    def _response(self, text: str, reason: str, completion_tokens: int) -> Any:
+        import triton_python_backend_utils as pb_utils
+
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_)),
+                pb_utils.Tensor("finish_reason", np.array([reason.encode()], dtype=np.object_)),
+                pb_utils.Tensor("prompt_tokens", np.array([self.prompt_tokens], np.int32)),
+                pb_utils.Tensor("completion_tokens", np.array([completion_tokens], np.int32)),
+            ]
+        )
+
+
+class LlamaPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        settings = {key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()}
+        if "gguf" not in settings:
+            raise ValueError("the config has no 'gguf' parameter (the model file)")
+        version_folder = Path(args["model_repository"]) / args["model_version"]
+        gguf = gguf_path(settings["gguf"], version_folder)
+        if not gguf.is_file():
+            raise FileNotFoundError(f"no GGUF file at {gguf}")
+
+        def number(key: str, default: int) -> int:
+            return int(settings.get(key) or default)
+
+        folders = (
+            [Path(f) for f in settings["llama_cpu_backends"].split(":")]
+            if settings.get("llama_cpu_backends")
+            else [library_folder()]
+        )
+        # in a child first: a library that dies on this CPU fails the load here, with the reason
+        choice = probe.choose(gguf, folders)
+        library = Library.start(choice.variant)
+        context = ContextSettings(
+            n_ctx=number("n_ctx", 8192),
+            max_sequences=number("max_sequences", 8),
+            n_batch=number("n_batch", 512),
+            n_threads=number("n_threads", 1),
+        )
+        self.model = LlamaModel(gguf, context, library)
+        self.engine = Engine(
+            self.model,
+            Limits(context.max_sequences, context.n_batch, number("max_sequence_tokens", 2048)),
+        )
+        self.template = self.model.chat_template()
+        self.bos, self.eos = self.model.special_text("bos"), self.model.special_text("eos")
+        self._lock = threading.Lock()
+        backend = choice.variant.name if choice.variant else "built in"
+        log.info(
+            "%s: llama.cpp (CPU backend %s: %s), %d sequences, %d KV cells",
+            args.get("model_name", gguf.name),
+            backend,
+            choice.system_info,
+            context.max_sequences,
+            self.model.n_ctx,
+        )
+
+    def execute(self, requests: list[Any]) -> None:
+        import triton_python_backend_utils as pb_utils
+
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                self.engine.submit(self._job(request, sender))
+            except Exception as exc:  # a prompt that can never run, a template that refuses it
+                error = pb_utils.TritonError(f"{type(exc).__name__}: {exc}", pb_utils.TritonError.INVALID_ARG)
+                sender.send(
+                    pb_utils.InferenceResponse(error=error), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                )
+        return None
+
+    def _prompt(self, request: Any) -> list[int]:
+        import triton_python_backend_utils as pb_utils
+
+        messages = pb_utils.get_input_tensor_by_name(request, "messages")
+        if messages is not None:
+            if not self.template:
+                raise ValueError("the model has no chat template")
+            chat = json.loads(messages.as_numpy().reshape(-1)[0])
+            return self.model.tokenize(render_chat(self.template, chat, self.bos, self.eos))
+        text = _scalar(request, "text_input", b"")
+        return self.model.tokenize(text.decode() if isinstance(text, bytes) else str(text), add_special=True)
+
+    def _job(self, request: Any, sender: Any) -> Job:
+        with self._lock:  # tokenizing reads the model's vocabulary: one caller at a time
+            prompt = self._prompt(request)
+        seed = _scalar(request, "seed", None)
+        max_tokens = _scalar(request, "max_tokens", None)
+        return Job(
+            prompt,
+            _Responses(sender, bool(_scalar(request, "stream", True)), len(prompt)),
+            max_tokens=None if max_tokens is None else int(max_tokens),
+            temperature=float(_scalar(request, "temperature", 0.8)),
+            top_p=float(_scalar(request, "top_p", 0.95)),
+            seed=None if seed is None else int(seed),
+        )
+
+    def finalize(self) -> None:
+        self.engine.close()
+        self.model.close()

@@ -1,0 +1,230 @@
+"""llama.cpp's C API (llama.h) through llama-cpp-python's ctypes bindings (`llama_cpp.llama_cpp`).
+
+Continuous batching needs the C API itself, not llama-cpp-python's `Llama` class (one sequence
+at a time): a batch of tokens from several sequences, a KV cache shared by sequences, a sampler
+per sequence. One `LlamaModel` is one model and one context; its methods are called from one
+thread at a time (the engine's), as llama.cpp requires.
+
+A portable build of llama-cpp-python (docs/openai.md: `GGML_BACKEND_DL` with
+`GGML_CPU_ALL_VARIANTS`) has no CPU code in libllama: its CPU backend is one of several
+libraries, one per instruction set, and `cpu.py` picks the one this process loads, before
+`llama_backend_init`, through `Library.start(variant)`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("shoal.llm")
+
+_GGML_LOG_LEVEL_WARN = 3  # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
+
+
+class LlamaError(Exception):
+    """llama.cpp refused: a library or file it cannot load, a batch it cannot decode."""
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    """One context's bounds. `n_ctx` KV cells are shared by all sequences (a unified cache)."""
+
+    n_ctx: int = 8192
+    max_sequences: int = 8
+    n_batch: int = 512  # the most tokens one decode takes (prompt chunks and decode steps together)
+    n_threads: int = 1
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One token of a batch: which sequence, where, and whether its logits are wanted."""
+
+    token: int
+    pos: int
+    seq: int
+    logits: bool
+
+
+def library_folder() -> Path:
+    """Where llama-cpp-python keeps libllama and the ggml libraries (found without importing it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        raise LlamaError("llama-cpp-python is not installed: pip install '.[llm]' (docs/openai.md)")
+    return Path(spec.submodule_search_locations[0]) / "lib"
+
+
+class Library:
+    """The loaded library, once per process. It keeps llama.cpp's recent warnings and errors for
+    the messages of failures (llama.cpp logs them rather than returning them)."""
+
+    _instance: Library | None = None
+    _lock = threading.Lock()
+
+    def __init__(self, variant: Path | None) -> None:
+        from llama_cpp import llama_cpp as api  # loads libllama (and, through it, libggml)
+
+        self.api: Any = api
+        self.variant = variant
+        self.messages: deque[str] = deque(maxlen=16)
+        self._callback = api.llama_log_callback(self._on_log)  # kept: C holds a pointer to it
+        api.llama_log_set(self._callback, ctypes.c_void_p(0))
+        if variant is not None:
+            ggml = ctypes.CDLL(str(library_folder() / "libggml.so"))  # already loaded, by libllama
+            ggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
+            ggml.ggml_backend_load.restype = ctypes.c_void_p
+            if not ggml.ggml_backend_load(str(variant).encode()):
+                raise LlamaError(f"ggml cannot load the CPU backend {variant}: {self.recent() or 'no reason given'}")
+        api.llama_backend_init()
+
+    @classmethod
+    def start(cls, variant: Path | None = None) -> Library:
+        """Load the library (with this CPU backend, for a portable build); the first call decides."""
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = Library(variant)
+            elif cls._instance.variant != variant:
+                raise LlamaError(f"llama.cpp already runs with {cls._instance.variant} in this process, not {variant}")
+            return cls._instance
+
+    def _on_log(self, level: int, text: bytes | None, _: Any) -> None:
+        if level >= _GGML_LOG_LEVEL_WARN and level != 5 and text:
+            line = text.decode("utf-8", "replace").strip()
+            if line:
+                self.messages.append(line)
+                log.debug("llama.cpp: %s", line)
+
+    def recent(self) -> str:
+        """llama.cpp's latest warnings and errors, for an error message."""
+        return "; ".join(self.messages)
+
+    def system_info(self) -> str:
+        return bytes(self.api.llama_print_system_info()).decode("utf-8", "replace").strip()
+
+
+class Sampler:
+    """One sequence's sampling chain: greedy at temperature 0, else top-p, temperature and a
+    seeded draw."""
+
+    def __init__(self, api: Any, temperature: float, top_p: float, seed: int) -> None:
+        self._api = api
+        self.chain = api.llama_sampler_chain_init(api.llama_sampler_chain_default_params())
+        if temperature <= 0:
+            api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_greedy())
+        else:
+            if top_p < 1:
+                api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_top_p(top_p, 1))
+            api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_temp(temperature))
+            api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+
+    def close(self) -> None:
+        if self.chain is not None:
+            self._api.llama_sampler_free(self.chain)
+            self.chain = None
+
+
+class LlamaModel:
+    """A GGUF model and one context of `settings.max_sequences` sequences."""
+
+    def __init__(self, path: Path, settings: ContextSettings, library: Library) -> None:
+        self.library, self.settings = library, settings
+        self.api = api = library.api
+        params = api.llama_model_default_params()
+        params.n_gpu_layers = 0
+        self.model = api.llama_model_load_from_file(str(path).encode(), params)
+        if not self.model:
+            raise LlamaError(f"llama.cpp cannot load {path}: {library.recent() or 'no reason given'}")
+        context = api.llama_context_default_params()
+        context.n_ctx = settings.n_ctx
+        context.n_batch = context.n_ubatch = settings.n_batch
+        context.n_seq_max = settings.max_sequences
+        context.n_threads = context.n_threads_batch = settings.n_threads
+        context.kv_unified = True  # any sequence may use any cell: the engine bounds the total
+        context.no_perf = True
+        self.context = api.llama_init_from_model(self.model, context)
+        if not self.context:
+            api.llama_model_free(self.model)
+            raise LlamaError(f"llama.cpp cannot make a context for {path}: {library.recent() or 'no reason given'}")
+        self.n_ctx = int(api.llama_n_ctx(self.context))
+        self.vocab = api.llama_model_get_vocab(self.model)
+        self.memory = api.llama_get_memory(self.context)
+        self._batch = api.llama_batch_init(settings.n_batch, 0, 1)
+        self._piece = ctypes.create_string_buffer(256)
+
+    # --- text ---
+
+    def tokenize(self, text: str, add_special: bool = False) -> list[int]:
+        """Token ids of `text`; special tokens written in it (`<|im_start|>`) are parsed as such."""
+        data = text.encode()
+        room = len(data) + 8
+        while True:
+            tokens = (self.api.llama_token * room)()
+            count = self.api.llama_tokenize(self.vocab, data, len(data), tokens, room, add_special, True)
+            if count >= 0:
+                return tokens[:count]
+            room = -count
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes of one token (part of a UTF-8 character, possibly)."""
+        count = self.api.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, special)
+        if count < 0:
+            self._piece = ctypes.create_string_buffer(-count)
+            count = self.api.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, special)
+        return self._piece.raw[:count]
+
+    def is_end(self, token: int) -> bool:
+        """An end-of-generation token (`<|im_end|>`, `<|endoftext|>`, ...)."""
+        return bool(self.api.llama_vocab_is_eog(self.vocab, token))
+
+    def chat_template(self) -> str | None:
+        text = self.api.llama_model_chat_template(self.model, None)
+        return None if not text else bytes(text).decode("utf-8", "replace")
+
+    def special_text(self, which: str) -> str:
+        """`bos` or `eos` as text, for chat templates that write them."""
+        api = self.api
+        token = api.llama_vocab_bos(self.vocab) if which == "bos" else api.llama_vocab_eos(self.vocab)
+        return "" if token < 0 else self.piece(token, special=True).decode("utf-8", "replace")
+
+    # --- decoding ---
+
+    def decode(self, entries: Sequence[Entry]) -> None:
+        """Run one batch (at most `settings.n_batch` entries); the logits of the entries that asked
+        for them are then what `sample` reads, by the entry's index in `entries`."""
+        batch = self._batch
+        token, pos, n_seq_id, seq_id, logits = batch.token, batch.pos, batch.n_seq_id, batch.seq_id, batch.logits
+        for i, entry in enumerate(entries):
+            token[i] = entry.token
+            pos[i] = entry.pos
+            n_seq_id[i] = 1
+            seq_id[i][0] = entry.seq
+            logits[i] = entry.logits
+        batch.n_tokens = len(entries)
+        status = self.api.llama_decode(self.context, batch)
+        if status != 0:
+            meaning = {1: "no room in the KV cache", 2: "aborted"}.get(status, "an error")
+            raise LlamaError(f"llama_decode returned {status} ({meaning}): {self.library.recent()}")
+
+    def sampler(self, temperature: float, top_p: float, seed: int) -> Sampler:
+        return Sampler(self.api, temperature, top_p, seed)
+
+    def sample(self, sampler: Sampler, index: int) -> int:
+        return int(self.api.llama_sampler_sample(sampler.chain, self.context, index))
+
+    def forget(self, seq: int) -> None:
+        """Free a sequence's KV cells."""
+        self.api.llama_memory_seq_rm(self.memory, seq, -1, -1)
+
+    def close(self) -> None:
+        if self.context:
+            self.api.llama_batch_free(self._batch)
+            self.api.llama_free(self.context)
+            self.api.llama_model_free(self.model)
+            self.context = None

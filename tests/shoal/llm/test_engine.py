@@ -1,0 +1,284 @@
+"""The continuous batcher's scheduling (shoal/llm/engine.py), on a small deterministic language
+model: the next token is the previous one plus one, the end token after `END`, so each
+sequence's output is known from its prompt; the model records every batch it decodes.
+
+The real llama.cpp model is tested in test_real_model.py (with the llm extra)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shoal.llm.engine import Engine, Job, Limits
+from shoal.llm.runtime import Entry, LlamaError
+
+END = 1000  # the end-of-generation token
+
+
+class CountingModel:
+    """A `Decoder`: after token t comes t + 1, and END after END - 1. It checks what llama.cpp
+    would refuse: positions that skip, a sequence id out of range, more cells than it has."""
+
+    def __init__(self, n_ctx: int = 256, max_sequences: int = 8, step_delay: float = 0.0) -> None:
+        self.n_ctx, self.max_sequences, self.step_delay = n_ctx, max_sequences, step_delay
+        self.batches: list[list[Entry]] = []
+        self.cells: dict[int, int] = {}  # seq -> next position expected
+        self.logits: dict[int, int] = {}  # batch index -> token it predicts
+        self.fail_next = False
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def decode(self, entries: list[Entry]) -> None:
+        self.gate.wait(10)
+        if self.fail_next:
+            self.fail_next = False
+            raise LlamaError("llama_decode returned 1 (no room in the KV cache)")
+        self.batches.append(list(entries))
+        self.logits = {}
+        for index, entry in enumerate(entries):
+            assert 0 <= entry.seq < self.max_sequences
+            assert entry.pos == self.cells.get(entry.seq, 0), (entry, self.cells)
+            self.cells[entry.seq] = entry.pos + 1
+            if entry.logits:
+                self.logits[index] = END if entry.token == END - 1 else entry.token + 1
+        assert sum(self.cells.values()) <= self.n_ctx
+        time.sleep(self.step_delay)
+
+    def sampler(self, temperature: float, top_p: float, seed: int) -> Sampler:
+        return Sampler()
+
+    def sample(self, sampler: Sampler, index: int) -> int:
+        return self.logits[index]
+
+    def forget(self, seq: int) -> None:
+        self.cells.pop(seq, None)
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        return f"<{token}>".encode()
+
+    def is_end(self, token: int) -> bool:
+        return token == END
+
+
+class Sampler:
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class Collect:
+    """A `Sink` that keeps what it is told."""
+
+    gone: bool = False
+    pieces: list[str] = field(default_factory=list)
+    ending: tuple[str, int] | None = None
+    error: str | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def text(self, text: str, completion_tokens: int) -> None:
+        self.pieces.append(text)
+
+    def end(self, text: str, reason: str, completion_tokens: int) -> None:
+        self.pieces.append(text)
+        self.ending = (reason, completion_tokens)
+        self.done.set()
+
+    def fail(self, message: str) -> None:
+        self.error = message
+        self.done.set()
+
+    def cancelled(self) -> bool:
+        return self.gone
+
+    def tokens(self) -> list[int]:
+        return [int(p) for p in "".join(self.pieces).replace("<", " ").replace(">", " ").split()]
+
+
+def run(engine: Engine, prompt: list[int], max_tokens: int | None = None) -> Collect:
+    sink = Collect()
+    engine.submit(Job(prompt, sink, max_tokens=max_tokens, temperature=0))
+    return sink
+
+
+@pytest.fixture
+def engine_for():
+    engines = []
+
+    def make(model: CountingModel, limits: Limits) -> Engine:
+        engines.append(Engine(model, limits))
+        return engines[-1]
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+def test_one_sequence_generates_until_its_end_token(engine_for):
+    engine = engine_for(CountingModel(), Limits(max_sequences=4, n_batch=16, max_sequence_tokens=64))
+    sink = run(engine, [990, 995])
+    assert sink.done.wait(10)
+    assert sink.tokens() == [996, 997, 998, 999] and sink.ending == ("stop", 4)
+
+
+def test_max_tokens_ends_a_sequence_with_length(engine_for):
+    engine = engine_for(CountingModel(), Limits(max_sequences=4, n_batch=16, max_sequence_tokens=64))
+    sink = run(engine, [1, 2, 3], max_tokens=5)
+    assert sink.done.wait(10)
+    assert sink.tokens() == [4, 5, 6, 7, 8] and sink.ending == ("length", 5)
+
+
+def test_sequences_decode_together_and_newcomers_join_between_steps(engine_for):
+    model = CountingModel(step_delay=0.01)
+    engine = engine_for(model, Limits(max_sequences=4, n_batch=64, max_sequence_tokens=64))
+    first = run(engine, [10], max_tokens=30)
+    while len(model.batches) < 3:  # the first sequence is under way
+        time.sleep(0.005)
+    second = run(engine, [500, 501], max_tokens=5)
+    assert first.done.wait(10) and second.done.wait(10)
+    assert first.tokens() == list(range(11, 41)) and second.tokens() == [502, 503, 504, 505, 506]
+    # the newcomer's prompt went in with the first sequence's next token, in one batch
+    joined = next(batch for batch in model.batches if any(e.token == 500 for e in batch))
+    assert {e.seq for e in joined} == {first_seq(model), second_seq(model)}
+    assert max(len({e.seq for e in batch}) for batch in model.batches) == 2
+
+
+def first_seq(model: CountingModel) -> int:
+    return model.batches[0][0].seq
+
+
+def second_seq(model: CountingModel) -> int:
+    return next(e.seq for batch in model.batches for e in batch if e.token == 500)
+
+
+def test_a_finished_sequence_leaves_at_once_and_frees_its_slot(engine_for):
+    model = CountingModel(step_delay=0.005)
+    engine = engine_for(model, Limits(max_sequences=1, n_batch=64, max_sequence_tokens=64))
+    long = run(engine, [1], max_tokens=40)
+    waiting = []
+    thread = threading.Thread(target=lambda: waiting.append(run(engine, [700], max_tokens=2)))
+    thread.start()
+    time.sleep(0.05)
+    assert engine.load()["waiting"] == 1  # one sequence at most: the second waits in submit
+    assert long.done.wait(10)
+    thread.join(10)
+    assert waiting[0].done.wait(10) and waiting[0].tokens() == [701, 702]
+    # the waiting one joined at the step after the first ended
+    last_of_long = max(i for i, batch in enumerate(model.batches) if any(e.token < 700 for e in batch))
+    assert any(e.token == 700 for e in model.batches[last_of_long + 1])
+
+
+def test_a_cancelled_stream_leaves_at_the_next_step(engine_for):
+    model = CountingModel(step_delay=0.005)
+    engine = engine_for(model, Limits(max_sequences=4, n_batch=64, max_sequence_tokens=256))
+    sink = run(engine, [1], max_tokens=200)
+    while len(sink.pieces) < 3:
+        time.sleep(0.002)
+    sink.gone = True
+    assert sink.done.wait(10)
+    assert sink.ending is not None and sink.ending[0] == "cancelled" and sink.ending[1] < 200
+    assert engine.load() == {"running": 0, "waiting": 0, "reserved": 0, "capacity": 256}
+    assert model.cells == {}  # its KV cells were freed
+
+
+def test_a_request_cancelled_while_waiting_is_answered_without_running(engine_for):
+    model = CountingModel()
+    model.gate.clear()  # the running sequence is stuck in its step
+    engine = engine_for(model, Limits(max_sequences=1, n_batch=64, max_sequence_tokens=64))
+    threading.Thread(target=run, args=(engine, [1], 5), daemon=True).start()
+    while not engine.load()["running"]:
+        time.sleep(0.002)
+    sink = Collect(gone=True)
+    thread = threading.Thread(target=engine.submit, args=(Job([800], sink, max_tokens=3),))
+    thread.start()
+    model.gate.set()
+    thread.join(10)
+    assert sink.done.wait(10) and sink.ending == ("cancelled", 0)
+    assert not any(e.token == 800 for batch in model.batches for e in batch)
+
+
+def test_reservations_bound_the_context_and_the_oldest_waits_first(engine_for):
+    # 100 cells: a sequence reserves prompt + max_tokens, so two of 40 fit and the third waits
+    model = CountingModel(n_ctx=100, step_delay=0.002)
+    engine = engine_for(model, Limits(max_sequences=8, n_batch=64, max_sequence_tokens=100))
+    sinks: list[Collect] = []
+    threads = [threading.Thread(target=lambda: sinks.append(run(engine, [1] * 10, max_tokens=30))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.01)
+    for thread in threads:
+        thread.join(20)
+    assert all(s.done.wait(20) and s.ending == ("length", 30) for s in sinks)
+    assert max(len({e.seq for e in batch}) for batch in model.batches) == 2
+
+
+def test_the_prompt_goes_in_chunks_of_n_batch_beside_the_generating_sequences(engine_for):
+    model = CountingModel(step_delay=0.002)
+    engine = engine_for(model, Limits(max_sequences=4, n_batch=8, max_sequence_tokens=128))
+    first = run(engine, [1], max_tokens=20)
+    second = run(engine, list(range(100, 120)), max_tokens=2)
+    assert first.done.wait(10) and second.done.wait(10)
+    assert all(len(batch) <= 8 for batch in model.batches)
+    assert second.tokens() == [120, 121]
+
+
+def test_a_prompt_too_long_is_refused_at_once(engine_for):
+    engine = engine_for(CountingModel(n_ctx=64), Limits(max_sequences=2, n_batch=16, max_sequence_tokens=32))
+    with pytest.raises(ValueError, match="the prompt has 32 tokens; a sequence holds at most 32"):
+        engine.submit(Job([1] * 32, Collect()))
+    with pytest.raises(ValueError, match="empty"):
+        engine.submit(Job([], Collect()))
+
+
+def test_a_failed_decode_fails_the_sequences_in_that_batch_and_the_engine_goes_on(engine_for):
+    model = CountingModel()
+    engine = engine_for(model, Limits(max_sequences=2, n_batch=16, max_sequence_tokens=64))
+    model.fail_next = True
+    failed = run(engine, [1], max_tokens=3)
+    assert failed.done.wait(10) and "no room in the KV cache" in (failed.error or "")
+    after = run(engine, [7], max_tokens=2)
+    assert after.done.wait(10) and after.tokens() == [8, 9]
+
+
+def test_closing_fails_what_is_still_running(engine_for):
+    model = CountingModel(step_delay=0.01)
+    engine = engine_for(model, Limits(max_sequences=2, n_batch=16, max_sequence_tokens=512))
+    sink = run(engine, [1], max_tokens=400)
+    engine.close()
+    assert sink.done.wait(10) and sink.error == "the model is unloading"
+    with pytest.raises(RuntimeError, match="unloading"):
+        engine.submit(Job([1], Collect()))
+
+
+@given(
+    st.lists(
+        st.tuples(st.lists(st.integers(0, 900), min_size=1, max_size=12), st.integers(0, 12)), min_size=1, max_size=10
+    ),
+    st.integers(1, 4),
+    st.integers(1, 16),
+)
+def test_every_sequence_gets_exactly_its_own_tokens_whatever_runs_beside_it(jobs, max_sequences, n_batch):
+    model = CountingModel(n_ctx=64, max_sequences=max_sequences)
+    engine = Engine(model, Limits(max_sequences=max_sequences, n_batch=n_batch, max_sequence_tokens=32))
+    try:
+        sinks: list[tuple[list[int], int, Collect]] = []
+        threads = []
+        for prompt, max_tokens in jobs:
+            sink = Collect()
+            sinks.append((prompt, max_tokens, sink))
+            thread = threading.Thread(target=engine.submit, args=(Job(prompt, sink, max_tokens=max_tokens),))
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            thread.join(20)
+        for prompt, max_tokens, sink in sinks:
+            assert sink.done.wait(20)
+            expected = list(range(prompt[-1] + 1, prompt[-1] + 1 + max_tokens))
+            assert sink.tokens() == expected and sink.ending == ("length", max_tokens)
+        assert engine.load()["reserved"] == 0 and model.cells == {}
+    finally:
+        engine.close()
