@@ -17,7 +17,9 @@ RUN pip wheel --no-deps . -w /wheels
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1
 COPY --from=build /wheels /wheels
-RUN pip install /wheels/shoal-*.whl \
+# extras on top, e.g. --build-arg EXTRAS=cloud for a model repository in a bucket (docs/serving.md)
+ARG EXTRAS=""
+RUN wheel=$(ls /wheels/shoal-*.whl) && if [ -n "$EXTRAS" ]; then pip install "$wheel[$EXTRAS]"; else pip install "$wheel"; fi \
     && python3 -c "from shoal.build import describe; line = describe(); print(line); assert line.startswith('build: compiled')"
 # the example repository, generated at build time (no downloads at run time)
 RUN shoal example /models
