@@ -380,6 +380,7 @@ def announce_started(args: argparse.Namespace) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     from shared.process.runtime import configure_logging
+    from shoal.build import describe
     from shoal.status import forget_serve, record_serve
 
     if args.log_file:
@@ -391,6 +392,7 @@ def serve(args: argparse.Namespace) -> int:
         os.dup2(log_fd, 2)
         os.close(log_fd)
     configure_logging("serve", args.log_verbose)
+    log.info("%s", describe())  # compiled or pure Python: docs/performance.md, "The compiled build"
     for warning in getattr(args, "flag_warnings", []):
         log.warning("%s", warning)
     if args.model_repository and is_remote(args.model_repository[0]):  # a cloud bucket: the repository reads it
