@@ -55,6 +55,18 @@ class OutputTensor:
     binary: bool
 
 
+@dataclass
+class Answer:
+    """One response of a model to a request, whatever carries it back."""
+
+    model: str
+    version: int
+    id: str
+    outputs: list[OutputTensor]
+    parameters: dict = field(default_factory=dict)
+    final: bool = True  # decoupled models: the last response of this request
+
+
 def expected_byte_size(datatype: str, shape: list[int], data: memoryview | bytes) -> tuple[int, int]:
     """(expected, actual) byte sizes; BYTES is checked by walking its length prefixes."""
     actual = memoryview(data).nbytes
