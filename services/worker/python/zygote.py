@@ -116,11 +116,14 @@ def serve(worker_pid: int, channel: int) -> None:
     wakeup = os.pipe()
     os.set_blocking(wakeup[1], False)
     signal.set_wakeup_fd(wakeup[1])
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through the wakeup fd
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the poll through the wakeup fd
+    poller = select.poll()  # not select(): a worker's descriptors may number past FD_SETSIZE
+    for fd in (channel, wakeup[0]):
+        poller.register(fd, select.POLLIN)
     pending = b""
     while True:
         try:
-            ready, _, _ = select.select([channel, wakeup[0]], [], [])
+            ready = {fd for fd, _ in poller.poll()}
         except InterruptedError:
             continue
         if wakeup[0] in ready:
