@@ -14,7 +14,9 @@ own sampler. Between steps:
 
 `submit` returns once the request has joined (or was answered): a model instance's `execute`
 calls it, so requests that do not fit yet wait in the scheduler's queue, under its policies and
-in its statistics, not in here. docs/openai.md says how it performs.
+in its statistics, not in here. A request that fits joins at once (its sequence and cells are
+reserved in `submit`, its prompt goes into the next step), so requests that arrive together
+start together. docs/openai.md says how it performs.
 """
 
 from __future__ import annotations
@@ -115,7 +117,8 @@ class Engine:
         self.model, self.limits = model, limits
         self.capacity = model.n_ctx
         self._waiting: deque[Job] = deque()
-        self._running: list[_Sequence] = []
+        self._joining: list[_Sequence] = []  # admitted, not yet in a step (the engine's thread moves them)
+        self._running: list[_Sequence] = []  # the engine's thread's alone
         self._free_seqs = list(range(limits.max_sequences - 1, -1, -1))
         self._reserved = 0
         self._stopping = False
@@ -144,13 +147,14 @@ class Engine:
             if self._stopping:
                 raise RuntimeError("the model is unloading")
             self._waiting.append(job)
+            self._admit()  # it may fit now: then it joins without waiting for a step
             self._wake.notify()
         job.joined.wait()
 
     def load(self) -> dict[str, int]:
         """Sequences running and waiting, KV cells reserved and in all (for statistics and tests)."""
         with self._wake:
-            running, waiting = len(self._running), len(self._waiting)
+            running, waiting = len(self._running) + len(self._joining), len(self._waiting)
             return {"running": running, "waiting": waiting, "reserved": self._reserved, "capacity": self.capacity}
 
     def close(self) -> None:
@@ -166,12 +170,17 @@ class Engine:
         try:
             while True:
                 with self._wake:
-                    while not self._running and not self._waiting and not self._stopping:
+                    while not self._running and not self._joining and not self._waiting and not self._stopping:
                         self._wake.wait()
                     if self._stopping:
                         break
                     self._drop_cancelled_waiting()
                     self._admit()
+                    joining, self._joining = self._joining, []
+                self._running.extend(joining)
+                for sequence in joining:
+                    if sequence.budget == 0:  # max_tokens 0: nothing to generate
+                        self._finish(sequence, "length")
                 self._step()
         except Exception:  # a bug: answer everyone rather than leave them hanging
             log.exception("the LLM engine stopped")
@@ -179,6 +188,7 @@ class Engine:
             self._fail_all("the model is unloading" if self._stopping else "the LLM engine stopped on an error")
 
     def _admit(self) -> None:
+        """Move waiting requests that fit now, oldest first, to `_joining` (under `_wake`)."""
         while self._waiting and self._free_seqs:
             job = self._waiting[0]
             budget = min(self.limits.max_sequence_tokens, self.capacity) - len(job.prompt)
@@ -191,10 +201,8 @@ class Engine:
             sampler = self.model.sampler(job.temperature, job.top_p, seed)
             sequence = _Sequence(job, self._free_seqs.pop(), sampler, budget)
             self._reserved += sequence.cells
-            self._running.append(sequence)
+            self._joining.append(sequence)
             job.joined.set()
-            if budget == 0:  # max_tokens 0: nothing to generate
-                self._finish(sequence, "length")
 
     def _drop_cancelled_waiting(self) -> None:
         for job in [job for job in self._waiting if job.sink.cancelled()]:
@@ -281,6 +289,9 @@ class Engine:
             return False
 
     def _fail_all(self, message: str) -> None:
+        with self._wake:
+            self._running.extend(self._joining)
+            self._joining = []
         for sequence in list(self._running):
             self._release(sequence)
             self._answer(sequence.job.sink.fail, message)

@@ -38,7 +38,8 @@ class ContextSettings:
     n_ctx: int = 8192
     max_sequences: int = 8
     n_batch: int = 512  # the most tokens one decode takes (prompt chunks and decode steps together)
-    n_threads: int = 1
+    n_threads: int = 1  # for a batch of one token (one sequence generating)
+    n_threads_batch: int = 1  # for a batch of several (sequences together, prompts)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ class LlamaModel:
         context.n_ctx = settings.n_ctx
         context.n_batch = context.n_ubatch = settings.n_batch
         context.n_seq_max = settings.max_sequences
-        context.n_threads = context.n_threads_batch = settings.n_threads
+        context.n_threads, context.n_threads_batch = settings.n_threads, settings.n_threads_batch
         context.kv_unified = True  # any sequence may use any cell: the engine bounds the total
         context.no_perf = True
         self.context = api.llama_init_from_model(self.model, context)

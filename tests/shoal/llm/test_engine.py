@@ -147,6 +147,18 @@ def test_sequences_decode_together_and_newcomers_join_between_steps(engine_for):
     assert max(len({e.seq for e in batch}) for batch in model.batches) == 2
 
 
+def test_requests_that_fit_join_at_once_and_start_in_one_step(engine_for):
+    model = CountingModel()
+    model.gate.clear()  # no step completes until all three have joined
+    engine = engine_for(model, Limits(max_sequences=4, n_batch=64, max_sequence_tokens=64))
+    sinks = [run(engine, [100 * (i + 1)], max_tokens=3) for i in range(3)]  # each returns without a step
+    assert engine.load()["running"] == 3
+    model.gate.set()
+    assert all(sink.done.wait(10) for sink in sinks)
+    assert sorted(e.token for e in model.batches[0]) == [100, 200, 300] or len(model.batches[0]) == 1
+    assert max(len(batch) for batch in model.batches) == 3
+
+
 def first_seq(model: CountingModel) -> int:
     return model.batches[0][0].seq
 
