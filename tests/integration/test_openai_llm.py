@@ -168,3 +168,12 @@ def test_the_documented_openai_example_runs_as_written(api_port: int, document: 
     lines = done.stdout.strip().splitlines()
     assert len(lines) >= 2 and "384" in lines[-1], done.stdout  # the embedding's length comes last
     assert any(line.strip() for line in lines[:-1]), done.stdout  # the model said something
+
+
+@needs_llm
+@pytest.mark.llm
+def test_a_prompt_longer_than_a_sequence_may_hold_is_refused_with_the_reason(client: openai.OpenAI):
+    with pytest.raises(openai.BadRequestError, match="a sequence holds at most 2048"):
+        client.completions.create(model=LLM, prompt="word " * 3000, max_tokens=4)
+    answer = client.completions.create(model=LLM, prompt="One, two,", max_tokens=2, temperature=0)
+    assert answer.usage.completion_tokens > 0  # and the model goes on serving
