@@ -8,6 +8,9 @@ own sampler. Between steps:
 - **joining**: the oldest waiting request is admitted while there is a free sequence and its
   reservation fits the context: prompt + the most it may generate, in KV cells, so that a
   sequence admitted always has room to finish (no eviction, no recomputation);
+- **a shared prompt start is decoded once**: the cells of the latest prompt stay in a sequence
+  of their own (up to `prefix_cache_tokens` of them), and a newcomer whose prompt starts the
+  same way (a chat template's system prompt, say) shares those cells instead of decoding them;
 - **leaving**: a sequence that ends (an end-of-generation token, `max_tokens`, its reservation)
   or whose client went away (`Sink.cancelled`, which includes its deadline) is answered and its
   cells and sampler are freed at once, so the next request can join at the next step.
@@ -48,6 +51,8 @@ class Decoder(Protocol):
 
     def forget(self, seq: int) -> None: ...
 
+    def share(self, source: int, target: int, length: int) -> None: ...
+
     def piece(self, token: int, special: bool = False) -> bytes: ...
 
     def is_end(self, token: int) -> bool: ...
@@ -77,6 +82,7 @@ class Limits:
     max_sequences: int = 8
     n_batch: int = 512
     max_sequence_tokens: int = 2048
+    prefix_cache_tokens: int = 512  # cells kept for the latest prompt's start (0: no prompt cache)
 
 
 @dataclass
@@ -115,7 +121,9 @@ class _Sequence:
 class Engine:
     def __init__(self, model: Decoder, limits: Limits) -> None:
         self.model, self.limits = model, limits
-        self.capacity = model.n_ctx
+        self.capacity = model.n_ctx - limits.prefix_cache_tokens  # what sequences may reserve
+        self._cache_seq = limits.max_sequences  # the sequence id that keeps the latest prompt's cells
+        self._cached: list[int] = []  # the tokens whose cells it keeps (the engine's thread's alone)
         self._waiting: deque[Job] = deque()
         self._joining: list[_Sequence] = []  # admitted, not yet in a step (the engine's thread moves them)
         self._running: list[_Sequence] = []  # the engine's thread's alone
@@ -181,6 +189,8 @@ class Engine:
                 for sequence in joining:
                     if sequence.budget == 0:  # max_tokens 0: nothing to generate
                         self._finish(sequence, "length")
+                    else:
+                        self._reuse_prefix(sequence)
                 self._step()
         except Exception:  # a bug: answer everyone rather than leave them hanging
             log.exception("the LLM engine stopped")
@@ -203,6 +213,29 @@ class Engine:
             self._reserved += sequence.cells
             self._joining.append(sequence)
             job.joined.set()
+
+    def _reuse_prefix(self, sequence: _Sequence) -> None:
+        """Start a newcomer with the cells of the cached prompt's start that its prompt shares
+        (all but its last token: that one is decoded for its logits)."""
+        prompt, cached = sequence.job.prompt, self._cached
+        shared = 0
+        for a, b in zip(prompt[: len(prompt) - 1], cached):
+            if a != b:
+                break
+            shared += 1
+        if shared >= 4:  # fewer is not worth a call
+            self.model.share(self._cache_seq, sequence.seq, shared)
+            sequence.fed = shared
+
+    def _cache_prompt(self, sequence: _Sequence) -> None:
+        """Keep this prompt's cells (its sequence has just decoded them all) for the next ones."""
+        prompt = sequence.job.prompt
+        length = min(len(prompt), self.limits.prefix_cache_tokens)
+        if length == 0 or prompt[:length] == self._cached:
+            return
+        self.model.forget(self._cache_seq)
+        self.model.share(sequence.seq, self._cache_seq, length)
+        self._cached = prompt[:length]
 
     def _drop_cancelled_waiting(self) -> None:
         for job in [job for job in self._waiting if job.sink.cancelled()]:
@@ -245,6 +278,8 @@ class Engine:
                 self._answer(sequence.job.sink.fail, str(exc))
             return
         for sequence, index in wanted:
+            if sequence.produced == 0:  # its prompt is all in
+                self._cache_prompt(sequence)
             self._advance(sequence, self.model.sample(sequence.sampler, index))
 
     def _batch_members(self, entries: list[Entry]) -> list[_Sequence]:
