@@ -119,6 +119,8 @@ def start_peer(workdir: Path, variant: Path | None) -> tuple[subprocess.Popen, i
         "1",
         "--n_threads_batch",
         "1",
+        "--interrupt_requests",  # by default a new request cuts the stream in progress short
+        "False",
     ]
     env = dict(os.environ)
     if variant is not None:  # a portable build: llama.cpp loads the CPU backend named here
