@@ -16,6 +16,7 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import BucketNotFoundError, NoStreamResponseError
 from nats.js.kv import KeyValue
 
+from shared.bus import nats_internals
 from shared.bus.connection import cluster_size, reconnects
 
 T = TypeVar("T")
@@ -124,14 +125,14 @@ async def watch(nc: NATS, kv: KeyValue) -> AsyncIterator[Change]:
         try:
             watcher = await kv.watchall()
         except Exception as exc:  # JetStream still recovering after a restart
-            log.debug("watch %s: %s", kv._name, exc)
+            log.debug("watch %s: %s", nats_internals.bucket_name(kv), exc)
             await asyncio.sleep(0.2)
             continue
         checked = time.monotonic()
         try:
             while reconnects(nc) == generation:
                 try:
-                    entry = await watcher.updates(timeout=1.0)  # type: ignore[no-untyped-call]
+                    entry = await watcher.updates(timeout=WATCH_CHECK_S)  # type: ignore[no-untyped-call]
                 except nats.errors.TimeoutError:
                     if time.monotonic() - checked >= WATCH_CHECK_S:
                         if not await _consumer_alive(watcher):
@@ -148,7 +149,7 @@ async def watch(nc: NATS, kv: KeyValue) -> AsyncIterator[Change]:
                 await watcher.stop()  # type: ignore[no-untyped-call]
             except Exception:
                 pass
-        log.info("watching %s again after a reconnect or the loss of its consumer", kv._name)
+        log.info("watching %s again after a reconnect or the loss of its consumer", nats_internals.bucket_name(kv))
 
 
 WATCH_CHECK_S = 2.0  # an idle watch checks this often that its JetStream consumer still exists
@@ -162,7 +163,7 @@ async def _consumer_alive(watcher: Any) -> bool:
     READY, and a gateway's `ready` stayed false 15 s after the load's answer
     (test_losing_one_of_three_nats_nodes_under_load, docs/reliability.md)."""
     try:
-        await watcher._sub.consumer_info()
+        await nats_internals.check_watch_consumer(watcher)
     except Exception as exc:  # gone, or its node unreachable: watch again (a replay is idempotent)
         log.info("the consumer of a KV watch is gone (%s)", type(exc).__name__)
         return False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TypeVar
 
 import msgspec
@@ -13,10 +13,9 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from shared.bus import nats_internals
+
 T = TypeVar("T")
-
-
-ErrorCallback = Callable[[Exception], Awaitable[None]]
 
 
 _reconnects: weakref.WeakKeyDictionary[NATS, int] = weakref.WeakKeyDictionary()  # per connection
@@ -105,7 +104,7 @@ def on_connection(nc: NATS, lost: Listener, back: Listener) -> None:
 def cluster_size(nc: NATS) -> int:
     """Servers in the NATS cluster this connection is on: the server announces the client URLs
     of its cluster peers (`connect_urls` in INFO), itself included."""
-    info = getattr(nc, "_server_info", None) or {}
+    info = nats_internals.server_info(nc)
     urls = set(info.get("connect_urls") or [])
     if info.get("cluster") and not urls:
         return 1
@@ -181,5 +180,5 @@ async def settled(nc: NATS) -> None:
     `nc.flush()` alone does not say so: nats-py 2.16 writes its PING straight to the socket,
     ahead of commands still waiting for its flusher task, so the PONG can come back before a
     SUB sent just before it is registered (another connection's publish then finds no one)."""
-    await nc._flush_pending(force_flush=True)
+    await nats_internals.flush_buffer(nc)
     await nc.flush()

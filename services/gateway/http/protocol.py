@@ -25,7 +25,44 @@ from typing import Any, Protocol, runtime_checkable
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
+from shared import fences
+
 Claim = tuple[str, str]
+
+# The fence around uvicorn's internals (shared/fences.py): what this module uses of
+# `HttpToolsProtocol` and its `RequestResponseCycle` beyond the asyncio.Protocol interface.
+# pyproject.toml pins the uvicorn line this was tested with; tests/gateway/http/test_uvicorn_fence.py
+# fails, naming it, when an installed uvicorn lacks any of it.
+UVICORN_RELIED_ON: dict[type, tuple[str, ...]] = {
+    HttpToolsProtocol: (
+        "_start_asgi_task",  # overridden: where a request whose headers are read starts
+        "on_body",
+        "on_message_complete",
+        "cycle",
+        "parser",
+        "app",
+        "loop",
+        "flow",
+        "tasks",
+        "transport",
+    ),
+    RequestResponseCycle: (
+        "scope",
+        "body",
+        "more_body",
+        "waiting_for_100_continue",
+        "disconnected",
+        "response_complete",
+        "message_event",
+        "keep_alive",
+        "on_response",
+        "default_headers",
+    ),
+}
+UVICORN_BEHAVIOUR: tuple[fences.Behaviour, ...] = (
+    (HttpToolsProtocol.on_headers_complete, "self._start_asgi_task(self.cycle, app)"),
+    (HttpToolsProtocol.on_response_complete, "self._start_asgi_task(cycle, app)"),  # pipelined requests
+)
 
 
 class CorkedTransport:
