@@ -98,13 +98,10 @@ def _input_configs(spec: ModelSpec, request: ParsedRequest, prefix: str) -> dict
         if known is None:
             raise invalid(f"{prefix}unexpected inference input '{tensor.name}' for model '{model}'")
         configs[tensor.name] = known
-    required = spec.required_inputs
-    missing = [name for name in required if name not in configs] if len(configs) < len(spec.inputs) else []
-    if missing:
-        raise invalid(
-            f"{prefix}expected {len(required)} inputs but got {len(given)} inputs for model '{model}'. "
-            f"Got input(s) {given}, but missing required input(s) {missing}. Please provide all required input(s)."
-        )
+    if len(configs) < len(spec.inputs):
+        missing = spec.missing_inputs(given, prefix)
+        if missing is not None:
+            raise missing
     return configs
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings
 
+from services.repository.remote import is_remote
 from shared.process import cache_dirs, lifeline
 from shared.process.natsserver import NatsServer, reserve_ports
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
@@ -227,7 +228,7 @@ def model_table(index: list[dict]) -> str:
     return "\n".join([line, fmt.format(*heads), line, *(fmt.format(*map(str, r)) for r in rows), line])
 
 
-def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path) -> Cluster:
+def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | str) -> Cluster:
     common = {"nats_url": nats_url, "log_verbose": args.log_verbose, "trace_config": args.trace["config"]}
     gateway = GatewaySettings(
         **common,
@@ -379,6 +380,7 @@ def announce_started(args: argparse.Namespace) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     from shared.process.runtime import configure_logging
+    from shoal.build import describe
     from shoal.status import forget_serve, record_serve
 
     if args.log_file:
@@ -390,9 +392,12 @@ def serve(args: argparse.Namespace) -> int:
         os.dup2(log_fd, 2)
         os.close(log_fd)
     configure_logging("serve", args.log_verbose)
+    log.info("%s", describe())  # compiled or pure Python: docs/performance.md, "The compiled build"
     for warning in getattr(args, "flag_warnings", []):
         log.warning("%s", warning)
-    if args.model_repository:
+    if args.model_repository and is_remote(args.model_repository[0]):  # a cloud bucket: the repository reads it
+        repository: Path | str = args.model_repository[0]
+    elif args.model_repository:
         repository = Path(args.model_repository[0]).resolve()
         if not repository.is_dir():
             print(f"error: model repository '{repository}' is not a directory", file=sys.stderr)

@@ -36,6 +36,10 @@ Forget = Callable[[str], Awaitable[None]]
 Drain = Callable[[str, int], Awaitable[None]]
 
 
+# a cloud repository's mirror brought up to date (remote.py): the whole of it, or one model's part
+Sync = Callable[[str | None], Awaitable[None]]
+
+
 class Files(Protocol):
     """Where a model version's files go for the workers (`publishing.FilePublisher`: NATS)."""
 
@@ -44,10 +48,17 @@ class Files(Protocol):
 
 class ModelManager:
     def __init__(
-        self, settings: RepositorySettings, publish: Publish, forget: Forget, drain: Drain, files: Files | None = None
+        self,
+        settings: RepositorySettings,
+        publish: Publish,
+        forget: Forget,
+        drain: Drain,
+        files: Files | None = None,
+        sync: Sync | None = None,
     ) -> None:
         self.settings = settings
         self.files = files  # None: workers read the files at the record's path (--model-files=path)
+        self.sync = sync  # a cloud repository: `settings.model_repository` is its mirror
         self.root = Path(settings.model_repository)
         self.publish = publish
         self.forget = forget
@@ -152,6 +163,11 @@ class ModelManager:
     ) -> ModelRecord:
         """Publish a new generation of `name`; old instances keep serving until it is ready.
         `workers`: only those host it (on-demand placement); none: every worker."""
+        if self.sync is not None and not files:  # a cloud repository: the model as the bucket has it now
+            try:
+                await self.sync(name)
+            except Exception as exc:
+                raise internal(f"failed to load '{name}', failed to poll from model repository: {exc}") from None
         # reading configs and ONNX files takes time: off the event loop
         scanned, labels = await asyncio.to_thread(self._read, name, config, files or {})
         if not files and (self.root / name).is_dir():
@@ -381,6 +397,12 @@ class ModelManager:
             await self._poll_once()
 
     async def _poll_once(self) -> None:
+        if self.sync is not None:  # a cloud repository: its mirror first
+            try:
+                await self.sync(None)
+            except Exception as exc:  # the bucket is away: nothing changes this round
+                log.error("failed to poll from model repository %s: %s", self.settings.model_repository, exc)
+                return
         on_disk = set(self.available())
         for name in sorted(on_disk):
             if name in self.override_dirs:

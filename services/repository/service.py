@@ -22,9 +22,11 @@ from services.repository.drain import Drainer
 from services.repository.manager import ModelManager
 from services.repository.overrides import check_parameters
 from services.repository.publishing import COLLECT_EVERY_S, FilePublisher
+from services.repository.remote import RemoteError, RemoteRepository, is_remote
 from shared.bus import buckets, connection, discovery
 from shared.bus.liveness import WorkerLiveness
 from shared.errors import Code, ShoalError, unavailable
+from shared.process import cache_dirs
 from shared.process.runtime import serve_until
 from shared.process.settings import RepositorySettings
 from shared.wire import subjects
@@ -69,7 +71,17 @@ class RepositoryService:
         # --model-files=store: each loaded version's files go into NATS for the workers of any host
         self.files = FilePublisher(nc) if settings.model_files == "store" else None
         drainer = Drainer(nc, settings.unload_timeout_s)
-        self.manager = ModelManager(settings, self._publish, self._forget, drainer, self.files)
+        # a cloud bucket (s3://, gs://, as://): read through a mirror on this host's disk (remote.py)
+        self.remote = (
+            RemoteRepository(settings.model_repository, cache_dirs.repository_mirrors())
+            if is_remote(settings.model_repository)
+            else None
+        )
+        local = settings
+        if self.remote is not None:
+            local = settings.model_copy(update={"model_repository": str(self.remote.mirror)})
+        sync = self._sync if self.remote is not None else None
+        self.manager = ModelManager(local, self._publish, self._forget, drainer, self.files, sync)
         self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._worker_gone, self._worker_back)
         self.demand = OnDemand(self.manager, settings, self._usage, self._budgets)
         self._tasks: list[asyncio.Task] = []
@@ -105,19 +117,19 @@ class RepositoryService:
             "repository",
             "main",
             self.status,
-            repository=str(self.manager.root),
+            repository=self.settings.model_repository,
             mode=self.settings.model_control_mode,
         )
         log.info(
             "repository %s (%s mode): %d model(s) published",
-            self.manager.root,
+            self.settings.model_repository,
             self.settings.model_control_mode,
             len(self.manager.records),
         )
 
     def status(self) -> RepositoryStatus:
         return RepositoryStatus(
-            repository=str(self.manager.root),
+            repository=self.settings.model_repository,
             mode=self.settings.model_control_mode,
             models={name: {v: s.state for v, s in r.versions.items()} for name, r in self.manager.records.items()},
         )
@@ -291,6 +303,10 @@ class RepositoryService:
         return name
 
     # -- poll mode ------------------------------------------------------------------------
+    async def _sync(self, model: str | None) -> None:
+        assert self.remote is not None
+        await asyncio.to_thread(self.remote.sync, model)
+
     async def _collect_files(self, files: FilePublisher) -> None:
         """Model files no record names any more leave the object store (publishing.py)."""
         while True:
@@ -324,7 +340,12 @@ class RepositoryService:
 
 
 async def run(settings: RepositorySettings, stop: asyncio.Event) -> None:
-    if not settings.model_repository or not Path(settings.model_repository).is_dir():
+    if is_remote(settings.model_repository):
+        try:  # the whole bucket, before anything is published
+            await asyncio.to_thread(RemoteRepository(settings.model_repository, cache_dirs.repository_mirrors()).sync)
+        except RemoteError as exc:
+            raise SystemExit(f"model repository '{settings.model_repository}': {exc}") from None
+    elif not settings.model_repository or not Path(settings.model_repository).is_dir():
         raise SystemExit(f"model repository '{settings.model_repository}' is not a directory")
     nc = await connection.connect(settings.nats_url, "shoal-repository")
     await serve_until(stop, nc, RepositoryService(settings, nc), "repository")

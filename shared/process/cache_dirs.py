@@ -27,6 +27,11 @@ def model_files() -> Path:
     return root() / "model-files"
 
 
+def repository_mirrors() -> Path:
+    """The repository service's copies of cloud model repositories (services/repository/remote.py)."""
+    return root() / "repositories"
+
+
 def python_environments() -> Path:
     """Packed `EXECUTION_ENV_PATH` archives, unpacked once each (services/worker/python/environments.py)."""
     return root() / "envs"

@@ -267,6 +267,16 @@ class WorkerHeartbeat(msgspec.Struct):
     max_models: int = 0  # --max-loaded-models (0: no limit)
     models: list[str] = []  # its --models globs (none: every model)
     placeable: bool = True  # False: it hosts only its own models (a python model's process, bound functions)
+    supervised: bool = False  # a python model's process: the worker that started it says when it exits
+
+
+class WorkerExited(msgspec.Struct):
+    """A worker -> schedulers and repository: the process it started for a python model (or one
+    instance of it) exited. `worker` is the id it was started with; the process's own id on the
+    bus is that id and a suffix of its incarnation (`<worker>-<random>`)."""
+
+    worker: str
+    code: int
 
 
 class CancelRequest(msgspec.Struct):

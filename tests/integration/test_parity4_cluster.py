@@ -225,8 +225,61 @@ HTTP_FORWARD = "MY_HEADER.*|^timeout$"  # case-insensitive: my_header_1 matches;
 GRPC_FORWARD = "(?-i)MY_HEADER.*|^my_header_2$|^triton_injected_via_header$"  # case-sensitive
 
 
+# item 5: a python model with an optional input that says whether it came
+OPTIONAL_ADD = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            y = pb_utils.get_input_tensor_by_name(request, "INPUT1")
+            total = x + (y.as_numpy() if y is not None else 0)
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", total.astype(np.int32)),
+                pb_utils.Tensor("GOT", np.array([int(y is not None)], dtype=np.int32))]))
+        return responses
+"""
+
+
+def _optional_ensemble(name: str, member: str, outputs: dict[str, str]) -> str:
+    """An ensemble whose INPUT1 is optional, both inputs mapped to one member's."""
+    ios = _io("input", "INPUT0", "TYPE_INT32", "16")
+    ios += 'input [ { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] optional: true } ]\n'
+    ios += "".join(_io("output", tensor, "TYPE_INT32", dims) for tensor, dims in outputs.items())
+    output_map = "".join(f'output_map {{ key: "{t}" value: "{t}" }} ' for t in outputs)
+    return (
+        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n{ios}'
+        f'ensemble_scheduling {{ step [ {{ model_name: "{member}" model_version: -1 '
+        'input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" } '
+        f"{output_map}}} ] }}\n"
+    )
+
+
+def write_optional_input_models(root: Path) -> None:
+    ios = _io("input", "INPUT0", "TYPE_INT32", "16")
+    ios += 'input [ { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] optional: true } ]\n'
+    ios += _io("output", "OUTPUT0", "TYPE_INT32", "16") + _io("output", "GOT", "TYPE_INT32", "1")
+    _python_model(root, "optional_add", OPTIONAL_ADD, ios + "max_batch_size: 0\ninstance_group [{ kind: KIND_CPU }]\n")
+    for name, member, outputs in (
+        ("ensemble_optional", "optional_add", {"OUTPUT0": "16", "GOT": "1"}),
+        # the member's INPUT1 is required: a request without it reaches the member, which refuses it
+        ("ensemble_optional_to_required", "python_nobatch_int32", {"OUTPUT0": "16", "OUTPUT1": "16"}),
+    ):
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(_optional_ensemble(name, member, outputs))
+    model = root / "python_nobatch_int32"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text(QA_ADD_SUB)
+    (model / "config.pbtxt").write_text(QA_ADD_SUB_CONFIG.replace("max_batch_size: 8", "max_batch_size: 0"))
+
+
 def build_repository(root: Path) -> Path:
     write_rescheduling_models(root)
+    write_optional_input_models(root)
     # item 5: --model-config-name alt reads configs/alt.pbtxt where a model has one
     model = examples.write_model(
         root,
@@ -534,4 +587,29 @@ def test_model_config_name_picks_the_named_config_where_a_model_has_one(served):
     client = _client(served, "http")
     assert client.get_model_config("config_named")["max_batch_size"] == 4  # configs/alt.pbtxt
     assert client.get_model_config("python_int32_int32_int32")["max_batch_size"] == 8  # its config.pbtxt
+    client.close()
+
+
+# -- item 5: optional inputs of ensembles -------------------------------------------------------
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_an_optional_ensemble_input_left_out_reaches_its_step_left_out(served, protocol):
+    """core's EnsembleContext: an optional ensemble input the request omits is an empty
+    placeholder; the steps that consume it run without that input (their model's input being
+    optional too), instead of waiting for it forever."""
+    module = httpclient if protocol == "http" else grpcclient
+    client = _client(served, protocol)
+    x = np.arange(16, dtype=np.int32)
+    only = module.InferInput("INPUT0", [16], "INT32")
+    only.set_data_from_numpy(x)
+    result = client.infer("ensemble_optional", [only])
+    assert (result.as_numpy("OUTPUT0") == x).all() and result.as_numpy("GOT")[0] == 0
+    both = [only, module.InferInput("INPUT1", [16], "INT32")]
+    both[1].set_data_from_numpy(np.full(16, 10, np.int32))
+    result = client.infer("ensemble_optional", both)
+    assert (result.as_numpy("OUTPUT0") == x + 10).all() and result.as_numpy("GOT")[0] == 1
+    # mapped to a required input: the member refuses the step's request, in its own words
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("ensemble_optional_to_required", [only])
+    assert "in ensemble 'ensemble_optional_to_required'" in err.value.message()
+    assert "missing required input(s) ['INPUT1']" in err.value.message()
     client.close()

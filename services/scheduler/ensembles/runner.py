@@ -260,8 +260,13 @@ class EnsembleRunner:
         requested = list(request.outputs) or list(graph.outputs)
         steps = graph.needed_steps(requested)
         readers = graph.consumers(steps)
-        tensors: dict[str, TensorRef] = {ref.name: ref for ref in request.inputs}
+        # None: known to be absent (Triton's empty placeholder), an optional ensemble input the
+        # request left out or an output a step did not produce; the steps that read it run without it
+        tensors: dict[str, TensorRef | None] = {ref.name: ref for ref in request.inputs}
         spec = self.specs.get(request.model)
+        for tensor in spec.inputs if spec is not None else ():
+            if tensor.optional and tensor.name not in tensors:
+                tensors[tensor.name] = None
         # whether each tensor carries a batch dimension (it came from a model with max_batch_size > 0)
         batched = {name: bool(spec and spec.max_batch_size > 0) for name in tensors}
         pending = list(steps)
@@ -323,15 +328,16 @@ class EnsembleRunner:
         if any(name not in tensors for name in requested):
             return _Outcome([], f"in ensemble '{request.model}', {DEADLOCK}", Code.INVALID_ARG)
         # the ensemble's outputs under the ensemble's names; the handles are the workers' own
-        handed = [tensors[name] for name in requested]
-        outputs = [_renamed(spec, name, ref, batched[name]) for ref, name in zip(handed, requested)]
+        present = [(name, ref) for name in requested if (ref := tensors[name]) is not None]
+        handed = [ref for _, ref in present]
+        outputs = [_renamed(spec, name, ref, batched[name]) for name, ref in present]
         return _Outcome(outputs, handed=handed, compute=compute)
 
     def _absorb(
         self,
         step: Step,
         response: InferResponse,
-        tensors: dict[str, TensorRef],
+        tensors: dict[str, TensorRef | None],
         batched: dict[str, bool],
         compute: list[int],
     ) -> None:
@@ -344,6 +350,8 @@ class EnsembleRunner:
             if tensor is not None:
                 tensors[tensor] = ref
                 batched[tensor] = bool(member and member.max_batch_size > 0)
+        for tensor in step.output_map.values():  # not produced: absent for the steps that read it
+            tensors.setdefault(tensor, None)
 
     async def call(self, request: InferRequest) -> InferResponse:
         """One step request to its member, answered (an error as a response, never raised)."""

@@ -85,7 +85,7 @@ def _check(spec: ModelSpec, ref: TensorRef, prefix: str) -> tuple[int, list[int]
 
 
 def _step_inputs(
-    spec: ModelSpec, step: Step, tensors: dict[str, TensorRef], batched: dict[str, bool], prefix: str
+    spec: ModelSpec, step: Step, tensors: Mapping[str, TensorRef | None], batched: dict[str, bool], prefix: str
 ) -> tuple[list[TensorRef], int, list[str]]:
     """The member's inputs (the same bytes under its names), their batch size, and the shape
     signature its batcher groups requests by; or the member's validation error."""
@@ -94,7 +94,9 @@ def _step_inputs(
     sig: list[str] = []
     for model_input, tensor in step.input_map.items():
         config = _input(spec, model_input, prefix)
-        source = tensors[tensor]
+        source = tensors.get(tensor)
+        if source is None:  # absent: an optional ensemble input left out, or an output not produced
+            continue
         dims = config.reshape if (config.reshape is not None and not config.dims) else config.dims
         shape = fit_batching(dims, spec.max_batch_size > 0, source.shape, batched.get(tensor, True))
         ref = msgspec.structs.replace(source, name=model_input, shape=shape)  # same bytes, the member's name
@@ -107,15 +109,19 @@ def _step_inputs(
         inputs.append(ref)
     if spec.max_batch_size > 0 and batch_size > spec.max_batch_size:
         raise invalid(f"{prefix}inference request batch-size must be <= {spec.max_batch_size} for '{spec.name}'")
+    if len(inputs) < len(step.input_map):  # Triton leaves an absent tensor out: the member says if it may be
+        missing = spec.missing_inputs([ref.name for ref in inputs], prefix)
+        if missing is not None:
+            raise missing
     if len(inputs) != len(spec.inputs):
-        sig.append("|" + ",".join(sorted(step.input_map)))
+        sig.append("|" + ",".join(sorted(ref.name for ref in inputs)))
     return inputs, batch_size, sig
 
 
 def step_request(
     request: InferRequest,
     step: Step,
-    tensors: dict[str, TensorRef],
+    tensors: Mapping[str, TensorRef | None],
     batched: dict[str, bool],
     requested: list[str],
     readers: dict[str, int],
