@@ -11,7 +11,7 @@ from nats.aio.client import Client as NATS
 from nats.js.kv import KeyValue
 
 from shared.bus import buckets
-from shared.bus.revisions import Revisions
+from shared.bus.revisions import CATCH_UP_S, Revisions
 from shared.config.ensemble_graph import is_decoupled, is_ensemble
 from shared.config.model_config import ModelSpec, spec_from_json
 from shared.errors import ShoalError, not_found, unavailable
@@ -46,12 +46,12 @@ class ModelRegistry:
                 self.apply(subjects.untoken(change.key), change.value, change.revision)
             self.synced.set()
 
-    async def caught_up(self) -> bool:
+    async def caught_up(self, timeout: float = CATCH_UP_S) -> bool:
         """Whether this view moved on after waiting (briefly) for the bucket's newest revision: a
         request for a model it does not know asks before its answer is "no such model", since the
         model may have been loaded a moment ago by another process (a PyTriton script, a python
         model, another gateway's client) whose record this watch has not delivered yet."""
-        return self.kv is not None and await self.revisions.catch_up(self.kv)
+        return self.kv is not None and await self.revisions.catch_up(self.kv, timeout)
 
     def apply(self, name: str, value: bytes | None, revision: int) -> None:
         """The watch's record of `name` at `revision` (None: deleted)."""

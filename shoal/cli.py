@@ -359,11 +359,15 @@ def _trace_level(value: str) -> str:
 
 
 def _service(name: str, argv: list[str]) -> None:
-    from shared.process.runtime import configure_logging, run_service
-
     parser = argparse.ArgumentParser(prog=f"shoal {name}")
     s.add_arguments(parser, SERVICES[name])
     settings = s.from_namespace(SERVICES[name], parser.parse_args(argv))
+    if isinstance(settings, s.WorkerSettings) and settings.parent_pid:  # a python model's own process
+        from services.worker.python.isolation import import_nats_without_websockets
+
+        import_nats_without_websockets()  # before anything imports nats-py
+    from shared.process.runtime import configure_logging, run_service
+
     configure_logging(name, settings.log_verbose)
     module = __import__(f"services.{name}.service", fromlist=["run"])
     run_service(lambda stop: module.run(settings, stop), name)

@@ -42,7 +42,7 @@ from shared.errors import unavailable
 from shared.memory import footprint
 from shared.process.settings import WorkerSettings
 from shared.wire import subjects
-from shared.wire.messages import encode
+from shared.wire.messages import WorkerExited, encode
 from shared.wire.records import InstanceRecord, ModelRecord, ModelState
 
 log = logging.getLogger("shoal.worker")
@@ -113,11 +113,15 @@ class ModelLifecycle:
 
     async def _child_crashed(self, model: str, child_id: str, code: int, lived_s: float) -> bool:
         record = self._records.get(model)
+        crashed_loading = False
+        if record is not None:  # its reports first: they say whether it died loading (then they go)
+            group_id = self.processes.group_id(model)
+            group = (group_id, group_size(record.config)) if child_id != group_id else None  # one instance's
+            crashed_loading = await self.child_reports.crashed(record, child_id, code, lived_s, group)
+        # the schedulers fail its batches at once and send the next ones to the other instances
+        await self.nc.publish(subjects.WORKER_EXITED, encode(WorkerExited(child_id, code)))
         if record is None:
             return False
-        group_id = self.processes.group_id(model)
-        group = (group_id, group_size(record.config)) if child_id != group_id else None  # one instance's process
-        crashed_loading = await self.child_reports.crashed(record, child_id, code, lived_s, group)
         current = self._records.get(model)
         if crashed_loading and (current is None or current.generation != record.generation):
             await self.child_reports.forget(model, record.hosted)  # a new load began meanwhile: it decides

@@ -231,6 +231,7 @@ class WorkerService:
                     max_models=self.settings.max_loaded_models,
                     models=self.settings.models,
                     placeable=self.lifecycle.local is None and not self.settings.parent_pid,
+                    supervised=bool(self.settings.parent_pid),
                 )
             )
             now = time.monotonic()

@@ -132,7 +132,7 @@ async def watch(nc: NATS, kv: KeyValue) -> AsyncIterator[Change]:
         try:
             while reconnects(nc) == generation:
                 try:
-                    entry = await watcher.updates(timeout=1.0)  # type: ignore[no-untyped-call]
+                    entry = await watcher.updates(timeout=WATCH_CHECK_S)  # type: ignore[no-untyped-call]
                 except nats.errors.TimeoutError:
                     if time.monotonic() - checked >= WATCH_CHECK_S:
                         if not await _consumer_alive(watcher):

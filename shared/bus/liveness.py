@@ -8,6 +8,9 @@ drops its subscriptions, and a request to the subject only that worker answers
 schedulers), each worker is asked every `PROBE_S`, so a dead worker is dropped within about a
 second. Only a worker that has answered a probe before is judged by one (a worker of an older
 version, or one whose subscription has not reached this node yet, is left to its heartbeat).
+A python model's process (one per instance: hundreds of them) is not probed: the worker that
+started it sees it exit and says so (`WorkerExited`), sooner than a probe would find it, and
+when that worker is gone its processes (`<worker>-py-...`, which die with it) go too.
 
 A worker whose heartbeat is late is asked too, before anything is decided (issue 33): a busy
 machine delays heartbeats by seconds (a worker's beat thread, its loop and this process all wait
@@ -40,10 +43,12 @@ from nats.errors import NoRespondersError
 
 from shared.bus import connection
 from shared.wire import subjects
-from shared.wire.messages import WorkerHeartbeat
+from shared.wire.messages import WorkerExited, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
 _decoder = msgspec.msgpack.Decoder(WorkerHeartbeat)
+_exited_decoder = msgspec.msgpack.Decoder(WorkerExited)
+INCARNATION = 7  # a worker process's id on the bus: the id it was started with, "-" and 6 hex digits
 PATIENT_TIMEOUT_S = 60.0  # a worker loading, or one NATS still holds: slow to beat, not dead
 PROBE_S = 0.5  # how often each worker's connection is asked after
 PROBE_TIMEOUT_S = 1.0
@@ -86,12 +91,14 @@ class WorkerLiveness:
         self.beats: dict[str, WorkerHeartbeat] = {}  # each worker's last heartbeat (its budget, its selector)
         self.probe = probe
         self.found_by_nats = 0  # workers dropped because NATS said their connection was gone
+        self.found_by_parent = 0  # python model processes dropped because their worker saw them exit
         self._answered: set[str] = set()  # workers that answered a probe: "no responders" now means gone
         self._task: asyncio.Task[None] | None = None
         self._prober: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.nc.subscribe(subjects.WORKER_HEARTBEAT, cb=self._on_heartbeat)
+        await self.nc.subscribe(subjects.WORKER_EXITED, cb=self._on_exited)
         self._task = asyncio.create_task(self._expire())
         if self.probe:
             self._prober = asyncio.create_task(self._probe_forever())
@@ -125,6 +132,24 @@ class WorkerLiveness:
             log.warning("worker %s is back", worker)
             if self.on_back is not None:
                 await self.on_back(worker)
+
+    async def _on_exited(self, msg: Msg) -> None:
+        """The worker that started a python model's process saw it exit: it is gone, now."""
+        exited = connection.decode(_exited_decoder, msg, log)
+        if exited is None:
+            return
+        for worker in [
+            w for w in self.seen if w.startswith(exited.worker + "-") and len(w) == len(exited.worker) + INCARNATION
+        ]:
+            log.warning("worker %s exited (code %d); dropping it", worker, exited.code)
+            self.found_by_parent += 1
+            await self._drop(worker)
+
+    def supervised(self, worker: str) -> bool:
+        """A python model's process: the worker that started it says when it exits (`_on_exited`),
+        so it is not probed every `PROBE_S`, only asked when its heartbeat is late."""
+        beat = self.beats.get(worker)
+        return beat is not None and beat.supervised
 
     async def _expire(self) -> None:
         interval = min(1.0, self.timeout_s / 4)
@@ -161,11 +186,15 @@ class WorkerLiveness:
         self.loading.discard(worker)
         self.gone.add(worker)
         await self.on_gone(worker)
+        # its python models' processes die with it (services/worker/python/isolation.py), unprobed
+        for child in [w for w in self.seen if w.startswith(f"{worker}-py-") and self.supervised(w)]:
+            log.warning("worker %s went with the worker that started it", child)
+            await self._drop(child)
 
     async def _probe_forever(self) -> None:
         while True:
             await asyncio.sleep(PROBE_S)
-            workers = list(self.seen)
+            workers = [w for w in self.seen if not self.supervised(w)]
             answers = await asyncio.gather(*(self._connected(w) for w in workers))
             for worker, connected in zip(workers, answers):
                 if connected:

@@ -11,15 +11,33 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
-
-from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2 as pb
+from typing import TYPE_CHECKING, Any
 
 from shared.config.datatypes import config_to_protocol
 from shared.errors import ShoalError, invalid
 
-ModelConfig = pb.ModelConfig
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as pb
+else:
+
+    class _Proto:
+        """tritonclient's `model_config_pb2`, imported on first use: importing it imports
+        `tritonclient.grpc` and grpcio (about 12 MB resident), which a process that only reads
+        the published JSON configs (a python model's instance process) never needs."""
+
+        def __getattr__(self, name: str) -> Any:
+            from tritonclient.grpc import model_config_pb2
+
+            return getattr(model_config_pb2, name)
+
+    pb = _Proto()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ModelConfig":  # the message class, as `model_config.ModelConfig`
+        return pb.ModelConfig
+    raise AttributeError(name)
+
 
 # int64/uint64 fields protobuf JSON prints as strings; Triton turns them back into numbers.
 _INT64_KEYS = frozenset(
@@ -59,6 +77,8 @@ _DEFAULT_FILE = {
 
 def parse_text(text: str, path: str | Path = "config.pbtxt") -> pb.ModelConfig:
     """Parse text-format config; errors name the file, line and column."""
+    from google.protobuf import text_format  # protobuf, on first use (see `_Proto`)
+
     try:
         return text_format.Parse(text, pb.ModelConfig())
     except text_format.ParseError as exc:
@@ -67,6 +87,8 @@ def parse_text(text: str, path: str | Path = "config.pbtxt") -> pb.ModelConfig:
 
 def parse_json(text: str) -> pb.ModelConfig:
     """A `config` override as Triton's load API takes it (protobuf JSON, proto field names)."""
+    from google.protobuf import json_format
+
     try:
         return json_format.Parse(text, pb.ModelConfig())
     except json_format.ParseError as exc:
@@ -75,12 +97,16 @@ def parse_json(text: str) -> pb.ModelConfig:
 
 def to_json(config: pb.ModelConfig) -> dict[str, Any]:
     """Triton's JSON for `GET /v2/models/{m}/config` (int64 fields as numbers)."""
+    from google.protobuf import json_format
+
     raw = json_format.MessageToDict(config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
     ints: dict[str, Any] = _ints(raw)
     return ints
 
 
 def from_json(data: dict[str, Any]) -> pb.ModelConfig:
+    from google.protobuf import json_format
+
     return json_format.ParseDict(data, pb.ModelConfig())
 
 

@@ -19,6 +19,8 @@ INSTANCE_FREE = f"{PREFIX}.sched.free"
 # scheduler -> all workers: re-announce free instances (a scheduler (re)started)
 RESYNC = f"{PREFIX}.worker.resync"
 WORKER_HEARTBEAT = f"{PREFIX}.worker.heartbeat"
+# worker -> schedulers and repository: the process of one of its python models (or instances) exited
+WORKER_EXITED = f"{PREFIX}.worker.exited"
 # worker -> schedulers: the batches it holds, after a reconnect; scheduler -> workers: say them (after its own)
 WORKER_HOLDINGS = f"{PREFIX}.sched.holdings"
 HOLDINGS_ASK = f"{PREFIX}.worker.holdings.ask"

@@ -40,6 +40,7 @@ log = logging.getLogger("shoal.worker")
 
 DEFAULT_TIMEOUT_S = 60.0  # a BLS request made outside any request's deadline (e.g. in initialize)
 REPOSITORY_TIMEOUT_S = 330.0  # a load waits for the workers, as an HTTP load request does
+SYNC_TIMEOUT_S = 10.0  # the first BLS call waits at most this long for the view of the models
 
 
 def triton_error(exc: ShoalError) -> pb_utils.TritonError:
@@ -56,11 +57,24 @@ class BlsRuntime:
             self.registry, self.dispatcher, store, DEFAULT_TIMEOUT_S, shm=ShmRegistry(nc, store.host, False)
         )
         self.loop = asyncio.get_running_loop()
+        self._started: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
+        pb_utils.install_runtime(self)
+
+    async def _ensure_started(self) -> None:
+        """The view of the models (a watch of the models bucket) and the dispatcher's inbox, set up
+        by the first BLS call: most python models never make one, and a watch costs each process
+        (one per instance of every python model) a JetStream consumer and its timers."""
+        if self._started is None or (self._started.done() and self._started.exception() is not None):
+            self._started = asyncio.ensure_future(self._start_parts())
+        await asyncio.shield(self._started)
+
+    async def _start_parts(self) -> None:
         await self.registry.start(self.nc)
         await self.dispatcher.start()
-        pb_utils.install_runtime(self)
+        # the current records first: a model the repository has is not "unknown" to the first call
+        await self.registry.caught_up(SYNC_TIMEOUT_S)
 
     async def stop(self) -> None:
         await self.registry.stop()
@@ -97,6 +111,7 @@ class BlsRuntime:
             future.cancel()  # closes the stream, whose cleanup sends the cancel
 
     def is_model_ready(self, model_name: str, model_version: str = "") -> bool:
+        asyncio.run_coroutine_threadsafe(self._ensure_started(), self.loop).result()
         return self.registry.is_ready(model_name, str(model_version or ""))
 
     def load_model(self, model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
@@ -115,6 +130,7 @@ class BlsRuntime:
 
     def _control(self, subject: str, request: RepositoryRequest, wait: bool = True) -> None:
         async def call() -> None:
+            await self._ensure_started()
             revision = await repository_call(self.nc, subject, request, REPOSITORY_TIMEOUT_S)
             await self.registry.seen(revision)  # the model's next BLS call sees it
 
@@ -144,6 +160,7 @@ class BlsRuntime:
         return spec, resolved, parsed, max(0.001, timeout_s)
 
     async def _infer(self, request: pb_utils.InferenceRequest, deadline_ns: int) -> pb_utils.InferenceResponse:
+        await self._ensure_started()
         try:
             spec, resolved, parsed, timeout_s = self._prepare(request, deadline_ns)
             answer = await self.core.infer(spec, resolved, parsed, timeout_s=timeout_s, trace=_trace(request))
@@ -152,6 +169,7 @@ class BlsRuntime:
         return _response(answer.outputs, answer.parameters)
 
     async def _stream(self, request: pb_utils.InferenceRequest, deadline_ns: int):
+        await self._ensure_started()
         try:
             spec, resolved, parsed, timeout_s = self._prepare(request, deadline_ns)
             async for item in self.core.stream(spec, resolved, parsed, timeout_s=timeout_s, trace=_trace(request)):

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from shared.bus.liveness import PATIENT_TIMEOUT_S, PROBE_S, WorkerLiveness, overdue, verdict
 from shared.wire import subjects
+from shared.wire.messages import WorkerExited, WorkerHeartbeat, encode
 
 
 def test_a_silent_worker_is_overdue_after_the_timeout():
@@ -121,4 +122,66 @@ async def test_late_heartbeats_never_drop_a_worker_nats_holds(nats_server):
     liveness.stop()
     await answering.close()
     await busy.close()
+    await nc.close()
+
+
+async def test_a_python_model_process_is_dropped_when_its_worker_says_it_exited_and_never_probed(nats_server):
+    """Hundreds of python model processes are not probed twice a second each: the worker that
+    started one says when it exits (`WorkerExited`, by the id it was started with)."""
+    nc = await nats.connect(nats_server.url)
+    gone: list[str] = []
+
+    async def on_gone(worker: str) -> None:
+        gone.append(worker)
+
+    liveness = WorkerLiveness(nc, 60.0, on_gone, probe=True)
+    await liveness.start()
+    child, other = "w-py-m-0-a1b2c3", "w-py-m-00-d4e5f6"  # started as "w-py-m-0" and "w-py-m-00"
+    processes = [await _worker(nats_server.url, child), await _worker(nats_server.url, other)]
+    for worker in (child, other):
+        beat = WorkerHeartbeat(worker, "s", "h", {}, 1.0, supervised=True)
+        await nc.publish(subjects.WORKER_HEARTBEAT, encode(beat))
+    started = time.monotonic()
+    while not {child, other} <= set(liveness.seen):
+        assert time.monotonic() - started < 10
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(3 * PROBE_S)
+    assert liveness.answering == frozenset()  # never asked
+    await nc.publish(subjects.WORKER_EXITED, encode(WorkerExited("w-py-m-0", -9)))
+    while child not in gone and time.monotonic() - started < 10:
+        await asyncio.sleep(0.05)
+    assert gone == [child] and other in liveness.seen and liveness.found_by_parent == 1
+    liveness.stop()
+    for process in processes:
+        await process.close()
+    await nc.close()
+
+
+async def test_the_processes_of_a_worker_that_is_gone_go_with_it(nats_server):
+    """Python model processes die with the worker that started them: when NATS says it is gone,
+    its processes (`<worker>-py-...`, never probed) are dropped too; another worker's stay."""
+    nc = await nats.connect(nats_server.url)
+    gone: list[str] = []
+
+    async def on_gone(worker: str) -> None:
+        gone.append(worker)
+
+    liveness = WorkerLiveness(nc, 60.0, on_gone, probe=True)
+    await liveness.start()
+    parent, child, stranger = "w-abc123", "w-abc123-py-m-0-def456", "w2-abc123-py-m-0-def456"
+    connections = {w: await _worker(nats_server.url, w) for w in (parent, child, stranger)}
+    for worker in (parent, child, stranger):
+        beat = WorkerHeartbeat(worker, "s", "h", {}, 1.0, supervised=worker != parent)
+        await nc.publish(subjects.WORKER_HEARTBEAT, encode(beat))
+    started = time.monotonic()
+    while parent not in liveness.answering or len(liveness.seen) < 3:
+        assert time.monotonic() - started < 10
+        await asyncio.sleep(0.05)
+    await connections[parent].close()
+    while child not in gone and time.monotonic() - started < 10:
+        await asyncio.sleep(0.05)
+    assert gone == [parent, child] and stranger in liveness.seen
+    liveness.stop()
+    for worker in (child, stranger):
+        await connections[worker].close()
     await nc.close()
