@@ -18,6 +18,12 @@ For each N in --workers and each gateway count G in --gateways ("same": G = N; a
 Models (benchmarks/triton_models.py, one instance per worker, one onnxruntime thread):
   identity_fp32  python backend, dynamic batching, 16 floats per request (the Python-heavy path);
   mlp_onnx       native onnxruntime MLP 256-1024-1024-16, dynamic batching (real compute per batch).
+With --triton, the real Triton 2.51 (the anchor environment of benchmarks/vs_triton.py; --setup-script
+installs it when missing) serves the same models on the same host after Shoal's runs: for each N, one
+tritonserver pinned to the same N × 2 cores with N instances of each model (Shoal: N workers of one
+instance each), under the same perf_analyzer load; its python `mlp_onnx_py` stands in for Shoal's native
+`mlp_onnx`, as in vs_triton.py. The table then has a "server" column and Shoal ÷ Triton per N (issue 35
+item 4: is Shoal on one big host ahead of Triton on it).
 Prints a markdown table and writes DIR/scale.json and DIR/scale.md (default benchmarks/results/scale).
 """
 
@@ -39,9 +45,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from vs_triton import Shoal, _link_or_copy, cpu_s, label, log, served, tree  # noqa: E402
+from vs_triton import Shoal, Triton, _link_or_copy, cpu_s, label, log, served, tree  # noqa: E402
 
 MODELS = {"identity_fp32": ["--shape", "INPUT0:16"], "mlp_onnx": []}
+TRITON_MODEL = {"identity_fp32": "identity_fp32", "mlp_onnx": "mlp_onnx_py"}  # Triton's python MLP for the native one
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,7 @@ def role(name: str) -> str:
     return name.rsplit("#", 1)[0]
 
 
-def pa_command(pa: str, url: str, model: str, conc: int, span_ms: int, cpus: str) -> list[str]:
+def pa_command(pa: str, url: str, model: str, conc: int, span_ms: int, cpus: str, served_as: str = "") -> list[str]:
     """One perf_analyzer window longer than warm-up + span (its own report is not used: the server's
     request count over the span is the throughput)."""
     pin = ["taskset", "-c", cpus] if cpus else []
@@ -106,7 +113,7 @@ def pa_command(pa: str, url: str, model: str, conc: int, span_ms: int, cpus: str
         *pin,
         *shlex.split(pa),
         "-m",
-        model,
+        served_as or model,
         "-u",
         url,
         "-i",
@@ -123,18 +130,21 @@ def pa_command(pa: str, url: str, model: str, conc: int, span_ms: int, cpus: str
     ]
 
 
-def measure(pa: str, url: str, model: str, cfg: Config, shoal_pid: int, seconds: float, warm: float) -> dict:
-    """Throughput and per-process CPU over one span in the middle of a perf_analyzer run."""
+def measure(
+    pa: str, url: str, model: str, cfg: Config, shoal_pid: int, seconds: float, warm: float, served_as: str = ""
+) -> dict:
+    """Throughput and per-process CPU over one span in the middle of a perf_analyzer run (of Shoal's
+    process tree, or Triton's: `served_as` is the model's name there)."""
     span_ms = int((warm + seconds + 1) * 1000)
-    cmd = pa_command(pa, url, model, cfg.concurrency, span_ms, cfg.client_cpus)
+    cmd = pa_command(pa, url, model, cfg.concurrency, span_ms, cfg.client_cpus, served_as)
     load = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(warm)
     procs = names(shoal_pid)
     client = tree(load.pid)
-    n0, t0 = served(url, model), time.monotonic()
+    n0, t0 = served(url, served_as or model), time.monotonic()
     c0 = {p: cpu_s(p) for p in [*procs, *client]}
     time.sleep(seconds)
-    n1, t1 = served(url, model), time.monotonic()
+    n1, t1 = served(url, served_as or model), time.monotonic()
     c1 = {p: cpu_s(p) for p in [*procs, *client]}
     try:
         text, _ = load.communicate(timeout=span_ms / 1000 + 60)
@@ -208,28 +218,72 @@ def run_config(args: argparse.Namespace, cfg: Config, repo: Path, out: Path) -> 
     return result
 
 
+def triton_repo(work: Path, python: str, instances: int) -> Path:
+    """Triton's repository for N: the python models with N instances each, one ORT thread."""
+    gen = work / f"triton-models-{instances}"
+    if not (gen / "repo").exists():
+        argv = [python, str(HERE / "triton_models.py"), str(gen), "--ort-threads", "1", "--instances", str(instances)]
+        subprocess.run(argv, check=True, stdout=sys.stderr)
+    return gen / "repo"
+
+
+def run_triton(args: argparse.Namespace, cfg: Config, work: Path) -> dict:
+    """Triton on the cores Shoal had for this N, N instances of each model, the same load."""
+    repo = triton_repo(work, args.python, cfg.workers)
+    rt = work / f"triton-rt-{cfg.workers}"
+    triton = Triton(Path(args.anchor_venv), repo, rt)
+    result: dict = {"config": cfg.__dict__, "server": "triton", "models": {}}
+    t0 = time.monotonic()
+    triton.start()
+    try:
+        if cfg.server_cpus:  # every thread of the server and of the python stubs it started
+            for pid in tree(triton.pid):
+                subprocess.run(
+                    ["taskset", "-a", "-p", "-c", cfg.server_cpus, str(pid)], check=True, capture_output=True
+                )
+        result["ready_s"] = round(time.monotonic() - t0, 1)
+        url = f"127.0.0.1:{triton.http}"
+        for model in args.models:
+            r = measure(args.pa, url, model, cfg, triton.pid, args.seconds, args.warm, TRITON_MODEL[model])
+            result["models"][model] = r
+            log(f"Triton N={cfg.workers} {model}: {r.get('throughput')} /s busiest {r.get('busiest')}")
+    finally:
+        triton.stop()
+    return result
+
+
 def table(runs: list[dict], models: list[str]) -> str:
     lines = [
-        "| model | workers N | gateways G | server cores | concurrency | throughput /s | ×(N=1) | mean latency ms | "
-        "server cores busy | busiest processes (% of one core) | client cores busy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | server | workers N | gateways G | server cores | concurrency | throughput /s | ×(N=1) | ÷ Triton | "
+        "mean latency ms | server cores busy | busiest processes (% of one core) | client cores busy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for model in models:
-        base = next((r["models"][model].get("throughput") for r in runs if model in r["models"]), None)
+        shoal_runs = [r for r in runs if r.get("server", "shoal") == "shoal"]
+        base = next((r["models"][model].get("throughput") for r in shoal_runs if model in r["models"]), None)
+        triton = {
+            r["config"]["workers"]: r["models"][model].get("throughput")
+            for r in runs
+            if r.get("server") == "triton" and model in r["models"]
+        }
         for r in runs:
-            m, c = r["models"].get(model, {}), r["config"]
+            m, c, server = r["models"].get(model, {}), r["config"], r.get("server", "shoal")
             if "throughput" not in m:
                 lines.append(
-                    f"| {model} | {c['workers']} | {c['gateways']} | | | error | | | | {m.get('error', '')[:80]} | |"
+                    f"| {model} | {server} | {c['workers']} | {c['gateways']} | | | error | | | | | "
+                    f"{m.get('error', '')[:80]} | |"
                 )
                 continue
             cores = len(range_of(c["server_cpus"])) if c["server_cpus"] else "all"
             busy = ", ".join(f"{n} {u:.0f}" for n, u in m["busiest"][:3])
-            x = f"{m['throughput'] / base:.2f}" if base else ""
+            x = f"{m['throughput'] / base:.2f}" if base and server == "shoal" else ""
+            versus = triton.get(c["workers"]) if server == "shoal" else None
+            ratio = f"{m['throughput'] / versus:.2f}" if versus else ""
+            gateways = c["gateways"] if server == "shoal" else "–"
             lines.append(
-                f"| {model} | {c['workers']} | {c['gateways']} | {cores} | {c['concurrency']} | "
-                f"{m['throughput']:,.0f} | {x} | {m['mean_latency_ms']:.1f} | {m['server_cores_busy_pct']:.0f}% | {busy} | "
-                f"{m['client_core_pct'] / 100:.1f} |"
+                f"| {model} | {server} | {c['workers']} | {gateways} | {cores} | {c['concurrency']} | "
+                f"{m['throughput']:,.0f} | {x} | {ratio} | {m['mean_latency_ms']:.1f} | {m['server_cores_busy_pct']:.0f}% | "
+                f"{busy} | {m['client_core_pct'] / 100:.1f} |"
             )
     return "\n".join(lines)
 
@@ -244,7 +298,7 @@ def cpu_table(runs: list[dict], models: list[str]) -> str:
     for model in models:
         for r in runs:
             m, c = r["models"].get(model, {}), r["config"]
-            if "throughput" not in m:
+            if "throughput" not in m or r.get("server") == "triton":
                 continue
             cpu = m["cpu_us_per_request"]
             lines.append(
@@ -278,6 +332,12 @@ def main() -> int:
     ap.add_argument("--log-dir", type=Path, default=None, help="where shoal serve logs go (default: --out)")
     ap.add_argument("--keep-logs", action="store_true", help="keep every shoal serve log (default: only large ones)")
     ap.add_argument("--render", type=Path, default=None, help="only print the markdown of a saved scale.json")
+    ap.add_argument("--triton", action="store_true", help="also Triton 2.51 on the same cores, N instances per model")
+    ap.add_argument("--anchor-venv", default=os.environ.get("ANCHOR_VENV", "/tmp/anchor-venv"))
+    ap.add_argument(
+        "--setup-script",
+        default=os.environ.get("SHOAL_BENCH_SETUP", str(HERE.parent.parent / "shared/bench/setup_triton.sh")),
+    )
     args = ap.parse_args()
     if args.render:
         print(render(json.loads(args.render.read_text())))
@@ -303,14 +363,25 @@ def main() -> int:
         "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "runs": [],
     }
+    if args.triton and not (Path(args.anchor_venv) / "bin" / "pa").exists():
+        log("anchor env missing: running", args.setup_script)
+        env = dict(os.environ, ANCHOR_VENV=args.anchor_venv)
+        subprocess.run(["bash", args.setup_script], env=env, check=True, stdout=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="scale-") as work:
         repo = models_repo(Path(work), args.python)
-        for cfg in configs:
+        runs: list[tuple[str, Config]] = [("shoal", cfg) for cfg in configs]
+        if args.triton:  # one Triton run per N, on the cores of that N's first Shoal configuration
+            firsts = {cfg.workers: cfg for cfg in reversed(configs)}
+            runs += [("triton", firsts[n]) for n in sorted(firsts)]
+        for server, cfg in runs:
             try:
-                report["runs"].append(run_config(args, cfg, repo, args.out))
+                if server == "triton":
+                    report["runs"].append(run_triton(args, cfg, Path(work)))
+                else:
+                    report["runs"].append(run_config(args, cfg, repo, args.out))
             except Exception as e:  # one broken configuration must not cost the others' numbers
-                log(f"N={cfg.workers} G={cfg.gateways} failed: {e!r}")
-                report["runs"].append({"config": cfg.__dict__, "models": {}, "error": repr(e)})
+                log(f"{server} N={cfg.workers} G={cfg.gateways} failed: {e!r}")
+                report["runs"].append({"config": cfg.__dict__, "server": server, "models": {}, "error": repr(e)})
             (args.out / "scale.json").write_text(json.dumps(report, indent=1, default=str))
     md = render(report)
     (args.out / "scale.md").write_text(md)

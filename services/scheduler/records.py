@@ -86,7 +86,9 @@ class InFlight:
     dispatched: float
     cancelled: set[str] = field(default_factory=set)  # rids whose client left while the batch waited
     rescheduled: set[str] = field(default_factory=set)  # rids the model released to run again
-    span: object = None  # OpenTelemetry: the batch's span, ended with it (batching/batch_spans.py)
+    # OpenTelemetry: the batch's span, ended with it (batching/batch_spans.py). Any, not object: a compiled
+    # dataclass (shoal/build.py) cannot resolve a field annotated `object` (mypyc raises KeyError at import)
+    span: Any = None
 
     def holds(self, rid: str) -> bool:
         return any(p.header.rid == rid for p in self.requests)

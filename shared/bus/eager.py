@@ -64,10 +64,10 @@ async def _resume(coro: Coro, waiting: Any, on_error: Callable[[BaseException], 
             else:
                 waiting._asyncio_future_blocking = False
                 await asyncio.wait((waiting,))  # done or cancelled; its outcome is for `coro` to read
-        except asyncio.CancelledError as exc:  # our Task was cancelled: so is what the coroutine awaits
+        except asyncio.CancelledError as cancelled:  # our Task was cancelled: so is what the coroutine awaits
             if waiting is not None:
                 waiting.cancel()
-            thrown = exc
+            thrown = cancelled
         try:
             waiting = coro.send(None) if thrown is None else coro.throw(thrown)
         except StopIteration:

@@ -81,7 +81,8 @@ def test_a_library_that_dies_with_sigill_fails_the_load_with_the_reason_and_is_n
 
 
 @pytest.mark.skipif(
-    not variants([library_folder()]), reason="needs the portable build of llama-cpp-python (docs/openai.md)"
+    not installed(LLM) or not variants([library_folder()]),  # read at collection: without the extra too
+    reason="needs the portable build of llama-cpp-python (docs/openai.md)",
 )
 def test_a_backend_that_dies_is_passed_over_for_the_next_that_runs(tmp_path):
     backends = f"{standin(tmp_path / 'backends')}:{library_folder()}"

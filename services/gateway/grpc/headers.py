@@ -10,6 +10,8 @@ references could then name other fields.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import hpack
 
 Headers = list[tuple[bytes, bytes]]
@@ -28,7 +30,8 @@ class HeaderDecoder:
         cached = self._cache.get(block)
         if cached is not None:
             return cached
-        entries = self._decoder.header_table.dynamic_entries
+        # objects, not tuples: compiled (shoal/build.py), a typed tuple is unboxed and boxed anew on each read
+        entries: Sequence[object] = self._decoder.header_table.dynamic_entries
         size, newest = len(entries), entries[0] if entries else None
         headers: Headers = [(bytes(name), bytes(value)) for name, value in self._decoder.decode(block, raw=True)]
         # an addition puts a new tuple first (identity, not equality: the same field may be added again)

@@ -32,7 +32,7 @@ def test_per_device_pools_default_to_the_largest_need():
     need = Need((("R", False, 2),))
     limiter.learn([need])
     assert limiter.can_run(need, "w1")
-    limiter.acquire(need, "w1", ("w1", "m", 0))
+    limiter.acquire(need, "w1", ("w1", ("m", 1), 0))
     assert not limiter.can_run(need, "w1")
     assert limiter.can_run(need, "w2")  # another device has its own pool
     limiter.release(need, "w1")
@@ -43,7 +43,7 @@ def test_global_resources_are_shared_and_flags_set_capacity():
     limiter = RateLimiter(True, parse_resources(["G:3"]))
     need = Need((("G", True, 2),))
     limiter.learn([need])
-    limiter.acquire(need, "w1", ("w1", "m", 0))
+    limiter.acquire(need, "w1", ("w1", ("m", 1), 0))
     assert not limiter.can_run(need, "w2")  # 2 + 2 > 3, whatever the device
     assert limiter.can_run(Need((("G", True, 1),)), "w2")
 
@@ -51,9 +51,9 @@ def test_global_resources_are_shared_and_flags_set_capacity():
 def test_priority_weighs_the_chances():
     limiter = RateLimiter(True)
     high, low = Need((), 1), Need((), 2)
-    limiter.acquire(high, "w", "a")
-    limiter.acquire(low, "w", "b")
-    assert limiter.weight(high, "a") < limiter.weight(low, "b")
+    limiter.acquire(high, "w", ("w", ("a", 1), 0))
+    limiter.acquire(low, "w", ("w", ("b", 1), 0))
+    assert limiter.weight(high, ("w", ("a", 1), 0)) < limiter.weight(low, ("w", ("b", 1), 0))
 
 
 def test_disabled_limiter_never_holds_back():

@@ -52,5 +52,5 @@ def test_grpc_off_and_the_default_port():
 
 
 def test_a_setting_shoal_refuses_is_a_validation_error():
-    with pytest.raises(PyTritonValidationError, match="--http-thread-count"):
-        _parse([*serve_flags(TritonConfig(http_thread_count=4)), "--model-repository=/tmp"])
+    with pytest.raises(PyTritonValidationError, match="--allow-http=false"):
+        _parse([*serve_flags(TritonConfig(allow_http=False)), "--model-repository=/tmp"])

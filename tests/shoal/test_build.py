@@ -1,0 +1,76 @@
+"""The build `pip install .` made: the modules shoal/build.py lists compile all together or not at all,
+and `shoal serve` says which it runs (docs/performance.md, "The compiled build")."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from shoal import build
+
+
+def test_every_listed_module_exists():
+    for name in build.module_names():
+        assert importlib.util.find_spec(name) is not None, name
+
+
+def test_the_build_is_all_compiled_or_all_pure():
+    line = build.describe()
+    assert line.startswith(("build: compiled", "build: pure Python")), line
+    compiled = build.compiled_modules()
+    assert len(compiled) in (0, len(build.COMPILED)), compiled
+
+
+def test_the_build_is_the_one_expected():
+    """CI's second pass runs the suite against the compiled wheel with SHOAL_EXPECT_BUILD=compiled."""
+    expected = os.environ.get("SHOAL_EXPECT_BUILD")
+    if expected is None:
+        pytest.skip("SHOAL_EXPECT_BUILD is not set (CI sets it for its compiled pass)")
+    assert build.describe().startswith(f"build: {expected}"), build.describe()
+
+
+def test_mypy_checks_exactly_the_compiled_modules():
+    checked = build.mypy_config().split("\n[mypy-")[-1]
+    assert checked.endswith("ignore_errors = False\n")
+    assert set(checked.split("]")[0].split(",")) == set(build.module_names())
+
+
+def test_no_compiled_function_binds_one_name_to_two_kinds_of_exception():
+    """mypyc gives a local one type: `except A as exc` then `except B as exc` in one function makes
+    the second raise TypeError compiled (an async function's locals above all). One name per kind."""
+    import ast
+
+    for path in build.COMPILED:
+        spec = importlib.util.find_spec(path.removesuffix(".py").replace("/", "."))
+        assert spec is not None and spec.origin is not None
+        source = Path(spec.origin).with_name(Path(path).name)  # the .py beside an installed extension too
+        tree = ast.parse(source.read_text(), path)
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            kinds: dict[str, set[str]] = {}
+            for node in ast.walk(function):
+                if isinstance(node, ast.ExceptHandler) and node.name and node.type is not None:
+                    kinds.setdefault(node.name, set()).add(ast.unparse(node.type))
+            reused = {name: types for name, types in kinds.items() if len(types) > 1}
+            assert not reused, f"{path}:{function.lineno} {function.name}: {reused}"
+
+
+def test_no_compiled_dataclass_has_a_field_annotated_object():
+    """mypyc's dataclasses resolve their fields' annotations by name, and `object` is not among the
+    names it knows: importing the compiled module raises KeyError('object'). `Any` says the same."""
+    import ast
+
+    for path in build.COMPILED:
+        spec = importlib.util.find_spec(path.removesuffix(".py").replace("/", "."))
+        assert spec is not None and spec.origin is not None
+        tree = ast.parse(Path(spec.origin).with_name(Path(path).name).read_text(), path)
+        for cls in ast.walk(tree):
+            if not isinstance(cls, ast.ClassDef) or not any("dataclass" in ast.unparse(d) for d in cls.decorator_list):
+                continue
+            for field in cls.body:
+                if isinstance(field, ast.AnnAssign):
+                    assert ast.unparse(field.annotation) != "object", f"{path}:{field.lineno} {cls.name}"
