@@ -49,6 +49,10 @@ class TritonPythonModel:
         self.executed = pb_utils.MetricFamily("parallel_requests_total", "Requests this model ran",
                                               pb_utils.MetricFamily.COUNTER).Metric(labels={"model": "parallel"})
 
+    def finalize(self):  # each instance's, in its own process
+        (self.dir / "finalized").mkdir(exist_ok=True)
+        (self.dir / "finalized" / f"{os.getpid()}-{self.args['model_instance_name']}").touch()
+
     def execute(self, requests):
         responses = []
         for request in requests:
@@ -261,6 +265,7 @@ def test_instances_come_and_go_with_the_count_and_one_failing_fails_the_load(tmp
         with running_cluster(tmp_path, nats_server=nats_server, repository=explicit) as running:
             client = httpclient.InferenceServerClient(running.url, network_timeout=120)
             config = client.get_model_config("counted")
+            processes: dict[int, int] = {}
             for count in (3, 1):
                 config["instance_group"][0]["count"] = count
                 client.load_model("counted", config=json.dumps(config))  # answers once all have loaded
@@ -270,7 +275,13 @@ def test_instances_come_and_go_with_the_count_and_one_failing_fails_the_load(tmp
                 tensor.set_data_from_numpy(np.zeros(1, np.float32))
                 pid = int(client.infer("counted", [tensor]).as_numpy("PID")[0])
                 assert pid in instance_processes("counted").values()
+                processes = {**processes, **instance_processes("counted")}
             assert not log.flapped(), log.states
+            finalized = {name.name.split("-")[0] for name in (tmp_path / "counted" / "finalized").iterdir()}
+            stopped = {str(processes[1]), str(processes[2])}  # instances 1 and 2, gone with the count
+            assert _settles(
+                lambda: stopped <= {p.name.split("-")[0] for p in (tmp_path / "counted" / "finalized").iterdir()}
+            ), finalized
             with pytest.raises(InferenceServerException) as err:
                 client.load_model("picky")
             assert "instance 1 refuses to start" in err.value.message(), err.value.message()
