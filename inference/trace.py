@@ -13,8 +13,11 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+import msgspec
+
 from shared.errors import invalid, unsupported
 from shared.tracing.spans import Tracing
+from shared.wire.messages import BatchDelivery
 
 LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 ORDER = (
@@ -205,7 +208,7 @@ class Tracer:
         version: int,
         request_id: str,
         timestamps: dict[str, int],
-        extra: dict[str, Any],
+        batch: BatchDelivery | None,
         tensors: list[tuple[str, TracedTensor]] = (),  # type: ignore[assignment]
     ) -> None:
         """One trace into the file: its header, its timestamps, and with level TENSORS the
@@ -215,7 +218,13 @@ class Tracer:
         self._next_id += 1
         events = sorted(timestamps.items(), key=lambda kv: (kv[1], ORDER.index(kv[0]) if kv[0] in ORDER else 99))
         self._written.append(
-            {"id": trace_id, "model_name": model, "model_version": version, "request_id": request_id, **extra}
+            {
+                "id": trace_id,
+                "model_name": model,
+                "model_version": version,
+                "request_id": request_id,
+                **(msgspec.structs.asdict(batch) if batch is not None else {}),
+            }
         )
         self._written.append({"id": trace_id, "timestamps": [{"name": n, "ns": ns} for n, ns in events]})
         self._written.extend(

@@ -33,7 +33,7 @@ from shared.process import cache_dirs, lifeline
 from shared.process.natsserver import NatsServer, reserve_ports
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 from shared.wire.records import ModelState
-from shoal import grpc_flags
+from shoal import announce, grpc_flags
 from shoal.ports import busy_endpoint
 
 log = logging.getLogger("shoal.serve")
@@ -215,19 +215,6 @@ def sweep_segments(run_id: str) -> int:
     return len(leftovers)
 
 
-def model_table(index: list[dict]) -> str:
-    rows = [
-        (e["name"], e["version"], e["state"] + (f": {e['reason']}" if e.get("reason") else ""))
-        for e in index
-        if "state" in e
-    ]  # models never loaded (explicit mode) are not listed, as in Triton
-    heads = ("Model", "Version", "Status")
-    widths = [max(len(str(x)) for x in col) for col in zip(heads, *rows)]
-    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    fmt = "| " + " | ".join(f"{{:<{w}}}" for w in widths) + " |"
-    return "\n".join([line, fmt.format(*heads), line, *(fmt.format(*map(str, r)) for r in rows), line])
-
-
 def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | str) -> Cluster:
     common = {"nats_url": nats_url, "log_verbose": args.log_verbose, "trace_config": args.trace["config"]}
     gateway = GatewaySettings(
@@ -367,17 +354,6 @@ def example_repository(args: argparse.Namespace) -> Path:
     return repository
 
 
-def announce_started(args: argparse.Namespace) -> None:
-    """tritonserver's lines, once the models are loaded."""
-    if args.allow_grpc:
-        log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
-    log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
-    if args.allow_metrics:
-        log.info("Started Metrics Service at %s:%d", args.metrics_address or args.http_address, args.metrics_port)
-    if args.openai_port:
-        log.info("Started OpenAI-compatible API at %s:%d", args.openai_address or args.http_address, args.openai_port)
-
-
 def serve(args: argparse.Namespace) -> int:
     from shared.process.runtime import configure_logging
     from shoal.build import describe
@@ -428,14 +404,14 @@ def serve(args: argparse.Namespace) -> int:
         cluster.start()
         state = record_serve(args.http_port, nats_url, str(repository))
         index = cluster.wait_ready(args.ready_timeout_secs, cancel=signals.event)
-        print(model_table(index), flush=True)
+        print(announce.model_table(index), flush=True)
         apply_log_flags(cluster, args)
         failed = [e for e in index if e.get("state") == ModelState.UNAVAILABLE]
         if args.exit_on_error and failed:
             # Triton's --exit-on-error=true; without the flag Shoal keeps serving the models that loaded
             log.error("exiting: %d model version(s) failed to load (--exit-on-error=true)", len(failed))
             return 1
-        announce_started(args)
+        announce.started(args)
         while not signals.event.wait(0.5):
             if nats is not None:
                 keep_nats_alive(nats)

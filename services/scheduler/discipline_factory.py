@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from services.scheduler.batching.discipline import Discipline, Host
+from services.scheduler.batching.discipline import Host
 from services.scheduler.batching.dynamic import DynamicBatcher
+from services.scheduler.batching.model_queue import Discipline
 from services.scheduler.records import Key
 from services.scheduler.sequences.sequence_batcher import SequenceBatcher
 from shared.config.model_config import ModelSpec

@@ -1,8 +1,10 @@
-"""One batch on one instance: read the inputs, compute on the instance's thread, respond.
+"""A worker's batches: each one from its arrival to its last response, on one path.
 
-Every request of a batch gets an answer whatever fails: a request whose inputs cannot be read
-fails alone, an error of the model fails the requests it names, anything else fails the rest
-of the batch. Then the instance's credit goes back to the scheduler with the batch's timings.
+A batch (`batch_run.BatchRun`) arrives; its requests' inputs are read (fetched first, on the loop,
+when they are not all inline); the instance's thread runs the model and calls back on the loop,
+which builds the responses; the credit goes back, and the answers and the completion leave in one
+write. Every request gets an answer whatever fails: a request whose inputs cannot be read fails
+alone, an error of the model fails the requests it names, anything else fails the rest of the batch.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import contextvars
 import logging
 import time
 from collections.abc import Coroutine
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -21,36 +22,24 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from services.worker.backends.runner import Batch, ModelError, RequestContext, Rescheduled, Result, Tensors, Work
+from services.worker.batch_run import BatchRun, enqueued, unreadable
 from services.worker.completions import Completions
 from services.worker.instances import Instance, LoadedModel
 from services.worker.outputs import Outputs
 from services.worker.replies import Replies
-from services.worker.sequences.controls import control_arrays, flags, pad_slots
+from services.worker.sequences.controls import flags
 from services.worker.streams import Cancellations, DecoupledSenders
 from shared.bus import eager, hot_path
 from shared.bus.hot_path import Outgoing
 from shared.bus.tensor_store import TensorStore
 from shared.config.datatypes import from_bytes
 from shared.errors import Code, ShoalError
-from shared.process.logcontext import request_ids
 from shared.tracing import spans
 from shared.wire import subjects
 from shared.wire.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, RequestDone, SeqControl
 
 log = logging.getLogger("shoal.worker")
 _request_decoder = msgspec.msgpack.Decoder(InferRequest)
-_DELIVERY_FIELDS = ("batch_size", "batch_requests", "batch_reason", "worker", "instance")
-
-
-@dataclass
-class _Run:
-    """A batch's requests that could be read, what the model made of them and when."""
-
-    requests: list[InferRequest]
-    results: list[Result]
-    started_ns: int  # monotonic: reading the inputs began
-    inputs_ns: int  # inputs read and in the runner's form
-    computed_ns: int
 
 
 class BatchExecutor:
@@ -92,159 +81,185 @@ class BatchExecutor:
         replies = Replies(batch.reply_via_scheduler)
         for raw in batch.requests:
             request = _request_decoder.decode(raw)
-            replies.add(request, InferResponse(request.rid, error=message, code="UNAVAILABLE"))
+            replies.add(request, InferResponse(request.rid, error=message, code=str(Code.UNAVAILABLE)))
         # instance -1: not a credit, the scheduler must not send here again
         await self._finish(replies, self._free(batch, -1), batch.complete_to)
 
+    # -- arrival and inputs ----------------------------------------------------------------
     def start(
         self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool
     ) -> Coroutine[Any, Any, None] | None:
-        """Run a batch; returns the coroutine to run as a Task when it must wait on the loop before
-        the model runs (inputs to fetch, sequence controls), else None.
-
-        The common case (inline inputs, no sequence) needs no Task: the inputs are read here, the
-        instance's thread runs the model and calls `_computed` back on the loop, which responds.
-        That saves, per batch, a Task, its first step and its wake-up (a loop iteration each)."""
+        """Run a batch. Returns a coroutine to run as a Task when its inputs must be fetched on the
+        loop first (not all inline), else None: the common case needs no Task (per batch, a Task,
+        its first step and its wake-up saved). Either way the batch goes on at `_compute`."""
         self.holding.add(batch.batch_id)
-        requests = [_request_decoder.decode(raw) for raw in batch.requests]
-        if batch.controls or any(ref.data is None for r in requests for ref in r.inputs):
-            return self.execute(loaded, instance, batch, holds_credit, requests)
-        free = self._free(batch, batch.instance)
-        replies = Replies(batch.reply_via_scheduler)
-        self._label(batch, instance, requests)
-        try:
-            live = self._live(requests, replies)
-            started = time.monotonic_ns()
-            readable = []
-            for request in live:
-                inputs = self._inline_inputs(request, replies)
-                if inputs is not None:
-                    readable.append((request, inputs))
-            if readable:
-                run = self._batch(loaded, readable, {})
-                ran = [r for r, _ in readable]
-                enqueued = _enqueued(batch, requests)
-                context = contextvars.copy_context()  # this batch's log lines, on the loop again
-                done = partial(
-                    self._computed, loaded, instance, batch, holds_credit, free, replies, ran, enqueued, run, started
-                )
-                instance.executor.call(_execute, (instance, run), lambda r, e: context.run(done, r, e), self.loop)
-                return None
-        except Exception as exc:  # never lose a request: every one gets an answer
-            self._ended(requests)
-            self._failed(batch, requests, replies, exc)
-        self._settle(loaded, instance, batch, holds_credit, free)
-        self._finish_now(replies, free, batch.complete_to)
+        run = BatchRun(loaded, instance, batch, holds_credit, self._free(batch, batch.instance))
+        live = run.arrived([_request_decoder.decode(raw) for raw in batch.requests])
+        if any(ref.data is None for request in live for ref in request.inputs):
+            return self._fetch(run, live)
+        readable = []
+        for request in live:
+            inputs = self._inline_inputs(run, request)
+            if inputs is not None:
+                readable.append((request, inputs))
+        self._compute(run, readable)
         return None
 
-    def _computed(
-        self,
-        loaded: LoadedModel,
-        instance: Instance,
-        batch: ExecBatch,
-        holds_credit: bool,
-        free: InstanceFree,
-        replies: Replies,
-        requests: list[InferRequest],
-        enqueued: dict[str, int],
-        run: Batch,
-        started: int,
-        results: list[Result] | None,
-        error: BaseException | None,
-    ) -> None:
-        """Back on the loop after `start` handed the batch to the instance's thread."""
+    @staticmethod
+    def _inline_inputs(run: BatchRun, request: InferRequest) -> Tensors | None:
+        """A request's input tensors, all inline; None when they cannot be read (it is answered
+        with the error)."""
         try:
-            self._ended(requests)
+            inputs = {ref.name: from_bytes(ref.data, ref.datatype, ref.shape) for ref in request.inputs}  # type: ignore[arg-type]
+            return run.with_controls(request, inputs) if run.controls else inputs
+        except Exception as exc:
+            run.replies.add(request, unreadable(request, exc))
+            return None
+
+    async def _fetch(self, run: BatchRun, live: list[InferRequest]) -> None:
+        """`start` for a batch whose inputs are fetched from the tensor store first."""
+        readable = []
+        try:
+            for request in live:
+                try:
+                    timeout = max(0.1, (request.deadline_ns - time.time_ns()) / 1e9)
+                    inputs = {
+                        ref.name: from_bytes(await self.store.get(ref, timeout), ref.datatype, ref.shape)
+                        for ref in request.inputs
+                    }
+                    readable.append((request, run.with_controls(request, inputs)))
+                except Exception as exc:  # this request fails alone
+                    run.replies.add(request, unreadable(request, exc))
+        except BaseException:  # cancelled (the worker stops): what is answered goes, with the completion
+            self._end(run)
+            raise
+        self._compute(run, readable)
+
+    # -- compute ---------------------------------------------------------------------------
+    def _compute(self, run: BatchRun, readable: list[tuple[InferRequest, Tensors]]) -> None:
+        """The readable requests to the instance's thread, which calls `_computed` back on the loop."""
+        try:
+            if readable:
+                run.ran = [request for request, _ in readable]
+                every = [o.name for o in run.loaded.spec.outputs]
+                work = [Work(inputs, r.outputs or every, r.batch_size, self._context(run, r)) for r, inputs in readable]
+                model_batch = run.model_batch(work)
+                context = contextvars.copy_context()  # this batch's log lines, on the loop again
+                done = partial(self._computed, run, model_batch)
+                instance = run.instance
+                instance.executor.call(
+                    _execute, (instance, model_batch), lambda r, e: context.run(done, r, e), self.loop
+                )
+                return
+        except Exception as exc:  # never lose a request: every one gets an answer
+            self._ended(run.requests)
+            self._failed(run, exc)
+        self._end(run)
+
+    def _computed(
+        self, run: BatchRun, model_batch: Batch, results: list[Result] | None, error: BaseException | None
+    ) -> None:
+        """Back on the loop with what the model made of the batch."""
+        try:
+            self._ended(run.ran)
             if error is not None:
                 raise error
             assert results is not None
-            computed = time.monotonic_ns()
-            done = _Run(requests, results, started, run.inputs_done_ns or started, computed)
-            self._respond(loaded, instance, done, free, replies, batch, {}, enqueued)
+            self._respond(run, run.results(model_batch, results))
         except Exception as exc:
-            self._failed(batch, requests, replies, exc)
+            self._failed(run, exc)
         finally:
-            self._settle(loaded, instance, batch, holds_credit, free)
-            self._finish_now(replies, free, batch.complete_to)
+            self._end(run)
 
-    async def execute(
-        self,
-        loaded: LoadedModel,
-        instance: Instance,
-        batch: ExecBatch,
-        holds_credit: bool,
-        requests: list[InferRequest] | None = None,
-    ) -> None:
-        free = self._free(batch, batch.instance)
-        replies = Replies(batch.reply_via_scheduler)
-        if requests is None:
-            requests = [_request_decoder.decode(raw) for raw in batch.requests]
-        self._label(batch, instance, requests)
-        try:
-            live = self._live(requests, replies)
-            if live:
-                # the scheduler's per-request lists line up with all of the batch's requests
-                controls = dict(zip([r.rid for r in requests], batch.controls)) if batch.controls else {}
-                await self._run(loaded, instance, live, free, replies, batch, controls, _enqueued(batch, requests))
-        except Exception as exc:  # never lose a request: every one gets an answer
-            self._failed(batch, requests, replies, exc)
-        finally:
-            self._settle(loaded, instance, batch, holds_credit, free)
-            await self._finish(replies, free, batch.complete_to)
-
-    @staticmethod
-    def _label(batch: ExecBatch, instance: Instance, requests: list[InferRequest]) -> None:
-        request_ids.set(",".join([f"{r.id}/{r.rid}" if r.id else r.rid for r in requests]))  # this batch's log lines
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "batch %d of '%s' version %d: %d request(s) on instance %d (%s)",
-                batch.batch_id,
-                batch.model,
-                batch.version,
-                len(requests),
-                instance.index,
-                batch.reason,
+    def _context(self, run: BatchRun, request: InferRequest) -> RequestContext:
+        """What a model can ask of a request besides its tensors."""
+        params = request.parameters
+        custom = {k: v for k, v in params.items() if k not in ("sequence_id", "sequence_start", "sequence_end")}
+        control = run.controls.get(request.rid)
+        if control is None:  # not sequence-batched: the flags as the client sent them, as Triton passes them on
+            control = SeqControl(
+                corrid=request.sequence_id, seq=0, start=request.sequence_start, end=request.sequence_end
             )
+        self.cancellations.started(request)
+        spec = run.loaded.spec
+        return RequestContext(
+            request_id=request.id,
+            correlation_id=control.corrid,
+            flags=flags(control),
+            parameters=custom,
+            timeout_us=request.timeout_us,
+            cancelled=lambda: self.cancellations.is_cancelled(request),
+            responses=self.decoupled.stream(spec, run.loaded.version, request) if spec.decoupled else None,
+            trace=(request.traceparent, request.tracestate) if request.traceparent else None,
+        )
 
-    @staticmethod
-    def _live(requests: list[InferRequest], replies: Replies) -> list[InferRequest]:
-        """The requests someone still waits for; the others are answered as skipped."""
-        now = time.time_ns()
-        live = []
+    def _ended(self, requests: list[InferRequest]) -> None:
+        """The model returned: requests it does not stream any more can no longer be cancelled."""
         for request in requests:
-            if request.deadline_ns > now:
-                live.append(request)
-            else:
-                replies.skip(request)
-        return live
+            if request.rid not in self.decoupled.open:
+                self.cancellations.ended(request.rid)
+
+    # -- respond ---------------------------------------------------------------------------
+    def _respond(self, run: BatchRun, results: list[Result]) -> None:
+        loaded = run.loaded
+        spec, states = loaded.spec, loaded.states
+        t_out = time.monotonic_ns()
+        for request, result in zip(run.ran, results):
+            control = run.controls.get(request.rid)
+            if control is not None and states is not None and isinstance(result, dict):
+                states.keep(control, result)
+            if isinstance(result, Rescheduled):  # no answer now: the scheduler queues it again
+                run.replies.done.append(RequestDone(rid=request.rid, ok=True, rescheduled=True))
+                continue
+            if spec.decoupled:  # the model's stream answers; an error ends it unless it did already
+                if isinstance(result, ModelError):
+                    self.decoupled.fail(request, result.message, result.code)
+                run.replies.done.append(RequestDone(rid=request.rid, ok=not isinstance(result, ModelError)))
+                continue
+            response = self._response(loaded, request, result, run.batch.reply_via_scheduler)
+            if request.trace:
+                response.trace = {
+                    "COMPUTE_START": run.started_ns,
+                    "COMPUTE_INPUT_END": run.inputs_ns,
+                    "COMPUTE_OUTPUT_START": t_out,
+                    "COMPUTE_END": time.monotonic_ns(),
+                }
+                queued = enqueued(run.batch, run.requests).get(request.rid)
+                if queued:
+                    response.trace["QUEUE_START"] = queued
+                response.batch = run.delivery(self.worker_id)
+            run.replies.add(request, response)
+        computed = time.monotonic_ns()
+        run.free.compute_output_ns = computed - t_out
+        if spans.active is not None:  # opentelemetry mode (one comparison when off)
+            compute_spans(spans.active, run, (run.started_ns, run.inputs_ns, t_out, computed), self.worker_id)
+
+    def _response(self, loaded: LoadedModel, request: InferRequest, result: Result, small: bool) -> InferResponse:
+        try:
+            if isinstance(result, ModelError):  # the model answered this request with an error
+                raise ShoalError(result.message, result.code)
+            if not isinstance(result, dict):
+                raise ShoalError("the model streamed the responses of a model that is not decoupled", Code.INTERNAL)
+            return self.outputs.response(loaded.spec, loaded.version, request, result, small)
+        except ShoalError as exc:  # this request's problem (e.g. its output region is too small)
+            return InferResponse(request.rid, error=exc.message, code=str(exc.code))
+        except Exception as exc:
+            return InferResponse(request.rid, error=f"cannot deliver the outputs: {exc}", code=str(Code.INTERNAL))
 
     @staticmethod
-    def _failed(batch: ExecBatch, requests: list[InferRequest], replies: Replies, exc: BaseException) -> None:
+    def _failed(run: BatchRun, exc: BaseException) -> None:
         """The batch failed: every request not answered yet gets the error."""
-        log.error("batch %d of '%s' failed", batch.batch_id, batch.model, exc_info=exc)
-        answered = replies.answered()
+        log.error("batch %d of '%s' failed", run.batch.batch_id, run.batch.model, exc_info=exc)
+        answered = run.replies.answered()
         code = exc.code if isinstance(exc, ShoalError) else Code.INTERNAL
-        for request in requests:
+        for request in run.requests:
             if request.rid not in answered:
-                replies.add(request, InferResponse(request.rid, error=str(exc), code=str(code)))
+                run.replies.add(request, InferResponse(request.rid, error=str(exc), code=str(code)))
 
-    @staticmethod
-    def _settle(
-        loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool, free: InstanceFree
-    ) -> None:
-        """The batch is over on this instance: its credit comes back (or the instance closes)."""
-        if loaded.states is not None:  # an END that failed or was skipped still ends the sequence here
-            for control in batch.controls:
-                if control.end:
-                    loaded.states.drop(control.corrid, control.seq)
-        if holds_credit:
-            instance.idle.add(batch.credit)
-        else:
-            instance.uncredited -= 1
-        if loaded.retired and not instance.busy:
-            instance.close()
-        if loaded.retired or not holds_credit:
-            free.instance = -1  # tells the scheduler this is not a credit
+    # -- the end: the credit back, the answers and the completion out ---------------------------
+    def _end(self, run: BatchRun) -> None:
+        run.settle()
+        self._finish_now(run.replies, run.free, run.batch.complete_to)
 
     async def _finish(self, replies: Replies, free: InstanceFree, complete_to: str) -> None:
         self.holding.discard(free.batch_id)
@@ -288,202 +303,21 @@ class BatchExecutor:
             return messages, self.completions.done_message(complete_to, free, together)
         return messages, self.completions.free_message(free)
 
-    async def _run(
-        self,
-        loaded: LoadedModel,
-        instance: Instance,
-        requests: list[InferRequest],
-        free: InstanceFree,
-        replies: Replies,
-        batch: ExecBatch,
-        controls: dict[str, SeqControl],
-        enqueued: dict[str, int],
-    ) -> None:
-        started = time.monotonic_ns()
-        readable = await self._read(loaded, instance, requests, controls, replies)
-        if readable:
-            run = await self._compute(loaded, instance, readable, controls, started)
-            self._respond(loaded, instance, run, free, replies, batch, controls, enqueued)
 
-    # -- read ---------------------------------------------------------------------------
-    async def _read(
-        self,
-        loaded: LoadedModel,
-        instance: Instance,
-        requests: list[InferRequest],
-        controls: dict[str, SeqControl],
-        replies: Replies,
-    ) -> list[tuple[InferRequest, Tensors]]:
-        """Each request's input tensors; a request whose inputs cannot be read fails alone."""
-        readable = []
-        for request in requests:
-            try:
-                inputs = await self._inputs(request)
-                control = controls.get(request.rid)
-                if control is not None:  # sequence models: control tensors and implicit state join the inputs
-                    if loaded.sequence is not None:
-                        inputs.update(control_arrays(loaded.sequence, control))
-                    if loaded.states is not None:
-                        inputs.update(loaded.states.inputs(control, instance.index))
-                readable.append((request, inputs))
-            except Exception as exc:
-                replies.add(request, _unreadable(request, exc))
-        return readable
-
-    async def _inputs(self, request: InferRequest) -> Tensors:
-        timeout = max(0.1, (request.deadline_ns - time.time_ns()) / 1e9)
-        return {
-            ref.name: from_bytes(await self.store.get(ref, timeout), ref.datatype, ref.shape) for ref in request.inputs
-        }
-
-    @staticmethod
-    def _inline_inputs(request: InferRequest, replies: Replies) -> Tensors | None:
-        """`_read` for a request whose tensors all came inline (nothing to wait for); None when
-        they cannot be read (the request is answered with the error)."""
-        try:
-            return {ref.name: from_bytes(ref.data, ref.datatype, ref.shape) for ref in request.inputs}  # type: ignore[arg-type]
-        except Exception as exc:
-            replies.add(request, _unreadable(request, exc))
-            return None
-
-    # -- compute ------------------------------------------------------------------------
-    def _batch(
-        self, loaded: LoadedModel, readable: list[tuple[InferRequest, Tensors]], controls: dict[str, SeqControl]
-    ) -> Batch:
-        """The runner's batch: one `Work` per request."""
-        every = [o.name for o in loaded.spec.outputs]
-        work = [
-            Work(inputs, r.outputs or every, r.batch_size, self._context(loaded, r, controls.get(r.rid)))
-            for r, inputs in readable
-        ]
-        state_outputs = loaded.states.output_names if controls and loaded.states is not None else []
-        return Batch(work, min(r.deadline_ns for r, _ in readable), list(state_outputs))
-
-    def _ended(self, requests: list[InferRequest]) -> None:
-        """The model returned: requests it does not stream any more can no longer be cancelled."""
-        for request in requests:
-            if request.rid not in self.decoupled.open:
-                self.cancellations.ended(request.rid)
-
-    async def _compute(
-        self,
-        loaded: LoadedModel,
-        instance: Instance,
-        readable: list[tuple[InferRequest, Tensors]],
-        controls: dict[str, SeqControl],
-        started: int,
-    ) -> _Run:
-        requests = [request for request, _ in readable]
-        batch = self._batch(loaded, readable, controls)
-        work = batch.work
-        sequence = loaded.sequence
-        try:
-            if controls and sequence is not None and loaded.states is not None and _direct(loaded, instance):
-                # direct: request i runs in the batch row of its slot; empty slots below are not-ready rows
-                rows, where = pad_slots(
-                    sequence, [controls[r.rid] for r in requests], [w.inputs for w in work], loaded.states.initial()
-                )
-                names = sorted({n for w in work for n in w.outputs})
-                padded = Batch([Work(row, names) for row in rows], batch.deadline_ns, batch.extra_outputs)
-                results = await instance.executor.run(_execute, instance, padded)
-                results, batch.inputs_done_ns = [results[row] for row in where], padded.inputs_done_ns
-            else:
-                results = await instance.executor.run(_execute, instance, batch)
-        finally:
-            self._ended(requests)
-        computed = time.monotonic_ns()
-        return _Run(requests, results, started, batch.inputs_done_ns or started, computed)
-
-    def _context(self, loaded: LoadedModel, request: InferRequest, control: SeqControl | None) -> RequestContext:
-        """What a model can ask of a request besides its tensors."""
-        params = request.parameters
-        custom = {k: v for k, v in params.items() if k not in ("sequence_id", "sequence_start", "sequence_end")}
-        if control is None:  # not sequence-batched: the flags as the client sent them, as Triton passes them on
-            control = SeqControl(
-                corrid=request.sequence_id, seq=0, start=request.sequence_start, end=request.sequence_end
-            )
-        self.cancellations.started(request)
-        spec = loaded.spec
-        return RequestContext(
-            request_id=request.id,
-            correlation_id=control.corrid,
-            flags=flags(control),
-            parameters=custom,
-            timeout_us=request.timeout_us,
-            cancelled=lambda: self.cancellations.is_cancelled(request),
-            responses=self.decoupled.stream(spec, loaded.version, request) if spec.decoupled else None,
-            trace=(request.traceparent, request.tracestate) if request.traceparent else None,
-        )
-
-    # -- respond ------------------------------------------------------------------------
-    def _respond(
-        self,
-        loaded: LoadedModel,
-        instance: Instance,
-        run: _Run,
-        free: InstanceFree,
-        replies: Replies,
-        batch: ExecBatch,
-        controls: dict[str, SeqControl],
-        enqueued: dict[str, int],
-    ) -> None:
-        spec = loaded.spec
-        free.batch_size = sum(r.batch_size for r in run.requests)
-        free.compute_input_ns = run.inputs_ns - run.started_ns
-        free.compute_infer_ns = run.computed_ns - run.inputs_ns
-        delivery = (free.batch_size, len(run.requests), batch.reason, self.worker_id, instance.index)
-        t_out = time.monotonic_ns()
-        for request, result in zip(run.requests, run.results):
-            control = controls.get(request.rid)
-            if control is not None and loaded.states is not None and isinstance(result, dict):
-                loaded.states.keep(control, result)
-            if isinstance(result, Rescheduled):  # no answer now: the scheduler queues it again
-                replies.done.append(RequestDone(rid=request.rid, ok=True, rescheduled=True))
-                continue
-            if spec.decoupled:  # the model's stream answers; an error ends it unless it did already
-                if isinstance(result, ModelError):
-                    self.decoupled.fail(request, result.message, result.code)
-                replies.done.append(RequestDone(rid=request.rid, ok=not isinstance(result, ModelError)))
-                continue
-            response = self._response(loaded, request, result, batch.reply_via_scheduler)
-            if request.trace:
-                response.trace = {
-                    "COMPUTE_START": run.started_ns,
-                    "COMPUTE_INPUT_END": run.inputs_ns,
-                    "COMPUTE_OUTPUT_START": t_out,
-                    "COMPUTE_END": time.monotonic_ns(),
-                }
-                if enqueued.get(request.rid):
-                    response.trace["QUEUE_START"] = enqueued[request.rid]
-                response.batch = dict(zip(_DELIVERY_FIELDS, delivery))
-            replies.add(request, response)
-        computed = time.monotonic_ns()
-        free.compute_output_ns = computed - t_out
-        if spans.active is not None:  # opentelemetry mode (one comparison when off)
-            times = (run.started_ns, run.inputs_ns, t_out, computed)
-            compute_spans(spans.active, run.requests, times, (*delivery, batch.batch_id))
-
-    def _response(self, loaded: LoadedModel, request: InferRequest, result: Result, small: bool) -> InferResponse:
-        try:
-            if isinstance(result, ModelError):  # the model answered this request with an error
-                raise ShoalError(result.message, result.code)
-            if not isinstance(result, dict):
-                raise ShoalError("the model streamed the responses of a model that is not decoupled", Code.INTERNAL)
-            return self.outputs.response(loaded.spec, loaded.version, request, result, small)
-        except ShoalError as exc:  # this request's problem (e.g. its output region is too small)
-            return InferResponse(request.rid, error=exc.message, code=str(exc.code))
-        except Exception as exc:
-            return InferResponse(request.rid, error=f"cannot deliver the outputs: {exc}", code="INTERNAL")
-
-
-def compute_spans(
-    tracing: spans.Tracing, requests: list[InferRequest], times: tuple[int, int, int, int], delivery: tuple
-) -> None:
+def compute_spans(tracing: spans.Tracing, run: BatchRun, times: tuple[int, int, int, int], worker_id: str) -> None:
     """Triton's `compute` span of each traced request (under its model span, whose context the
     request carries): COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START and COMPUTE_END,
     and where it ran. The batch's requests share the times: they ran together."""
-    attributes = dict(zip(_COMPUTE_ATTRIBUTES, delivery))
-    for request in requests:
+    delivery = run.delivery(worker_id)
+    attributes: dict[str, str | int] = {
+        "shoal.batch.size": delivery.batch_size,
+        "shoal.batch.requests": delivery.batch_requests,
+        "shoal.batch.reason": delivery.batch_reason,
+        "shoal.worker": delivery.worker,
+        "shoal.instance": delivery.instance,
+        "shoal.batch.id": run.batch.batch_id,
+    }
+    for request in run.ran:
         if request.traceparent:
             span = tracing.start("compute", (request.traceparent, request.tracestate), times[0], attributes)
             for name, ns in zip(_COMPUTE_EVENTS, times):
@@ -491,35 +325,7 @@ def compute_spans(
             tracing.end(span, times[3])
 
 
-_COMPUTE_ATTRIBUTES = (
-    "shoal.batch.size",
-    "shoal.batch.requests",
-    "shoal.batch.reason",
-    "shoal.worker",
-    "shoal.instance",
-    "shoal.batch.id",
-)
 _COMPUTE_EVENTS = ("COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END")
-
-
-def _unreadable(request: InferRequest, exc: Exception) -> InferResponse:
-    code = "INVALID_ARG" if isinstance(exc, ValueError) else "INTERNAL"
-    return InferResponse(request.rid, error=f"cannot read the inputs: {exc}", code=code)
-
-
-def _enqueued(batch: ExecBatch, requests: list[InferRequest]) -> dict[str, int]:
-    """When each request was queued (for its trace), when the scheduler says."""
-    return dict(zip([r.rid for r in requests], batch.enqueued_ns)) if batch.enqueued_ns else {}
-
-
-def _direct(loaded: LoadedModel, instance: Instance) -> bool:
-    sequence = loaded.sequence
-    return (
-        sequence is not None
-        and sequence.strategy == "direct"
-        and loaded.spec.max_batch_size > 0
-        and instance.runner.batches_rows
-    )
 
 
 def _execute(instance: Instance, batch: Batch) -> list[Result]:

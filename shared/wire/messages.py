@@ -88,6 +88,17 @@ class RequestDeadline(msgspec.Struct):
     deadline_ns: int
 
 
+class BatchDelivery(msgspec.Struct):
+    """A traced request's batch, for its trace: its size, how many requests, why the scheduler sent
+    it, and where it ran (Triton's trace fields)."""
+
+    batch_size: int
+    batch_requests: int
+    batch_reason: str
+    worker: str
+    instance: int
+
+
 class InferResponse(msgspec.Struct, omit_defaults=True):
     rid: str
     model: str = ""
@@ -97,7 +108,7 @@ class InferResponse(msgspec.Struct, omit_defaults=True):
     code: str = ""
     parameters: dict[str, Any] = {}
     trace: dict[str, int] = {}  # traced requests: event name -> CLOCK_MONOTONIC ns
-    batch: dict[str, Any] = {}  # traced requests: the batch it ran in and why it was sent
+    batch: BatchDelivery | None = None  # traced requests: the batch it ran in and why it was sent
     more: bool = False  # decoupled models: more responses to this request follow
     empty: bool = False  # decoupled models: only the final flag, no response to show the client
 

@@ -33,12 +33,15 @@ class LlamaError(Exception):
 
 @dataclass(frozen=True)
 class ContextSettings:
-    """One context's bounds. `n_ctx` KV cells are shared by all sequences (a unified cache)."""
+    """One context's bounds. `n_ctx` KV cells are shared by all sequences (a unified cache); the
+    context has one sequence id more than `max_sequences`, for the engine's prompt cache."""
 
     n_ctx: int = 8192
     max_sequences: int = 8
     n_batch: int = 512  # the most tokens one decode takes (prompt chunks and decode steps together)
-    n_threads: int = 1
+    n_threads: int = 1  # for a batch of one token (one sequence generating)
+    n_threads_batch: int = 1  # for a batch of several (sequences together, prompts)
+    flash_attention: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,14 @@ def library_folder() -> Path:
     return Path(spec.submodule_search_locations[0]) / "lib"
 
 
+def _loaded_ggml() -> ctypes.CDLL:
+    """The libggml that libllama loaded. A wheel holds `libggml.so` and `libggml.so.0` as two
+    files (a zip has no links): opening the first by its path would load a second copy with a
+    registry of its own, so it is opened by the name libllama needs, which finds the one loaded."""
+    sonames = sorted((path.name for path in library_folder().glob("libggml.so.*")), key=len)
+    return ctypes.CDLL(sonames[0] if sonames else str(library_folder() / "libggml.so"))
+
+
 class Library:
     """The loaded library, once per process. It keeps llama.cpp's recent warnings and errors for
     the messages of failures (llama.cpp logs them rather than returning them)."""
@@ -77,7 +88,7 @@ class Library:
         self._callback = api.llama_log_callback(self._on_log)  # kept: C holds a pointer to it
         api.llama_log_set(self._callback, ctypes.c_void_p(0))
         if variant is not None:
-            ggml = ctypes.CDLL(str(library_folder() / "libggml.so"))  # already loaded, by libllama
+            ggml = _loaded_ggml()
             ggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
             ggml.ggml_backend_load.restype = ctypes.c_void_p
             if not ggml.ggml_backend_load(str(variant).encode()):
@@ -144,10 +155,12 @@ class LlamaModel:
         context = api.llama_context_default_params()
         context.n_ctx = settings.n_ctx
         context.n_batch = context.n_ubatch = settings.n_batch
-        context.n_seq_max = settings.max_sequences
-        context.n_threads = context.n_threads_batch = settings.n_threads
+        context.n_seq_max = settings.max_sequences + 1  # and one that keeps the latest prompt's cells
+        context.n_threads, context.n_threads_batch = settings.n_threads, settings.n_threads_batch
         context.kv_unified = True  # any sequence may use any cell: the engine bounds the total
         context.no_perf = True
+        # llama-cpp-python's default, and its server's: the same numerics as the library used alone
+        context.flash_attn_type = 1 if settings.flash_attention else 0
         self.context = api.llama_init_from_model(self.model, context)
         if not self.context:
             api.llama_model_free(self.model)
@@ -221,6 +234,11 @@ class LlamaModel:
     def forget(self, seq: int) -> None:
         """Free a sequence's KV cells."""
         self.api.llama_memory_seq_rm(self.memory, seq, -1, -1)
+
+    def share(self, source: int, target: int, length: int) -> None:
+        """Give `target` the KV cells of `source`'s first `length` positions (shared, not copied:
+        a cell belongs to every sequence that has it)."""
+        self.api.llama_memory_seq_cp(self.memory, source, target, 0, length)
 
     def close(self) -> None:
         if self.context:

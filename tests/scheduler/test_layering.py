@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 import services.scheduler
+from tests.imports import cycle
 
 ROOT = Path(services.scheduler.__file__).parent
 PREFIX = "services.scheduler."
@@ -37,34 +38,6 @@ def graph() -> dict[str, set[str]]:
         here = part(module)
         edges.setdefault(here, set()).update(part(m) for m in imports(path) if part(m) != here)
     return edges
-
-
-def cycle(edges: dict[str, set[str]]) -> list[str]:
-    """One import cycle among the parts, or [] (depth-first search)."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str]:
-        state[node] = 1
-        path.append(node)
-        for target in sorted(edges.get(node, ())):
-            if state.get(target) == 1:
-                return path[path.index(target) :] + [target]
-            if target not in state and (found := visit(target)):
-                return found
-        path.pop()
-        state[node] = 2
-        return []
-
-    for node in sorted(edges):
-        if node not in state and (found := visit(node)):
-            return found
-    return []
-
-
-def test_the_cycle_finder_finds_a_cycle():
-    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
-    assert cycle({"a": {"b"}, "b": {"c"}, "d": {"a", "c"}}) == []
 
 
 def test_no_import_cycle_between_the_schedulers_parts():

@@ -1,5 +1,5 @@
 """Triton's dynamic batcher, and its default scheduler, as one model version's discipline
-(`discipline.Discipline`): requests wait at their priority level under their queue policy
+(`model_queue.Discipline`): requests wait at their priority level under their queue policy
 (`queues.py`), and `formation.next_batch` says what goes when a credit is free. The default
 scheduler is the same queue with batches of one (`BatchPolicy.dynamic` off, or a
 `max_batch_size` of 1), so a reload that adds or removes `dynamic_batching` keeps the queue.

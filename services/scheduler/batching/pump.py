@@ -21,10 +21,10 @@ from nats.aio.client import Client as NATS
 
 from services.scheduler.batching.answers import Answers
 from services.scheduler.batching.batch_spans import batch_done, batch_sent
-from services.scheduler.batching.discipline import Discipline, Host
+from services.scheduler.batching.discipline import Host
 from services.scheduler.batching.flights import Flights
 from services.scheduler.batching.formation import Decision
-from services.scheduler.batching.model_queue import ModelQueue
+from services.scheduler.batching.model_queue import Discipline, ModelQueue
 from services.scheduler.batching.prefetch import may_prefetch
 from services.scheduler.batching.queues import Priorities
 from services.scheduler.batching.ratelimit import RateLimiter, instance_needs

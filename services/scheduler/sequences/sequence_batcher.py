@@ -1,4 +1,4 @@
-"""Triton's sequence batcher as one model version's discipline (`batching.discipline.Discipline`):
+"""Triton's sequence batcher as one model version's discipline (`batching.model_queue.Discipline`):
 glue between `SequenceBook` (slots, backlog, idle), `selection.decide` (what runs now) and the
 pump (`batching.discipline.Host`), which sends the batches.
 

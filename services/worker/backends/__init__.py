@@ -87,9 +87,8 @@ def load_backend(name: str, directory: str = "") -> Backend:
     module = _MODULES.get(name)
     if module is None:
         runtime = python_based_runtime(directory, name)
-        if runtime is not None:
-            from services.worker.python.backend import python_based
-
+        if runtime is not None:  # the python backend's module, by name as every backend's (no import cycle)
+            python_based: Callable[[Path], Backend] = importlib.import_module(_MODULES["python"]).python_based
             return python_based(runtime)
         library = shared_library(directory, name)
         if library is not None:
