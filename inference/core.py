@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import NamedTuple
 
 from inference import classification, streams
 from inference.cache import Cache, cache_key
 from inference.forward import Forwarder
 from inference.models import ModelRegistry
 from inference.on_demand import DemandLoads
-from inference.otel_trace import Carrier, RequestTrace
+from inference.otel_trace import RequestTrace
 from inference.shm import DISABLED, ShmRegistry
 from inference.trace import TracedTensor, Tracer
-from inference.types import Answer, OutputTensor, ParsedRequest
+from inference.types import Answer, OutputTensor, ParsedRequest, TraceFrom
 from inference.validation import Validated, validate
 from shared.bus.dispatch import Dispatcher
 from shared.bus.tensor_store import TensorStore
@@ -34,14 +33,6 @@ NEVER_RAN = ("was unloaded", "no scheduler is serving requests")
 HTTP_ENDPOINT = "HTTP end point"  # how Triton names the transport that refuses a decoupled model
 
 CacheEvents = Callable[[CacheEvent], Awaitable[None]]
-
-
-class TraceFrom(NamedTuple):
-    """Where a request came from for its trace: the transport ("HTTP", "GRPC"; "" for a BLS
-    call) and the W3C context it brought (the client's headers, or the calling request's span)."""
-
-    protocol: str
-    parent: Carrier | None = None
 
 
 def trace_from(protocol: str, traceparent: str | None, tracestate: str | None) -> TraceFrom:

@@ -10,24 +10,75 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from inference.types import Answer, OutputTensor, ParsedRequest
+from inference.types import Answer, OutputTensor, ParsedRequest, TraceFrom
 from shared.errors import ShoalError
-from shared.wire.messages import InferResponse
+from shared.wire.messages import InferRequest, InferResponse, TensorRef
 
 if TYPE_CHECKING:
-    from inference.core import InferenceCore, TraceFrom
-    from inference.forward import Forwarder
     from inference.otel_trace import RequestTrace
     from inference.validation import Validated
+    from shared.bus.dispatch import Dispatcher
+    from shared.bus.tensor_store import TensorStore
     from shared.config.model_config import ModelSpec
 
 Responses = AsyncGenerator[tuple[list[OutputTensor], dict, InferResponse] | ShoalError, None]
 
 
+# What the generators need of `core.InferenceCore` and `forward.Forwarder`: protocols, so that
+# those two import this module and not the other way round (no import cycle).
+
+
+class Forwarding(Protocol):
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+
+    @property
+    def store(self) -> TensorStore: ...
+
+    def prepare(
+        self,
+        spec: ModelSpec,
+        version: int,
+        parsed: ParsedRequest,
+        valid: Validated,
+        trace: bool,
+        timeout_s: float,
+        span: RequestTrace | None = None,
+    ) -> tuple[InferRequest, dict[str, TensorRef]]: ...
+
+    async def outputs(
+        self, response: InferResponse, regions: dict[str, TensorRef], valid: Validated, deadline: int
+    ) -> list[OutputTensor]: ...
+
+    def stream(
+        self,
+        spec: ModelSpec,
+        version: int,
+        parsed: ParsedRequest,
+        valid: Validated,
+        timeout_s: float | None = None,
+        empty_final: bool = False,
+        span: RequestTrace | None = None,
+    ) -> Responses: ...
+
+
+class Core(Protocol):
+    @property
+    def forwarder(self) -> Forwarding: ...
+
+    def check(self, spec: ModelSpec, parsed: ParsedRequest, streaming: bool, endpoint: str) -> Validated: ...
+
+    def span(
+        self, spec: ModelSpec, version: int, parsed: ParsedRequest, started: int, trace: TraceFrom
+    ) -> RequestTrace | None: ...
+
+    def classify(self, spec: ModelSpec, parsed: ParsedRequest, outputs: list[OutputTensor]) -> list[OutputTensor]: ...
+
+
 async def answers(
-    core: InferenceCore,
+    core: Core,
     spec: ModelSpec,
     version: int,
     parsed: ParsedRequest,
@@ -62,7 +113,7 @@ async def answers(
 
 
 async def responses(
-    forwarder: Forwarder,
+    forwarder: Forwarding,
     spec: ModelSpec,
     version: int,
     parsed: ParsedRequest,

@@ -4,9 +4,18 @@ output tensors. HTTP's JSON/binary codec, gRPC's protobuf and BLS all build and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+from inference.otel_trace import Carrier
 from shared.config.datatypes import element_count, element_size
+
+
+class TraceFrom(NamedTuple):
+    """Where a request came from for its trace: the transport ("HTTP", "GRPC"; "" for a BLS
+    call) and the W3C context it brought (the client's headers, or the calling request's span)."""
+
+    protocol: str
+    parent: Carrier | None = None
 
 
 @dataclass

@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from shared.errors import unavailable
 from shared.wire.messages import InferRequest, InferResponse
 
-if TYPE_CHECKING:
-    from shared.bus.dispatch import Dispatcher
+
+class Streams(Protocol):
+    """What the generator needs of `dispatch.Dispatcher` (a protocol: no import cycle between the two)."""
+
+    def open_stream(self, request: InferRequest) -> asyncio.Queue[InferResponse]: ...
+
+    async def close_stream(
+        self, request: InferRequest, queue: asyncio.Queue[InferResponse], finished: bool
+    ) -> None: ...
 
 
-async def responses(dispatcher: Dispatcher, request: InferRequest, timeout: float) -> AsyncIterator[InferResponse]:
+async def responses(dispatcher: Streams, request: InferRequest, timeout: float) -> AsyncIterator[InferResponse]:
     """Until the response flagged final, or the deadline (Triton's timeout error); closing the
     iterator early cancels the request."""
     loop = asyncio.get_running_loop()
