@@ -74,6 +74,7 @@ class ModelManager:
         self._locks: dict[str, asyncio.Lock] = {}
         self._polling = asyncio.Lock()
         self._refreshing: set[str] = set()  # ensembles being refreshed (guards nested refreshes)
+        self._refresh_again: set[str] = set()  # ... whose members changed meanwhile
 
     def lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -340,26 +341,38 @@ class ModelManager:
             await self._refresh_dependents(name)
 
     async def _refresh_ensemble(self, record: ModelRecord) -> None:
-        """An ensemble follows its members: READY when they all are, UNAVAILABLE (why) when not."""
-        if record.name in self._refreshing:  # nested ensembles naming each other: refused at load
+        """An ensemble follows its members: READY when they all are, UNAVAILABLE (why) when not.
+        A refresh asked for while one of the same ensemble runs (it awaits its publish, and a
+        member's report can arrive then) is not dropped: the running one derives the state again."""
+        name = record.name
+        if name in self._refreshing:
+            self._refresh_again.add(name)
             return
-        self._refreshing.add(record.name)
+        self._refreshing.add(name)
         try:
-            new = ensembles.ensemble_state(record, self.records, set(self.available()))
-            changed = False
-            for version in record.hosted:
-                old = record.versions.get(str(version))
-                if old is not None and old.state == ModelState.UNLOADING:
-                    continue
-                if new != old:
-                    record.versions[str(version)] = new
-                    changed = True
-                    log.info("ensemble '%s' version %d: %s %s", record.name, version, new.state, new.reason)
-            if changed:
-                await self.publish(record)
-                await self._refresh_dependents(record.name)
+            again = True
+            while again:
+                self._refresh_again.discard(name)
+                await self._derive_ensemble(record)
+                again = name in self._refresh_again
         finally:
-            self._refreshing.discard(record.name)
+            self._refreshing.discard(name)
+            self._refresh_again.discard(name)
+
+    async def _derive_ensemble(self, record: ModelRecord) -> None:
+        new = ensembles.ensemble_state(record, self.records, set(self.available()))
+        changed = False
+        for version in record.hosted:
+            old = record.versions.get(str(version))
+            if old is not None and old.state == ModelState.UNLOADING:
+                continue
+            if new != old:
+                record.versions[str(version)] = new
+                changed = True
+                log.info("ensemble '%s' version %d: %s %s", record.name, version, new.state, new.reason)
+        if changed:  # an unchanged state ends the refreshes (nested ensembles naming each other too)
+            await self.publish(record)
+            await self._refresh_dependents(record.name)
 
     # -- the index -------------------------------------------------------------------
     def index(self, ready_only: bool = False) -> RepositoryIndex:
