@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,11 +57,12 @@ def example(
         [sys.executable, str(EXAMPLES / script), *args], env=environment, stdout=log, stderr=subprocess.STDOUT
     )
     try:
-        deadline = time.monotonic() + 120
-        while not _ready(port, model):
+
+        def ready() -> bool:
             assert process.poll() is None, _read(log)
-            assert time.monotonic() < deadline, f"{model} not ready"
-            time.sleep(0.2)
+            return _ready(port, model)
+
+        wait_until(ready, 120, f"{model} ready", 0.2)
         yield port, grpc_port, process
     finally:
         if process.poll() is None:

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ import tritonclient.http as httpclient
 
 from shared.process.natsserver import free_port, wait_for_port
 from shoal.cli import parse_serve
+from tests.serving import wait_until
 
 
 def test_tritonserver_flag_forms():
@@ -182,11 +182,12 @@ def test_shoal_serve_end_to_end(tmp_path):
         env=env,
     )
     try:
-        deadline = time.monotonic() + 120
-        while "| Model" not in (tmp_path / "serve.log").read_text():
+
+        def table() -> bool:
             assert serve.poll() is None, (tmp_path / "serve.log").read_text()
-            assert time.monotonic() < deadline, "no model table within 120 s"
-            time.sleep(0.1)
+            return "| Model" in (tmp_path / "serve.log").read_text()
+
+        wait_until(table, 120, "the model table")
         table = (tmp_path / "serve.log").read_text()
         for line in ("| mlp ", "| simple ", "| identity_fp32 "):
             assert line in table
