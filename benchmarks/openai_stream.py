@@ -10,7 +10,8 @@ chat prompts, `temperature` 0, the same `max_tokens`, one llama.cpp thread each:
   the official `openai` client (AsyncOpenAI, `stream_options.include_usage` for the count);
 - **llama_cpp.server**: llama-cpp-python's own OpenAI-compatible server (`python -m
   llama_cpp.server`, the same library build), through the same client (it has no usage chunk:
-  its completion tokens are counted as chunks with text, one per token);
+  its completion tokens are counted as chunks with text, one per token; `--interrupt_requests
+  False`, since by default a new request cuts the stream in progress short);
 - **in-process batched**: Shoal's engine (shoal/llm/engine.py) in this process, with no server:
   the limit for Shoal's continuous batching;
 - **in-process llama-cpp-python**: `Llama.generate` one request after another on one context,
@@ -19,7 +20,9 @@ chat prompts, `temperature` 0, the same `max_tokens`, one llama.cpp thread each:
 Per concurrency: aggregate completion tokens/s over the rounds, and time to first token p50 and
 p99 (the rounds' streams together). Each round starts every stream at once. The four take turns
 per concurrency level, so that a change in the machine's load touches them alike; the load
-average is printed at the start and the end (docs/openai.md has a run).
+average is printed at the start and the end (docs/openai.md has a run). The prompts rotate over
+the rounds; llama_cpp.server still reuses the KV cells of the chat template's common start
+(its prefix cache), which Shoal's engine does not.
 """
 
 from __future__ import annotations
@@ -116,6 +119,8 @@ def start_peer(workdir: Path, variant: Path | None) -> tuple[subprocess.Popen, i
         "1",
         "--n_threads_batch",
         "1",
+        "--interrupt_requests",  # by default a new request cuts the stream in progress short
+        "False",
     ]
     env = dict(os.environ)
     if variant is not None:  # a portable build: llama.cpp loads the CPU backend named here
@@ -159,9 +164,9 @@ async def served(port: int, concurrency: int, max_tokens: int, rounds: int, usag
     results = []
     async with AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-", timeout=600) as client:
         await one_stream(client, "Hello", 4, time.perf_counter(), usage)  # warm
-        for _ in range(rounds):
+        for r in range(rounds):
             start = time.perf_counter()
-            prompts = [PROMPTS[i % len(PROMPTS)] for i in range(concurrency)]
+            prompts = [PROMPTS[(i + r * concurrency) % len(PROMPTS)] for i in range(concurrency)]
             done = await asyncio.gather(*(one_stream(client, p, max_tokens, start, usage) for p in prompts))
             results.append((time.perf_counter() - start, [f for f, _ in done], sum(t for _, t in done)))
     return results
@@ -215,11 +220,11 @@ class InProcess:
         from shoal.llm.engine import Job
 
         results = []
-        for _ in range(rounds + 1):  # the first warms
+        for r in range(-1, rounds):  # the first warms
             start = time.perf_counter()
             sinks = [Timing(start) for _ in range(concurrency)]
             for i, sink in enumerate(sinks):
-                tokens = self.model.tokenize(self.prompt(PROMPTS[i % len(PROMPTS)]))
+                tokens = self.model.tokenize(self.prompt(PROMPTS[(i + r * concurrency) % len(PROMPTS)]))
                 threading.Thread(target=self.engine.submit, args=(Job(tokens, sink, max_tokens, 0.0, 1.0, 1),)).start()
             for sink in sinks:
                 sink.done.wait()
@@ -228,14 +233,18 @@ class InProcess:
 
     def sequential(self, concurrency: int, max_tokens: int, rounds: int) -> list[Round]:
         results = []
-        for _ in range(rounds + 1):
+        for r in range(-1, rounds):  # the first warms
             start = time.perf_counter()
-            done = [self._generate(PROMPTS[i % len(PROMPTS)], max_tokens, start) for i in range(concurrency)]
+            done = [
+                self._generate(PROMPTS[(i + r * concurrency) % len(PROMPTS)], max_tokens, start)
+                for i in range(concurrency)
+            ]
             results.append((time.perf_counter() - start, [f for f, _ in done], sum(t for _, t in done)))
         return results[1:]
 
     def _generate(self, prompt: str, max_tokens: int, start: float) -> tuple[float, int]:
         tokens = self.llm.tokenize(self.prompt(prompt).encode(), add_bos=False, special=True)
+        self.llm.reset()  # no prefix reuse from the previous request: every system prefills the whole prompt
         first, produced = 0.0, 0
         for token in self.llm.generate(tokens, reset=True, temp=0.0, top_p=1.0):
             if self.model.is_end(token):  # the same vocabulary

@@ -61,10 +61,12 @@ def executions(http: str, model: str) -> int:
 
 
 def child_pid(root: int, model: str) -> int:
+    """The process of the model's first instance (it names itself `py0:<model>`, or `py:<model>`
+    with `--python-isolation model`)."""
     for pid in tree(root):
         if label(pid) == "worker (python model child)":
-            argv = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
-            if argv[argv.index("--models") + 1] == model:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            if comm in (f"py0:{model}"[:15], f"py:{model}"[:15]):
                 return pid
     raise RuntimeError(f"no process of python model '{model}' found")
 

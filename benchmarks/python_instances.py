@@ -192,6 +192,9 @@ def main() -> int:
                     name: {**summarise([memory(p) for p in model_processes(root)]), "load_average": load_average()}
                     for name, (_, root) in servers.items()
                 }
+                zygotes = [memory(p) for p in tree(shoal.proc.pid) if label(p) == "worker (zygote)"]
+                if zygotes:  # what the processes fork from: one per worker, shared by all its python models
+                    result["memory"]["shoal zygote"] = summarise(zygotes)
                 log("memory:", json.dumps(result["memory"]))
             for round_ in range(args.rounds):
                 row: dict = {}

@@ -171,6 +171,14 @@ def label(pid: int) -> str | None:
     exe = os.path.basename(args[0])
     if exe in ("tritonserver", "triton_python_backend_stub", "nats-server", "perf_analyzer"):
         return exe
+    try:  # a python model's process names itself `py<i>:<model>` (a forked one has its zygote's argv)
+        comm = open(f"/proc/{pid}/comm").read()
+    except OSError:
+        return None
+    if comm.startswith("py") and ":" in comm:
+        return "worker (python model child)"
+    if "services.worker.python.zygote" in args:
+        return "worker (zygote)"
     words = args[:6]
     for word in ("gateway", "scheduler", "repository", "worker", "serve"):  # shoal's services
         if word in words:

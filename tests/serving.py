@@ -46,9 +46,13 @@ def descendants(pid: int) -> list[int]:
 
 
 def command_of(pid: int) -> str:
+    """Its command line, then its name in brackets: a python model's process forked from the zygote
+    has the zygote's command line and names itself `py<i>:<model>` (isolation.process_name)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
+            command = f.read().replace(b"\0", b" ").decode(errors="replace")
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f"{command} [{f.read().decode(errors='replace').strip()}]"
     except OSError:
         return ""
 

@@ -225,6 +225,11 @@ class WorkerSettings(BusSettings):
         description="set for the worker process of one python model or instance: the worker that "
         "started it (it dies with that worker)",
     )
+    python_fork: bool = Field(
+        True,
+        description="python model processes fork from one process that imported Shoal once (they "
+        "share its memory and start at once); false: each starts its own interpreter",
+    )
     instance_index: int = Field(
         -1,
         description="set for the worker process of one instance (--python-isolation instance): which "

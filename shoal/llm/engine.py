@@ -8,13 +8,18 @@ own sampler. Between steps:
 - **joining**: the oldest waiting request is admitted while there is a free sequence and its
   reservation fits the context: prompt + the most it may generate, in KV cells, so that a
   sequence admitted always has room to finish (no eviction, no recomputation);
+- **a shared prompt start is decoded once**: the cells of the latest prompt stay in a sequence
+  of their own (up to `prefix_cache_tokens` of them), and a newcomer whose prompt starts the
+  same way (a chat template's system prompt, say) shares those cells instead of decoding them;
 - **leaving**: a sequence that ends (an end-of-generation token, `max_tokens`, its reservation)
   or whose client went away (`Sink.cancelled`, which includes its deadline) is answered and its
   cells and sampler are freed at once, so the next request can join at the next step.
 
 `submit` returns once the request has joined (or was answered): a model instance's `execute`
 calls it, so requests that do not fit yet wait in the scheduler's queue, under its policies and
-in its statistics, not in here. docs/openai.md says how it performs.
+in its statistics, not in here. A request that fits joins at once (its sequence and cells are
+reserved in `submit`, its prompt goes into the next step), so requests that arrive together
+start together. docs/openai.md says how it performs.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ class Decoder(Protocol):
 
     def forget(self, seq: int) -> None: ...
 
+    def share(self, source: int, target: int, length: int) -> None: ...
+
     def piece(self, token: int, special: bool = False) -> bytes: ...
 
     def is_end(self, token: int) -> bool: ...
@@ -75,6 +82,7 @@ class Limits:
     max_sequences: int = 8
     n_batch: int = 512
     max_sequence_tokens: int = 2048
+    prefix_cache_tokens: int = 512  # cells kept for the latest prompt's start (0: no prompt cache)
 
 
 @dataclass
@@ -113,9 +121,12 @@ class _Sequence:
 class Engine:
     def __init__(self, model: Decoder, limits: Limits) -> None:
         self.model, self.limits = model, limits
-        self.capacity = model.n_ctx
+        self.capacity = model.n_ctx - limits.prefix_cache_tokens  # what sequences may reserve
+        self._cache_seq = limits.max_sequences  # the sequence id that keeps the latest prompt's cells
+        self._cached: list[int] = []  # the tokens whose cells it keeps (the engine's thread's alone)
         self._waiting: deque[Job] = deque()
-        self._running: list[_Sequence] = []
+        self._joining: list[_Sequence] = []  # admitted, not yet in a step (the engine's thread moves them)
+        self._running: list[_Sequence] = []  # the engine's thread's alone
         self._free_seqs = list(range(limits.max_sequences - 1, -1, -1))
         self._reserved = 0
         self._stopping = False
@@ -144,13 +155,14 @@ class Engine:
             if self._stopping:
                 raise RuntimeError("the model is unloading")
             self._waiting.append(job)
+            self._admit()  # it may fit now: then it joins without waiting for a step
             self._wake.notify()
         job.joined.wait()
 
     def load(self) -> dict[str, int]:
         """Sequences running and waiting, KV cells reserved and in all (for statistics and tests)."""
         with self._wake:
-            running, waiting = len(self._running), len(self._waiting)
+            running, waiting = len(self._running) + len(self._joining), len(self._waiting)
             return {"running": running, "waiting": waiting, "reserved": self._reserved, "capacity": self.capacity}
 
     def close(self) -> None:
@@ -166,12 +178,19 @@ class Engine:
         try:
             while True:
                 with self._wake:
-                    while not self._running and not self._waiting and not self._stopping:
+                    while not self._running and not self._joining and not self._waiting and not self._stopping:
                         self._wake.wait()
                     if self._stopping:
                         break
                     self._drop_cancelled_waiting()
                     self._admit()
+                    joining, self._joining = self._joining, []
+                self._running.extend(joining)
+                for sequence in joining:
+                    if sequence.budget == 0:  # max_tokens 0: nothing to generate
+                        self._finish(sequence, "length")
+                    else:
+                        self._reuse_prefix(sequence)
                 self._step()
         except Exception:  # a bug: answer everyone rather than leave them hanging
             log.exception("the LLM engine stopped")
@@ -179,6 +198,7 @@ class Engine:
             self._fail_all("the model is unloading" if self._stopping else "the LLM engine stopped on an error")
 
     def _admit(self) -> None:
+        """Move waiting requests that fit now, oldest first, to `_joining` (under `_wake`)."""
         while self._waiting and self._free_seqs:
             job = self._waiting[0]
             budget = min(self.limits.max_sequence_tokens, self.capacity) - len(job.prompt)
@@ -191,10 +211,31 @@ class Engine:
             sampler = self.model.sampler(job.temperature, job.top_p, seed)
             sequence = _Sequence(job, self._free_seqs.pop(), sampler, budget)
             self._reserved += sequence.cells
-            self._running.append(sequence)
+            self._joining.append(sequence)
             job.joined.set()
-            if budget == 0:  # max_tokens 0: nothing to generate
-                self._finish(sequence, "length")
+
+    def _reuse_prefix(self, sequence: _Sequence) -> None:
+        """Start a newcomer with the cells of the cached prompt's start that its prompt shares
+        (all but its last token: that one is decoded for its logits)."""
+        prompt, cached = sequence.job.prompt, self._cached
+        shared = 0
+        for a, b in zip(prompt[: len(prompt) - 1], cached):
+            if a != b:
+                break
+            shared += 1
+        if shared >= 4:  # fewer is not worth a call
+            self.model.share(self._cache_seq, sequence.seq, shared)
+            sequence.fed = shared
+
+    def _cache_prompt(self, sequence: _Sequence) -> None:
+        """Keep this prompt's cells (its sequence has just decoded them all) for the next ones."""
+        prompt = sequence.job.prompt
+        length = min(len(prompt), self.limits.prefix_cache_tokens)
+        if length == 0 or prompt[:length] == self._cached:
+            return
+        self.model.forget(self._cache_seq)
+        self.model.share(sequence.seq, self._cache_seq, length)
+        self._cached = prompt[:length]
 
     def _drop_cancelled_waiting(self) -> None:
         for job in [job for job in self._waiting if job.sink.cancelled()]:
@@ -237,6 +278,8 @@ class Engine:
                 self._answer(sequence.job.sink.fail, str(exc))
             return
         for sequence, index in wanted:
+            if sequence.produced == 0:  # its prompt is all in
+                self._cache_prompt(sequence)
             self._advance(sequence, self.model.sample(sequence.sampler, index))
 
     def _batch_members(self, entries: list[Entry]) -> list[_Sequence]:
@@ -281,6 +324,9 @@ class Engine:
             return False
 
     def _fail_all(self, message: str) -> None:
+        with self._wake:
+            self._running.extend(self._joining)
+            self._joining = []
         for sequence in list(self._running):
             self._release(sequence)
             self._answer(sequence.job.sink.fail, message)

@@ -13,7 +13,9 @@ with `finish_reason` and the usage counts. Its config says, as string parameters
 | `n_ctx` | 8192 | KV cells shared by those sequences (the context memory bound) |
 | `max_sequence_tokens` | 2048 | the most one sequence may hold, prompt and completion |
 | `n_batch` | 512 | the most tokens one decode step takes |
-| `n_threads` | 1 | llama.cpp's threads |
+| `prefix_cache_tokens` | 512 | KV cells kept for the latest prompt's start, which a newcomer's prompt that starts the same way shares |
+| `n_threads` | 1 | llama.cpp's threads for one sequence's token |
+| `n_threads_batch` | `n_threads` | its threads for a batch of several tokens (sequences together, prompts) |
 | `llama_cpu_backends` | llama-cpp-python's `lib/` | folders searched for a portable build's CPU backends (`libggml-cpu-*.so`), `:`-separated |
 
 Inputs: `text_input` or `messages` (a JSON conversation, rendered with the GGUF's own chat
@@ -129,11 +131,17 @@ class LlamaPythonModel:
             max_sequences=number("max_sequences", 8),
             n_batch=number("n_batch", 512),
             n_threads=number("n_threads", 1),
+            n_threads_batch=number("n_threads_batch", number("n_threads", 1)),
         )
         self.model = LlamaModel(gguf, context, library)
         self.engine = Engine(
             self.model,
-            Limits(context.max_sequences, context.n_batch, number("max_sequence_tokens", 2048)),
+            Limits(
+                context.max_sequences,
+                context.n_batch,
+                number("max_sequence_tokens", 2048),
+                number("prefix_cache_tokens", 512),
+            ),
         )
         self.template = self.model.chat_template()
         self.bos, self.eos = self.model.special_text("bos"), self.model.special_text("eos")

@@ -33,12 +33,15 @@ class LlamaError(Exception):
 
 @dataclass(frozen=True)
 class ContextSettings:
-    """One context's bounds. `n_ctx` KV cells are shared by all sequences (a unified cache)."""
+    """One context's bounds. `n_ctx` KV cells are shared by all sequences (a unified cache); the
+    context has one sequence id more than `max_sequences`, for the engine's prompt cache."""
 
     n_ctx: int = 8192
     max_sequences: int = 8
     n_batch: int = 512  # the most tokens one decode takes (prompt chunks and decode steps together)
-    n_threads: int = 1
+    n_threads: int = 1  # for a batch of one token (one sequence generating)
+    n_threads_batch: int = 1  # for a batch of several (sequences together, prompts)
+    flash_attention: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,10 +147,12 @@ class LlamaModel:
         context = api.llama_context_default_params()
         context.n_ctx = settings.n_ctx
         context.n_batch = context.n_ubatch = settings.n_batch
-        context.n_seq_max = settings.max_sequences
-        context.n_threads = context.n_threads_batch = settings.n_threads
+        context.n_seq_max = settings.max_sequences + 1  # and one that keeps the latest prompt's cells
+        context.n_threads, context.n_threads_batch = settings.n_threads, settings.n_threads_batch
         context.kv_unified = True  # any sequence may use any cell: the engine bounds the total
         context.no_perf = True
+        # llama-cpp-python's default, and its server's: the same numerics as the library used alone
+        context.flash_attn_type = 1 if settings.flash_attention else 0
         self.context = api.llama_init_from_model(self.model, context)
         if not self.context:
             api.llama_model_free(self.model)
@@ -221,6 +226,11 @@ class LlamaModel:
     def forget(self, seq: int) -> None:
         """Free a sequence's KV cells."""
         self.api.llama_memory_seq_rm(self.memory, seq, -1, -1)
+
+    def share(self, source: int, target: int, length: int) -> None:
+        """Give `target` the KV cells of `source`'s first `length` positions (shared, not copied:
+        a cell belongs to every sequence that has it)."""
+        self.api.llama_memory_seq_cp(self.memory, source, target, 0, length)
 
     def close(self) -> None:
         if self.context:

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from services.worker.python.isolation import process_name
 from shared.process.natsserver import NatsServer
 from tests.cluster import running_cluster
 from tests.integration.model_states import StateLog
@@ -112,17 +113,15 @@ def test_python_models_load_and_stay_ready_on_a_saturated_machine(tmp_path, satu
 
 
 def processes_of(models: list[str]) -> list[int]:
-    """The pids of these python models' own processes (`shoal worker --models <model>`)."""
+    """The pids of these python models' own processes (each names itself `py<i>:<model>`)."""
+    names = {process_name(m, i)[:15] for m in models for i in (-1, 0)}
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() in names:
+                found.append(int(entry.name))
         except OSError:
             continue
-        if b"--models" in argv and argv[argv.index(b"--models") + 1].decode() in models:
-            found.append(int(entry.name))
     return found
 
 

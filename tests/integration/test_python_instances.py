@@ -18,6 +18,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from services.worker.python.isolation import process_name
 from shared.process.natsserver import NatsServer
 from tests.cluster import running_cluster
 from tests.integration.model_states import StateLog
@@ -132,18 +133,18 @@ def scrape(url: str) -> str:
 
 
 def instance_processes(model: str) -> dict[int, int]:
-    """instance index -> pid of the model's instance processes (`--instance-index I`)."""
+    """instance index -> pid of the model's instance processes: each names itself `py<i>:<model>`
+    (/proc/PID/comm; a process forked from the zygote has the zygote's command line)."""
     found = {}
+    names = {process_name(model, i)[:15]: i for i in range(8)}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
         try:
-            argv = [a.decode() for a in (entry / "cmdline").read_bytes().split(b"\0")]
+            comm = (entry / "comm").read_text().strip()
         except OSError:
             continue
-        if "--models" in argv and argv[argv.index("--models") + 1] == model and "--instance-index" in argv:
-            found[int(argv[argv.index("--instance-index") + 1])] = int(entry.name)
-    return {index: pid for index, pid in found.items() if index >= 0}  # -1: a process for the whole model
+        if entry.name.isdigit() and comm in names:
+            found[names[comm]] = int(entry.name)
+    return found
 
 
 def test_each_instance_runs_in_its_own_process_and_two_executes_run_at_once(instances):
@@ -223,7 +224,6 @@ def test_isolation_model_runs_the_instances_as_threads_of_one_process(tmp_path):
         answers = concurrently(running.url, "meet", 2)
         assert all(isinstance(a, dict) and a["met"] for a in answers), answers
         (pid,) = {a["pid"] for a in answers}  # type: ignore[index]
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        assert argv[argv.index(b"--instance-index") + 1] == b"-1"  # the process of the whole model
+        assert Path(f"/proc/{pid}/comm").read_text().strip() == process_name("parallel", -1)  # the whole model's
         names = {json.loads(a["args"])["model_instance_name"] for a in answers}  # type: ignore[index]
         assert names == {"parallel_0_0", "parallel_0_1"}

@@ -37,6 +37,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
+from services.worker.python.zygote import Forked, Zygote
 from shared.config.backend_config import python_based_runtime
 from shared.process.settings import WorkerSettings, to_argv
 from shared.wire import subjects
@@ -46,6 +47,8 @@ log = logging.getLogger("shoal.worker")
 RESTART_BACKOFF_MAX_S = 10.0
 STOP_TIMEOUT_S = 10.0
 PR_SET_PDEATHSIG = 1
+
+Process = asyncio.subprocess.Process | Forked  # started on its own, or forked by the zygote
 
 # (model, child worker id, exit code, seconds it lived) -> whether the child died while loading
 # (it then waits for the next generation instead of restarting)
@@ -65,6 +68,21 @@ def import_nats_without_websockets() -> None:
     finally:
         if "aiohttp" in sys.modules and sys.modules["aiohttp"] is None:
             del sys.modules["aiohttp"]
+
+
+PR_SET_NAME = 15
+
+
+def process_name(model: str, index: int) -> str:
+    """What `ps -o comm`, `top` and /proc/PID/comm show for a python model's process: `py<i>:<model>`
+    for instance i, `py:<model>` for a whole model (the kernel keeps 15 bytes). A forked process's
+    command line is its zygote's, so this is what tells them apart."""
+    return (f"py{index}:" if index >= 0 else "py:") + model
+
+
+def name_process(name: str) -> None:
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -94,6 +112,7 @@ class ModelProcesses:
         self._generations: dict[str, int] = {}
         self._new_generation: dict[tuple[str, int], asyncio.Event] = {}
         self._environ: dict[str, dict[str, str]] = {}  # model -> what its processes add (EXECUTION_ENV_PATH)
+        self.zygote = Zygote()  # the processes fork from it (zygote.py)
 
     def group_id(self, model: str) -> str:
         """The id the model's processes report under together (the process's own id, for `model`)."""
@@ -159,6 +178,7 @@ class ModelProcesses:
     async def stop_all(self) -> None:
         self.stopping = True
         await asyncio.gather(*(self.stop(model) for model in list(self.children)))
+        await self.zygote.close()  # after its processes: they would die with it
 
     async def _keep_running(self, model: str, index: int) -> None:
         restarts = 0
@@ -189,9 +209,19 @@ class ModelProcesses:
             log.error("the process of %s exited with code %s; restarting it in %.1f s", what, code, delay)
             await asyncio.sleep(delay)
 
-    async def _start(self, model: str, index: int) -> asyncio.subprocess.Process:
-        argv = [sys.executable, "-m", "shoal.cli", "worker", *to_argv(self.child_settings(model, index))]
-        process = await asyncio.create_subprocess_exec(*argv, env={**os.environ, **self._environ.get(model, {})})
+    async def _start(self, model: str, index: int) -> Process:
+        settings, environ = self.child_settings(model, index), self._environ.get(model, {})
+        process: Process | None = None
+        if self.settings.python_fork and not environ:  # an EXECUTION_ENV_PATH needs its own interpreter
+            try:
+                zygote = await self.zygote.ready()
+                argv = ["worker", *to_argv(settings.model_copy(update={"parent_pid": zygote}))]
+                process = await self.zygote.spawn(argv)
+            except OSError as exc:
+                log.warning("cannot fork the process of python model '%s' (%s): starting it on its own", model, exc)
+        if process is None:
+            argv = [sys.executable, "-m", "shoal.cli", "worker", *to_argv(settings)]
+            process = await asyncio.create_subprocess_exec(*argv, env={**os.environ, **environ})
         if index == WHOLE_MODEL:
             log.info("python model '%s' runs in process %d", model, process.pid)
         else:
@@ -199,7 +229,7 @@ class ModelProcesses:
         return process
 
     @staticmethod
-    async def _terminate(process: asyncio.subprocess.Process) -> None:
+    async def _terminate(process: Process) -> None:
         if process.returncode is not None:
             return
         process.send_signal(signal.SIGTERM)  # it unloads the model and reports that

@@ -24,9 +24,10 @@ class CountingModel:
     """A `Decoder`: after token t comes t + 1, and END after END - 1. It checks what llama.cpp
     would refuse: positions that skip, a sequence id out of range, more cells than it has."""
 
-    def __init__(self, n_ctx: int = 256, max_sequences: int = 8, step_delay: float = 0.0) -> None:
+    def __init__(self, n_ctx: int = 256, max_sequences: int = 9, step_delay: float = 0.0) -> None:
         self.n_ctx, self.max_sequences, self.step_delay = n_ctx, max_sequences, step_delay
         self.batches: list[list[Entry]] = []
+        self.shared: list[tuple[int, int, int]] = []
         self.cells: dict[int, int] = {}  # seq -> next position expected
         self.logits: dict[int, int] = {}  # batch index -> token it predicts
         self.fail_next = False
@@ -57,6 +58,11 @@ class CountingModel:
 
     def forget(self, seq: int) -> None:
         self.cells.pop(seq, None)
+
+    def share(self, source: int, target: int, length: int) -> None:
+        assert self.cells.get(source, 0) >= length and target not in self.cells
+        self.cells[target] = length
+        self.shared.append((source, target, length))
 
     def piece(self, token: int, special: bool = False) -> bytes:
         return f"<{token}>".encode()
@@ -119,14 +125,18 @@ def engine_for():
 
 
 def test_one_sequence_generates_until_its_end_token(engine_for):
-    engine = engine_for(CountingModel(), Limits(max_sequences=4, n_batch=16, max_sequence_tokens=64))
+    engine = engine_for(
+        CountingModel(), Limits(prefix_cache_tokens=0, max_sequences=4, n_batch=16, max_sequence_tokens=64)
+    )
     sink = run(engine, [990, 995])
     assert sink.done.wait(10)
     assert sink.tokens() == [996, 997, 998, 999] and sink.ending == ("stop", 4)
 
 
 def test_max_tokens_ends_a_sequence_with_length(engine_for):
-    engine = engine_for(CountingModel(), Limits(max_sequences=4, n_batch=16, max_sequence_tokens=64))
+    engine = engine_for(
+        CountingModel(), Limits(prefix_cache_tokens=0, max_sequences=4, n_batch=16, max_sequence_tokens=64)
+    )
     sink = run(engine, [1, 2, 3], max_tokens=5)
     assert sink.done.wait(10)
     assert sink.tokens() == [4, 5, 6, 7, 8] and sink.ending == ("length", 5)
@@ -134,7 +144,7 @@ def test_max_tokens_ends_a_sequence_with_length(engine_for):
 
 def test_sequences_decode_together_and_newcomers_join_between_steps(engine_for):
     model = CountingModel(step_delay=0.01)
-    engine = engine_for(model, Limits(max_sequences=4, n_batch=64, max_sequence_tokens=64))
+    engine = engine_for(model, Limits(prefix_cache_tokens=0, max_sequences=4, n_batch=64, max_sequence_tokens=64))
     first = run(engine, [10], max_tokens=30)
     while len(model.batches) < 3:  # the first sequence is under way
         time.sleep(0.005)
@@ -147,6 +157,33 @@ def test_sequences_decode_together_and_newcomers_join_between_steps(engine_for):
     assert max(len({e.seq for e in batch}) for batch in model.batches) == 2
 
 
+def test_requests_that_fit_join_at_once_and_start_in_one_step(engine_for):
+    model = CountingModel()
+    model.gate.clear()  # no step completes until all three have joined
+    engine = engine_for(model, Limits(prefix_cache_tokens=0, max_sequences=4, n_batch=64, max_sequence_tokens=64))
+    sinks = [run(engine, [100 * (i + 1)], max_tokens=3) for i in range(3)]  # each returns without a step
+    assert engine.load()["running"] == 3
+    model.gate.set()
+    assert all(sink.done.wait(10) for sink in sinks)
+    assert sorted(e.token for e in model.batches[0]) == [100, 200, 300] or len(model.batches[0]) == 1
+    assert max(len(batch) for batch in model.batches) == 3
+
+
+def test_a_prompt_that_starts_like_the_last_one_shares_its_cells(engine_for):
+    model = CountingModel(n_ctx=256 + 64)
+    engine = engine_for(model, Limits(prefix_cache_tokens=64, max_sequences=4, n_batch=64, max_sequence_tokens=128))
+    system = list(range(200, 220))  # a chat template's common start
+    first = run(engine, system + [1, 2], max_tokens=2)
+    assert first.done.wait(10)
+    second = run(engine, system + [7, 8, 9], max_tokens=2)
+    assert second.done.wait(10) and second.tokens() == [10, 11]
+    # the second shared the 20 cells of the common start from the cache sequence (id 4) and
+    # decoded only what differs: the system prompt's tokens went through llama_decode once
+    assert any(source == 4 and length == 20 for source, _, length in model.shared), model.shared
+    decoded = [e.token for batch in model.batches for e in batch]
+    assert decoded.count(200) == 1 and decoded.count(219) == 1 and decoded.count(7) == 1
+
+
 def first_seq(model: CountingModel) -> int:
     return model.batches[0][0].seq
 
@@ -157,7 +194,7 @@ def second_seq(model: CountingModel) -> int:
 
 def test_a_finished_sequence_leaves_at_once_and_frees_its_slot(engine_for):
     model = CountingModel(step_delay=0.005)
-    engine = engine_for(model, Limits(max_sequences=1, n_batch=64, max_sequence_tokens=64))
+    engine = engine_for(model, Limits(prefix_cache_tokens=0, max_sequences=1, n_batch=64, max_sequence_tokens=64))
     long = run(engine, [1], max_tokens=40)
     waiting = []
     thread = threading.Thread(target=lambda: waiting.append(run(engine, [700], max_tokens=2)))
@@ -174,7 +211,7 @@ def test_a_finished_sequence_leaves_at_once_and_frees_its_slot(engine_for):
 
 def test_a_cancelled_stream_leaves_at_the_next_step(engine_for):
     model = CountingModel(step_delay=0.005)
-    engine = engine_for(model, Limits(max_sequences=4, n_batch=64, max_sequence_tokens=256))
+    engine = engine_for(model, Limits(prefix_cache_tokens=0, max_sequences=4, n_batch=64, max_sequence_tokens=256))
     sink = run(engine, [1], max_tokens=200)
     while len(sink.pieces) < 3:
         time.sleep(0.002)
@@ -188,7 +225,7 @@ def test_a_cancelled_stream_leaves_at_the_next_step(engine_for):
 def test_a_request_cancelled_while_waiting_is_answered_without_running(engine_for):
     model = CountingModel()
     model.gate.clear()  # the running sequence is stuck in its step
-    engine = engine_for(model, Limits(max_sequences=1, n_batch=64, max_sequence_tokens=64))
+    engine = engine_for(model, Limits(prefix_cache_tokens=0, max_sequences=1, n_batch=64, max_sequence_tokens=64))
     threading.Thread(target=run, args=(engine, [1], 5), daemon=True).start()
     while not engine.load()["running"]:
         time.sleep(0.002)
@@ -204,7 +241,7 @@ def test_a_request_cancelled_while_waiting_is_answered_without_running(engine_fo
 def test_reservations_bound_the_context_and_the_oldest_waits_first(engine_for):
     # 100 cells: a sequence reserves prompt + max_tokens, so two of 40 fit and the third waits
     model = CountingModel(n_ctx=100, step_delay=0.002)
-    engine = engine_for(model, Limits(max_sequences=8, n_batch=64, max_sequence_tokens=100))
+    engine = engine_for(model, Limits(prefix_cache_tokens=0, max_sequences=8, n_batch=64, max_sequence_tokens=100))
     sinks: list[Collect] = []
     threads = [threading.Thread(target=lambda: sinks.append(run(engine, [1] * 10, max_tokens=30))) for _ in range(4)]
     for thread in threads:
@@ -218,7 +255,7 @@ def test_reservations_bound_the_context_and_the_oldest_waits_first(engine_for):
 
 def test_the_prompt_goes_in_chunks_of_n_batch_beside_the_generating_sequences(engine_for):
     model = CountingModel(step_delay=0.002)
-    engine = engine_for(model, Limits(max_sequences=4, n_batch=8, max_sequence_tokens=128))
+    engine = engine_for(model, Limits(prefix_cache_tokens=0, max_sequences=4, n_batch=8, max_sequence_tokens=128))
     first = run(engine, [1], max_tokens=20)
     second = run(engine, list(range(100, 120)), max_tokens=2)
     assert first.done.wait(10) and second.done.wait(10)
@@ -227,7 +264,9 @@ def test_the_prompt_goes_in_chunks_of_n_batch_beside_the_generating_sequences(en
 
 
 def test_a_prompt_too_long_is_refused_at_once(engine_for):
-    engine = engine_for(CountingModel(n_ctx=64), Limits(max_sequences=2, n_batch=16, max_sequence_tokens=32))
+    engine = engine_for(
+        CountingModel(n_ctx=64), Limits(prefix_cache_tokens=0, max_sequences=2, n_batch=16, max_sequence_tokens=32)
+    )
     with pytest.raises(ValueError, match="the prompt has 32 tokens; a sequence holds at most 32"):
         engine.submit(Job([1] * 32, Collect()))
     with pytest.raises(ValueError, match="empty"):
@@ -236,7 +275,7 @@ def test_a_prompt_too_long_is_refused_at_once(engine_for):
 
 def test_a_failed_decode_fails_the_sequences_in_that_batch_and_the_engine_goes_on(engine_for):
     model = CountingModel()
-    engine = engine_for(model, Limits(max_sequences=2, n_batch=16, max_sequence_tokens=64))
+    engine = engine_for(model, Limits(prefix_cache_tokens=0, max_sequences=2, n_batch=16, max_sequence_tokens=64))
     model.fail_next = True
     failed = run(engine, [1], max_tokens=3)
     assert failed.done.wait(10) and "no room in the KV cache" in (failed.error or "")
@@ -246,7 +285,7 @@ def test_a_failed_decode_fails_the_sequences_in_that_batch_and_the_engine_goes_o
 
 def test_closing_fails_what_is_still_running(engine_for):
     model = CountingModel(step_delay=0.01)
-    engine = engine_for(model, Limits(max_sequences=2, n_batch=16, max_sequence_tokens=512))
+    engine = engine_for(model, Limits(prefix_cache_tokens=0, max_sequences=2, n_batch=16, max_sequence_tokens=512))
     sink = run(engine, [1], max_tokens=400)
     engine.close()
     assert sink.done.wait(10) and sink.error == "the model is unloading"
@@ -256,14 +295,19 @@ def test_closing_fails_what_is_still_running(engine_for):
 
 @given(
     st.lists(
-        st.tuples(st.lists(st.integers(0, 900), min_size=1, max_size=12), st.integers(0, 12)), min_size=1, max_size=10
+        st.tuples(st.lists(st.sampled_from([3, 5, 7, 900]), min_size=1, max_size=12), st.integers(0, 12)),
+        min_size=1,
+        max_size=10,
     ),
     st.integers(1, 4),
     st.integers(1, 16),
+    st.sampled_from([0, 6, 16]),
 )
-def test_every_sequence_gets_exactly_its_own_tokens_whatever_runs_beside_it(jobs, max_sequences, n_batch):
-    model = CountingModel(n_ctx=64, max_sequences=max_sequences)
-    engine = Engine(model, Limits(max_sequences=max_sequences, n_batch=n_batch, max_sequence_tokens=32))
+def test_every_sequence_gets_exactly_its_own_tokens_whatever_runs_beside_it(jobs, max_sequences, n_batch, cache):
+    """Prompts from four tokens share starts often, so the prompt cache is used and replaced."""
+    model = CountingModel(n_ctx=64 + cache, max_sequences=max_sequences + 1)
+    limits = Limits(prefix_cache_tokens=cache, max_sequences=max_sequences, n_batch=n_batch, max_sequence_tokens=32)
+    engine = Engine(model, limits)
     try:
         sinks: list[tuple[list[int], int, Collect]] = []
         threads = []
@@ -279,6 +323,6 @@ def test_every_sequence_gets_exactly_its_own_tokens_whatever_runs_beside_it(jobs
             assert sink.done.wait(20)
             expected = list(range(prompt[-1] + 1, prompt[-1] + 1 + max_tokens))
             assert sink.tokens() == expected and sink.ending == ("length", max_tokens)
-        assert engine.load()["reserved"] == 0 and model.cells == {}
+        assert engine.load()["reserved"] == 0 and set(model.cells) <= {max_sequences}  # the cache's cells stay
     finally:
         engine.close()

@@ -1,0 +1,60 @@
+"""Python model processes forked from a warm zygote: each exit reported with its code, a signal
+reaches the process, and a zygote that dies takes its processes with it and is started again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+from services.worker.python.zygote import Zygote
+
+
+async def test_a_forked_process_runs_shoal_and_its_exit_code_comes_back():
+    zygote = Zygote()
+    try:
+        helped = await zygote.spawn(["worker", "--help"])  # argparse prints the help and exits 0
+        refused = await zygote.spawn(["no-such-command"])
+        assert helped.pid != refused.pid and zygote.pid not in (helped.pid, refused.pid)
+        assert await asyncio.wait_for(helped.wait(), 60) == 0
+        assert await asyncio.wait_for(refused.wait(), 60) == 1 and refused.returncode == 1
+    finally:
+        await zygote.close()
+
+
+async def test_a_signal_reaches_the_forked_process_and_its_death_is_reported():
+    zygote = Zygote()
+    try:
+        pid = await zygote.ready()
+        # a worker that waits for a NATS server nobody runs: it lives until it is signalled
+        process = await zygote.spawn(["worker", "--nats-url", "nats://127.0.0.1:1", "--parent-pid", str(pid)])
+        await asyncio.sleep(0.5)
+        process.kill()
+        assert await asyncio.wait_for(process.wait(), 30) == -signal.SIGKILL
+    finally:
+        await zygote.close()
+
+
+async def test_a_dead_zygote_takes_its_processes_and_is_started_again():
+    zygote = Zygote()
+    try:
+        first = await zygote.ready()
+        process = await zygote.spawn(["worker", "--nats-url", "nats://127.0.0.1:1", "--parent-pid", str(first)])
+        os.kill(first, signal.SIGKILL)
+        assert await asyncio.wait_for(process.wait(), 30) == -signal.SIGKILL  # reported as killed with it
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{process.pid}") and "Z" not in _state(process.pid):
+            assert time.monotonic() < deadline, "the forked process outlived its zygote"
+            await asyncio.sleep(0.05)
+        again = await zygote.spawn(["worker", "--help"])
+        assert zygote.pid != first and await asyncio.wait_for(again.wait(), 60) == 0
+    finally:
+        await zygote.close()
+
+
+def _state(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
