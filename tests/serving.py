@@ -47,7 +47,7 @@ def descendants(pid: int) -> list[int]:
 
 def command_of(pid: int) -> str:
     """Its command line, then its name in brackets: a python model's process forked from the zygote
-    has the zygote's command line and names itself `py<i>:<model>` (isolation.process_name)."""
+    has the zygote's command line and names itself `py<i>:<model>` (child_process.process_name)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             command = f.read().replace(b"\0", b" ").decode(errors="replace")
