@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -164,7 +165,7 @@ def test_shoal_serve_end_to_end(tmp_path):
     """`shoal serve` with no repository: example models, a table, requests, clean stop."""
     http_port, metrics_port, grpc_port = free_port(), free_port(), free_port()
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    log = open(tmp_path / "serve.log", "w+")
+    log = (tmp_path / "serve.log").open("w+")
     serve = subprocess.Popen(
         [
             sys.executable,
@@ -210,9 +211,11 @@ def test_shoal_serve_end_to_end(tmp_path):
     finally:
         serve.send_signal(signal.SIGTERM)
         code = serve.wait(60)
+        log.close()
     assert code == 0
     assert all(
-        not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z" for pid in children
+        not os.path.exists(f"/proc/{pid}") or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+        for pid in children
     ), "orphan processes"
     assert not [p for p in glob.glob("/dev/shm/shoal_*") if os.path.getmtime(p) > serve_started(tmp_path)]
 
