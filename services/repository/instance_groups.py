@@ -51,8 +51,9 @@ def _fold_group(key: GroupKey, members: list[InstanceRecord], whole: dict[GroupK
     serving = min(present, default=0)
     if complete and serving:
         whole[key] = max(whole.get(key, 0), serving)
-    elif not complete and not (serving and serving <= whole.get(key, 0)):
-        serving = 0  # not every instance has loaded yet: nothing serves
+    elif not complete:  # an instance is missing: what the group served whole before, if anything
+        before = whole.get(key, 0)
+        serving = before if present and min(present) >= before > 0 else 0
     failed = [m for m in newest if m.state == ModelState.UNAVAILABLE]
     if failed:
         state = ModelState.UNAVAILABLE

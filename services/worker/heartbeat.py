@@ -106,3 +106,39 @@ class HeartbeatThread:
             return
         beat.loading = self.loading()
         await nc.publish(subjects.WORKER_HEARTBEAT, encode(beat))
+
+
+class LoopHeartbeat:
+    """The beat of a python model's process, sent from its event loop on its one connection.
+
+    A python model's process hosts one model (one instance of it, by default): its loop never has
+    hundreds of loads to report, the worker that started it says when it exits, and a late beat
+    no longer drops a worker whose connection lives (shared/bus/liveness.py). So it needs no thread
+    and no second connection of its own (hundreds of processes would hold hundreds of each); the
+    interface is `HeartbeatThread`'s."""
+
+    def __init__(self, nc: NATS, loading: Callable[[], int]) -> None:
+        self.nc = nc
+        self.loading = loading
+        self._beat: WorkerHeartbeat | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        pass
+
+    def update(self, beat: WorkerHeartbeat) -> None:
+        """The main loop's tick: the beat goes out now."""
+        self._beat = beat
+        self.beat_now()
+
+    def beat_now(self) -> None:
+        """On the event loop (the loader's end of loads, the tick)."""
+        if self._beat is None:
+            return
+        self._beat.loading = self.loading()
+        task = asyncio.ensure_future(self.nc.publish(subjects.WORKER_HEARTBEAT, encode(self._beat)))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    def stop(self) -> None:
+        pass

@@ -187,6 +187,7 @@ class ModelLifecycle:
             or not self.hosts(name, record.config)
             or not self.placed_here(record)
             or record.active_config.get("platform") == "ensemble"
+            or self._instance_dropped(record)
         ):
             hosted = None
         if hosted is not None and isolated(self.settings, hosted.config):
@@ -213,6 +214,11 @@ class ModelLifecycle:
             await self.unload(key)
         if hosted is not None:
             self._load_new(name, hosted, wanted)
+
+    def _instance_dropped(self, record: ModelRecord) -> bool:
+        """The process of an instance the model no longer has (a reload to a lower count): it
+        unloads, and the worker that started it stops it; it must not fail the new generation."""
+        return 0 <= self.settings.instance_index and group_size(record.config) <= self.settings.instance_index
 
     def _instance_processes(self, record: ModelRecord) -> int | None:
         """How many processes an isolated model gets: one per instance (`--python-isolation

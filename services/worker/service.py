@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 
 from services.worker.batch_executor import BatchExecutor
 from services.worker.completions import Completions
-from services.worker.heartbeat import HeartbeatThread
+from services.worker.heartbeat import HeartbeatThread, LoopHeartbeat
 from services.worker.instances import Instance, LoadedModel
 from services.worker.model_lifecycle import ModelLifecycle
 from services.worker.outputs import Outputs
@@ -84,8 +84,12 @@ class WorkerService:
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
         self.budget_bytes = footprint.parse_budget(settings.model_memory_budget)
-        self.beats = HeartbeatThread(
-            settings.nats_url, f"shoal-worker-{settings.worker_id}-heartbeat", settings.heartbeat_s, self._loading
+        self.beats: HeartbeatThread | LoopHeartbeat = (
+            LoopHeartbeat(nc, self._loading)  # a python model's process: one model, watched by its worker
+            if settings.parent_pid
+            else HeartbeatThread(
+                settings.nats_url, f"shoal-worker-{settings.worker_id}-heartbeat", settings.heartbeat_s, self._loading
+            )
         )
 
     def _loading(self) -> int:

@@ -144,10 +144,20 @@ def choose(gguf: Path, folders: Sequence[Path], timeout: float = 180.0) -> Choic
 def _score(paths: list[str]) -> None:
     import ctypes
 
+    from shoal.llm.runtime import LlamaError, library_folder
+
+    try:  # the backends need ggml's base library, which they find loaded (they carry no path to it)
+        ctypes.CDLL(str(library_folder() / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
+    except (LlamaError, OSError):
+        pass  # no llama-cpp-python here: a backend that needs it fails to load, and scores 0
     for path in paths:
-        library = ctypes.CDLL(path)
-        score = library.ggml_backend_score() if hasattr(library, "ggml_backend_score") else 0
-        print(json.dumps({"variant": path, "score": int(score)}), flush=True)
+        report: dict[str, object] = {"variant": path, "score": 0}
+        try:
+            library = ctypes.CDLL(path)
+            report["score"] = int(library.ggml_backend_score()) if hasattr(library, "ggml_backend_score") else 0
+        except OSError as exc:
+            report["error"] = str(exc)
+        print(json.dumps(report), flush=True)
 
 
 def _generate(gguf: Path, variant: Path | None) -> None:

@@ -64,6 +64,14 @@ def library_folder() -> Path:
     return Path(spec.submodule_search_locations[0]) / "lib"
 
 
+def _loaded_ggml() -> ctypes.CDLL:
+    """The libggml that libllama loaded. A wheel holds `libggml.so` and `libggml.so.0` as two
+    files (a zip has no links): opening the first by its path would load a second copy with a
+    registry of its own, so it is opened by the name libllama needs, which finds the one loaded."""
+    sonames = sorted((path.name for path in library_folder().glob("libggml.so.*")), key=len)
+    return ctypes.CDLL(sonames[0] if sonames else str(library_folder() / "libggml.so"))
+
+
 class Library:
     """The loaded library, once per process. It keeps llama.cpp's recent warnings and errors for
     the messages of failures (llama.cpp logs them rather than returning them)."""
@@ -80,7 +88,7 @@ class Library:
         self._callback = api.llama_log_callback(self._on_log)  # kept: C holds a pointer to it
         api.llama_log_set(self._callback, ctypes.c_void_p(0))
         if variant is not None:
-            ggml = ctypes.CDLL(str(library_folder() / "libggml.so"))  # already loaded, by libllama
+            ggml = _loaded_ggml()
             ggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
             ggml.ggml_backend_load.restype = ctypes.c_void_p
             if not ggml.ggml_backend_load(str(variant).encode()):

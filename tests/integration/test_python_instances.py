@@ -49,6 +49,10 @@ class TritonPythonModel:
         self.executed = pb_utils.MetricFamily("parallel_requests_total", "Requests this model ran",
                                               pb_utils.MetricFamily.COUNTER).Metric(labels={"model": "parallel"})
 
+    def finalize(self):  # each instance's, in its own process
+        (self.dir / "finalized").mkdir(exist_ok=True)
+        (self.dir / "finalized" / f"{os.getpid()}-{self.args['model_instance_name']}").touch()
+
     def execute(self, requests):
         responses = []
         for request in requests:
@@ -227,3 +231,68 @@ def test_isolation_model_runs_the_instances_as_threads_of_one_process(tmp_path):
         assert Path(f"/proc/{pid}/comm").read_text().strip() == process_name("parallel", -1)  # the whole model's
         names = {json.loads(a["args"])["model_instance_name"] for a in answers}  # type: ignore[index]
         assert names == {"parallel_0_0", "parallel_0_1"}
+
+
+PICKY_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        if args["model_instance_name"].endswith("_1"):
+            raise ValueError("instance 1 refuses to start")
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("PID", np.array([0], np.int64)), pb_utils.Tensor("MET", np.array([False])),
+            pb_utils.Tensor("ARGS", np.array([b"{}"], dtype=object))]) for _ in requests]
+"""
+
+
+def test_instances_come_and_go_with_the_count_and_one_failing_fails_the_load(tmp_path):
+    """A reload to count 3 starts a third process, to count 1 stops two; the model stays READY and
+    each load answers once every instance has loaded. An instance whose `initialize` raises fails
+    the whole load with its reason, as in Triton."""
+    (tmp_path / "counted" / "1").mkdir(parents=True)  # a name of its own: the module's cluster runs "parallel"
+    (tmp_path / "counted" / "1" / "model.py").write_text(textwrap.dedent(MODEL_PY))
+    (tmp_path / "counted" / "config.pbtxt").write_text(CONFIG.replace('"parallel"', '"counted"'))
+    (tmp_path / "picky" / "1").mkdir(parents=True)
+    (tmp_path / "picky" / "1" / "model.py").write_text(textwrap.dedent(PICKY_PY))
+    (tmp_path / "picky" / "config.pbtxt").write_text(CONFIG.replace('"parallel"', '"picky"'))
+    explicit = {"model_control_mode": "explicit", "load_model": ["counted"]}
+    with NatsServer() as nats_server, StateLog(nats_server.url) as log:
+        with running_cluster(tmp_path, nats_server=nats_server, repository=explicit) as running:
+            client = httpclient.InferenceServerClient(running.url, network_timeout=120)
+            config = client.get_model_config("counted")
+            processes: dict[int, int] = {}
+            for count in (3, 1):
+                config["instance_group"][0]["count"] = count
+                client.load_model("counted", config=json.dumps(config))  # answers once all have loaded
+                assert _settles(lambda n=count: len(log.serving("counted")) == n), log.serving("counted")
+                assert _settles(lambda n=count: len(instance_processes("counted")) == n), instance_processes("counted")
+                tensor = httpclient.InferInput("INPUT0", [1], "FP32")
+                tensor.set_data_from_numpy(np.zeros(1, np.float32))
+                pid = int(client.infer("counted", [tensor]).as_numpy("PID")[0])
+                assert pid in instance_processes("counted").values()
+                processes = {**processes, **instance_processes("counted")}
+            assert not log.flapped(), log.states
+            finalized = {name.name.split("-")[0] for name in (tmp_path / "counted" / "finalized").iterdir()}
+            stopped = {str(processes[1]), str(processes[2])}  # instances 1 and 2, gone with the count
+            assert _settles(
+                lambda: stopped <= {p.name.split("-")[0] for p in (tmp_path / "counted" / "finalized").iterdir()}
+            ), finalized
+            with pytest.raises(InferenceServerException) as err:
+                client.load_model("picky")
+            assert "instance 1 refuses to start" in err.value.message(), err.value.message()
+            assert not client.is_model_ready("picky")
+            client.close()
+
+
+def _settles(condition, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True

@@ -70,6 +70,16 @@ def test_a_reload_serves_the_old_generation_until_the_last_instance_swapped():
     assert (done.state, done.serving_generation) == (READY, 2)
 
 
+def test_a_reload_to_more_instances_serves_the_old_generation_until_the_new_one_has_them_all():
+    whole: dict = {}
+    assert one([member(0, READY, serving=1), member(1, READY, serving=1)], whole).serving_generation == 1
+    growing = [member(0, READY, 2, serving=2, size=3), member(1, READY, 2, serving=2, size=3)]
+    assert one(growing, whole).serving_generation == 1  # the third has not reported yet
+    assert one([*growing, member(2, LOADING, 2, size=3)], whole).serving_generation == 1
+    done = one([*growing, member(2, READY, 2, serving=2, size=3)], whole)
+    assert (done.state, done.serving_generation) == (READY, 2)
+
+
 def test_an_instance_whose_is_ready_says_no_makes_the_group_serve_nothing():
     folded = one([member(0, READY, serving=1), member(1, UNAVAILABLE, serving=0, reason="not ready")])
     assert folded.serving_generation == 0 and folded.state == UNAVAILABLE

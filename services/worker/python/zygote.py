@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
 import importlib
 import itertools
@@ -62,6 +63,8 @@ def _preload() -> None:
         __import__(module)
     gc.collect()
     gc.freeze()  # the collector must not write to the pages every fork shares
+    with contextlib.suppress(Exception):  # the heap the imports freed goes back: no fork inherits it
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 def _child(channel: int, wakeup: tuple[int, int], argv: list[str]) -> None:

@@ -1,0 +1,39 @@
+"""Chat templates as Hugging Face tokenizers render them: the model's Jinja template in a sandbox,
+with `add_generation_prompt`, `raise_exception` and an unescaped `tojson`.
+
+Both the OpenAI front end (a template given in a model's config) and `shoal.llm` (the template
+inside a GGUF file) render with this.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+
+@lru_cache(maxsize=64)
+def compiled(source: str) -> Any:
+    from jinja2 import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:  # what templates call to refuse a conversation
+        raise TemplateError(message)
+
+    def tojson(value: Any, indent: int | None = None) -> str:  # Hugging Face's: no HTML escaping
+        return json.dumps(value, ensure_ascii=False, indent=indent)
+
+    environment = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    environment.globals["raise_exception"] = raise_exception
+    environment.filters["tojson"] = tojson
+    return environment.from_string(source)
+
+
+def render_chat(template: str, messages: list[dict[str, Any]], bos_token: str = "", eos_token: str = "") -> str:
+    """The prompt for a conversation; jinja2.TemplateError when the template fails or refuses it."""
+    rendered = compiled(template).render(
+        messages=messages, add_generation_prompt=True, bos_token=bos_token, eos_token=eos_token
+    )
+    return str(rendered)
