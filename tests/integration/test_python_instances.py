@@ -269,30 +269,29 @@ def test_instances_come_and_go_with_the_count_and_one_failing_fails_the_load(tmp
             for count in (3, 1):
                 config["instance_group"][0]["count"] = count
                 client.load_model("counted", config=json.dumps(config))  # answers once all have loaded
-                assert _settles(lambda n=count: len(log.serving("counted")) == n), log.serving("counted")
-                assert _settles(lambda n=count: len(instance_processes("counted")) == n), instance_processes("counted")
+                wait_until(
+                    lambda n=count: len(log.serving("counted")) == n, 30, "instances serving", detail=lambda: log.states
+                )
+                wait_until(
+                    lambda n=count: len(instance_processes("counted")) == n,
+                    30,
+                    "instance processes",
+                    detail=lambda: instance_processes("counted"),
+                )
                 tensor = httpclient.InferInput("INPUT0", [1], "FP32")
                 tensor.set_data_from_numpy(np.zeros(1, np.float32))
                 pid = int(client.infer("counted", [tensor]).as_numpy("PID")[0])
                 assert pid in instance_processes("counted").values()
                 processes = {**processes, **instance_processes("counted")}
             assert not log.flapped(), log.states
-            finalized = {name.name.split("-")[0] for name in (tmp_path / "counted" / "finalized").iterdir()}
             stopped = {str(processes[1]), str(processes[2])}  # instances 1 and 2, gone with the count
-            assert _settles(
-                lambda: stopped <= {p.name.split("-")[0] for p in (tmp_path / "counted" / "finalized").iterdir()}
-            ), finalized
+
+            def finalized() -> set[str]:
+                return {name.name.split("-")[0] for name in (tmp_path / "counted" / "finalized").iterdir()}
+
+            wait_until(lambda: stopped <= finalized(), 30, "instances 1 and 2 finalized", detail=finalized)
             with pytest.raises(InferenceServerException) as err:
                 client.load_model("picky")
             assert "instance 1 refuses to start" in err.value.message(), err.value.message()
             assert not client.is_model_ready("picky")
             client.close()
-
-
-def _settles(condition, seconds: float = 30) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
