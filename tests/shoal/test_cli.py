@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import glob
 import os
 import signal
@@ -14,6 +15,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from shared.process import settings as s
 from shared.process.natsserver import free_port, wait_for_port
 from shoal.cli import parse_serve
 from tests.serving import wait_until
@@ -258,3 +260,24 @@ def test_the_gateways_cohost_the_schedulers_unless_told_not_to(tmp_path):
         parse_serve(["--cohost-scheduler", "false", "--schedulers", "0"])
     with pytest.raises(SystemExit, match="--schedulers must not be negative"):
         parse_serve(["--schedulers", "-1"])
+
+
+def test_several_model_repositories_reach_the_repository_service(tmp_path):
+    from shoal.supervisor import build_cluster
+
+    args = parse_serve(["--model-repository", "/a", "--model-store=/b", "--model-namespacing=false"])
+    assert args.model_repository == ["/a", "/b"]
+    cluster = build_cluster(args, "nats://127.0.0.1:4222", [tmp_path / "a", "s3://bucket/models"])
+    assert cluster.repository.model_repository == [str(tmp_path / "a"), "s3://bucket/models"]
+    assert not cluster.repository.model_namespacing
+    # the service's own flags (`shoal repository`), as the supervisor passes them
+    argv = s.to_argv(cluster.repository)
+    parser = argparse.ArgumentParser()
+    s.add_arguments(parser, s.RepositorySettings)
+    again = s.from_namespace(s.RepositorySettings, parser.parse_args(argv))
+    assert again.model_repository == cluster.repository.model_repository
+
+
+def test_model_namespacing_is_refused_with_the_reason():
+    with pytest.raises(SystemExit, match="--model-namespacing=true is not supported: models of the same name"):
+        parse_serve(["--model-namespacing"])
