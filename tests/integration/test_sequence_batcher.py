@@ -577,7 +577,4 @@ def _wait_gone(pids: list[int], timeout: float = 30.0) -> None:
         except OSError:
             return False
 
-    deadline = time.monotonic() + timeout
-    while any(alive(pid) for pid in pids):
-        assert time.monotonic() < deadline, f"processes {pids} outlived their worker"
-        time.sleep(0.02)
+    wait_until(lambda: not any(alive(pid) for pid in pids), timeout, f"processes {pids} gone with their worker", 0.02)
