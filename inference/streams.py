@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inference.types import Answer, OutputTensor, ParsedRequest, TraceFrom
 from shared.errors import ShoalError
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from shared.bus.tensor_store import TensorStore
     from shared.config.model_config import ModelSpec
 
-Responses = AsyncGenerator[tuple[list[OutputTensor], dict, InferResponse] | ShoalError, None]
+Responses = AsyncGenerator[tuple[list[OutputTensor], dict[str, Any], InferResponse] | ShoalError, None]
 
 
 # What the generators need of `core.InferenceCore` and `forward.Forwarder`: protocols, so that

@@ -72,7 +72,7 @@ class Answer:
     version: int
     id: str
     outputs: list[OutputTensor]
-    parameters: dict = field(default_factory=dict)
+    parameters: dict[str, Any] = field(default_factory=dict)
     final: bool = True  # decoupled models: the last response of this request
 
 

@@ -11,10 +11,11 @@ log = logging.getLogger("shoal.serve")  # the supervisor's
 
 def model_table(index: list[dict]) -> str:
     rows = [
-        (e["name"], e["version"], e["state"] + (f": {e['reason']}" if e.get("reason") else ""))
+        (e["name"], e.get("version", "-"), e["state"] + (f": {e['reason']}" if e.get("reason") else ""))
         for e in index
         if "state" in e
-    ]  # models never loaded (explicit mode) are not listed, as in Triton
+    ]  # models never loaded (explicit mode) are not listed, as in Triton; a name several
+    # repositories hold is, with no version (Triton only logs it)
     heads = ("Model", "Version", "Status")
     widths = [max(len(str(x)) for x in col) for col in zip(heads, *rows)]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"

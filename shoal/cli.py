@@ -39,6 +39,7 @@ G, R, S, W = s.GatewaySettings, s.RepositorySettings, s.SchedulerSettings, s.Wor
 # tritonserver's flag -> the setting it is (its default and help come from the settings model)
 SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--model-control-mode", R, "model_control_mode"),
+    ("--model-namespacing", R, "model_namespacing"),
     ("--load-model", R, "load_model"),
     ("--repository-poll-secs", R, "repository_poll_secs"),
     ("--strict-readiness", G, "strict_readiness"),
@@ -91,7 +92,8 @@ def serve_parser() -> argparse.ArgumentParser:
         "--model-store",
         action="append",
         default=None,
-        help="model repository (default: the example repository, generated on first use in ~/.cache/shoal/models)",
+        help="model repository, a folder or a bucket; repeatable: every one is served (default: the example "
+        "repository, generated on first use in ~/.cache/shoal/models)",
     )
     for flag, model, field in SETTING_FLAGS:
         s.add_setting(p, flag, model, field)
@@ -199,6 +201,10 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and allowed is not None and value != allowed:
             raise SystemExit(f"shoal serve: --{name.replace('_', '-')}={str(value).lower()} is not supported: {why}")
+    if args.model_namespacing:
+        from services.repository.repositories import NAMESPACING_REFUSED
+
+        raise SystemExit(f"shoal serve: --model-namespacing=true is not supported: {NAMESPACING_REFUSED}")
     if args.load_model and args.model_control_mode not in ("explicit", "on-demand"):
         raise SystemExit("shoal serve: --load-model is only allowed with --model-control-mode=explicit or on-demand")
     try:
@@ -209,8 +215,6 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         raise SystemExit(f"shoal serve: --model-memory-budget: {exc}") from None
     if "*" in args.load_model and len(args.load_model) > 1:
         raise SystemExit("shoal serve: --load-model=* must be the only --load-model")
-    if args.model_repository and len(args.model_repository) > 1:
-        raise SystemExit("shoal serve: more than one --model-repository is not supported yet")
     try:
         from services.scheduler.batching.ratelimit import parse_resources
 
@@ -363,7 +367,7 @@ def _service(name: str, argv: list[str]) -> None:
     s.add_arguments(parser, SERVICES[name])
     settings = s.from_namespace(SERVICES[name], parser.parse_args(argv))
     if isinstance(settings, s.WorkerSettings) and settings.parent_pid:  # a python model's own process
-        from services.worker.python.isolation import import_nats_without_websockets, name_process, process_name
+        from services.worker.python.child_process import import_nats_without_websockets, name_process, process_name
 
         import_nats_without_websockets()  # before anything imports nats-py
         name_process(process_name(settings.models[0] if settings.models else "", settings.instance_index))

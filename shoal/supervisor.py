@@ -215,7 +215,8 @@ def sweep_segments(run_id: str) -> int:
     return len(leftovers)
 
 
-def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | str) -> Cluster:
+def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | str | list[Path | str]) -> Cluster:
+    """`repository`: one model repository, or several (--model-repository given more than once)."""
     common = {"nats_url": nats_url, "log_verbose": args.log_verbose, "trace_config": args.trace["config"]}
     gateway = GatewaySettings(
         **common,
@@ -253,7 +254,8 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
     )
     repo = RepositorySettings(
         **common,
-        model_repository=str(repository),
+        model_repository=[str(r) for r in (repository if isinstance(repository, list) else [repository])],
+        model_namespacing=bool(getattr(args, "model_namespacing", False)),
         model_control_mode=args.model_control_mode,
         load_model=args.load_model,
         disable_auto_complete_config=args.disable_auto_complete_config,
@@ -371,15 +373,15 @@ def serve(args: argparse.Namespace) -> int:
     log.info("%s", describe())  # compiled or pure Python: docs/performance.md, "The compiled build"
     for warning in getattr(args, "flag_warnings", []):
         log.warning("%s", warning)
-    if args.model_repository and is_remote(args.model_repository[0]):  # a cloud bucket: the repository reads it
-        repository: Path | str = args.model_repository[0]
-    elif args.model_repository:
-        repository = Path(args.model_repository[0]).resolve()
-        if not repository.is_dir():
-            print(f"error: model repository '{repository}' is not a directory", file=sys.stderr)
+    repositories: list[Path | str] = []
+    for given in args.model_repository or []:  # a cloud bucket is read by the repository service
+        found: Path | str = given if is_remote(given) else Path(given).resolve()
+        if isinstance(found, Path) and not found.is_dir():
+            print(f"error: model repository '{found}' is not a directory", file=sys.stderr)
             return 1
-    else:
-        repository = example_repository(args)
+        repositories.append(found)
+    if not repositories:
+        repositories = [example_repository(args)]
     busy = busy_endpoint(args)
     if busy is not None:
         log.error("%s", busy)
@@ -399,10 +401,10 @@ def serve(args: argparse.Namespace) -> int:
             nats = NatsServer(monitor_port=args.nats_monitor_port).start()
             nats_url = nats.url
             log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
-        cluster = build_cluster(args, nats_url, repository)
+        cluster = build_cluster(args, nats_url, repositories)
         cluster.fail_fast = True
         cluster.start()
-        state = record_serve(args.http_port, nats_url, str(repository))
+        state = record_serve(args.http_port, nats_url, ", ".join(str(r) for r in repositories))
         index = cluster.wait_ready(args.ready_timeout_secs, cancel=signals.event)
         print(announce.model_table(index), flush=True)
         apply_log_flags(cluster, args)

@@ -47,7 +47,6 @@ FALSE_ONLY = {
 REFUSED = {
     "--repoagent-directory": "repository agents are built in (checksum); agent libraries cannot be loaded",
     "--host-policy": "host policies (NUMA binding) are not implemented",
-    "--model-namespacing": "model namespacing is not implemented yet",
 }
 
 

@@ -165,7 +165,10 @@ class OnDemand:
     async def is_ensemble(self, name: str) -> bool:
         known = self._ensemble.get(name)
         if known is None:
-            path = config_path(self.manager.root / name, self.manager.auto_complete.config_name)
+            located = self.manager.repositories.locate(name)
+            if located is None:  # in no repository, or in several: its load says why
+                return False
+            path = config_path(located.path, self.manager.auto_complete.config_name)
             try:
                 text = await asyncio.to_thread(path.read_text)
                 known = model_config.parse_text(text, path).platform == "ensemble"

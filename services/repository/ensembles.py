@@ -96,3 +96,28 @@ def cycle(name: str, records: dict[str, ModelRecord], config: dict) -> str:
 def dependents(name: str, records: dict[str, ModelRecord]) -> list[str]:
     """Ensembles that name `name` as a step model."""
     return [n for n, r in records.items() if record_is_ensemble(r) and r.hosted and name in members_of(r)]
+
+
+def member_names(record: ModelRecord) -> list[str]:
+    """The names its steps give their models (with namespacing, each may be in several repositories)."""
+    return list(dict.fromkeys(step.name for step in graph_from_config(record.active_config).steps))
+
+
+def member_namespaces(namespace: str, names: list[str], known: dict[str, list[str]]) -> list[str | None]:
+    """With namespacing, the namespace each step's model is taken from, as Triton's dependency graph
+    connects an ensemble (`ConnectDependencyGraph`): the ensemble's own namespace where it holds a
+    model of that name, else the one namespace that does; None where none does or several do.
+    `known`: name -> the namespaces holding a model of that name."""
+    chosen: list[str | None] = []
+    for name in names:
+        holding = known.get(name, [])
+        if namespace in holding:
+            chosen.append(namespace)
+        else:
+            chosen.append(holding[0] if len(holding) == 1 else None)
+    return chosen
+
+
+def not_connected(name: str, unresolved: list[str]) -> str:
+    """Triton's reason for an ensemble whose step models it cannot tell apart or find."""
+    return f"ensemble {name} contains models that are not available or ambiguous: {', '.join(unresolved)}"

@@ -17,16 +17,20 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
-from services.repository import ensembles, instance_groups, overrides
+from services.repository import ensembles, instance_groups, namespaces, overrides
 from services.repository.autocomplete import AutoComplete
+from services.repository.index import index
 from services.repository.labels import LabelError, read_labels
 from services.repository.model_states import derive_state, next_record
-from services.repository.scan import ScannedModel, check_model_name, list_models, scan_model, signature
+from services.repository.repositories import Repositories, Scan
+from services.repository.reruns import Reruns
+from services.repository.scan import ScannedModel, check_model_name, scan_model, signature
 from shared.config import backend_config, model_config
 from shared.config.ensemble_graph import check_structure, is_ensemble
 from shared.errors import ShoalError, internal, invalid
+from shared.process import cache_dirs
 from shared.process.settings import RepositorySettings
-from shared.wire.control import IndexEntry, RepositoryIndex
+from shared.wire.control import RepositoryIndex
 from shared.wire.records import UNLOADED, InstanceRecord, ModelFile, ModelRecord, ModelState, ModelVersionState
 
 log = logging.getLogger("shoal.repository")
@@ -36,10 +40,6 @@ Forget = Callable[[str], Awaitable[None]]
 Drain = Callable[[str, int], Awaitable[None]]
 
 
-# a cloud repository's mirror brought up to date (remote.py): the whole of it, or one model's part
-Sync = Callable[[str | None], Awaitable[None]]
-
-
 class Files(Protocol):
     """Where a model version's files go for the workers (`publishing.FilePublisher`: NATS)."""
 
@@ -47,6 +47,9 @@ class Files(Protocol):
 
 
 class ModelManager:
+    """Models are known by their identity (`ModelRecord.name`, `shared.wire.records.model_key`):
+    their name, or with namespacing `<repository>::<name>`; `named` maps a client's name to them."""
+
     def __init__(
         self,
         settings: RepositorySettings,
@@ -54,12 +57,13 @@ class ModelManager:
         forget: Forget,
         drain: Drain,
         files: Files | None = None,
-        sync: Sync | None = None,
+        repositories: Repositories | None = None,
     ) -> None:
         self.settings = settings
         self.files = files  # None: workers read the files at the record's path (--model-files=path)
-        self.sync = sync  # a cloud repository: `settings.model_repository` is its mirror
-        self.root = Path(settings.model_repository)
+        self.repositories = repositories or Repositories.open(
+            settings.model_repository, cache_dirs.repository_mirrors(), settings.model_namespacing
+        )
         self.publish = publish
         self.forget = forget
         self.drain = drain
@@ -73,8 +77,7 @@ class ModelManager:
         self.changed = asyncio.Condition()
         self._locks: dict[str, asyncio.Lock] = {}
         self._polling = asyncio.Lock()
-        self._refreshing: set[str] = set()  # ensembles being refreshed (guards nested refreshes)
-        self._refresh_again: set[str] = set()  # ... whose members changed meanwhile
+        self._refreshing = Reruns()  # ensembles' refreshes (nested ensembles naming each other too)
 
     def lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -88,28 +91,55 @@ class ModelManager:
             config_name=self.settings.model_config_name,
         )
 
+    def scan(self) -> Scan:
+        return self.repositories.scan()
+
     def available(self) -> list[str]:
-        return list_models(self.root)
+        return sorted(self.scan().models)  # the identities of the models the repositories hold
+
+    def to_load(self, name: str, files: bool = False) -> list[str]:
+        """The models a load of the client's `name` loads: with namespacing, every repository's
+        (as Triton); an override with files is no repository's. One found nowhere fails in `load`."""
+        if files:
+            return [name]
+        return [found.key for found in self.repositories.named(name)] or [name]
+
+    def to_unload(self, name: str) -> list[str]:
+        """The models an unload of the client's `name` unloads: every loaded model of that name."""
+        return [key for key, record in self.records.items() if record.model_name == name] or [name]
+
+    async def _sync(self, name: str | None) -> None:
+        """The buckets' mirrors brought up to date (remote.py): all of them, or one model's part."""
+        await asyncio.to_thread(self.repositories.sync, name)
 
     # -- load -------------------------------------------------------------------
     def _scan(self, name: str, config: str, files: dict[str, str]) -> ScannedModel:
-        check_model_name(name)
+        check_model_name(self.repositories.split(name)[1])
+        located = None if files else self.repositories.locate(name)  # the folder `name` loads from
         decoded: dict[str, bytes] = {}
         for relative, text in files.items():
             try:
                 decoded[relative] = base64.b64decode(text, validate=True)
             except (binascii.Error, ValueError):
                 raise invalid(f"file override '{relative}' is not valid base64") from None
+        if not files and located is None:
+            model = self.repositories.split(name)[1]
+            log.error("failed to poll model '%s': %s", model, self.repositories.missing(model))
+            raise internal(f"failed to load '{model}', failed to poll from model repository")
         try:
             override = model_config.parse_json(config) if config else None
-            model_dir = overrides.write_override_dir(name, decoded) if files else self.root / name
+            model_dir = located.path if located is not None else overrides.write_override_dir(name, decoded)
         except ShoalError as exc:
             raise overrides.poll_failed(name, exc.message) from None
-        if not files and not model_dir.is_dir():
-            raise internal(f"failed to load '{name}', failed to poll from model repository")
         scanned = scan_model(model_dir, self.auto_complete, override)
         if scanned.config is not None and is_ensemble(model_config.to_json(scanned.config)):
             graph = model_config.to_json(scanned.config)
+            if self.repositories.namespacing:  # its steps' models, found as Triton finds them
+                holders = namespaces.known(self.scan(), self.records.values())
+                steps = graph["ensemble_scheduling"]["step"]
+                namespaces.connect(steps, located.namespace if located else "", holders)
+                for step, connected in zip(scanned.config.ensemble_scheduling.step, steps):
+                    step.model_namespace = connected.get("model_namespace", "")
             # a bad graph is a load failure, like a bad config; member checks come with readiness
             error = check_structure(graph) or ensembles.cycle(name, self.records, graph)
             if error:
@@ -154,9 +184,9 @@ class ModelManager:
     async def announce(self) -> None:
         """On-demand mode: every model of the repository not known yet gets a record with nothing
         loaded, which tells gateways that a request for it loads it."""
-        for name in self.available():
+        for name, found in self.scan().models.items():
             if name not in self.records:
-                self.records[name] = ModelRecord(name, str(self.root / name), on_demand=True)
+                self.records[name] = ModelRecord(name, str(found.path), on_demand=True, namespace=found.namespace)
                 await self.publish(self.records[name])
 
     async def load(
@@ -164,17 +194,19 @@ class ModelManager:
     ) -> ModelRecord:
         """Publish a new generation of `name`; old instances keep serving until it is ready.
         `workers`: only those host it (on-demand placement); none: every worker."""
-        if self.sync is not None and not files:  # a cloud repository: the model as the bucket has it now
+        namespace, model = self.repositories.split(name)
+        if self.repositories.remote and not files:  # a cloud repository: the model as the bucket has it now
             try:
-                await self.sync(name)
+                await self._sync(model)
             except Exception as exc:
-                raise internal(f"failed to load '{name}', failed to poll from model repository: {exc}") from None
+                raise internal(f"failed to load '{model}', failed to poll from model repository: {exc}") from None
         # reading configs and ONNX files takes time: off the event loop
         scanned, labels = await asyncio.to_thread(self._read, name, config, files or {})
-        if not files and (self.root / name).is_dir():
-            self.signatures[name] = await asyncio.to_thread(signature, self.root / name)
+        if not files and scanned.path.is_dir():
+            self.signatures[name] = await asyncio.to_thread(signature, scanned.path)
         # raises when the new config failed and the previous one serves: it keeps serving
         record = next_record(name, scanned, labels, self.records.get(name), list(workers or []), self.on_demand)
+        record.namespace = "" if files else namespace
         if self.files is not None and record.hosted and not ensembles.record_is_ensemble(record):
             try:
                 record.files = await self.files.publish(scanned.path, record.hosted)
@@ -196,12 +228,14 @@ class ModelManager:
 
     async def _load_members(self, record: ModelRecord) -> None:
         """Explicit mode: loading an ensemble loads the composing models not loaded yet (Triton's
-        rule); in the other modes every model of the repository loads anyway."""
+        rule, by name: with namespacing, those of every repository); in the other modes every model
+        of the repository loads anyway."""
         if self.settings.model_control_mode != "explicit":
             return
-        for member in ensembles.members_of(record):
+        available = set(self.available())
+        for member in [key for name in ensembles.member_names(record) for key in self.to_load(name)]:
             current = self.records.get(member)
-            if (current is None or not current.hosted) and member in self.available():
+            if (current is None or not current.hosted) and member in available:
                 try:
                     await self.load(member)
                 except ShoalError as exc:  # the ensemble shows the member's failure as its reason
@@ -342,26 +376,14 @@ class ModelManager:
 
     async def _refresh_ensemble(self, record: ModelRecord) -> None:
         """An ensemble follows its members: READY when they all are, UNAVAILABLE (why) when not.
-        A refresh asked for while one of the same ensemble runs (it awaits its publish, and a
-        member's report can arrive then) is not dropped: the running one derives the state again."""
-        name = record.name
-        if name in self._refreshing:
-            self._refresh_again.add(name)
-            return
-        self._refreshing.add(name)
-        try:
-            again = True
-            while again:
-                self._refresh_again.discard(name)
-                await self._derive_ensemble(record)
-                again = name in self._refresh_again
-        finally:
-            self._refreshing.discard(name)
-            self._refresh_again.discard(name)
+        Never two at once for one ensemble, and one asked for meanwhile runs after (reruns.py)."""
+        await self._refreshing.run(record.name, lambda: self._derive_ensemble(record))
 
     async def _derive_ensemble(self, record: ModelRecord) -> None:
+        changed, unresolved = self._resolve_members(record)
         new = ensembles.ensemble_state(record, self.records, set(self.available()))
-        changed = False
+        if unresolved:  # Triton's dependency graph: not connected
+            new = ModelVersionState(ModelState.UNAVAILABLE, ensembles.not_connected(record.name, unresolved))
         for version in record.hosted:
             old = record.versions.get(str(version))
             if old is not None and old.state == ModelState.UNLOADING:
@@ -374,34 +396,17 @@ class ModelManager:
             await self.publish(record)
             await self._refresh_dependents(record.name)
 
+    def _resolve_members(self, record: ModelRecord) -> tuple[bool, list[str]]:
+        """With namespacing, an ensemble's steps find their models again (one may have gone from
+        its own repository, or come back): whether the record changed, and the names none finds."""
+        if not self.repositories.namespacing:
+            return False, []
+        steps = record.config.get("ensemble_scheduling", {}).get("step", [])
+        return namespaces.connect(steps, record.namespace, namespaces.known(self.scan(), self.records.values()))
+
     # -- the index -------------------------------------------------------------------
     def index(self, ready_only: bool = False) -> RepositoryIndex:
-        entries: list[IndexEntry] = []
-        for name in sorted(set(self.available()) | set(self.records)):
-            record = self.records.get(name)
-            if record is None or not record.versions:
-                if not ready_only:
-                    entries.append(IndexEntry(name))
-                continue
-            for version, state in sorted(record.versions.items(), key=lambda kv: int(kv[0])):
-                if ready_only and state.state != ModelState.READY:
-                    continue
-                entries.append(self._index_entry(name, version, state))
-        return RepositoryIndex(entries)
-
-    def _index_entry(self, name: str, version: str, state: ModelVersionState) -> IndexEntry:
-        entry = IndexEntry(name, version, state.state, state.reason)
-        if state.state != ModelState.READY:
-            return entry
-        reports = self._reports(name, int(version))
-        warmup = [r.warmup_ms for r in reports if r.warmup_ms]
-        if warmup:
-            entry.warmup_ms = round(max(warmup), 3)
-        if any(r.rss_bytes or r.device_bytes for r in reports):
-            # what its instances took at load, on every worker that hosts it (shared/memory/footprint.py)
-            entry.memory_bytes = sum(r.rss_bytes for r in reports)
-            entry.device_memory_bytes = sum(r.device_bytes for r in reports)
-        return entry
+        return index(self.records, self.scan(), self._reports, ready_only)
 
     # -- poll mode ---------------------------------------------------------------------
     async def poll(self) -> None:
@@ -410,18 +415,20 @@ class ModelManager:
             await self._poll_once()
 
     async def _poll_once(self) -> None:
-        if self.sync is not None:  # a cloud repository: its mirror first
+        if self.repositories.remote:  # a cloud repository: its mirror first
             try:
-                await self.sync(None)
+                await self._sync(None)
             except Exception as exc:  # the bucket is away: nothing changes this round
-                log.error("failed to poll from model repository %s: %s", self.settings.model_repository, exc)
+                log.error("failed to poll from model repository %s: %s", self.repositories.describe(), exc)
                 return
-        on_disk = set(self.available())
+        located = self.scan().models
+        on_disk = set(located)
         for name in sorted(on_disk):
             if name in self.override_dirs:
                 continue
-            current = await asyncio.to_thread(signature, self.root / name)
-            if self.signatures.get(name) == current and name in self.records:
+            current = await asyncio.to_thread(signature, located[name].path)
+            record = self.records.get(name)  # the same files in another repository load from there
+            if self.signatures.get(name) == current and record is not None and record.path == str(located[name].path):
                 continue
             log.info("repository change: %s '%s'", "reloading" if name in self.records else "loading", name)
             try:

@@ -23,6 +23,7 @@ from services.repository.manager import ModelManager
 from services.repository.overrides import check_parameters
 from services.repository.publishing import COLLECT_EVERY_S, FilePublisher
 from services.repository.remote import RemoteError, RemoteRepository, is_remote
+from services.repository.repositories import NAMESPACING_REFUSED, Repositories
 from shared.bus import buckets, connection, discovery
 from shared.bus.liveness import WorkerLiveness
 from shared.errors import Code, ShoalError, unavailable
@@ -71,17 +72,12 @@ class RepositoryService:
         # --model-files=store: each loaded version's files go into NATS for the workers of any host
         self.files = FilePublisher(nc) if settings.model_files == "store" else None
         drainer = Drainer(nc, settings.unload_timeout_s)
-        # a cloud bucket (s3://, gs://, as://): read through a mirror on this host's disk (remote.py)
-        self.remote = (
-            RemoteRepository(settings.model_repository, cache_dirs.repository_mirrors())
-            if is_remote(settings.model_repository)
-            else None
+        # every --model-repository; a cloud bucket (s3://, gs://, as://) is read through a mirror on
+        # this host's disk (remote.py)
+        self.repositories = Repositories.open(
+            settings.model_repository, cache_dirs.repository_mirrors(), settings.model_namespacing
         )
-        local = settings
-        if self.remote is not None:
-            local = settings.model_copy(update={"model_repository": str(self.remote.mirror)})
-        sync = self._sync if self.remote is not None else None
-        self.manager = ModelManager(local, self._publish, self._forget, drainer, self.files, sync)
+        self.manager = ModelManager(settings, self._publish, self._forget, drainer, self.files, self.repositories)
         self.liveness = WorkerLiveness(nc, settings.worker_timeout_s, self._worker_gone, self._worker_back)
         self.demand = OnDemand(self.manager, settings, self._usage, self._budgets)
         self._tasks: list[asyncio.Task] = []
@@ -117,19 +113,19 @@ class RepositoryService:
             "repository",
             "main",
             self.status,
-            repository=self.settings.model_repository,
+            repository=self.repositories.describe(),
             mode=self.settings.model_control_mode,
         )
         log.info(
             "repository %s (%s mode): %d model(s) published",
-            self.settings.model_repository,
+            self.repositories.describe(),
             self.settings.model_control_mode,
             len(self.manager.records),
         )
 
     def status(self) -> RepositoryStatus:
         return RepositoryStatus(
-            repository=self.settings.model_repository,
+            repository=self.repositories.describe(),
             mode=self.settings.model_control_mode,
             models={name: {v: s.state for v, s in r.versions.items()} for name, r in self.manager.records.items()},
         )
@@ -153,10 +149,11 @@ class RepositoryService:
         wanted = self.settings.load_model
         if "*" in wanted:
             return available
-        missing = [m for m in wanted if m not in available]
+        keys = {name: [key for key in self.manager.to_load(name) if key in available] for name in wanted}
+        missing = [name for name, found in keys.items() if not found]
         if missing:
             log.error("--load-model: %s not in the repository", ", ".join(missing))
-        return [m for m in wanted if m in available]
+        return [key for found in keys.values() for key in found]
 
     # -- the bus ------------------------------------------------------------------------
     async def _publish(self, record: ModelRecord) -> None:
@@ -273,40 +270,48 @@ class RepositoryService:
         if self.settings.model_control_mode not in CONTROLLED:
             raise unavailable(NOT_EXPLICIT)
         body = msgspec.json.decode(data, type=LoadRequest)
-        name = body.name
         config, files = check_parameters(body.parameters)
+        failed: list[ShoalError] = []
+        for key in self.manager.to_load(body.name, bool(files)):  # with namespacing: every repository's
+            try:
+                await self._load_one(key, config, files)
+            except ShoalError as exc:
+                failed.append(exc)
+        if failed:  # Triton's text: one line per model that failed
+            raise ShoalError("".join(exc.message for exc in failed), failed[0].code)
+        return body.name
+
+    async def _load_one(self, name: str, config: str, files: dict[str, str]) -> None:
         if self.manager.on_demand and not (config or files) and await self.demand.is_ensemble(name):
             await self.demand.ensure(name, self.settings.load_timeout_s)  # its members placed under the budgets
             self.demand.pin(name)
-            return name
+            return
         async with self.manager.lock(name):
             record = await self.manager.load(name, config, files)
             self.demand.pin(name)  # on-demand mode: an explicit load stays until unloaded
             await self.manager.wait_loaded(name, record.generation, self.settings.load_timeout_s)
-        return name
 
     async def _unload(self, data: bytes) -> str:
         if self.settings.model_control_mode not in CONTROLLED:
             raise unavailable(NOT_EXPLICIT)
         body = msgspec.json.decode(data, type=UnloadRequest)
-        name = body.name
+        for name in self.manager.to_unload(body.name):  # with namespacing: every repository's
+            await self._unload_one(name, body.unload_dependents)
+        return body.name
+
+    async def _unload_one(self, name: str, unload_dependents: bool) -> None:
         self.demand.unpin(name)
         async with self.manager.lock(name):
             record = self.manager.records.get(name)
             await self.manager.unload(name)
-        if body.unload_dependents and ensembles.record_is_ensemble(record):
+        if unload_dependents and ensembles.record_is_ensemble(record):
             # the composing models go too, unless another loaded ensemble still uses them
             for member in ensembles.members_of(record):
                 if not [d for d in ensembles.dependents(member, self.manager.records) if d != name]:
                     async with self.manager.lock(member):
                         await self.manager.unload(member)
-        return name
 
     # -- poll mode ------------------------------------------------------------------------
-    async def _sync(self, model: str | None) -> None:
-        assert self.remote is not None
-        await asyncio.to_thread(self.remote.sync, model)
-
     async def _collect_files(self, files: FilePublisher) -> None:
         """Model files no record names any more leave the object store (publishing.py)."""
         while True:
@@ -319,7 +324,7 @@ class RepositoryService:
     async def _poll(self) -> None:
         """React to file events (debounced), and rescan every --repository-poll-secs regardless."""
         changes = watchfiles.awatch(
-            self.manager.root,
+            *self.repositories.roots,
             stop_event=self._stop_watch,
             debounce=500,
             step=100,
@@ -340,12 +345,17 @@ class RepositoryService:
 
 
 async def run(settings: RepositorySettings, stop: asyncio.Event) -> None:
-    if is_remote(settings.model_repository):
-        try:  # the whole bucket, before anything is published
-            await asyncio.to_thread(RemoteRepository(settings.model_repository, cache_dirs.repository_mirrors()).sync)
-        except RemoteError as exc:
-            raise SystemExit(f"model repository '{settings.model_repository}': {exc}") from None
-    elif not settings.model_repository or not Path(settings.model_repository).is_dir():
-        raise SystemExit(f"model repository '{settings.model_repository}' is not a directory")
+    if not settings.model_repository:
+        raise SystemExit("no --model-repository given")
+    if settings.model_namespacing:
+        raise SystemExit(f"--model-namespacing=true is not supported: {NAMESPACING_REFUSED}")
+    for repository in settings.model_repository:
+        if is_remote(repository):
+            try:  # the whole bucket, before anything is published
+                await asyncio.to_thread(RemoteRepository(repository, cache_dirs.repository_mirrors()).sync)
+            except RemoteError as exc:
+                raise SystemExit(f"model repository '{repository}': {exc}") from None
+        elif not Path(repository).is_dir():
+            raise SystemExit(f"model repository '{repository}' is not a directory")
     nc = await connection.connect(settings.nats_url, "shoal-repository")
     await serve_until(stop, nc, RepositoryService(settings, nc), "repository")

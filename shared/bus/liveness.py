@@ -27,6 +27,19 @@ Two more things never count as a worker's death (issue 17): a load in progress (
 last heartbeat reported loads gets `PATIENT_TIMEOUT_S` too), and this process's own deafness: when
 the expiry task wakes up late, the heartbeats may be waiting unread in the subscription, so every
 worker is credited the time this loop was too busy to listen.
+
+This process's own lost connection is deafness too (a nats-server restart): nothing was heard
+meanwhile, and the server it comes back to may be a new one that the workers have not reached yet,
+which answers "no responders" for every worker for a moment. So an answer to a question asked
+while the connection was away says nothing, and once it is back every worker gets a whole
+`timeout_s` to be heard again and is judged by a probe only after it has answered one since.
+
+A worker declared gone is back when it beats again, but its heartbeat has a connection of its own
+(services/worker/heartbeat.py), which may reconnect before the worker's main one: what `on_back`
+sends the worker (report your models, announce your credits) would then find no subscriber and be
+lost, leaving its models UNAVAILABLE. So it is welcomed back once its main connection answers its
+liveness subject: nats-py restores all of a connection's subscriptions, in one write, before
+anything else it sends.
 """
 
 from __future__ import annotations
@@ -95,18 +108,37 @@ class WorkerLiveness:
         self._answered: set[str] = set()  # workers that answered a probe: "no responders" now means gone
         self._task: asyncio.Task[None] | None = None
         self._prober: asyncio.Task[None] | None = None
+        self._returning: dict[str, asyncio.Task[None]] = {}  # gone workers beating again, not yet welcomed
+        self._lost_at: float | None = None  # when this process's own connection went, while it is away
+        self._turns = 0  # how many times it went or came back: an answer across a turn says nothing
 
     async def start(self) -> None:
         await self.nc.subscribe(subjects.WORKER_HEARTBEAT, cb=self._on_heartbeat)
         await self.nc.subscribe(subjects.WORKER_EXITED, cb=self._on_exited)
+        connection.on_connection(self.nc, self._bus_lost, self._bus_back)
         self._task = asyncio.create_task(self._expire())
         if self.probe:
             self._prober = asyncio.create_task(self._probe_forever())
 
     def stop(self) -> None:
-        for task in (self._task, self._prober):
+        for task in (self._task, self._prober, *self._returning.values()):
             if task:
                 task.cancel()
+
+    def _bus_lost(self) -> None:
+        self._turns += 1
+        if self._lost_at is None:
+            self._lost_at = time.monotonic()
+
+    def _bus_back(self) -> None:
+        """Back from an outage of our own: every worker has `timeout_s` from now to be heard, and
+        "no responders" counts again for a worker only once it has answered a probe since."""
+        self._lost_at = None
+        self._turns += 1
+        now = time.monotonic()
+        for worker in self.seen:
+            self.seen[worker] = max(self.seen[worker], now)
+        self._answered.clear()
 
     @property
     def answering(self) -> frozenset[str]:
@@ -127,11 +159,26 @@ class WorkerLiveness:
             self.loading.add(worker)
         else:
             self.loading.discard(worker)
-        if worker in self.gone:
-            self.gone.discard(worker)
-            log.warning("worker %s is back", worker)
-            if self.on_back is not None:
-                await self.on_back(worker)
+        if worker in self.gone and worker not in self._returning:
+            self._returning[worker] = asyncio.create_task(self._welcome_back(worker))
+
+    async def _welcome_back(self, worker: str) -> None:
+        """A worker declared gone beats again: it is back once its main connection answers (its
+        beat may have come over its heartbeat thread's connection, back sooner). An older worker
+        without the liveness subject is welcomed after `PATIENT_TIMEOUT_S` of beats."""
+        returned = time.monotonic()
+        try:
+            while worker in self.gone and worker in self.seen:
+                answered = await self._connected(worker)
+                if answered or time.monotonic() - returned > PATIENT_TIMEOUT_S:
+                    self.gone.discard(worker)
+                    log.warning("worker %s is back", worker)
+                    if self.on_back is not None:
+                        await self.on_back(worker)
+                    return
+                await asyncio.sleep(PROBE_S)
+        finally:
+            self._returning.pop(worker, None)
 
     async def _on_exited(self, msg: Msg) -> None:
         """The worker that started a python model's process saw it exit: it is gone, now."""
@@ -206,11 +253,14 @@ class WorkerLiveness:
                     await self._drop(worker)
 
     async def _connected(self, worker: str) -> bool | None:
-        """True: it answered; False: NATS knows no such subscriber; None: unknown."""
+        """True: it answered; False: NATS knows no such subscriber; None: unknown (no answer in
+        time, or "no responders" from a server this connection was away from meanwhile: a
+        restarted one that the worker has not reconnected to yet)."""
+        turns = self._turns
         try:
             await self.nc.request(subjects.worker_alive(worker), b"", timeout=PROBE_TIMEOUT_S)
         except NoRespondersError:
-            return False
+            return None if self._lost_at is not None or self._turns != turns else False
         except Exception:  # busy, or our own bus is down
             return None
         return True

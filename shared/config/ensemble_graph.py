@@ -12,14 +12,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shared.wire.records import model_key
+
 
 @dataclass(frozen=True)
 class Step:
     index: int
-    model: str
+    model: str  # the step model's identity (`model_key`: with namespacing, the repository resolved at load)
     version: int  # -1: the latest READY version
     input_map: dict[str, str]  # step model input -> ensemble tensor
     output_map: dict[str, str]  # step model output -> ensemble tensor
+    name: str = ""  # its name as the config writes it ('': `model`)
+
+    @property
+    def shown(self) -> str:
+        """The step model's name in texts."""
+        return self.name or self.model
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,8 @@ def graph_from_config(config: dict[str, Any]) -> EnsembleGraph:
     steps = tuple(
         Step(
             index=i,
-            model=s.get("model_name", ""),
+            model=model_key(s.get("model_namespace", ""), s.get("model_name", "")),
+            name=s.get("model_name", ""),
             version=int(s.get("model_version", -1)),
             input_map=dict(s.get("input_map", {})),
             output_map=dict(s.get("output_map", {})),
@@ -233,7 +242,7 @@ def check_members(config: dict[str, Any], members: dict[str, dict[str, Any]]) ->
         if mbs != 0 and mbs < int(config.get("max_batch_size", 0)):
             return (
                 f"ensemble {name} allows maximum batch size {config.get('max_batch_size', 0)}, but it contains "
-                f"model {step.model} which only allows maximum batch size to be {mbs}"
+                f"model {step.shown} which only allows maximum batch size to be {mbs}"
             )
         m_batching = mbs > 0
         inputs = {io["name"]: io for io in member.get("input", [])}
@@ -242,24 +251,24 @@ def check_members(config: dict[str, Any], members: dict[str, dict[str, Any]]) ->
             if model_input not in inputs:
                 return (
                     f"in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing input "
-                    f"{model_input} in model {step.model}"
+                    f"{model_input} in model {step.shown}"
                 )
         for model_input, io in inputs.items():
             mapped = step.input_map.get(model_input)
             if mapped is None:
                 if io.get("optional"):
                     continue
-                return f"in ensemble {name}, input {model_input} in model {step.model} is not mapped to any ensemble tensors"
-            error = _merge(tensors, mapped, _node(step.model, io, m_batching), name)
+                return f"in ensemble {name}, input {model_input} in model {step.shown} is not mapped to any ensemble tensors"
+            error = _merge(tensors, mapped, _node(step.shown, io, m_batching), name)
             if error:
                 return error
         for model_output, tensor in step.output_map.items():
             if model_output not in outputs:
                 return (
                     f"in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing output "
-                    f"{model_output} in model {step.model}"
+                    f"{model_output} in model {step.shown}"
                 )
-            error = _merge(tensors, tensor, _node(step.model, outputs[model_output], m_batching), name)
+            error = _merge(tensors, tensor, _node(step.shown, outputs[model_output], m_batching), name)
             if error:
                 return error
     return ""

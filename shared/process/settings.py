@@ -11,11 +11,11 @@ import argparse
 import os
 import socket
 import uuid
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import Field, field_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.config.backend_config import DEFAULT_DIRECTORY
 from shared.memory.footprint import parse_budget
@@ -275,7 +275,14 @@ class WorkerSettings(BusSettings):
 
 class RepositorySettings(BusSettings):
     model_config = SettingsConfigDict(env_prefix="SHOAL_REPOSITORY_")
-    model_repository: str = Field("", description="model repository path")
+    # several, as tritonserver: each folder or bucket is scanned (services/repository/repositories.py);
+    # a plain string is one (the environment's SHOAL_REPOSITORY_MODEL_REPOSITORY, older callers)
+    model_repository: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="model repository path or bucket, repeatable"
+    )
+    model_namespacing: bool = Field(
+        False, description="models of the same name in different repositories coexist (as tritonserver)"
+    )
     model_control_mode: Literal["none", "poll", "explicit", "on-demand"] = Field(
         "none",
         description="none: load everything at start; poll: follow the repository; explicit: load API; "
@@ -311,6 +318,11 @@ class RepositorySettings(BusSettings):
         "store) and every worker fetches what it loads, on any host; path: workers read them where the "
         "repository is (one host, or a disk every host mounts at the same path)",
     )
+
+    @field_validator("model_repository", mode="before")
+    @classmethod
+    def _one_or_several(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
 
 
 def _flag(name: str) -> str:

@@ -60,6 +60,13 @@ class ModelFile(msgspec.Struct, array_like=True):
     digest: str  # SHA-256, hex: the object's name in the store
 
 
+def model_key(namespace: str, name: str) -> str:
+    """A model's identity: its name, or with --model-namespacing `<namespace>::<name>` (Triton's
+    `ModelIdentifier::str()`, the namespace being its repository). Everything past the gateway's
+    look-up of a client's name (`inference/models.py`) knows a model by this key."""
+    return f"{namespace}::{name}" if namespace else name
+
+
 class ModelRecord(msgspec.Struct, omit_defaults=True):
     """The repository's published view of one model (JetStream KV `shoal-models`).
 
@@ -68,7 +75,7 @@ class ModelRecord(msgspec.Struct, omit_defaults=True):
     what gateways validate against) until the new generation is ready.
     """
 
-    name: str
+    name: str  # the model's identity (`model_key`): its KV key, its subject, its queues' and instances' key
     path: str = ""
     config: dict[str, Any] = {}  # normalized ModelConfig (Triton's JSON) of `generation`
     versions: dict[str, ModelVersionState] = {}  # version -> state as clients see it
@@ -84,6 +91,12 @@ class ModelRecord(msgspec.Struct, omit_defaults=True):
     labels: dict[str, list[str]] = {}  # output -> classification labels of `config` (label_filename)
     workers: list[str] = []  # the workers that host it (empty: every worker); on-demand placement sets it
     on_demand: bool = False  # --model-control-mode=on-demand: a request for it loads it when it is not
+    namespace: str = ""  # --model-namespacing: the repository it came from ('' without namespacing)
+
+    @property
+    def model_name(self) -> str:
+        """The name clients know it by (`name` less its namespace)."""
+        return self.name[len(self.namespace) + 2 :] if self.namespace else self.name
 
     @property
     def active_config(self) -> dict[str, Any]:

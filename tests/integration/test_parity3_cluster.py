@@ -312,44 +312,68 @@ def test_a_batch_past_the_largest_preferred_size_goes_and_the_rest_waits_its_del
 
 
 # -- item 11: queue policy timeouts with allow_timeout_override ---------------------------------------
-def timed_infer(running, model: str, protocol: str, rows: int, timeout_us: int, results: dict, key: str) -> None:
+def timed_infer(
+    running, model: str, protocol: str, rows: int, timeout_us: int, results: dict, key: str, go: threading.Event
+) -> None:
+    """One request, sent when `go` is set by a client already connected (a gRPC channel's connect
+    under load takes longer than the spacing the scenario relies on); (answer, sent, answered)."""
     module = httpclient if protocol == "http" else grpcclient
     client = module.InferenceServerClient(running.url if protocol == "http" else running.grpc_url)
     tensor = module.InferInput("INPUT0", [rows, 16], "FP32")
     tensor.set_data_from_numpy(np.zeros((rows, 16), np.float32))
-    started = time.monotonic()
     try:
-        client.infer(model, [tensor], timeout=timeout_us or None)
-        results[key] = ("ok", time.monotonic() - started)
-    except InferenceServerException as exc:
-        results[key] = (exc.message(), time.monotonic() - started)
+        client.is_server_live()
+        results[key + " connected"] = True
+        go.wait(60)
+        started = time.monotonic()
+        try:
+            client.infer(model, [tensor], timeout=timeout_us or None)
+            results[key] = ("ok", started, time.monotonic())
+        except InferenceServerException as exc:
+            results[key] = (exc.message(), started, time.monotonic())
     finally:
         client.close()
 
 
+def pending(running, model: str) -> float:
+    with urllib.request.urlopen(running.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    line = f'nv_inference_pending_request_count{{model="{model}",version="1"}} '
+    return next((float(row[len(line) :]) for row in text.splitlines() if row.startswith(line)), 0.0)
+
+
 @pytest.mark.parametrize("model", ["queue_timeout", "queue_timeout_ensemble"])
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-@pytest.mark.parametrize("first_timeout_us, runs_after_s", [(100_000, 0.0), (10_000_000, 0.7), (0, 0.7)])
+@pytest.mark.parametrize("first_timeout_us, first_leaves_s", [(100_000, 0.1), (10_000_000, 1.0), (0, 1.0)])
 def test_a_request_timeout_shortens_the_default_only_and_fails_only_its_request(
-    served, model, protocol, first_timeout_us, runs_after_s
+    served, model, protocol, first_timeout_us, first_leaves_s
 ):
-    """qa/L0_model_queue test_timeout_override: a 1-row request, then (0.2 s later) two 2-row
-    requests. The 1 times out alone (its 100 ms, or the 1 s default: a longer timeout does not
-    extend it); the two 2s then form the preferred 4 and run at once, long before the 10 s delay."""
+    """qa/L0_model_queue test_timeout_override: a 1-row request, then (0.2 s after it is queued) two
+    2-row requests. The 1 times out alone (its 100 ms, or the 1 s default: a longer timeout does not
+    extend it); the two 2s then form the preferred 4 and run at once, long before the 10 s delay.
+    Arriving before the 1, a 2 would time out before it instead (its 1 s ending first): so the
+    2s are sent once the 1 is queued, and no later than that, or the 1 (its 100 ms) is gone."""
     results: dict = {}
     args = (served, model, protocol)
-    first = threading.Thread(target=timed_infer, args=(*args, 1, first_timeout_us, results, "first"))
-    first.start()
-    time.sleep(0.2)  # the order of arrival is the scenario, as in Triton's test; no result waits on it
-    others = [threading.Thread(target=timed_infer, args=(*args, 2, 0, results, k)) for k in ("a", "b")]
-    for thread in others:
+    first_go, others_go = threading.Event(), threading.Event()
+    first = threading.Thread(target=timed_infer, args=(*args, 1, first_timeout_us, results, "first", first_go))
+    others = [threading.Thread(target=timed_infer, args=(*args, 2, 0, results, k, others_go)) for k in ("a", "b")]
+    for thread in (first, *others):
         thread.start()
+    wait_until(lambda: all(f"{k} connected" in results for k in ("first", "a", "b")), 30, "clients connected")
+    first_go.set()
+    # queued (or, with its 100 ms, maybe timed out already) in the member's queue: the 2s come after it
+    wait_until(lambda: "first" in results or pending(served, "queue_timeout") == 1, 30, "the 1 queued")
+    time.sleep(0.2)  # the scenario's spacing (Triton's test's): the 2s' timeouts end 0.2 s after the 1's
+    others_go.set()
     for thread in (first, *others):
         thread.join(60)
     assert results["first"][0].endswith("Request timeout expired"), results
     assert [results[k][0] for k in ("a", "b")] == ["ok", "ok"], results
     for key in ("a", "b"):
-        assert runs_after_s <= results[key][1] < 5.0, results  # the delay is 10 s
+        _, started, answered = results[key]
+        assert answered - results["first"][1] >= first_leaves_s, results  # 1 + 2 + 2 is no preferred size
+        assert answered - started < 5.0, results  # the delay is 10 s
 
 
 # -- item 12: ensemble failure counts ------------------------------------------------------------------
@@ -366,7 +390,7 @@ def test_a_member_rejecting_counts_each_failed_ensemble_request_as_triton_does(s
     before = failures(served, "queue_timeout_ensemble", "OTHER"), failures(served, "queue_timeout", "REJECTED")
     for protocol in ("http", "grpc"):
         test_a_request_timeout_shortens_the_default_only_and_fails_only_its_request(
-            served, "queue_timeout_ensemble", protocol, 0, 0.7
+            served, "queue_timeout_ensemble", protocol, 0, 1.0
         )
     expected = (before[0] + 4, before[1] + 2)
 

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 import glob
 import os
 import signal
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from shared.process import settings as s
 from shared.process.natsserver import free_port, wait_for_port
 from shoal.cli import parse_serve
+from tests.serving import wait_until
 
 
 def test_tritonserver_flag_forms():
@@ -164,7 +167,7 @@ def test_shoal_serve_end_to_end(tmp_path):
     """`shoal serve` with no repository: example models, a table, requests, clean stop."""
     http_port, metrics_port, grpc_port = free_port(), free_port(), free_port()
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    log = open(tmp_path / "serve.log", "w+")
+    log = (tmp_path / "serve.log").open("w+")
     serve = subprocess.Popen(
         [
             sys.executable,
@@ -182,11 +185,12 @@ def test_shoal_serve_end_to_end(tmp_path):
         env=env,
     )
     try:
-        deadline = time.monotonic() + 120
-        while "| Model" not in (tmp_path / "serve.log").read_text():
+
+        def table() -> bool:
             assert serve.poll() is None, (tmp_path / "serve.log").read_text()
-            assert time.monotonic() < deadline, "no model table within 120 s"
-            time.sleep(0.1)
+            return "| Model" in (tmp_path / "serve.log").read_text()
+
+        wait_until(table, 120, "the model table")
         table = (tmp_path / "serve.log").read_text()
         for line in ("| mlp ", "| simple ", "| identity_fp32 "):
             assert line in table
@@ -209,9 +213,11 @@ def test_shoal_serve_end_to_end(tmp_path):
     finally:
         serve.send_signal(signal.SIGTERM)
         code = serve.wait(60)
+        log.close()
     assert code == 0
     assert all(
-        not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z" for pid in children
+        not os.path.exists(f"/proc/{pid}") or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+        for pid in children
     ), "orphan processes"
     assert not [p for p in glob.glob("/dev/shm/shoal_*") if os.path.getmtime(p) > serve_started(tmp_path)]
 
@@ -254,3 +260,24 @@ def test_the_gateways_cohost_the_schedulers_unless_told_not_to(tmp_path):
         parse_serve(["--cohost-scheduler", "false", "--schedulers", "0"])
     with pytest.raises(SystemExit, match="--schedulers must not be negative"):
         parse_serve(["--schedulers", "-1"])
+
+
+def test_several_model_repositories_reach_the_repository_service(tmp_path):
+    from shoal.supervisor import build_cluster
+
+    args = parse_serve(["--model-repository", "/a", "--model-store=/b", "--model-namespacing=false"])
+    assert args.model_repository == ["/a", "/b"]
+    cluster = build_cluster(args, "nats://127.0.0.1:4222", [tmp_path / "a", "s3://bucket/models"])
+    assert cluster.repository.model_repository == [str(tmp_path / "a"), "s3://bucket/models"]
+    assert not cluster.repository.model_namespacing
+    # the service's own flags (`shoal repository`), as the supervisor passes them
+    argv = s.to_argv(cluster.repository)
+    parser = argparse.ArgumentParser()
+    s.add_arguments(parser, s.RepositorySettings)
+    again = s.from_namespace(s.RepositorySettings, parser.parse_args(argv))
+    assert again.model_repository == cluster.repository.model_repository
+
+
+def test_model_namespacing_is_refused_with_the_reason():
+    with pytest.raises(SystemExit, match="--model-namespacing=true is not supported: models of the same name"):
+        parse_serve(["--model-namespacing"])

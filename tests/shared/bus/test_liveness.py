@@ -8,10 +8,13 @@ import asyncio
 import time
 
 import nats
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shared.bus import connection
 from shared.bus.liveness import PATIENT_TIMEOUT_S, PROBE_S, WorkerLiveness, overdue, verdict
+from shared.process.natsserver import NatsServer
 from shared.wire import subjects
 from shared.wire.messages import WorkerExited, WorkerHeartbeat, encode
 
@@ -185,3 +188,100 @@ async def test_the_processes_of_a_worker_that_is_gone_go_with_it(nats_server):
     for worker in (child, stranger):
         await connections[worker].close()
     await nc.close()
+
+
+async def _beating(url: str, worker: str, stop: asyncio.Event, connected: asyncio.Event | None = None) -> None:
+    """A worker that beats every 0.2 s and answers on its liveness subject; with `connected`, it
+    connects only once that is set (a worker that reaches a restarted server late)."""
+    if connected is not None:
+        await connected.wait()
+    nc = await connection.connect(url, worker)
+
+    async def alive(msg) -> None:
+        await msg.respond(b"")
+
+    await nc.subscribe(subjects.worker_alive(worker), cb=alive)
+    while not stop.is_set():
+        if nc.is_connected:
+            await nc.publish(subjects.WORKER_HEARTBEAT, encode(WorkerHeartbeat(worker, "s", "h", {}, 0.2)))
+        await asyncio.sleep(0.2)
+    await nc.close()
+
+
+@pytest.mark.parametrize("probe", [False, True])
+async def test_a_nats_restart_drops_no_worker(probe):
+    """nats-server is down for longer than the heartbeat timeout and comes back, and the worker
+    reconnects a moment after this process: the outage was this process's deafness, and the new
+    server's "no responders" before the worker is back says nothing about it."""
+    gone: list[str] = []
+
+    async def on_gone(worker: str) -> None:
+        gone.append(worker)
+
+    with NatsServer() as server:
+        nc = await connection.connect(server.url, "liveness")
+        liveness = WorkerLiveness(nc, 1.5, on_gone, probe=probe)
+        await liveness.start()
+        stop = asyncio.Event()
+        first = asyncio.create_task(_beating(server.url, "w-first", stop))
+        started = time.monotonic()
+        while "w-first" not in liveness.seen or (probe and "w-first" not in liveness.answering):
+            assert time.monotonic() - started < 10
+            await asyncio.sleep(0.05)
+        stop.set()
+        await first  # its connection closes with the server: the worker is down too
+        server.kill()
+        await asyncio.sleep(2.0)  # longer than the timeout: nothing is heard
+        server.start()
+        while not nc.is_connected:
+            assert time.monotonic() - started < 20
+            await asyncio.sleep(0.05)
+        stop = asyncio.Event()
+        late = asyncio.Event()
+        again = asyncio.create_task(_beating(server.url, "w-first", stop, late))
+        await asyncio.sleep(0.7)  # this process asks (probe, overdue beats) while the worker is away
+        late.set()
+        await asyncio.sleep(3.0)  # two timeouts with the worker beating again
+        assert gone == [] and "w-first" in liveness.seen
+        stop.set()
+        await again
+        liveness.stop()
+        await nc.close()
+
+
+async def test_a_worker_back_is_welcomed_once_its_main_connection_answers(nats_server):
+    """Its heartbeat comes over a connection of its own: `on_back` (report again, announce credits)
+    waits until the worker's main connection answers, or what it sends would be lost."""
+    nc = await nats.connect(nats_server.url)
+    gone: list[str] = []
+    back: list[str] = []
+
+    async def on_gone(worker: str) -> None:
+        gone.append(worker)
+
+    async def on_back(worker: str) -> None:
+        back.append(worker)
+
+    liveness = WorkerLiveness(nc, 0.5, on_gone, on_back)
+    await liveness.start()
+    liveness.heard("w")  # no subject yet: its main connection is away
+    started = time.monotonic()
+    while gone != ["w"]:
+        assert time.monotonic() - started < 10
+        await asyncio.sleep(0.05)
+    beats = await nats.connect(nats_server.url)  # the heartbeat thread's connection, back first
+    for _ in range(8):
+        await beats.publish(subjects.WORKER_HEARTBEAT, encode(WorkerHeartbeat("w", "s", "h", {}, 0.2)))
+        await asyncio.sleep(0.2)
+    assert back == [] and "w" in liveness.seen
+    main = await _worker(nats_server.url, "w")
+    returned = time.monotonic()
+    while back != ["w"]:
+        assert time.monotonic() - returned < 5, back
+        await beats.publish(subjects.WORKER_HEARTBEAT, encode(WorkerHeartbeat("w", "s", "h", {}, 0.2)))
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)
+    assert back == ["w"] and gone == ["w"]  # once
+    liveness.stop()
+    for connected in (beats, main, nc):
+        await connected.close()
