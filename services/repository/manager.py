@@ -46,8 +46,7 @@ class Files(Protocol):
 
 
 class ModelManager:
-    """Models are known by their identity (`ModelRecord.name`, `shared.wire.records.model_key`):
-    their name, or with namespacing `<repository>::<name>`; `named` maps a client's name to them."""
+    """Models are known by their identity (`shared.wire.records.model_key`; `to_load` maps names to them)."""
 
     def __init__(
         self,
@@ -76,7 +75,7 @@ class ModelManager:
         self.changed = asyncio.Condition()
         self._locks: dict[str, asyncio.Lock] = {}
         self._polling = asyncio.Lock()
-        self._refreshing: set[str] = set()  # ensembles being refreshed (guards nested refreshes)
+        self._refreshing: dict[str, bool] = {}  # ensembles being refreshed -> asked again meanwhile
 
     def lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -99,16 +98,13 @@ class ModelManager:
     def to_load(self, name: str, files: bool = False) -> list[str]:
         """The models a load of the client's `name` loads: with namespacing, every repository's
         (as Triton); an override with files is no repository's. One found nowhere fails in `load`."""
-        if files:
-            return [name]
-        return [found.key for found in self.repositories.named(name)] or [name]
+        return [name] if files else [found.key for found in self.repositories.named(name)] or [name]
 
     def to_unload(self, name: str) -> list[str]:
         """The models an unload of the client's `name` unloads: every loaded model of that name."""
         return [key for key, record in self.records.items() if record.model_name == name] or [name]
 
-    async def _sync(self, name: str | None) -> None:
-        """The buckets' mirrors brought up to date (remote.py): all of them, or one model's part."""
+    async def _sync(self, name: str | None) -> None:  # the buckets' mirrors (remote.py): all, or one model's part
         await asyncio.to_thread(self.repositories.sync, name)
 
     # -- load -------------------------------------------------------------------
@@ -375,35 +371,38 @@ class ModelManager:
 
     async def _refresh_ensemble(self, record: ModelRecord) -> None:
         """An ensemble follows its members: READY when they all are, UNAVAILABLE (why) when not."""
-        if record.name in self._refreshing:  # nested ensembles naming each other: refused at load
+        name = record.name
+        if name in self._refreshing:  # being refreshed (it awaits below): again once that is done
+            self._refreshing[name] = True
             return
-        self._refreshing.add(record.name)
         try:
-            changed, unresolved = self._resolve_members(record)
-            new = ensembles.ensemble_state(record, self.records, set(self.available()))
-            if unresolved:  # Triton's dependency graph: not connected
-                new = ModelVersionState(ModelState.UNAVAILABLE, ensembles.not_connected(record.name, unresolved))
-            for version in record.hosted:
-                old = record.versions.get(str(version))
-                if old is not None and old.state == ModelState.UNLOADING:
-                    continue
-                if new != old:
-                    record.versions[str(version)] = new
-                    changed = True
-                    log.info("ensemble '%s' version %d: %s %s", record.name, version, new.state, new.reason)
-            if changed:
-                await self.publish(record)
-                await self._refresh_dependents(record.name)
+            for _ in range(8):  # a member's report can come meanwhile; nesting is acyclic (refused at load)
+                self._refreshing[name], current = False, self.records.get(name, record)
+                if not current.reason and ensembles.record_is_ensemble(current):
+                    await self._ensemble_once(current)
+                if not self._refreshing[name]:
+                    break
         finally:
-            self._refreshing.discard(record.name)
+            del self._refreshing[name]
 
-    def _resolve_members(self, record: ModelRecord) -> tuple[bool, list[str]]:
-        """With namespacing, an ensemble's steps find their models again (one may have gone from
-        its own repository, or come back): whether the record changed, and the names none finds."""
-        if not self.repositories.namespacing:
-            return False, []
-        steps = record.config.get("ensemble_scheduling", {}).get("step", [])
-        return namespaces.connect(steps, record.namespace, namespaces.known(self.scan(), self.records.values()))
+    async def _ensemble_once(self, record: ModelRecord) -> None:
+        changed, unresolved = False, list[str]()
+        if self.repositories.namespacing:  # its steps find their models again (one may have gone, or come back)
+            changed, unresolved = namespaces.reconnect(record, self.scan(), self.records)
+        new = ensembles.ensemble_state(record, self.records, set(self.available()))
+        if unresolved:  # Triton's dependency graph: not connected
+            new = ModelVersionState(ModelState.UNAVAILABLE, ensembles.not_connected(record.name, unresolved))
+        for version in record.hosted:
+            old = record.versions.get(str(version))
+            if old is not None and old.state == ModelState.UNLOADING:
+                continue
+            if new != old:
+                record.versions[str(version)] = new
+                changed = True
+                log.info("ensemble '%s' version %d: %s %s", record.name, version, new.state, new.reason)
+        if changed:
+            await self.publish(record)
+            await self._refresh_dependents(record.name)
 
     # -- the index -------------------------------------------------------------------
     def index(self, ready_only: bool = False) -> RepositoryIndex:
