@@ -32,7 +32,6 @@ import collections
 import gc
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,9 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from callgrind_gateway import instructions  # noqa: E402
 
 INBOX = "bench.gw.reply"
 
@@ -178,17 +180,6 @@ async def inner(nats_url: str, case: str, batches: int, warmup: int, requests: i
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # counters dumped
     instance.executor.shutdown()
     await nc.close()
-
-
-def instructions(dump_dir: Path, pid: int) -> int:
-    """The total of the dump `callgrind_control -d` made of `pid` (its `summary:`/`totals:` line),
-    not the one at the process's exit."""
-    dumps = sorted(dump_dir.glob(f"callgrind.out.{pid}.*"), key=lambda p: p.stat().st_mtime)
-    text = dumps[-1].read_text(errors="replace")
-    match = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
-    if match is None:
-        raise SystemExit(f"no totals in {dumps[-1]}")
-    return int(match.group(1))
 
 
 def measure(tree: Path, nats_url: str, case: str, args: argparse.Namespace, out: Path) -> float:

@@ -170,8 +170,9 @@ def load_grpc(port: int, request: Any, total: int, concurrency: int, streaming: 
 
 
 def instructions(dump_dir: Path, pid: int) -> int:
-    """The total of callgrind's last dump of `pid` (its `summary:`/`totals:` line)."""
-    dumps = sorted(dump_dir.glob(f"callgrind.out.{pid}*"), key=lambda p: p.stat().st_mtime)
+    """The total of the last dump `callgrind_control -d` made of `pid` (its `summary:`/`totals:`
+    line), not the one at the process's exit."""
+    dumps = sorted(dump_dir.glob(f"callgrind.out.{pid}.*"), key=lambda p: p.stat().st_mtime)
     text = dumps[-1].read_text(errors="replace")
     match = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
     if match is None:

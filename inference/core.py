@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from inference import classification
 from inference.cache import Cache, cache_key
@@ -65,7 +65,7 @@ class Answer:
     version: int
     id: str
     outputs: list[OutputTensor]
-    parameters: dict = field(default_factory=dict)
+    parameters: dict[str, Any] = field(default_factory=dict)
     final: bool = True  # decoupled models: the last response of this request
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from inference.otel_trace import RequestTrace
 from inference.sequence_params import sequence_params
@@ -23,12 +24,12 @@ from shared.wire.messages import InferRequest, InferResponse, TensorRef
 GATEWAY_PARAMETERS = frozenset({"binary_data_output", "priority", "timeout", "headers"})  # used up here
 
 
-def _forwarded(parameters: dict) -> dict:
+def _forwarded(parameters: dict[str, Any]) -> dict[str, Any]:
     """The request's parameters the model sees (the sequence ones stay: backends read them)."""
     return {k: v for k, v in parameters.items() if k not in GATEWAY_PARAMETERS} if parameters else {}
 
 
-def _uint(parameters: dict, key: str) -> int:
+def _uint(parameters: dict[str, Any], key: str) -> int:
     if not parameters:
         return 0
     value = parameters.get(key, 0)
@@ -70,7 +71,7 @@ class Forwarder:
         trace: bool = False,
         timeout_s: float | None = None,
         span: RequestTrace | None = None,
-    ) -> tuple[list[OutputTensor], dict, InferResponse]:
+    ) -> tuple[list[OutputTensor], dict[str, Any], InferResponse]:
         timeout_s = timeout_s or self.timeout_s
         used = _regions_used(parsed)
         if used:  # unregistering a region in use waits for its requests (see ShmRegistry.unregister)
@@ -97,7 +98,7 @@ class Forwarder:
         timeout_s: float | None = None,
         empty_final: bool = False,
         span: RequestTrace | None = None,
-    ) -> AsyncGenerator[tuple[list[OutputTensor], dict, InferResponse] | ShoalError, None]:
+    ) -> AsyncGenerator[tuple[list[OutputTensor], dict[str, Any], InferResponse] | ShoalError, None]:
         """A model's responses as they come (many for decoupled models); an error response is
         yielded as a `ShoalError`, and the stream goes on if the model said more will follow.
         `empty_final`: also yield the final flag that comes alone (gRPC streams can show it)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from shared.errors import invalid
 
@@ -27,7 +28,7 @@ class HeaderForwarder:
         else:
             self.regex = re.compile(pattern, re.IGNORECASE)
 
-    def forward(self, headers: Iterable[tuple[str, str]], parameters: dict) -> None:
+    def forward(self, headers: Iterable[tuple[str, str]], parameters: dict[str, Any]) -> None:
         """Add each matching header to `parameters` (Triton's text for a reserved one)."""
         search = self.regex.search
         for name, value in headers:

@@ -29,7 +29,7 @@ class ModelRegistry:
         self.synced = asyncio.Event()
         self.revisions = Revisions()
         self.kv: KeyValue | None = None  # the models bucket this view follows
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._ready: dict[str, tuple[int, ...]] = {}  # name -> READY versions, until a record changes
         # --model-namespacing: a client's name -> the identities (`<repository>::<name>`) of that name
         self._named: dict[str, set[str]] = {}

@@ -8,6 +8,7 @@ answer the same thing with the same errors (Triton's texts, `ShoalError` codes).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -19,6 +20,7 @@ from inference.shm import ShmRegistry
 from inference.statistics import model_entries, scheduler_stats
 from inference.trace import Tracer
 from shared.bus.repository_client import RepositoryRequest, repository_call
+from shared.config.model_config import TensorSpec
 from shared.errors import invalid, unavailable
 from shared.process import logsettings
 from shared.wire import subjects
@@ -84,7 +86,7 @@ class InferenceServer:
         versions = [str(resolved)] if version else [str(v) for v in self.registry.ready_versions(name)]
         lead = [-1] if spec.max_batch_size > 0 else []
 
-        def io(tensors) -> list[dict[str, Any]]:
+        def io(tensors: Iterable[TensorSpec]) -> list[dict[str, Any]]:
             return [{"name": t.name, "datatype": t.datatype, "shape": lead + list(t.dims)} for t in tensors]
 
         return {

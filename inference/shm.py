@@ -12,6 +12,7 @@ import base64
 import binascii
 import os
 import stat
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -59,7 +60,7 @@ class ShmRegistry:
         self.host = host
         self.enabled = enabled
         self.regions: dict[str, ShmRegion] = {}
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         # Triton lets requests in flight finish with a region that is unregistered meanwhile:
         # it stays listed and usable until the last of them ends, then goes.
         self._in_use: dict[str, int] = {}
@@ -95,7 +96,7 @@ class ShmRegistry:
         self.regions[region.name] = region
 
     # -- system ---------------------------------------------------------------------
-    async def register_system(self, name: str, body: dict) -> None:
+    async def register_system(self, name: str, body: dict[str, Any]) -> None:
         self._check_enabled()
         key, offset, byte_size = body.get("key"), body.get("offset", 0), body.get("byte_size")
         if not isinstance(key, str):
@@ -119,7 +120,7 @@ class ShmRegistry:
             raise invalid(f"failed to register shared memory region '{name}': invalid args")
         await self._store(ShmRegion(name, "system", byte_size, key=key, offset=offset, host=self.host))
 
-    def status(self, kind: str, name: str = "") -> list[dict]:
+    def status(self, kind: str, name: str = "") -> list[dict[str, Any]]:
         if name:
             region = self.regions.get(name)
             if region is None:
@@ -168,7 +169,7 @@ class ShmRegistry:
                 await self._delete(name)
 
     # -- CUDA -----------------------------------------------------------------------------
-    async def register_cuda(self, name: str, body: dict) -> None:
+    async def register_cuda(self, name: str, body: dict[str, Any]) -> None:
         self._check_enabled()
         raw = body.get("raw_handle")
         byte_size, device_id = body.get("byte_size"), body.get("device_id", 0)
@@ -197,7 +198,7 @@ class ShmRegistry:
         await self._store(ShmRegion(name, "cuda", byte_size, cuda_handle=handle, device_id=device_id))
 
     # -- use in inference ---------------------------------------------------------------------
-    def reference(self, tensor_name: str, datatype: str, shape: list[int], params: dict) -> TensorRef:
+    def reference(self, tensor_name: str, datatype: str, shape: list[int], params: dict[str, Any]) -> TensorRef:
         """A tensor inside a registered region, bounds checked (inputs and output destinations)."""
         self._check_enabled()
         name = params.get("shared_memory_region")

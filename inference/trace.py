@@ -69,7 +69,7 @@ class TraceSettings:
         return self.enabled and self.rate > 0 and (self.mode != "triton" or bool(self.file))
 
 
-def _int(body: dict, key: str, minimum: int) -> int:
+def _int(body: dict[str, Any], key: str, minimum: int) -> int:
     value = body[key]
     try:
         number = int(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from inference.types import InputTensor, ParsedRequest, expected_byte_size
@@ -24,7 +25,7 @@ class Validated:
     binary: dict[str, bool]  # output name -> return as binary
 
 
-def _fmt(dims) -> str:
+def _fmt(dims: Iterable[int]) -> str:
     return "[" + ",".join(str(d) for d in dims) + "]"
 
 

@@ -93,16 +93,25 @@ class Proxy:
         self._run(cut)
 
     def stop(self) -> None:
-        def close() -> None:
-            if self._server is not None:
-                self._server.close()
-            for pair in self._pairs:
-                pair.client.transport.abort()
-                pair.server.transport.abort()
-
-        self._run(close)
+        """Close every connection and end the proxy's tasks before its loop ends: a task left
+        pending when the loop is dropped is an unraisable error in whatever test runs next."""
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        self._loop.close()
+
+    async def _close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for pair in self._pairs:
+            pair.client.transport.abort()
+            pair.server.transport.abort()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
 
 
 @contextlib.contextmanager

@@ -47,7 +47,7 @@ def descendants(pid: int) -> list[int]:
 
 def command_of(pid: int) -> str:
     """Its command line, then its name in brackets: a python model's process forked from the zygote
-    has the zygote's command line and names itself `py<i>:<model>` (isolation.process_name)."""
+    has the zygote's command line and names itself `py<i>:<model>` (child_process.process_name)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             command = f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -66,13 +66,17 @@ def listening(port: int) -> bool:
 
 
 def wait_until(
-    condition: Callable[[], bool],
+    condition: Callable[[], object],
     timeout: float = 30.0,
     what: str = "a condition",
     step: float = 0.1,
     errors: tuple[type[Exception], ...] = (),
+    detail: Callable[[], object] | None = None,
 ) -> float:
-    """Seconds it took for `condition` to hold; AssertionError naming `what` past `timeout`.
+    """Seconds it took for `condition` to hold; AssertionError naming `what` past `timeout`, with
+    `detail()` (what the test shows of the state it waited on) when given. The one deadline loop
+    of the tests: a condition that must also check something else (a process still running)
+    asserts it itself, which ends the wait at once.
 
     An exception of a type in `errors` counts as "not yet" (a model between generations answers
     with an error); the last one is named if the deadline passes."""
@@ -85,7 +89,8 @@ def wait_until(
         except errors as exc:
             last = str(exc)
         if time.monotonic() - started > timeout:
-            raise AssertionError(f"{what}: not within {timeout}s (last: {last})")
+            shown = f": {detail()}" if detail is not None else ""
+            raise AssertionError(f"{what}: not within {timeout}s (last: {last}){shown}")
         time.sleep(step)
 
 

@@ -30,7 +30,7 @@ from services.worker.outputs import Outputs
 from services.worker.python import pb_utils
 from services.worker.python.bls import BlsRuntime
 from services.worker.python.callables import InProcessModels
-from services.worker.python.isolation import die_with_parent
+from services.worker.python.child_process import die_with_parent
 from services.worker.streams import Cancellations, DecoupledSenders
 from shared.bus import connection, discovery, hot_path
 from shared.bus.tensor_store import TensorStore

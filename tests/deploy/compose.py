@@ -14,9 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,18 +170,3 @@ class Project:
             listed = run(["docker", *kind.split(), "-q", "--filter", f"label={PROJECT_LABEL}={self.name}"]).stdout
             found += [f"{kind.split()[0]} {item}" for item in listed.split()]
         return found
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str, step: float = 0.5) -> float:
-    """Seconds until `condition()` held (exceptions count as not yet); AssertionError past `timeout`."""
-    started = time.monotonic()
-    last = ""
-    while True:
-        try:
-            if condition():
-                return time.monotonic() - started
-        except Exception as exc:  # a container still starting refuses connections
-            last = f"{type(exc).__name__}: {exc}"
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"{what}: not within {timeout:.0f}s ({last or 'false'})")
-        time.sleep(step)

@@ -32,8 +32,10 @@ import urllib3
 import yaml
 
 from shoal import status
-from tests.deploy.compose import Project, compose_command, compose_version, engine_refused, run, wait_for
-from tests.serving import record_until
+from tests.deploy.compose import Project, compose_command, compose_version, engine_refused, run
+from tests.serving import record_until, wait_until
+
+STARTING = (Exception,)  # a container still starting refuses connections: not yet
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1800)]
 
@@ -106,7 +108,9 @@ def served(client: httpclient.InferenceServerClient) -> bool:
 def wait_ready(project: Project) -> float:
     client = http(project)
     try:
-        return wait_for(lambda: client.is_server_ready() and served(client), READY_S, "ready and serving 'simple'")
+        return wait_until(
+            lambda: client.is_server_ready() and served(client), READY_S, "ready and serving 'simple'", 0.5, STARTING
+        )
     finally:
         client.close()
 
@@ -126,10 +130,12 @@ def under_load(project: Project, fault, clients: int = 4, after: int = 150) -> l
     for thread in threads:
         thread.start()
     try:
-        wait_for(lambda: sum(r[2] for r in results) > 50, 60, "no load before the fault", 0.1)
+        wait_until(lambda: sum(r[2] for r in results) > 50, 60, "load before the fault", 0.1, STARTING)
         fault()
         done = time.monotonic()
-        wait_for(lambda: sum(r[2] and r[0] > done for r in results) > after, 120, "no load after the fault", 0.1)
+        wait_until(
+            lambda: sum(r[2] and r[0] > done for r in results) > after, 120, "load after the fault", 0.1, STARTING
+        )
     finally:
         stop.set()
         for thread in threads:
@@ -188,7 +194,7 @@ def test_compose_serves_scales_survives_and_goes(project):
     workers = stack.containers("worker")
     assert len(workers) == 3
     names = {hostname(stack, w) for w in workers}
-    wait_for(lambda: set(executions(stack)) >= names, 60, "three workers on the bus")
+    wait_until(lambda: set(executions(stack)) >= names, 60, "three workers on the bus", 0.5, STARTING)
     before = executions(stack)
 
     def all_three() -> bool:
@@ -197,7 +203,7 @@ def test_compose_serves_scales_survives_and_goes(project):
         now = executions(stack)
         return all(now.get(n, 0) > before.get(n, 0) for n in names)
 
-    wait_for(all_three, 120, "each of the three workers took batches")
+    wait_until(all_three, 120, "each of the three workers took batches", 0.5, STARTING)
 
     # no worker mounts the models: they came through NATS, fetched by the first worker alone and
     # found in the host's cache by the two others (--model-files=store)
@@ -214,7 +220,7 @@ def test_compose_serves_scales_survives_and_goes(project):
     gateway = stack.containers("gateway")[0]
     restarts = stack.restarts(gateway)
     stack.crash(gateway)
-    wait_for(lambda: stack.restarts(gateway) > restarts, 60, "the gateway restarted")
+    wait_until(lambda: stack.restarts(gateway) > restarts, 60, "the gateway restarted", 0.5, STARTING)
     wait_ready(stack)
     tokens = {shm_host(stack, w) for w in stack.containers("worker")}
     assert tokens == {shm_host(stack, gateway)}, "a restarted gateway no longer shares memory with the workers"

@@ -17,11 +17,6 @@ from shared.wire.messages import encode
 from shared.wire.statistics import Duration, InferenceStats, ModelStatistics, SchedulerStatistics, VersionStatistics
 
 
-@pytest.fixture(scope="module")
-def nats_url(nats_server):
-    return nats_server.url
-
-
 def _reply(pending: int) -> SchedulerStatistics:
     stats = ModelStatistics("m", "1", inference_count=pending, inference_stats=InferenceStats(success=Duration(1, 5)))
     return SchedulerStatistics({"m/1": VersionStatistics(stats, pending=pending)})
@@ -38,8 +33,8 @@ async def _replicas(nc, answers: list[bytes]) -> None:
     await nc.flush()
 
 
-async def test_a_malformed_reply_is_logged_and_the_others_are_merged(nats_url, caplog):
-    nc = await connection.connect(nats_url, "test-stats")
+async def test_a_malformed_reply_is_logged_and_the_others_are_merged(nats_server, caplog):
+    nc = await connection.connect(nats_server.url, "test-stats")
     try:
         await _replicas(nc, [encode(_reply(2)), b"\x93not statistics", encode(_reply(3))])
         with caplog.at_level(logging.ERROR, "shoal.gateway"):
@@ -51,8 +46,8 @@ async def test_a_malformed_reply_is_logged_and_the_others_are_merged(nats_url, c
         await nc.close()
 
 
-async def test_no_readable_reply_is_unavailable(nats_url):
-    nc = await connection.connect(nats_url, "test-stats-bad")
+async def test_no_readable_reply_is_unavailable(nats_server):
+    nc = await connection.connect(nats_server.url, "test-stats-bad")
     try:
         await _replicas(nc, [b"{}", encode(ModelStatistics("m", "1"))])  # JSON; a Struct of another type
         with pytest.raises(ShoalError) as raised:
@@ -75,10 +70,10 @@ def _counted(pending: int, replicas: int) -> bytes:
     return encode(reply)
 
 
-async def test_a_late_replica_is_waited_for_when_the_replies_say_how_many_there_are(nats_url):
+async def test_a_late_replica_is_waited_for_when_the_replies_say_how_many_there_are(nats_server):
     """On a loaded machine one replica answers well after another: a sum without it is wrong.
     Each reply names the live replicas; the gather waits for them all (a second at most)."""
-    nc = await connection.connect(nats_url, "test-stats-late")
+    nc = await connection.connect(nats_server.url, "test-stats-late")
     try:
 
         async def prompt(msg: Msg) -> None:
@@ -97,8 +92,8 @@ async def test_a_late_replica_is_waited_for_when_the_replies_say_how_many_there_
         await nc.close()
 
 
-async def test_a_replica_that_never_answers_costs_at_most_the_patience(nats_url):
-    nc = await connection.connect(nats_url, "test-stats-gone")
+async def test_a_replica_that_never_answers_costs_at_most_the_patience(nats_server):
+    nc = await connection.connect(nats_server.url, "test-stats-gone")
     try:
 
         async def prompt(msg: Msg) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -128,7 +129,9 @@ def _torch_model(root: Path, name: str, module_class: str, config: str) -> None:
     if torch is None:
         (root / name / "1" / "model.pt").write_bytes(b"a TorchScript archive needs torch to be written")
     else:
-        torch.jit.script(globals()[module_class]()).save(str(root / name / "1" / "model.pt"))
+        with warnings.catch_warnings():  # Triton's pytorch backend loads TorchScript, which torch 2.13 deprecates
+            warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", DeprecationWarning)
+            torch.jit.script(globals()[module_class]()).save(str(root / name / "1" / "model.pt"))
     (root / name / "config.pbtxt").write_text(config)
 
 

@@ -23,10 +23,11 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from services.worker.python.isolation import process_name
+from services.worker.python.child_process import process_name
 from shared.process.natsserver import NatsServer
 from tests.cluster import running_cluster
 from tests.integration.model_states import StateLog
+from tests.serving import wait_until
 
 MODELS = int(os.environ.get("BUSY_MODELS", "12"))
 LOAD_S = 240.0  # the models' processes start on cores that other processes keep busy
@@ -91,10 +92,14 @@ def test_python_models_load_and_stay_ready_on_a_saturated_machine(tmp_path, satu
         running_cluster(tmp_path, nats_server=nats_server, ready_timeout_s=LOAD_S) as running,
     ):
         client = httpclient.InferenceServerClient(running.url, network_timeout=120)
-        deadline = time.monotonic() + 30  # the watch catches up with the bucket
-        while not all(log.states.get(f"{n}/1", [""])[-1] == "READY" for n in names):
-            assert time.monotonic() < deadline, log.states
-            time.sleep(0.2)
+        # the watch catches up with the bucket
+        wait_until(
+            lambda: all(log.states.get(f"{n}/1", [""])[-1] == "READY" for n in names),
+            30,
+            "READY",
+            0.2,
+            detail=lambda: log.states,
+        )
         watched = time.monotonic()
         while time.monotonic() - watched < WATCH_S:  # loaded and idle, on the still saturated cores
             assert not log.flapped(), log.states
@@ -128,10 +133,12 @@ def test_a_model_process_without_cpu_for_longer_than_the_heartbeat_timeout_stays
         StateLog(nats_server.url) as log,
         running_cluster(tmp_path, nats_server=nats_server) as running,
     ):
-        deadline = time.monotonic() + 30
-        while not all(log.states.get(f"{n}/1", [""])[-1] == "READY" for n in names):
-            assert time.monotonic() < deadline, log.states
-            time.sleep(0.1)
+        wait_until(
+            lambda: all(log.states.get(f"{n}/1", [""])[-1] == "READY" for n in names),
+            30,
+            "READY",
+            detail=lambda: log.states,
+        )
         pids = processes_of(names)
         assert len(pids) == len(names), pids
         for pid in pids:

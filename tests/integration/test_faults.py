@@ -24,8 +24,8 @@ from tests.integration.test_scheduling_policies import (
     pending,
     raw_request,
     sleepy_config,
-    wait_until,
 )
+from tests.serving import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -61,20 +61,18 @@ def test_worker_killed_under_load(faulty):
     threads = [threading.Thread(target=load) for _ in range(4)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 30
-    while outcomes.count("ok") < 20 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: outcomes.count("ok") >= 20, 30, "20 answers before the kill", 0.05)
     worker = faulty.cluster.child("worker-0")
     old_pid = worker.process.pid
     os.kill(old_pid, signal.SIGKILL)
     # the supervisor restarts the worker; wait until requests succeed again
     mark = len(outcomes)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and outcomes[mark:].count("ok") < 10:
-        time.sleep(0.1)
-    stop.set()
-    for t in threads:
-        t.join(60)
+    try:
+        wait_until(lambda: outcomes[mark:].count("ok") >= 10, 60, "answers again", detail=lambda: outcomes[mark:][-20:])
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
     assert worker.process.pid != old_pid
     assert outcomes[mark:].count("ok") >= 10, outcomes[mark:][-20:]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 
 import numpy as np
@@ -13,6 +12,7 @@ from shared.process.natsserver import NatsServer, free_port
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings
 from shoal.supervisor import Cluster, port_sharing_gateways
 from tests.cluster import build_test_repository
+from tests.serving import wait_until
 
 
 def _published_by_gateway(nats: NatsServer) -> dict[str, int]:
@@ -59,18 +59,17 @@ def test_two_gateways_share_the_http_port_and_both_serve(tmp_path):
         cluster.start()
         cluster.wait_ready(90)
         url = f"127.0.0.1:{gateway.http_port}"
-        deadline = time.monotonic() + 60
         before = _published_by_gateway(nats)
         served: dict[str, int] = {}
-        count = 0
-        while time.monotonic() < deadline:  # until both gateways sent requests on (or the deadline)
-            _infer_on_a_new_connection(url, count)
-            count += 1
-            after = _published_by_gateway(nats)
-            served = {name: n - before.get(name, 0) for name, n in after.items()}
-            if len(served) == 2 and all(n > 0 for n in served.values()):
-                break
-        assert len(served) == 2 and all(n > 0 for n in served.values()), served
+        sent = [0]
+
+        def both_sent_on() -> bool:  # a request on a new connection each time, until both gateways sent some on
+            _infer_on_a_new_connection(url, sent[0])
+            sent[0] += 1
+            served.update((name, n - before.get(name, 0)) for name, n in _published_by_gateway(nats).items())
+            return len(served) == 2 and all(n > 0 for n in served.values())
+
+        wait_until(both_sent_on, 60, "both gateways sending requests on", 0, detail=lambda: served)
     finally:
         cluster.stop(timeout=10)
         nats.stop()

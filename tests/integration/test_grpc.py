@@ -23,6 +23,7 @@ from services.repository import examples
 from tests.cluster import build_test_repository, running_cluster
 from tests.integration.test_python_models import REPEAT, REPEAT_CONFIG, _python_model
 from tests.integration.test_sequence_batcher import DIRECT, ONNX_CONFIG, onnx_accumulator
+from tests.serving import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -286,10 +287,7 @@ def test_a_cancelled_stream_takes_its_requests_out(served):
     assert error is None  # the model is answering
     stream.close(cancel=True)
     marker = served.root / "repeat" / "1" / f"cancelled-{name}"
-    deadline = time.monotonic() + 15
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert marker.exists(), "the model never saw is_cancelled()"
+    wait_until(marker.exists, 15, "the model seeing is_cancelled()", 0.05)
 
 
 def pending(served, model: str) -> float:
@@ -309,17 +307,12 @@ def test_a_cancelled_call_leaves_the_queue(client, served):
     before = client.get_inference_statistics("batch_probe", as_json=True)["model_stats"][0]
     done: queue.Queue = queue.Queue()
     call = client.async_infer("batch_probe", [tensor], callback=lambda result, error: done.put((result, error)))
-    deadline = time.monotonic() + 10
-    while pending(served, "batch_probe") < 1:  # waiting for its batch (2 s queue delay)...
-        assert time.monotonic() < deadline, "the request never reached the queue"
-        time.sleep(0.02)
+    # waiting for its batch (2 s queue delay)...
+    wait_until(lambda: pending(served, "batch_probe") >= 1, 10, "the request in the queue", 0.02)
     call.cancel()  # ...when the client gives up
     result, error = done.get(timeout=10)
     assert result is None and "CANCELLED" in error.status()
-    deadline = time.monotonic() + 5
-    while pending(served, "batch_probe") > 0:
-        assert time.monotonic() < deadline, "the cancelled request stayed in the queue"
-        time.sleep(0.02)
+    wait_until(lambda: pending(served, "batch_probe") == 0, 5, "the cancelled request leaving the queue", 0.02)
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:  # nothing of it runs, now or when the queue delay ends
         stats = client.get_inference_statistics("batch_probe", as_json=True)["model_stats"][0]

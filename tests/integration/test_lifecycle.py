@@ -13,6 +13,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.cluster import running_cluster
+from tests.serving import wait_until
 
 
 def infer(url: str) -> np.ndarray:
@@ -26,15 +27,7 @@ def infer(url: str) -> np.ndarray:
 
 
 def wait_serving(url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            infer(url)
-            return
-        except InferenceServerException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    wait_until(lambda: infer(url) is not None, timeout, "an answer", errors=(InferenceServerException,))
 
 
 @pytest.fixture(scope="module")

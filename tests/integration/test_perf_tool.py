@@ -193,10 +193,18 @@ def _pbtxt(config: dict) -> str:
     return to_pbtxt(config)
 
 
-def _lines(stream) -> queue.Queue:
+def _lines(stream) -> tuple[queue.Queue, threading.Thread]:
+    """The stream's lines as they come, read by a thread that closes it at its end."""
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in stream], daemon=True).start()
-    return lines
+
+    def read() -> None:
+        with stream:
+            for line in stream:
+                lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return lines, reader
 
 
 def test_analyze_puts_the_original_back_after_an_interrupt(served, client, tmp_path):
@@ -206,8 +214,8 @@ def test_analyze_puts_the_original_back_after_an_interrupt(served, client, tmp_p
          *QUICK, "--output", str(tmp_path / "interrupted")],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT,
     )  # fmt: skip
+    (lines, reader), tried = _lines(proc.stderr), []
     try:
-        lines, tried = _lines(proc.stderr), []
 
         def second_candidate_tried() -> bool:
             while not lines.empty():
@@ -222,6 +230,8 @@ def test_analyze_puts_the_original_back_after_an_interrupt(served, client, tmp_p
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(10)
+        reader.join(10)  # it closes the pipe once the process has gone
     assert client.get_model_config("simple") == original
     assert not (tmp_path / "interrupted" / "config.pbtxt").exists()
     shutil.rmtree(tmp_path / "interrupted", ignore_errors=True)

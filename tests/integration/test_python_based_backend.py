@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import queue
 import shutil
-import time
 import urllib.request
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.cluster import Running, running_cluster
+from tests.serving import wait_until
 
 BACKEND = Path(__file__).parent / "python_based" / "fakellm"
 
@@ -55,10 +55,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Running:
     control = {"model_control_mode": "explicit", "load_model": ["*"]}  # a model may unload itself
     with running_cluster(models, worker=settings, repository={**settings, **control}) as running:
         http = httpclient.InferenceServerClient(running.url)
-        deadline = time.monotonic() + 90
-        while not (http.is_model_ready("fakellm_model") and http.is_model_ready("fakellm_sick")):
-            assert time.monotonic() < deadline, http.get_model_repository_index()
-            time.sleep(0.2)
+        wait_until(
+            lambda: http.is_model_ready("fakellm_model") and http.is_model_ready("fakellm_sick"),
+            90,
+            "both models ready",
+            0.2,
+            detail=http.get_model_repository_index,
+        )
         yield running
 
 
@@ -133,10 +136,14 @@ def test_a_cancelled_stream_reaches_is_cancelled_and_the_metrics_show(served):
     assert error is None and first.as_numpy("text_output")[0] == b"LONG"
     stream.close(cancel=True)
     labels = '{model="fakellm_model",version="1"}'
-    deadline = time.monotonic() + 30
-    while f"fakellm:cancelled_requests_total{labels} 1" not in (text := scrape(served)):
-        assert time.monotonic() < deadline, text[-3000:]
-        time.sleep(0.3)
+    wait_until(
+        lambda: f"fakellm:cancelled_requests_total{labels} 1" in scrape(served),
+        30,
+        "the cancelled request counted",
+        0.3,
+        detail=lambda: scrape(served)[-3000:],
+    )
+    text = scrape(served)
     assert "# TYPE fakellm:generation_tokens_total counter" in text
     assert "fakellm:request_generation_tokens_bucket{" in text
 
@@ -150,10 +157,8 @@ def test_an_unhealthy_backend_answers_unavailable_and_unloads_its_model(served):
     finally:
         stream.close()
     http = httpclient.InferenceServerClient(served.url)
-    deadline = time.monotonic() + 30
-    while http.is_model_ready("fakellm_sick"):  # pb_utils.unload_model from its own execute, not waited on
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    # pb_utils.unload_model from its own execute, not waited on
+    wait_until(lambda: not http.is_model_ready("fakellm_sick"), 30, "the sick model unloaded", 0.2)
     assert http.is_model_ready("fakellm_model")
 
 

@@ -10,7 +10,6 @@ import os
 import signal
 import textwrap
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -19,10 +18,11 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from services.worker.python.isolation import process_name
+from services.worker.python.child_process import process_name
 from shared.process.natsserver import NatsServer
 from tests.cluster import running_cluster
 from tests.integration.model_states import StateLog
+from tests.serving import wait_until
 
 MODEL_PY = """
 import json
@@ -160,10 +160,13 @@ def test_each_instance_runs_in_its_own_process_and_two_executes_run_at_once(inst
     assert len({a["pid"] for a in answers}) == 2 and all(a["met"] for a in answers)  # type: ignore[index]
     args = sorted((json.loads(a["args"]) for a in answers), key=lambda a: a["model_instance_name"])  # type: ignore[index]
     # each process counted its own request: /metrics shows their sum (gathered with the heartbeats)
-    deadline = time.monotonic() + 15
-    while 'parallel_requests_total{model="parallel"} 2' not in (text := scrape(instances.metrics_url)):
-        assert time.monotonic() < deadline, [line for line in text.splitlines() if "parallel_requests" in line]
-        time.sleep(0.2)
+    wait_until(
+        lambda: 'parallel_requests_total{model="parallel"} 2' in scrape(instances.metrics_url),
+        15,
+        "both processes' requests in /metrics",
+        0.2,
+        detail=lambda: [line for line in scrape(instances.metrics_url).splitlines() if "parallel_requests" in line],
+    )
     assert args == [  # Triton names the group <model>_0 and its instances <group>_<i>
         {"model_instance_name": "parallel_0_0", "model_instance_kind": "CPU", "model_instance_device_id": "0"},
         {"model_instance_name": "parallel_0_1", "model_instance_kind": "CPU", "model_instance_device_id": "0"},
@@ -190,10 +193,7 @@ def test_one_instance_killed_fails_only_its_request_and_the_other_serves_on(inst
     held: list[dict | Exception] = []
     holder = threading.Thread(target=lambda: held.extend(concurrently(instances.url, "hold", 1)))
     holder.start()
-    deadline = time.monotonic() + 30
-    while not list(holding.iterdir()):
-        assert time.monotonic() < deadline, "the held request never started"
-        time.sleep(0.05)
+    wait_until(lambda: list(holding.iterdir()), 30, "the held request starting", 0.05)
     victim = int(next(holding.iterdir()).name)
     survivor = next(pid for pid in before.values() if pid != victim)
     os.kill(victim, signal.SIGKILL)
@@ -202,12 +202,12 @@ def test_one_instance_killed_fails_only_its_request_and_the_other_serves_on(inst
     assert held[0].status() == "503" and "stopped responding" in held[0].message(), held[0].message()
     served = [infer(instances.url)["pid"] for _ in range(10)]  # while the killed one starts again
     assert set(served) == {survivor}, served
-    deadline = time.monotonic() + 60
-    while not (  # the killed instance comes back in a process of its own, loaded, beside the other
-        len(instances.log.serving("parallel")) == 2 and sorted(instance_processes("parallel")) == [0, 1]
-    ):
-        assert time.monotonic() < deadline, (instances.log.serving("parallel"), instance_processes("parallel"))
-        time.sleep(0.1)
+    wait_until(  # the killed instance comes back in a process of its own, loaded, beside the other
+        lambda: len(instances.log.serving("parallel")) == 2 and sorted(instance_processes("parallel")) == [0, 1],
+        60,
+        "the killed instance back",
+        detail=lambda: (instances.log.serving("parallel"), instance_processes("parallel")),
+    )
     now = instance_processes("parallel")
     assert victim not in now.values() and survivor in now.values(), now
     for stale in (instances.root / "meeting").iterdir():
@@ -269,30 +269,29 @@ def test_instances_come_and_go_with_the_count_and_one_failing_fails_the_load(tmp
             for count in (3, 1):
                 config["instance_group"][0]["count"] = count
                 client.load_model("counted", config=json.dumps(config))  # answers once all have loaded
-                assert _settles(lambda n=count: len(log.serving("counted")) == n), log.serving("counted")
-                assert _settles(lambda n=count: len(instance_processes("counted")) == n), instance_processes("counted")
+                wait_until(
+                    lambda n=count: len(log.serving("counted")) == n, 30, "instances serving", detail=lambda: log.states
+                )
+                wait_until(
+                    lambda n=count: len(instance_processes("counted")) == n,
+                    30,
+                    "instance processes",
+                    detail=lambda: instance_processes("counted"),
+                )
                 tensor = httpclient.InferInput("INPUT0", [1], "FP32")
                 tensor.set_data_from_numpy(np.zeros(1, np.float32))
                 pid = int(client.infer("counted", [tensor]).as_numpy("PID")[0])
                 assert pid in instance_processes("counted").values()
                 processes = {**processes, **instance_processes("counted")}
             assert not log.flapped(), log.states
-            finalized = {name.name.split("-")[0] for name in (tmp_path / "counted" / "finalized").iterdir()}
             stopped = {str(processes[1]), str(processes[2])}  # instances 1 and 2, gone with the count
-            assert _settles(
-                lambda: stopped <= {p.name.split("-")[0] for p in (tmp_path / "counted" / "finalized").iterdir()}
-            ), finalized
+
+            def finalized() -> set[str]:
+                return {name.name.split("-")[0] for name in (tmp_path / "counted" / "finalized").iterdir()}
+
+            wait_until(lambda: stopped <= finalized(), 30, "instances 1 and 2 finalized", detail=finalized)
             with pytest.raises(InferenceServerException) as err:
                 client.load_model("picky")
             assert "instance 1 refuses to start" in err.value.message(), err.value.message()
             assert not client.is_model_ready("picky")
             client.close()
-
-
-def _settles(condition, seconds: float = 30) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True

@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import json
 import textwrap
-import time
 import urllib.request
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
 from tests.cluster import running_cluster
+from tests.serving import wait_until
 
 SIMPLE_IO = """
 max_batch_size: 8
@@ -415,10 +415,7 @@ def test_client_disconnect_reaches_is_cancelled(cluster):
     conn.sock.close()
     conn.close()
     marker = cluster.root / "repeat" / "1" / "cancelled-gone"
-    deadline = time.monotonic() + 10
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert marker.exists(), "the model never saw is_cancelled()"
+    wait_until(marker.exists, 10, "the model seeing is_cancelled()", 0.05)
 
 
 def test_custom_metrics_reach_the_metrics_endpoint(cluster):
@@ -433,9 +430,9 @@ def test_custom_metrics_reach_the_metrics_endpoint(cluster):
         with urllib.request.urlopen(cluster.metrics_url, timeout=10) as response:
             return response.read().decode()
 
-    deadline = time.monotonic() + 10  # workers publish them with their heartbeats
-    while 'custom_requests_total{model="metered"} 2' not in (text := scrape()) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # workers publish them with their heartbeats
+    wait_until(lambda: 'custom_requests_total{model="metered"} 2' in scrape(), 10, "the custom metrics", detail=scrape)
+    text = scrape()
     assert "# TYPE custom_requests_total counter" in text
     assert 'custom_requests_total{model="metered"} 2' in text
     assert 'custom_input_sum_bucket{le="1"} 1' in text and 'custom_input_sum_bucket{le="10"} 2' in text
@@ -458,10 +455,8 @@ def test_is_ready_drives_model_readiness(cluster):
     flag = cluster.root / "flaky_ready" / "not_ready"
 
     def wait(expected: bool) -> bool:
-        deadline = time.monotonic() + 15
-        while client.is_model_ready("flaky_ready") != expected and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return client.is_model_ready("flaky_ready") == expected
+        wait_until(lambda: client.is_model_ready("flaky_ready") == expected, 15, f"ready {expected}")
+        return True
 
     assert wait(True)
     flag.touch()
@@ -485,15 +480,11 @@ def test_a_crashing_python_model_takes_down_only_itself(cluster):
     a = np.ones((1, 16), np.int32)  # the other models, python ones included, never stopped
     np.testing.assert_array_equal(client.infer("bls_sync", simple_inputs(a, a)).as_numpy("OUTPUT0"), 2 * a)
     np.testing.assert_array_equal(client.infer("auto", [tensor]).as_numpy("OUTPUT0"), 2 * np.ones((1, 4)))
-    deadline = time.monotonic() + 30  # its process is restarted and the model loads again
-    while time.monotonic() < deadline:
-        try:
-            np.testing.assert_array_equal(client.infer("crasher", [tensor]).as_numpy("OUTPUT0"), np.ones((1, 4)))
-            break
-        except InferenceServerException:
-            time.sleep(0.2)
-    else:
-        pytest.fail("the crashed python model never came back")
+    # its process is restarted and the model loads again
+    wait_until(
+        lambda: client.infer("crasher", [tensor]), 30, "the crashed python model back", 0.2, (InferenceServerException,)
+    )
+    np.testing.assert_array_equal(client.infer("crasher", [tensor]).as_numpy("OUTPUT0"), np.ones((1, 4)))
     client.close()
 
 

@@ -8,7 +8,6 @@ import asyncio
 import json
 import subprocess
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -24,6 +23,7 @@ from shoal.pytriton.decorators import batch
 from shoal.pytriton.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from shoal.pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from shoal.pytriton.triton import Triton, TritonConfig
+from tests.serving import wait_until
 
 CALLS = {"double": 0, "validate": 0}
 
@@ -305,9 +305,6 @@ def test_unrecoverable_error_stops_serving():
             client.infer("Doomed", [_input("INPUT_1", np.ones((1, 1), np.float32), "FP32")])
     finally:
         client.close()
-    deadline = time.monotonic() + 60
-    while triton.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not triton.is_alive()
+    wait_until(lambda: not triton.is_alive(), 60, "the Triton thread's end")
     served.join(60)
     assert not served.is_alive()

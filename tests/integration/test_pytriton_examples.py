@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,26 +52,27 @@ def example(
         "PYTRITON_TRITON_CONFIG_GRPC_ADDRESS": "127.0.0.1",
         **(env or {}),
     }
-    log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty server never blocks on it
-    process = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / script), *args], env=environment, stdout=log, stderr=subprocess.STDOUT
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not _ready(port, model):
-            assert process.poll() is None, _read(log)
-            assert time.monotonic() < deadline, f"{model} not ready"
-            time.sleep(0.2)
-        yield port, grpc_port, process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                raise
-    assert process.returncode == returncode, _read(log)
+    with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: a chatty server never blocks on it
+        process = subprocess.Popen(
+            [sys.executable, str(EXAMPLES / script), *args], env=environment, stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+
+            def ready() -> bool:
+                assert process.poll() is None, _read(log)
+                return _ready(port, model)
+
+            wait_until(ready, 120, f"{model} ready", 0.2)
+            yield port, grpc_port, process
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(60)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    raise
+        assert process.returncode == returncode, _read(log)
 
 
 def _read(log) -> str:

@@ -23,6 +23,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.cluster import Running, running_cluster
+from tests.serving import wait_until
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "pytriton" / "scale_out_server.py"
 pytestmark = pytest.mark.timeout(300)
@@ -59,25 +60,26 @@ def serving(process: subprocess.Popen, timeout: float = 60) -> None:
     """Until the script says it serves: past `bind()`, into `serve()`, which handles SIGINT. Its
     instances answer a moment before that: a SIGINT then is a KeyboardInterrupt inside `bind()`."""
     log = _LOGS[process.pid]
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def serving() -> bool:
         log.seek(0)
         if "serving Square" in log.read():
-            return
-        assert process.poll() is None and time.monotonic() < deadline, "the script never said it serves"
-        time.sleep(0.05)
+            return True
+        assert process.poll() is None, "the script ended before it said it serves"
+        return False
+
+    wait_until(serving, timeout, "the script saying it serves", 0.05)
 
 
 def wait_workers(url: str, count: int, timeout: float = 120) -> None:
     """Until `count` distinct processes answer (each answers with its pid)."""
-    deadline = time.monotonic() + timeout
     seen: set[int] = set()
-    while len(seen) < count:
-        assert time.monotonic() < deadline, f"only {seen} answered"
-        try:
-            seen |= {pid for pid, _ in infer_many(url, 8)}
-        except InferenceServerException:
-            time.sleep(0.2)
+
+    def answered() -> bool:
+        seen.update(pid for pid, _ in infer_many(url, 8))
+        return len(seen) >= count
+
+    wait_until(answered, timeout, f"{count} workers answering", 0.2, (InferenceServerException,), lambda: seen)
 
 
 def infer_many(url: str, count: int, threads: int = 8) -> list[tuple[int, float]]:

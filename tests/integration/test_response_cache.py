@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 import urllib.request
 import uuid
 
@@ -38,16 +37,16 @@ def redis_port(tmp_path_factory):
         stdout=subprocess.DEVNULL,
     )
     client = redis.Redis(port=port)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                raise
-            time.sleep(0.05)  # polling a condition (the server answers) with a deadline
+
+    def answers() -> bool:
+        assert process.poll() is None, "redis-server ended"
+        return bool(client.ping())
+
+    try:
+        wait_until(answers, 30, "redis-server answering", 0.05, (redis.ConnectionError,))
+    except AssertionError:
+        process.kill()
+        raise
     yield port
     client.close()
     process.terminate()

@@ -9,6 +9,7 @@ import numpy as np
 import tritonclient.http.aio as aioclient
 
 from tests.cluster import running_cluster
+from tests.serving import wait_until
 
 
 def test_three_workers_share_the_load(test_repository):
@@ -19,10 +20,7 @@ def test_three_workers_share_the_load(test_repository):
             scheduler = next(s for s in asyncio.run(collect(running.nats.url)) if s["name"] == "shoal-scheduler")
             return scheduler["status"]["queues"].get("mlp/1", {}).get("free_credits", 0)
 
-        deadline = time.monotonic() + 60
-        while credits() < 12:
-            assert time.monotonic() < deadline, "the three workers never all hosted the mlp"
-            time.sleep(0.1)
+        wait_until(lambda: credits() >= 12, 60, "the three workers hosting the mlp")
 
         async def drive() -> None:
             client = aioclient.InferenceServerClient(running.url, conn_limit=12)
@@ -116,10 +114,7 @@ def test_shutdown_lets_in_flight_requests_finish(tmp_path):
 
         thread = threading.Thread(target=call)
         thread.start()
-        deadline = time.monotonic() + 30
-        while not busy(running, "slow"):
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
+        wait_until(lambda: busy(running, "slow"), 30, "the slow request running", 0.005)
         # leaving the block stops the cluster (SIGTERM, gateway first) while the request runs
     thread.join(60)
     assert outcome == [7.0], outcome
@@ -156,10 +151,8 @@ def test_scheduler_replicas_divide_the_models_and_take_over(tmp_path):
             return found
 
         models = ("simple", "mlp", "identity_fp32")
-        deadline = time.monotonic() + 30
-        while not (len(owners()) == 2 and all(owners().values())):  # the models spread over both
-            assert time.monotonic() < deadline, owners()
-            time.sleep(0.2)
+        # the models spread over both
+        wait_until(lambda: len(owners()) == 2 and all(owners().values()), 30, "two owners", 0.2, detail=owners)
         for model in models:
             infer(model)
         stats = client.get_inference_statistics()["model_stats"]
@@ -173,17 +166,18 @@ def test_scheduler_replicas_divide_the_models_and_take_over(tmp_path):
             name for sid, name in serving.items() if "simple" in owners().get(sid, []) and running.cluster.child(name)
         )
         running.cluster.child(owner).process.kill()
-        deadline = time.monotonic() + 30
-        while True:
+
+        def taken_over() -> bool:
             started = time.monotonic()
             try:
                 infer("simple")
-                break
+                return True
             except InferenceServerException as exc:
                 assert exc.status() == "503", exc  # clear errors while the lease moves
             assert time.monotonic() - started < 10, "a request outlived its deadline"
-            assert time.monotonic() < deadline, "no replica took the model over"
-            time.sleep(0.2)
+            return False
+
+        wait_until(taken_over, 30, "a replica taking the model over", 0.2)
         for model in models:
             infer(model)
         client.close()

@@ -10,7 +10,7 @@ import socket
 import textwrap
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -223,6 +223,22 @@ def _run_sequence(url: str, model: str, corrid, values: list[int], make=_int_inp
         client.close()
 
 
+def _sent(running, pool: ThreadPoolExecutor, model: str, inputs: list, **kwargs) -> Future:
+    """`infer` on a thread of `pool`, with a client of its own. tritonclient's `async_infer` sends
+    only while its caller yields to gevent (10 ms after the call, then in `get_result`): a request
+    it started may still be unsent while the test blocks outside gevent (a metrics poll), and on
+    a loaded machine it was, so the poll waited for a request the server never saw."""
+
+    def infer() -> httpclient.InferResult:
+        client = httpclient.InferenceServerClient(running.url, network_timeout=60)
+        try:
+            return client.infer(model, inputs, **kwargs)
+        finally:
+            client.close()
+
+    return pool.submit(infer)
+
+
 def _gauge(running, name: str, model: str) -> float:
     with urllib.request.urlopen(running.metrics_url, timeout=10) as response:
         text = response.read().decode()
@@ -324,13 +340,17 @@ def test_backlog_waits_for_the_next_ending_sequence(seq_cluster):
     client = httpclient.InferenceServerClient(seq_cluster.url, concurrency=4)
     assert int(client.infer("py_one", _nobatch_input(1), sequence_id=1, sequence_start=True).as_numpy("OUTPUT")[0]) == 1
     assert int(client.infer("py_one", _nobatch_input(2), sequence_id=2, sequence_start=True).as_numpy("OUTPUT")[0]) == 2
-    first = client.async_infer("py_one", _nobatch_input(3), sequence_id=3, sequence_start=True)
-    second = client.async_infer("py_one", _nobatch_input(4), sequence_id=3)
-    # both wait in the backlog (no slot is free until a sequence ends), and stay there until one does
-    wait_until(lambda: _gauge(seq_cluster, "nv_inference_pending_request_count", "py_one") == 2)
-    assert int(client.infer("py_one", _nobatch_input(10), sequence_id=1, sequence_end=True).as_numpy("OUTPUT")[0]) == 11
-    assert int(first.get_result().as_numpy("OUTPUT")[0]) == 3
-    assert int(second.get_result().as_numpy("OUTPUT")[0]) == 7
+    with ThreadPoolExecutor(2) as pool:
+        # both wait in the backlog (no slot is free until a sequence ends), and stay there until one
+        # does; the second is sent once the first (its START) is queued
+        first = _sent(seq_cluster, pool, "py_one", _nobatch_input(3), sequence_id=3, sequence_start=True)
+        wait_until(lambda: _gauge(seq_cluster, "nv_inference_pending_request_count", "py_one") == 1)
+        second = _sent(seq_cluster, pool, "py_one", _nobatch_input(4), sequence_id=3)
+        wait_until(lambda: _gauge(seq_cluster, "nv_inference_pending_request_count", "py_one") == 2)
+        ended = client.infer("py_one", _nobatch_input(10), sequence_id=1, sequence_end=True)
+        assert int(ended.as_numpy("OUTPUT")[0]) == 11
+        assert int(first.result().as_numpy("OUTPUT")[0]) == 3
+        assert int(second.result().as_numpy("OUTPUT")[0]) == 7
     client.infer("py_one", _nobatch_input(0), sequence_id=2, sequence_end=True)
     client.infer("py_one", _nobatch_input(0), sequence_id=3, sequence_end=True)
     client.close()
@@ -351,21 +371,28 @@ def test_idle_timeout_frees_the_slot_and_fails_queued_requests(seq_cluster):
     wait_until(lambda: (seq_cluster.root / "py_idle" / "ended-gone-idle_timeout").exists(), timeout=10)
     # two slow sequences keep both instances busy (one credit each); a third sequence's START waits
     # for a credit longer than the idle time: it is answered with an error, not dropped
-    slow = [
-        client.async_infer(
-            "py_idle", _int_input(1), sequence_id=100 + i, sequence_start=True, parameters={"delay": 2.0}
+    with ThreadPoolExecutor(3) as pool:
+        slow = [
+            _sent(
+                seq_cluster,
+                pool,
+                "py_idle",
+                _int_input(1),
+                sequence_id=100 + i,
+                sequence_start=True,
+                parameters={"delay": 2.0},
+            )
+            for i in range(2)
+        ]
+        wait_until(lambda: _gauge(seq_cluster, "shoal_queue_free_credits", "py_idle") == 0)
+        waiting = _sent(seq_cluster, pool, "py_idle", _int_input(1), sequence_id=200, sequence_start=True)
+        with pytest.raises(InferenceServerException) as err:
+            waiting.result()
+        assert err.value.status() == "503"
+        assert err.value.message() == (
+            "sequence 200 to model 'py_idle' timed out: no request for 400000 us (max_sequence_idle_microseconds)"
         )
-        for i in range(2)
-    ]
-    wait_until(lambda: _gauge(seq_cluster, "shoal_queue_free_credits", "py_idle") == 0)
-    waiting = client.async_infer("py_idle", _int_input(1), sequence_id=200, sequence_start=True)
-    with pytest.raises(InferenceServerException) as err:
-        waiting.get_result()
-    assert err.value.status() == "503"
-    assert err.value.message() == (
-        "sequence 200 to model 'py_idle' timed out: no request for 400000 us (max_sequence_idle_microseconds)"
-    )
-    assert [int(s.get_result().as_numpy("OUTPUT")[0, 0]) for s in slow] == [1, 1]
+        assert [int(s.result().as_numpy("OUTPUT")[0, 0]) for s in slow] == [1, 1]
     with pytest.raises(InferenceServerException) as err:
         client.infer("py_idle", _int_input(1), sequence_id=200)
     assert err.value.status() == "400" and "must specify the START flag" in err.value.message()
@@ -410,10 +437,11 @@ def test_cancelled_backlogged_sequence_releases_nothing_twice(seq_cluster):
     assert pending() == 0
     client.infer("py_one", _nobatch_input(1), sequence_id=11, sequence_end=True)  # frees one slot
     client.infer("py_one", _nobatch_input(1), sequence_id=14, sequence_start=True)  # takes it
-    waiting = client.async_infer("py_one", _nobatch_input(7), sequence_id=15, sequence_start=True)
-    wait_until(lambda: pending() == 1)  # no third slot: it waits
-    client.infer("py_one", _nobatch_input(1), sequence_id=12, sequence_end=True)
-    assert int(waiting.get_result().as_numpy("OUTPUT")[0]) == 7
+    with ThreadPoolExecutor(1) as pool:
+        waiting = _sent(seq_cluster, pool, "py_one", _nobatch_input(7), sequence_id=15, sequence_start=True)
+        wait_until(lambda: pending() == 1)  # no third slot: it waits
+        client.infer("py_one", _nobatch_input(1), sequence_id=12, sequence_end=True)
+        assert int(waiting.result().as_numpy("OUTPUT")[0]) == 7
     for corrid in (14, 15):
         client.infer("py_one", _nobatch_input(0), sequence_id=corrid, sequence_end=True)
     client.close()
@@ -549,7 +577,4 @@ def _wait_gone(pids: list[int], timeout: float = 30.0) -> None:
         except OSError:
             return False
 
-    deadline = time.monotonic() + timeout
-    while any(alive(pid) for pid in pids):
-        assert time.monotonic() < deadline, f"processes {pids} outlived their worker"
-        time.sleep(0.02)
+    wait_until(lambda: not any(alive(pid) for pid in pids), timeout, f"processes {pids} gone with their worker", 0.02)

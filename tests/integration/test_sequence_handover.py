@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 
 import pytest
 import tritonclient.http as httpclient
@@ -13,7 +12,8 @@ from tritonclient.utils import InferenceServerException
 
 from shoal.status import collect
 from tests.cluster import running_cluster
-from tests.integration.test_sequence_batcher import _int_input, _python_model, wait_until
+from tests.integration.test_sequence_batcher import _int_input, _python_model
+from tests.serving import wait_until
 
 MODEL = "py_acc"  # sorts before py_zz: the model a replica above its fair share hands over first
 
@@ -69,10 +69,14 @@ def handing_over(running, sid: str) -> str | None:
 
 def step_until(sequences: Sequences, condition, timeout: float = 60.0) -> None:
     """Keep the sequences running (well within their idle time) until `condition()`."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for a condition"
+
+    def stepped() -> bool:
+        if condition():
+            return True
         sequences.step()
+        return False
+
+    wait_until(stepped, timeout, "the condition, the sequences stepping", 0)
 
 
 def check_residue(running, old: str, new: str, sequences: Sequences) -> None:
@@ -102,10 +106,9 @@ def test_live_sequences_survive_a_joining_replica_and_a_clean_shutdown(tmp_path)
         # one replica alone serves both models
         second.process.send_signal(signal.SIGTERM)
         assert second.process.wait(30) == 0
-        deadline = time.monotonic() + 30
-        while owner(running) != first_id:
-            assert time.monotonic() < deadline, schedulers(running)
-            time.sleep(0.1)
+        wait_until(
+            lambda: owner(running) == first_id, 30, "the first replica owning it", detail=lambda: schedulers(running)
+        )
 
         # a replica joins while sequences are live: the model moves to it, the sequences go on
         sequences = Sequences(running.url, [1, 2, 3, 4, 5])

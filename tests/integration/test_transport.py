@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import glob
-import time
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
 from tests.cluster import running_cluster
+from tests.serving import wait_until
 
 BIG = (1, 16 * 2**20)  # 64 MiB of FP32
 
 
-def leftover_segments(run_id: str, timeout: float = 5.0) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = glob.glob(f"/dev/shm/shoal_{run_id}_*")
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+def no_segments_left(run_id: str, timeout: float = 5.0) -> None:
+    """The run's shared-memory segments are all gone within `timeout`."""
+
+    def found() -> list[str]:
+        return glob.glob(f"/dev/shm/shoal_{run_id}_*")
+
+    wait_until(lambda: not found(), timeout, "no segment left", 0.05, detail=found)
 
 
 def round_trip(url: str, value: np.ndarray) -> np.ndarray:
@@ -36,14 +36,14 @@ def round_trip(url: str, value: np.ndarray) -> np.ndarray:
 def test_64mib_through_shared_memory(shoal):
     value = np.random.default_rng(3).standard_normal(BIG).astype(np.float32)
     np.testing.assert_array_equal(round_trip(shoal.url, value), value)
-    assert leftover_segments(shoal.cluster.run_id) == []
+    no_segments_left(shoal.cluster.run_id)
 
 
 def test_medium_tensor_crosses_inline_threshold(shoal):
     for width in (16383, 16384, 16385, 100_000):  # around and above the 64 KiB inline limit
         value = np.arange(width, dtype=np.float32).reshape(1, width)
         np.testing.assert_array_equal(round_trip(shoal.url, value), value)
-    assert leftover_segments(shoal.cluster.run_id) == []
+    no_segments_left(shoal.cluster.run_id)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from onnx import TensorProto
 from services.repository import examples
 from shared.process.natsserver import free_port
 from tests.cluster import identity_config
+from tests.serving import wait_until
 
 
 @dataclass
@@ -34,12 +34,12 @@ class Serve:
             os.killpg(self.process.pid, sig)
 
     def wait_for(self, text: str, timeout: float = 120.0) -> str:
-        deadline = time.monotonic() + timeout
-        while text not in (out := self.output()):
-            assert self.process.poll() is None, f"shoal serve exited:\n{out}"
-            assert time.monotonic() < deadline, f"no {text!r} within {timeout} s:\n{out}"
-            time.sleep(0.1)
-        return out
+        def said() -> bool:
+            assert self.process.poll() is None, f"shoal serve exited:\n{self.output()}"
+            return text in self.output()
+
+        wait_until(said, timeout, f"{text!r} in the output", detail=self.output)
+        return self.output()
 
 
 def one_model_repository(root: Path, name: str) -> Path:

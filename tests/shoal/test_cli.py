@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +18,7 @@ import tritonclient.http as httpclient
 from shared.process import settings as s
 from shared.process.natsserver import free_port, wait_for_port
 from shoal.cli import parse_serve
+from tests.serving import wait_until
 
 
 def test_tritonserver_flag_forms():
@@ -166,7 +167,7 @@ def test_shoal_serve_end_to_end(tmp_path):
     """`shoal serve` with no repository: example models, a table, requests, clean stop."""
     http_port, metrics_port, grpc_port = free_port(), free_port(), free_port()
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    log = open(tmp_path / "serve.log", "w+")
+    log = (tmp_path / "serve.log").open("w+")
     serve = subprocess.Popen(
         [
             sys.executable,
@@ -184,11 +185,12 @@ def test_shoal_serve_end_to_end(tmp_path):
         env=env,
     )
     try:
-        deadline = time.monotonic() + 120
-        while "| Model" not in (tmp_path / "serve.log").read_text():
+
+        def table() -> bool:
             assert serve.poll() is None, (tmp_path / "serve.log").read_text()
-            assert time.monotonic() < deadline, "no model table within 120 s"
-            time.sleep(0.1)
+            return "| Model" in (tmp_path / "serve.log").read_text()
+
+        wait_until(table, 120, "the model table")
         table = (tmp_path / "serve.log").read_text()
         for line in ("| mlp ", "| simple ", "| identity_fp32 "):
             assert line in table
@@ -211,9 +213,11 @@ def test_shoal_serve_end_to_end(tmp_path):
     finally:
         serve.send_signal(signal.SIGTERM)
         code = serve.wait(60)
+        log.close()
     assert code == 0
     assert all(
-        not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z" for pid in children
+        not os.path.exists(f"/proc/{pid}") or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+        for pid in children
     ), "orphan processes"
     assert not [p for p in glob.glob("/dev/shm/shoal_*") if os.path.getmtime(p) > serve_started(tmp_path)]
 

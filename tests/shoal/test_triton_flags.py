@@ -5,12 +5,12 @@ said so), or refused by name with the reason; never argparse's "unrecognized arg
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
 from shoal import triton_flags
 from shoal.cli import parse_serve
+from tests.serving import wait_until
 from tests.shoal.serving import one_model_repository, serve
 
 # tritonserver's flags, from its src/command_line_parser.cc (docs/serving.md lists Shoal's answer to each)
@@ -81,10 +81,13 @@ def test_log_file_takes_every_services_log(tmp_path):
     repository = one_model_repository(tmp_path / "models", "q")
     log_file = tmp_path / "triton.log"
     with serve(repository, tmp_path / "cache", f"--log-file={log_file}", "--http-thread-count=8") as running:
-        deadline = time.monotonic() + 120
-        while "Started HTTPService" not in (log_file.read_text() if log_file.exists() else ""):
-            assert time.monotonic() < deadline, running.output()
-            time.sleep(0.2)
+        wait_until(
+            lambda: "Started HTTPService" in (log_file.read_text() if log_file.exists() else ""),
+            120,
+            "the HTTP service in the log file",
+            0.2,
+            detail=running.output,
+        )
     text = log_file.read_text()
     assert " worker shoal.worker: loaded 'q' version 1" in text  # a child service's line, in the same file
     assert "--http-thread-count=8 has no effect in Shoal" in text
@@ -96,10 +99,10 @@ def test_model_load_retry_count_retries_a_failing_load(tmp_path):
     (repository / "q" / "1" / "model.onnx").write_bytes(b"not an onnx file")
     log_file = tmp_path / "triton.log"
     with serve(repository, tmp_path / "cache", f"--log-file={log_file}", "--model-load-retry-count=2"):
-        deadline = time.monotonic() + 120
-        while "UNAVAILABLE" not in (text := log_file.read_text() if log_file.exists() else ""):
-            assert time.monotonic() < deadline, text
-            time.sleep(0.2)
+        wait_until(
+            lambda: log_file.exists() and "UNAVAILABLE" in log_file.read_text(), 120, "UNAVAILABLE in the log", 0.2
+        )
+        text = log_file.read_text()
     assert text.count("failed to load 'q' version 1") == 3, text
     assert "retrying the load of 'q' version 1 (2 of 2)" in text
     assert os.path.getsize(log_file) > 0

@@ -8,6 +8,7 @@ finish within the grace period, then the connections close.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from typing import Any
 
@@ -16,6 +17,8 @@ from google.protobuf.descriptor import ServiceDescriptor
 from services.gateway.grpc.calls import Calls
 from services.gateway.grpc.connection import GrpcConnection, KeepAlive
 
+CLOSE_S = 1.0  # how long `stop` waits for closed connections to be gone
+
 
 class GrpcListener:
     def __init__(self, servicer: Any, service: ServiceDescriptor, module: Any, keepalive: KeepAlive) -> None:
@@ -23,6 +26,7 @@ class GrpcListener:
         self._keepalive = keepalive
         self._connections: set[GrpcConnection] = set()
         self._server: asyncio.Server | None = None
+        self._all_lost: asyncio.Event | None = None  # set by `stop` while it waits for the last one
 
     async def start(self, host: str, port: int, reuse_port: bool = False, tls: ssl.SSLContext | None = None) -> int:
         """Listening on (host, port); returns the port (the one the kernel chose for 0)."""
@@ -33,9 +37,14 @@ class GrpcListener:
         return int(self._server.sockets[0].getsockname()[1])
 
     def _connection(self) -> GrpcConnection:
-        conn = GrpcConnection(self._calls, self._keepalive, self._connections.discard)
+        conn = GrpcConnection(self._calls, self._keepalive, self._lost)
         self._connections.add(conn)
         return conn
+
+    def _lost(self, conn: GrpcConnection) -> None:
+        self._connections.discard(conn)
+        if not self._connections and self._all_lost is not None:
+            self._all_lost.set()
 
     async def stop(self, grace: float | None) -> None:
         if self._server is not None:
@@ -47,6 +56,10 @@ class GrpcListener:
         await self._calls.wait(grace or 0.0)
         for conn in list(self._connections):
             conn.close()
+        if self._connections:  # a transport is lost a loop iteration after its close: stopped means closed
+            self._all_lost = asyncio.Event()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._all_lost.wait(), CLOSE_S)
 
 
 def tls_context(cert: str, key: str, root: str | None, mutual: bool) -> ssl.SSLContext:

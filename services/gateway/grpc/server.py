@@ -123,8 +123,8 @@ async def start(settings: GatewaySettings, server: InferenceServer) -> Listener:
     return listener
 
 
-async def _start_grpcio(settings: GatewaySettings, service: GrpcService) -> grpc.aio.Server:
-    listener = grpc.aio.server(options=channel_options(settings))
+async def _start_grpcio(settings: GatewaySettings, service: GrpcService) -> Listener:
+    listener = grpc.aio.server(options=channel_options(settings))  # grpc.aio.Server: untyped
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, _GenericHandlersOnly(listener))
     address = f"{settings.grpc_address}:{settings.grpc_port}"
     creds = credentials(settings)
@@ -132,4 +132,5 @@ async def _start_grpcio(settings: GatewaySettings, service: GrpcService) -> grpc
     if port == 0:
         raise OSError(f"cannot bind the gRPC endpoint to {address}")
     await listener.start()
-    return listener
+    started: Listener = listener
+    return started

@@ -217,7 +217,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
         loop = asyncio.get_running_loop()  # once per stream: in Python 3.11 each look-up is a getpid system call
         out = Inbox(loop)
         done = object()
-        tasks: set[asyncio.Task] = set()
+        tasks: set[asyncio.Task[None]] = set()
         pending = 1  # the reader, and one per request in flight
 
         async def answer(request: pb.ModelInferRequest) -> None:

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Lifespan
 
 from inference.server import InferenceServer
 from services.gateway.http import restricted
@@ -74,7 +75,7 @@ def build_app(
     server: InferenceServer,
     max_input_size: int,
     restricted_api: list[str] | None = None,
-    lifespan=None,
+    lifespan: Lifespan[Starlette] | None = None,
     header_forward_pattern: str = "",
 ) -> restricted.HttpApp:
     h = Handlers(server, max_input_size)

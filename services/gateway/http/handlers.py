@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -11,9 +12,12 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from inference.core import Answer
 from inference.server import InferenceServer
+from inference.types import ParsedRequest
 from services.gateway.http import codec
 from services.gateway.http.generate import event, parse_generate, render_generate
+from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError, invalid
 
 
@@ -38,7 +42,7 @@ async def parse_json(request: Request, depth_limit: bool = True) -> Any:
     return decode_json(body, depth_limit) if body.strip() else {}
 
 
-async def json_body(request: Request) -> dict:
+async def json_body(request: Request) -> dict[str, Any]:
     doc = await parse_json(request)
     if not isinstance(doc, dict) or not isinstance(doc.get("parameters", {}), dict):
         raise invalid("the request body must be a JSON object with an optional 'parameters' object")
@@ -84,7 +88,7 @@ class Handlers:
         return json_response(self.server.model_config(*model_path(request)))
 
     # -- generate extension --------------------------------------------------------------
-    async def _generate_request(self, request: Request):
+    async def _generate_request(self, request: Request) -> tuple[ModelSpec, int, ParsedRequest]:
         name, version = model_path(request)
         try:
             spec, resolved = self.server.core.resolve(name, version)
@@ -126,12 +130,12 @@ class Handlers:
             await stream.aclose()
             raise first
 
-        def render(item) -> bytes:
+        def render(item: Answer | ShoalError) -> bytes:
             if isinstance(item, ShoalError):
                 return event(orjson.dumps({"error": item.message}))
             return event(render_generate(spec.name, resolved, parsed.id, item.outputs, item.parameters))
 
-        async def events():
+        async def events() -> AsyncIterator[bytes]:
             try:
                 if first is not None:
                     yield render(first)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 import orjson
+from starlette.types import Receive, Scope, Send
 
 from inference.core import InferenceCore, trace_from
 from inference.header_forwarding import forwarder
@@ -43,7 +44,7 @@ async def infer(
     headers: dict[str, str],
     body: bytes,
     limit: int,
-    forward: Callable[[dict], None] | None = None,
+    forward: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[bytes, dict[str, str]]:
     """One inference: request bytes and headers in, response bytes and headers out."""
     started = time.monotonic_ns()
@@ -97,7 +98,7 @@ class InferFastPath:
         self.app = app
         self.forward = forwarder(forward_pattern)
 
-    def _forwarding(self, headers: Iterable[tuple[bytes, bytes]]) -> Callable[[dict], None] | None:
+    def _forwarding(self, headers: Iterable[tuple[bytes, bytes]]) -> Callable[[dict[str, Any]], None] | None:
         """What adds the request's forwarded headers to its parameters (every header, not only
         those `header_dict` keeps), or None without a pattern."""
         if self.forward is None:
@@ -110,7 +111,7 @@ class InferFastPath:
         match = _INFER_PATH.match(path) if method == "POST" else None
         return None if match is None else (match.group(1), match.group(2) or "")
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or _INFER_PATH.match(scope["path"]) is None:
             await self.app(scope, receive, send)
             return

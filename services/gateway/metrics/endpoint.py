@@ -22,11 +22,11 @@ from services.gateway.metrics import system as system_metrics
 from services.gateway.metrics.gpu import GpuMetrics
 from services.gateway.metrics.system import CpuSampler
 from services.gateway.metrics.text import family_lines, histogram_lines, label_text
-from shared.wire.statistics import Duration, InferenceStats, SchedulerStatistics, VersionStatistics
+from shared.wire.statistics import Duration, InferenceStats, ModelStatistics, SchedulerStatistics, VersionStatistics
 
 Entries = list[tuple[tuple[str, str], VersionStatistics]]  # (model, version) -> its statistics
 
-_COUNTERS = (
+_COUNTERS: tuple[tuple[str, str, Callable[[ModelStatistics], float]], ...] = (
     (
         "nv_inference_request_success",
         "Number of successful inference requests, all batch sizes",
@@ -235,7 +235,7 @@ def resent_lines(resent: Mapping[tuple[str, str], int]) -> list[str]:
 
 def _gpu(gpu: GpuMetrics) -> list[str]:
     lines: list[str] = []
-    families: dict[str, tuple[str, str, list]] = {}
+    families: dict[str, tuple[str, str, list[tuple[Mapping[str, str], float]]]] = {}
     for name, doc, kind, labels, value in gpu.read():
         families.setdefault(name, (doc, kind, []))[2].append((labels, value))
     for name, (doc, kind, samples) in families.items():
@@ -297,8 +297,8 @@ def render(
         lines += family_lines("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge", [({}, total)])
         lines += family_lines("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge", [({}, used)])
     cached = [(m, v, value) for (m, v), value in entries if value.cache_enabled]
-    for name, doc, pick in _CACHE if cached else ():
-        samples = [({"model": m, "version": v}, pick(value.stats.inference_stats)) for m, v, value in cached]
+    for name, doc, cache_pick in _CACHE if cached else ():
+        samples = [({"model": m, "version": v}, cache_pick(value.stats.inference_stats)) for m, v, value in cached]
         lines += family_lines(name, doc, "counter", samples)
     if options.gpu_metrics and gpu is not None:
         lines += _gpu(gpu)

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import importlib
 import itertools
 import json
 import logging
@@ -48,11 +49,14 @@ PRELOAD = (
 )
 
 
+ENTRY_POINT = "shoal.cli"  # what each forked process runs: `shoal <argv>`
+
+
 # -- the zygote process ---------------------------------------------------------------
 
 
 def _preload() -> None:
-    from services.worker.python.isolation import import_nats_without_websockets
+    from services.worker.python.child_process import import_nats_without_websockets
 
     import_nats_without_websockets()
     for module in PRELOAD:
@@ -76,9 +80,9 @@ def _child(channel: int, wakeup: tuple[int, int], argv: list[str]) -> None:
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
-        from shoal import cli
-
-        cli.main(argv)
+        # the `shoal` command, by name as a subprocess's command line names it (services/ import
+        # nothing of shoal/, the entry points above them)
+        importlib.import_module(ENTRY_POINT).main(argv)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -110,7 +114,7 @@ def _reap(channel: int) -> None:
 
 def serve(worker_pid: int, channel: int) -> None:
     """The zygote's loop: fork on request, report each exit, end when the worker closes the channel."""
-    from services.worker.python.isolation import die_with_parent
+    from services.worker.python.child_process import die_with_parent
 
     die_with_parent(worker_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker stops the processes, then closes the channel
@@ -196,6 +200,8 @@ class Zygote:
     async def _ensure(self) -> None:
         if self.process is not None and self.process.returncode is None and self._writer is not None:
             return
+        if self._writer is not None:  # the channel to a zygote that died
+            self._writer.close()
         mine, theirs = socket.socketpair()
         try:
             self.process = await asyncio.create_subprocess_exec(
@@ -252,6 +258,8 @@ class Zygote:
                 else:
                     spawned.set_exception(OSError(message.get("error", "fork failed")))
         finally:  # the zygote is gone, and every process it forked with it (PR_SET_PDEATHSIG)
+            if self._writer is not None:
+                self._writer.close()
             self._writer = None
             for spawned in self._spawning.values():
                 if not spawned.done():

@@ -177,6 +177,7 @@ async def test_calls_that_arrive_in_one_read_start_in_one_loop_iteration(served)
             received += chunk
     finally:
         writer.close()
+        await writer.wait_closed()
     assert [sorted(group, key=int) for group in servicer.iterations] == [[str(i) for i in range(8)]]
 
 
@@ -263,6 +264,7 @@ async def test_a_client_that_pings_too_often_is_told_off():
         assert await asyncio.wait_for(reader.read(), 10) == b""  # and the connection closes
     finally:
         writer.close()
+        await writer.wait_closed()
         await listener.stop(0)
 
 
@@ -278,6 +280,7 @@ async def test_keepalive_pings_and_drops_a_client_that_does_not_answer():
         assert pings and any(kind == f.GOAWAY for kind, *_ in frames)
     finally:
         writer.close()
+        await writer.wait_closed()
         await listener.stop(0)
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from services.scheduler.ensembles.runner import CATCH_UP_S, EnsembleRunner
 from shared.bus import buckets, connection
 from shared.wire import subjects
@@ -15,13 +13,8 @@ from shared.wire.records import ModelState, ModelVersionState
 from tests.scheduler.ensembles.test_runner import MEMBER, PIPELINE, record
 
 
-@pytest.fixture(scope="module")
-def nats_url(nats_server):
-    return nats_server.url
-
-
-async def test_a_view_behind_the_bucket_waits_for_it_and_a_current_one_does_not(nats_url):
-    nc = await connection.connect(nats_url, "test-catch-up")
+async def test_a_view_behind_the_bucket_waits_for_it_and_a_current_one_does_not(nats_server):
+    nc = await connection.connect(nats_server.url, "test-catch-up")
     try:
         kv = await buckets.bucket(nc, subjects.MODELS_BUCKET)
         runner = EnsembleRunner(nc, "catch-up")

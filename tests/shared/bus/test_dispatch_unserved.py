@@ -17,6 +17,7 @@ from shared.bus.tensor_store import TensorStore
 from shared.errors import ShoalError
 from shared.wire import subjects
 from shared.wire.messages import InferRequest, InferResponse, RequestBatch, encode
+from tests.serving import until
 
 
 async def _dispatcher(url: str, loaded=None) -> tuple[nats.NATS, Dispatcher]:
@@ -52,11 +53,7 @@ async def test_a_request_waits_for_a_scheduler_to_subscribe(nats_server):
     seen: list[str] = []
     request = _request(dispatcher, "late", 10)
     answer = asyncio.ensure_future(dispatcher.infer(request, 10))
-    started = time.monotonic()
-    while (
-        not dispatcher.resent[("late", "no_scheduler")] and time.monotonic() - started < 5
-    ):  # NATS said "no responders"
-        await asyncio.sleep(0.01)
+    await until(lambda: dispatcher.resent[("late", "no_scheduler")], 5, 'NATS saying "no responders"')
     assert dispatcher.resent[("late", "no_scheduler")] == 1 and not answer.done()
     scheduler = await _scheduler(nats_server.url, "late", seen)
     response = await asyncio.wait_for(answer, 5)

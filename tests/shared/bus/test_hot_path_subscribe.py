@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from shared.bus import connection, hot_path
 from tests.serving import until
 
 
-@pytest.fixture(scope="module")
-def nats_url(nats_server):
-    return nats_server.url
-
-
-async def test_messages_run_in_order_one_at_a_time_and_errors_do_not_stop_the_subscription(nats_url):
-    nc = await connection.connect(nats_url, "test-inline")
+async def test_messages_run_in_order_one_at_a_time_and_errors_do_not_stop_the_subscription(nats_server):
+    nc = await connection.connect(nats_server.url, "test-inline")
     seen: list[int] = []
     running = 0
     overlap = False
@@ -47,8 +40,8 @@ async def test_messages_run_in_order_one_at_a_time_and_errors_do_not_stop_the_su
         await nc.close()
 
 
-async def test_queue_group_and_unsubscribe(nats_url):
-    nc = await connection.connect(nats_url, "test-inline-queue")
+async def test_queue_group_and_unsubscribe(nats_server):
+    nc = await connection.connect(nats_server.url, "test-inline-queue")
     got: list[bytes] = []
 
     async def on_msg(msg) -> None:
@@ -68,13 +61,13 @@ async def test_queue_group_and_unsubscribe(nats_url):
         await nc.close()
 
 
-async def test_a_settled_subscription_gets_another_connections_next_publish(nats_url):
+async def test_a_settled_subscription_gets_another_connections_next_publish(nats_server):
     """`bus.settled`, not `nc.flush()`: nats-py's PING can overtake a SUB still queued for its
     flusher, and a publish right after the PONG then finds nobody (it answers "no responders")."""
     for attempt in range(100):
         subscriber, publisher = (
-            await connection.connect(nats_url, "test-sub"),
-            await connection.connect(nats_url, "test-pub"),
+            await connection.connect(nats_server.url, "test-sub"),
+            await connection.connect(nats_server.url, "test-pub"),
         )
         try:
 

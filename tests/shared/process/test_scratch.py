@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_a_maker_in_another_pid_namespace_is_not_judged_from_here(tmp):
     """Containers sharing /tmp: a pid of theirs means nothing here, even one that runs nothing here."""
     left = made_by_a_process_that_exited(tmp)
     owner = os.path.join(left, scratch.OWNER)
-    pid_line, where = open(owner).read().splitlines()
+    pid_line, where = Path(owner).read_text().splitlines()
     with open(owner, "w") as out:
         out.write(f"{pid_line}\n{where.replace('pid:[', 'pid:[9')}\n")  # another pid namespace
     assert scratch.sweep("shoal-test-") == [] and os.path.isdir(left)
