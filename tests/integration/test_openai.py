@@ -149,7 +149,7 @@ def test_unknown_arguments_and_bad_json_are_400(served: Running):
 
 def _abandon(served: Running, path: str, body: dict, read_first: bool) -> str:
     """Send a slow request, close the connection once the model runs it; the request's id."""
-    folder = Path(served.cluster.repository.model_repository) / "echo" / "1"
+    folder = Path(served.cluster.repository.model_repository[0]) / "echo" / "1"
     before = set(folder.glob("started-*"))
     conn = http.client.HTTPConnection("127.0.0.1", served.cluster.gateway.openai_port, timeout=30)
     conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
@@ -168,7 +168,7 @@ def test_a_client_that_goes_away_stops_the_generation_at_the_model(served: Runni
     words = " ".join(f"w{i}" for i in range(200))
     body = {"model": "echo", "messages": [{"role": "user", "content": f"slow {words}"}], "stream": stream}
     request_id = _abandon(served, "/v1/chat/completions", body, read_first=stream)
-    marker = Path(served.cluster.repository.model_repository) / "echo" / "1" / f"cancelled-{request_id}"
+    marker = Path(served.cluster.repository.model_repository[0]) / "echo" / "1" / f"cancelled-{request_id}"
     wait_until(marker.exists, 15, "the model never saw is_cancelled()")
 
 
