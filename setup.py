@@ -19,6 +19,7 @@ from pathlib import Path
 
 from setuptools import Distribution, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 BUILD = runpy.run_path(str(HERE / "shoal" / "build.py"))  # the module list and mypy's settings, without importing shoal
@@ -50,6 +51,18 @@ class CompiledDistribution(Distribution):
 
     def has_ext_modules(self) -> bool:
         return why_pure() is None
+
+
+class BuildFresh(build_py):
+    """The build folder starts empty: pip builds in the checkout's `build/`, and what an earlier
+    build left there goes into the wheel too (an extension of a module no longer compiled would
+    shadow its `.py`, a `SHOAL_PURE` build would hold the last compiled build's extensions, a
+    removed module would still install)."""
+
+    def run(self) -> None:
+        if not self.editable_mode and Path(self.build_lib).is_dir():
+            shutil.rmtree(self.build_lib)
+        super().run()
 
 
 class BuildCompiled(build_ext):
@@ -97,4 +110,4 @@ class BuildCompiled(build_ext):
         say(f"compiled build: {len(COMPILED)} modules by mypyc")
 
 
-setup(distclass=CompiledDistribution, cmdclass={"build_ext": BuildCompiled}, ext_modules=[])
+setup(distclass=CompiledDistribution, cmdclass={"build_py": BuildFresh, "build_ext": BuildCompiled}, ext_modules=[])

@@ -32,6 +32,8 @@ import glob
 import json
 import os
 import pstats
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,7 +52,7 @@ Counts = dict[str, dict[str, int]]  # role -> function -> calls
 
 def serve_and_count(repo: Path, model: str, requests: int, log: Path, source: Path | None) -> Counts:
     """Python calls per function per process (by role) over a `shoal serve` run that served `requests`
-    + warm-up."""
+    + warm-up. The profiles stay beside `log`, one folder per run (pstats: callers and callees)."""
     with tempfile.TemporaryDirectory() as folder:
         env = {"SHOAL_PROFILE_DIR": folder}
         if source is not None:
@@ -77,12 +79,16 @@ def serve_and_count(repo: Path, model: str, requests: int, log: Path, source: Pa
                 else:
                     os.environ[k] = v
         calls: Counts = {}
+        kept = log.with_suffix(".prof")
+        kept.mkdir(exist_ok=True)
         for path in glob.glob(f"{folder}/*.prof"):
+            role = re.sub(r"\W+", "_", roles.get(int(Path(path).stem.rsplit("-", 1)[1]), "other"))
+            shutil.copy(path, kept / f"{role}-{Path(path).name}")
             pid = int(Path(path).stem.rsplit("-", 1)[1])
             role = roles.get(pid, Path(path).stem.rsplit("-", 1)[0])
             per = calls.setdefault(role, {})
             for (file, line, name), row in pstats.Stats(path).stats.items():  # type: ignore[attr-defined]
-                key = f"{name} ({Path(file).name}:{line})"
+                key = f"{name} ({'/'.join(Path(file).parts[-2:])}:{line})"
                 per[key] = per.get(key, 0) + row[1]  # all calls, recursive ones included, as total_calls
         return calls
 
@@ -90,6 +96,17 @@ def serve_and_count(repo: Path, model: str, requests: int, log: Path, source: Pa
 def top(one: dict[str, int], two: dict[str, int], n: int, count: int = 12) -> list[tuple[str, float]]:
     """The functions called most per request (the difference of the two runs over n)."""
     per = {k: (two.get(k, 0) - one.get(k, 0)) / n for k in set(one) | set(two)}
+    return sorted(((k, v) for k, v in per.items() if v >= 0.5), key=lambda kv: -kv[1])[:count]
+
+
+def by_file(one: dict[str, int], two: dict[str, int], n: int, count: int = 16) -> list[tuple[str, float]]:
+    """Calls per request by the file of the function called (builtins as one row): which modules the
+    calls go to, so which ones compiling or a shorter path would cut."""
+    per: dict[str, float] = {}
+    for k in set(one) | set(two):
+        where = k.rsplit("(", 1)[1].rsplit(":", 1)[0]
+        where = "builtins (C functions the interpreted code calls)" if where == "~" else where
+        per[where] = per.get(where, 0.0) + (two.get(k, 0) - one.get(k, 0)) / n
     return sorted(((k, v) for k, v in per.items() if v >= 0.5), key=lambda kv: -kv[1])[:count]
 
 
@@ -120,6 +137,7 @@ def main() -> None:
     ap.add_argument("--tree", type=Path, default=None, help="run shoal serve from this tree (PYTHONPATH)")
     ap.add_argument("--callgrind", type=int, default=0, metavar="N", help="also count instructions over N requests")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--top", type=int, default=12, help="how many of the functions called most to list")
     args = ap.parse_args()
     out = (args.out or Path(tempfile.mkdtemp(prefix="call-budget-"))).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -139,8 +157,11 @@ def main() -> None:
             print(case, json.dumps(results[case]), flush=True)
             for role in results[case]:
                 print(f"  {case} / {role}, most calls per request:")
-                for function, calls in top(one.get(role, {}), two.get(role, {}), n):
+                for function, calls in top(one.get(role, {}), two.get(role, {}), n, args.top):
                     print(f"    {calls:6.1f}  {function}")
+                print(f"  {case} / {role}, calls per request by file:")
+                for where, calls in by_file(one.get(role, {}), two.get(role, {}), n):
+                    print(f"    {calls:6.1f}  {where}")
             if args.callgrind:
                 callgrind(repo, model, args.callgrind, source or HERE.parent, case == "python")
     (out / "call_budget.json").write_text(json.dumps(results, indent=2))

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
 
-from inference import classification
+from inference import classification, streams
 from inference.cache import Cache, cache_key
 from inference.forward import Forwarder
 from inference.models import ModelRegistry
 from inference.on_demand import DemandLoads
-from inference.otel_trace import Carrier, RequestTrace
+from inference.otel_trace import RequestTrace
 from inference.shm import DISABLED, ShmRegistry
 from inference.trace import TracedTensor, Tracer
-from inference.types import OutputTensor, ParsedRequest
+from inference.types import Answer, OutputTensor, ParsedRequest, TraceFrom
 from inference.validation import Validated, validate
 from shared.bus.dispatch import Dispatcher
 from shared.bus.tensor_store import TensorStore
@@ -37,14 +35,6 @@ HTTP_ENDPOINT = "HTTP end point"  # how Triton names the transport that refuses 
 CacheEvents = Callable[[CacheEvent], Awaitable[None]]
 
 
-class TraceFrom(NamedTuple):
-    """Where a request came from for its trace: the transport ("HTTP", "GRPC"; "" for a BLS
-    call) and the W3C context it brought (the client's headers, or the calling request's span)."""
-
-    protocol: str
-    parent: Carrier | None = None
-
-
 def trace_from(protocol: str, traceparent: str | None, tracestate: str | None) -> TraceFrom:
     return TraceFrom(protocol, (traceparent, tracestate or "") if traceparent else None)
 
@@ -55,18 +45,6 @@ def _traced_tensors(parsed: ParsedRequest, outputs: list[OutputTensor]) -> list[
         *(("TENSOR_QUEUE_INPUT", TracedTensor(t.name, t.datatype, t.shape, t.data)) for t in parsed.inputs),
         *(("TENSOR_BACKEND_OUTPUT", TracedTensor(o.name, o.datatype, o.shape, o.data)) for o in outputs),
     ]
-
-
-@dataclass
-class Answer:
-    """One response of a model to a request, whatever carries it back."""
-
-    model: str
-    version: int
-    id: str
-    outputs: list[OutputTensor]
-    parameters: dict[str, Any] = field(default_factory=dict)
-    final: bool = True  # decoupled models: the last response of this request
 
 
 class InferenceCore:
@@ -125,7 +103,7 @@ class InferenceCore:
     def loads_on_demand(self, model: str) -> bool:
         return self.demand is not None and self.demand.loads(model)
 
-    def _check(self, spec: ModelSpec, parsed: ParsedRequest, streaming: bool, endpoint: str) -> Validated:
+    def check(self, spec: ModelSpec, parsed: ParsedRequest, streaming: bool, endpoint: str) -> Validated:
         in_shm = any(t.in_shared_memory for t in parsed.inputs + (parsed.outputs or []))
         if in_shm and (self.shm is None or not self.shm.enabled):
             raise unsupported(DISABLED)
@@ -145,7 +123,7 @@ class InferenceCore:
         """One request, one response (a decoupled model is refused: `endpoint` names who refuses).
         `trace`: where the request came from and the OpenTelemetry context it brought, if any."""
         started = started_ns or time.monotonic_ns()
-        valid = self._check(spec, parsed, False, endpoint)
+        valid = self.check(spec, parsed, False, endpoint)
         key = cache_key(spec.name, version, parsed, valid) if self.cache is not None and spec.response_cache else None
         cached = await self.cache.get(key) if self.cache is not None and key is not None else None
         if cached is not None:
@@ -153,21 +131,21 @@ class InferenceCore:
                 OutputTensor(o.name, o.datatype, o.shape, o.data, valid.binary.get(o.name, False)) for o in cached
             ]
             await self._cache_event(spec.name, version, True, time.monotonic_ns() - started)
-            return Answer(spec.model_name, version, parsed.id, self._classify(spec, parsed, outputs))
+            return Answer(spec.model_name, version, parsed.id, self.classify(spec, parsed, outputs))
         traced, span = False, None
         if self.tracer is not None and self.tracer.tracing is None:
             traced = self.tracer.sample(spec.name)
         elif trace is not None:  # opentelemetry mode, or a BLS call of a traced request
-            span = self._span(spec, version, parsed, started, trace)
+            span = self.span(spec, version, parsed, started, trace)
         try:
             try:
                 outputs, parameters, response = await self.forwarder.infer(
                     spec, version, parsed, valid, traced, timeout_s, span
                 )
-            except ShoalError as exc:
-                if not (self.loads_on_demand(spec.name) and any(text in exc.message for text in NEVER_RAN)):
+            except ShoalError as refused:
+                if not (self.loads_on_demand(spec.name) and any(text in refused.message for text in NEVER_RAN)):
                     raise  # else: load it again and send it once more
-                spec, version = await self.load_on_demand(spec.name, str(version), exc, timeout_s)
+                spec, version = await self.load_on_demand(spec.name, str(version), refused, timeout_s)
                 outputs, parameters, response = await self.forwarder.infer(
                     spec, version, parsed, valid, traced, timeout_s, span
                 )
@@ -179,7 +157,7 @@ class InferenceCore:
             inserted = time.monotonic_ns()
             await self.cache.put(key, outputs)
             await self._cache_event(spec.name, version, False, time.monotonic_ns() - inserted)
-        answer = Answer(spec.model_name, version, parsed.id, self._classify(spec, parsed, outputs), parameters)
+        answer = Answer(spec.model_name, version, parsed.id, self.classify(spec, parsed, outputs), parameters)
         if span is not None:
             span.end()
         elif traced and self.tracer is not None:
@@ -188,7 +166,7 @@ class InferenceCore:
             self.tracer.record(spec.name, version, parsed.id, timestamps, response.batch, tensors)
         return answer
 
-    def _span(
+    def span(
         self, spec: ModelSpec, version: int, parsed: ParsedRequest, started: int, trace: TraceFrom
     ) -> RequestTrace | None:
         """The request's spans when it is traced: sampled at this gateway (a context the client
@@ -206,7 +184,7 @@ class InferenceCore:
             return None
         return RequestTrace(tracer.tracing, spec.name, version, parsed.id, started, parent, trace.protocol)
 
-    async def stream(
+    def stream(
         self,
         spec: ModelSpec,
         version: int,
@@ -218,30 +196,11 @@ class InferenceCore:
     ) -> AsyncGenerator[Answer | ShoalError, None]:
         """A model's responses as they come (many for a decoupled model). An error response is
         yielded as a `ShoalError` and the stream goes on if the model said more will follow;
-        closing the iterator early cancels the request (it leaves its queue)."""
-        started = time.monotonic_ns()
-        valid = self._check(spec, parsed, True, HTTP_ENDPOINT)
-        span = self._span(spec, version, parsed, started, trace) if trace is not None else None
-        stream = self.forwarder.stream(spec, version, parsed, valid, timeout_s, empty_final, span)
-        error = "cancelled"
-        try:
-            async for item in stream:
-                if isinstance(item, ShoalError):
-                    yield item
-                    continue
-                outputs, parameters, response = item
-                outputs = self._classify(spec, parsed, outputs)
-                yield Answer(spec.model_name, version, parsed.id, outputs, parameters, final=not response.more)
-            error = ""
-        except ShoalError as exc:
-            error = exc.message
-            raise
-        finally:
-            if span is not None:
-                span.end(error)
-            await stream.aclose()
+        closing the iterator early cancels the request (it leaves its queue). The generator is
+        `inference/streams.py`'s (mypyc compiles no async generator; this module it compiles)."""
+        return streams.answers(self, spec, version, parsed, timeout_s, empty_final, trace, HTTP_ENDPOINT)
 
-    def _classify(self, spec: ModelSpec, parsed: ParsedRequest, outputs: list[OutputTensor]) -> list[OutputTensor]:
+    def classify(self, spec: ModelSpec, parsed: ParsedRequest, outputs: list[OutputTensor]) -> list[OutputTensor]:
         """The classification extension: requested outputs replaced by their top classes, labelled
         from the outputs' label files."""
         classify = {o.name: o.classification for o in parsed.outputs or [] if o.classification}

@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from inference import streams
 from inference.otel_trace import RequestTrace
 from inference.sequence_params import sequence_params
 from inference.shm import DISABLED, ShmRegistry
@@ -77,19 +78,19 @@ class Forwarder:
         if used:  # unregistering a region in use waits for its requests (see ShmRegistry.unregister)
             self._shm().hold(used)
         try:
-            request, regions = self._request(spec, version, parsed, valid, trace, timeout_s, span)
+            request, regions = self.prepare(spec, version, parsed, valid, trace, timeout_s, span)
             if span is not None:
                 span.queued()
             try:
                 response = await self.dispatcher.infer(request, timeout_s)
             finally:
                 self.store.free(request.inputs)
-            return await self._outputs(response, regions, valid, request.deadline_ns), response.parameters, response
+            return await self.outputs(response, regions, valid, request.deadline_ns), response.parameters, response
         finally:
             if used:
                 await self._shm().release(used)
 
-    async def stream(
+    def stream(
         self,
         spec: ModelSpec,
         version: int,
@@ -101,25 +102,11 @@ class Forwarder:
     ) -> AsyncGenerator[tuple[list[OutputTensor], dict[str, Any], InferResponse] | ShoalError, None]:
         """A model's responses as they come (many for decoupled models); an error response is
         yielded as a `ShoalError`, and the stream goes on if the model said more will follow.
-        `empty_final`: also yield the final flag that comes alone (gRPC streams can show it)."""
-        timeout_s = timeout_s or self.timeout_s
-        request, regions = self._request(spec, version, parsed, valid, False, timeout_s, span)
-        if span is not None:
-            span.queued()
-        try:
-            async for response in self.dispatcher.stream(request, timeout_s):
-                if response.empty and not response.error and not empty_final:
-                    continue  # the final flag alone: nothing to show
-                try:
-                    outputs = await self._outputs(response, regions, valid, request.deadline_ns)
-                except ShoalError as exc:
-                    yield exc
-                    continue
-                yield outputs, response.parameters, response
-        finally:
-            self.store.free(request.inputs)
+        `empty_final`: also yield the final flag that comes alone (gRPC streams can show it).
+        The generator is `inference/streams.py`'s (mypyc compiles no async generator)."""
+        return streams.responses(self, spec, version, parsed, valid, timeout_s or self.timeout_s, empty_final, span)
 
-    def _request(
+    def prepare(
         self,
         spec: ModelSpec,
         version: int,
@@ -129,6 +116,8 @@ class Forwarder:
         timeout_s: float,
         span: RequestTrace | None = None,
     ) -> tuple[InferRequest, dict[str, TensorRef]]:
+        """The bus request of a validated one, its inputs put in the tensor store (freed again if
+        it cannot be built), and the client's shared-memory regions its outputs go to, by name."""
         now = time.time_ns()
         rid = self.dispatcher.new_rid()
         request_ids.set(f"{parsed.id}/{rid}" if parsed.id else rid)  # on every log line about this request
@@ -179,9 +168,11 @@ class Forwarder:
             raise
         return request, regions
 
-    async def _outputs(
+    async def outputs(
         self, response: InferResponse, regions: dict[str, TensorRef], valid: Validated, deadline: int
     ) -> list[OutputTensor]:
+        """A response's output tensors (fetched from the store, or written into the client's
+        region), or its error raised; the worker's copies released either way."""
         if response.error:
             await self.store.release_remote(response.outputs)
             raise ShoalError(response.error, Code(response.code) if response.code else Code.INTERNAL)

@@ -4,9 +4,18 @@ output tensors. HTTP's JSON/binary codec, gRPC's protobuf and BLS all build and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+from inference.otel_trace import Carrier
 from shared.config.datatypes import element_count, element_size
+
+
+class TraceFrom(NamedTuple):
+    """Where a request came from for its trace: the transport ("HTTP", "GRPC"; "" for a BLS
+    call) and the W3C context it brought (the client's headers, or the calling request's span)."""
+
+    protocol: str
+    parent: Carrier | None = None
 
 
 @dataclass
@@ -53,6 +62,18 @@ class OutputTensor:
     shape: list[int]
     data: memoryview | bytes | None  # raw wire bytes; None: written into the client's shared memory
     binary: bool
+
+
+@dataclass
+class Answer:
+    """One response of a model to a request, whatever carries it back."""
+
+    model: str
+    version: int
+    id: str
+    outputs: list[OutputTensor]
+    parameters: dict[str, Any] = field(default_factory=dict)
+    final: bool = True  # decoupled models: the last response of this request
 
 
 def expected_byte_size(datatype: str, shape: list[int], data: memoryview | bytes) -> tuple[int, int]:

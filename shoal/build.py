@@ -25,7 +25,9 @@ COMPILED: tuple[str, ...] = (
     "services/gateway/grpc/convert.py",
     "services/gateway/grpc/frames.py",
     "services/gateway/grpc/headers.py",
-    # the inference core's per-request parts
+    # the inference core (its streaming generators are inference/streams.py, not compiled)
+    "inference/core.py",
+    "inference/forward.py",
     "inference/cache.py",
     "inference/classification.py",
     "inference/models.py",
@@ -36,14 +38,23 @@ COMPILED: tuple[str, ...] = (
     "inference/validation.py",
     # the wire and bus helpers every process calls per message
     "shared/wire/subjects.py",
+    "shared/bus/dispatch.py",  # its stream generator: shared/bus/dispatch_stream.py
     "shared/bus/eager.py",
+    "shared/bus/hot_path.py",
+    "shared/bus/tensor_store.py",
     "shared/bus/holders.py",
     "shared/config/datatypes.py",
     # the scheduler's batching
     "services/scheduler/records.py",
     "services/scheduler/cohosted.py",
+    "services/scheduler/service.py",
+    "services/scheduler/tasks.py",
+    "services/scheduler/acknowledgements.py",
+    "services/scheduler/replicas/leases.py",
+    "services/scheduler/replicas/ownership.py",
     "services/scheduler/discipline_factory.py",
     "services/scheduler/batching/answers.py",
+    "services/scheduler/batching/batch_spans.py",
     "services/scheduler/batching/credits.py",
     "services/scheduler/batching/discipline.py",
     "services/scheduler/batching/dynamic.py",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -120,6 +121,11 @@ class Running:
     @property
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.cluster.gateway.metrics_port}/metrics"
+
+    def segments(self) -> int:
+        """The shared-memory segments this run's services hold (their names carry its run id: other
+        runs on the machine, other suites' too, make and free their own meanwhile)."""
+        return len(glob.glob(f"/dev/shm/shoal_{self.cluster.run_id}_*"))
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ from services.repository.index import index
 from services.repository.labels import LabelError, read_labels
 from services.repository.model_states import derive_state, next_record
 from services.repository.repositories import Repositories, Scan
+from services.repository.reruns import Reruns
 from services.repository.scan import ScannedModel, check_model_name, scan_model, signature
 from shared.config import backend_config, model_config
 from shared.config.ensemble_graph import check_structure, is_ensemble
@@ -75,7 +76,7 @@ class ModelManager:
         self.changed = asyncio.Condition()
         self._locks: dict[str, asyncio.Lock] = {}
         self._polling = asyncio.Lock()
-        self._refreshing: dict[str, bool] = {}  # ensembles being refreshed -> asked again meanwhile
+        self._refreshing = Reruns()  # ensembles' refreshes (nested ensembles naming each other too)
 
     def lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -370,22 +371,11 @@ class ModelManager:
             await self._refresh_dependents(name)
 
     async def _refresh_ensemble(self, record: ModelRecord) -> None:
-        """An ensemble follows its members: READY when they all are, UNAVAILABLE (why) when not."""
-        name = record.name
-        if name in self._refreshing:  # being refreshed (it awaits below): again once that is done
-            self._refreshing[name] = True
-            return
-        try:
-            for _ in range(8):  # a member's report can come meanwhile; nesting is acyclic (refused at load)
-                self._refreshing[name], current = False, self.records.get(name, record)
-                if not current.reason and ensembles.record_is_ensemble(current):
-                    await self._ensemble_once(current)
-                if not self._refreshing[name]:
-                    break
-        finally:
-            del self._refreshing[name]
+        """An ensemble follows its members: READY when they all are, UNAVAILABLE (why) when not.
+        Never two at once for one ensemble, and one asked for meanwhile runs after (reruns.py)."""
+        await self._refreshing.run(record.name, lambda: self._derive_ensemble(record))
 
-    async def _ensemble_once(self, record: ModelRecord) -> None:
+    async def _derive_ensemble(self, record: ModelRecord) -> None:
         changed, unresolved = False, list[str]()
         if self.repositories.namespacing:  # its steps find their models again (one may have gone, or come back)
             changed, unresolved = namespaces.reconnect(record, self.scan(), self.records)
@@ -400,7 +390,7 @@ class ModelManager:
                 record.versions[str(version)] = new
                 changed = True
                 log.info("ensemble '%s' version %d: %s %s", record.name, version, new.state, new.reason)
-        if changed:
+        if changed:  # an unchanged state ends the refreshes (nested ensembles naming each other too)
             await self.publish(record)
             await self._refresh_dependents(record.name)
 

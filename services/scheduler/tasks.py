@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from shared.bus import eager
+
 
 class Tasks:
     def __init__(self) -> None:
@@ -18,8 +20,16 @@ class Tasks:
         task.add_done_callback(self._tasks.discard)
 
     def after(self, delay_s: float, job: Callable[[], Awaitable[Any]]) -> asyncio.TimerHandle:
-        """Run `job()` in `delay_s` seconds (a handle to cancel it)."""
-        return self._loop.call_later(max(0.0, delay_s), lambda: self.spawn(_await(job)))
+        """Run `job()` in `delay_s` seconds (a handle to cancel it). The job starts in the timer's
+        own callback and becomes a task only if it waits (shared/bus/eager.py): a batch's delay
+        ending (the dynamic batcher's common timer) mostly sends the batch and returns."""
+        return self._loop.call_later(max(0.0, delay_s), self._start, job)
+
+    def _start(self, job: Callable[[], Awaitable[Any]]) -> None:
+        task = eager.start(_await(job))
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def cancel_all(self) -> None:
         for task in list(self._tasks):

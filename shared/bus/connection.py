@@ -6,7 +6,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import msgspec
 import nats
@@ -16,6 +16,15 @@ from nats.aio.msg import Msg
 from shared.bus import nats_internals
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Decoder(Protocol[T_co]):
+    """What `decode` needs of a msgspec decoder. Not `msgspec.msgpack.Decoder[T]` itself: the
+    compiled build's type check sees no third-party package (shoal/build.py), so that parameter
+    would be Any, T unsolved, and mypyc would take the result for None and refuse every message."""
+
+    def decode(self, buf: bytes, /) -> T_co: ...
 
 
 _reconnects: weakref.WeakKeyDictionary[NATS, int] = weakref.WeakKeyDictionary()  # per connection
@@ -111,7 +120,7 @@ def cluster_size(nc: NATS) -> int:
     return max(1, len(urls))
 
 
-def decode(decoder: msgspec.msgpack.Decoder[T], msg: Msg, logger: logging.Logger = log) -> T | None:
+def decode(decoder: Decoder[T], msg: Msg, logger: logging.Logger = log) -> T | None:
     """A message's payload decoded, or None (logged) when it does not decode: a bad message
     must never take a subscription down."""
     try:

@@ -37,7 +37,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from shared.bus import connection, eager, hot_path
+from shared.bus import connection, dispatch_stream, eager, hot_path
 from shared.bus.holders import Holders
 from shared.bus.tensor_store import TensorStore
 from shared.errors import ShoalError, unavailable
@@ -168,29 +168,31 @@ class Dispatcher:
             timer.cancel()
             self._forget(request.rid)
 
-    async def stream(self, request: InferRequest, timeout: float) -> AsyncIterator[InferResponse]:
-        """The responses of a decoupled model's request, until the one flagged final."""
-        loop = asyncio.get_running_loop()
+    def stream(self, request: InferRequest, timeout: float) -> AsyncIterator[InferResponse]:
+        """The responses of a decoupled model's request, until the one flagged final (the
+        generator is `dispatch_stream.py`'s: mypyc compiles no async generator)."""
+        return dispatch_stream.responses(self, request, timeout)
+
+    def open_stream(self, request: InferRequest) -> asyncio.Queue[InferResponse]:
+        """A streamed request sent, and the queue its responses arrive in."""
         queue: asyncio.Queue[InferResponse] = asyncio.Queue()
         self._pending[request.rid] = queue
-        deadline = loop.time() + timeout
-        finished = False
         try:
-            self._enqueue(request, False)  # a decoupled model may have sent responses already
-            while not finished:
-                try:
-                    response = await asyncio.wait_for(queue.get(), max(0.0, deadline - loop.time()))
-                except asyncio.TimeoutError:
-                    raise unavailable("Request timeout expired") from None
-                finished = not response.more
-                yield response
-        finally:
+            self._enqueue(request, False)  # never sent again: a decoupled model may have responded already
+        except BaseException:
             self._forget(request.rid)
-            if not finished:  # the client went away or gave up: stop the model's work
-                cancel = CancelRequest(request.rid, request.model, request.version)
-                await self.nc.publish(subjects.SCHEDULER_CANCEL, encode(cancel))
-            while not queue.empty():  # answers nobody will read
-                await self.store.release_remote(queue.get_nowait().outputs)
+            raise
+        return queue
+
+    async def close_stream(self, request: InferRequest, queue: asyncio.Queue[InferResponse], finished: bool) -> None:
+        """A stream's end: the model's work stopped unless its final response came (the client went
+        away or gave up), and the responses nobody will read released."""
+        self._forget(request.rid)
+        if not finished:
+            cancel = CancelRequest(request.rid, request.model, request.version)
+            await self.nc.publish(subjects.SCHEDULER_CANCEL, encode(cancel))
+        while not queue.empty():
+            await self.store.release_remote(queue.get_nowait().outputs)
 
     def _forget(self, rid: str) -> None:
         self._pending.pop(rid, None)
@@ -244,7 +246,8 @@ class Dispatcher:
         self.holders.sent(self._groups[batch_id])
         payload = encode(RequestBatch([msgspec.Raw(raw) for _, raw in requests]))
         try:
-            await self.nc.publish(subjects.infer(model), payload, reply=f"{self.inbox}.{batch_id}")
+            outgoing = hot_path.Outgoing(subjects.infer(model), payload, f"{self.inbox}.{batch_id}")
+            await hot_path.publish_all(self.nc, [outgoing])  # with the rest of this turn's, one write
         except Exception as exc:  # not connected, payload too large: fail these requests now
             self._fail(self._groups.pop(batch_id), unavailable(f"cannot reach the scheduler: {exc}"))
 

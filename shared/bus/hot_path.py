@@ -57,13 +57,21 @@ def publish_now(nc: NATS, messages: list[Outgoing]) -> bool:
         return False
     parts, _ = _commands(nc, messages)
     transport.writelines(parts)
+    _count(nc, messages)
     return True
 
 
 async def publish_all(nc: NATS, messages: list[Outgoing]) -> None:
-    """Publish `messages` in order, with one flush: what `nc.publish` does for
-    each, less its per-call cost (subject validation, a command built by copying the payload, a
-    flusher wake-up per message). While reconnecting it is `nc.publish` (its buffering rules)."""
+    """Publish `messages` in order: what `nc.publish` does for each, less its per-call cost (subject
+    validation, a command built by copying the payload, a flusher wake-up per message). Connected,
+    they join nats-py's buffer and everything a process publishes in this turn of the event loop
+    leaves in one socket write at its end (nats_internals.buffer_for_this_turn); while reconnecting
+    it is `nc.publish` (its buffering rules). Raises what `nc.publish` raises for a message that
+    cannot go (nothing goes then)."""
+    parts, size = _commands(nc, messages)
+    if nats_internals.buffer_for_this_turn(nc, parts, size):
+        _count(nc, messages)
+        return
     if not nc.is_connected:
         for subject, payload, reply in messages:
             await nc.publish(subject, payload, reply=reply)
@@ -72,7 +80,7 @@ async def publish_all(nc: NATS, messages: list[Outgoing]) -> None:
         raise nats.errors.ConnectionClosedError
     if nc.is_draining_pubs:
         raise nats.errors.ConnectionDrainingError
-    parts, size = _commands(nc, messages)
+    _count(nc, messages)
     await nats_internals.buffer(nc, parts, size)
 
 
@@ -99,6 +107,14 @@ def _commands(nc: NATS, messages: list[Outgoing]) -> tuple[list[bytes], int]:
             header = b"PUB %s %d\r\n" % (subject.encode(), len(payload))
         parts += (header, payload, _CRLF)
         size += len(header) + len(payload) + 2
-        nc.stats["out_msgs"] += 1
-        nc.stats["out_bytes"] += len(payload)
     return parts, size
+
+
+def _count(nc: NATS, messages: list[Outgoing]) -> None:
+    """nats-py's statistics, as `nc.publish` keeps them."""
+    size = 0
+    for message in messages:
+        size += len(message.payload)
+    stats = nc.stats
+    stats["out_msgs"] += len(messages)
+    stats["out_bytes"] += size

@@ -165,6 +165,40 @@ async def buffer(nc: NATS, parts: list[bytes], size: int) -> None:
         await nc._flush_pending()
 
 
+def buffer_for_this_turn(nc: NATS, parts: list[bytes], size: int) -> bool:
+    """Frames (`size` bytes in all) appended to nats-py's buffer, and the buffer written to the
+    socket once, at the end of this turn of the event loop (by `_write_buffer`, not nats-py's
+    flusher task): what a process publishes in one turn leaves in one write, in the order it was
+    published, `nc.publish`'s messages included. False (nothing buffered) when not connected or
+    the buffer is over its limit: `buffer` then does what nats-py does."""
+    if nc._status != NATS.CONNECTED or nc._transport is None:
+        return False
+    if 0 < nc._max_pending_size < nc._pending_data_size + size:
+        return False
+    nc._pending += parts
+    nc._pending_data_size += size
+    if nc not in _write_scheduled:
+        _write_scheduled.add(nc)
+        asyncio.get_running_loop().call_soon(_write_buffer, nc)
+    return True
+
+
+_write_scheduled: set[NATS] = set()
+
+
+def _write_buffer(nc: NATS) -> None:
+    """Everything in nats-py's buffer to the socket in one write (nats-py's own flusher, if it runs
+    later, finds it empty). Writing all of the buffer keeps the order: what went before is in the
+    socket already. While not connected nats-py keeps the buffer for after the reconnect."""
+    _write_scheduled.discard(nc)
+    transport = nc._transport
+    if not nc._pending or transport is None or nc._status != NATS.CONNECTED:
+        return
+    transport.writelines(nc._pending)
+    nc._pending = []
+    nc._pending_data_size = 0
+
+
 async def flush_buffer(nc: NATS) -> None:
     """What nats-py's buffer holds, written out now (`nc.flush()`'s PING can overtake it)."""
     await nc._flush_pending(force_flush=True)

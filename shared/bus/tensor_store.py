@@ -180,7 +180,7 @@ class TensorStore:
         return view
 
     async def _serve(self, msg: Msg) -> None:
-        request = connection.decode(_chunk_decoder, msg, log)
+        request: ChunkRequest | None = connection.decode(_chunk_decoder, msg, log)
         if request is None:
             return
         if request.op == "release":

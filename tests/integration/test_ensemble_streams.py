@@ -3,7 +3,6 @@ against the real services."""
 
 from __future__ import annotations
 
-import glob
 import http.client
 import json
 
@@ -54,10 +53,6 @@ def expected(model: str, values: list[int], blob: int = 1) -> list[dict]:
     ]
 
 
-def segments() -> int:
-    return len(glob.glob("/dev/shm/shoal_*"))
-
-
 def test_iterations_stream_in_order_with_upstream_tensors(cluster):
     values = [1, 2, 3, 4, 5]
     status, body = post(cluster.url, "/v2/models/llm/generate_stream", {"IN": values})
@@ -74,12 +69,12 @@ def test_a_nested_decoupled_ensemble_streams_too(cluster):
 
 def test_large_intermediates_of_every_iteration_are_freed(cluster):
     post(cluster.url, "/v2/models/llm/generate_stream", {"IN": [1], "blob": 32_768})  # warm
-    baseline = segments()
+    baseline = cluster.segments()
     values = list(range(8))
     status, body = post(cluster.url, "/v2/models/llm/generate_stream", {"IN": values, "blob": 32_768})  # 128 KiB
     assert status == 200
     assert events(body) == expected("llm", values, 32_768)
-    wait_until(lambda: segments() == baseline)
+    wait_until(lambda: cluster.segments() == baseline)
 
 
 def test_infer_refuses_the_decoupled_ensemble(cluster):
@@ -98,11 +93,11 @@ def test_generate_takes_a_single_iteration(cluster):
 
 
 def test_an_error_mid_stream_ends_it_with_the_ensemble_prefix(cluster):
-    baseline = segments()
+    baseline = cluster.segments()
     status, body = post(cluster.url, "/v2/models/llm/generate_stream", {"IN": [1, 2, 3], "fail_at": 1, "blob": 32_768})
     assert status == 200
     assert events(body) == [expected("llm", [1, 2, 3], 32_768)[0], {"error": "in ensemble 'llm', failed at 1"}]
-    wait_until(lambda: segments() == baseline)
+    wait_until(lambda: cluster.segments() == baseline)
     stats = httpclient.InferenceServerClient(cluster.url).get_inference_statistics("llm")
     assert stats["model_stats"][0]["inference_stats"]["fail"]["count"] >= 1
 
@@ -116,7 +111,7 @@ def test_max_inflight_requests_one_delivers_everything_in_order(cluster):
 
 def test_client_disconnect_cancels_the_generator(cluster):
     post(cluster.url, "/v2/models/llm/generate_stream", {"IN": [1], "blob": 32_768})  # warm
-    baseline = segments()
+    baseline = cluster.segments()
     host, port = cluster.url.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     conn.request(
@@ -132,7 +127,7 @@ def test_client_disconnect_cancels_the_generator(cluster):
     conn.close()
     marker = cluster.root / "gen" / "1" / "cancelled-gone"
     wait_until(lambda: marker.exists(), timeout=10)
-    wait_until(lambda: segments() == baseline)  # the iterations in flight were freed
+    wait_until(lambda: cluster.segments() == baseline)  # the iterations in flight were freed
     # and the ensemble is still serving
     status, body = post(cluster.url, "/v2/models/llm/generate_stream", {"IN": [3]})
     assert (status, events(body)) == (200, expected("llm", [3]))

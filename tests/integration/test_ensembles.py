@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import socket
 import time
@@ -37,10 +36,6 @@ def fp32(name: str, value: np.ndarray) -> httpclient.InferInput:
     tensor = httpclient.InferInput(name, list(value.shape), "FP32")
     tensor.set_data_from_numpy(value)
     return tensor
-
-
-def segments() -> int:
-    return len(glob.glob("/dev/shm/shoal_*"))
 
 
 def index(running) -> dict[str, dict]:
@@ -112,13 +107,13 @@ def test_bytes_between_steps(cluster):
 def test_large_intermediates_go_through_shared_memory_and_are_freed(cluster):
     client = httpclient.InferenceServerClient(cluster.url)
     client.infer("pipeline", [fp32("RAW", np.ones((1, 4), np.float32))])  # warm
-    baseline = segments()
+    baseline = cluster.segments()
     raw = np.random.default_rng(0).random((2, 50_000), dtype=np.float32)  # 400 KB: out of line at every step
     for _ in range(3):
         result = client.infer("pipeline", [fp32("RAW", raw)])
         np.testing.assert_allclose(result.as_numpy("MASK"), raw * 6, rtol=1e-6)
         np.testing.assert_allclose(result.as_numpy("SCORES"), (raw * 2).sum(axis=1, keepdims=True), rtol=1e-4)
-    assert segments() == baseline
+    wait_until(lambda: cluster.segments() == baseline, what="the intermediates freed")
     client.close()
 
 
@@ -126,12 +121,12 @@ def test_failing_step_fails_the_request_with_its_status(cluster):
     client = httpclient.InferenceServerClient(cluster.url)
     ok = client.infer("failing", [fp32("RAW", np.ones((1, 70_000), np.float32))])  # large: shm segments
     np.testing.assert_array_equal(ok.as_numpy("OUT"), np.full((1, 70_000), 2, np.float32))
-    baseline = segments()
+    baseline = cluster.segments()
     with pytest.raises(InferenceServerException) as err:
         client.infer("failing", [fp32("RAW", -np.ones((1, 70_000), np.float32))])
     assert err.value.status() == "400"
     assert err.value.message() == "in ensemble 'failing', negative input"
-    assert segments() == baseline  # the preprocess output was freed
+    wait_until(lambda: cluster.segments() == baseline, what="the preprocess output freed")
     ok = client.infer("failing", [fp32("RAW", np.ones((1, 3), np.float32))])  # still serving
     np.testing.assert_array_equal(ok.as_numpy("OUT"), [[2, 2, 2]])
     stats = client.get_inference_statistics("failing")["model_stats"][0]["inference_stats"]
@@ -283,7 +278,7 @@ def canceled(running, model: str) -> float:
 def test_client_disconnect_cancels_the_ensemble_and_frees_its_tensors(cluster):
     client = httpclient.InferenceServerClient(cluster.url)
     client.infer("pipeline", [fp32("RAW", np.ones((1, 4), np.float32))])
-    baseline, before = segments(), canceled(cluster, "pipeline")
+    baseline, before = cluster.segments(), canceled(cluster, "pipeline")
     data = ",".join(["1.5"] * 70_000)  # out of line at the gateway and at every step
     body = (
         '{"inputs":[{"name":"RAW","shape":[1,70000],"datatype":"FP32","data":[%s]}],'
@@ -294,10 +289,10 @@ def test_client_disconnect_cancels_the_ensemble_and_frees_its_tensors(cluster):
     raw.sendall(
         b"POST /v2/models/pipeline/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     )
-    wait_until(lambda: segments() > baseline)  # the gateway sent it on
+    wait_until(lambda: cluster.segments() > baseline)  # the gateway sent it on
     raw.close()  # the client goes away while the first step runs
     wait_until(lambda: canceled(cluster, "pipeline") == before + 1)
-    wait_until(lambda: segments() == baseline)  # the step that finished late had its output freed
+    wait_until(lambda: cluster.segments() == baseline)  # the step that finished late had its output freed
     result = client.infer("pipeline", [fp32("RAW", np.ones((1, 4), np.float32))])
     np.testing.assert_array_equal(result.as_numpy("MASK"), np.full((1, 4), 6, np.float32))
     client.close()
@@ -310,10 +305,10 @@ def test_intermediates_over_the_bus_when_there_is_no_shared_memory(tmp_path):
     with running_cluster(root, transport="bus") as running:
         client = httpclient.InferenceServerClient(running.url)
         raw = np.random.default_rng(1).random((1, 40_000), dtype=np.float32)
-        baseline = segments()
+        baseline = running.segments()
         result = client.infer("pipeline", [fp32("RAW", raw)])
         np.testing.assert_allclose(result.as_numpy("MASK"), raw * 6, rtol=1e-6)
-        assert segments() == baseline
+        assert running.segments() == baseline  # no shared memory on this transport
         client.close()
 
 

@@ -1,26 +1,19 @@
-"""An ensemble's state follows its members even when a member changes while the ensemble's own
-refresh is publishing (a worker's report arrives during the await): the refresh asked for
-meanwhile runs once that one is done, instead of being dropped (the ensemble stayed LOADING)."""
+"""An ensemble's state follows its members in the repository's manager even when a member's report
+arrives while the ensemble's previous state is being published (the manager awaits each publish)."""
 
 from __future__ import annotations
 
 from services.repository.manager import ModelManager
 from shared.process.settings import RepositorySettings
 from shared.wire.records import ModelRecord, ModelState, ModelVersionState
-from tests.scheduler.ensembles.test_runner import MEMBER, io, record
-
-ENSEMBLE = {
-    "platform": "ensemble",
-    "max_batch_size": 8,
-    "input": [io("RAW")],
-    "output": [io("OUT")],
-    "ensemble_scheduling": {
-        "step": [{"model_name": "m", "model_version": -1, "input_map": {"X": "RAW"}, "output_map": {"Y": "OUT"}}]
-    },
-}
+from tests.repository.test_ensembles import ensemble, member
 
 
-async def _nothing(*args: object) -> None:
+async def _forget(name: str) -> None:
+    pass
+
+
+async def _drain(name: str, version: int) -> None:
     pass
 
 
@@ -28,17 +21,34 @@ async def test_a_member_ready_during_the_ensembles_publish_makes_it_ready(tmp_pa
     published: list[tuple[str, ModelState]] = []
     manager: ModelManager
 
-    async def publish(model: ModelRecord) -> None:
-        published.append((model.name, model.versions["1"].state))
-        if model.name == "ens" and len(published) == 1:  # the member's report, mid-publish
-            manager.records["m"].versions["1"] = ModelVersionState(ModelState.READY)
-            await manager.refresh("ens")
+    async def publish(record: ModelRecord) -> None:
+        published.append((record.name, record.versions["1"].state))
+        if published == [("pipeline", ModelState.LOADING)]:
+            # the member's report comes in while this publish awaits: its refresh of the ensemble
+            manager.records["segment"].versions["1"] = ModelVersionState(ModelState.READY)
+            await manager.refresh("pipeline")
 
     settings = RepositorySettings(model_repository=str(tmp_path), model_control_mode="explicit")
-    manager = ModelManager(settings, publish, _nothing, _nothing)
-    member = record("m", MEMBER)
-    member.versions["1"] = ModelVersionState(ModelState.LOADING)
-    manager.records = {"m": member, "ens": record("ens", ENSEMBLE)}
-    await manager.refresh("ens")
-    assert published == [("ens", ModelState.LOADING), ("ens", ModelState.READY)]
-    assert manager.records["ens"].versions["1"].state == ModelState.READY
+    manager = ModelManager(settings, publish, _forget, _drain)
+    manager.records = {
+        "segment": member("segment", ModelState.LOADING),
+        "pipeline": ensemble("pipeline", ["segment"]),
+    }
+    manager.records["pipeline"].versions["1"] = ModelVersionState(ModelState.READY)  # before the reload
+    await manager.refresh("pipeline")
+    assert manager.records["pipeline"].versions["1"].state == ModelState.READY
+    assert published[:2] == [("pipeline", ModelState.LOADING), ("pipeline", ModelState.READY)]
+
+
+async def test_nested_ensembles_naming_each_other_end_their_refreshes(tmp_path):
+    settings = RepositorySettings(model_repository=str(tmp_path), model_control_mode="explicit")
+    published: list[str] = []
+
+    async def publish(record: ModelRecord) -> None:
+        published.append(record.name)
+
+    manager = ModelManager(settings, publish, _forget, _drain)
+    manager.records = {"a": ensemble("a", ["b"]), "b": ensemble("b", ["a"])}
+    manager.records["a"].versions["1"] = ModelVersionState(ModelState.READY)
+    await manager.refresh("a")
+    assert len(published) <= 4

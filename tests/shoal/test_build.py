@@ -74,3 +74,26 @@ def test_no_compiled_dataclass_has_a_field_annotated_object():
             for field in cls.body:
                 if isinstance(field, ast.AnnAssign):
                     assert ast.unparse(field.annotation) != "object", f"{path}:{field.lineno} {cls.name}"
+
+
+def test_no_compiled_module_defines_what_mypyc_cannot():
+    """What mypyc compiles wrong rather than refuses: a class or function defined under an `if`
+    (importing the module crashed the interpreter), a module `__getattr__`, and `__getattr__` in a
+    class (native classes never call it)."""
+    import ast
+
+    for path in build.COMPILED:
+        spec = importlib.util.find_spec(path.removesuffix(".py").replace("/", "."))
+        assert spec is not None and spec.origin is not None
+        tree = ast.parse(Path(spec.origin).with_name(Path(path).name).read_text(), path)
+        definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        for node in tree.body:
+            if isinstance(node, ast.If | ast.Try):
+                nested = [d for d in ast.walk(node) if isinstance(d, definitions)]
+                assert not nested, f"{path}:{node.lineno}: {[d.name for d in nested]} defined conditionally"
+            if isinstance(node, ast.FunctionDef):
+                assert node.name != "__getattr__", f"{path}:{node.lineno}: a module __getattr__"
+        for cls in ast.walk(tree):
+            if isinstance(cls, ast.ClassDef):
+                names = {f.name for f in cls.body if isinstance(f, ast.FunctionDef)}
+                assert "__getattr__" not in names, f"{path}:{cls.lineno} {cls.name}: __getattr__"

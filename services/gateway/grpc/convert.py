@@ -16,8 +16,7 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from inference.core import Answer
-from inference.types import InputTensor, ParsedRequest, RequestedOutput
+from inference.types import Answer, InputTensor, ParsedRequest, RequestedOutput
 from shared.config.datatypes import DATATYPES, numpy_dtype, serialize_bytes
 from shared.errors import Code, ShoalError, invalid
 from shared.wire.statistics import ModelStatistics

@@ -18,10 +18,11 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from inference.core import TraceFrom, trace_from
+from inference.core import trace_from
 from inference.header_forwarding import forwarder
 from inference.on_demand import request_timeout_s
 from inference.server import InferenceServer
+from inference.types import TraceFrom
 from services.gateway.grpc import convert
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError, invalid

@@ -12,9 +12,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from inference.core import Answer
 from inference.server import InferenceServer
-from inference.types import ParsedRequest
+from inference.types import Answer, ParsedRequest
 from services.gateway.http import codec
 from services.gateway.http.generate import event, parse_generate, render_generate
 from shared.config.model_config import ModelSpec

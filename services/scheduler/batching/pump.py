@@ -31,6 +31,8 @@ from services.scheduler.batching.ratelimit import RateLimiter, instance_needs
 from services.scheduler.records import InFlight, Key, Pending, Slot
 from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.tasks import Tasks
+from shared.bus import hot_path
+from shared.bus.hot_path import Outgoing
 from shared.config.model_config import ModelSpec
 from shared.tracing import spans
 from shared.wire import subjects
@@ -207,7 +209,7 @@ class Pump:
             complete_to=self._complete_to(batch),
         )
         try:
-            await self.nc.publish(slot.subject, encode(message))
+            await hot_path.publish_all(self.nc, [Outgoing(slot.subject, encode(message))])  # one write a turn
         except Exception as exc:  # not sent: the credit is still the worker's to use, the requests fail
             log.error("cannot send a batch of '%s' to worker %s: %s", queue.key[0], slot.worker, exc)
             queue.free.appendleft(slot)

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from nats.aio.client import Client as NATS
 
-from inference.core import InferenceCore, TraceFrom
+from inference.core import InferenceCore
 from inference.models import ModelRegistry
 from inference.shm import ShmRegistry
-from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
+from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput, TraceFrom
 from services.worker.python import pb_utils
 from shared.bus.dispatch import Dispatcher
 from shared.bus.repository_client import RepositoryRequest, repository_call

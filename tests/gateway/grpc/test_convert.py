@@ -9,8 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as pb
 
-from inference.core import Answer
-from inference.types import OutputTensor
+from inference.types import Answer, OutputTensor
 from services.gateway.grpc import convert
 from services.gateway.grpc.server import restrictions
 from shared.config.datatypes import deserialize_bytes

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import msgspec
 
@@ -82,6 +84,18 @@ class Bus:
         self.freed_when_sent.append(len(self.store.freed))
 
 
+class StreamingFrom:
+    """The runner's dispatcher with its `stream` scripted: a wrapper, not an attribute set on the
+    dispatcher itself (the compiled build's `Dispatcher` is a native class, its methods read-only)."""
+
+    def __init__(self, dispatcher: object, stream: Callable[[InferRequest, float], AsyncIterator[InferResponse]]):
+        self._dispatcher = dispatcher
+        self.stream = stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dispatcher, name)
+
+
 class Scripted(EnsembleRunner):
     """Members answer in-process: every output is a (fake) shared-memory segment, so what is
     freed and what is handed to the client can be counted."""
@@ -98,7 +112,7 @@ class Scripted(EnsembleRunner):
         super().__init__(None, "test")
         self.store = Store()
         self.nc = Bus(self.store)
-        self.dispatcher.stream = self._stream
+        self.dispatcher = StreamingFrom(self.dispatcher, self._stream)  # type: ignore[assignment]
         self.segments = (f"seg{i}" for i in itertools.count())
         self.made: list[str] = []
         self.tokens, self.fail_post_at, self.fail_gen_at, self.hang_at = tokens, fail_post_at, fail_gen_at, hang_at
