@@ -68,6 +68,15 @@ COMPILED: tuple[str, ...] = (
     "services/scheduler/batching/ratelimit.py",
     "services/scheduler/statistics/latency.py",
     "services/scheduler/statistics/stats.py",
+    # the worker's batch path (the python model's instance process runs it too)
+    "services/worker/batch_executor.py",
+    "services/worker/batch_run.py",
+    "services/worker/completions.py",
+    "services/worker/instance_thread.py",
+    "services/worker/instances.py",
+    "services/worker/outputs.py",
+    "services/worker/replies.py",
+    "services/worker/service.py",
 )
 
 

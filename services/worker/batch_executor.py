@@ -243,8 +243,8 @@ class BatchExecutor:
             return self.outputs.response(loaded.spec, loaded.version, request, result, small)
         except ShoalError as exc:  # this request's problem (e.g. its output region is too small)
             return InferResponse(request.rid, error=exc.message, code=str(exc.code))
-        except Exception as exc:
-            return InferResponse(request.rid, error=f"cannot deliver the outputs: {exc}", code=str(Code.INTERNAL))
+        except Exception as failure:  # another name than the ShoalError's: compiled, a local has one type
+            return InferResponse(request.rid, error=f"cannot deliver the outputs: {failure}", code=str(Code.INTERNAL))
 
     @staticmethod
     def _failed(run: BatchRun, exc: BaseException) -> None:

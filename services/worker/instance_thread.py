@@ -30,8 +30,8 @@ class InstanceThread(Executor):
     def __init__(self, name: str) -> None:
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._stopped = False
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
+        self._os_thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._os_thread.start()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on this thread; its result (or exception) back on the caller's loop. As with
@@ -70,8 +70,8 @@ class InstanceThread(Executor):
         if not self._stopped:
             self._stopped = True
             self._calls.put(_STOP)
-        if wait and threading.current_thread() is not self._thread:
-            self._thread.join()
+        if wait and threading.current_thread() is not self._os_thread:
+            self._os_thread.join()
 
     def _serve(self) -> None:
         while True:

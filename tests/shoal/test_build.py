@@ -97,3 +97,21 @@ def test_no_compiled_module_defines_what_mypyc_cannot():
             if isinstance(cls, ast.ClassDef):
                 names = {f.name for f in cls.body if isinstance(f, ast.FunctionDef)}
                 assert "__getattr__" not in names, f"{path}:{cls.lineno} {cls.name}: __getattr__"
+
+
+# GCC's keywords that mypyc's C name of an attribute (`_` + its name) can make: `self._thread` became
+# `PyObject *__thread;` in the generated struct, which gcc refuses (the build fell back to pure Python)
+C_KEYWORDS = {"__thread", "__inline", "__restrict", "__const", "__volatile", "__asm", "__signed", "__typeof"}
+C_KEYWORDS |= {"__alignof", "__real", "__imag", "__attribute", "__label__", "__int128", "__auto_type", "__extension__"}
+
+
+def test_no_compiled_attribute_is_named_like_a_c_keyword():
+    import ast
+
+    for path in build.COMPILED:
+        spec = importlib.util.find_spec(path.removesuffix(".py").replace("/", "."))
+        assert spec is not None and spec.origin is not None
+        tree = ast.parse(Path(spec.origin).with_name(Path(path).name).read_text(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                assert f"_{node.attr}" not in C_KEYWORDS, f"{path}:{node.lineno}: self.{node.attr}"

@@ -189,8 +189,8 @@ class Zygote:
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._ids = itertools.count()
-        self._spawning: dict[int, asyncio.Future[int]] = {}
-        self._exits: dict[int, asyncio.Future[int]] = {}
+        self._spawning: dict[int, asyncio.Future[Forked]] = {}
+        self._exits: dict[int, asyncio.Future[int]] = {}  # by pid: the exit codes still to come
         self._lock = asyncio.Lock()
 
     @property
@@ -224,13 +224,12 @@ class Zygote:
         async with self._lock:
             await self._ensure()
         request = next(self._ids)
-        spawned = asyncio.get_running_loop().create_future()
+        spawned: asyncio.Future[Forked] = asyncio.get_running_loop().create_future()
         self._spawning[request] = spawned
         assert self._writer is not None
         self._writer.write(json.dumps({"id": request, "argv": argv}).encode() + b"\n")
         await self._writer.drain()
-        pid = await spawned
-        return Forked(pid, self._exits.setdefault(pid, asyncio.get_running_loop().create_future()))
+        return await spawned
 
     async def ready(self) -> int:
         """Start the zygote if it is not running; its pid."""
@@ -252,9 +251,10 @@ class Zygote:
                 spawned = self._spawning.pop(message["id"], None)
                 if spawned is None or spawned.done():
                     continue
-                if "pid" in message:
-                    self._exits.setdefault(message["pid"], loop.create_future())
-                    spawned.set_result(message["pid"])
+                if "pid" in message:  # its exit future made now: the exit may be the next line, read
+                    # before `spawn` resumes (a process that ends at once, on a loaded machine)
+                    pid = message["pid"]
+                    spawned.set_result(Forked(pid, self._exits.setdefault(pid, loop.create_future())))
                 else:
                     spawned.set_exception(OSError(message.get("error", "fork failed")))
         finally:  # the zygote is gone, and every process it forked with it (PR_SET_PDEATHSIG)

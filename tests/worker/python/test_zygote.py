@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from pathlib import Path
 
 from services.worker.python.zygote import Zygote
@@ -20,6 +21,22 @@ async def test_a_forked_process_runs_shoal_and_its_exit_code_comes_back():
         assert helped.pid != refused.pid and zygote.pid not in (helped.pid, refused.pid)
         assert await asyncio.wait_for(helped.wait(), 60) == 0
         assert await asyncio.wait_for(refused.wait(), 60) == 1 and refused.returncode == 1
+    finally:
+        await zygote.close()
+
+
+async def test_an_exit_read_with_the_pid_before_spawn_resumes_still_comes_back():
+    """A process that ends at once, on a loaded machine: its pid and its exit arrive together and are
+    read before `spawn` resumes (the test's blocked loop makes that happen); its exit must come back."""
+    zygote = Zygote()
+    try:
+        warm = await zygote.spawn(["worker", "--help"])  # the zygote has imported everything
+        assert await asyncio.wait_for(warm.wait(), 60) == 0
+        spawning = asyncio.create_task(zygote.spawn(["no-such-command"]))
+        await asyncio.sleep(0)  # the request is written
+        time.sleep(2)  # the loop blocked: meanwhile the process starts, fails and exits
+        refused = await spawning
+        assert await asyncio.wait_for(refused.wait(), 30) == 1
     finally:
         await zygote.close()
 
