@@ -131,7 +131,7 @@ class InferenceCore:
                 OutputTensor(o.name, o.datatype, o.shape, o.data, valid.binary.get(o.name, False)) for o in cached
             ]
             await self._cache_event(spec.name, version, True, time.monotonic_ns() - started)
-            return Answer(spec.name, version, parsed.id, self.classify(spec, parsed, outputs))
+            return Answer(spec.model_name, version, parsed.id, self.classify(spec, parsed, outputs))
         traced, span = False, None
         if self.tracer is not None and self.tracer.tracing is None:
             traced = self.tracer.sample(spec.name)
@@ -157,7 +157,7 @@ class InferenceCore:
             inserted = time.monotonic_ns()
             await self.cache.put(key, outputs)
             await self._cache_event(spec.name, version, False, time.monotonic_ns() - inserted)
-        answer = Answer(spec.name, version, parsed.id, self.classify(spec, parsed, outputs), parameters)
+        answer = Answer(spec.model_name, version, parsed.id, self.classify(spec, parsed, outputs), parameters)
         if span is not None:
             span.end()
         elif traced and self.tracer is not None:

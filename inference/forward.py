@@ -42,7 +42,7 @@ def _uint(parameters: dict[str, Any], key: str) -> int:
 def _output_datatype(spec: ModelSpec, name: str) -> str:
     output = spec.output(name)
     if output is None:  # validation refused it already; a guard for the type checker and future callers
-        raise invalid(f"unexpected inference output '{name}' for model '{spec.name}'")
+        raise invalid(f"unexpected inference output '{name}' for model '{spec.model_name}'")
     return output.datatype
 
 

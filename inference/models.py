@@ -14,9 +14,9 @@ from shared.bus import buckets
 from shared.bus.revisions import CATCH_UP_S, Revisions
 from shared.config.ensemble_graph import is_decoupled, is_ensemble
 from shared.config.model_config import ModelSpec, spec_from_json
-from shared.errors import ShoalError, not_found, unavailable
+from shared.errors import ShoalError, invalid, not_found, unavailable
 from shared.wire import subjects
-from shared.wire.records import UNLOADED, ModelRecord, ModelState
+from shared.wire.records import UNLOADED, ModelRecord, ModelState, model_key
 
 log = logging.getLogger("shoal.gateway")
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
@@ -31,6 +31,8 @@ class ModelRegistry:
         self.kv: KeyValue | None = None  # the models bucket this view follows
         self._task: asyncio.Task[None] | None = None
         self._ready: dict[str, tuple[int, ...]] = {}  # name -> READY versions, until a record changes
+        # --model-namespacing: a client's name -> the identities (`<repository>::<name>`) of that name
+        self._named: dict[str, set[str]] = {}
 
     async def start(self, nc: NATS) -> None:
         self.kv = await buckets.bucket(nc, subjects.MODELS_BUCKET)
@@ -61,12 +63,15 @@ class ModelRegistry:
     def _apply(self, name: str, value: bytes | None) -> None:
         self._ready.clear()
         record = _record_decoder.decode(value) if value is not None else None
-        if record is None:
-            self.records.pop(name, None)
-        else:
+        previous = self.records.pop(name, None)
+        if previous is not None and previous.namespace:
+            self._named.get(previous.model_name, set()).discard(name)
+        if record is not None:
             self.records[name] = record
+            if record.namespace:
+                self._named.setdefault(record.model_name, set()).add(name)
         if record is not None and record.active_config:  # during a reload: the instances still serving
-            self.specs[name] = spec_from_json(record.active_config)
+            self.specs[name] = spec_from_json(record.active_config, name)
         else:
             self.specs.pop(name, None)
         self._derive_decoupled()
@@ -87,10 +92,27 @@ class ModelRegistry:
         """Wait until this gateway has every record up to the repository's KV `revision`; whether it has."""
         return await self.revisions.seen(revision, timeout)
 
+    def identity(self, name: str) -> str:
+        """The model a client's `name` addresses: itself, or with namespacing the one model of that
+        name (core's `FindModelIdentifier`; several: Triton's error)."""
+        if name in self.records or not self._named.get(name):
+            return name
+        found = self._named[name]
+        if len(found) > 1:
+            raise invalid(
+                f"There are {len(found)} identifiers of model '{name}' in global map, model namespace must be "
+                "provided to resolve ambiguity."
+            )
+        return next(iter(found))
+
     def ready_versions(self, name: str) -> tuple[int, ...]:
         """The model's READY versions, oldest first (kept until a record changes: every request asks)."""
         ready = self._ready.get(name)
         if ready is None:
+            try:
+                name = self.identity(name)
+            except ShoalError:
+                return ()
             record = self.records.get(name)
             if record is None:  # not kept: clients may ask for any name
                 return ()
@@ -101,20 +123,21 @@ class ModelRegistry:
 
     def resolve(self, name: str, version: str = "") -> tuple[ModelSpec, int]:
         """The model and version a request goes to, or Triton's error for why not."""
-        record = self.records.get(name)
+        key = self.identity(name)
+        record = self.records.get(key)
         if record is None:
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if not version:
-            ready = self.ready_versions(name)
-            if not ready or name not in self.specs:
+            ready = self.ready_versions(key)
+            if not ready or key not in self.specs:
                 raise not_found(f"Request for unknown model: '{name}' has no available versions")
-            return self.specs[name], ready[-1]
+            return self.specs[key], ready[-1]
         state = record.versions.get(str(int(version)))
         if state is None:
             raise not_found(f"Request for unknown model: '{name}' version {int(version)} is not found")
-        if state.state != ModelState.READY or name not in self.specs:
+        if state.state != ModelState.READY or key not in self.specs:
             raise unavailable(f"Request for unknown model: '{name}' version {int(version)} is not at ready state")
-        return self.specs[name], int(version)
+        return self.specs[key], int(version)
 
     def labels(self, name: str, output: str, depth: int = 0) -> list[str] | None:
         """The classification labels of a model's output: its own `label_filename`, or for an
@@ -129,7 +152,8 @@ class ModelRegistry:
         for step in record.active_config.get("ensemble_scheduling", {}).get("step", []):
             for member_output, tensor in step.get("output_map", {}).items():
                 if tensor == output:
-                    return self.labels(step["model_name"], member_output, depth + 1)
+                    member = model_key(step.get("model_namespace", ""), step["model_name"])
+                    return self.labels(member, member_output, depth + 1)
         return None
 
     def is_ready(self, name: str, version: str = "") -> bool:

@@ -111,8 +111,13 @@ class InferenceServer:
             if version and int(version) not in self.registry.ready_versions(name):
                 raise invalid(f"requested model version is not available for model '{name}'")
         stats = await scheduler_stats(self.nc)
-        models = [name] if name else sorted(self.registry.records)
-        return model_entries(stats, models, self.registry.ready_versions, version)
+        models = [self.registry.identity(name)] if name else sorted(self.registry.records)
+        entries = model_entries(stats, models, self.registry.ready_versions, version)
+        for entry in entries:  # with --model-namespacing: named as clients name it, as Triton does
+            record = self.registry.records.get(entry.name)
+            if record is not None and record.namespace:
+                entry.name = record.model_name
+        return entries
 
     # -- model repository ---------------------------------------------------------------------
     async def repository_index(self, ready: bool | None = None) -> list[dict[str, Any]]:

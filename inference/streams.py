@@ -101,7 +101,7 @@ async def answers(
                 continue
             outputs, parameters, response = item
             outputs = core.classify(spec, parsed, outputs)
-            yield Answer(spec.name, version, parsed.id, outputs, parameters, final=not response.more)
+            yield Answer(spec.model_name, version, parsed.id, outputs, parameters, final=not response.more)
         error = ""
     except ShoalError as exc:
         error = exc.message

@@ -76,11 +76,11 @@ def validate(
     for tensor in request.inputs:  # each input checked whole, in request order: Triton's first error
         config = configs[tensor.name]
         batch_size, item_shape = _check_shape(spec, tensor, config, batch_size, prefix)
-        _check_byte_size(spec.name, tensor, prefix)
+        _check_byte_size(spec.model_name, tensor, prefix)
         if config.variable and not config.allow_ragged_batch:
             sig.append(f"{tensor.name}{item_shape}")
     if spec.max_batch_size > 0 and batch_size > spec.max_batch_size:
-        raise invalid(f"{prefix}inference request batch-size must be <= {spec.max_batch_size} for '{spec.name}'")
+        raise invalid(f"{prefix}inference request batch-size must be <= {spec.max_batch_size} for '{spec.model_name}'")
     if len(request.inputs) != len(spec.inputs):  # optional inputs: only requests with the same inputs batch
         sig.append("|" + ",".join(sorted(t.name for t in request.inputs)))
     outputs, binary = _outputs(spec, request, prefix)
@@ -89,7 +89,7 @@ def validate(
 
 def _input_configs(spec: ModelSpec, request: ParsedRequest, prefix: str) -> dict[str, TensorSpec]:
     """Each input's config: no input twice, none the model lacks, every required one given."""
-    model = spec.name
+    model = spec.model_name
     given = [t.name for t in request.inputs]
     for duplicate in _duplicates(given):
         raise invalid(f"{prefix}input '{duplicate}' already exists in request")
@@ -111,7 +111,7 @@ def _check_shape(
 ) -> tuple[int, list[int]]:
     """The input's datatype and shape against its config; the request's batch size so far (0:
     none yet) and the input's shape without it."""
-    model = spec.name
+    model = spec.model_name
     if tensor.datatype != config.datatype:
         raise invalid(
             f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
@@ -181,7 +181,7 @@ def _outputs(spec: ModelSpec, request: ParsedRequest, prefix: str) -> tuple[list
     names, binary = [], {}
     for out in request.outputs:
         if spec.output(out.name) is None:
-            raise invalid(f"{prefix}unexpected inference output '{out.name}' for model '{spec.name}'")
+            raise invalid(f"{prefix}unexpected inference output '{out.name}' for model '{spec.model_name}'")
         names.append(out.name)
         binary[out.name] = bool(out.binary)
     return names, binary

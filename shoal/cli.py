@@ -201,10 +201,6 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and allowed is not None and value != allowed:
             raise SystemExit(f"shoal serve: --{name.replace('_', '-')}={str(value).lower()} is not supported: {why}")
-    if args.model_namespacing:
-        from services.repository.repositories import NAMESPACING_REFUSED
-
-        raise SystemExit(f"shoal serve: --model-namespacing=true is not supported: {NAMESPACING_REFUSED}")
     if args.load_model and args.model_control_mode not in ("explicit", "on-demand"):
         raise SystemExit("shoal serve: --load-model is only allowed with --model-control-mode=explicit or on-demand")
     try:

@@ -47,8 +47,7 @@ class Files(Protocol):
 
 
 class ModelManager:
-    """Models are known by their identity (`ModelRecord.name`, `shared.wire.records.model_key`):
-    their name, or with namespacing `<repository>::<name>`; `named` maps a client's name to them."""
+    """Models are known by their identity (`shared.wire.records.model_key`; `to_load` maps names to them)."""
 
     def __init__(
         self,
@@ -100,16 +99,13 @@ class ModelManager:
     def to_load(self, name: str, files: bool = False) -> list[str]:
         """The models a load of the client's `name` loads: with namespacing, every repository's
         (as Triton); an override with files is no repository's. One found nowhere fails in `load`."""
-        if files:
-            return [name]
-        return [found.key for found in self.repositories.named(name)] or [name]
+        return [name] if files else [found.key for found in self.repositories.named(name)] or [name]
 
     def to_unload(self, name: str) -> list[str]:
         """The models an unload of the client's `name` unloads: every loaded model of that name."""
         return [key for key, record in self.records.items() if record.model_name == name] or [name]
 
-    async def _sync(self, name: str | None) -> None:
-        """The buckets' mirrors brought up to date (remote.py): all of them, or one model's part."""
+    async def _sync(self, name: str | None) -> None:  # the buckets' mirrors (remote.py): all, or one model's part
         await asyncio.to_thread(self.repositories.sync, name)
 
     # -- load -------------------------------------------------------------------
@@ -380,7 +376,9 @@ class ModelManager:
         await self._refreshing.run(record.name, lambda: self._derive_ensemble(record))
 
     async def _derive_ensemble(self, record: ModelRecord) -> None:
-        changed, unresolved = self._resolve_members(record)
+        changed, unresolved = False, list[str]()
+        if self.repositories.namespacing:  # its steps find their models again (one may have gone, or come back)
+            changed, unresolved = namespaces.reconnect(record, self.scan(), self.records)
         new = ensembles.ensemble_state(record, self.records, set(self.available()))
         if unresolved:  # Triton's dependency graph: not connected
             new = ModelVersionState(ModelState.UNAVAILABLE, ensembles.not_connected(record.name, unresolved))
@@ -395,14 +393,6 @@ class ModelManager:
         if changed:  # an unchanged state ends the refreshes (nested ensembles naming each other too)
             await self.publish(record)
             await self._refresh_dependents(record.name)
-
-    def _resolve_members(self, record: ModelRecord) -> tuple[bool, list[str]]:
-        """With namespacing, an ensemble's steps find their models again (one may have gone from
-        its own repository, or come back): whether the record changed, and the names none finds."""
-        if not self.repositories.namespacing:
-            return False, []
-        steps = record.config.get("ensemble_scheduling", {}).get("step", [])
-        return namespaces.connect(steps, record.namespace, namespaces.known(self.scan(), self.records.values()))
 
     # -- the index -------------------------------------------------------------------
     def index(self, ready_only: bool = False) -> RepositoryIndex:

@@ -9,7 +9,7 @@ changes a step.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from services.repository.ensembles import member_namespaces
@@ -42,3 +42,10 @@ def connect(steps: list[dict[str, Any]], namespace: str, holders: dict[str, list
             else:
                 step.pop("model_namespace", None)
     return changed, [step["model_name"] for step, found in zip(steps, chosen) if found is None]
+
+
+def reconnect(record: ModelRecord, scan: Scan, records: Mapping[str, ModelRecord]) -> tuple[bool, list[str]]:
+    """An ensemble's record connected again (`connect` on its config): one of its steps' models
+    may have gone from its own repository, or come back."""
+    steps = record.config.get("ensemble_scheduling", {}).get("step", [])
+    return connect(steps, record.namespace, known(scan, records.values()))

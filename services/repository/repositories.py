@@ -27,13 +27,6 @@ from shared.wire.records import model_key
 log = logging.getLogger("shoal.repository")
 
 DUPLICATE = "model appears in two or more repositories"  # Triton's MODEL_READY_REASON_DUPLICATE
-# --model-namespacing=true is refused (shoal serve, the repository service) until the gateways,
-# schedulers and workers address a model by its identity: the scan, the index and the ensembles'
-# step resolution here are namespace-aware already (docs/compatibility.md, issue 38 item 5)
-NAMESPACING_REFUSED = (
-    "models of the same name in several repositories cannot be served yet: requests, schedulers and "
-    "workers address a model by its name alone"
-)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from services.repository.manager import ModelManager
 from services.repository.overrides import check_parameters
 from services.repository.publishing import COLLECT_EVERY_S, FilePublisher
 from services.repository.remote import RemoteError, RemoteRepository, is_remote
-from services.repository.repositories import NAMESPACING_REFUSED, Repositories
+from services.repository.repositories import Repositories
 from shared.bus import buckets, connection, discovery
 from shared.bus.liveness import WorkerLiveness
 from shared.errors import Code, ShoalError, unavailable
@@ -347,8 +347,6 @@ class RepositoryService:
 async def run(settings: RepositorySettings, stop: asyncio.Event) -> None:
     if not settings.model_repository:
         raise SystemExit("no --model-repository given")
-    if settings.model_namespacing:
-        raise SystemExit(f"--model-namespacing=true is not supported: {NAMESPACING_REFUSED}")
     for repository in settings.model_repository:
         if is_remote(repository):
             try:  # the whole bucket, before anything is published

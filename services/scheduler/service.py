@@ -162,7 +162,7 @@ class SchedulerService:
         if record is None or not hosted:
             await self.ownership.drop(name)
             return
-        spec = spec_from_json(record.active_config)
+        spec = spec_from_json(record.active_config, name)
         for version in hosted:
             self.pump.configure(self.pump.queue(name, version), spec)
         await self.ownership.want(name)

@@ -242,7 +242,7 @@ class ModelLifecycle:
         tries = 1 + max(0, self.settings.model_load_retry_count)  # tritonserver's --model-load-retry-count
         for attempt in range(1, tries + 1):
             try:
-                spec = spec_from_json(record.config)
+                spec = spec_from_json(record.config, record.name)
                 fetched = await self.files.directory(record)  # the repository's path, or this host's copy
                 create = functools.partial(self._create, spec, record, version, fetched.path)
                 loaded = await self.loader.run(create)

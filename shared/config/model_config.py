@@ -262,6 +262,12 @@ class ModelSpec:
     parameters: dict[str, str] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    @cached_property
+    def model_name(self) -> str:
+        """The name clients know it by; `name` is its identity (with --model-namespacing,
+        `<repository>::<name>`: shared.wire.records.model_key), which routes its requests."""
+        return str(self.config.get("name", self.name))
+
     @property
     def metadata_platform(self) -> str:
         return self.platform or self.backend
@@ -283,7 +289,7 @@ class ModelSpec:
         if not missing:
             return None
         return invalid(
-            f"{prefix}expected {len(required)} inputs but got {len(given)} inputs for model '{self.name}'. "
+            f"{prefix}expected {len(required)} inputs but got {len(given)} inputs for model '{self.model_name}'. "
             f"Got input(s) {given}, but missing required input(s) {missing}. Please provide all required input(s)."
         )
 
@@ -316,12 +322,13 @@ def _tensor(io: dict[str, Any]) -> TensorSpec:
     )
 
 
-def spec_from_json(config: dict[str, Any]) -> ModelSpec:
+def spec_from_json(config: dict[str, Any], key: str = "") -> ModelSpec:
+    """`key`: the model's identity where it is not its config's name (its record's name)."""
     db = config.get("dynamic_batching")
     groups = config.get("instance_group", [])
     kinds = {g.get("kind", "KIND_CPU") for g in groups}
     return ModelSpec(
-        name=config["name"],
+        name=key or config["name"],
         platform=config.get("platform", ""),
         backend=config.get("backend", ""),
         max_batch_size=int(config.get("max_batch_size", 0)),

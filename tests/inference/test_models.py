@@ -16,6 +16,7 @@ from shared.bus.tensor_store import TensorStore
 from shared.errors import ShoalError, not_found
 from shared.wire import subjects
 from shared.wire.messages import encode
+from shared.wire.records import ModelRecord, model_key
 from tests.scheduler.ensembles.test_runner import MEMBER, record
 
 
@@ -41,3 +42,26 @@ async def test_a_view_behind_the_bucket_catches_up_before_it_says_no_such_model(
             await core.resolve_late("nowhere", "", not_found("Request for unknown model: 'nowhere' is not found"))
     finally:
         await nc.close()
+
+
+def namespaced(namespace: str, name: str) -> ModelRecord:
+    model = record(name, MEMBER)
+    model.name, model.namespace = model_key(namespace, name), namespace
+    return model
+
+
+def test_a_clients_name_addresses_the_one_model_of_that_name_across_namespaces():
+    registry = ModelRegistry()
+    first = namespaced("/a", "m")
+    registry.apply(first.name, encode(first), 1)
+    spec, version = registry.resolve("m")
+    assert (spec.name, spec.model_name, version) == ("/a::m", "m", 1)  # routed by identity, named by name
+    assert registry.ready_versions("m") == (1,) and registry.is_ready("m")
+    second = namespaced("/b", "m")
+    registry.apply(second.name, encode(second), 2)
+    ambiguous = "There are 2 identifiers of model 'm' in global map, model namespace must be provided"
+    with pytest.raises(ShoalError, match=ambiguous):
+        registry.resolve("m")
+    assert not registry.is_ready("m") and registry.ready_versions("m") == ()
+    registry.apply(first.name, None, 3)  # one left: unambiguous again
+    assert registry.resolve("m")[0].name == "/b::m"

@@ -4,7 +4,9 @@ line, index reason and load error) while the others serve, until it is unique ag
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.serving import wait_until
-from tests.shoal.serving import one_model_repository, serve
+from tests.shoal.serving import Serve, one_model_repository, serve
 
 DUPLICATE = "model appears in two or more repositories"
 NOT_UNIQUE = "failed to poll model 'shared': not unique across all model repositories"
@@ -23,6 +25,19 @@ def two_repositories(root: Path) -> tuple[Path, Path]:
     a = one_model_repository(one_model_repository(root / "a", "alpha"), "shared")
     b = one_model_repository(one_model_repository(root / "b", "beta"), "shared")
     return a, b
+
+
+@contextlib.contextmanager
+def serving(root: Path, *flags: str) -> Iterator[tuple[httpclient.InferenceServerClient, Serve, Path]]:
+    """`shoal serve` of the two repositories, started: a client, the server and the second repository."""
+    a, b = two_repositories(root / "models")
+    with serve(a, root / "cache", f"--model-repository={b}", *flags) as running:
+        running.wait_for("Started HTTPService")
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{running.http_port}", network_timeout=120)
+        try:
+            yield client, running, b
+        finally:
+            client.close()
 
 
 def infer(client: httpclient.InferenceServerClient, model: str) -> np.ndarray:
@@ -39,10 +54,7 @@ def index(client: httpclient.InferenceServerClient) -> dict[str, dict]:
 
 
 def test_every_repository_serves_and_a_duplicate_name_does_not(tmp_path):
-    a, b = two_repositories(tmp_path / "models")
-    with serve(a, tmp_path / "cache", f"--model-repository={b}") as running:
-        output = running.wait_for("Started HTTPService")
-        client = httpclient.InferenceServerClient(f"127.0.0.1:{running.http_port}")
+    with serving(tmp_path) as (client, running, _):
         infer(client, "alpha")  # from the first repository
         infer(client, "beta")  # from the second
         entries = index(client)
@@ -55,16 +67,11 @@ def test_every_repository_serves_and_a_duplicate_name_does_not(tmp_path):
         assert not client.is_model_ready("shared")
         with pytest.raises(InferenceServerException, match="Request for unknown model: 'shared' is not found"):
             infer(client, "shared")
-        assert NOT_UNIQUE in output
-        client.close()
+        assert NOT_UNIQUE in running.output()
 
 
 def test_poll_mode_follows_a_name_becoming_unique_and_duplicate_again(tmp_path):
-    a, b = two_repositories(tmp_path / "models")
-    flags = (f"--model-repository={b}", "--model-control-mode=poll", "--repository-poll-secs=1")
-    with serve(a, tmp_path / "cache", *flags) as running:
-        running.wait_for("Started HTTPService")
-        client = httpclient.InferenceServerClient(f"127.0.0.1:{running.http_port}")
+    with serving(tmp_path, "--model-control-mode=poll", "--repository-poll-secs=1") as (client, _, b):
         assert index(client)["shared"]["state"] == "UNAVAILABLE"
         shutil.move(b / "shared", tmp_path / "shared")  # now only the first repository holds it
         wait_until(lambda: client.is_model_ready("shared"), 60, "'shared' loaded once unique")
@@ -73,15 +80,10 @@ def test_poll_mode_follows_a_name_becoming_unique_and_duplicate_again(tmp_path):
         wait_until(lambda: not client.is_model_ready("shared"), 60, "'shared' unloaded as a duplicate again")
         assert index(client)["shared"]["reason"] == DUPLICATE
         infer(client, "alpha")
-        client.close()
 
 
 def test_explicit_loads_find_a_model_in_any_repository_unless_two_hold_it(tmp_path):
-    a, b = two_repositories(tmp_path / "models")
-    flags = (f"--model-repository={b}", "--model-control-mode=explicit", "--load-model=alpha")
-    with serve(a, tmp_path / "cache", *flags) as running:
-        running.wait_for("Started HTTPService")
-        client = httpclient.InferenceServerClient(f"127.0.0.1:{running.http_port}", network_timeout=120)
+    with serving(tmp_path, "--model-control-mode=explicit", "--load-model=alpha") as (client, running, b):
         infer(client, "alpha")
         assert sorted(index(client)) == ["alpha", "beta", "shared"]
         client.load_model("beta")  # the second repository's
@@ -99,4 +101,3 @@ def test_explicit_loads_find_a_model_in_any_repository_unless_two_hold_it(tmp_pa
             infer(client, "beta")
         with pytest.raises(InferenceServerException, match="failed to load 'missing', failed to poll from model"):
             client.load_model("missing")
-        client.close()

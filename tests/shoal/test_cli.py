@@ -278,6 +278,8 @@ def test_several_model_repositories_reach_the_repository_service(tmp_path):
     assert again.model_repository == cluster.repository.model_repository
 
 
-def test_model_namespacing_is_refused_with_the_reason():
-    with pytest.raises(SystemExit, match="--model-namespacing=true is not supported: models of the same name"):
-        parse_serve(["--model-namespacing"])
+def test_model_namespacing_reaches_the_repository_service(tmp_path):
+    from shoal.supervisor import build_cluster
+
+    cluster = build_cluster(parse_serve(["--model-namespacing"]), "nats://127.0.0.1:4222", tmp_path)
+    assert cluster.repository.model_namespacing

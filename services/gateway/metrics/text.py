@@ -12,7 +12,23 @@ def _escape(text: str, quote: bool = True) -> str:
 
 
 def label_text(labels: Mapping[str, str]) -> str:
+    model = labels.get("model")
+    if model is not None and "::" in str(model):
+        labels = _namespaced(labels)
     return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + "}"
+
+
+def _namespaced(labels: Mapping[str, str]) -> dict[str, str]:
+    """With --model-namespacing a model's identity is `<repository>::<name>` (records.model_key):
+    Triton labels it `model="<name>",namespace="<repository>"` (its labels are sorted)."""
+    out: dict[str, str] = {}
+    for key, value in labels.items():
+        if key == "model":
+            namespace, _, name = str(value).rpartition("::")
+            out["model"], out["namespace"] = name, namespace
+        else:
+            out[key] = value
+    return out
 
 
 def _value(value: float) -> str:

@@ -102,7 +102,7 @@ class EnsembleRunner:
             self.graphs.pop(name, None)
             self._derive_decoupled()
             return
-        self.specs[name] = spec_from_json(config)
+        self.specs[name] = spec_from_json(config, name)
         self.ready[name] = sorted(int(v) for v, s in record.versions.items() if s.state == ModelState.READY)
         if is_ensemble(config):
             self.graphs[name] = graph_from_config(config)

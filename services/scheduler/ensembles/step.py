@@ -59,7 +59,7 @@ def _input(spec: ModelSpec, name: str, prefix: str) -> TensorSpec:
     """The member's input `name` (an ensemble config may map a tensor to one it does not have)."""
     config = spec.input(name)
     if config is None:
-        raise invalid(f"{prefix}unexpected inference input '{name}' for model '{spec.name}'")
+        raise invalid(f"{prefix}unexpected inference input '{name}' for model '{spec.model_name}'")
     return config
 
 
@@ -69,7 +69,7 @@ def _check(spec: ModelSpec, ref: TensorRef, prefix: str) -> tuple[int, list[int]
     if ref.datatype != config.datatype:
         raise invalid(
             f"{prefix}inference input '{ref.name}' data-type is '{ref.datatype}', "
-            f"but model '{spec.name}' expects '{config.datatype}'"
+            f"but model '{spec.model_name}' expects '{config.datatype}'"
         )
     shape = list(ref.shape)
     batched = spec.max_batch_size > 0
@@ -78,7 +78,7 @@ def _check(spec: ModelSpec, ref: TensorRef, prefix: str) -> tuple[int, list[int]
     if (batched and not shape) or len(dims) != len(item) or any(d != -1 and d != s for d, s in zip(dims, item)):
         shown = (-1,) + config.dims if batched else config.dims
         raise invalid(
-            f"{prefix}unexpected shape for input '{ref.name}' for model '{spec.name}'. "
+            f"{prefix}unexpected shape for input '{ref.name}' for model '{spec.model_name}'. "
             f"Expected {_fmt(shown)}, got {_fmt(shape)}"
         )
     return (shape[0] if batched else 1), item
@@ -102,13 +102,15 @@ def _step_inputs(
         ref = msgspec.structs.replace(source, name=model_input, shape=shape)  # same bytes, the member's name
         size, item = _check(spec, ref, prefix)
         if batch_size and size != batch_size:
-            raise invalid(f"{prefix}input '{model_input}' batch size does not match other inputs for '{spec.name}'")
+            raise invalid(
+                f"{prefix}input '{model_input}' batch size does not match other inputs for '{spec.model_name}'"
+            )
         batch_size = size
         if config.variable and not config.allow_ragged_batch:
             sig.append(f"{model_input}{item}")  # the gateway's format: equal shapes batch together
         inputs.append(ref)
     if spec.max_batch_size > 0 and batch_size > spec.max_batch_size:
-        raise invalid(f"{prefix}inference request batch-size must be <= {spec.max_batch_size} for '{spec.name}'")
+        raise invalid(f"{prefix}inference request batch-size must be <= {spec.max_batch_size} for '{spec.model_name}'")
     if len(inputs) < len(step.input_map):  # Triton leaves an absent tensor out: the member says if it may be
         missing = spec.missing_inputs([ref.name for ref in inputs], prefix)
         if missing is not None:

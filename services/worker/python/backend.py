@@ -133,7 +133,7 @@ class PythonInstance:
             "model_instance_device_id": str(device),
             "model_repository": str(version_dir.parent),  # the model's own directory, as in Triton
             "model_version": str(version),
-            "model_name": spec.name,
+            "model_name": spec.model_name,
         }
         self._loop: asyncio.AbstractEventLoop | None = None
         pb_utils.set_context(model_dir=self.model_dir)
