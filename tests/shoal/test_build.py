@@ -3,6 +3,7 @@ and `shoal serve` says which it runs (docs/performance.md, "The compiled build")
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 from pathlib import Path
@@ -10,6 +11,13 @@ from pathlib import Path
 import pytest
 
 from shoal import build
+
+
+def parsed(path: str) -> ast.Module:
+    """A compiled module's source, parsed: the .py beside an installed extension too."""
+    spec = importlib.util.find_spec(path.removesuffix(".py").replace("/", "."))
+    assert spec is not None and spec.origin is not None
+    return ast.parse(Path(spec.origin).with_name(Path(path).name).read_text(), path)
 
 
 def test_every_listed_module_exists():
@@ -41,13 +49,8 @@ def test_mypy_checks_exactly_the_compiled_modules():
 def test_no_compiled_function_binds_one_name_to_two_kinds_of_exception():
     """mypyc gives a local one type: `except A as exc` then `except B as exc` in one function makes
     the second raise TypeError compiled (an async function's locals above all). One name per kind."""
-    import ast
-
     for path in build.COMPILED:
-        spec = importlib.util.find_spec(path.removesuffix(".py").replace("/", "."))
-        assert spec is not None and spec.origin is not None
-        source = Path(spec.origin).with_name(Path(path).name)  # the .py beside an installed extension too
-        tree = ast.parse(source.read_text(), path)
+        tree = parsed(path)
         for function in ast.walk(tree):
             if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
@@ -62,12 +65,8 @@ def test_no_compiled_function_binds_one_name_to_two_kinds_of_exception():
 def test_no_compiled_dataclass_has_a_field_annotated_object():
     """mypyc's dataclasses resolve their fields' annotations by name, and `object` is not among the
     names it knows: importing the compiled module raises KeyError('object'). `Any` says the same."""
-    import ast
-
     for path in build.COMPILED:
-        spec = importlib.util.find_spec(path.removesuffix(".py").replace("/", "."))
-        assert spec is not None and spec.origin is not None
-        tree = ast.parse(Path(spec.origin).with_name(Path(path).name).read_text(), path)
+        tree = parsed(path)
         for cls in ast.walk(tree):
             if not isinstance(cls, ast.ClassDef) or not any("dataclass" in ast.unparse(d) for d in cls.decorator_list):
                 continue
@@ -80,12 +79,8 @@ def test_no_compiled_module_defines_what_mypyc_cannot():
     """What mypyc compiles wrong rather than refuses: a class or function defined under an `if`
     (importing the module crashed the interpreter), a module `__getattr__`, and `__getattr__` in a
     class (native classes never call it)."""
-    import ast
-
     for path in build.COMPILED:
-        spec = importlib.util.find_spec(path.removesuffix(".py").replace("/", "."))
-        assert spec is not None and spec.origin is not None
-        tree = ast.parse(Path(spec.origin).with_name(Path(path).name).read_text(), path)
+        tree = parsed(path)
         definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
         for node in tree.body:
             if isinstance(node, ast.If | ast.Try):
@@ -106,12 +101,8 @@ C_KEYWORDS |= {"__alignof", "__real", "__imag", "__attribute", "__label__", "__i
 
 
 def test_no_compiled_attribute_is_named_like_a_c_keyword():
-    import ast
-
     for path in build.COMPILED:
-        spec = importlib.util.find_spec(path.removesuffix(".py").replace("/", "."))
-        assert spec is not None and spec.origin is not None
-        tree = ast.parse(Path(spec.origin).with_name(Path(path).name).read_text(), path)
+        tree = parsed(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
                 assert f"_{node.attr}" not in C_KEYWORDS, f"{path}:{node.lineno}: self.{node.attr}"
