@@ -117,6 +117,8 @@ def onnx_accumulator() -> object:
     )
 
 
+# the idle time, as the python models': Triton's default 1 s is the time between a response and the
+# client's next request, which a loaded machine stretches past 1 s (every sequence released at once)
 ONNX_CONFIG = """
 name: "{name}"
 backend: "onnxruntime"
@@ -124,6 +126,7 @@ max_batch_size: 4
 input [ {{ name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
 output [ {{ name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] }}, {{ name: "CORRID_OUT" data_type: TYPE_UINT64 dims: [ 1 ] }} ]
 sequence_batching {{
+  max_sequence_idle_microseconds: 5000000
   {strategy}
   control_input [
     {{ name: "START" control [ {{ kind: CONTROL_SEQUENCE_START fp32_false_true: [ 0, 1 ] }} ] }},
