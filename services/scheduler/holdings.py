@@ -67,6 +67,8 @@ class Holdings:
         await self.nc.publish(subjects.HOLDINGS_ASK, b"", reply=f"{self.inbox}.{token}")
 
     async def _on_holdings(self, msg: Msg) -> None:
+        if connection.no_responders(msg):  # no worker is connected now (e.g. during a NATS restart):
+            return  # each one sends its holdings when it reconnects
         holdings: WorkerHoldings | None = connection.decode(_decoder, msg, log)
         if holdings is None:
             return

@@ -120,6 +120,11 @@ def cluster_size(nc: NATS) -> int:
     return max(1, len(urls))
 
 
+def no_responders(msg: Msg) -> bool:
+    """NATS's own answer to a request nobody subscribed to: status 503, no payload."""
+    return bool(msg.headers) and msg.headers.get("Status") == "503"  # type: ignore[union-attr]
+
+
 def decode(decoder: Decoder[T], msg: Msg, logger: logging.Logger = log) -> T | None:
     """A message's payload decoded, or None (logged) when it does not decode: a bad message
     must never take a subscription down."""
@@ -153,7 +158,7 @@ async def gather(
     arrived = asyncio.Event()
 
     async def collect(msg: Msg) -> None:
-        if not (msg.headers and msg.headers.get("Status") == "503"):  # no responders
+        if not no_responders(msg):
             replies.append(msg.data)
         arrived.set()
 
