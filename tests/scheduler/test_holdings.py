@@ -12,17 +12,16 @@ import msgspec
 import nats
 
 from services.scheduler.holdings import Holdings
-from services.scheduler.tasks import Tasks
 from shared.bus import connection
 from shared.wire.messages import WorkerHoldings
 from tests.serving import until
 
 
-class Recorded(Tasks):
-    """The reconciliations the holdings start, recorded instead of run (they need credits)."""
+class Recorded:
+    """In the place of the scheduler's Tasks (compiled, so not subclassed): the reconciliations the
+    holdings start, recorded instead of run (they need credits)."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.started: list[str] = []
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
@@ -32,34 +31,38 @@ class Recorded(Tasks):
 
 async def test_no_responders_is_told_apart_from_a_reply(nats_server) -> None:
     nc = await nats.connect(nats_server.url)
-    got = []
+    try:
+        got: list[Any] = []
 
-    async def keep(msg: Any) -> None:
-        got.append(msg)
+        async def keep(msg: Any) -> None:
+            got.append(msg)
 
-    inbox = nc.new_inbox()
-    await nc.subscribe(inbox, cb=keep)
+        inbox = nc.new_inbox()
+        await nc.subscribe(inbox, cb=keep)
 
-    async def answer(msg: Any) -> None:
-        await msg.respond(b"yes")
+        async def answer(msg: Any) -> None:
+            await msg.respond(b"yes")
 
-    await nc.subscribe("answered", cb=answer)
-    await nc.publish("nobody.listens", b"", reply=inbox)
-    await nc.publish("answered", b"", reply=inbox)
-    await until(lambda: len(got) == 2, what="both answers")
-    assert [connection.no_responders(msg) for msg in got] == [True, False]
-    await nc.close()
+        await nc.subscribe("answered", cb=answer)
+        await nc.publish("nobody.listens", b"", reply=inbox)
+        await nc.publish("answered", b"", reply=inbox)
+        await until(lambda: len(got) == 2, what="both answers")
+        assert [connection.no_responders(msg) for msg in got] == [True, False]
+    finally:
+        await nc.close()
 
 
 async def test_an_ask_nobody_answers_logs_nothing_and_starts_nothing(nats_server, caplog) -> None:
     nc = await nats.connect(nats_server.url)
-    tasks = Recorded()
-    holdings = Holdings(nc, flights=None, credits=None, tasks=tasks)  # type: ignore[arg-type]
-    await holdings.start()
-    with caplog.at_level(logging.ERROR, logger="shoal.scheduler"):
-        await holdings.ask()  # no worker: NATS answers 503 on the ask's inbox
-        # a worker's answer after it, on the same subscription: once it is handled, so was the 503
-        await nc.publish(f"{holdings.inbox}.0", msgspec.msgpack.encode(WorkerHoldings("w", [])))
-        await until(lambda: tasks.started == ["_reconcile"], what="the worker's answer handled")
-    assert [r.getMessage() for r in caplog.records] == []
-    await nc.close()
+    try:
+        tasks = Recorded()
+        holdings = Holdings(nc, flights=None, credits=None, tasks=tasks)  # type: ignore[arg-type]
+        await holdings.start()
+        with caplog.at_level(logging.ERROR, logger="shoal.scheduler"):
+            await holdings.ask()  # no worker: NATS answers 503 on the ask's inbox
+            # a worker's answer after it, on the same subscription: once it is handled, so was the 503
+            await nc.publish(f"{holdings.inbox}.0", msgspec.msgpack.encode(WorkerHoldings("w", [])))
+            await until(lambda: tasks.started == ["_reconcile"], what="the worker's answer handled")
+        assert [r.getMessage() for r in caplog.records] == []
+    finally:
+        await nc.close()
