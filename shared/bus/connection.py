@@ -122,7 +122,7 @@ def cluster_size(nc: NATS) -> int:
 
 def no_responders(msg: Msg) -> bool:
     """NATS's own answer to a request nobody subscribed to: status 503, no payload."""
-    return bool(msg.headers) and msg.headers.get("Status") == "503"  # type: ignore[union-attr]
+    return msg.headers is not None and msg.headers.get("Status") == "503"
 
 
 def decode(decoder: Decoder[T], msg: Msg, logger: logging.Logger = log) -> T | None:
