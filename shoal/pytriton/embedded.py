@@ -17,7 +17,7 @@ import weakref
 from typing import Any
 
 from shared.process import scratch
-from shared.process.natsserver import NatsServer
+from shared.process.natsserver import NatsServer, reserve_ports
 from shoal.cli import parse_serve, serve_parser
 from shoal.ports import busy_endpoint
 from shoal.pytriton.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
@@ -77,6 +77,8 @@ class EmbeddedCluster:
             busy = busy_endpoint(self.args)
             if busy is not None:
                 raise PyTritonUnrecoverableError(busy)
+            # the script's ports are bound only once its gateway starts: nats-server must not take one meanwhile
+            reserve_ports(self.args.http_port, self.args.grpc_port, self.args.metrics_port, self.args.openai_port)
             self.nats = NatsServer(monitor_port=self.args.nats_monitor_port)  # stop() removes its store
             self.nats.start()
             self.cluster = build_cluster(self.args, self.nats.url, pathlib.Path(self.args.model_repository[0]))
