@@ -9,6 +9,8 @@ import argparse
 import errno
 import socket
 
+from shared.process.natsserver import reserve_ports
+
 
 def _taken(address: str, port: int) -> bool:
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
@@ -41,3 +43,9 @@ def busy_endpoint(args: argparse.Namespace) -> str | None:
         if _taken(address, port):
             return f"failed to start {name} service: Unavailable - Socket '{address}:{port}' already in use"
     return None
+
+
+def reserve_serving_ports(args: argparse.Namespace) -> None:
+    """The ports the gateway binds once it starts, kept from this process's own free-port picks
+    (nats-server's, before then): the kernel would offer one of them, since nothing binds it yet."""
+    reserve_ports(args.http_port, args.grpc_port, args.metrics_port, args.openai_port)

@@ -30,11 +30,11 @@ from pydantic_settings import BaseSettings
 
 from services.repository.remote import is_remote
 from shared.process import cache_dirs, lifeline
-from shared.process.natsserver import NatsServer, reserve_ports
+from shared.process.natsserver import NatsServer
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 from shared.wire.records import ModelState
 from shoal import announce, grpc_flags
-from shoal.ports import busy_endpoint
+from shoal.ports import busy_endpoint, reserve_serving_ports
 
 log = logging.getLogger("shoal.serve")
 
@@ -395,9 +395,7 @@ def serve(args: argparse.Namespace) -> int:
         if args.nats_url:
             nats_url = args.nats_url
         else:
-            reserve_ports(
-                args.http_port, args.grpc_port, args.metrics_port, args.openai_port
-            )  # not for nats-server, even if free now
+            reserve_serving_ports(args)  # not for nats-server, even if free now
             nats = NatsServer(monitor_port=args.nats_monitor_port).start()
             nats_url = nats.url
             log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)

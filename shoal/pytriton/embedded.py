@@ -17,9 +17,9 @@ import weakref
 from typing import Any
 
 from shared.process import scratch
-from shared.process.natsserver import NatsServer, reserve_ports
+from shared.process.natsserver import NatsServer
 from shoal.cli import parse_serve, serve_parser
-from shoal.ports import busy_endpoint
+from shoal.ports import busy_endpoint, reserve_serving_ports
 from shoal.pytriton.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from shoal.supervisor import Cluster, StartFailed, build_cluster
 
@@ -77,8 +77,7 @@ class EmbeddedCluster:
             busy = busy_endpoint(self.args)
             if busy is not None:
                 raise PyTritonUnrecoverableError(busy)
-            # the script's ports are bound only once its gateway starts: nats-server must not take one meanwhile
-            reserve_ports(self.args.http_port, self.args.grpc_port, self.args.metrics_port, self.args.openai_port)
+            reserve_serving_ports(self.args)  # nats-server must not take one before the gateway binds it
             self.nats = NatsServer(monitor_port=self.args.nats_monitor_port)  # stop() removes its store
             self.nats.start()
             self.cluster = build_cluster(self.args, self.nats.url, pathlib.Path(self.args.model_repository[0]))
