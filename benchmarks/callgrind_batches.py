@@ -6,7 +6,7 @@ usage: python benchmarks/callgrind_batches.py TREE [TREE ...] [--batches 2000] [
            [--cases inline,task] [--rounds 1] [--out DIR]
 
 One nats-server on free ports. For each case and TREE in turn, a Python process runs that tree's
-`services/worker/batch_executor.py` (`env -C TREE PYTHONPATH=TREE`) under `valgrind --tool=callgrind`:
+`services/worker/batches/batch_executor.py` (`env -C TREE PYTHONPATH=TREE`) under `valgrind --tool=callgrind`:
 a `BatchExecutor` with one instance whose model doubles its input in Python (no backend's
 instructions in the count), fed `ExecBatch` messages as the worker's subscription hands them over
 (`BatchExecutor.start`), one batch at a time, each of `--requests` requests with inline inputs; a
@@ -71,12 +71,12 @@ async def inner(nats_url: str, case: str, batches: int, warmup: int, requests: i
     import nats
     import numpy as np
 
-    from services.worker.batch_executor import BatchExecutor
-    from services.worker.completions import Completions
-    from services.worker.instance_thread import InstanceThread
-    from services.worker.instances import Instance, LoadedModel
-    from services.worker.outputs import Outputs
-    from services.worker.streams import Cancellations, DecoupledSenders
+    from services.worker.batches.batch_executor import BatchExecutor
+    from services.worker.batches.completions import Completions
+    from services.worker.batches.instance_thread import InstanceThread
+    from services.worker.batches.instances import Instance, LoadedModel
+    from services.worker.batches.response_outputs import Outputs
+    from services.worker.batches.decoupled_streams import Cancellations, DecoupledSenders
     from shared.bus import connection
     from shared.bus.tensor_store import TensorStore
     from shared.config.model_config import spec_from_json

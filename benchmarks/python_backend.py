@@ -79,7 +79,7 @@ def write_repository(root: Path) -> Path:
 
 def in_process(root: Path, seconds: float) -> dict:
     """The python model's execute, called directly with one request at a time."""
-    from services.worker.python import pb_utils
+    from services.worker.python.triton_api import pb_utils
 
     sys.modules.setdefault("triton_python_backend_utils", pb_utils)
     spec = importlib.util.spec_from_file_location("add_sub_model", root / "py_add_sub" / "1" / "model.py")

@@ -177,7 +177,7 @@ def label(pid: int) -> str | None:
         return None
     if comm.startswith("py") and ":" in comm:
         return "worker (python model child)"
-    if "services.worker.python.zygote" in args:
+    if "services.worker.python.processes.zygote" in args:
         return "worker (zygote)"
     words = args[:6]
     for word in ("gateway", "scheduler", "repository", "worker", "serve"):  # shoal's services

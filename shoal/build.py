@@ -69,13 +69,13 @@ COMPILED: tuple[str, ...] = (
     "services/scheduler/statistics/latency.py",
     "services/scheduler/statistics/stats.py",
     # the worker's batch path (the python model's instance process runs it too)
-    "services/worker/batch_executor.py",
-    "services/worker/batch_run.py",
-    "services/worker/completions.py",
-    "services/worker/instance_thread.py",
-    "services/worker/instances.py",
-    "services/worker/outputs.py",
-    "services/worker/replies.py",
+    "services/worker/batches/batch_executor.py",
+    "services/worker/batches/batch_run.py",
+    "services/worker/batches/completions.py",
+    "services/worker/batches/instance_thread.py",
+    "services/worker/batches/instances.py",
+    "services/worker/batches/response_outputs.py",
+    "services/worker/batches/replies.py",
     "services/worker/service.py",
 )
 

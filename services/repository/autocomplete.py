@@ -190,7 +190,7 @@ def autocomplete_python(config: pb.ModelConfig, model_file: Path) -> pb.ModelCon
 
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "services.worker.python.autocomplete", str(model_file)],
+            [sys.executable, "-m", "services.worker.python.hosting.autocomplete_runner", str(model_file)],
             input=json.dumps(to_json(config)),
             capture_output=True,
             text=True,

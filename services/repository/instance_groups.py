@@ -1,7 +1,7 @@
 """The instance processes of one python model on one worker, counted as one report.
 
 With `--python-isolation instance` (the default) a worker runs each instance of a python model in
-a process of its own (services/worker/python/isolation.py), and each process reports on its own
+a process of its own (services/worker/python/processes/isolation.py), and each process reports on its own
 instance under the model's group (`InstanceRecord.group`, `group_size`). The repository counts a
 group as one report of all its instances, as it counts a worker that hosts them all as threads, so
 that a model is loaded when all its instances are, as in Triton:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from services.worker.backends.runner import Batch, ModelError, Work
-from services.worker.instances import LoadedModel
+from services.worker.batches.instances import LoadedModel
 from shared.config.datatypes import config_to_protocol, deserialize_bytes, element_count, numpy_dtype
 from shared.config.paths import inside
 from shared.errors import ShoalError, invalid

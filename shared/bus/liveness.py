@@ -233,7 +233,7 @@ class WorkerLiveness:
         self.loading.discard(worker)
         self.gone.add(worker)
         await self.on_gone(worker)
-        # its python models' processes die with it (services/worker/python/isolation.py), unprobed
+        # its python models' processes die with it (services/worker/python/processes/isolation.py), unprobed
         for child in [w for w in self.seen if w.startswith(f"{worker}-py-") and self.supervised(w)]:
             log.warning("worker %s went with the worker that started it", child)
             await self._drop(child)

@@ -33,7 +33,7 @@ def repository_mirrors() -> Path:
 
 
 def python_environments() -> Path:
-    """Packed `EXECUTION_ENV_PATH` archives, unpacked once each (services/worker/python/environments.py)."""
+    """Packed `EXECUTION_ENV_PATH` archives, unpacked once each (services/worker/python/processes/execution_environments.py)."""
     return root() / "envs"
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from services.worker.python.callables import IN_PROCESS, CallRequest
+from services.worker.python.hosting.callables import IN_PROCESS, CallRequest
 from shared.errors import Code, ShoalError
 from shoal.pytriton.decorators import TritonContext
 from shoal.pytriton.exceptions import PyTritonUnrecoverableError, PyTritonValidationError

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 
-from services.worker.python.callables import IN_PROCESS, InProcessModels
+from services.worker.python.hosting.callables import IN_PROCESS, InProcessModels
 from services.worker.service import WorkerService
 from shared.bus import buckets, connection
 from shared.bus.repository_client import repository_call

@@ -18,7 +18,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from services.worker.python.child_process import process_name
+from services.worker.python.processes.child_startup import process_name
 from shared.process.natsserver import NatsServer
 from tests.cluster import running_cluster
 from tests.integration.model_states import StateLog

@@ -23,7 +23,7 @@ from shared.errors import unavailable
 
 _MODULES = {
     "onnxruntime": "services.worker.backends.onnxruntime_backend",
-    "python": "services.worker.python.backend",
+    "python": "services.worker.python.hosting.python_backend",
     "pytorch": "services.worker.backends.pytorch_backend",
     "tensorrt": "services.worker.backends.tensorrt_backend",
     # Triton's own test backends, which its QA, tutorials and perf_analyzer examples use

@@ -21,7 +21,7 @@ import numpy as np
 from services.worker.backends import Backend, Placement
 from services.worker.backends.parameters import integer
 from services.worker.backends.runner import Batch, ModelError, RequestRunner, Result, Work
-from services.worker.python import pb_metrics
+from services.worker.python.triton_api import custom_metrics as pb_metrics
 from shared.config.datatypes import numpy_dtype
 from shared.config.model_config import ModelSpec, TensorSpec
 from shared.errors import Code, invalid

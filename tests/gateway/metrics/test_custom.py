@@ -6,7 +6,7 @@ import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.gateway.metrics.custom import merge, render_custom
-from services.worker.python import pb_utils
+from services.worker.python.triton_api import pb_utils
 from shared.wire.control import MetricSample, MetricSnapshot, WorkerMetrics
 from shared.wire.messages import encode
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.worker.python.callables import CallRequest
+from services.worker.python.hosting.callables import CallRequest
 from shared.errors import ShoalError
 from shoal.pytriton.binding import Binding
 from shoal.pytriton.decorators import (

@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from services.worker.python import environments as envs
+from services.worker.python.processes import execution_environments as envs
 from shared.errors import ShoalError
 
 VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"

@@ -9,7 +9,7 @@ import signal
 import time
 from pathlib import Path
 
-from services.worker.python.zygote import Zygote
+from services.worker.python.processes.zygote import Zygote
 from tests.serving import until
 
 

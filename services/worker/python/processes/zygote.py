@@ -18,7 +18,7 @@ over a socket pair, one JSON object per line:
     zygote -> worker   {"exited": P, "code": C}       (C < 0: killed by signal -C, as asyncio says)
 
 A model whose config sets EXECUTION_ENV_PATH still gets a process of its own interpreter
-(services/worker/python/isolation.py): its packages must come before Shoal's when it imports them.
+(services/worker/python/processes/isolation.py): its packages must come before Shoal's when it imports them.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ PRELOAD = (
     "shoal.cli",
     "shared.process.runtime",
     "services.worker.service",
-    "services.worker.python.backend",
+    "services.worker.python.hosting.python_backend",
 )
 
 
@@ -56,7 +56,7 @@ ENTRY_POINT = "shoal.cli"  # what each forked process runs: `shoal <argv>`
 
 
 def _preload() -> None:
-    from services.worker.python.child_process import import_nats_without_websockets
+    from services.worker.python.processes.child_startup import import_nats_without_websockets
 
     import_nats_without_websockets()
     for module in PRELOAD:
@@ -114,7 +114,7 @@ def _reap(channel: int) -> None:
 
 def serve(worker_pid: int, channel: int) -> None:
     """The zygote's loop: fork on request, report each exit, end when the worker closes the channel."""
-    from services.worker.python.child_process import die_with_parent
+    from services.worker.python.processes.child_startup import die_with_parent
 
     die_with_parent(worker_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker stops the processes, then closes the channel
@@ -207,7 +207,7 @@ class Zygote:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "services.worker.python.zygote",
+                "services.worker.python.processes.zygote",
                 str(os.getpid()),
                 str(theirs.fileno()),
                 pass_fds=[theirs.fileno()],

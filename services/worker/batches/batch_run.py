@@ -7,8 +7,8 @@ import logging
 import time
 
 from services.worker.backends.runner import Batch, Result, Tensors, Work
-from services.worker.instances import Instance, LoadedModel
-from services.worker.replies import Replies
+from services.worker.batches.instances import Instance, LoadedModel
+from services.worker.batches.replies import Replies
 from services.worker.sequences.controls import control_arrays, pad_slots
 from shared.errors import Code
 from shared.process.logcontext import request_ids

@@ -1,6 +1,6 @@
 """Run a python model's `auto_complete_config` in a process of its own.
 
-The repository service calls this as `python -m services.worker.python.autocomplete
+The repository service calls this as `python -m services.worker.python.hosting.autocomplete_runner
 <model.py>` with the config (Triton's JSON) on stdin and reads the completed config from
 stdout. A process of its own because the model's module runs arbitrary code at import
 (heavy imports, GPU setup, crashes) that must not run inside the repository service.
@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from services.worker.python import pb_utils
-from services.worker.python.backend import _import
+from services.worker.python.triton_api import pb_utils
+from services.worker.python.hosting.python_backend import _import
 
 
 def complete(model_file: Path, config: dict) -> dict:

@@ -1,4 +1,4 @@
-"""services/worker/completions.py against a real nats-server: a `BatchDone` reaches the gateway
+"""services/worker/batches/completions.py against a real nats-server: a `BatchDone` reaches the gateway
 that waits for it, and one whose gateway is gone becomes an `InstanceFree` to every scheduler
 (the credit is not lost with the gateway)."""
 
@@ -9,7 +9,7 @@ import asyncio
 import msgspec
 import nats
 
-from services.worker.completions import Completions
+from services.worker.batches.completions import Completions
 from shared.bus import connection
 from shared.wire import subjects
 from shared.wire.messages import BatchDone, InstanceFree

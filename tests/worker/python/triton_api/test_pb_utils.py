@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from services.worker.python import pb_utils
+from services.worker.python.triton_api import pb_utils
 
 
 def test_auto_complete_fills_and_checks():

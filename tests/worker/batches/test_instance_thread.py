@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from services.worker.instance_thread import InstanceThread
+from services.worker.batches.instance_thread import InstanceThread
 
 
 async def test_calls_run_in_order_on_one_thread_off_the_loop():

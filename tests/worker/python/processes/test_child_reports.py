@@ -1,4 +1,4 @@
-"""services/worker/python/child_reports.py against a real nats-server: a python model's process
+"""services/worker/python/processes/child_reports.py against a real nats-server: a python model's process
 that dies is judged by its own reports (loading or not), and a bucket that cannot be read for a
 moment (the server restarting) is read again instead of being taken for "no reports" (the flake
 where a deliberate crash right after a quick load was taken for a death while loading)."""
@@ -10,7 +10,7 @@ import asyncio
 import msgspec
 import pytest
 
-from services.worker.python.child_reports import ChildReports
+from services.worker.python.processes.child_reports import ChildReports
 from shared.bus import buckets, connection
 from shared.process.natsserver import NatsServer
 from shared.wire import subjects

@@ -36,7 +36,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
-from services.worker.python.zygote import Forked, Zygote
+from services.worker.python.processes.zygote import Forked, Zygote
 from shared.config.backend_config import python_based_runtime
 from shared.process.settings import WorkerSettings, to_argv
 from shared.wire import subjects

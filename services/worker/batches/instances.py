@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 
 from services.worker.backends.runner import Runner
-from services.worker.instance_thread import InstanceThread
+from services.worker.batches.instance_thread import InstanceThread
 from services.worker.sequences.state import StateStore
 from shared.config.model_config import ModelSpec
 from shared.config.sequence_config import SequenceConfig

@@ -27,7 +27,7 @@ from inference.core import InferenceCore
 from inference.models import ModelRegistry
 from inference.shm import ShmRegistry
 from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput, TraceFrom
-from services.worker.python import pb_utils
+from services.worker.python.triton_api import pb_utils
 from shared.bus.dispatch import Dispatcher
 from shared.bus.repository_client import RepositoryRequest, repository_call
 from shared.bus.tensor_store import TensorStore

@@ -1,4 +1,4 @@
-"""services/worker/batch_executor.py against a real nats-server, with the model instance a fake of the
+"""services/worker/batches/batch_executor.py against a real nats-server, with the model instance a fake of the
 backends' own `Runner` protocol: every request of a batch gets an answer whatever fails, and
 the credit goes back to the scheduler with the batch's completion."""
 
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from services.worker.backends.runner import Batch, ModelError, Result
-from services.worker.batch_executor import BatchExecutor
-from services.worker.completions import Completions
-from services.worker.instance_thread import InstanceThread
-from services.worker.instances import Instance, LoadedModel
-from services.worker.outputs import Outputs
-from services.worker.streams import Cancellations, DecoupledSenders
+from services.worker.batches.batch_executor import BatchExecutor
+from services.worker.batches.completions import Completions
+from services.worker.batches.instance_thread import InstanceThread
+from services.worker.batches.instances import Instance, LoadedModel
+from services.worker.batches.response_outputs import Outputs
+from services.worker.batches.decoupled_streams import Cancellations, DecoupledSenders
 from shared.bus import connection
 from shared.bus.tensor_store import TensorStore
 from shared.config.model_config import spec_from_json

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import threading
 
-from services.worker.python.pb_errors import TritonModelException
+from services.worker.python.triton_api.triton_errors import TritonModelException
 from shared.wire.control import MetricSample, MetricSnapshot
 
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")

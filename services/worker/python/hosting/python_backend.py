@@ -2,7 +2,7 @@
 
 Each instance imports its own copy of `model.py` and runs in the hosting worker process, on
 the instance's thread: numpy inputs are handed over without the copies Triton's stub process
-makes. Isolation comes from the worker itself (`services/worker/python/isolation.py`: by default a
+makes. Isolation comes from the worker itself (`services/worker/python/processes/isolation.py`: by default a
 python model's worker hosts nothing else). A model that raises only fails its requests.
 
 An `async def execute` runs on one event loop per instance, kept running in a thread of its
@@ -36,7 +36,10 @@ from services.worker.backends.runner import (
     Result,
     Work,
 )
-from services.worker.python import backend_settings, environments, numpy_compat, pb_utils
+from services.worker.python.hosting import backend_settings
+from services.worker.python.processes import execution_environments as environments
+from services.worker.python.triton_api import numpy_compat
+from services.worker.python.triton_api import pb_utils
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, unavailable
 

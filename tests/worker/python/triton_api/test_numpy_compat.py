@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.worker.python import numpy_compat
+from services.worker.python.triton_api import numpy_compat
 
 
 def test_removed_names_alias_numpy2s():
