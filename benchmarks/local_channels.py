@@ -3,7 +3,7 @@
 a Unix socket and a shared-memory ring, measured between two asyncio processes.
 
 usage: python benchmarks/local_channels.py [--seconds 3] [--repeats 3] [--sizes 200,4096,65536]
-           [--concurrency 1,16] [--channels nats,unix,streams,shm-eventfd,shm-pipe] [--loop uvloop]
+           [--concurrency 1,16] [--channels nats,unix,unix-4mib,streams,shm-eventfd,shm-pipe] [--loop uvloop]
            [--json PATH]
 
 This process is the gateway side; it starts a nats-server and a worker process. Both run the event
@@ -16,6 +16,8 @@ largest tensor that travels inline); the worker answers each with a frame of the
   subscription (`subscribe_now`) answers with `publish_now`, the gateway's inbox (`hot_path.subscribe`)
   completes the batch; through a real nats-server;
 - unix: a Unix-domain stream socket, 4-byte length-prefixed frames, an `asyncio.Protocol` on each side;
+- unix-4mib: the same with SO_SNDBUF and SO_RCVBUF of 4 MiB (the default, 208 KiB, holds three
+  64 KiB frames: at c=16 the rest wait in the transport's buffer and go in many small writes);
 - streams: the same socket through asyncio streams (`StreamReader.readexactly`);
 - shm-eventfd: a shared-memory ring per direction (an mmap of a file in /dev/shm) and an eventfd per
   direction as the doorbell, read with `loop.add_reader`: how Triton's python backend reaches its stub;
@@ -37,7 +39,9 @@ import contextlib
 import json
 import mmap
 import os
+import shutil
 import signal
+import socket
 import statistics
 import struct
 import subprocess
@@ -52,7 +56,7 @@ from shared.bus import connection, eager, hot_path
 from shared.bus.hot_path import Outgoing
 from shared.process.natsserver import NatsServer
 
-CHANNELS = ("nats", "unix", "streams", "shm-eventfd", "shm-pipe")
+CHANNELS = ("nats", "unix", "unix-4mib", "streams", "shm-eventfd", "shm-pipe")
 BATCH_SUBJECT = "bench.worker.batch"  # the worker's batch subject (ExecBatch)
 INBOX = "bench.gateway.inbox"  # the gateway's inbox (BatchDone)
 UNDELIVERED = "bench.worker.undelivered"  # the worker's reply subject on BatchDone, as completions.py sets
@@ -61,6 +65,7 @@ _LENGTH = struct.Struct(">I")  # a frame's length prefix on the socket and in th
 _KEY = struct.Struct("<I")  # the first bytes of every frame: which in-flight slot it answers
 
 
+SOCKET_BUFFER = 4 << 20  # unix-4mib's SO_SNDBUF and SO_RCVBUF: 16 frames of 64 KiB fit (the default is 208 KiB)
 RING_CAPACITY = 4 << 20  # bytes of frames per direction: 16 in flight of 64 KiB fit four times over
 RING_HEADER = 128  # head (written by the producer) and tail (by the consumer) on their own cache lines
 RING_BYTES = RING_HEADER + RING_CAPACITY
@@ -230,13 +235,17 @@ class FrameProtocol(asyncio.Protocol):
     """Frames out of a byte stream: parsed straight from what was read when it holds whole frames
     (the common case), through a buffer when a frame is split across reads."""
 
-    def __init__(self, on_frame: OnFrame, on_gone: Callable[[], None] = _nothing_more) -> None:
-        self._on_frame, self._on_gone = on_frame, on_gone
+    def __init__(self, on_frame: OnFrame, on_gone: Callable[[], None] = _nothing_more, buffer: int = 0) -> None:
+        self._on_frame, self._on_gone, self._socket_buffer = on_frame, on_gone, buffer
         self._buffer = bytearray()
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is one, without the base class
+        if self._socket_buffer:  # capped by net.core.wmem_max / rmem_max
+            sock = self.transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._socket_buffer)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._socket_buffer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._on_gone()
@@ -253,12 +262,13 @@ class FrameProtocol(asyncio.Protocol):
 
     def _parse(self, data: bytes | bytearray) -> int:
         at, end = 0, len(data)
-        while end - at >= 4:
-            stop = at + 4 + _LENGTH.unpack_from(data, at)[0]
-            if stop > end:
-                break
-            self._on_frame(bytes(data[at + 4 : stop]))
-            at = stop
+        with memoryview(data) as view:  # one copy per frame, out of bytes or the buffer alike
+            while end - at >= 4:
+                stop = at + 4 + _LENGTH.unpack_from(view, at)[0]
+                if stop > end:
+                    break
+                self._on_frame(bytes(view[at + 4 : stop]))
+                at = stop
         return at
 
     def write(self, frame: bytes) -> None:
@@ -270,8 +280,7 @@ class FrameProtocol(asyncio.Protocol):
 @dataclass
 class WorkerArgs:
     nats_url: str
-    unix_path: str
-    streams_path: str
+    socket_dir: str
     ring_path: str
     eventfds: tuple[int, int]  # to the worker, to the gateway
     pipes: tuple[int, int]  # the worker's read end (to the worker), its write end (to the gateway)
@@ -281,8 +290,9 @@ async def worker_main(args: WorkerArgs) -> None:
     """Answer every frame on every channel with one of the same size, until stdin closes."""
     loop = asyncio.get_running_loop()
     nc = await _worker_nats(args.nats_url)
-    unix = await loop.create_unix_server(EchoProtocol, args.unix_path)
-    streams = await asyncio.start_unix_server(_echo_stream, args.streams_path)
+    unix = await loop.create_unix_server(EchoProtocol, socket_path(args.socket_dir, "unix"))
+    big = await loop.create_unix_server(lambda: EchoProtocol(SOCKET_BUFFER), socket_path(args.socket_dir, "unix-4mib"))
+    streams = await asyncio.start_unix_server(_echo_stream, socket_path(args.socket_dir, "streams"))
     mapping = map_rings(args.ring_path)
     pipe = PipeBell(args.pipes[0], args.pipes[1])
     bells: dict[str, tuple[Doorbell, Doorbell]] = {  # out, in
@@ -295,8 +305,8 @@ async def worker_main(args: WorkerArgs) -> None:
         end.on_frame = end.write
         end.start(loop)
     await _serve_control()
-    unix.close()
-    streams.close()
+    for server in (unix, big, streams):
+        server.close()
     await nc.close()
 
 
@@ -322,8 +332,8 @@ async def _worker_nats(url: str) -> Any:
 class EchoProtocol(FrameProtocol):
     """The worker's end of the socket: every frame answered with itself."""
 
-    def __init__(self) -> None:
-        super().__init__(self.write)
+    def __init__(self, buffer: int = 0) -> None:
+        super().__init__(self.write, buffer=buffer)
 
 
 async def _echo_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -401,11 +411,11 @@ class SocketClient:
         self.protocol: FrameProtocol | None = None
 
     @classmethod
-    async def open(cls, path: str) -> SocketClient:
+    async def open(cls, path: str, buffer: int = 0) -> SocketClient:
         client = cls()
         loop = asyncio.get_running_loop()
         _, protocol = await loop.create_unix_connection(
-            lambda: FrameProtocol(lambda frame: client.on_frame(frame), lambda: client.gone()), path
+            lambda: FrameProtocol(lambda frame: client.on_frame(frame), lambda: client.gone(), buffer), path
         )
         client.protocol = protocol
         return client
@@ -571,13 +581,9 @@ class Setup:
     pipe_to_worker: tuple[int, int]
     pipe_to_gateway: tuple[int, int]
 
-    @property
-    def unix_path(self) -> str:
-        return os.path.join(self.directory, "w.sock")
 
-    @property
-    def streams_path(self) -> str:
-        return os.path.join(self.directory, "w-streams.sock")
+def socket_path(directory: str, channel: str) -> str:
+    return os.path.join(directory, f"w-{channel}.sock")
 
 
 def make_setup(nats_url: str, nats_pid: int) -> Setup:
@@ -604,7 +610,7 @@ def make_setup(nats_url: str, nats_pid: int) -> Setup:
 def start_worker(setup: Setup, loop_name: str) -> Worker:
     worker_fds = (setup.pipe_to_worker[0], setup.pipe_to_gateway[1])
     command = [sys.executable, os.path.abspath(__file__), "--worker", "--loop", loop_name]
-    command += ["--nats-url", setup.nats_url, "--unix", setup.unix_path, "--streams", setup.streams_path]
+    command += ["--nats-url", setup.nats_url, "--socket-dir", setup.directory]
     command += ["--ring", setup.ring_path, "--eventfds", ",".join(map(str, setup.eventfds))]
     command += ["--pipes", ",".join(map(str, worker_fds))]
     process = subprocess.Popen(
@@ -622,8 +628,9 @@ async def open_clients(setup: Setup, channels: list[str]) -> dict[str, Client]:
     loop = asyncio.get_running_loop()
     openers: dict[str, Callable[[], Awaitable[Client]]] = {
         "nats": lambda: NatsClient.open(setup.nats_url),
-        "unix": lambda: SocketClient.open(setup.unix_path),
-        "streams": lambda: StreamsClient.open(setup.streams_path),
+        "unix": lambda: SocketClient.open(socket_path(setup.directory, "unix")),
+        "unix-4mib": lambda: SocketClient.open(socket_path(setup.directory, "unix-4mib"), SOCKET_BUFFER),
+        "streams": lambda: StreamsClient.open(socket_path(setup.directory, "streams")),
     }
     clients = {name: await openers[name]() for name in channels if name in openers}
     bells: dict[str, tuple[Doorbell, Doorbell]] = {
@@ -756,10 +763,7 @@ def gateway_main(args: argparse.Namespace) -> None:
                 worker.process.wait()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(setup.ring_path)
-            for path in (setup.unix_path, setup.streams_path):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-            os.rmdir(setup.directory)
+            shutil.rmtree(setup.directory, ignore_errors=True)  # the worker's sockets
     print(f"load average at end: {os.getloadavg()}\n\n{summary(results)}")
     if args.json:
         with open(args.json, "w") as out:
@@ -792,7 +796,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--json", help="write every run's figures here")
     internal = ap.add_argument_group("internal: the worker process")
     internal.add_argument("--worker", action="store_true")
-    for name in ("--nats-url", "--unix", "--streams", "--ring", "--eventfds", "--pipes"):
+    for name in ("--nats-url", "--socket-dir", "--ring", "--eventfds", "--pipes"):
         internal.add_argument(name)
     args = ap.parse_args()
     unknown = set(args.channels) - set(CHANNELS)
@@ -807,9 +811,7 @@ def main() -> None:
     args = parse_args()
     if args.worker:
         eventfds, pipes = _ints(args.eventfds), _ints(args.pipes)
-        worker = WorkerArgs(
-            args.nats_url, args.unix, args.streams, args.ring, (eventfds[0], eventfds[1]), (pipes[0], pipes[1])
-        )
+        worker = WorkerArgs(args.nats_url, args.socket_dir, args.ring, (eventfds[0], eventfds[1]), (pipes[0], pipes[1]))
         run_loop(args.loop, worker_main(worker))
         return
     gateway_main(args)
