@@ -20,7 +20,9 @@ largest tensor that travels inline); the worker answers each with a frame of the
   64 KiB frames: at c=16 the rest wait in the transport's buffer and go in many small writes);
 - streams: the same socket through asyncio streams (`StreamReader.readexactly`);
 - shm-eventfd: a shared-memory ring per direction (an mmap of a file in /dev/shm) and an eventfd per
-  direction as the doorbell, read with `loop.add_reader`: how Triton's python backend reaches its stub;
+  direction as the doorbell, read with `loop.add_reader`: the shape of Triton's python backend and its
+  stub (a shared-memory queue per direction; Triton wakes the other side with a futex, and an event
+  loop can wait only on a file descriptor);
 - shm-pipe: the same rings with a pipe as the doorbell (a pipe, unlike an eventfd, ends when its
   writer dies).
 
