@@ -158,3 +158,49 @@ async def replace_object(url: str, digest: str, data: bytes) -> None:
     store = await file_store.open_store(nc)
     await store.put(file_store.object_name(digest), data)
     await nc.close()
+
+
+DOUBLE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * 2)])
+            for r in requests
+        ]
+"""
+
+
+def test_a_python_model_swapped_in_the_object_store_never_runs(tmp_path):
+    """The code a python model's process would run (isolation: a process per instance) is refused
+    like any file: the swapped model.py, which leaves a file behind when imported, never runs."""
+    root, cache, ran = tmp_path / "models", tmp_path / "cache", tmp_path / "ran"
+    (root / "double" / "1").mkdir(parents=True)
+    (root / "double" / "1" / "model.py").write_text(DOUBLE)
+    (root / "double" / "config.pbtxt").write_text(
+        identity_config("double", "FP32").replace('backend: "onnxruntime"', 'backend: "python"')
+    )
+    original = (root / "double" / "1" / "model.py").read_bytes()
+    swapped = f"open({str(ran)!r}, 'w').write('ran')\n".encode()
+    swapped += b"#" * (len(original) - len(swapped) - 1) + b"\n"
+    with running_cluster(
+        root,
+        repository={"model_control_mode": "explicit", "load_model": ["double"], "model_files": "store"},
+        worker={"model_cache_dir": str(cache), "python_isolation": "instance"},
+    ) as running:
+        client = httpclient.InferenceServerClient(running.url, network_timeout=60)
+        assert answer(client, "double") == 2.0
+        client.unload_model("double")
+        wait_until(lambda: not client.is_model_ready("double"), 30, "'double' unloaded")
+        asyncio.run(replace_object(running.nats.url, hashlib.sha256(original).hexdigest(), swapped))
+        shutil.rmtree(cache)
+        with pytest.raises(InferenceServerException, match="double"):
+            client.load_model("double")
+        (entry,) = [e for e in client.get_model_repository_index() if e["name"] == "double"]
+        assert entry["state"] == "UNAVAILABLE" and "file '1/model.py'" in entry["reason"], entry
+        assert "does not match the SHA-256 the repository published" in entry["reason"], entry
+        assert not ran.exists()
+        client.close()
