@@ -24,6 +24,7 @@ from tritonclient.utils import InferenceServerException
 from services.repository import examples
 from shared.bus import file_store
 from tests.cluster import identity_config, running_cluster
+from tests.files import next_tick
 from tests.serving import wait_until
 
 LATEST = "version_policy: { latest { num_versions: 1 } }\n"
@@ -126,6 +127,7 @@ def test_a_file_swapped_in_the_object_store_is_refused_by_every_worker(tmp_path)
 
         # on one host, the cached file changed: that worker fetches it again at the reload
         blob = caches[0] / "blobs" / digest
+        next_tick(blob)
         os.chmod(blob, 0o600)
         blob.write_bytes(swapped)
         client.load_model("scaled")

@@ -15,6 +15,7 @@ from services.repository.publishing import FilePublisher
 from services.worker.model_files import ModelFiles
 from shared.bus import file_store
 from shared.wire.records import ModelFile, ModelRecord
+from tests.files import next_tick
 
 
 async def test_a_directory_rebuilt_from_nats_and_fetched_once_per_host(nats_server, tmp_path):
@@ -93,6 +94,7 @@ async def test_a_cached_file_changed_on_the_host_is_fetched_again(nats_server, t
     tree = (await worker.directory(record)).path
     blob = cache / "blobs" / weights(record).digest
     for tamper in (blob, tree / "1" / "model.onnx"):  # the blob, or the tree's link to it (one inode)
+        next_tick(tamper)
         os.chmod(tamper, 0o600)
         tamper.write_bytes(b"t" * len(original))  # same size: only its digest tells
         for loader in (worker, ModelFiles(nc, str(cache))):  # the worker that fetched it, and another

@@ -13,20 +13,13 @@ from hypothesis import strategies as st
 
 from services.worker.verified_files import Verified, tree_problem
 from shared.wire.records import ModelFile
+from tests.files import rewrite_keeping_times
 
 
 def write(path: Path, data: bytes) -> ModelFile:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return ModelFile(path.name, len(data), hashlib.sha256(data).hexdigest())
-
-
-def rewrite_keeping_times(path: Path, data: bytes) -> None:
-    """What someone hiding a change does: same size, the old modification time put back."""
-    before = path.stat()
-    os.chmod(path, 0o600)
-    path.write_bytes(data)
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 def test_a_file_passes_with_its_digest_and_size_only(tmp_path: Path) -> None:
