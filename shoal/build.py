@@ -23,8 +23,8 @@ COMPILED: tuple[str, ...] = (
     "services/gateway/http/infer.py",
     "services/gateway/http/json_data.py",
     "services/gateway/grpc/convert.py",
-    "services/gateway/grpc/frames.py",
-    "services/gateway/grpc/headers.py",
+    "services/gateway/grpc/http2/frames.py",
+    "services/gateway/grpc/http2/header_blocks.py",
     # the inference core (its streaming generators are inference/streams.py, not compiled)
     "inference/core.py",
     "inference/forward.py",

@@ -20,7 +20,7 @@ from inference.on_demand import DemandLoads
 from inference.server import InferenceServer
 from inference.shm import ShmRegistry
 from inference.statistics import scheduler_stats
-from services.gateway.grpc import server as grpc_server
+from services.gateway.grpc import startup as grpc_server
 from services.gateway.http.app import build_app
 from services.gateway.http.listener import http_sockets
 from services.gateway.http.protocol import CorkedHttpToolsProtocol

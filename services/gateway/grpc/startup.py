@@ -1,5 +1,5 @@
 """The gRPC listener with tritonserver's `--grpc-*` settings: Shoal's own HTTP/2 server on the event
-loop (services/gateway/grpc/listener.py, the default), or grpcio's asyncio server
+loop (services/gateway/grpc/http2/http2_server.py, the default), or grpcio's asyncio server
 (`--grpc-server=grpcio`, the fallback).
 
 Keepalive flags map one to one onto gRPC core channel arguments (as tritonserver sets them);
@@ -17,9 +17,9 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inference.restrictions import CATEGORIES
 from inference.server import InferenceServer
-from services.gateway.grpc.connection import KeepAlive
-from services.gateway.grpc.listener import GrpcListener, tls_context
-from services.gateway.grpc.service import GrpcService, Restrictions
+from services.gateway.grpc.http2.http2_connection import KeepAlive
+from services.gateway.grpc.http2.http2_server import GrpcListener, tls_context
+from services.gateway.grpc.servicer import GrpcService, Restrictions
 from shared.process.settings import GatewaySettings
 
 COMPRESSION_LEVELS = ("none", "low", "medium", "high")
