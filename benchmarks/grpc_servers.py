@@ -139,10 +139,10 @@ async def serve(kind: str, port: int, ready: Path | None) -> None:
         listener = GrpcListener(servicer, pb.DESCRIPTOR.services_by_name["GRPCInferenceService"], pb, KeepAlive())
         await listener.start("127.0.0.1", port)
     elif kind == "grpcio":
-        from services.gateway.grpc.startup import _GenericHandlersOnly
+        from services.gateway.grpc.grpcio_server import GenericHandlersOnly
 
         server = grpc.aio.server()
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, _GenericHandlersOnly(server))
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, GenericHandlersOnly(server))
         server.add_insecure_port(address)
         await server.start()
     elif kind == "grpcio-thread":

@@ -20,7 +20,7 @@ from inference.on_demand import DemandLoads
 from inference.server import InferenceServer
 from inference.shm import ShmRegistry
 from inference.statistics import scheduler_stats
-from services.gateway.grpc import startup as grpc_server
+from services.gateway.grpc import startup as grpc_startup
 from services.gateway.http.app import build_app
 from services.gateway.http.listener import http_sockets
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
@@ -200,7 +200,7 @@ class GatewayService:
     async def _start_front_ends(self) -> None:
         settings = self.settings
         if settings.allow_grpc:
-            self.listeners.add_grpc(await grpc_server.start(settings, self.server))
+            self.listeners.add_grpc(await grpc_startup.start(settings, self.server))
             self._started("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.grpc_port)
         sockets = http_sockets(settings.http_address, settings.http_port, settings.reuse_http_port)
         await self.listeners.serve(self._http(), sockets)
