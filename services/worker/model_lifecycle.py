@@ -28,7 +28,7 @@ from services.worker.batches.instances import Instance, LoadedModel
 from services.worker.loading import BoundedLoader
 from services.worker.model_files import ModelFiles
 from services.worker.placement import group_size, plan_instances
-from services.worker.python.processes import execution_environments as environments
+from services.worker.python.processes import execution_environments
 from services.worker.python.hosting.callables import InProcessModels, in_process
 from services.worker.python.processes.child_reports import ChildReports
 from services.worker.python.processes.isolation import ModelProcesses, isolated
@@ -198,7 +198,7 @@ class ModelLifecycle:
             except (file_store.FetchError, OSError, ValueError) as exc:  # its process reports the failure
                 log.error("the files of '%s' could not be had: %s", name, exc)
                 model_dir = hosted.path
-            environ = await asyncio.to_thread(environments.process_environ, hosted.config, model_dir)
+            environ = await asyncio.to_thread(execution_environments.process_environ, hosted.config, model_dir)
             if self.processes.environ_changed(name, environ):
                 await self.processes.stop(name)
             # worker processes of its own host it: one per instance, or one for the whole model

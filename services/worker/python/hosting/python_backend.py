@@ -37,7 +37,7 @@ from services.worker.backends.runner import (
     Work,
 )
 from services.worker.python.hosting import backend_settings
-from services.worker.python.processes import execution_environments as environments
+from services.worker.python.processes import execution_environments
 from services.worker.python.triton_api import numpy_compat
 from services.worker.python.triton_api import pb_utils
 from shared.config.model_config import ModelSpec
@@ -120,7 +120,7 @@ class PythonInstance:
         name = placement.name or f"{spec.name}_0"
         version_dir = path if runtime is not None else path.parent
         backend_settings.check(placement.settings)
-        environments.check(spec.parameters, str(version_dir.parent))  # <model>/<version>/model.py
+        execution_environments.check(spec.parameters, str(version_dir.parent))  # <model>/<version>/model.py
         module = _import(runtime, keep_path=True) if runtime is not None else _import(path)
         if not hasattr(module, "TritonPythonModel"):
             raise unavailable(f"{runtime or path} does not define TritonPythonModel")
