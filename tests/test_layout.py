@@ -1,11 +1,17 @@
 """The code base's layout (docs/architecture.md, "Rules the layout keeps"): small modules, no import
-cycle between files, and `shared/`'s sub-packages in layers, the wire at the bottom."""
+cycle between files, `shared/`'s sub-packages in layers, the wire at the bottom, and a model
+version's state machine in one module."""
 
 from __future__ import annotations
+
+import ast
 
 import pytest
 
 from tests.imports import PACKAGES, ROOT, cycle, graph, modules
+
+# the one module that makes a model version's states (docs/architecture.md, "The control plane")
+STATE_MACHINE = "services.repository.model_states"
 
 MAX_LINES = 450
 
@@ -70,3 +76,33 @@ def test_shareds_parts_import_only_the_layers_below_them():
         if part(m) in layer and part(t) != part(m) and layer[part(t)] >= layer[part(m)]
     }
     assert wrong == set()
+
+
+def version_states_made(source: str) -> list[int]:
+    """The lines where `source` makes a `ModelVersionState` (a version's state: frozen, so making
+    one is the only way to change a version's state)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            if name == "ModelVersionState":
+                found.append(node.lineno)
+    return found
+
+
+def test_the_state_finder_finds_a_version_state_made():
+    made = (
+        "from shared.wire import records\nx = records.ModelVersionState(READY)\ny = ModelVersionState(LOADING, 'r')\n"
+    )
+    assert version_states_made(made) == [2, 3]
+    assert version_states_made("state = ms.LOADING\nstate.state == ModelState.READY\n") == []
+
+
+def test_only_the_state_machine_makes_a_version_state():
+    """Every transition of a model version's state is decided in one module (issue 42)."""
+    makers = {
+        name: lines
+        for name, path in modules(*PACKAGES).items()
+        if name != STATE_MACHINE and (lines := version_states_made(path.read_text()))
+    }
+    assert makers == {}
