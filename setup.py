@@ -1,4 +1,4 @@
-"""The compiled build: mypyc over the modules `shoal/build.py` lists (docs/performance.md, "The compiled build").
+"""The compiled build: mypyc over the modules `shoal/compiled_modules.py` lists (docs/performance.md, "The compiled build").
 
 Everything else about the package is in pyproject.toml. `pip install .` compiles when it can:
 - a C compiler and Python's headers are present, and `SHOAL_PURE` is unset or 0;

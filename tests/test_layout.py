@@ -17,7 +17,7 @@ MAX_LINES = 450
 
 # shared/'s parts, bottom up: each imports only from the layers below it (docs/architecture.md)
 SHARED_LAYERS = (
-    {"shared.wire", "shared.errors", "shared.fences", "shared.tracing"},
+    {"shared.wire", "shared.errors", "shared.private_internals", "shared.tracing"},
     {"shared.config", "shared.memory"},
     {"shared.bus", "shared.process"},
 )

@@ -179,7 +179,7 @@ class ModelLifecycle:
         return not self.settings.models or any(fnmatch.fnmatchcase(name, p) for p in self.settings.models)
 
     async def apply(self, name: str, record: ModelRecord | None) -> None:
-        # an ensemble has no instances: the scheduler runs it (services/scheduler/ensembles/runner.py)
+        # an ensemble has no instances: the scheduler runs it (services/scheduler/ensembles/ensemble_runner.py)
         hosted = record
         if (
             record is None

@@ -32,7 +32,7 @@ COMPILED: tuple[str, ...] = (
     "inference/classification.py",
     "inference/models.py",
     "inference/sequence_params.py",
-    "inference/statistics.py",
+    "inference/replica_statistics.py",
     "inference/trace.py",
     "inference/types.py",
     "inference/validation.py",
@@ -45,7 +45,7 @@ COMPILED: tuple[str, ...] = (
     "shared/bus/holders.py",
     "shared/config/datatypes.py",
     # the scheduler's batching
-    "services/scheduler/records.py",
+    "services/scheduler/scheduling_records.py",
     "services/scheduler/cohosted.py",
     "services/scheduler/service.py",
     "services/scheduler/tasks.py",
