@@ -274,8 +274,8 @@ def main() -> None:
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
 
-    from shoal.llm.probe import choose
     from shoal.llm.llama_c_api import library_folder
+    from shoal.llm.probe import choose
 
     choice = choose(gguf(), [library_folder()])
     print(f"llama.cpp CPU backend: {choice.variant.name if choice.variant else 'built in'} ({choice.system_info})")

@@ -10,6 +10,21 @@ import pytest
 
 from tests.imports import PACKAGES, ROOT, cycle, graph, modules
 
+# file names that several library files may share (issue 42): a traceback names the file, so
+# any other name says what its file is on its own
+SHARED_NAMES = {
+    "__init__.py",
+    "service.py",  # each process's wiring: the layout's rules name it (docs/architecture.md)
+    "cli.py",  # each command's flags: `shoal`, `shoal perf`, `shoal analyze`
+}
+# PyTriton's own module paths: a PyTriton script runs once `pytriton.` reads `shoal.pytriton.`
+PYTRITON_MIRROR = {
+    "shoal/pytriton/exceptions.py",
+    "shoal/pytriton/client/exceptions.py",
+    "shoal/pytriton/proxy/types.py",
+    "shoal/pytriton/model_config/model_config.py",
+}
+
 # the one module that makes a model version's states (docs/architecture.md, "The control plane")
 STATE_MACHINE = "services.repository.model_states"
 
@@ -88,6 +103,33 @@ def version_states_made(source: str) -> list[int]:
             if name == "ModelVersionState":
                 found.append(node.lineno)
     return found
+
+
+def repeated_names(paths: list[str]) -> dict[str, list[str]]:
+    """File names that more than one of `paths` has, outside SHARED_NAMES and PyTriton's mirror."""
+    by_name: dict[str, list[str]] = {}
+    for path in paths:
+        name = path.rsplit("/", 1)[-1]
+        if name not in SHARED_NAMES and path not in PYTRITON_MIRROR:
+            by_name.setdefault(name, []).append(path)
+    return {name: sorted(found) for name, found in by_name.items() if len(found) > 1}
+
+
+def test_the_name_finder_finds_a_repeated_name():
+    paths = [
+        "a/runner.py",
+        "b/c/runner.py",
+        "a/service.py",
+        "b/service.py",
+        "shoal/pytriton/proxy/types.py",
+        "types.py",
+    ]
+    assert repeated_names(paths) == {"runner.py": ["a/runner.py", "b/c/runner.py"]}
+
+
+def test_no_two_library_files_share_a_name():
+    paths = [str(path.relative_to(ROOT)) for path in modules(*PACKAGES).values()]
+    assert repeated_names(paths) == {}
 
 
 def test_the_state_finder_finds_a_version_state_made():

@@ -17,9 +17,9 @@ from inference.cache import Cache, ResponseCache
 from inference.core import InferenceCore
 from inference.models import ModelRegistry
 from inference.on_demand import DemandLoads
+from inference.replica_statistics import scheduler_stats
 from inference.server import InferenceServer
 from inference.shm import ShmRegistry
-from inference.replica_statistics import scheduler_stats
 from services.gateway.grpc import startup as grpc_startup
 from services.gateway.http.app import build_app
 from services.gateway.http.listener import http_sockets
@@ -35,8 +35,8 @@ from shared.bus.dispatch import Dispatcher
 from shared.bus.tensor_store import TensorStore
 from shared.process.runtime import serve_until
 from shared.process.settings import GatewaySettings, cohosted_scheduler
-from shared.tracing import trace_settings as tracing_settings
 from shared.tracing import spans
+from shared.tracing import trace_settings as tracing_settings
 from shared.wire import subjects
 from shared.wire.control import StatisticsRequest
 from shared.wire.messages import CacheEvent

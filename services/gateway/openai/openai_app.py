@@ -23,8 +23,8 @@ from starlette.routing import Route
 from inference.core import InferenceCore
 from services.gateway.openai import documents, requests
 from services.gateway.openai.catalog import Kind, Offer, offer
-from services.gateway.openai.openai_errors import OpenAIError, from_shoal, model_not_found
 from services.gateway.openai.generation import Generation
+from services.gateway.openai.openai_errors import OpenAIError, from_shoal, model_not_found
 from services.gateway.openai.tensors import embedding, embedding_request, generation_request
 from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError

@@ -242,7 +242,9 @@ class DecoupledModelClient(ModelClient):
         try:
             if self._triton_url.scheme == "grpc":
                 wrapped, outputs = self._request(inputs)
-                stream = response_streams.grpc_stream(self, wrapped, outputs, str(next(self._ids)), self._inference_timeout_s)
+                stream = response_streams.grpc_stream(
+                    self, wrapped, outputs, str(next(self._ids)), self._inference_timeout_s
+                )
             else:
                 stream = response_streams.http_stream(self, self._named(inputs), parameters, self._inference_timeout_s)
         except BaseException:
