@@ -22,7 +22,9 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
-BUILD = runpy.run_path(str(HERE / "shoal" / "compiled_modules.py"))  # the module list and mypy's settings, without importing shoal
+BUILD = runpy.run_path(
+    str(HERE / "shoal" / "compiled_modules.py")
+)  # the module list and mypy's settings, without importing shoal
 COMPILED: tuple[str, ...] = BUILD["COMPILED"]
 
 

@@ -97,9 +97,10 @@ def test_shutdown_lets_in_flight_requests_finish(tmp_path):
     import tritonclient.http as httpclient
 
     from services.repository import examples
+    from tests.integration.slow_model import slow_graph
     from tests.integration.test_scheduling_policies import busy, config
 
-    examples.write_model(tmp_path, "slow", examples.slow_graph(2048), config("slow", ""))
+    examples.write_model(tmp_path, "slow", slow_graph(2048), config("slow", ""))
     outcome: list[object] = []
     with running_cluster(tmp_path, worker={"credits_per_instance": 1, "intra_op_threads": 1}) as running:
 

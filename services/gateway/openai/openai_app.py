@@ -61,10 +61,6 @@ def openai_errors(handler: Handler) -> Handler:
     return wrapped
 
 
-class ClientGone(Exception):
-    """The client closed its connection before the answer was ready."""
-
-
 async def until_disconnected(request: Request, work: Awaitable[Response]) -> Response:
     """`work`'s response, or its cancellation (which cancels the model's requests) when the
     client goes away first: the body is read, so the next ASGI message is the disconnect."""
