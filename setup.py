@@ -22,9 +22,8 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
-BUILD = runpy.run_path(
-    str(HERE / "shoal" / "compiled_modules.py")
-)  # the module list and mypy's settings, without importing shoal
+# the module list and mypy's settings, without importing shoal
+BUILD = runpy.run_path(str(HERE / "shoal" / "compiled_modules.py"))
 COMPILED: tuple[str, ...] = BUILD["COMPILED"]
 
 

@@ -34,6 +34,7 @@ from services.worker.backends.runner import (
     RequestContext,
     ResponseStream,
     Result,
+    Unheard,
     Work,
 )
 from services.worker.python.hosting import backend_settings
@@ -41,15 +42,6 @@ from services.worker.python.processes import execution_environments
 from services.worker.python.triton_api import numpy_compat, pb_utils
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, unavailable
-
-
-class _Discard:
-    """The response stream of a decoupled model's warmup requests: nobody listens."""
-
-    closed = False
-
-    def send(self, piece: Piece) -> None:
-        pass
 
 
 def _piece(response: pb_utils.InferenceResponse | None, flags: int) -> Piece:
@@ -71,7 +63,7 @@ def _sender(context: RequestContext, stream: ResponseStream) -> pb_utils.Inferen
 
 def _request(work: Work, decoupled: bool) -> pb_utils.InferenceRequest:
     context = work.context
-    sender = _sender(context, context.responses or _Discard()) if decoupled else None
+    sender = _sender(context, context.responses or Unheard()) if decoupled else None
     return pb_utils.InferenceRequest(
         inputs=[pb_utils.Tensor(n, a) for n, a in work.inputs.items()],
         requested_output_names=work.outputs,
