@@ -152,6 +152,11 @@ def test_a_file_swapped_in_the_object_store_is_refused_by_every_worker(tmp_path)
         for cache in caches:  # each worker tried, and kept nothing
             assert not (cache / "blobs" / digest).exists() and not list((cache / "trees").glob("*")), cache
             assert (cache / "partial").is_dir()
+
+        # repaired as docs/security.md says: the object removed, the next load uploads it again
+        asyncio.run(remove_object(running.nats.url, digest))
+        client.load_model("scaled")
+        assert {answer(client) for _ in range(8)} == {2.0}
         client.close()
 
 
@@ -206,3 +211,9 @@ def test_a_python_model_swapped_in_the_object_store_never_runs(tmp_path):
         assert "does not match the SHA-256 the repository published" in entry["reason"], entry
         assert not ran.exists()
         client.close()
+
+
+async def remove_object(url: str, digest: str) -> None:
+    nc = await nats.connect(url)
+    await file_store.delete(await file_store.open_store(nc), digest)
+    await nc.close()
