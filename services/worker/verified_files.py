@@ -47,7 +47,7 @@ class Verified:
         """Whether `path` is a regular file (not a link to one) of `size` bytes with SHA-256 `digest`.
         Blocking: reads the whole file unless this process checked it unchanged before."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO: refused, not waited on
         except OSError:
             return False
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import stat
 import uuid
 
 import posix_ipc
@@ -45,12 +46,12 @@ def host_token() -> str:
     path = host_file()
     try:
         _publish_host_id(path)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO put there must not hang us
     except OSError:
         return f"no-shm-{uuid.uuid4().hex}"
     try:
         info = os.fstat(fd)
-        if info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
             log.warning(
                 "%s is not this user's own (uid %d, mode %o): not sharing memory", path, info.st_uid, info.st_mode
             )

@@ -61,6 +61,11 @@ def test_a_symbolic_link_never_passes_even_to_the_right_bytes(tmp_path: Path) ->
     assert not Verified().check(tmp_path / "link", file.digest, file.size)
 
 
+def test_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "blob")  # opened for reading alone, it would wait for a writer for ever
+    assert not Verified().check(tmp_path / "blob", "0" * 64, 0)
+
+
 def make_tree(tree: Path, contents: dict[str, bytes]) -> list[ModelFile]:
     files = []
     for relative, data in contents.items():

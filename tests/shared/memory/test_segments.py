@@ -70,3 +70,8 @@ def test_a_host_id_of_another_user_is_not_trusted(host_file: str) -> None:
     os.chmod(host_file, 0o600)
     os.chown(host_file, 65534, 65534)
     assert segments.host_token().startswith("no-shm-")
+
+
+def test_a_fifo_in_place_of_the_host_id_is_refused_at_once(host_file: str) -> None:
+    os.mkfifo(host_file, 0o600)  # opened for reading alone, it would wait for a writer for ever
+    assert segments.host_token().startswith("no-shm-")
