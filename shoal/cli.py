@@ -178,6 +178,16 @@ def serve_parser() -> argparse.ArgumentParser:
         "holds by a function call (default: true; false: standalone scheduler processes only)",
     )
     p.add_argument(
+        "--local-channel",
+        type=s.parse_bool,
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="BOOL",
+        help="batches and their answers between the gateways and the workers of this host go over Unix "
+        "sockets instead of nats-server (docs/design.md §9) (default: true; false: over NATS)",
+    )
+    p.add_argument(
         "--schedulers",
         type=int,
         default=None,

@@ -215,6 +215,13 @@ def sweep_segments(run_id: str) -> int:
     return len(leftovers)
 
 
+def local_channel(args: argparse.Namespace) -> dict[str, bool]:
+    """`--local-channel` for the gateways and workers when given; else their settings' own default
+    (true, or SHOAL_GATEWAY_LOCAL_CHANNEL / SHOAL_WORKER_LOCAL_CHANNEL)."""
+    given = getattr(args, "local_channel", None)
+    return {} if given is None else {"local_channel": given}
+
+
 def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | str | list[Path | str]) -> Cluster:
     """`repository`: one model repository, or several (--model-repository given more than once)."""
     common = {"nats_url": nats_url, "log_verbose": args.log_verbose, "trace_config": args.trace["config"]}
@@ -249,6 +256,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         **args.metrics,
         **grpc_flags.gateway_settings(args),
         cohost_scheduler=args.cohost_scheduler,
+        **local_channel(args),
         rate_limit=args.rate_limit,
         rate_limit_resource=args.rate_limit_resource,
     )
@@ -278,6 +286,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
             backend_config=args.backend_config,
             model_memory_budget=args.model_memory_budget,
             max_loaded_models=args.max_loaded_models,
+            **local_channel(args),
         )
         for _ in range(args.workers)
     ]
