@@ -199,8 +199,8 @@ class WorkerService:
                         loaded.version,
                         instance.index,
                         self.subject,
-                        self.batches.local,
                         credit=credit,
+                        local=self.batches.local,
                         generation=loaded.generation,
                     )
                     await self.nc.publish(subjects.INSTANCE_FREE, encode(free))

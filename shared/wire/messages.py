@@ -222,8 +222,6 @@ class InstanceFree(msgspec.Struct, omit_defaults=True):
     version: int
     instance: int
     subject: str  # where ExecBatch messages for this worker go
-    # its local channel, "<host token>|<socket path>" (docs/design.md §9); empty: NATS only
-    local: str = ""
     credit: int = 0  # an instance grants a few credits so the next batch waits at the worker
     generation: int = 0
     batch_id: int = -1
@@ -232,6 +230,8 @@ class InstanceFree(msgspec.Struct, omit_defaults=True):
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
     done: list[RequestDone] = []
+    # the worker's local channel, "<host token>|<socket path>" (docs/design.md §9); empty: NATS only
+    local: str = ""
 
 
 class WorkerHoldings(msgspec.Struct):

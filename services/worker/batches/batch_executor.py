@@ -74,8 +74,8 @@ class BatchExecutor:
             batch.version,
             instance,
             self.subject,
-            self.local,
             credit=batch.credit,
+            local=self.local,
             generation=batch.generation,
             batch_id=batch.batch_id,
         )
@@ -91,7 +91,12 @@ class BatchExecutor:
 
     # -- arrival and inputs ----------------------------------------------------------------
     def start(
-        self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool, channel: Channel | None
+        self,
+        loaded: LoadedModel,
+        instance: Instance,
+        batch: ExecBatch,
+        holds_credit: bool,
+        channel: Channel | None = None,
     ) -> Coroutine[Any, Any, None] | None:
         """Run a batch. Returns a coroutine to run as a Task when its inputs must be fetched on the
         loop first (not all inline), else None: the common case needs no Task (per batch, a Task,
