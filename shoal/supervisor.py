@@ -368,8 +368,8 @@ def example_repository(args: argparse.Namespace) -> Path:
 
 def serve(args: argparse.Namespace) -> int:
     from shared.process.runtime import configure_logging
-    from shoal.build import describe
-    from shoal.status import forget_serve, record_serve
+    from shoal.compiled_modules import describe
+    from shoal.topology import forget_serve, record_serve
 
     if args.log_file:
         try:  # every service inherits stderr: the whole cluster's log goes to the file, as tritonserver's

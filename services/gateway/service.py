@@ -17,15 +17,15 @@ from inference.cache import Cache, ResponseCache
 from inference.core import InferenceCore
 from inference.models import ModelRegistry
 from inference.on_demand import DemandLoads
+from inference.replica_statistics import scheduler_stats
 from inference.server import InferenceServer
 from inference.shm import ShmRegistry
-from inference.statistics import scheduler_stats
-from services.gateway.grpc import server as grpc_server
+from services.gateway.grpc import startup as grpc_startup
 from services.gateway.http.app import build_app
 from services.gateway.http.listener import http_sockets
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
 from services.gateway.listeners import Listeners
-from services.gateway.metrics import models as model_metrics
+from services.gateway.metrics import model_management as model_metrics
 from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
 from services.gateway.metrics.quantiles import parse_quantiles
@@ -36,8 +36,8 @@ from shared.bus.dispatch import Dispatcher
 from shared.bus.tensor_store import TensorStore
 from shared.process.runtime import serve_until
 from shared.process.settings import GatewaySettings, cohosted_scheduler
-from shared.tracing import settings as tracing_settings
 from shared.tracing import spans
+from shared.tracing import trace_settings as tracing_settings
 from shared.wire import subjects
 from shared.wire.control import StatisticsRequest
 from shared.wire.messages import CacheEvent
@@ -214,7 +214,7 @@ class GatewayService:
     async def _start_front_ends(self) -> None:
         settings = self.settings
         if settings.allow_grpc:
-            self.listeners.add_grpc(await grpc_server.start(settings, self.server))
+            self.listeners.add_grpc(await grpc_startup.start(settings, self.server))
             self._started("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.grpc_port)
         sockets = http_sockets(settings.http_address, settings.http_port, settings.reuse_http_port)
         await self.listeners.serve(self._http(), sockets)
@@ -252,7 +252,7 @@ class GatewayService:
 
     def _openai(self) -> uvicorn.Config:
         """The OpenAI-compatible API on its own port (docs/openai.md), over the same core."""
-        from services.gateway.openai.app import build_openai_app
+        from services.gateway.openai.openai_app import build_openai_app
 
         settings = self.settings
         app = build_openai_app(self.core, settings.http_max_input_size)

@@ -28,10 +28,10 @@ from services.scheduler.batching.pump import Pump
 from services.scheduler.batching.ratelimit import RateLimiter, parse_resources
 from services.scheduler.batching.worker_channels import WorkerChannels
 from services.scheduler.discipline_factory import DisciplineFactory
-from services.scheduler.ensembles.runner import EnsembleRunner
+from services.scheduler.ensembles.ensemble_runner import EnsembleRunner
 from services.scheduler.holdings import Holdings
-from services.scheduler.records import Key
 from services.scheduler.replicas.ownership import Ownership
+from services.scheduler.scheduling_records import Key
 from services.scheduler.sequences.sequence_batcher import sequence_batcher_of
 from services.scheduler.statistics.report import quantiles_asked, report
 from services.scheduler.tasks import Tasks

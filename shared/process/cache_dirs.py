@@ -38,5 +38,5 @@ def python_environments() -> Path:
 
 
 def serve_records() -> Path:
-    """One record per running `shoal serve`, named by its HTTP port (shoal/status.py)."""
+    """One record per running `shoal serve`, named by its HTTP port (shoal/topology.py)."""
     return root() / "serve"

@@ -25,7 +25,7 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
-from shoal import status
+from shoal import topology
 from tests.cluster import identity_config
 from tests.hosts import HTTP_PORT, Host, Hosts, namespaces_refused, running_hosts
 from tests.serving import record_until, wait_until
@@ -45,7 +45,7 @@ def write_models(root: Path) -> None:
 
 def executions(hosts: Hosts) -> dict[str, int]:
     """Executions of `big` per host, from the workers' micro status (`shoal status`)."""
-    services = asyncio.run(status.collect(hosts.nats_url(hosts[1]), wait=0.3))
+    services = asyncio.run(topology.collect(hosts.nats_url(hosts[1]), wait=0.3))
     found: dict[str, int] = {}
     for service in services:
         if service["name"] == "shoal-worker":

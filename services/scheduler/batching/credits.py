@@ -16,7 +16,7 @@ from typing import Protocol
 from services.scheduler.batching.answers import Answers
 from services.scheduler.batching.flights import FlightKey, Flights
 from services.scheduler.batching.model_queue import ModelQueue
-from services.scheduler.records import InFlight, Key, Slot
+from services.scheduler.scheduling_records import InFlight, Key, Slot
 from shared.wire.messages import CreditsRevoked, InstanceFree
 
 log = logging.getLogger("shoal.scheduler")

@@ -29,7 +29,7 @@ from services.scheduler.batching.prefetch import may_prefetch
 from services.scheduler.batching.queues import Priorities
 from services.scheduler.batching.ratelimit import RateLimiter, instance_needs
 from services.scheduler.batching.worker_channels import WorkerChannels
-from services.scheduler.records import InFlight, Key, Pending, Slot
+from services.scheduler.scheduling_records import InFlight, Key, Pending, Slot
 from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.tasks import Tasks
 from shared.bus import hot_path

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from services.scheduler.records import Slot
+from services.scheduler.scheduling_records import Slot
 from shared.bus import local_channel
 from shared.bus.local_channel import Channel
 from shared.wire.channel_frames import BATCH, DONE

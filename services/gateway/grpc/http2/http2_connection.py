@@ -7,7 +7,7 @@ complete starts in the same iteration, so the dispatcher sends them to the sched
 message, and the answers that end in one iteration leave in one write (`_flush`).
 
 The connection knows HTTP/2 only (frames, header blocks, flow control, pings); a stream's gRPC
-side is the `Call` its `Calls` opens (services/gateway/grpc/calls.py).
+side is the `Call` its `Calls` opens (services/gateway/grpc/http2/grpc_calls.py).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Protocol, cast
 
 import hpack
 
-from services.gateway.grpc import frames as f
-from services.gateway.grpc.headers import HeaderDecoder
+from services.gateway.grpc.http2 import frames as f
+from services.gateway.grpc.http2.header_blocks import HeaderDecoder
 
 log = logging.getLogger("shoal.gateway")
 

@@ -1,4 +1,4 @@
-"""The gRPC servicer's stream plumbing (services/gateway/grpc/service.py)."""
+"""The gRPC servicer's stream plumbing (services/gateway/grpc/servicer.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.gateway.grpc.service import Inbox
+from services.gateway.grpc.servicer import Inbox
 
 
 async def test_inbox_wakes_a_waiting_reader_and_keeps_the_order() -> None:

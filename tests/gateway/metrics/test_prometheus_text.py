@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from services.gateway.metrics.text import label_text
+from services.gateway.metrics.prometheus_text import label_text
 
 
 def test_a_namespaced_identity_is_labelled_as_triton_labels_it():

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from shoal.analyze.configs import Candidate, to_pbtxt
+from shoal.analyze.live_search import Analysis
 from shoal.analyze.points import Point, best_point, pareto_front
-from shoal.analyze.runner import Analysis
 from shoal.perf.output import PLOT_HINT, csv_header, csv_row
 
 CONFIG_COLUMNS = ["Config", "Instances", "Max Batch Size", "Dynamic Batching", "Max Queue Delay (us)", "Preferred"]

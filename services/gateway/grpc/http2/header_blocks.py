@@ -30,7 +30,7 @@ class HeaderDecoder:
         cached = self._cache.get(block)
         if cached is not None:
             return cached
-        # objects, not tuples: compiled (shoal/build.py), a typed tuple is unboxed and boxed anew on each read
+        # objects, not tuples: compiled (shoal/compiled_modules.py), a typed tuple is unboxed and boxed anew on each read
         entries: Sequence[object] = self._decoder.header_table.dynamic_entries
         size, newest = len(entries), entries[0] if entries else None
         headers: Headers = [(bytes(name), bytes(value)) for name, value in self._decoder.decode(block, raw=True)]

@@ -1,4 +1,4 @@
-"""HTTP/2 and gRPC framing as the gRPC server writes and reads it (services/gateway/grpc/frames.py)."""
+"""HTTP/2 and gRPC framing as the gRPC server writes and reads it (services/gateway/grpc/http2/frames.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import hpack
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.gateway.grpc import frames as f
+from services.gateway.grpc.http2 import frames as f
 
 header_names = st.text("abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=40).map(str.encode)
 header_values = st.binary(max_size=300).map(lambda b: bytes(c for c in b if 0x20 <= c <= 0x7E))

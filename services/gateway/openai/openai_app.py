@@ -23,8 +23,8 @@ from starlette.routing import Route
 from inference.core import InferenceCore
 from services.gateway.openai import documents, requests
 from services.gateway.openai.catalog import Kind, Offer, offer
-from services.gateway.openai.errors import OpenAIError, from_shoal, model_not_found
 from services.gateway.openai.generation import Generation
+from services.gateway.openai.openai_errors import OpenAIError, from_shoal, model_not_found
 from services.gateway.openai.tensors import embedding, embedding_request, generation_request
 from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError
@@ -59,10 +59,6 @@ def openai_errors(handler: Handler) -> Handler:
             return Response(error.body(), status_code=500, media_type="application/json")
 
     return wrapped
-
-
-class ClientGone(Exception):
-    """The client closed its connection before the answer was ready."""
 
 
 async def until_disconnected(request: Request, work: Awaitable[Response]) -> Response:

@@ -1,4 +1,4 @@
-"""The build `pip install .` made: the modules shoal/build.py lists compile all together or not at all,
+"""The build `pip install .` made: the modules shoal/compiled_modules.py lists compile all together or not at all,
 and `shoal serve` says which it runs (docs/performance.md, "The compiled build")."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal import build
+from shoal import compiled_modules
 
 
 def parsed(path: str) -> ast.Module:
@@ -21,15 +21,15 @@ def parsed(path: str) -> ast.Module:
 
 
 def test_every_listed_module_exists():
-    for name in build.module_names():
+    for name in compiled_modules.module_names():
         assert importlib.util.find_spec(name) is not None, name
 
 
 def test_the_build_is_all_compiled_or_all_pure():
-    line = build.describe()
+    line = compiled_modules.describe()
     assert line.startswith(("build: compiled", "build: pure Python")), line
-    compiled = build.compiled_modules()
-    assert len(compiled) in (0, len(build.COMPILED)), compiled
+    compiled = compiled_modules.compiled_modules()
+    assert len(compiled) in (0, len(compiled_modules.COMPILED)), compiled
 
 
 def test_the_build_is_the_one_expected():
@@ -37,19 +37,19 @@ def test_the_build_is_the_one_expected():
     expected = os.environ.get("SHOAL_EXPECT_BUILD")
     if expected is None:
         pytest.skip("SHOAL_EXPECT_BUILD is not set (CI sets it for its compiled pass)")
-    assert build.describe().startswith(f"build: {expected}"), build.describe()
+    assert compiled_modules.describe().startswith(f"build: {expected}"), compiled_modules.describe()
 
 
 def test_mypy_checks_exactly_the_compiled_modules():
-    checked = build.mypy_config().split("\n[mypy-")[-1]
+    checked = compiled_modules.mypy_config().split("\n[mypy-")[-1]
     assert checked.endswith("ignore_errors = False\n")
-    assert set(checked.split("]")[0].split(",")) == set(build.module_names())
+    assert set(checked.split("]")[0].split(",")) == set(compiled_modules.module_names())
 
 
 def test_no_compiled_function_binds_one_name_to_two_kinds_of_exception():
     """mypyc gives a local one type: `except A as exc` then `except B as exc` in one function makes
     the second raise TypeError compiled (an async function's locals above all). One name per kind."""
-    for path in build.COMPILED:
+    for path in compiled_modules.COMPILED:
         tree = parsed(path)
         for function in ast.walk(tree):
             if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -65,7 +65,7 @@ def test_no_compiled_function_binds_one_name_to_two_kinds_of_exception():
 def test_no_compiled_dataclass_has_a_field_annotated_object():
     """mypyc's dataclasses resolve their fields' annotations by name, and `object` is not among the
     names it knows: importing the compiled module raises KeyError('object'). `Any` says the same."""
-    for path in build.COMPILED:
+    for path in compiled_modules.COMPILED:
         tree = parsed(path)
         for cls in ast.walk(tree):
             if not isinstance(cls, ast.ClassDef) or not any("dataclass" in ast.unparse(d) for d in cls.decorator_list):
@@ -79,7 +79,7 @@ def test_no_compiled_module_defines_what_mypyc_cannot():
     """What mypyc compiles wrong rather than refuses: a class or function defined under an `if`
     (importing the module crashed the interpreter), a module `__getattr__`, and `__getattr__` in a
     class (native classes never call it)."""
-    for path in build.COMPILED:
+    for path in compiled_modules.COMPILED:
         tree = parsed(path)
         definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
         for node in tree.body:
@@ -101,7 +101,7 @@ C_KEYWORDS |= {"__alignof", "__real", "__imag", "__attribute", "__label__", "__i
 
 
 def test_no_compiled_attribute_is_named_like_a_c_keyword():
-    for path in build.COMPILED:
+    for path in compiled_modules.COMPILED:
         tree = parsed(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":

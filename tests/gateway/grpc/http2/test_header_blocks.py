@@ -1,4 +1,4 @@
-"""Request header blocks decoded once and then from the cache (services/gateway/grpc/headers.py)."""
+"""Request header blocks decoded once and then from the cache (services/gateway/grpc/http2/header_blocks.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import hpack
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.gateway.grpc.headers import HeaderDecoder
+from services.gateway.grpc.http2.header_blocks import HeaderDecoder
 
 GRPC_CALL = [
     (b":method", b"POST"),

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shared.tracing import context
-from shared.tracing.settings import TraceConfigError, endpoint, mode, opentelemetry, split
+from shared.tracing.trace_settings import TraceConfigError, endpoint, mode, opentelemetry, split
 
 
 def test_defaults_come_from_the_environment_as_tritonserver_reads_them():

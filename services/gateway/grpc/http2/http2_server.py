@@ -14,8 +14,8 @@ from typing import Any
 
 from google.protobuf.descriptor import ServiceDescriptor
 
-from services.gateway.grpc.calls import Calls
-from services.gateway.grpc.connection import GrpcConnection, KeepAlive
+from services.gateway.grpc.http2.grpc_calls import Calls
+from services.gateway.grpc.http2.http2_connection import GrpcConnection, KeepAlive
 
 CLOSE_S = 1.0  # how long `stop` waits for closed connections to be gone
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.scheduler.ensembles.runner import EnsembleRunner
+from services.scheduler.ensembles.ensemble_runner import EnsembleRunner
 from shared.wire.messages import InferRequest, InferResponse, TensorRef
 from shared.wire.records import ModelRecord, ModelState, ModelVersionState
 

@@ -23,8 +23,8 @@ COMPILED: tuple[str, ...] = (
     "services/gateway/http/infer.py",
     "services/gateway/http/json_data.py",
     "services/gateway/grpc/convert.py",
-    "services/gateway/grpc/frames.py",
-    "services/gateway/grpc/headers.py",
+    "services/gateway/grpc/http2/frames.py",
+    "services/gateway/grpc/http2/header_blocks.py",
     # the inference core (its streaming generators are inference/streams.py, not compiled)
     "inference/core.py",
     "inference/forward.py",
@@ -32,7 +32,7 @@ COMPILED: tuple[str, ...] = (
     "inference/classification.py",
     "inference/models.py",
     "inference/sequence_params.py",
-    "inference/statistics.py",
+    "inference/replica_statistics.py",
     "inference/trace.py",
     "inference/types.py",
     "inference/validation.py",
@@ -45,7 +45,7 @@ COMPILED: tuple[str, ...] = (
     "shared/bus/holders.py",
     "shared/config/datatypes.py",
     # the scheduler's batching
-    "services/scheduler/records.py",
+    "services/scheduler/scheduling_records.py",
     "services/scheduler/cohosted.py",
     "services/scheduler/service.py",
     "services/scheduler/tasks.py",

@@ -1,6 +1,6 @@
 """A gRPC call on an HTTP/2 stream: the request's messages in, the servicer's answer and status out.
 
-The servicer (services/gateway/grpc/service.py) is the one grpcio serves: its methods take the
+The servicer (services/gateway/grpc/servicer.py) is the one grpcio serves: its methods take the
 request (or an async iterator of requests) and a context, and `await context.abort(code, text)`
 to fail. `CallContext` is the part of `grpc.aio.ServicerContext` it uses, so both servers run the
 same servicer. A call's status and text go out in the trailers, as gRPC's PROTOCOL-HTTP2 says.
@@ -22,8 +22,8 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from services.gateway.grpc import frames as f
-from services.gateway.grpc.connection import Stream
+from services.gateway.grpc.http2 import frames as f
+from services.gateway.grpc.http2.http2_connection import Stream
 
 log = logging.getLogger("shoal.gateway")
 

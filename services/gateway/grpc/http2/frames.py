@@ -1,6 +1,6 @@
 """HTTP/2 frames as the gRPC front end reads and writes them (RFC 9113), and gRPC's own framing.
 
-Pure functions over bytes: the connection (services/gateway/grpc/connection.py) owns the state.
+Pure functions over bytes: the connection (services/gateway/grpc/http2/http2_connection.py) owns the state.
 Header blocks the server sends use HPACK literals that never touch the dynamic table, so they
 need no encoder state and the constant ones are built once (`RESPONSE_HEADERS`, `OK_TRAILERS`).
 """

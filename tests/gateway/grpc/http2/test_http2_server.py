@@ -1,4 +1,4 @@
-"""Shoal's gRPC server (services/gateway/grpc/listener.py) driven by grpcio's own client: answers,
+"""Shoal's gRPC server (services/gateway/grpc/http2/http2_server.py) driven by grpcio's own client: answers,
 statuses, deadlines, cancellation, flow control both ways, compression, streams, and calls that
 arrive in one read starting in one loop iteration. The servicer is a small one of the test's."""
 
@@ -16,9 +16,9 @@ import hpack
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from services.gateway.grpc import frames as f
-from services.gateway.grpc.connection import KeepAlive
-from services.gateway.grpc.listener import GrpcListener, tls_context
+from services.gateway.grpc.http2 import frames as f
+from services.gateway.grpc.http2.http2_connection import KeepAlive
+from services.gateway.grpc.http2.http2_server import GrpcListener, tls_context
 
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 INFER = "/inference.GRPCInferenceService/ModelInfer"

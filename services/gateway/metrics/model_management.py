@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 from nats.aio.client import Client as NATS
 
-from services.gateway.metrics.text import family_lines
+from services.gateway.metrics.prometheus_text import family_lines
 from shared.wire import subjects
 from shared.wire.control import ModelFigures
 

@@ -1,4 +1,4 @@
-"""inference/statistics.py against a real nats-server: every replica's reply decoded as a
+"""inference/replica_statistics.py against a real nats-server: every replica's reply decoded as a
 `SchedulerStatistics` and merged; a malformed one is logged and skipped, never failing the call."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import logging
 import pytest
 from nats.aio.msg import Msg
 
-from inference.statistics import model_entries, scheduler_stats
+from inference.replica_statistics import model_entries, scheduler_stats
 from shared.bus import connection
 from shared.errors import Code, ShoalError
 from shared.wire import subjects

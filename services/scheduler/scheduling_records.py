@@ -88,7 +88,7 @@ class InFlight:
     cancelled: set[str] = field(default_factory=set)  # rids whose client left while the batch waited
     rescheduled: set[str] = field(default_factory=set)  # rids the model released to run again
     # OpenTelemetry: the batch's span, ended with it (batching/batch_spans.py). Any, not object: a compiled
-    # dataclass (shoal/build.py) cannot resolve a field annotated `object` (mypyc raises KeyError at import)
+    # dataclass (shoal/compiled_modules.py) cannot resolve a field annotated `object` (mypyc raises KeyError at import)
     span: Any = None
 
     def holds(self, rid: str) -> bool:

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from shoal import triton_flags
+from shoal import unimplemented_flags
 from shoal.cli import parse_serve
 from tests.serving import wait_until
 from tests.shoal.serving import one_model_repository, serve
@@ -39,15 +39,15 @@ def test_every_tritonserver_flag_is_known(capsys):
     from shoal.cli import serve_parser
 
     known = {option for action in serve_parser()._actions for option in action.option_strings}
-    unknown = [f for f in TRITONSERVER_FLAGS if f"--{f}" not in known and f"--{f}" not in triton_flags.REFUSED]
+    unknown = [f for f in TRITONSERVER_FLAGS if f"--{f}" not in known and f"--{f}" not in unimplemented_flags.REFUSED]
     assert unknown == []
 
 
-@pytest.mark.parametrize("flag", sorted(triton_flags.REFUSED))
+@pytest.mark.parametrize("flag", sorted(unimplemented_flags.REFUSED))
 def test_refused_flags_say_why(flag):
     with pytest.raises(SystemExit) as stopped:
         parse_serve([f"{flag}=x"])
-    assert str(stopped.value) == f"shoal serve: {flag} is not supported: {triton_flags.REFUSED[flag]}"
+    assert str(stopped.value) == f"shoal serve: {flag} is not supported: {unimplemented_flags.REFUSED[flag]}"
 
 
 def test_flags_with_no_effect_are_accepted_and_said():
