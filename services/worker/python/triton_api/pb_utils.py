@@ -7,8 +7,8 @@ by the python backend before a model is imported.
 The worker plugs itself in through `install_runtime` (BLS requests go through the
 scheduler like any client's) and through the per-request response senders and
 cancellation checks it hands to `InferenceRequest`. Errors, the auto-complete config and
-custom metrics (`MetricFamily`, published with the worker's heartbeats) are in `pb_errors`,
-`pb_config` and `pb_metrics`, re-exported here under Triton's names.
+custom metrics (`MetricFamily`, published with the worker's heartbeats) are in `triton_errors`,
+`autocomplete_config` and `custom_metrics`, re-exported here under Triton's names.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import numpy as np
 
 # names of this module that live in modules of their own (one concern each)
 from services.worker.python.triton_api.autocomplete_config import ModelConfig  # noqa: F401
-from services.worker.python.triton_api.triton_errors import TritonError, TritonModelException
 from services.worker.python.triton_api.custom_metrics import Metric, MetricFamily, metrics_snapshot  # noqa: F401
+from services.worker.python.triton_api.triton_errors import TritonError, TritonModelException
 from shared.config.datatypes import config_to_protocol, deserialize_bytes, numpy_dtype, serialize_bytes
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
