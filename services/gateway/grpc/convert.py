@@ -1,5 +1,5 @@
 """Pure conversions between Triton's gRPC messages (`tritonclient.grpc.service_pb2`) and the
-inference core's types and documents. No I/O: the servicer (`service.py`) does that.
+inference core's types and documents. No I/O: the servicer (`servicer.py`) does that.
 
 Error texts follow Triton's gRPC front end (src/grpc/infer_handler.cc); a `ShoalError`'s
 code becomes the gRPC status Triton uses for it (`STATUS`).
