@@ -19,8 +19,7 @@ DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 
 def record_serve(http_port: int, nats_url: str, repository: str) -> Path:
     """Written by `shoal serve` once its services run: where `shoal status --http-port` finds its NATS."""
-    path = cache_dirs.serve_records() / f"{http_port}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = cache_dirs.private_dir(cache_dirs.serve_records()) / f"{http_port}.json"  # its NATS: this user's
     record = {"http_port": http_port, "nats_url": nats_url, "pid": os.getpid(), "repository": repository}
     path.write_text(json.dumps(record))
     return path

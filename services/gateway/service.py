@@ -29,8 +29,9 @@ from services.gateway.metrics import model_management as model_metrics
 from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
 from services.gateway.metrics.quantiles import parse_quantiles
+from services.scheduler.batching.worker_channels import WorkerChannels
 from services.scheduler.cohosted import CoHosted
-from shared.bus import connection, discovery
+from shared.bus import connection, discovery, eager
 from shared.bus.dispatch import Dispatcher
 from shared.bus.tensor_store import TensorStore
 from shared.process.runtime import serve_until
@@ -123,7 +124,20 @@ class GatewayService:
         if not self.settings.cohost_scheduler:
             return None
         inbox = subjects.gateway_inbox(self.settings.gateway_id)
-        return CoHosted(cohosted_scheduler(self.settings), self.nc, inbox)
+        return CoHosted(cohosted_scheduler(self.settings), self.nc, inbox, self._worker_channels())
+
+    def _worker_channels(self) -> WorkerChannels | None:
+        """The co-hosted scheduler's local channels to this host's workers (docs/design.md §9)."""
+        if not self.settings.local_channel:
+            return None
+        return WorkerChannels(self.store.host, self._batch_done, self._worker_channel_closed)
+
+    def _batch_done(self, data: bytes) -> None:
+        eager.start(self.dispatcher.batch_done(data))  # as the inbox's callback runs it: no task unless it waits
+
+    def _worker_channel_closed(self, worker: str) -> None:
+        if self.scheduler is not None:
+            self.scheduler.worker_suspect(worker)
 
     def _response_cache(self) -> Cache | None:
         """`--cache-config redis,...` (every gateway shares it), `local,size=N`, or none."""

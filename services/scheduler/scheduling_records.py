@@ -76,6 +76,7 @@ class Slot:
     credit: int
     subject: str
     generation: int = 0
+    local: str = ""  # the worker's local channel (`InstanceFree.local`)
 
 
 @dataclass

@@ -189,10 +189,11 @@ class ModelLifecycle:
             # directory on this host (fetched from NATS: model_files.py), which its process loads from too
             try:
                 model_dir = str((await self.files.directory(hosted)).path)
+                environ = await asyncio.to_thread(execution_environments.process_environ, hosted.config, model_dir)
             except (file_store.FetchError, OSError, ValueError) as exc:  # its process reports the failure
+                # nothing unpacked from files that were not checked (docs/security.md, "Model files")
                 log.error("the files of '%s' could not be had: %s", name, exc)
-                model_dir = hosted.path
-            environ = await asyncio.to_thread(execution_environments.process_environ, hosted.config, model_dir)
+                environ = {}
             if self.processes.environ_changed(name, environ):
                 await self.processes.stop(name)
             # worker processes of its own host it: one per instance, or one for the whole model

@@ -25,12 +25,14 @@ from services.worker.batches.completions import Completions
 from services.worker.batches.decoupled_streams import Cancellations, DecoupledSenders
 from services.worker.batches.instances import Instance, LoadedModel
 from services.worker.batches.response_outputs import Outputs
+from services.worker.channel_listener import ChannelListener
 from services.worker.heartbeat import HeartbeatThread, LoopHeartbeat
 from services.worker.model_lifecycle import ModelLifecycle
 from services.worker.python.hosting.bls import BlsRuntime
 from services.worker.python.hosting.callables import InProcessModels
 from services.worker.python.triton_api import pb_utils
 from shared.bus import connection, discovery, hot_path
+from shared.bus.local_channel import Channel
 from shared.bus.tensor_store import TensorStore
 from shared.memory import footprint
 from shared.process import lifeline
@@ -77,8 +79,21 @@ class WorkerService:
         outputs = Outputs(self.store)
         self.decoupled = DecoupledSenders(nc, outputs.streamed, self.cancellations)
         self.completions = Completions(nc, self.id)
+        # batches from the gateways of this host without nats-server (docs/design.md §9)
+        self.channels = (
+            ChannelListener(self.store.host, self._batch_arrived)
+            if settings.local_channel and settings.tensor_transport != "bus"
+            else None
+        )
         self.batches = BatchExecutor(
-            self.id, nc, self.store, outputs, self.cancellations, self.decoupled, self.completions
+            self.id,
+            nc,
+            self.store,
+            outputs,
+            self.cancellations,
+            self.decoupled,
+            self.completions,
+            self.channels.advertisement if self.channels is not None else "",
         )
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
@@ -98,6 +113,8 @@ class WorkerService:
         await self.store.start()
         await self.bls.start()
         await self.completions.start()
+        if self.channels is not None:
+            await self.channels.start()
         self._tasks.spawn(self.decoupled.run())
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
         await hot_path.subscribe_now(self.nc, self.subject, self._on_batch)
@@ -155,6 +172,8 @@ class WorkerService:
         await self.micro.stop()
         self._tasks.cancel_all()
         await self.lifecycle.stop()
+        if self.channels is not None:
+            await self.channels.stop()
         await self.bls.stop()
         await self.store.close()
 
@@ -173,6 +192,7 @@ class WorkerService:
                         instance.index,
                         self.subject,
                         credit=credit,
+                        local=self.batches.local,
                         generation=loaded.generation,
                     )
                     await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
@@ -254,31 +274,39 @@ class WorkerService:
 
     # -- batches ----------------------------------------------------------------
     def _on_batch(self, msg: Msg) -> None:
-        batch = connection.decode(_batch_decoder, msg, log)
-        if batch is None:
+        self._batch_arrived(msg.data, None)
+
+    def _batch_arrived(self, data: bytes, channel: Channel | None) -> None:
+        """A batch, over NATS or a local channel (`channel`: its completion goes back there)."""
+        try:
+            batch = _batch_decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            log.error("undecodable batch: %s", exc)
             return
         loaded = self.lifecycle.models.get((batch.model, batch.version))
         if loaded is None or not loaded.instances:
             message = f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}"
-            self._tasks.spawn(self.batches.fail(batch, message))
+            self._tasks.spawn(self.batches.fail(batch, message, channel))
             return
         if batch.generation != loaded.generation:
             # sent on a credit of a generation retired meanwhile: run it on the current one,
             # outside its credits (the instance's thread still runs one batch at a time)
             instance = loaded.instances[batch.instance % len(loaded.instances)]
             instance.uncredited += 1
-            self._run_batch(loaded, instance, batch, holds_credit=False)
+            self._run_batch(loaded, instance, batch, False, channel)
             return
         instance = loaded.instances[batch.instance]
         if batch.credit not in instance.idle:  # a duplicate credit: run it, but it returns no credit
             instance.uncredited += 1
-            self._run_batch(loaded, instance, batch, holds_credit=False)
+            self._run_batch(loaded, instance, batch, False, channel)
             return
         instance.idle.discard(batch.credit)
-        self._run_batch(loaded, instance, batch, holds_credit=True)
+        self._run_batch(loaded, instance, batch, True, channel)
 
-    def _run_batch(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool) -> None:
-        waits = self.batches.start(loaded, instance, batch, holds_credit)
+    def _run_batch(
+        self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool, channel: Channel | None
+    ) -> None:
+        waits = self.batches.start(loaded, instance, batch, holds_credit, channel)
         if waits is not None:
             self._tasks.spawn(waits)
 

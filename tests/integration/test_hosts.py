@@ -25,6 +25,7 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
+from shared.memory import segments
 from shoal import topology
 from tests.cluster import identity_config
 from tests.hosts import HTTP_PORT, Host, Hosts, namespaces_refused, running_hosts
@@ -127,9 +128,8 @@ def node_bytes(host: Host) -> int:
 def test_large_tensors_cross_hosts_as_bytes(hosts: Hosts) -> None:
     """Every worker is on another host than the gateway: each large input goes to it as bytes
     over the bus (the /dev/shm handle means nothing there) and comes back the same way."""
-    tokens = {
-        h.name: (h.shm_dir / "shoal-host-id").read_text() for h in hosts.hosts if (h.shm_dir / "shoal-host-id").exists()
-    }
+    name = Path(segments.host_file()).name
+    tokens = {h.name: (h.shm_dir / name).read_text() for h in hosts.hosts if (h.shm_dir / name).exists()}
     assert len(set(tokens.values())) == len(tokens) >= 2, tokens  # each host has its own shared memory
     rng = np.random.default_rng(7)
     small = rng.standard_normal((1, 16), dtype=np.float32)
