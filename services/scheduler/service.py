@@ -150,8 +150,14 @@ class SchedulerService:
         self.tasks.cancel_all()
 
     def worker_suspect(self, worker: str) -> None:
-        """`worker`'s local channel closed: NATS is asked about it now (shared/bus/liveness.py)."""
-        self.tasks.spawn(self.liveness.check(worker))
+        """`worker`'s local channel closed: NATS is asked about it now (shared/bus/liveness.py); if
+        it lives, the workers say which batches they hold, and a batch written as the channel
+        closed and never read ends as one lost with a connection (holdings.py)."""
+        self.tasks.spawn(self._suspect(worker))
+
+    async def _suspect(self, worker: str) -> None:
+        if not await self.liveness.check(worker):
+            await self.holdings.ask()
 
     async def _watch_models(self) -> None:
         async for change in buckets.watch(self.nc, self.models_kv):
