@@ -148,6 +148,12 @@ def serve_parser() -> argparse.ArgumentParser:
         help="use this NATS instead of starting one (default: none: an embedded nats-server on a free port)",
     )
     p.add_argument(
+        "--nats-credentials",
+        default="",
+        help="with --nats-url: the directory `shoal credentials --out` wrote, each service's identity "
+        "(default: none; the embedded nats-server gets new ones at each start, docs/security.md)",
+    )
+    p.add_argument(
         "--nats-monitor-port",
         type=int,
         default=0,
@@ -363,7 +369,11 @@ def _service(name: str, argv: list[str]) -> None:
     s.add_arguments(parser, SERVICES[name])
     settings = s.from_namespace(SERVICES[name], parser.parse_args(argv))
     if isinstance(settings, s.WorkerSettings) and settings.parent_pid:  # a python model's own process
-        from services.worker.python.processes.child_startup import import_nats_without_websockets, name_process, process_name
+        from services.worker.python.processes.child_startup import (
+            import_nats_without_websockets,
+            name_process,
+            process_name,
+        )
 
         import_nats_without_websockets()  # before anything imports nats-py
         name_process(process_name(settings.models[0] if settings.models else "", settings.instance_index))
@@ -372,36 +382,6 @@ def _service(name: str, argv: list[str]) -> None:
     configure_logging(name, settings.log_verbose)
     module = __import__(f"services.{name}.service", fromlist=["run"])
     run_service(lambda stop: module.run(settings, stop), name)
-
-
-def _status(argv: list[str]) -> None:
-    import asyncio
-    import json
-
-    from shoal import status
-
-    parser = argparse.ArgumentParser(prog="shoal status", description="The live topology of a running Shoal.")
-    pick = parser.add_mutually_exclusive_group()
-    pick.add_argument("--nats-url", default=None, help="read the services on this NATS (default: see --http-port)")
-    pick.add_argument(
-        "--http-port",
-        type=int,
-        default=None,
-        help="read the `shoal serve` serving HTTP on this port (default: the latest `shoal serve` started here)",
-    )
-    parser.add_argument("--json", action="store_true", help="the services as JSON on stdout (default: false)")
-    args = parser.parse_args(argv)
-    url, named = status.choose(args.nats_url, args.http_port)
-    try:
-        services = asyncio.run(status.collect(url))
-    except Exception as exc:
-        raise SystemExit(f"shoal status: cannot reach NATS at {url}: {exc}") from None
-    if args.json:
-        print(named, file=sys.stderr)  # stdout stays JSON
-        print(json.dumps(services, indent=2))
-    else:
-        print(named)
-        print(status.render(services))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -413,6 +393,7 @@ def main(argv: list[str] | None = None) -> None:
         print("  gateway     the HTTP/gRPC front end  scheduler   queues and batching")
         print("  worker      model instances          repository  the model repository")
         print("  status      the live topology: services, workers, models, queues")
+        print("  credentials DIR: NATS identities for compose or another host (docs/security.md)")
         print("  example DIR write the example model repository into DIR")
         print("  perf        measure a model like perf_analyzer; analyze  find its best configuration")
         raise SystemExit(0)
@@ -425,8 +406,14 @@ def main(argv: list[str] | None = None) -> None:
         _service(command, rest)
         return
     if command == "status":
-        _status(rest)
+        from shoal.status import main as status_main
+
+        status_main(rest)
         return
+    if command == "credentials":  # docs/security.md
+        from shoal.credentials_cli import main as credentials_main
+
+        raise SystemExit(credentials_main(rest))
     if command in ("perf", "analyze"):  # docs/perf-and-analyze.md
         raise SystemExit(__import__(f"shoal.{command}.cli", fromlist=["main"]).main(rest))
     if command == "example":

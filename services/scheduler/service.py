@@ -322,7 +322,9 @@ class SchedulerService:
 
 async def run(settings: SchedulerSettings, stop: asyncio.Event) -> None:
     spans.install(spans.from_config(settings.trace_config), "scheduler", settings.scheduler_id)
-    nc = await connection.connect(settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}")
+    nc = await connection.connect(
+        settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}", settings.nats_credentials
+    )
     try:
         await serve_until(stop, nc, SchedulerService(settings, nc), "scheduler")
     finally:

@@ -88,7 +88,11 @@ class WorkerService:
             LoopHeartbeat(nc, self._loading)  # a python model's process: one model, watched by its worker
             if settings.parent_pid
             else HeartbeatThread(
-                settings.nats_url, f"shoal-worker-{settings.worker_id}-heartbeat", settings.heartbeat_s, self._loading
+                settings.nats_url,
+                f"shoal-worker-{settings.worker_id}-heartbeat",
+                settings.heartbeat_s,
+                self._loading,
+                credentials=settings.nats_credentials,
             )
         )
 
@@ -294,7 +298,7 @@ class WorkerService:
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
     die_with_parent(settings.parent_pid)
     spans.install(spans.from_config(settings.trace_config), "worker", settings.worker_id)
-    nc = await connection.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}")
+    nc = await connection.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}", settings.nats_credentials)
     try:
         await serve_until(stop, nc, WorkerService(settings, nc), "worker")
     finally:

@@ -90,7 +90,9 @@ class InProcessWorker:
         self.call(self._start(), timeout)
 
     async def _start(self) -> None:
-        self._nc = await connection.connect(self.settings.nats_url, f"shoal-pytriton-{os.getpid()}")
+        self._nc = await connection.connect(
+            self.settings.nats_url, f"shoal-pytriton-{os.getpid()}", self.settings.nats_credentials
+        )
         self._service = WorkerService(self.settings, self._nc, local=self.models)
         await self.service.start()
         self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
