@@ -95,7 +95,7 @@ class SchedulerService:
 
     async def start(self) -> None:
         await self.nc.subscribe(self.alive_subject, cb=self._on_alive)
-        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET)
+        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET, create=False)
         await hot_path.subscribe(self.nc, subjects.INSTANCE_FREE, self._on_free)
         await self.liveness.start()
         await self.ensembles.start(self.models_kv)

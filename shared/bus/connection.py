@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections.abc import Callable
@@ -134,21 +135,35 @@ async def connect(url: str, name: str, credentials: str = "") -> NATS:
             for _, back in _listeners.get(holder[0], []):
                 back()
 
-    nc = await nats.connect(
-        servers=[u.strip() for u in url.split(",") if u.strip()],
-        name=name,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,
-        connect_timeout=2,
-        allow_reconnect=True,
-        error_cb=error_cb,
-        disconnected_cb=disconnected_cb,
-        reconnected_cb=reconnected_cb,
-        pending_size=8 * 1024 * 1024,
-        **options,
-    )
+    nc = NATS()
+    try:
+        await nc.connect(
+            servers=[u.strip() for u in url.split(",") if u.strip()],
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            connect_timeout=2,
+            allow_reconnect=True,
+            error_cb=error_cb,
+            disconnected_cb=disconnected_cb,
+            reconnected_cb=reconnected_cb,
+            pending_size=8 * 1024 * 1024,
+            **options,
+        )
+    except BusRefused:
+        await _abandon(nc)
+        raise
     holder.append(nc)
     return nc
+
+
+async def _abandon(nc: NATS) -> None:
+    """Close a client nats-py left half-open when its error callback ended the first connect."""
+    transport = getattr(nc, "_transport", None)  # nats-py has no public way to drop it
+    if transport is not None:
+        transport.close()
+    with contextlib.suppress(Exception):
+        await nc.close()
 
 
 def on_connection(nc: NATS, lost: Listener, back: Listener) -> None:

@@ -55,12 +55,20 @@ class Identities:
     def file(self, kind: str) -> str:
         return str(self.directory / f"{kind}{SUFFIX}")
 
-    def authorization(self) -> str:
-        """nats-server's `authorization` block: every identity's public key and permissions."""
-        users = ",\n".join(
-            f"    {{ nkey: {key}, permissions: {_permissions(for_kind(kind))} }}" for kind, key in self.keys.items()
-        )
-        return f"authorization {{\n  users = [\n{users}\n  ]\n}}\n"
+    def authorization(self, anonymous: str = "") -> str:
+        """nats-server's `authorization` block: every identity's public key and permissions.
+        `anonymous` (a kind): a client without credentials is admitted as that kind (nats-server's
+        `no_auth_user`); for a test harness's own clients, never for a deployment."""
+        users = [f"{{ nkey: {key}, permissions: {_permissions(for_kind(kind))} }}" for kind, key in self.keys.items()]
+        extra = ""
+        if anonymous:
+            secret = os.urandom(16).hex()  # no one logs in as it: it is only the identity of "no credentials"
+            users.append(
+                f'{{ user: "{anonymous}", password: "{secret}", permissions: {_permissions(for_kind(anonymous))} }}'
+            )
+            extra = f'no_auth_user: "{anonymous}"\n'  # a top-level setting, after the block
+        listed = ",\n".join(f"    {user}" for user in users)
+        return f"authorization {{\n  users = [\n{listed}\n  ]\n}}\n{extra}"
 
 
 def make(directory: Path, kinds: tuple[str, ...] = KINDS) -> Identities:

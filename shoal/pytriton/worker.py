@@ -96,7 +96,7 @@ class InProcessWorker:
         self._service = WorkerService(self.settings, self._nc, local=self.models)
         await self.service.start()
         self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
-        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET)
+        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET, create=False)
 
     def stop(self, timeout: float = 30.0) -> None:
         try:
