@@ -7,7 +7,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import nats
@@ -59,7 +59,7 @@ def refusal(exc: Exception, url: str, credentials: str) -> BusRefused | None:
     )
 
 
-def credential_options(credentials: str) -> dict[str, str]:
+def credential_options(credentials: str) -> dict[str, Any]:
     """nats-py's options for a credentials file: an nkey seed (`shoal credentials`' files), or a
     decentralized `.creds` file (a user JWT and its seed, from `nsc`). Read once here so that a
     missing or unreadable file stops the service at once, naming it."""
@@ -137,19 +137,20 @@ async def connect(url: str, name: str, credentials: str = "") -> NATS:
 
     nc = NATS()
     try:
-        await nc.connect(
-            servers=[u.strip() for u in url.split(",") if u.strip()],
-            name=name,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
-            connect_timeout=2,
-            allow_reconnect=True,
-            error_cb=error_cb,
-            disconnected_cb=disconnected_cb,
-            reconnected_cb=reconnected_cb,
-            pending_size=8 * 1024 * 1024,
-            **options,
-        )
+        # as keywords of a dict: nats-py types reconnect_time_wait as int, and a float works (half a second)
+        settings: dict[str, Any] = {
+            "servers": [u.strip() for u in url.split(",") if u.strip()],
+            "name": name,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": 0.5,
+            "connect_timeout": 2,
+            "allow_reconnect": True,
+            "error_cb": error_cb,
+            "disconnected_cb": disconnected_cb,
+            "reconnected_cb": reconnected_cb,
+            "pending_size": 8 * 1024 * 1024,
+        }
+        await nc.connect(**settings, **options)
     except BusRefused:
         await _abandon(nc)
         raise
