@@ -53,10 +53,11 @@ class TritonPythonModel:
 
 
 class InProcessWorker:
-    def __init__(self, nats_url: str, log_verbose: int = 0) -> None:
+    def __init__(self, nats_url: str, log_verbose: int = 0, credentials: str = "") -> None:
         self.models = InProcessModels()
         settings: dict[str, Any] = {
             "nats_url": nats_url,
+            "nats_credentials": credentials,
             "log_verbose": log_verbose,
             "worker_id": f"pytriton-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}",
             "python_isolation": "none",  # the functions live in this process: nothing to isolate them in
