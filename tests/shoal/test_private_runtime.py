@@ -34,3 +34,15 @@ def test_an_external_nats_without_credentials_gets_only_the_directory():
         assert private_runtime.assign("worker", WorkerSettings(), runtime).nats_credentials == ""
     finally:
         private_runtime.remove(runtime)
+
+
+def test_an_external_nats_with_a_credentials_directory_hands_out_its_identities(tmp_path):
+    from shared.process import credentials
+
+    made = credentials.make(tmp_path / "ids")  # `shoal credentials --out DIR`
+    runtime = private_runtime.make(embedded=False, credentials_dir=str(tmp_path / "ids"))
+    try:
+        assert runtime.identities == made
+        assert private_runtime.assign("scheduler", WorkerSettings(), runtime).nats_credentials == made.file("scheduler")
+    finally:
+        private_runtime.remove(runtime)
