@@ -203,6 +203,13 @@ class Triton:
         """The NATS of the cluster this process serves on (Shoal's): other copies join with it."""
         return self._worker.settings.nats_url if self._worker is not None else self._config.nats_url
 
+    @property
+    def nats_credentials(self) -> str | None:
+        """The worker identity other copies join with (`TritonConfig.nats_credentials`; docs/security.md)."""
+        if self._worker is not None:
+            return self._worker.settings.nats_credentials or None
+        return self._config.nats_credentials
+
     def is_alive(self) -> bool:
         return not self._stopped and self._worker is not None and self._worker.alive
 
