@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from shared.bus.permissions import ADMIN, KINDS
 from shared.process import credentials
+from shared.wire.permissions import ADMIN, KINDS
 
 SERVER_CONFIG = "nats-server.conf"
 

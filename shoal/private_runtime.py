@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from shared.bus.permissions import INSTANCE, KINDS, OPERATOR
 from shared.process import credentials, scratch
 from shared.process.credentials import Identities
 from shared.process.settings import BusSettings, WorkerSettings
+from shared.wire.permissions import INSTANCE, KINDS, OPERATOR
 
 KIND = "shoal-run-"
 S = TypeVar("S", bound=BusSettings)

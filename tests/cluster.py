@@ -13,9 +13,9 @@ from typing import Any
 from onnx import TensorProto
 
 from services.repository import examples
-from shared.bus.permissions import ADMIN
 from shared.process.natsserver import NatsCluster, NatsServer, free_port, wait_for_port
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings
+from shared.wire.permissions import ADMIN
 from shoal import private_runtime
 from shoal.supervisor import Cluster
 

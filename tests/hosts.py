@@ -39,7 +39,6 @@ from typing import Any, TypeVar
 
 from pydantic_settings import BaseSettings
 
-from shared.bus.permissions import ADMIN
 from shared.process import credentials, lifeline
 from shared.process.natsserver import NatsServer
 from shared.process.settings import (
@@ -50,6 +49,7 @@ from shared.process.settings import (
     WorkerSettings,
     to_argv,
 )
+from shared.wire.permissions import ADMIN
 from shoal import private_runtime
 
 T = TypeVar("T")

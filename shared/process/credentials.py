@@ -3,7 +3,7 @@ configuration that admits them (docs/security.md, docs/design.md §9).
 
 An identity is an nkey user seed (`SU...`) in a file of its own, `<kind>.nk`, readable by its user
 only: `--nats-credentials FILE` on a service. nats-server knows only the public key (`U...`) and the
-kind's permissions (`shared/bus/permissions.py`), written as an `authorization` block that
+kind's permissions (`shared/wire/permissions.py`), written as an `authorization` block that
 `shoal serve` puts into its embedded server's configuration and `shoal credentials` into a file
 that a compose NATS includes.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nkeys
 
-from shared.bus.permissions import KINDS, Permissions, for_kind
+from shared.wire.permissions import KINDS, Permissions, for_kind
 
 SUFFIX = ".nk"
 AUTHORIZATION = "auth.conf"  # the nats-server configuration fragment, beside the seeds

@@ -16,9 +16,9 @@ import shutil
 import weakref
 from typing import Any
 
-from shared.bus.permissions import WORKER
 from shared.process import scratch
 from shared.process.natsserver import NatsServer
+from shared.wire.permissions import WORKER
 from shoal import private_runtime
 from shoal.cli import parse_serve, serve_parser
 from shoal.ports import busy_endpoint, reserve_serving_ports

@@ -10,8 +10,8 @@ import stat
 import nkeys
 import pytest
 
-from shared.bus.permissions import ADMIN, KINDS
 from shared.process import credentials
+from shared.wire.permissions import ADMIN, KINDS
 
 
 def test_each_kind_gets_its_own_private_seed_and_the_server_only_public_keys(tmp_path):

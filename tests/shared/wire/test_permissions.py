@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.bus import permissions as p
+from shared.wire import permissions as p
 from shared.wire import subjects
 
 names = st.text(min_size=1, max_size=20)  # model and worker names: any text, tokenised as Shoal does
