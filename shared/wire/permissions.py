@@ -69,7 +69,7 @@ REPOSITORY_ONLY = [
 ]
 REPOSITORY_REQUESTS = [s.REPOSITORY_INDEX, s.REPOSITORY_LOAD, s.REPOSITORY_UNLOAD, s.REPOSITORY_DEMAND]
 # a service's own micro registration ($SRV.PING/INFO/STATS) and status endpoint
-SERVICES = ["$SRV.>", "shoal.status.>"]
+SERVICES = ["$SRV.>", "shoal.topology.>"]  # micro and each status endpoint (shared/bus/discovery.py)
 # a scheduler replica's work: take requests, send batches, answer gateways, keep its leases
 SCHEDULING = [
     "shoal.infer.>",

@@ -32,7 +32,7 @@ import urllib3
 import yaml
 
 from shared.bus import connection
-from shoal import status
+from shoal import topology
 from tests.deploy.compose import Project, compose_command, compose_version, engine_refused, run
 from tests.serving import record_until, wait_until
 
@@ -155,7 +155,7 @@ def check_fault(results: list, what: str) -> None:
 
 def executions(project: Project) -> dict[str, int]:
     """Executions of `simple` per worker container (its hostname), from `shoal status`'s source."""
-    services = asyncio.run(status.collect(project.nats_url, wait=0.5, credentials=project.operator_credentials()))
+    services = asyncio.run(topology.collect(project.nats_url, wait=0.5, credentials=project.operator_credentials()))
     found: dict[str, int] = {}
     for service in services:
         if service["name"] == "shoal-worker":
