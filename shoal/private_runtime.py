@@ -29,6 +29,10 @@ class Runtime:
     directory: Path
     identities: Identities | None  # None: an external NATS that admits anyone
 
+    def authorization(self) -> str:
+        """The nats-server `authorization` block admitting these identities ("" without them)."""
+        return self.identities.authorization() if self.identities is not None else ""
+
     @property
     def operator(self) -> str:
         """The read-only identity's file (`shoal status`), or "" without identities."""

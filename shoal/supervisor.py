@@ -30,14 +30,7 @@ from services.repository.remote import is_remote
 from shared.process import cache_dirs, lifeline
 from shared.process import settings as s
 from shared.process.natsserver import NatsServer
-from shared.process.settings import (
-    BusSettings,
-    GatewaySettings,
-    RepositorySettings,
-    SchedulerSettings,
-    WorkerSettings,
-    to_argv,
-)
+from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 from shared.wire.records import ModelState
 from shoal import announce, grpc_flags, private_runtime
 from shoal.ports import busy_endpoint, reserve_serving_ports
@@ -57,7 +50,7 @@ class StartInterrupted(RuntimeError):
 class Child:
     name: str
     service: str
-    settings: BusSettings
+    settings: s.BusSettings
     process: subprocess.Popen | None = None
     started: float = 0.0
     restarts: int = 0
@@ -110,9 +103,8 @@ class Cluster:
 
     def _spawn(self, child: Child) -> None:
         env = {**os.environ, **self.env, "SHOAL_RUN_ID": self.run_id}
-        settings = child.settings
-        if self.runtime is not None:
-            settings = private_runtime.assign(child.service, child.settings, self.runtime)
+        runtime, settings = self.runtime, child.settings
+        settings = private_runtime.assign(child.service, settings, runtime) if runtime is not None else settings
         argv = [sys.executable, "-m", "shoal.cli", child.service, *to_argv(settings)]
         child.process = lifeline.popen(argv, env=env, start_new_session=True)
         child.started = time.monotonic()
@@ -419,9 +411,7 @@ def serve(args: argparse.Namespace) -> int:
             nats_url = args.nats_url
         else:
             reserve_serving_ports(args)  # not for nats-server, even if free now
-            assert runtime.identities is not None
-            authorization = runtime.identities.authorization()
-            nats = NatsServer(monitor_port=args.nats_monitor_port, authorization=authorization).start()
+            nats = NatsServer(monitor_port=args.nats_monitor_port, authorization=runtime.authorization()).start()
             nats_url = nats.url
             log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
         cluster = build_cluster(args, nats_url, repositories)

@@ -88,9 +88,7 @@ class EmbeddedCluster:
                 raise PyTritonUnrecoverableError(busy)
             reserve_serving_ports(self.args)  # nats-server must not take one before the gateway binds it
             self.runtime = private_runtime.make(embedded=True)
-            assert self.runtime.identities is not None
-            authorization = self.runtime.identities.authorization()
-            # stop() removes its store
+            authorization = self.runtime.authorization()  # stop() removes the server's store
             self.nats = NatsServer(monitor_port=self.args.nats_monitor_port, authorization=authorization)
             self.nats.start()
             self.cluster = build_cluster(self.args, self.nats.url, pathlib.Path(self.args.model_repository[0]))
