@@ -160,9 +160,7 @@ async def connect(url: str, name: str, credentials: str = "") -> NATS:
 
 async def _abandon(nc: NATS) -> None:
     """Close a client nats-py left half-open when its error callback ended the first connect."""
-    transport = getattr(nc, "_transport", None)  # nats-py has no public way to drop it
-    if transport is not None:
-        transport.close()
+    nats_internals.drop_transport(nc)
     with contextlib.suppress(Exception):
         await nc.close()
 
