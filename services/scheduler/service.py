@@ -100,7 +100,7 @@ class SchedulerService:
 
     async def start(self) -> None:
         await self.nc.subscribe(self.alive_subject, cb=self._on_alive)
-        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET)
+        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET, create=False)
         await hot_path.subscribe(self.nc, subjects.INSTANCE_FREE, self._on_free)
         await self.liveness.start()
         await self.ensembles.start(self.models_kv)
@@ -339,7 +339,9 @@ class SchedulerService:
 
 async def run(settings: SchedulerSettings, stop: asyncio.Event) -> None:
     spans.install(spans.from_config(settings.trace_config), "scheduler", settings.scheduler_id)
-    nc = await connection.connect(settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}")
+    nc = await connection.connect(
+        settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}", settings.nats_credentials
+    )
     try:
         await serve_until(stop, nc, SchedulerService(settings, nc), "scheduler")
     finally:

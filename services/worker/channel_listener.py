@@ -25,9 +25,14 @@ log = logging.getLogger("shoal.worker")
 
 
 class ChannelListener:
-    def __init__(self, worker_id: str, host: str, on_batch: Callable[[bytes, Channel], None]) -> None:
+    def __init__(
+        self, worker_id: str, host: str, on_batch: Callable[[bytes, Channel], None], runtime_dir: str = ""
+    ) -> None:
         self.worker_id = worker_id
         self.host = host
+        # where the socket's directory goes: the runtime directory (shoal serve's private one, or a
+        # volume compose shares between the gateway's and the workers' containers), else /tmp
+        self.parent = Path(runtime_dir) if runtime_dir else None
         self.on_batch = on_batch
         self.directory: Path | None = None
         self.advertisement = ""  # "" until it listens: the credits name no channel
@@ -37,7 +42,9 @@ class ChannelListener:
     async def start(self) -> bool:
         """Listen; False (logged) when it cannot, and the worker takes its batches over NATS only."""
         try:
-            self.directory = scratch.make(local_channel.DIRECTORY)  # private (0700) from the start
+            if self.parent is not None:
+                local_channel.private_directory(self.parent)  # a fresh volume is root's 0755
+            self.directory = scratch.make(local_channel.DIRECTORY, parent=self.parent)  # 0700 from the start
             path = self.directory / local_channel.SOCKET
             self._server = await local_channel.listen(path, self._frame, self._channels.discard, self._opened)
         except OSError as exc:  # e.g. a $TMPDIR too long for a socket's path (108 bytes)

@@ -81,7 +81,7 @@ class WorkerService:
         self.completions = Completions(nc, self.id)
         # batches from the gateways of this host without nats-server (docs/design.md §9)
         self.channels = (
-            ChannelListener(self.id, self.store.host, self._batch_arrived)
+            ChannelListener(self.id, self.store.host, self._batch_arrived, settings.runtime_dir)
             if settings.local_channel and settings.tensor_transport != "bus" and local_channel.supported()
             else None
         )
@@ -102,7 +102,11 @@ class WorkerService:
             LoopHeartbeat(nc, self._loading)  # a python model's process: one model, watched by its worker
             if settings.parent_pid
             else HeartbeatThread(
-                settings.nats_url, f"shoal-worker-{settings.worker_id}-heartbeat", settings.heartbeat_s, self._loading
+                settings.nats_url,
+                f"shoal-worker-{settings.worker_id}-heartbeat",
+                settings.heartbeat_s,
+                self._loading,
+                credentials=settings.nats_credentials,
             )
         )
 
@@ -318,7 +322,7 @@ class WorkerService:
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
     lifeline.die_with(settings.parent_pid)
     spans.install(spans.from_config(settings.trace_config), "worker", settings.worker_id)
-    nc = await connection.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}")
+    nc = await connection.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}", settings.nats_credentials)
     try:
         await serve_until(stop, nc, WorkerService(settings, nc), "worker")
     finally:
