@@ -231,12 +231,23 @@ def test_compose_serves_scales_survives_and_goes(project):
     client.close()
 
 
+def arrivals(project: Project) -> tuple[int, int]:
+    """Batches the workers took over NATS and over the local channel (their status, shoal status's source)."""
+    services = asyncio.run(topology.collect(project.nats_url, wait=0.5, credentials=project.operator_credentials()))
+    workers = [s.get("status", {}) for s in services if s["name"] == "shoal-worker"]
+    return sum(w.get("batches_over_nats", 0) for w in workers), sum(w.get("batches_over_channel", 0) for w in workers)
+
+
 def test_compose_cohosted_schedulers(project):
     stack = project(env={"SHOAL_COHOST_SCHEDULER": "true"})
     stack.up("--scale", "scheduler=0")
     wait_ready(stack)
     assert not stack.containers("scheduler")
     check_fault(under_load(stack, lambda: None, after=100), "co-hosted")
+    # the gateway reached the worker's local channel through the volume both mount (docs/design.md §9):
+    # after the first batches, which open it, the batches crossed no nats-server
+    over_nats, over_channel = arrivals(stack)
+    assert over_channel > 10 * max(over_nats, 1), (over_nats, over_channel)
 
 
 def test_compose_nats_cluster_loses_the_schedulers_node_under_load(project):
