@@ -98,7 +98,11 @@ def _load_non_utf8(body: bytes | memoryview, error: orjson.JSONDecodeError) -> A
             return json.loads(bytes(body).decode("utf-8", errors="surrogateescape"))
         except ValueError:
             pass
-    raise internal(parse_error_text(bytes(body), error)) from None
+    try:
+        text = parse_error_text(bytes(body), error)
+    except RecursionError:  # python-rapidjson's own limit (1,000 levels): far past Triton's 100 anyway
+        raise depth_error() from None
+    raise internal(text) from None
 
 
 # where the first byte already tells rapidjson's answer (it stops at a NUL that Triton reads past)

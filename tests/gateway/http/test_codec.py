@@ -175,6 +175,14 @@ def test_a_body_that_is_not_json_gets_rapidjsons_words():
     assert isinstance(read["r"], list) and read["s"] == 1
 
 
+def test_a_broken_body_nested_past_rapidjsons_limit_gets_the_depth_error():
+    """rapidjson, asked for the words of a body orjson refused, stops past 1,000 levels with a
+    RecursionError (found by tests/gateway/fuzz/): Triton's depth error, not an unhandled one."""
+    for body in (b"[" * 1001 + b"1", b'{"a":' * 3000):
+        with pytest.raises(ShoalError, match="JSON nesting depth exceeds maximum allowed limit"):
+            codec.load_json(body)
+
+
 def _raw_spec(*inputs: TensorSpec, max_batch_size: int = 4) -> ModelSpec:
     return ModelSpec("r", "", "onnxruntime", max_batch_size, inputs, (), None, 1, "KIND_CPU", False, "")
 
