@@ -388,6 +388,12 @@ def _dumps(doc: dict[str, Any]) -> bytes:
         return text.encode("utf-8", errors="surrogateescape")
 
 
+def error_body(message: str) -> bytes:
+    """Triton's `{"error": "<message>"}`. A message may name what the client sent (a request id, a
+    shared-memory key) with bytes that were not UTF-8: they go back as they came (see `_dumps`)."""
+    return _dumps({"error": message})
+
+
 def choose_encoding(accept: str | None) -> str | None:
     """Triton's pick from Accept-Encoding: highest q among identity/deflate/gzip, first on ties."""
     if not accept:

@@ -146,16 +146,16 @@ class InferFastPath:
             log.debug("infer '%s' done", model)
             return 200, content, out_headers
         except _HTTPError as refused:
-            return refused.status, orjson.dumps({"error": refused.message}), _JSON
+            return refused.status, codec.error_body(refused.message), _JSON
         except ShoalError as exc:
             out_headers = dict(_JSON)
             if exc.message == "Unsupported compression type":
                 out_headers["accept-encoding"] = "gzip, deflate"
             log.debug("infer '%s' failed with %d: %s", model, exc.http_status, exc.message)
-            return exc.http_status, orjson.dumps({"error": exc.message}), out_headers
+            return exc.http_status, codec.error_body(exc.message), out_headers
         except Exception as bug:  # a bug must still answer, and the server keeps serving
             log.exception("unhandled error on infer of '%s'", model)
-            return 500, orjson.dumps({"error": f"internal error: {bug}"}), _JSON
+            return 500, codec.error_body(f"internal error: {bug}"), _JSON
 
     def _size_error(self, size: int, headers: dict[str, str]) -> ShoalError:
         declared = headers.get("content-length", "")
