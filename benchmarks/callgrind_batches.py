@@ -73,10 +73,10 @@ async def inner(nats_url: str, case: str, batches: int, warmup: int, requests: i
 
     from services.worker.batches.batch_executor import BatchExecutor
     from services.worker.batches.completions import Completions
+    from services.worker.batches.decoupled_streams import Cancellations, DecoupledSenders
     from services.worker.batches.instance_thread import InstanceThread
     from services.worker.batches.instances import Instance, LoadedModel
     from services.worker.batches.response_outputs import Outputs
-    from services.worker.batches.decoupled_streams import Cancellations, DecoupledSenders
     from shared.bus import connection
     from shared.bus.tensor_store import TensorStore
     from shared.config.model_config import spec_from_json

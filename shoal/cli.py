@@ -363,7 +363,11 @@ def _service(name: str, argv: list[str]) -> None:
     s.add_arguments(parser, SERVICES[name])
     settings = s.from_namespace(SERVICES[name], parser.parse_args(argv))
     if isinstance(settings, s.WorkerSettings) and settings.parent_pid:  # a python model's own process
-        from services.worker.python.processes.child_startup import import_nats_without_websockets, name_process, process_name
+        from services.worker.python.processes.child_startup import (
+            import_nats_without_websockets,
+            name_process,
+            process_name,
+        )
 
         import_nats_without_websockets()  # before anything imports nats-py
         name_process(process_name(settings.models[0] if settings.models else "", settings.instance_index))

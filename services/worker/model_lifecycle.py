@@ -22,14 +22,14 @@ from nats.aio.client import Client as NATS
 
 from services.worker import backends
 from services.worker.backends import Placement
-from services.worker.gpus import available_gpus
 from services.worker.batches.instance_thread import InstanceThread
 from services.worker.batches.instances import Instance, LoadedModel
+from services.worker.gpus import available_gpus
 from services.worker.loading import BoundedLoader
 from services.worker.model_files import ModelFiles
 from services.worker.placement import group_size, plan_instances
-from services.worker.python.processes import execution_environments as environments
 from services.worker.python.hosting.callables import InProcessModels, in_process
+from services.worker.python.processes import execution_environments as environments
 from services.worker.python.processes.child_reports import ChildReports
 from services.worker.python.processes.isolation import ModelProcesses, isolated
 from services.worker.sequences.state import StateStore

@@ -23,15 +23,15 @@ from nats.aio.msg import Msg
 
 from services.worker.batches.batch_executor import BatchExecutor
 from services.worker.batches.completions import Completions
-from services.worker.heartbeat import HeartbeatThread, LoopHeartbeat
+from services.worker.batches.decoupled_streams import Cancellations, DecoupledSenders
 from services.worker.batches.instances import Instance, LoadedModel
-from services.worker.model_lifecycle import ModelLifecycle
 from services.worker.batches.response_outputs import Outputs
-from services.worker.python.triton_api import pb_utils
+from services.worker.heartbeat import HeartbeatThread, LoopHeartbeat
+from services.worker.model_lifecycle import ModelLifecycle
 from services.worker.python.hosting.bls import BlsRuntime
 from services.worker.python.hosting.callables import InProcessModels
 from services.worker.python.processes.child_startup import die_with_parent
-from services.worker.batches.decoupled_streams import Cancellations, DecoupledSenders
+from services.worker.python.triton_api import pb_utils
 from shared.bus import connection, discovery, hot_path
 from shared.bus.tensor_store import TensorStore
 from shared.memory import footprint

@@ -24,11 +24,11 @@ from nats.aio.client import Client as NATS
 from services.worker.backends.runner import Batch, ModelError, RequestContext, Rescheduled, Result, Tensors, Work
 from services.worker.batches.batch_run import BatchRun, enqueued, unreadable
 from services.worker.batches.completions import Completions
-from services.worker.batches.instances import Instance, LoadedModel
-from services.worker.batches.response_outputs import Outputs
-from services.worker.batches.replies import Replies
-from services.worker.sequences.controls import flags
 from services.worker.batches.decoupled_streams import Cancellations, DecoupledSenders
+from services.worker.batches.instances import Instance, LoadedModel
+from services.worker.batches.replies import Replies
+from services.worker.batches.response_outputs import Outputs
+from services.worker.sequences.controls import flags
 from shared.bus import eager, hot_path
 from shared.bus.hot_path import Outgoing
 from shared.bus.tensor_store import TensorStore

@@ -14,10 +14,10 @@ import pytest
 from services.worker.backends.runner import Batch, ModelError, Result
 from services.worker.batches.batch_executor import BatchExecutor
 from services.worker.batches.completions import Completions
+from services.worker.batches.decoupled_streams import Cancellations, DecoupledSenders
 from services.worker.batches.instance_thread import InstanceThread
 from services.worker.batches.instances import Instance, LoadedModel
 from services.worker.batches.response_outputs import Outputs
-from services.worker.batches.decoupled_streams import Cancellations, DecoupledSenders
 from shared.bus import connection
 from shared.bus.tensor_store import TensorStore
 from shared.config.model_config import spec_from_json

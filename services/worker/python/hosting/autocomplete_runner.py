@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from services.worker.python.triton_api import pb_utils
 from services.worker.python.hosting.python_backend import _import
+from services.worker.python.triton_api import pb_utils
 
 
 def complete(model_file: Path, config: dict) -> dict:

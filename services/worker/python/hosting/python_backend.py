@@ -38,8 +38,7 @@ from services.worker.backends.runner import (
 )
 from services.worker.python.hosting import backend_settings
 from services.worker.python.processes import execution_environments as environments
-from services.worker.python.triton_api import numpy_compat
-from services.worker.python.triton_api import pb_utils
+from services.worker.python.triton_api import numpy_compat, pb_utils
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, unavailable
 

@@ -24,8 +24,8 @@ import numpy as np
 
 # names of this module that live in modules of their own (one concern each)
 from services.worker.python.triton_api.autocomplete_config import ModelConfig  # noqa: F401
-from services.worker.python.triton_api.triton_errors import TritonError, TritonModelException
 from services.worker.python.triton_api.custom_metrics import Metric, MetricFamily, metrics_snapshot  # noqa: F401
+from services.worker.python.triton_api.triton_errors import TritonError, TritonModelException
 from shared.config.datatypes import config_to_protocol, deserialize_bytes, numpy_dtype, serialize_bytes
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
