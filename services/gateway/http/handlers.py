@@ -25,9 +25,7 @@ def json_response(doc: Any, status: int = 200) -> Response:
 
 
 def error_response(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        codec.error_body(message), status_code=status, media_type="application/json", headers=headers
-    )
+    return Response(codec.error_body(message), status_code=status, media_type="application/json", headers=headers)
 
 
 def decode_json(body: bytes, depth_limit: bool = True) -> Any:
