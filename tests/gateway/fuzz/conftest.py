@@ -1,0 +1,31 @@
+"""One real cluster per fuzz module (nats-server and the services, the gateway unsupervised so that
+a crash shows), on a small repository: the example models and a BYTES identity."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from onnx import TensorProto
+
+from services.repository import examples
+from tests.cluster import identity_config, running_cluster
+from tests.gateway.fuzz.doors import Doors, raise_fd_limit
+
+
+def fuzz_repository(root: Path) -> Path:
+    examples.write_examples(root)
+    graph = examples.identity_graph(TensorProto.STRING, 2, "identity_bytes")
+    examples.write_model(root, "identity_bytes", graph, identity_config("identity_bytes", "BYTES"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def doors(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Doors]:
+    """The module's cluster; a module's `GATEWAY` dict adds gateway settings (shorter timeouts)."""
+    raise_fd_limit()
+    root = fuzz_repository(tmp_path_factory.mktemp("fuzz_models"))
+    gateway = {"allow_client_shm": True, "http_max_input_size": 1 << 20, **getattr(request.module, "GATEWAY", {})}
+    with running_cluster(root, supervise=False, **gateway) as running:
+        yield Doors(running)
