@@ -28,6 +28,7 @@ log = logging.getLogger("shoal.gateway")
 
 RECV_WINDOW = 1 << 24  # what each stream, and the connection, may send before we acknowledge it
 MAX_RECV_FRAME = (1 << 24) - 1  # large tensors arrive in few frames
+MAX_HEADER_BLOCK = 1 << 20  # a request's header block, CONTINUATIONs included (as the decoder's list size)
 
 
 class Call(Protocol):
@@ -151,6 +152,17 @@ class GrpcConnection(asyncio.Protocol):
                 stream.call.reset()
         self._on_close(self)
 
+    def pause_writing(self) -> None:
+        """The client does not read what we send (answers, SETTINGS and PING acknowledgements): stop
+        reading what it sends until it does, so that what waits for it stays bounded (the
+        transport's high-water mark) instead of growing with every request it sends meanwhile."""
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+
     def write(self, data: bytes) -> None:
         """Corked: everything written in one loop iteration leaves in one `writelines`."""
         self._out.append(data)
@@ -203,6 +215,10 @@ class GrpcConnection(asyncio.Protocol):
             at += 9 + length
             if self._headers_in is not None and kind != f.CONTINUATION:
                 self._connection_error(f.PROTOCOL_ERROR, b"expected CONTINUATION")
+                return
+            bad = f.malformed(kind, flags, payload)
+            if bad is not None:
+                self._connection_error(*bad)
                 return
             self._frame(kind, flags, stream_id, payload)
             if self._transport is None:
@@ -259,6 +275,9 @@ class GrpcConnection(asyncio.Protocol):
             self._connection_error(f.PROTOCOL_ERROR, b"unexpected CONTINUATION")
             return
         pending[2].append(payload)
+        if sum(map(len, pending[2])) > MAX_HEADER_BLOCK:  # a CONTINUATION flood: memory, then CPU to decode
+            self._connection_error(f.ENHANCE_YOUR_CALM, b"header block too large")
+            return
         if flags & f.END_HEADERS:
             self._headers_in = None
             self._header_block(stream_id, pending[1], b"".join(pending[2]))

@@ -13,7 +13,7 @@ import hpack
 from hypothesis import strategies as st
 
 from services.gateway.grpc import frames as f
-from tests.gateway.fuzz.doors import Hang, read_until_closed
+from tests.gateway.fuzz.doors import Hang
 
 INFER = b"/inference.GRPCInferenceService/ModelInfer"
 READY = b"/inference.GRPCInferenceService/ServerReady"
@@ -70,8 +70,9 @@ FINAL_STREAM = 2**30 + 1  # above every stream id a session opens
 
 def session(port: int, data: bytes, deadline_s: float) -> bytes:
     """Send a session, then, on the same connection, sane settings and one more call (ServerReady).
-    Return what the server sent once that call ended or the server closed the connection; a
-    connection left open with the call unanswered past the deadline is a hang (a wedged connection)."""
+    Return what the server sent once that call ended or the server closed the connection. A
+    connection left open with the call unanswered past the deadline is a hang (a wedged
+    connection); one closed without a GOAWAY saying why is a failure too (RFC 9113 §5.4.1)."""
     final = f.settings([(f.INITIAL_WINDOW_SIZE, 65_535), (f.MAX_FRAME_SIZE, 16_384)])
     final += f.window_update(0, 2**30) + call(FINAL_STREAM, b"", READY)
     ends = time.monotonic() + deadline_s
@@ -79,11 +80,21 @@ def session(port: int, data: bytes, deadline_s: float) -> bytes:
         try:
             sock.sendall(data + final)
         except OSError:  # closed on the session's bytes: what it said is still readable
-            return read_until_closed(sock, ends)
-        return _until_ended(sock, FINAL_STREAM, ends)
+            pass
+        out, ended = _until_ended(sock, FINAL_STREAM, ends)
+    if not ended and not _client_went_away(data):
+        assert goaway_code(out) is not None, f"closed without a GOAWAY: {server_frames(out)[-5:]}"
+    return out
 
 
-def _until_ended(sock: socket.socket, stream: int, ends: float) -> bytes:
+def _client_went_away(data: bytes) -> bool:
+    """The session sent a GOAWAY of its own: the server may then close without one."""
+    frames = server_frames(data[len(f.PREFACE) :]) if data.startswith(f.PREFACE) else []
+    return any(kind == f.GOAWAY for kind, _, _, _ in frames)
+
+
+def _until_ended(sock: socket.socket, stream: int, ends: float) -> tuple[bytes, bool]:
+    """What the server sent, and whether `stream` ended (False: the connection closed first)."""
     out = bytearray()
     while True:
         left = ends - time.monotonic()
@@ -95,13 +106,13 @@ def _until_ended(sock: socket.socket, stream: int, ends: float) -> bytes:
         except TimeoutError:
             continue
         except ConnectionResetError:
-            return bytes(out)
+            return bytes(out), False
         if not chunk:
-            return bytes(out)
+            return bytes(out), False
         out += chunk
         for kind, flags, sid, _ in server_frames(bytes(out)):
             if sid == stream and (kind == f.RST_STREAM or (kind in (f.HEADERS, f.DATA) and flags & f.END_STREAM)):
-                return bytes(out)
+                return bytes(out), True
 
 
 # -- strategies -------------------------------------------------------------------------------------
