@@ -86,7 +86,7 @@ def config_texts(draw: st.DrawFn) -> bytes:
     return draw(st.binary(max_size=300))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=config_texts())
 def test_a_made_up_config_loads_or_is_refused_with_a_reason(tmp_path: Path, text: bytes) -> None:
     model = tmp_path / NAME

@@ -4,21 +4,11 @@ a crash shows), on a small repository: the example models and a BYTES identity."
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from onnx import TensorProto
 
-from services.repository import examples
-from tests.cluster import identity_config, running_cluster
-from tests.gateway.fuzz.doors import Doors, raise_fd_limit
-
-
-def fuzz_repository(root: Path) -> Path:
-    examples.write_examples(root)
-    graph = examples.identity_graph(TensorProto.STRING, 2, "identity_bytes")
-    examples.write_model(root, "identity_bytes", graph, identity_config("identity_bytes", "BYTES"))
-    return root
+from tests.cluster import running_cluster
+from tests.gateway.fuzz.doors import Doors, fuzz_repository, raise_fd_limit
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,12 @@ import json
 import resource
 import socket
 import time
+from pathlib import Path
 
-from tests.cluster import Running
+from onnx import TensorProto
+
+from services.repository import examples
+from tests.cluster import Running, identity_config
 
 CASE_S = 10.0  # an answer, or the connection closed, within this (a loaded 2-core machine included)
 FDS_WANTED = 8192  # a thousand idle connections on both ends of one machine, and the services' own
@@ -28,6 +32,14 @@ def raise_fd_limit() -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
         soft = wanted
     return soft
+
+
+def fuzz_repository(root: Path) -> Path:
+    """The example models (simple, identity_fp32, mlp) and a BYTES identity."""
+    examples.write_examples(root)
+    graph = examples.identity_graph(TensorProto.STRING, 2, "identity_bytes")
+    examples.write_model(root, "identity_bytes", graph, identity_config("identity_bytes", "BYTES"))
+    return root
 
 
 class Hang(AssertionError):

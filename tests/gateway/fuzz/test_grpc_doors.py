@@ -16,7 +16,7 @@ from tests.gateway.fuzz import grpc_inputs as g
 from tests.gateway.fuzz import h2_wire as h
 from tests.gateway.fuzz.doors import CASE_S, Doors
 
-CI = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+CI = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 RSS_GROWTH_KIB = 64 * 1024
 # what Triton answers a call with; UNKNOWN is Shoal's last resort for a bug ("Unexpected <class ...>")
 CALL_STATUSES = {

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tests.gateway.fuzz import kserve_inputs as k
 from tests.gateway.fuzz.doors import Doors, http_request, one_answer
 
-EXAMPLES = 60  # per property in CI; benchmarks/fuzz_front_doors.py runs the 100,000
+EXAMPLES = 40  # per property in CI; benchmarks/fuzz_front_doors.py runs the 100,000
 RSS_GROWTH_KIB = 64 * 1024  # a module's worth of cases may warm caches, never hold what it was sent
 CI = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

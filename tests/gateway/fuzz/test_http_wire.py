@@ -25,7 +25,7 @@ from tests.serving import wait_until
 
 HEADER_TIMEOUT_S = 2.0
 GATEWAY = {"http_header_timeout_s": HEADER_TIMEOUT_S, "http_max_header_size": 16 * 1024}
-CI = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+CI = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @CI
