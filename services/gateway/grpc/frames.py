@@ -210,6 +210,11 @@ def split_messages(buffer: bytearray) -> tuple[list[tuple[bool, bytes]], bytearr
     return out, (buffer[at:] if at else buffer)
 
 
+def pending_size(buffer: bytearray) -> int:
+    """The declared size of the message `buffer` starts with (0 before its prefix is whole)."""
+    return int(_message_prefix.unpack_from(buffer, 0)[1]) if len(buffer) >= 5 else 0
+
+
 def timeout_seconds(value: bytes) -> float | None:
     """`grpc-timeout`: up to 8 digits and a unit (H, M, S, m, u, n); None if malformed."""
     units = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}

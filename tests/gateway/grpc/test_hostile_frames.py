@@ -6,18 +6,22 @@ front-door fuzz suite (tests/gateway/fuzz/, docs/security.md "Front doors")."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import socket
 import struct
 
+import grpc
+import hpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as pb
 
+from services.gateway.grpc import calls
 from services.gateway.grpc import frames as f
 from services.gateway.grpc.connection import MAX_HEADER_BLOCK, KeepAlive
 from services.gateway.grpc.listener import GrpcListener
-from tests.gateway.grpc.test_listener import SERVICE, Servicer, read_frames
+from tests.gateway.grpc.test_listener import INFER, SERVICE, Servicer, read_frames
 
 FIXED = {f.PRIORITY: 5, f.RST_STREAM: 4, f.PING: 8, f.WINDOW_UPDATE: 4}
 
@@ -131,3 +135,37 @@ async def test_a_client_that_does_not_read_stops_being_read(port):
         assert sent < limit, "the server read 256 MiB from a client that never read its answers"
     finally:
         sock.close()
+
+
+async def test_a_message_past_the_limit_is_refused_before_it_is_buffered_or_inflated(port, monkeypatch):
+    """tritonserver's limit is 2 GiB; 1 MiB here: a message declared larger is refused at its prefix,
+    and a gzip bomb is inflated only up to the limit (before: inflated whole, 1,000x its size)."""
+    monkeypatch.setattr(calls, "MAX_MESSAGE", 1 << 20)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        infer = channel.unary_unary(INFER)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await infer(b"\x00" * (2 << 20), timeout=10)
+        assert (err.value.code(), err.value.details()) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "Received message larger than max (2097152 vs. 1048576)",
+        )
+        bomb = gzip.compress(b"\x00" * (64 << 20))  # 64 KiB that inflate to 64 MiB
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            block = request_block([(b"grpc-encoding", b"gzip")])
+            writer.write(f.PREFACE + f.settings([]) + f.frame(f.HEADERS, f.END_HEADERS, 1, block))
+            writer.write(f.frame(f.DATA, f.END_STREAM, 1, f.message(bomb, compressed=True)))
+            frames = await read_frames(
+                reader, lambda got: any(k == f.HEADERS and fl & f.END_STREAM for k, fl, *_ in got)
+            )
+        finally:
+            writer.close()
+        trailers = hpack.Decoder().decode(next(p for k, _, _, p in frames if k == f.HEADERS))
+        assert ("grpc-status", str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])) in trailers
+        assert ("grpc-message", "Received message larger than max (1048577 vs. 1048576)") in trailers
+
+
+def request_block(extra: list[tuple[bytes, bytes]]) -> bytes:
+    headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", INFER.encode()), (b":authority", b"t")]
+    headers += [(b"content-type", b"application/grpc"), (b"te", b"trailers"), *extra]
+    return bytes(hpack.Encoder().encode(headers))
