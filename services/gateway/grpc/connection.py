@@ -28,6 +28,7 @@ log = logging.getLogger("shoal.gateway")
 
 RECV_WINDOW = 1 << 24  # what each stream, and the connection, may send before we acknowledge it
 MAX_RECV_FRAME = (1 << 24) - 1  # large tensors arrive in few frames
+MAX_STREAMS = 1024  # calls open at once on one connection (advertised; more are REFUSED_STREAM, retried)
 MAX_HEADER_BLOCK = 1 << 20  # a request's header block, CONTINUATIONs included (as the decoder's list size)
 
 
@@ -135,7 +136,14 @@ class GrpcConnection(asyncio.Protocol):
         if isinstance(peer, tuple):
             self.peer = f"ipv6:[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"ipv4:{peer[0]}:{peer[1]}"
         self.write(
-            f.settings([(f.INITIAL_WINDOW_SIZE, RECV_WINDOW), (f.MAX_FRAME_SIZE, MAX_RECV_FRAME), (f.ENABLE_PUSH, 0)])
+            f.settings(
+                [
+                    (f.INITIAL_WINDOW_SIZE, RECV_WINDOW),
+                    (f.MAX_FRAME_SIZE, MAX_RECV_FRAME),
+                    (f.ENABLE_PUSH, 0),
+                    (f.MAX_CONCURRENT_STREAMS, MAX_STREAMS),
+                ]
+            )
         )
         self.write(f.window_update(0, RECV_WINDOW - f.DEFAULT_WINDOW))
         self._schedule_ping()
@@ -298,7 +306,7 @@ class GrpcConnection(asyncio.Protocol):
         if stream_id <= self._last_stream or stream_id % 2 == 0:
             return  # a closed stream's trailers, or nothing a client may open
         self._last_stream = stream_id
-        if self._going_away:
+        if self._going_away or len(self._streams) >= MAX_STREAMS:  # a stream flood holds no more than this
             self.write(f.rst_stream(stream_id, f.REFUSED_STREAM))
             return
         stream = Stream(stream_id, self, self._peer_initial)

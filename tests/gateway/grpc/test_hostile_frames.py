@@ -19,7 +19,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from services.gateway.grpc import calls
 from services.gateway.grpc import frames as f
-from services.gateway.grpc.connection import MAX_HEADER_BLOCK, KeepAlive
+from services.gateway.grpc.connection import MAX_HEADER_BLOCK, MAX_STREAMS, KeepAlive
 from services.gateway.grpc.listener import GrpcListener
 from tests.gateway.grpc.test_listener import INFER, SERVICE, Servicer, read_frames
 
@@ -169,3 +169,18 @@ def request_block(extra: list[tuple[bytes, bytes]]) -> bytes:
     headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", INFER.encode()), (b":authority", b"t")]
     headers += [(b"content-type", b"application/grpc"), (b"te", b"trailers"), *extra]
     return bytes(hpack.Encoder().encode(headers))
+
+
+async def test_streams_past_the_advertised_limit_are_refused(port):
+    """A stream flood (calls opened and never ended) holds at most MAX_STREAMS calls per connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        opened = [f.frame(f.HEADERS, f.END_HEADERS, 2 * i + 1, request_block([])) for i in range(MAX_STREAMS + 10)]
+        writer.write(f.PREFACE + f.settings([]) + b"".join(opened))
+        frames = await read_frames(reader, lambda got: sum(k == f.RST_STREAM for k, *_ in got) >= 10)
+    finally:
+        writer.close()
+    settings = next(p for k, fl, _, p in frames if k == f.SETTINGS and not fl & f.ACK)
+    assert (f.MAX_CONCURRENT_STREAMS, MAX_STREAMS) in f.parse_settings(settings)
+    refused = [(sid, f.u32(p)) for k, _, sid, p in frames if k == f.RST_STREAM]
+    assert refused == [(2 * i + 1, f.REFUSED_STREAM) for i in range(MAX_STREAMS, MAX_STREAMS + 10)]
