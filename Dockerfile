@@ -20,7 +20,7 @@ COPY --from=build /wheels /wheels
 # extras on top, e.g. --build-arg EXTRAS=cloud for a model repository in a bucket (docs/serving.md)
 ARG EXTRAS=""
 RUN wheel=$(ls /wheels/shoal-*.whl) && if [ -n "$EXTRAS" ]; then pip install "$wheel[$EXTRAS]"; else pip install "$wheel"; fi \
-    && python3 -c "from shoal.build import describe; line = describe(); print(line); assert line.startswith('build: compiled')"
+    && python3 -c "from shoal.compiled_modules import describe; line = describe(); print(line); assert line.startswith('build: compiled')"
 # the example repository, generated at build time (no downloads at run time)
 RUN shoal example /models
 ENTRYPOINT ["shoal"]

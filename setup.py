@@ -1,4 +1,4 @@
-"""The compiled build: mypyc over the modules `shoal/build.py` lists (docs/performance.md, "The compiled build").
+"""The compiled build: mypyc over the modules `shoal/compiled_modules.py` lists (docs/performance.md, "The compiled build").
 
 Everything else about the package is in pyproject.toml. `pip install .` compiles when it can:
 - a C compiler and Python's headers are present, and `SHOAL_PURE` is unset or 0;
@@ -22,7 +22,8 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
-BUILD = runpy.run_path(str(HERE / "shoal" / "build.py"))  # the module list and mypy's settings, without importing shoal
+# the module list and mypy's settings, without importing shoal
+BUILD = runpy.run_path(str(HERE / "shoal" / "compiled_modules.py"))
 COMPILED: tuple[str, ...] = BUILD["COMPILED"]
 
 

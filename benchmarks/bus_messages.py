@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """NATS messages and server CPU per request, with the scheduler co-hosted in the gateway or standalone.
 
-usage: python benchmarks/bus_messages.py [--requests 2000] [--shapes cohost,standalone]
+usage: python benchmarks/bus_messages.py [--requests 2000] [--shapes cohost,cohost-nats,standalone]
                                          [--out benchmarks/results/cohost] [--shoal-cmd shoal]
 
 For each shape, starts `shoal serve` on the example repository (free ports, the embedded
@@ -120,6 +120,16 @@ def measure(shoal: Shoal, model: str, concurrency: int, total: int) -> dict:
     }
 
 
+def serve_flags(shape: str) -> list[str]:
+    """cohost: the scheduler in the gateway, batches over the local channel (docs/design.md §9);
+    cohost-nats: the same over NATS; standalone: a scheduler process of its own."""
+    return {
+        "cohost": ["--cohost-scheduler", "true", "--local-channel", "true"],
+        "cohost-nats": ["--cohost-scheduler", "true", "--local-channel", "false"],
+        "standalone": ["--cohost-scheduler", "false"],
+    }[shape]
+
+
 def syscalls(pid: int) -> tuple[int, int]:
     """The process's read and write system calls so far (all of its threads)."""
     try:
@@ -135,7 +145,7 @@ def profiled_calls(cmd: list[str], repo: Path, log: Path, shape: str, requests: 
         os.environ["SHOAL_PROFILE_DIR"] = folder
         try:
             shoal = Shoal(cmd, repo, log, None)
-            shoal.cmd += ["--cohost-scheduler", "true" if shape == "cohost" else "false"]
+            shoal.cmd += serve_flags(shape)
             shoal.start(["simple"])
             try:
                 url = f"127.0.0.1:{shoal.http}"
@@ -170,7 +180,7 @@ def calls_per_request(args: argparse.Namespace, repo: Path, out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--shapes", default="cohost,standalone")
+    parser.add_argument("--shapes", default="cohost,cohost-nats,standalone")
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--out", default="benchmarks/results/cohost")
     parser.add_argument("--shoal-cmd", default="shoal")
@@ -192,7 +202,7 @@ def messages_per_request(args: argparse.Namespace, repo: Path, out: Path) -> Non
     results: dict[str, dict] = {}
     for shape in args.shapes.split(","):
         shoal = Shoal(shlex.split(args.shoal_cmd), repo, out / f"serve-{shape}.log", None)
-        shoal.cmd += ["--cohost-scheduler", "true" if shape == "cohost" else "false"]
+        shoal.cmd += serve_flags(shape)
         shoal.start(sorted({CASES[case][0] for case in args.cases.split(",")}))
         try:
             for case in args.cases.split(","):

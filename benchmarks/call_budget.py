@@ -19,7 +19,7 @@ per batch, the worker 100 per batch.
 
 `--tree TREE` runs `shoal serve` from TREE (`PYTHONPATH=TREE`, e.g. an unpacked compiled wheel) instead of
 the installed package. cProfile sees the calls the interpreter makes: a call inside a compiled module
-(shoal/build.py) to another compiled function is a C call it does not count, so a compiled build counts
+(shoal/compiled_modules.py) to another compiled function is a C call it does not count, so a compiled build counts
 fewer calls for the same work; compare instructions for the cost.
 `--callgrind N` also runs benchmarks/callgrind_gateway.py (`--sole`, N requests at c=1) and
 benchmarks/python_child.py (`--callgrind N`, c=1) on the same models from the same tree.

@@ -18,7 +18,7 @@ start in one loop iteration: calls that start together reach the dispatcher toge
 in one bus message (docs/grpc.md). Servers, round after round, alternate so a busy machine
 slows them alike.
 
-- `shoal`: services/gateway/grpc/listener.py (HTTP/2 on the event loop).
+- `shoal`: services/gateway/grpc/http2/http2_server.py (HTTP/2 on the event loop).
 - `grpcio`: grpc.aio's server (generic handlers only, as the gateway registers them).
 - `grpcio-thread`: grpcio's sync server (16 threads) handing calls to the loop in groups: one
   wake-up of the loop per group (`call_soon_threadsafe` only when the hand-off list was empty).
@@ -133,16 +133,16 @@ async def serve(kind: str, port: int, ready: Path | None) -> None:
     servicer = Servicer(counting)
     address = f"127.0.0.1:{port}"
     if kind == "shoal":
-        from services.gateway.grpc.connection import KeepAlive
-        from services.gateway.grpc.listener import GrpcListener
+        from services.gateway.grpc.http2.http2_connection import KeepAlive
+        from services.gateway.grpc.http2.http2_server import GrpcListener
 
         listener = GrpcListener(servicer, pb.DESCRIPTOR.services_by_name["GRPCInferenceService"], pb, KeepAlive())
         await listener.start("127.0.0.1", port)
     elif kind == "grpcio":
-        from services.gateway.grpc.server import _GenericHandlersOnly
+        from services.gateway.grpc.grpcio_server import GenericHandlersOnly
 
         server = grpc.aio.server()
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, _GenericHandlersOnly(server))
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, GenericHandlersOnly(server))
         server.add_insecure_port(address)
         await server.start()
     elif kind == "grpcio-thread":

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import tritonclient.http as httpclient  # noqa: E402
 
 from services.repository import examples  # noqa: E402
-from shoal import status  # noqa: E402
+from shoal import topology  # noqa: E402
 from tests.hosts import Hosts, namespaces_refused, running_hosts  # noqa: E402
 from tests.serving import wait_until  # noqa: E402
 
@@ -53,7 +53,7 @@ def client_loop(url: str, model: str, stop: threading.Event, latencies: list[flo
 
 
 def executions(hosts: Hosts, model: str) -> dict[str, int]:
-    services = asyncio.run(status.collect(hosts.nats_url(hosts[1]), wait=0.3))
+    services = asyncio.run(topology.collect(hosts.nats_url(hosts[1]), wait=0.3))
     return {
         s["metadata"]["host"]: sum(
             i["executions"] for i in s["status"].get("models", {}).get(f"{model}/1", {}).get("instance_list", [])

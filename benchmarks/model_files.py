@@ -134,8 +134,10 @@ def main() -> None:
                     if mode == "path":
                         row["disk"] = worker_load(nats.url, work, f"disk-{run}", work / f"unused-{run}")[0]
                         continue
-                    published = wait_for(log, PUBLISHED) if run == 0 else None
-                    if published:
+                    # the path repository's record (no files) is still in the bucket until this one
+                    # publishes: a worker started before would load from the path
+                    published = wait_for(log, PUBLISHED)
+                    if run == 0:
                         row["hash"], row["upload"] = float(published.group(1)), float(published.group(2))
                     cache = work / f"cache-{run}"
                     row["fetched"], mib, row["fetch"] = worker_load(nats.url, work, f"cold-{run}", cache)

@@ -202,7 +202,7 @@ class InProcess:
         from llama_cpp import Llama
 
         from shoal.llm.engine import Engine, Limits
-        from shoal.llm.runtime import ContextSettings, Library, LlamaModel
+        from shoal.llm.llama_c_api import ContextSettings, Library, LlamaModel
 
         library = Library.start(variant)
         self.model = LlamaModel(gguf(), ContextSettings(n_ctx=8192, max_sequences=8, n_threads=1), library)
@@ -274,8 +274,8 @@ def main() -> None:
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
 
+    from shoal.llm.llama_c_api import library_folder
     from shoal.llm.probe import choose
-    from shoal.llm.runtime import library_folder
 
     choice = choose(gguf(), [library_folder()])
     print(f"llama.cpp CPU backend: {choice.variant.name if choice.variant else 'built in'} ({choice.system_info})")

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from services.repository import examples  # noqa: E402
 from shared.process.natsserver import free_port  # noqa: E402
-from shoal.triton_flags import REFUSED  # noqa: E402
+from shoal.unimplemented_flags import REFUSED  # noqa: E402
 from tests.integration.ensemble_models import write_python  # noqa: E402
 from tests.serving import Serve, command_of  # noqa: E402
 

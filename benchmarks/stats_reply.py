@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The scheduler's statistics reply on the bus, in a loop: a reply built from the scheduler's
 counters (services/scheduler/statistics/report.py) encoded, then decoded by a gateway with its
-type (inference/statistics.py), as MessagePack (what Shoal sends) or JSON: the one cost that the
+type (inference/replica_statistics.py), as MessagePack (what Shoal sends) or JSON: the one cost that the
 choice of encoding changes (building the reply, mostly its quantiles, and merging do not).
 
 usage: python benchmarks/stats_reply.py [ITERATIONS] [msgpack|json] [VERSIONS]

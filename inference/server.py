@@ -16,8 +16,8 @@ from nats.aio.client import Client as NATS
 
 from inference.core import InferenceCore
 from inference.models import ModelRegistry
+from inference.replica_statistics import model_entries, scheduler_stats
 from inference.shm import ShmRegistry
-from inference.statistics import model_entries, scheduler_stats
 from inference.trace import Tracer
 from shared.bus.repository_client import RepositoryRequest, repository_call
 from shared.config.model_config import TensorSpec

@@ -54,6 +54,28 @@ def check_key(name: str, key: str) -> None:
         raise invalid(f"cannot register shared memory region '{name}' with key '{key}': the key is reserved")
 
 
+def segment_size(name: str, key: str) -> int:
+    """The size of the segment `key` names, opened as Triton's shm_open does (read and write, as
+    the gateway's user: a segment that user may not open is refused here, not at the first
+    request). A symbolic link, or a segment with another name too (a hard link: perhaps to a
+    segment of Shoal's own under a name that passes `check_key`), is refused."""
+    try:
+        fd = os.open(f"/dev/shm/{key.lstrip('/')}", os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        raise internal(f"Unable to open shared memory region: '{key}'") from None
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise internal(f"Unable to open shared memory region: '{key}'")
+    if info.st_nlink != 1:
+        raise invalid(
+            f"cannot register shared memory region '{name}' with key '{key}': the segment has {info.st_nlink} names"
+        )
+    return info.st_size
+
+
 class ShmRegistry:
     def __init__(self, nc: NATS, host: str, enabled: bool) -> None:
         self.nc = nc
@@ -108,14 +130,7 @@ class ShmRegistry:
         check_key(name, key)
         if name in self.regions:
             raise ShoalError(f"shared memory region '{name}' already in manager", Code.ALREADY_EXISTS)
-        path = f"/dev/shm/{key.lstrip('/')}"
-        try:
-            info = os.stat(path, follow_symlinks=False)
-        except OSError:
-            raise internal(f"Unable to open shared memory region: '{key}'") from None
-        if not stat.S_ISREG(info.st_mode):
-            raise internal(f"Unable to open shared memory region: '{key}'")
-        size = info.st_size
+        size = segment_size(name, key)
         if offset + byte_size > size:
             raise invalid(f"failed to register shared memory region '{name}': invalid args")
         await self._store(ShmRegion(name, "system", byte_size, key=key, offset=offset, host=self.host))

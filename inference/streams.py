@@ -2,7 +2,7 @@
 model's responses, gRPC's streams, BLS's streaming calls.
 
 They live apart from `core.py` and `forward.py` because mypyc compiles no async generator, and
-those two modules are compiled (shoal/build.py); `InferenceCore.stream` and `Forwarder.stream`
+those two modules are compiled (shoal/compiled_modules.py); `InferenceCore.stream` and `Forwarder.stream`
 return these generators.
 """
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings
 
 from shared.process import settings as s
-from shoal import grpc_flags, triton_flags
+from shoal import grpc_flags, layout_flags, unimplemented_flags
 
 SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": s.GatewaySettings,
@@ -135,7 +135,7 @@ def serve_parser() -> argparse.ArgumentParser:
         text = help if "(default" in help else f"{help} (default: {_FIXED_DEFAULTS[name]})"
         p.add_argument(flag, type=s.parse_bool, nargs="?", const=True, default=None, metavar="BOOL", help=text)
     grpc_flags.add_flags(p)
-    triton_flags.add_flags(p)
+    unimplemented_flags.add_flags(p)
     p.add_argument(
         "--log-file",
         default=None,
@@ -153,37 +153,7 @@ def serve_parser() -> argparse.ArgumentParser:
         default=0,
         help="embedded nats-server monitoring port (default: 0, a free port)",
     )
-    p.add_argument("--workers", type=int, default=1, help="worker processes to start (default: 1)")
-    p.add_argument(
-        "--model-files",
-        choices=["path", "store"],
-        default="path",
-        help="path: the workers (all on this host) read the model files where the repository is; store: "
-        "they are published into NATS too, for workers that join from other hosts (default: path)",
-    )
-    p.add_argument(
-        "--gateways",
-        type=int,
-        default=1,
-        help="gateway processes sharing the HTTP and gRPC ports with SO_REUSEPORT (default: 1)",
-    )
-    p.add_argument(
-        "--cohost-scheduler",
-        type=s.parse_bool,
-        nargs="?",
-        const=True,
-        default=True,
-        metavar="BOOL",
-        help="each gateway process hosts a scheduler replica, which takes the requests of the models it "
-        "holds by a function call (default: true; false: standalone scheduler processes only)",
-    )
-    p.add_argument(
-        "--schedulers",
-        type=int,
-        default=None,
-        help="standalone scheduler processes (replicas): the models are shared out among them and the "
-        "co-hosted ones, each model served by one at a time (default: 0 with --cohost-scheduler, else 1)",
-    )
+    layout_flags.add(p)
     p.add_argument(
         "--ready-timeout-secs",
         type=float,
@@ -194,9 +164,9 @@ def serve_parser() -> argparse.ArgumentParser:
 
 
 def parse_serve(argv: list[str]) -> argparse.Namespace:
-    triton_flags.refuse(argv)
+    unimplemented_flags.refuse(argv)
     args = serve_parser().parse_args(argv)
-    args.flag_warnings = triton_flags.check(args)
+    args.flag_warnings = unimplemented_flags.check(args)
     for name, (allowed, why, _) in FIXED_FLAGS.items():
         value = getattr(args, name)
         if value is not None and allowed is not None and value != allowed:
@@ -233,18 +203,7 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     args.trace = trace_settings(args)
     args.metrics = metrics_config(args.metrics_config)
     args.cache_bytes, args.cache_redis = cache_size(args)
-    if args.workers < 1:
-        raise SystemExit("shoal serve: --workers must be at least 1")
-    if args.gateways < 1:
-        raise SystemExit("shoal serve: --gateways must be at least 1")
-    if args.schedulers is None:
-        args.schedulers = 0 if args.cohost_scheduler else 1
-    if args.schedulers < (0 if args.cohost_scheduler else 1):
-        raise SystemExit(
-            "shoal serve: --schedulers must be at least 1 with --cohost-scheduler=false"
-            if not args.cohost_scheduler
-            else "shoal serve: --schedulers must not be negative"
-        )
+    layout_flags.check(args)
     if args.model_load_thread_count < 1:
         raise SystemExit("shoal serve: --model-load-thread-count must be at least 1")
     return args
@@ -306,7 +265,7 @@ def trace_settings(args: argparse.Namespace) -> dict[str, object]:
     """tritonserver's `--trace-config [mode,]key=value` and the older `--trace-*` flags.
     `config`: the entries every service gets in opentelemetry mode (the mode and its exporter's
     settings: each service exports its own spans); none in triton mode."""
-    from shared.tracing import settings as tracing
+    from shared.tracing import trace_settings as tracing
 
     trace: dict[str, object] = {"file": "", "level": "OFF", "rate": 1000, "count": -1, "log-frequency": 0}
     levels: list[str] = []
@@ -382,7 +341,7 @@ def _status(argv: list[str]) -> None:
     import asyncio
     import json
 
-    from shoal import status
+    from shoal import topology
 
     parser = argparse.ArgumentParser(prog="shoal status", description="The live topology of a running Shoal.")
     pick = parser.add_mutually_exclusive_group()
@@ -395,9 +354,9 @@ def _status(argv: list[str]) -> None:
     )
     parser.add_argument("--json", action="store_true", help="the services as JSON on stdout (default: false)")
     args = parser.parse_args(argv)
-    url, named = status.choose(args.nats_url, args.http_port)
+    url, named = topology.choose(args.nats_url, args.http_port)
     try:
-        services = asyncio.run(status.collect(url))
+        services = asyncio.run(topology.collect(url))
     except Exception as exc:
         raise SystemExit(f"shoal status: cannot reach NATS at {url}: {exc}") from None
     if args.json:
@@ -405,7 +364,7 @@ def _status(argv: list[str]) -> None:
         print(json.dumps(services, indent=2))
     else:
         print(named)
-        print(status.render(services))
+        print(topology.render(services))
 
 
 def main(argv: list[str] | None = None) -> None:

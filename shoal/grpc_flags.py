@@ -38,7 +38,7 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    from services.gateway.grpc.server import restrictions
+    from services.gateway.grpc.startup import restrictions
 
     try:
         restrictions(args.grpc_restricted_protocol)

@@ -30,6 +30,7 @@ from pydantic_settings import BaseSettings
 
 from services.repository.remote import is_remote
 from shared.process import cache_dirs, lifeline
+from shared.process import settings as s
 from shared.process.natsserver import NatsServer
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 from shared.wire.records import ModelState
@@ -215,6 +216,13 @@ def sweep_segments(run_id: str) -> int:
     return len(leftovers)
 
 
+def local_channel(args: argparse.Namespace) -> bool:
+    """`--local-channel` for the gateways and workers when given; else true, or what
+    SHOAL_GATEWAY_LOCAL_CHANNEL says (the test suite's NATS-only pass sets it, .ci/run)."""
+    given: bool | None = getattr(args, "local_channel", None)
+    return given if given is not None else s.parse_bool(os.environ.get("SHOAL_GATEWAY_LOCAL_CHANNEL", "true"))
+
+
 def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | str | list[Path | str]) -> Cluster:
     """`repository`: one model repository, or several (--model-repository given more than once)."""
     common = {"nats_url": nats_url, "log_verbose": args.log_verbose, "trace_config": args.trace["config"]}
@@ -249,6 +257,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         **args.metrics,
         **grpc_flags.gateway_settings(args),
         cohost_scheduler=args.cohost_scheduler,
+        local_channel=local_channel(args),
         rate_limit=args.rate_limit,
         rate_limit_resource=args.rate_limit_resource,
     )
@@ -278,6 +287,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
             backend_config=args.backend_config,
             model_memory_budget=args.model_memory_budget,
             max_loaded_models=args.max_loaded_models,
+            local_channel=local_channel(args),
         )
         for _ in range(args.workers)
     ]
@@ -358,8 +368,8 @@ def example_repository(args: argparse.Namespace) -> Path:
 
 def serve(args: argparse.Namespace) -> int:
     from shared.process.runtime import configure_logging
-    from shoal.build import describe
-    from shoal.status import forget_serve, record_serve
+    from shoal.compiled_modules import describe
+    from shoal.topology import forget_serve, record_serve
 
     if args.log_file:
         try:  # every service inherits stderr: the whole cluster's log goes to the file, as tritonserver's

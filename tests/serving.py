@@ -173,7 +173,7 @@ class Serve:
 
     @property
     def nats_url(self) -> str:
-        # shoal.status.record_serve writes it under $XDG_CACHE_HOME/shoal/serves/<http port>.json
+        # shoal.topology.record_serve writes it under $XDG_CACHE_HOME/shoal/serves/<http port>.json
         [state] = (self.workdir / "cache").rglob(f"{self.http_port}.json")
         return json.loads(state.read_text())["nats_url"]
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from services.gateway.grpc.server import Listener as GrpcListener
+from services.gateway.grpc.startup import Listener as GrpcListener
 from shared.process.runtime import fail
 
 log = logging.getLogger("shoal.gateway")

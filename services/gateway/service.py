@@ -17,27 +17,28 @@ from inference.cache import Cache, ResponseCache
 from inference.core import InferenceCore
 from inference.models import ModelRegistry
 from inference.on_demand import DemandLoads
+from inference.replica_statistics import scheduler_stats
 from inference.server import InferenceServer
 from inference.shm import ShmRegistry
-from inference.statistics import scheduler_stats
-from services.gateway.grpc import server as grpc_server
+from services.gateway.grpc import startup as grpc_startup
 from services.gateway.http.app import build_app
 from services.gateway.http.guard import GuardedHttpToolsProtocol, Limits, with_limits
 from services.gateway.http.listener import http_sockets
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
 from services.gateway.listeners import Listeners, raise_descriptor_limit
-from services.gateway.metrics import models as model_metrics
+from services.gateway.metrics import model_management as model_metrics
 from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
 from services.gateway.metrics.quantiles import parse_quantiles
+from services.scheduler.batching.worker_channels import WorkerChannels
 from services.scheduler.cohosted import CoHosted
-from shared.bus import connection, discovery
+from shared.bus import connection, discovery, eager
 from shared.bus.dispatch import Dispatcher
 from shared.bus.tensor_store import TensorStore
 from shared.process.runtime import serve_until
 from shared.process.settings import GatewaySettings, cohosted_scheduler
-from shared.tracing import settings as tracing_settings
 from shared.tracing import spans
+from shared.tracing import trace_settings as tracing_settings
 from shared.wire import subjects
 from shared.wire.control import StatisticsRequest
 from shared.wire.messages import CacheEvent
@@ -124,7 +125,20 @@ class GatewayService:
         if not self.settings.cohost_scheduler:
             return None
         inbox = subjects.gateway_inbox(self.settings.gateway_id)
-        return CoHosted(cohosted_scheduler(self.settings), self.nc, inbox)
+        return CoHosted(cohosted_scheduler(self.settings), self.nc, inbox, self._worker_channels())
+
+    def _worker_channels(self) -> WorkerChannels | None:
+        """The co-hosted scheduler's local channels to this host's workers (docs/design.md §9)."""
+        if not self.settings.local_channel:
+            return None
+        return WorkerChannels(self.store.host, self._batch_done, self._worker_channel_closed)
+
+    def _batch_done(self, data: bytes) -> None:
+        eager.start(self.dispatcher.batch_done(data))  # as the inbox's callback runs it: no task unless it waits
+
+    def _worker_channel_closed(self, worker: str) -> None:
+        if self.scheduler is not None:
+            self.scheduler.worker_suspect(worker)
 
     def _response_cache(self) -> Cache | None:
         """`--cache-config redis,...` (every gateway shares it), `local,size=N`, or none."""
@@ -201,7 +215,7 @@ class GatewayService:
     async def _start_front_ends(self) -> None:
         settings = self.settings
         if settings.allow_grpc:
-            self.listeners.add_grpc(await grpc_server.start(settings, self.server))
+            self.listeners.add_grpc(await grpc_startup.start(settings, self.server))
             self._started("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.grpc_port)
         sockets = http_sockets(settings.http_address, settings.http_port, settings.reuse_http_port)
         await self.listeners.serve(self._http(), sockets)
@@ -239,7 +253,7 @@ class GatewayService:
 
     def _openai(self) -> uvicorn.Config:
         """The OpenAI-compatible API on its own port (docs/openai.md), over the same core."""
-        from services.gateway.openai.app import build_openai_app
+        from services.gateway.openai.openai_app import build_openai_app
 
         settings = self.settings
         app = build_openai_app(self.core, settings.http_max_input_size)

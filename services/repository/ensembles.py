@@ -1,19 +1,20 @@
-"""Ensemble readiness: an ensemble has no instances; its state follows its composing models.
+"""Ensembles as the repository sees them: which records are ensembles, the models their steps
+name (with namespacing, in which repository), the ensembles that name a model, and Triton's
+refusal of ensembles that contain themselves.
 
-Triton's rule (docs/triton-spec.md §3.5): an ensemble is READY when every composing model it names is
-READY (at the version the step asks for), and its graph is consistent with their configs.
-It becomes UNAVAILABLE, with the reason, when one of them is not, and READY again when it
-is back. The structural checks that need no other model run once at load (a bad graph is
-a load failure, like a bad config); the checks against member configs run here, each time
-a member changes, because the members can change without the ensemble being reloaded.
+An ensemble has no instances; its state follows its composing models (Triton's rule,
+docs/triton-spec.md §3.5), and the state machine (model_states.py, `ensemble`) decides it each
+time a member changes, because the members can change without the ensemble being reloaded. The
+structural checks that need no other model run once at load (a bad graph is a load failure,
+like a bad config).
 """
 
 from __future__ import annotations
 
 from typing import TypeGuard
 
-from shared.config.ensemble_graph import check_members, graph_from_config, is_ensemble
-from shared.wire.records import ModelRecord, ModelState, ModelVersionState
+from shared.config.ensemble_graph import graph_from_config, is_ensemble
+from shared.wire.records import ModelRecord
 
 
 def record_is_ensemble(record: ModelRecord | None) -> TypeGuard[ModelRecord]:
@@ -22,53 +23,6 @@ def record_is_ensemble(record: ModelRecord | None) -> TypeGuard[ModelRecord]:
 
 def members_of(record: ModelRecord) -> list[str]:
     return graph_from_config(record.active_config).members
-
-
-def _member_ready(record: ModelRecord | None, version: int) -> bool:
-    if record is None or not record.hosted:
-        return False
-    if version == -1:
-        return record.any_version(ModelState.READY)
-    state = record.versions.get(str(version))
-    return state is not None and state.state == ModelState.READY
-
-
-def _member_loading(record: ModelRecord | None, available: bool) -> bool:
-    if record is None:
-        return available  # in the repository, not loaded yet: it is about to be
-    return not record.reason and record.any_version(ModelState.LOADING)
-
-
-def ensemble_state(record: ModelRecord, records: dict[str, ModelRecord], available: set[str]) -> ModelVersionState:
-    """The state of every version of an ensemble, derived from its members' records."""
-    name = record.name
-    graph = graph_from_config(record.active_config)
-    loading = False
-    for step in graph.steps:
-        member = records.get(step.model)
-        if _member_ready(member, step.version):
-            continue
-        if _member_loading(member, step.model in available):
-            loading = True
-            continue
-        if member is not None and member.reason:
-            return ModelVersionState(
-                ModelState.UNAVAILABLE, f"ensemble '{name}' depends on '{step.model}' which is not valid"
-            )
-        if step.version != -1 and member is not None and member.hosted:
-            return ModelVersionState(
-                ModelState.UNAVAILABLE,
-                f"ensemble '{name}' depends on '{step.model}' whose required version {step.version} is not loaded",
-            )
-        return ModelVersionState(
-            ModelState.UNAVAILABLE, f"ensemble '{name}' depends on '{step.model}' which has no loaded version"
-        )
-    if loading:
-        return ModelVersionState(ModelState.LOADING)
-    error = check_members(record.active_config, {m: records[m].active_config for m in graph.members})
-    if error:
-        return ModelVersionState(ModelState.UNAVAILABLE, error)
-    return ModelVersionState(ModelState.READY)
 
 
 def cycle(name: str, records: dict[str, ModelRecord], config: dict) -> str:
@@ -116,8 +70,3 @@ def member_namespaces(namespace: str, names: list[str], known: dict[str, list[st
         else:
             chosen.append(holding[0] if len(holding) == 1 else None)
     return chosen
-
-
-def not_connected(name: str, unresolved: list[str]) -> str:
-    """Triton's reason for an ensemble whose step models it cannot tell apart or find."""
-    return f"ensemble {name} contains models that are not available or ambiguous: {', '.join(unresolved)}"

@@ -122,27 +122,3 @@ def write_examples(root: Path) -> Path:
     write_model(root, "identity_fp32", identity_graph(TensorProto.FLOAT, 2, "identity_fp32"), IDENTITY_CONFIG)
     write_model(root, "mlp", mlp_graph(), MLP_CONFIG)
     return root
-
-
-def slow_graph(size: int = 768, seed: int = 0) -> onnx.GraphProto:
-    """FP32 [-1, 1] -> the same values, after a size x size matrix product that depends on the
-    input (so it cannot be folded away): a model that takes a while, for scheduling tests."""
-    rng = np.random.default_rng(seed)
-    weight = numpy_helper.from_array(rng.standard_normal((size, size)).astype(np.float32), "W")
-    zero = numpy_helper.from_array(np.zeros((1,), np.float32), "ZERO")
-    nodes = [
-        helper.make_node("ReduceSum", ["INPUT0"], ["S"], keepdims=0),
-        helper.make_node("Mul", ["W", "S"], ["WS"]),
-        helper.make_node("MatMul", ["WS", "W"], ["P"]),
-        helper.make_node("MatMul", ["P", "W"], ["Q"]),
-        helper.make_node("ReduceSum", ["Q"], ["T"], keepdims=0),
-        helper.make_node("Mul", ["T", "ZERO"], ["NOTHING"]),
-        helper.make_node("Add", ["INPUT0", "NOTHING"], ["OUTPUT0"]),
-    ]
-    return helper.make_graph(
-        nodes,
-        "slow",
-        [_io("INPUT0", TensorProto.FLOAT, ["batch", 1])],
-        [_io("OUTPUT0", TensorProto.FLOAT, ["batch", 1])],
-        initializer=[weight, zero],
-    )

@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
-from services.repository import ensembles, instance_groups, namespaces, overrides
+from services.repository import ensembles, instance_groups, model_states, namespaces, overrides
 from services.repository.autocomplete import AutoComplete
+from services.repository.generations import next_record
 from services.repository.index import index
 from services.repository.labels import LabelError, read_labels
-from services.repository.model_states import derive_state, next_record
 from services.repository.repositories import Repositories, Scan
 from services.repository.reruns import Reruns
 from services.repository.scan import ScannedModel, check_model_name, scan_model, signature
@@ -31,7 +31,7 @@ from shared.errors import ShoalError, internal, invalid
 from shared.process import cache_dirs
 from shared.process.settings import RepositorySettings
 from shared.wire.control import RepositoryIndex
-from shared.wire.records import UNLOADED, InstanceRecord, ModelFile, ModelRecord, ModelState, ModelVersionState
+from shared.wire.records import InstanceRecord, ModelFile, ModelRecord
 
 log = logging.getLogger("shoal.repository")
 
@@ -248,12 +248,8 @@ class ModelManager:
         if record is None or record.reason:
             return True
         if ensembles.record_is_ensemble(record):
-            return all(s.state != ModelState.LOADING for s in record.versions.values())
-        for version in record.hosted:
-            reports = self._reports(name, version)
-            if not reports or any(r.generation != record.generation or r.state == ModelState.LOADING for r in reports):
-                return False
-        return True
+            return model_states.settled(record.versions.values())
+        return all(model_states.reports_settled(self._reports(name, v), record.generation) for v in record.hosted)
 
     async def wait_loaded(self, name: str, generation: int, timeout: float) -> None:
         """Return once `generation` serves; raise with the backend's reason otherwise."""
@@ -275,9 +271,9 @@ class ModelManager:
         if record.generation != generation:  # reverted to the version still serving
             raise invalid(f"load failed for model '{name}': {self._failures.get(name, 'the new version failed')}\n")
         if ensembles.record_is_ensemble(record):
-            failed = [s.reason for s in record.versions.values() if s.state != ModelState.READY]
-            if failed:
-                raise invalid(f"load failed for model '{name}': {failed[0]}\n")
+            failed = model_states.first_failure(record.versions.values())
+            if failed is not None:
+                raise invalid(f"load failed for model '{name}': {failed}\n")
             return
         for version in record.hosted:
             reports = self._reports(name, version)
@@ -290,13 +286,11 @@ class ModelManager:
         record = self.records.get(name)
         if record is None or not record.hosted:
             return
-        for version in record.hosted:
-            record.versions[str(version)] = ModelVersionState(ModelState.UNLOADING)
+        record.versions.update(model_states.unloading(record.hosted))
         await self.publish(record)  # gateways stop routing new requests to it
         for version in record.hosted:
             await self.drain(name, version)  # queued and running requests finish first
-        for version in record.hosted:
-            record.versions[str(version)] = ModelVersionState(ModelState.UNAVAILABLE, UNLOADED)
+        record.versions.update(model_states.unloaded(record.hosted))
         record.hosted = []
         record.serving_config, record.serving_path, record.serving_files = {}, "", []
         record.files = []  # nothing hosted: the object store may let its files go
@@ -339,11 +333,10 @@ class ModelManager:
             return
         changed = False
         for version in record.hosted:
-            old = record.versions.get(str(version), ModelVersionState(ModelState.LOADING))
-            if old.state == ModelState.UNLOADING:
-                continue
-            reports = self._reports(name, version)
-            new = derive_state(reports, record.generation, old)
+            old = record.versions.get(str(version), model_states.LOADING)
+            new = model_states.follow(
+                old, model_states.from_reports(self._reports(name, version), record.generation, old)
+            )
             if new != old:
                 record.versions[str(version)] = new
                 changed = True
@@ -379,13 +372,12 @@ class ModelManager:
         changed, unresolved = False, list[str]()
         if self.repositories.namespacing:  # its steps find their models again (one may have gone, or come back)
             changed, unresolved = namespaces.reconnect(record, self.scan(), self.records)
-        new = ensembles.ensemble_state(record, self.records, set(self.available()))
+        derived = model_states.ensemble(record, self.records, set(self.available()))
         if unresolved:  # Triton's dependency graph: not connected
-            new = ModelVersionState(ModelState.UNAVAILABLE, ensembles.not_connected(record.name, unresolved))
+            derived = model_states.not_connected(record.name, unresolved)
         for version in record.hosted:
             old = record.versions.get(str(version))
-            if old is not None and old.state == ModelState.UNLOADING:
-                continue
+            new = model_states.follow(old, derived)
             if new != old:
                 record.versions[str(version)] = new
                 changed = True

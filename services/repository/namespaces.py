@@ -3,7 +3,7 @@
 Triton's dependency graph (core's `ConnectDependencyGraph`) connects an ensemble's step to the
 model of that name in the ensemble's own repository, else to the one model of that name in
 another; where none or several hold it, the ensemble is not connected (UNAVAILABLE, Triton's
-text in `ensembles.not_connected`). Without namespacing every namespace is '' and nothing here
+text in `model_states.not_connected`). Without namespacing every namespace is '' and nothing here
 changes a step.
 """
 

@@ -78,15 +78,15 @@ class FilePublisher:
         sent = 0
         for file, path in listed:
             sent += await file_store.put(self.nc, store, file.digest, path)
-        if sent:
-            log.info(
-                "model files of '%s': %d file(s), %.1f MiB uploaded (hashed in %.0f ms, sent in %.0f ms)",
-                model_dir.name,
-                len(listed),
-                sent / (1 << 20),
-                (hashed - started) * 1000,
-                (time.perf_counter() - hashed) * 1000,
-            )
+        # logged when nothing was new too: the record that names them is written next (benchmarks wait for it)
+        log.info(
+            "model files of '%s': %d file(s), %.1f MiB uploaded (hashed in %.0f ms, sent in %.0f ms)",
+            model_dir.name,
+            len(listed),
+            sent / (1 << 20),
+            (hashed - started) * 1000,
+            (time.perf_counter() - hashed) * 1000,
+        )
         return [file for file, _ in listed]
 
     def _hash_all(self, model_dir: Path, versions: list[int]) -> list[tuple[ModelFile, Path]]:

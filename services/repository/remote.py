@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from shared.process import cache_dirs
+
 log = logging.getLogger("shoal.repository")
 
 # scheme -> (fsspec protocol, the extra that brings its implementation)
@@ -89,8 +91,9 @@ class RemoteRepository:
     def __init__(self, url: str, mirrors: Path) -> None:
         self.url = url
         self.fs, self.prefix = filesystem(url)
-        self.mirror = mirrors / hashlib.sha256(url.encode()).hexdigest()[:16]
-        self.mirror.mkdir(parents=True, exist_ok=True)
+        # the repository's models, code included: this user's only (docs/security.md)
+        self.mirror = cache_dirs.private_dir(mirrors) / hashlib.sha256(url.encode()).hexdigest()[:16]
+        self.mirror.mkdir(mode=0o700, exist_ok=True)
         self._lock = threading.Lock()  # syncs run on threads: one at a time
 
     def sync(self, model: str | None = None) -> int:

@@ -13,14 +13,17 @@ from __future__ import annotations
 import msgspec
 from nats.aio.client import Client as NATS
 
+from services.scheduler.batching.worker_channels import WorkerChannels
 from services.scheduler.service import SchedulerService
 from shared.process.settings import SchedulerSettings
 from shared.wire.messages import InstanceFree
 
 
 class CoHosted:
-    def __init__(self, settings: SchedulerSettings, nc: NATS, inbox: str) -> None:
-        self._service = SchedulerService(settings, nc, local_inbox=inbox)
+    def __init__(
+        self, settings: SchedulerSettings, nc: NATS, inbox: str, channels: WorkerChannels | None = None
+    ) -> None:
+        self._service = SchedulerService(settings, nc, local_inbox=inbox, channels=channels)
 
     async def start(self) -> None:
         await self._service.start()
@@ -36,3 +39,7 @@ class CoHosted:
 
     async def completed(self, free: InstanceFree) -> None:
         await self._service.completed(free)
+
+    def worker_suspect(self, worker: str) -> None:
+        """A worker's local channel closed (docs/design.md §9)."""
+        self._service.worker_suspect(worker)

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from services.scheduler.batching.discipline import Host
 from services.scheduler.batching.dynamic import DynamicBatcher
 from services.scheduler.batching.model_queue import Discipline
-from services.scheduler.records import Key
+from services.scheduler.scheduling_records import Key
 from services.scheduler.sequences.sequence_batcher import SequenceBatcher
 from shared.config.model_config import ModelSpec
 from shared.config.sequence_config import sequence_config

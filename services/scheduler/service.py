@@ -26,11 +26,12 @@ from services.scheduler.batching.flights import Flights
 from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.batching.pump import Pump
 from services.scheduler.batching.ratelimit import RateLimiter, parse_resources
+from services.scheduler.batching.worker_channels import WorkerChannels
 from services.scheduler.discipline_factory import DisciplineFactory
-from services.scheduler.ensembles.runner import EnsembleRunner
+from services.scheduler.ensembles.ensemble_runner import EnsembleRunner
 from services.scheduler.holdings import Holdings
-from services.scheduler.records import Key
 from services.scheduler.replicas.ownership import Ownership
+from services.scheduler.scheduling_records import Key
 from services.scheduler.sequences.sequence_batcher import sequence_batcher_of
 from services.scheduler.statistics.report import quantiles_asked, report
 from services.scheduler.tasks import Tasks
@@ -71,13 +72,17 @@ class SchedulerService:
     """The scheduler's parts on one NATS connection. `local_inbox`: co-hosted in the gateway with
     that inbox, whose requests come by function call (`cohosted.CoHosted`), not over the bus."""
 
-    def __init__(self, settings: SchedulerSettings, nc: NATS, local_inbox: str = "") -> None:
+    def __init__(
+        self, settings: SchedulerSettings, nc: NATS, local_inbox: str = "", channels: WorkerChannels | None = None
+    ) -> None:
         self.settings = settings
         self.nc = nc
         self.tasks = Tasks()
         limiter = RateLimiter(settings.rate_limit == "execution_count", parse_resources(settings.rate_limit_resource))
         self.flights, answers = Flights(), Answers(nc.publish)
-        self.pump = Pump(nc, limiter, self.tasks, self.flights, answers, DisciplineFactory(nc.publish), local_inbox)
+        self.pump = Pump(
+            nc, limiter, self.tasks, self.flights, answers, DisciplineFactory(nc.publish), local_inbox, channels
+        )
         self.credits = Credits(self.pump, self.flights, answers)
         self.holdings = Holdings(nc, self.flights, self.credits, self.tasks)  # batches lost with a connection
         self.liveness = WorkerLiveness(
@@ -139,8 +144,14 @@ class SchedulerService:
         await self.ownership.stop()
         await self.micro.stop()
         self.liveness.stop()
+        if self.pump.channels is not None:
+            self.pump.channels.close()
         await self.acknowledgements.stop()
         self.tasks.cancel_all()
+
+    def worker_suspect(self, worker: str) -> None:
+        """`worker`'s local channel closed: NATS is asked about it now (shared/bus/liveness.py)."""
+        self.tasks.spawn(self.liveness.check(worker))
 
     async def _watch_models(self) -> None:
         async for change in buckets.watch(self.nc, self.models_kv):

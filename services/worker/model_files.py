@@ -17,6 +17,13 @@ one host (and their python model processes):
 A blob is fetched under an exclusive lock of its own (`flock`): a second worker that needs it at the
 same time waits for the first and then finds it there. A reload, a version change or a second
 model naming the same file fetches only what is new.
+
+Nothing is loaded unchecked (docs/security.md, "Model files"): a fetched file's bytes must have the
+SHA-256 the record names, or the load fails (the object store's copy was replaced: nothing here
+can mend that); a cached blob is checked before each use (hashed once per process,
+verified_files.py), and one that changed on the host is thrown away and fetched again; a tree whose
+files are not exactly the record's, each matching, is built again. The cache is 0700, its files
+0400: only the worker's own user reads or changes them.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from pathlib import Path
 from nats.aio.client import Client as NATS
 from nats.js.object_store import ObjectStore
 
+from services.worker import verified_files
 from shared.bus import file_store
 from shared.process import cache_dirs
 from shared.wire.records import ModelFile, ModelRecord
@@ -62,31 +70,36 @@ class ModelFiles:
     def __init__(self, nc: NATS, cache_dir: str = "") -> None:
         self.nc = nc
         self.root = Path(cache_dir) if cache_dir else cache_dirs.model_files()
+        self.verified = verified_files.Verified()
         self._store: ObjectStore | None = None
         self._locks: dict[str, asyncio.Lock] = {}  # in this process: one fetch per blob or tree
 
     async def directory(self, record: ModelRecord) -> Fetched:
         """The directory to load `record`'s generation from: the repository's path when the record
-        lists no files (`--model-files=path`), else this host's copy of the files it lists."""
+        lists no files (`--model-files=path`), else this host's copy of the files it lists, each
+        checked against its digest."""
         if not record.files:
             return Fetched(Path(record.path))
         started = time.perf_counter()
         tree = self.root / "trees" / tree_digest(record.files)
         async with self._lock(tree.name):
-            if tree.is_dir():
-                return Fetched(tree)
+            try:
+                await asyncio.to_thread(cache_dirs.private_dir, self.root)
+            except cache_dirs.NotPrivate as exc:
+                raise file_store.FetchError(f"model '{record.name}': the model file cache {exc}") from None
             fetched = 0
-            for file in record.files:
+            for file in await asyncio.to_thread(self._unverified, record.files):
                 fetched += await self._blob(file, record.name)
-            await asyncio.to_thread(self._build, tree, record.files)
+            await asyncio.to_thread(self._ensure_tree, tree, record)
         seconds = time.perf_counter() - started
-        log.info(
-            "model '%s': %d file(s), %.1f MiB fetched in %.0f ms",
-            record.name,
-            len(record.files),
-            fetched / (1 << 20),
-            seconds * 1000,
-        )
+        if fetched:
+            log.info(
+                "model '%s': %d file(s), %.1f MiB fetched in %.0f ms",
+                record.name,
+                len(record.files),
+                fetched / (1 << 20),
+                seconds * 1000,
+            )
         return Fetched(tree, fetched, seconds)
 
     def _lock(self, key: str) -> asyncio.Lock:
@@ -97,39 +110,69 @@ class ModelFiles:
             self._store = await file_store.open_store(self.nc)
         return self._store
 
+    def _unverified(self, files: list[ModelFile]) -> list[ModelFile]:
+        """The files whose blob is not here, or not what the record says (blocking: may hash)."""
+        distinct = {f.digest: f for f in files}.values()
+        return [f for f in distinct if not self.verified.check(self.root / "blobs" / f.digest, f.digest, f.size)]
+
     async def _blob(self, file: ModelFile, model: str) -> int:
-        """The file in the cache (fetched if it is not); the bytes fetched."""
+        """The file in the cache, fetched unless another worker of the host just did; the bytes fetched."""
         blob = self.root / "blobs" / file.digest
-        if _whole(blob, file.size):
-            return 0
         async with self._lock(file.digest), self._host_lock(file.digest):
-            if _whole(blob, file.size):  # another worker of this host fetched it meanwhile
-                return 0
+            if await asyncio.to_thread(self.verified.check, blob, file.digest, file.size):
+                return 0  # another worker of this host fetched it meanwhile
+            if os.path.lexists(blob):
+                log.warning(
+                    "model '%s', file '%s': this host's cached copy does not match its SHA-256 (sha256:%s): "
+                    "fetching it again",
+                    model,
+                    file.path,
+                    file.digest,
+                )
+                blob.unlink()
             partial = file_store.Partial(self.root / "partial" / file.digest)
-            partial.path.parent.mkdir(parents=True, exist_ok=True)
+            partial.path.parent.mkdir(mode=0o700, exist_ok=True)
             try:
-                fetched = await file_store.fetch(self.nc, await self.store(), file.digest, partial)
+                fetched = await file_store.fetch(self.nc, await self.store(), file.digest, partial, size=file.size)
             except file_store.FetchError as exc:
                 raise file_store.FetchError(f"model '{model}', file '{file.path}': {exc}") from None
-            os.chmod(partial.path, 0o444)
-            blob.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(partial.path, 0o400)
+            blob.parent.mkdir(mode=0o700, exist_ok=True)
             os.replace(partial.path, blob)
+            self.verified.remember(blob, file.digest)  # its bytes were hashed as they came
             return fetched
 
     @contextlib.asynccontextmanager
     async def _host_lock(self, digest: str) -> AsyncIterator[None]:
         """Exclusive among the processes of this host that share the cache (the wait off the loop)."""
         locks = self.root / "locks"
-        locks.mkdir(parents=True, exist_ok=True)
-        fd = os.open(locks / digest, os.O_CREAT | os.O_RDWR, 0o644)
+        locks.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(locks / digest, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         try:
             await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)  # releases the lock
 
+    def _ensure_tree(self, tree: Path, record: ModelRecord) -> None:
+        """`tree` holding exactly the record's files, each matching its digest: as found, or built
+        again (blocking; the blobs are checked already)."""
+        problem = ""
+        for _ in range(2):
+            if not tree.is_dir() or tree.is_symlink():
+                _discard(tree)
+                self._build(tree, record.files)
+            problem = verified_files.tree_problem(tree, record.files, self.verified)
+            if not problem:
+                return
+            log.warning(
+                "model '%s': its directory in this host's cache changed (%s): building it again", record.name, problem
+            )
+            _discard(tree)
+        raise file_store.FetchError(f"model '{record.name}': its directory in this host's cache: {problem}")
+
     def _build(self, tree: Path, files: list[ModelFile]) -> None:
-        tree.parent.mkdir(parents=True, exist_ok=True)
+        tree.parent.mkdir(mode=0o700, exist_ok=True)
         building = Path(tempfile.mkdtemp(prefix=f".{tree.name}-", dir=tree.parent))
         try:
             for file in files:
@@ -138,6 +181,8 @@ class ModelFiles:
                 target = building / file.path
                 target.parent.mkdir(parents=True, exist_ok=True)
                 file_store.link_or_copy(self.root / "blobs" / file.digest, target)
+                # a link changes the blob's change time, not its bytes (checked a moment ago)
+                self.verified.remember(target, file.digest)
             try:
                 os.rename(building, tree)
             except OSError:  # another process of this host built it first
@@ -148,8 +193,14 @@ class ModelFiles:
                 shutil.rmtree(building, ignore_errors=True)
 
 
-def _whole(blob: Path, size: int) -> bool:
-    try:
-        return blob.stat().st_size == size
-    except OSError:
-        return False
+def _discard(tree: Path) -> None:
+    """Take a model directory out of the cache: renamed away first, so that it is never seen half
+    removed, and a process still reading from it keeps what it opened."""
+    if not os.path.lexists(tree):
+        return
+    if tree.is_symlink() or not tree.is_dir():
+        tree.unlink()
+        return
+    gone = Path(tempfile.mkdtemp(prefix=f".gone-{tree.name}-", dir=tree.parent))
+    os.rename(tree, gone / tree.name)
+    shutil.rmtree(gone, ignore_errors=True)

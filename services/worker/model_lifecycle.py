@@ -22,6 +22,7 @@ from nats.aio.client import Client as NATS
 
 from services.worker import backends
 from services.worker.backends import Placement
+from services.worker.background_tasks import BackgroundTasks
 from services.worker.batches.instance_thread import InstanceThread
 from services.worker.batches.instances import Instance, LoadedModel
 from services.worker.gpus import available_gpus
@@ -29,7 +30,7 @@ from services.worker.loading import BoundedLoader
 from services.worker.model_files import ModelFiles
 from services.worker.placement import group_size, plan_instances
 from services.worker.python.hosting.callables import InProcessModels, in_process
-from services.worker.python.processes import execution_environments as environments
+from services.worker.python.processes import execution_environments
 from services.worker.python.processes.child_reports import ChildReports
 from services.worker.python.processes.isolation import ModelProcesses, isolated
 from services.worker.sequences.state import StateStore
@@ -72,7 +73,7 @@ class ModelLifecycle:
         self.models: dict[Key, LoadedModel] = {}
         self._attempted: dict[Key, int] = {}  # generation last loaded or tried
         self._records: dict[str, ModelRecord] = {}
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = BackgroundTasks()
         self.processes = ModelProcesses(settings, worker_id, self._child_crashed)
         self.loader = BoundedLoader(settings.model_load_thread_count)
         self.files = ModelFiles(nc, settings.model_cache_dir)  # --model-files=store: fetched from NATS
@@ -83,22 +84,15 @@ class ModelLifecycle:
         self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
         self.child_reports = ChildReports(self.instances_kv, self.worker_id)
         self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET)
-        self._spawn(self._watch())
+        self._tasks.spawn(self._watch())
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel_all()
         self.loader.shutdown()
         await self.processes.stop_all()  # first: a child exiting now is not a crash to restart
         for key in list(self.models):  # one collection at the end: hundreds of models must stop quickly
             await self.unload(key, collect=False)
         gc.collect()
-
-    def _spawn(self, coro) -> asyncio.Task:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     async def report_all(self) -> None:
         """Report every hosted version again (the repository lost our reports, e.g. after a pause)."""
@@ -179,7 +173,7 @@ class ModelLifecycle:
         return not self.settings.models or any(fnmatch.fnmatchcase(name, p) for p in self.settings.models)
 
     async def apply(self, name: str, record: ModelRecord | None) -> None:
-        # an ensemble has no instances: the scheduler runs it (services/scheduler/ensembles/runner.py)
+        # an ensemble has no instances: the scheduler runs it (services/scheduler/ensembles/ensemble_runner.py)
         hosted = record
         if (
             record is None
@@ -195,10 +189,11 @@ class ModelLifecycle:
             # directory on this host (fetched from NATS: model_files.py), which its process loads from too
             try:
                 model_dir = str((await self.files.directory(hosted)).path)
+                environ = await asyncio.to_thread(execution_environments.process_environ, hosted.config, model_dir)
             except (file_store.FetchError, OSError, ValueError) as exc:  # its process reports the failure
+                # nothing unpacked from files that were not checked (docs/security.md, "Model files")
                 log.error("the files of '%s' could not be had: %s", name, exc)
-                model_dir = hosted.path
-            environ = await asyncio.to_thread(environments.process_environ, hosted.config, model_dir)
+                environ = {}
             if self.processes.environ_changed(name, environ):
                 await self.processes.stop(name)
             # worker processes of its own host it: one per instance, or one for the whole model
@@ -206,7 +201,7 @@ class ModelLifecycle:
                 await self.child_reports.forget(name, hosted.hosted)
             hosted = None
         elif self.processes.hosts(name):
-            self._spawn(self.processes.stop(name))  # up to its stop timeout: other models go on meanwhile
+            self._tasks.spawn(self.processes.stop(name))  # up to its stop timeout: other models go on meanwhile
             await self.child_reports.forget(name, [])
         wanted = set(hosted.hosted) if hosted is not None else set()
         for key in [k for k in self._attempted if k[0] == name and k[1] not in wanted]:
@@ -233,7 +228,7 @@ class ModelLifecycle:
             if self._attempted.get(key) == record.generation:
                 continue  # loaded, loading, or failed at this generation: a state change, not a reload
             self._attempted[key] = record.generation
-            self._spawn(self._load(record, version))
+            self._tasks.spawn(self._load(record, version))
 
     async def _load(self, record: ModelRecord, version: int) -> None:
         key = (record.name, version)

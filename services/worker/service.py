@@ -14,27 +14,28 @@ import gc
 import logging
 import time
 import uuid
-from collections.abc import Coroutine
-from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from services.worker.background_tasks import BackgroundTasks
 from services.worker.batches.batch_executor import BatchExecutor
 from services.worker.batches.completions import Completions
 from services.worker.batches.decoupled_streams import Cancellations, DecoupledSenders
 from services.worker.batches.instances import Instance, LoadedModel
 from services.worker.batches.response_outputs import Outputs
+from services.worker.channel_listener import ChannelListener
 from services.worker.heartbeat import HeartbeatThread, LoopHeartbeat
 from services.worker.model_lifecycle import ModelLifecycle
 from services.worker.python.hosting.bls import BlsRuntime
 from services.worker.python.hosting.callables import InProcessModels
-from services.worker.python.processes.child_startup import die_with_parent
 from services.worker.python.triton_api import pb_utils
 from shared.bus import connection, discovery, hot_path
+from shared.bus.local_channel import Channel
 from shared.bus.tensor_store import TensorStore
 from shared.memory import footprint
+from shared.process import lifeline
 from shared.process.runtime import serve_until
 from shared.process.settings import WorkerSettings
 from shared.tracing import spans
@@ -72,14 +73,27 @@ class WorkerService:
         self.lifecycle = ModelLifecycle(
             self.id, settings, nc, on_ready=self._grant_idle, on_retired=self._revoke, local=local
         )
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = BackgroundTasks()
         self._loop = asyncio.get_running_loop()
         self.cancellations = Cancellations()
         outputs = Outputs(self.store)
         self.decoupled = DecoupledSenders(nc, outputs.streamed, self.cancellations)
         self.completions = Completions(nc, self.id)
+        # batches from the gateways of this host without nats-server (docs/design.md §9)
+        self.channels = (
+            ChannelListener(self.store.host, self._batch_arrived)
+            if settings.local_channel and settings.tensor_transport != "bus"
+            else None
+        )
         self.batches = BatchExecutor(
-            self.id, nc, self.store, outputs, self.cancellations, self.decoupled, self.completions
+            self.id,
+            nc,
+            self.store,
+            outputs,
+            self.cancellations,
+            self.decoupled,
+            self.completions,
+            self.channels.advertisement if self.channels is not None else "",
         )
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
@@ -99,7 +113,9 @@ class WorkerService:
         await self.store.start()
         await self.bls.start()
         await self.completions.start()
-        self._spawn(self.decoupled.run())
+        if self.channels is not None:
+            await self.channels.start()
+        self._tasks.spawn(self.decoupled.run())
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
         await hot_path.subscribe_now(self.nc, self.subject, self._on_batch)
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
@@ -110,12 +126,12 @@ class WorkerService:
         await self.nc.subscribe(subjects.worker_alive(self.id), cb=self._on_alive)
         await self.nc.subscribe(subjects.HOLDINGS_ASK, cb=self._on_holdings_asked)
         # batches sent to us while our connection was down are lost: schedulers learn which we hold
-        connection.on_connection(self.nc, lambda: None, lambda: self._spawn(self._say_holdings()))
+        connection.on_connection(self.nc, lambda: None, lambda: self._tasks.spawn(self._say_holdings()))
         await self.nc.subscribe(subjects.worker_sequence(self.id), cb=self._on_sequence_ended)
         await self.lifecycle.start()
         self.lifecycle.loader.on_idle = self.beats.beat_now  # "no longer loading" must not wait a beat
         self.beats.start()
-        self._spawn(self._tick())
+        self._tasks.spawn(self._tick())
         self.micro = await discovery.register(self.nc, "worker", self.id, self.status, shm_host=self.store.host)
         # the objects made by imports and start-up live as long as the process: out of the
         # collector's sight, the full collection each unload runs (model_lifecycle.py) costs ~0 ms instead
@@ -154,17 +170,12 @@ class WorkerService:
     async def stop(self) -> None:
         self.beats.stop()
         await self.micro.stop()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel_all()
         await self.lifecycle.stop()
+        if self.channels is not None:
+            await self.channels.stop()
         await self.bls.stop()
         await self.store.close()
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     # -- credits ----------------------------------------------------------------
     async def _grant_idle(self, loaded: LoadedModel) -> None:
@@ -181,6 +192,7 @@ class WorkerService:
                         instance.index,
                         self.subject,
                         credit=credit,
+                        local=self.batches.local,
                         generation=loaded.generation,
                     )
                     await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
@@ -251,7 +263,7 @@ class WorkerService:
                 await self.nc.publish(subjects.WORKER_METRICS, encode(WorkerMetrics(self.id, families)))
             self.decoupled.expire()
             if self._readiness is None or self._readiness.done():
-                self._readiness = self._spawn(self.lifecycle.check_readiness())
+                self._readiness = self._tasks.spawn(self.lifecycle.check_readiness())
             await asyncio.sleep(interval)
 
     async def _on_cancel(self, msg: Msg) -> None:
@@ -262,37 +274,45 @@ class WorkerService:
 
     # -- batches ----------------------------------------------------------------
     def _on_batch(self, msg: Msg) -> None:
-        batch = connection.decode(_batch_decoder, msg, log)
-        if batch is None:
+        self._batch_arrived(msg.data, None)
+
+    def _batch_arrived(self, data: bytes, channel: Channel | None) -> None:
+        """A batch, over NATS or a local channel (`channel`: its completion goes back there)."""
+        try:
+            batch = _batch_decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            log.error("undecodable batch: %s", exc)
             return
         loaded = self.lifecycle.models.get((batch.model, batch.version))
         if loaded is None or not loaded.instances:
             message = f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}"
-            self._spawn(self.batches.fail(batch, message))
+            self._tasks.spawn(self.batches.fail(batch, message, channel))
             return
         if batch.generation != loaded.generation:
             # sent on a credit of a generation retired meanwhile: run it on the current one,
             # outside its credits (the instance's thread still runs one batch at a time)
             instance = loaded.instances[batch.instance % len(loaded.instances)]
             instance.uncredited += 1
-            self._run_batch(loaded, instance, batch, holds_credit=False)
+            self._run_batch(loaded, instance, batch, False, channel)
             return
         instance = loaded.instances[batch.instance]
         if batch.credit not in instance.idle:  # a duplicate credit: run it, but it returns no credit
             instance.uncredited += 1
-            self._run_batch(loaded, instance, batch, holds_credit=False)
+            self._run_batch(loaded, instance, batch, False, channel)
             return
         instance.idle.discard(batch.credit)
-        self._run_batch(loaded, instance, batch, holds_credit=True)
+        self._run_batch(loaded, instance, batch, True, channel)
 
-    def _run_batch(self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool) -> None:
-        waits = self.batches.start(loaded, instance, batch, holds_credit)
+    def _run_batch(
+        self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool, channel: Channel | None
+    ) -> None:
+        waits = self.batches.start(loaded, instance, batch, holds_credit, channel)
         if waits is not None:
-            self._spawn(waits)
+            self._tasks.spawn(waits)
 
 
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
-    die_with_parent(settings.parent_pid)
+    lifeline.die_with(settings.parent_pid)
     spans.install(spans.from_config(settings.trace_config), "worker", settings.worker_id)
     nc = await connection.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}")
     try:

@@ -21,7 +21,7 @@ T_co = TypeVar("T_co", covariant=True)
 
 class Decoder(Protocol[T_co]):
     """What `decode` needs of a msgspec decoder. Not `msgspec.msgpack.Decoder[T]` itself: the
-    compiled build's type check sees no third-party package (shoal/build.py), so that parameter
+    compiled build's type check sees no third-party package (shoal/compiled_modules.py), so that parameter
     would be Any, T unsolved, and mypyc would take the result for None and refuse every message."""
 
     def decode(self, buf: bytes, /) -> T_co: ...

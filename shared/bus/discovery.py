@@ -22,7 +22,7 @@ VERSION = "0.1.0"
 
 
 def status_subject(service: str, instance_id: str) -> str:
-    return f"shoal.status.{service}.{instance_id}"
+    return f"shoal.topology.{service}.{instance_id}"
 
 
 async def register(nc: NATS, service: str, instance_id: str, status: Callable[[], Status], **metadata: str) -> Service:

@@ -338,25 +338,31 @@ class Dispatcher:
         if msg.headers and msg.headers.get("Status") == "503":  # NATS: no subscriber got them
             self._no_scheduler(self._groups.pop(token, [token]))
             return
-        free = None
+        if token == "done":
+            await self.batch_done(msg.data)
+            return
         try:
             if token == "batch":
                 responses = _batch_decoder.decode(msg.data).responses
-            elif token == "done":
-                done = _done_decoder.decode(msg.data)
-                responses, free = done.responses, done.free
             else:
                 responses = [_response_decoder.decode(msg.data)]
         except msgspec.DecodeError as exc:
             log.error("undecodable response on %s: %s", msg.subject, exc)
             return
         await self._resolve(responses)
-        if free is None:
+
+    async def batch_done(self, data: bytes) -> None:
+        """A `BatchDone` for the co-hosted scheduler: from the inbox, or a worker's local channel."""
+        try:
+            done = _done_decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            log.error("undecodable batch completion: %s", exc)
             return
+        await self._resolve(done.responses)
         if self.local is not None:  # the answers first, then the credit
-            await self.local.completed(free)
+            await self.local.completed(done.free)
         else:  # sent to this inbox's previous process, which co-hosted a scheduler: every scheduler gets it
-            await self.nc.publish(subjects.INSTANCE_FREE, encode(free))
+            await self.nc.publish(subjects.INSTANCE_FREE, encode(done.free))
 
     def _no_scheduler(self, rids: list[str]) -> None:
         """Nobody received these: send each again after a pause (a replica may be claiming the

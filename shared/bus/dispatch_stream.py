@@ -1,7 +1,7 @@
 """A streamed request's responses as an async generator (`Dispatcher.stream`).
 
 It lives apart from `dispatch.py` because mypyc compiles no async generator and `dispatch.py`
-is compiled (shoal/build.py)."""
+is compiled (shoal/compiled_modules.py)."""
 
 from __future__ import annotations
 

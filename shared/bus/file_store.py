@@ -9,7 +9,9 @@ are the messages on its chunk subject, in stream order.
 A fetch writes the chunks to a file as they arrive and remembers the stream sequence of the last
 one: a fetch cut short (the connection dropped, the node serving it died) goes on from the next
 chunk, on a new consumer, up to `FETCH_ATTEMPTS` times; what is already on disk is not fetched
-again, in this process or the next (`Partial`). The digest is checked at the end.
+again, in this process or the next (`Partial`). The digest is checked at the end: the object's
+name is the SHA-256 the repository published, and bytes that do not have it (an object replaced
+behind the repository's back, docs/security.md "Model files") are refused and not kept.
 """
 
 from __future__ import annotations
@@ -170,14 +172,26 @@ class _Progress:
     received: int = 0  # bytes that came over the bus (a chunk sent again after a cut counts twice)
 
 
-async def fetch(nc: NATS, store: ObjectStore, digest: str, partial: Partial, progress: Progress | None = None) -> int:
-    """Fetch the file `digest` into `partial.path`, going on from what an earlier fetch left there;
-    its digest checked. Returns the bytes that came over the bus for it now. FetchError when it
-    cannot be had."""
+async def fetch(
+    nc: NATS,
+    store: ObjectStore,
+    digest: str,
+    partial: Partial,
+    progress: Progress | None = None,
+    size: int | None = None,
+) -> int:
+    """Fetch the file `digest` (of `size` bytes, when known) into `partial.path`, going on from what
+    an earlier fetch left there; its digest checked. Returns the bytes that came over the bus for it
+    now. FetchError when it cannot be had or is not what was published."""
     info = await stored(store, digest)
     if info is None:
         raise FetchError(f"file sha256:{digest} is not in the object store '{subjects.MODEL_FILES_BUCKET}'")
     total, nuid = int(info.size or 0), str(info.nuid)
+    if size is not None and total != size:  # refused before a byte of it comes
+        raise FetchError(
+            f"the object store's copy of file sha256:{digest} has {total} bytes, not the {size} the repository "
+            "published: refused"
+        )
     size, sequence = partial.resume_point(nuid)
     hasher = hashlib.sha256()
     if size:  # the bytes already here count towards the digest
@@ -210,7 +224,8 @@ async def fetch(nc: NATS, store: ObjectStore, digest: str, partial: Partial, pro
     if hasher.hexdigest() != digest or state.size != total:
         partial.clear()
         raise FetchError(
-            f"file sha256:{digest}: the bytes fetched have digest {hasher.hexdigest()} ({state.size} bytes)"
+            f"the object store's copy of file sha256:{digest} does not match the SHA-256 the repository published "
+            f"(its bytes have sha256:{hasher.hexdigest()}): refused"
         )
     partial.marker.unlink(missing_ok=True)
     return state.received
@@ -281,8 +296,10 @@ def _written(state: _Progress, partial: Partial, nuid: str, total: int, progress
 
 
 def link_or_copy(source: Path, target: Path) -> None:
-    """`target` as a hard link to `source` (the cache's file: no second copy), else a copy."""
+    """`target` as a hard link to `source` (the cache's file: no second copy), else a copy, readable
+    by its owner only (the cache's files are: docs/security.md)."""
     try:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
+        os.chmod(target, 0o400)

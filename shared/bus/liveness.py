@@ -65,6 +65,7 @@ INCARNATION = 7  # a worker process's id on the bus: the id it was started with,
 PATIENT_TIMEOUT_S = 60.0  # a worker loading, or one NATS still holds: slow to beat, not dead
 PROBE_S = 0.5  # how often each worker's connection is asked after
 PROBE_TIMEOUT_S = 1.0
+CHECK_TRIES = 5  # `check`: asked this often, PROBE_S / 5 apart, while NATS cannot say
 
 
 def overdue(seen: dict[str, float], loading: set[str], now: float, timeout_s: float) -> list[str]:
@@ -251,6 +252,23 @@ class WorkerLiveness:
                     log.warning("worker %s has no connection to NATS any more; dropping it", worker)
                     self.found_by_nats += 1
                     await self._drop(worker)
+
+    async def check(self, worker: str) -> None:
+        """A sign that `worker` may be gone (its local channel closed, docs/design.md §9): NATS is
+        asked now instead of at the next probe, a few times while it cannot say (the server may
+        not have seen the worker's connection close yet)."""
+        for _ in range(CHECK_TRIES):
+            if worker not in self.seen:
+                return
+            connected = await self._connected(worker)
+            if connected:
+                return
+            if connected is False:
+                log.warning("worker %s closed its local channel and has no connection to NATS; dropping it", worker)
+                self.found_by_nats += 1
+                await self._drop(worker)
+                return
+            await asyncio.sleep(PROBE_S / 5)
 
     async def _connected(self, worker: str) -> bool | None:
         """True: it answered; False: NATS knows no such subscriber; None: unknown (no answer in

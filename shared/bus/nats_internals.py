@@ -21,7 +21,7 @@ from nats.aio.subscription import Subscription
 from nats.aio.transport import Transport
 from nats.js.kv import KeyValue
 
-from shared import fences
+from shared import private_internals
 from shared.bus import eager
 
 ErrorCallback = Callable[[Exception], Awaitable[None]]
@@ -48,7 +48,7 @@ RELIED_ON: dict[type, tuple[str, ...]] = {
     KeyValue.KeyWatcher: ("_sub",),  # its JetStream subscription (consumer_info)
 }
 # code of nats-py's that must still do what this module expects of it: (function, text it contains)
-BEHAVIOUR: tuple[fences.Behaviour, ...] = (
+BEHAVIOUR: tuple[private_internals.Behaviour, ...] = (
     (NATS._process_msg, "sub._pending_queue.put_nowait(msg)"),
     (NATS._process_msg, "sub._pending_size += payload_size"),
     (NATS._flush_pending, "force_flush"),
@@ -57,7 +57,7 @@ BEHAVIOUR: tuple[fences.Behaviour, ...] = (
 
 def missing() -> list[str]:
     """What the installed nats-py lacks of `RELIED_ON` and `BEHAVIOUR`, by name: [] when nothing."""
-    return fences.missing(RELIED_ON, BEHAVIOUR)
+    return private_internals.missing(RELIED_ON, BEHAVIOUR)
 
 
 # -- subscriptions: the callback runs as its message is read ------------------------------------

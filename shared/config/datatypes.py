@@ -34,10 +34,6 @@ def config_to_protocol(config_type: str) -> str:
     return "BYTES" if name == "STRING" else name
 
 
-def protocol_to_config(datatype: str) -> str:
-    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
-
-
 def numpy_dtype(datatype: str) -> np.dtype:
     try:
         return _NUMPY[datatype]

@@ -3,8 +3,10 @@ the regions clients register (Triton's shared-memory extension), mapped, written
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
+import stat
 import uuid
 
 import posix_ipc
@@ -13,6 +15,8 @@ from shared.errors import Code, ShoalError
 from shared.wire.messages import TensorRef
 
 _HOST_FILE = "/dev/shm/shoal-host-id"
+
+log = logging.getLogger(__name__)
 
 
 def region_too_small(name: str, region: TensorRef, nbytes: int) -> ShoalError:
@@ -29,17 +33,51 @@ def segment_prefix() -> str:
     return f"shoal_{os.environ.get('SHOAL_RUN_ID', 'x')}_"
 
 
+def host_file() -> str:
+    """This user's host id: one per user, so that another user's Shoal on the host neither reads
+    nor decides it (docs/security.md, "Shared memory")."""
+    return f"{_HOST_FILE}-{os.geteuid()}"
+
+
 def host_token() -> str:
-    """An id shared by every process that sees the same /dev/shm (same host or IPC namespace)."""
+    """An id shared by every process of this user that sees the same /dev/shm (same host or IPC
+    namespace). Written once, whole (a link to a finished file), 0600; one that another user made
+    or may change is not trusted: this process then shares memory with no other (a token of its own)."""
+    path = host_file()
     try:
-        with open(_HOST_FILE, "x") as f:
-            f.write(uuid.uuid4().hex)
-    except FileExistsError:
-        pass
+        _publish_host_id(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO put there must not hang us
     except OSError:
         return f"no-shm-{uuid.uuid4().hex}"
-    with open(_HOST_FILE) as f:
-        return f.read().strip()
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            log.warning(
+                "%s is not this user's own (uid %d, mode %o): not sharing memory", path, info.st_uid, info.st_mode
+            )
+            return f"no-shm-{uuid.uuid4().hex}"
+        return os.read(fd, 64).decode(errors="replace").strip() or f"no-shm-{uuid.uuid4().hex}"
+    finally:
+        os.close(fd)
+
+
+def _publish_host_id(path: str) -> None:
+    """Create the host id file unless it is there: written under a name of its own, then linked
+    into place, so that no process reads it half written (a link never replaces a file)."""
+    if os.path.lexists(path):
+        return
+    draft = f"{path}.{uuid.uuid4().hex}"
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, uuid.uuid4().hex.encode())
+    finally:
+        os.close(fd)
+    try:
+        os.link(draft, path)
+    except FileExistsError:
+        pass  # another process of this host published it first
+    finally:
+        os.unlink(draft)
 
 
 def map_segment(name: str, offset: int, nbytes: int, writable: bool = False) -> memoryview:
@@ -70,7 +108,8 @@ def unlink_segment(name: str) -> None:
 def create_segment(payload: memoryview | bytes) -> str:
     name = f"/{segment_prefix()}{uuid.uuid4().hex}"
     view = memoryview(payload).cast("B")
-    segment = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, size=len(view))
+    # this user's only: another user of the host can neither map nor link it (mode set, not left to the umask)
+    segment = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=len(view))
     try:
         # reserve the pages now: a full /dev/shm must fail here (ENOSPC), not SIGBUS in the copy
         if len(view):

@@ -38,5 +38,23 @@ def python_environments() -> Path:
 
 
 def serve_records() -> Path:
-    """One record per running `shoal serve`, named by its HTTP port (shoal/status.py)."""
+    """One record per running `shoal serve`, named by its HTTP port (shoal/topology.py)."""
     return root() / "serve"
+
+
+class NotPrivate(OSError):
+    """A cache directory another user owns: what is in it could be anyone's (docs/security.md)."""
+
+
+def private_dir(path: Path) -> Path:
+    """`path` made (with its parents) or tightened to 0700, its own user's only: what Shoal caches
+    (model files, code it runs) is read by nobody else, and nobody else puts anything there. The
+    mode is set, not left to the umask (a umask of 022 gives every user read access). NotPrivate
+    when another user owns it."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    info = path.stat()
+    if info.st_uid != os.geteuid():
+        raise NotPrivate(f"{path} belongs to another user (uid {info.st_uid}), not to this one (uid {os.geteuid()})")
+    if info.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path

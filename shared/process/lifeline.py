@@ -42,11 +42,23 @@ def die_with_parent() -> Callable[[], None] | None:
     parent = os.getpid()
 
     def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died between fork and prctl
-            os._exit(1)
+        _arm(prctl, parent)
 
     return preexec
+
+
+def die_with(parent_pid: int) -> None:
+    """The same, from inside a child its parent started otherwise (a python model's process,
+    started by its worker or forked by the zygote): SIGKILL when `parent_pid` dies. 0: no parent."""
+    prctl = _prctl()
+    if parent_pid and prctl is not None:
+        _arm(prctl, parent_pid)
+
+
+def _arm(prctl: Callable[..., int], parent: int) -> None:
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shoal-spawner")

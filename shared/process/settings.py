@@ -100,6 +100,11 @@ class GatewaySettings(BusSettings):
         "auto", description="how larger tensors travel: shared memory on one host, the bus, or auto-detect"
     )
     strict_readiness: bool = Field(True, description="ready only while every model is ready (as tritonserver)")
+    local_channel: bool = Field(
+        True,
+        description="batches of the co-hosted scheduler reach the workers of this host, and their answers come "
+        "back, over a Unix socket instead of nats-server (docs/design.md §9); false: always over NATS",
+    )
     allow_client_shm: bool = Field(
         False, description="client shared memory (system and CUDA), off unless asked as in Triton"
     )
@@ -216,6 +221,11 @@ class WorkerSettings(BusSettings):
         json_schema_extra={"shown": "~/.cache/shoal/model-files"},
     )
     heartbeat_s: float = Field(1.0, description="seconds between the worker's heartbeats to the schedulers")
+    local_channel: bool = Field(
+        True,
+        description="take batches from gateways on this host over a Unix socket as well as over NATS "
+        "(docs/design.md §9); false: NATS only",
+    )
     models: list[str] = Field(
         default_factory=list, description="host only models matching these globs (none = every model)"
     )

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from shared.tracing import context
-from shared.tracing.settings import SERVICE_NAME, OtelSettings, endpoint
+from shared.tracing.trace_settings import SERVICE_NAME, OtelSettings, endpoint
 
 log = logging.getLogger("shoal.tracing")
 
@@ -150,6 +150,6 @@ def uninstall() -> None:
 
 def from_config(entries: Sequence[str]) -> OtelSettings | None:
     """The exporter's settings when `entries` (tritonserver's `--trace-config`) choose OpenTelemetry."""
-    from shared.tracing import settings
+    from shared.tracing import trace_settings
 
-    return settings.opentelemetry(entries) if settings.mode(entries) == "opentelemetry" else None
+    return trace_settings.opentelemetry(entries) if trace_settings.mode(entries) == "opentelemetry" else None

@@ -230,6 +230,8 @@ class InstanceFree(msgspec.Struct, omit_defaults=True):
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
     done: list[RequestDone] = []
+    # the worker's local channel, "<host token>|<socket path>" (docs/design.md §9); empty: NATS only
+    local: str = ""
 
 
 class WorkerHoldings(msgspec.Struct):

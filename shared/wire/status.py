@@ -1,5 +1,5 @@
 """What each service's NATS micro `status` endpoint answers (shared/bus/discovery.py), as JSON: what it
-is doing now. `shoal status` reads these; so can `nats req shoal.status.<service>.<id> ''`."""
+is doing now. `shoal status` reads these; so can `nats req shoal.topology.<service>.<id> ''`."""
 
 from __future__ import annotations
 

@@ -32,8 +32,8 @@ def main(argv: list[str]) -> int:
     if args.protocol != "http":
         print("shoal analyze: loads configurations over HTTP; measuring over gRPC is not supported", file=sys.stderr)
         return 2
-    from shoal.analyze.report import write_outputs
-    from shoal.analyze.runner import AnalyzeOptions, analyze
+    from shoal.analyze.analysis_report import write_outputs
+    from shoal.analyze.live_search import AnalyzeOptions, analyze
     from shoal.perf.run import run_loop
 
     def log(line: str) -> None:

@@ -60,8 +60,3 @@ def to_pbtxt(config: dict) -> str:
     """config.pbtxt text via Triton's ModelConfig message (the server's JSON uses its field names)."""
     message = json_format.ParseDict(config, model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
     return text_format.MessageToString(message)
-
-
-def parse_pbtxt(text: str) -> dict:
-    message = text_format.Parse(text, model_config_pb2.ModelConfig())
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)

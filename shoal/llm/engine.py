@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from shoal.llm.runtime import Entry, LlamaError, Sampler
+from shoal.llm.llama_c_api import Entry, LlamaError, Sampler
 from shoal.llm.text import Detokenizer
 
 log = logging.getLogger("shoal.llm")

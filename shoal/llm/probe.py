@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from shoal.llm.runtime import LlamaError
+from shoal.llm.llama_c_api import LlamaError
 
 VARIANTS = "libggml-cpu-*.so"
 
@@ -144,7 +144,7 @@ def choose(gguf: Path, folders: Sequence[Path], timeout: float = 180.0) -> Choic
 def _score(paths: list[str]) -> None:
     import ctypes
 
-    from shoal.llm.runtime import LlamaError, library_folder
+    from shoal.llm.llama_c_api import LlamaError, library_folder
 
     try:  # the backends need ggml's base library, which they find loaded (they carry no path to it)
         ctypes.CDLL(str(library_folder() / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
@@ -161,7 +161,7 @@ def _score(paths: list[str]) -> None:
 
 
 def _generate(gguf: Path, variant: Path | None) -> None:
-    from shoal.llm.runtime import ContextSettings, Entry, Library, LlamaModel
+    from shoal.llm.llama_c_api import ContextSettings, Entry, Library, LlamaModel
 
     library = Library.start(variant)
     model = LlamaModel(gguf, ContextSettings(n_ctx=512, max_sequences=2, n_batch=64), library)

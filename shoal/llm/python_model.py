@@ -36,7 +36,7 @@ import numpy as np
 
 from shoal.llm import probe
 from shoal.llm.engine import Engine, Job, Limits
-from shoal.llm.runtime import ContextSettings, Library, LlamaModel, library_folder
+from shoal.llm.llama_c_api import ContextSettings, Library, LlamaModel, library_folder
 from shoal.llm.text import render_chat
 
 log = logging.getLogger("shoal.llm")

@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
             shared_memory=args.shared_memory,
             output_shm_size=args.output_shared_memory_size,
         )
-        from shoal.perf.report import run_and_report
+        from shoal.perf.perf_report import run_and_report
 
         return run_and_report(options, args.csv, args.plot)
     except PerfError as exc:

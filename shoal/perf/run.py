@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from shoal.perf.engine import Engine, OnWindow
 from shoal.perf.inputs import build_steps
+from shoal.perf.load_generator import Engine, OnWindow
 from shoal.perf.measure import LevelResult
 from shoal.perf.options import PerfOptions
-from shoal.perf.shm import SystemShm
+from shoal.perf.shm_regions import SystemShm
 from shoal.perf.transport import open_transport
 
 T = TypeVar("T")

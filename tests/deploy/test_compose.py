@@ -31,7 +31,7 @@ import tritonclient.http as httpclient
 import urllib3
 import yaml
 
-from shoal import status
+from shoal import topology
 from tests.deploy.compose import Project, compose_command, compose_version, engine_refused, run
 from tests.serving import record_until, wait_until
 
@@ -154,7 +154,7 @@ def check_fault(results: list, what: str) -> None:
 
 def executions(project: Project) -> dict[str, int]:
     """Executions of `simple` per worker container (its hostname), from `shoal status`'s source."""
-    services = asyncio.run(status.collect(project.nats_url, wait=0.5))
+    services = asyncio.run(topology.collect(project.nats_url, wait=0.5))
     found: dict[str, int] = {}
     for service in services:
         if service["name"] == "shoal-worker":

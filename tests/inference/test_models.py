@@ -17,7 +17,7 @@ from shared.errors import ShoalError, not_found
 from shared.wire import subjects
 from shared.wire.messages import encode
 from shared.wire.records import ModelRecord, model_key
-from tests.scheduler.ensembles.test_runner import MEMBER, record
+from tests.scheduler.ensembles.test_ensemble_runner import MEMBER, record
 
 
 async def test_a_view_behind_the_bucket_catches_up_before_it_says_no_such_model(nats_server):

@@ -19,7 +19,7 @@ from onnx import TensorProto
 
 from services.repository import examples
 from services.worker.gpus import available_gpus
-from shoal.status import collect
+from shoal.topology import collect
 from tests.cluster import Running, identity_config, running_cluster
 
 try:  # torch is optional (the `torch` extra): without it the TorchScript models must fail clearly

@@ -25,7 +25,8 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
-from shoal import status
+from shared.memory import segments
+from shoal import topology
 from tests.cluster import identity_config
 from tests.hosts import HTTP_PORT, Host, Hosts, namespaces_refused, running_hosts
 from tests.serving import record_until, wait_until
@@ -45,7 +46,7 @@ def write_models(root: Path) -> None:
 
 def executions(hosts: Hosts) -> dict[str, int]:
     """Executions of `big` per host, from the workers' micro status (`shoal status`)."""
-    services = asyncio.run(status.collect(hosts.nats_url(hosts[1]), wait=0.3))
+    services = asyncio.run(topology.collect(hosts.nats_url(hosts[1]), wait=0.3))
     found: dict[str, int] = {}
     for service in services:
         if service["name"] == "shoal-worker":
@@ -127,9 +128,8 @@ def node_bytes(host: Host) -> int:
 def test_large_tensors_cross_hosts_as_bytes(hosts: Hosts) -> None:
     """Every worker is on another host than the gateway: each large input goes to it as bytes
     over the bus (the /dev/shm handle means nothing there) and comes back the same way."""
-    tokens = {
-        h.name: (h.shm_dir / "shoal-host-id").read_text() for h in hosts.hosts if (h.shm_dir / "shoal-host-id").exists()
-    }
+    name = Path(segments.host_file()).name
+    tokens = {h.name: (h.shm_dir / name).read_text() for h in hosts.hosts if (h.shm_dir / name).exists()}
     assert len(set(tokens.values())) == len(tokens) >= 2, tokens  # each host has its own shared memory
     rng = np.random.default_rng(7)
     small = rng.standard_normal((1, 16), dtype=np.float32)

@@ -21,8 +21,8 @@ import tritonclient.http as httpclient
 
 from services.repository.llm_examples import LLM, LLM_CONFIG, LLM_MODEL, installed
 from shared.process.natsserver import free_port
+from shoal.llm.llama_c_api import library_folder
 from shoal.llm.probe import variants
-from shoal.llm.runtime import library_folder
 from tests.serving import Serve, wait_until
 
 pytestmark = [

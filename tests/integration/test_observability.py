@@ -14,7 +14,7 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from shoal.status import collect
+from shoal.topology import collect
 from tests.cluster import running_cluster
 from tests.integration.test_endpoints import http
 

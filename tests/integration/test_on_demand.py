@@ -27,7 +27,7 @@ from services.repository import examples
 from shared.bus import buckets, connection
 from shared.wire import subjects
 from shared.wire.records import ModelRecord
-from shoal import status
+from shoal import topology
 from tests.cluster import Running, identity_config, running_cluster
 from tests.integration.many_models import _ensemble_config
 from tests.serving import wait_until
@@ -260,7 +260,7 @@ def test_placement_prefers_the_worker_with_room_under_a_memory_budget(tmp_path: 
         assert sizes["big0"] >= 20 << 20 and sizes["big1"] >= 20 << 20, sizes
         assert _metric(running, "shoal_model_memory_bytes", model="big1", kind="rss") >= 20 << 20
         assert _metric(running, "shoal_model_evictions_total") == 0
-        shown = status.render(asyncio.run(status.collect(running.nats.url)))
+        shown = topology.render(asyncio.run(topology.collect(running.nats.url)))
         assert re.search(r"big[01]/1 x1 \(0 busy, \d\d\.\d MiB\); budget 40\.0 MiB", shown), shown
         _infer(client, "big2")  # no room anywhere: the least recently used goes
         assert _metric(running, "shoal_model_evictions_total", model="big0", reason="memory budget") == 1

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import tritonclient.http as httpclient
 
-from shoal.analyze.configs import parse_pbtxt
 from shoal.perf.measure import server_delta
 from shoal.perf.options import PerfOptions
 from shoal.perf.run import measure
 from tests.cluster import build_test_repository, running_cluster
 from tests.integration import stream_models
 from tests.serving import until, wait_until
+from tests.shoal.analyze.pbtxt import parse_pbtxt
 from tests.shoal.perf.test_output import PERF_ANALYZER_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,6 +11,7 @@ import tritonclient.http as httpclient
 
 from services.repository import examples
 from tests.cluster import running_cluster
+from tests.integration.slow_model import slow_graph
 from tests.integration.test_scheduling_policies import config
 
 
@@ -18,7 +19,7 @@ def test_shared_resource_serialises_executions(tmp_path, shape):
     limiter = 'rate_limiter { resources [ { name: "R" count: 1 } ] }'
     for name in ("rl_a", "rl_b"):
         text = config(name, "").replace("count: 1 kind: KIND_CPU", f"count: 1 kind: KIND_CPU {limiter}")
-        examples.write_model(tmp_path / "models", name, examples.slow_graph(768), text)
+        examples.write_model(tmp_path / "models", name, slow_graph(768), text)
     trace = tmp_path / "trace.json"
     with running_cluster(
         tmp_path / "models",

@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from services.repository import examples
 from shared.bus.dispatch import SCHEDULER_WAIT_S
-from shoal.status import collect
+from shoal.topology import collect
 from tests.cluster import identity_config, running_cluster
 from tests.integration.ensemble_models import write_python
 from tests.serving import command_of, descendants, wait_until

@@ -14,7 +14,7 @@ from tests.serving import wait_until
 
 def test_three_workers_share_the_load(test_repository):
     with running_cluster(test_repository, workers=3) as running:
-        from shoal.status import collect
+        from shoal.topology import collect
 
         def credits() -> int:  # 3 workers x 2 instances x 2 credits once every worker hosts the mlp
             scheduler = next(s for s in asyncio.run(collect(running.nats.url)) if s["name"] == "shoal-scheduler")
@@ -81,7 +81,7 @@ def test_two_gateways_answer_alike(tmp_path):
         assert clients[0].get_model_metadata("mlp") == clients[1].get_model_metadata("mlp")
         assert clients[0].get_model_config("simple") == clients[1].get_model_config("simple")
         # each worker hosts only what its selector names
-        from shoal.status import collect
+        from shoal.topology import collect
 
         hosted = sorted(
             sorted(s["status"]["models"]) for s in asyncio.run(collect(running.nats.url)) if s["name"] == "shoal-worker"
@@ -97,9 +97,10 @@ def test_shutdown_lets_in_flight_requests_finish(tmp_path):
     import tritonclient.http as httpclient
 
     from services.repository import examples
+    from tests.integration.slow_model import slow_graph
     from tests.integration.test_scheduling_policies import busy, config
 
-    examples.write_model(tmp_path, "slow", examples.slow_graph(2048), config("slow", ""))
+    examples.write_model(tmp_path, "slow", slow_graph(2048), config("slow", ""))
     outcome: list[object] = []
     with running_cluster(tmp_path, worker={"credits_per_instance": 1, "intra_op_threads": 1}) as running:
 
@@ -125,7 +126,7 @@ def test_scheduler_replicas_divide_the_models_and_take_over(tmp_path):
     from tritonclient.utils import InferenceServerException
 
     from services.repository.examples import write_examples
-    from shoal.status import collect
+    from shoal.topology import collect
 
     write_examples(tmp_path)
     # standalone replicas (co-hosted ones die with their gateway: test_reliability.py)

@@ -45,7 +45,7 @@ POLICIES = {  # one-instance python models that take 0.2 s an execution, or as l
 
 
 def config(name: str, batching: str) -> str:
-    """A one-instance onnxruntime model's config (other modules' slow `examples.slow_graph` models)."""
+    """A one-instance onnxruntime model's config (other modules' slow `tests/integration/slow_model.py` models)."""
     return (
         f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: 1\n'
         'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'

@@ -10,7 +10,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from shoal.status import collect
+from shoal.topology import collect
 from tests.cluster import running_cluster
 from tests.integration.test_sequence_batcher import _int_input, _python_model
 from tests.serving import wait_until

@@ -170,3 +170,32 @@ def test_keys_outside_dev_shm_or_of_shoal_itself_are_refused(sclient, key):
     # Shoal's own segments, and keys of slashes only (Triton's ValidateSharedMemoryKey), are 400
     assert err.value.status() == ("400" if "shoal" in key or key == "/" else "500"), err.value.message()
     assert sclient.get_system_shared_memory_status() == []
+
+
+def test_a_region_under_a_second_name_or_a_link_is_refused(sclient, regions):
+    """docs/security.md "Shared memory": a key must name a segment itself, never a hard link (perhaps
+    to one of Shoal's own, renamed past the reserved prefix) nor a symbolic link (Triton's text)."""
+    key, _ = regions(64)
+    real = f"/dev/shm/{key.lstrip('/')}"
+    alias = f"{real}_alias"
+    os.link(real, alias)
+    try:
+        with pytest.raises(InferenceServerException) as err:
+            sclient.register_system_shared_memory("aliased", key, 64)
+        assert err.value.status() == "400"
+        assert err.value.message() == (
+            f"cannot register shared memory region 'aliased' with key '{key}': the segment has 2 names"
+        )
+    finally:
+        os.unlink(alias)
+    symlink = f"{real}_symlink"
+    os.symlink(real, symlink)
+    try:
+        with pytest.raises(InferenceServerException) as err:
+            sclient.register_system_shared_memory("linked", f"{key}_symlink", 64)
+        assert err.value.status() == "500"
+        assert err.value.message() == f"Unable to open shared memory region: '{key}_symlink'"
+    finally:
+        os.unlink(symlink)
+    sclient.register_system_shared_memory("itself", key, 64)  # the segment by its own (one) name
+    assert [s["name"] for s in sclient.get_system_shared_memory_status()] == ["itself"]

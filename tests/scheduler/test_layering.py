@@ -15,7 +15,7 @@ PREFIX = "services.scheduler."
 
 
 def part(module: str) -> str:
-    """The sub-package (`batching`) or top-level module (`records`) a module belongs to."""
+    """The sub-package (`batching`) or top-level module (`scheduling_records`) a module belongs to."""
     return module.removeprefix(PREFIX).split(".")[0]
 
 
@@ -42,7 +42,7 @@ def graph() -> dict[str, set[str]]:
 
 def test_no_import_cycle_between_the_schedulers_parts():
     edges = graph()
-    assert {"batching", "sequences", "replicas", "ensembles", "statistics", "records"} <= set(edges)
+    assert {"batching", "sequences", "replicas", "ensembles", "statistics", "scheduling_records"} <= set(edges)
     assert cycle(edges) == []
 
 
@@ -52,4 +52,4 @@ def test_batching_and_the_sequence_batcher_meet_only_through_the_discipline_inte
 
 
 def test_the_records_are_a_leaf():
-    assert imports(ROOT / "records.py") == set()
+    assert imports(ROOT / "scheduling_records.py") == set()

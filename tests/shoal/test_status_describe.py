@@ -16,7 +16,7 @@ from shared.wire.status import (
     Status,
     WorkerStatus,
 )
-from shoal.status import describe
+from shoal.topology import describe
 
 
 def service(kind: str, status: Status) -> dict:

@@ -12,6 +12,7 @@ import pytest
 
 from services.worker.backends import Placement, load_backend
 from services.worker.backends.runner import STREAMED, Batch, ModelError, Piece, RequestContext, Work
+from services.worker.python.triton_api.custom_metrics import metrics_snapshot
 from shared.config import model_config
 from shared.errors import ShoalError
 
@@ -62,6 +63,20 @@ def test_identity_copies_inputs_with_their_shapes_and_zeros_for_a_missing_option
     np.testing.assert_array_equal(first["OUTPUT1"], np.ones((2, 3), np.int32))
     np.testing.assert_array_equal(second["OUTPUT1"], np.zeros((2, 3), np.int32))  # batch first, config shape
     assert second["OUTPUT1"].dtype == np.int32
+
+
+def input_bytes_counted() -> float:
+    families = {family.name: family for family in metrics_snapshot()}
+    labels = {"model": "identity_opt", "version": "1"}
+    return next(s.value for s in families["input_byte_size_counter"].samples if s.labels == labels)
+
+
+def test_identity_counts_its_input_bytes_in_the_workers_custom_metrics(tmp_path):
+    _, instance = create(tmp_path, IDENTITY)
+    before = input_bytes_counted()  # the registry is the process's: other tests' instances share it
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    instance.execute(Batch([Work({"INPUT0": x}, ["OUTPUT0"], 2), Work({"INPUT0": x}, ["OUTPUT0"], 2)]))
+    assert input_bytes_counted() - before == 2 * x.nbytes
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from starlette.types import Lifespan
 
 from inference.server import InferenceServer
 from services.gateway.http import restricted
+from services.gateway.http.error_answers import error_answer
 from services.gateway.http.handlers import Handlers, error_response
 from services.gateway.http.infer import InferFastPath
 from shared.errors import ShoalError
@@ -35,12 +36,11 @@ def triton_errors(handler: Handler) -> Handler:
             return await handler(request)
         except HTTPException:
             raise
-        except ShoalError as exc:
-            headers = {"Accept-Encoding": "gzip, deflate"} if exc.message == "Unsupported compression type" else None
-            return error_response(exc.message, exc.http_status, headers)
-        except Exception as exc:  # a bug must still answer, and the server keeps serving
-            log.exception("unhandled error on %s", request.url.path)
-            return error_response(f"internal error: {exc}", 500)
+        except Exception as exc:
+            if not isinstance(exc, ShoalError):  # a bug: it still answers (error_answers.py)
+                log.exception("unhandled error on %s", request.url.path)
+            status, body, headers = error_answer(exc)
+            return Response(body, status_code=status, headers=headers)
 
     return wrapped
 

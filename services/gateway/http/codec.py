@@ -28,12 +28,15 @@ RESERVED_PARAMETERS = frozenset(
 )
 
 
+UNSUPPORTED_COMPRESSION = "Unsupported compression type"  # answered with the encodings it takes
+
+
 def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     encoding = (encoding or "identity").strip().lower()
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "deflate"):
-        raise unsupported("Unsupported compression type")
+        raise unsupported(UNSUPPORTED_COMPRESSION)
     wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
     inflater = zlib.decompressobj(wbits)
     try:

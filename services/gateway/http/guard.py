@@ -27,7 +27,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from services.gateway.http import codec
 
-# The fence around uvicorn's internals (shared/fences.py), as in protocol.py: what this module uses
+# The fence around uvicorn's internals (shared/private_internals.py), as in protocol.py: what this module uses
 # beyond asyncio.Protocol (tests/gateway/http/test_uvicorn_fence.py names what an upgrade removed).
 UVICORN_RELIED_ON: dict[type, tuple[str, ...]] = {
     HttpToolsProtocol: (

@@ -22,6 +22,7 @@ from inference.core import InferenceCore, trace_from
 from inference.header_forwarding import forwarder
 from inference.on_demand import request_timeout_s
 from services.gateway.http import codec
+from services.gateway.http.error_answers import JSON, error_answer
 from services.gateway.http.protocol import Disconnect
 from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError
@@ -29,7 +30,6 @@ from shared.errors import ShoalError
 log = logging.getLogger("shoal.gateway")
 
 _INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
-_JSON = {"content-type": "application/json"}
 
 
 class _HTTPError(Exception):
@@ -146,16 +146,13 @@ class InferFastPath:
             log.debug("infer '%s' done", model)
             return 200, content, out_headers
         except _HTTPError as refused:
-            return refused.status, codec.error_body(refused.message), _JSON
+            return refused.status, orjson.dumps({"error": refused.message}), JSON
         except ShoalError as exc:
-            out_headers = dict(_JSON)
-            if exc.message == "Unsupported compression type":
-                out_headers["accept-encoding"] = "gzip, deflate"
             log.debug("infer '%s' failed with %d: %s", model, exc.http_status, exc.message)
-            return exc.http_status, codec.error_body(exc.message), out_headers
+            return error_answer(exc)
         except Exception as bug:  # a bug must still answer, and the server keeps serving
             log.exception("unhandled error on infer of '%s'", model)
-            return 500, codec.error_body(f"internal error: {bug}"), _JSON
+            return error_answer(bug)
 
     def _size_error(self, size: int, headers: dict[str, str]) -> ShoalError:
         declared = headers.get("content-length", "")

@@ -26,11 +26,11 @@ from typing import Any, Protocol, runtime_checkable
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from services.gateway.http.guard import GuardedHttpToolsProtocol
-from shared import fences
+from shared import private_internals
 
 Claim = tuple[str, str]
 
-# The fence around uvicorn's internals (shared/fences.py): what this module uses of
+# The fence around uvicorn's internals (shared/private_internals.py): what this module uses of
 # `HttpToolsProtocol` and its `RequestResponseCycle` beyond the asyncio.Protocol interface.
 # pyproject.toml pins the uvicorn line this was tested with; tests/gateway/http/test_uvicorn_fence.py
 # fails, naming it, when an installed uvicorn lacks any of it.
@@ -60,7 +60,7 @@ UVICORN_RELIED_ON: dict[type, tuple[str, ...]] = {
         "default_headers",
     ),
 }
-UVICORN_BEHAVIOUR: tuple[fences.Behaviour, ...] = (
+UVICORN_BEHAVIOUR: tuple[private_internals.Behaviour, ...] = (
     (HttpToolsProtocol.on_headers_complete, "self._start_asgi_task(self.cycle, app)"),
     (HttpToolsProtocol.on_response_complete, "self._start_asgi_task(cycle, app)"),  # pipelined requests
 )

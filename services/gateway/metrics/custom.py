@@ -18,7 +18,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from services.gateway.metrics.text import family_lines, histogram_lines
+from services.gateway.metrics.prometheus_text import family_lines, histogram_lines
 from shared.wire import subjects
 from shared.wire.control import MetricSample, MetricSnapshot, WorkerMetrics
 

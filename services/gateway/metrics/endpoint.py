@@ -20,8 +20,8 @@ from starlette.routing import Route
 
 from services.gateway.metrics import system as system_metrics
 from services.gateway.metrics.gpu import GpuMetrics
+from services.gateway.metrics.prometheus_text import family_lines, histogram_lines, label_text
 from services.gateway.metrics.system import CpuSampler
-from services.gateway.metrics.text import family_lines, histogram_lines, label_text
 from shared.wire.statistics import Duration, InferenceStats, ModelStatistics, SchedulerStatistics, VersionStatistics
 
 Entries = list[tuple[tuple[str, str], VersionStatistics]]  # (model, version) -> its statistics

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.gateway.openai.errors import OpenAIError, invalid_value, refused
+from services.gateway.openai.openai_errors import OpenAIError, invalid_value, refused
 
 # accepted and without effect on the answer (bookkeeping on OpenAI's side)
 _HARMLESS = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})

@@ -8,7 +8,7 @@ The config carries it rather than a file, because a gateway need not see the mod
 
 from __future__ import annotations
 
-from services.gateway.openai.errors import OpenAIError
+from services.gateway.openai.openai_errors import OpenAIError
 from shared.config.chat_template import render_chat as render
 from shared.config.model_config import ModelSpec
 

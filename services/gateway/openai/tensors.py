@@ -13,7 +13,7 @@ import orjson
 
 from inference.types import InputTensor, OutputTensor, ParsedRequest
 from services.gateway.openai.catalog import Offer
-from services.gateway.openai.errors import refused
+from services.gateway.openai.openai_errors import refused
 from services.gateway.openai.requests import GenerationRequest
 from services.gateway.openai.templates import has_template, render_chat
 from shared.config.datatypes import from_bytes, numpy_dtype, to_bytes

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from services.scheduler.records import Key, Pending, Slot
+from services.scheduler.scheduling_records import Key, Pending, Slot
 from shared.tracing.spans import Span, Tracing
 
 

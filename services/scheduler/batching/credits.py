@@ -16,7 +16,7 @@ from typing import Protocol
 from services.scheduler.batching.answers import Answers
 from services.scheduler.batching.flights import FlightKey, Flights
 from services.scheduler.batching.model_queue import ModelQueue
-from services.scheduler.records import InFlight, Key, Slot
+from services.scheduler.scheduling_records import InFlight, Key, Slot
 from shared.wire.messages import CreditsRevoked, InstanceFree
 
 log = logging.getLogger("shoal.scheduler")
@@ -55,7 +55,7 @@ class Credits:
         if free.batch_id >= 0:
             await self._complete(queue, free)
         if free.instance >= 0:
-            slot = Slot(free.worker, free.instance, free.credit, free.subject, free.generation)
+            slot = Slot(free.worker, free.instance, free.credit, free.subject, free.generation, free.local)
             # a bare announcement for a credit now in flight is stale (sent before the batch
             # arrived): that batch's completion returns the credit
             stale = free.batch_id < 0 and self.flights.holds(slot)

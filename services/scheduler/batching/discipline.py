@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from services.scheduler.batching.formation import Decision
 from services.scheduler.batching.model_queue import ModelQueue
-from services.scheduler.records import InFlight, Key, Pending, Slot
+from services.scheduler.scheduling_records import InFlight, Key, Pending, Slot
 from services.scheduler.statistics.reasons import FailReason
 from shared.wire.messages import RequestHeader, SeqControl
 

@@ -14,7 +14,7 @@ from services.scheduler.batching.discipline import Host
 from services.scheduler.batching.formation import BatchPolicy, next_batch
 from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.batching.queues import RequestQueue
-from services.scheduler.records import InFlight, Pending
+from services.scheduler.scheduling_records import InFlight, Pending
 from services.scheduler.statistics.reasons import FailReason
 from shared.config.model_config import ModelSpec
 from shared.config.sequence_config import sequence_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 
-from services.scheduler.records import InFlight, Key, Slot
+from services.scheduler.scheduling_records import InFlight, Key, Slot
 
 FlightKey = tuple[str, int]  # (worker, batch id)
 Instance = tuple[str, Key, int]  # (worker, model version, instance index): indices are per model

@@ -13,7 +13,7 @@ from typing import Protocol
 from services.scheduler.batching.ordering import OrderedRelease
 from services.scheduler.batching.queues import Priorities
 from services.scheduler.batching.ratelimit import Need
-from services.scheduler.records import InFlight, Key, Pending, Slot
+from services.scheduler.scheduling_records import InFlight, Key, Pending, Slot
 from services.scheduler.statistics.stats import ModelStats
 from shared.config.model_config import ModelSpec
 

@@ -28,7 +28,8 @@ from services.scheduler.batching.model_queue import Discipline, ModelQueue
 from services.scheduler.batching.prefetch import may_prefetch
 from services.scheduler.batching.queues import Priorities
 from services.scheduler.batching.ratelimit import RateLimiter, instance_needs
-from services.scheduler.records import InFlight, Key, Pending, Slot
+from services.scheduler.batching.worker_channels import WorkerChannels
+from services.scheduler.scheduling_records import InFlight, Key, Pending, Slot
 from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.tasks import Tasks
 from shared.bus import hot_path
@@ -57,8 +58,10 @@ class Pump:
         answers: Answers,
         chooser: DisciplineChooser,
         local_inbox: str = "",
+        channels: WorkerChannels | None = None,
     ) -> None:
         self.nc = nc
+        self.channels = channels  # co-hosted in a gateway: the local channels to this host's workers
         # co-hosted in a gateway: a batch whose requests all came from that gateway's inbox is
         # answered and completed there in one message (`ExecBatch.complete_to`)
         self._local_prefix = f"{local_inbox}." if local_inbox else ""
@@ -209,7 +212,9 @@ class Pump:
             complete_to=self._complete_to(batch),
         )
         try:
-            await hot_path.publish_all(self.nc, [Outgoing(slot.subject, encode(message))])  # one write a turn
+            payload = encode(message)
+            if self.channels is None or not self.channels.send(slot, payload):
+                await hot_path.publish_all(self.nc, [Outgoing(slot.subject, payload)])  # one write a turn
         except Exception as exc:  # not sent: the credit is still the worker's to use, the requests fail
             log.error("cannot send a batch of '%s' to worker %s: %s", queue.key[0], slot.worker, exc)
             queue.free.appendleft(slot)

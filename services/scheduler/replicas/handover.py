@@ -49,7 +49,7 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
 from services.scheduler.batching.model_queue import ModelQueue
-from services.scheduler.records import CorrId
+from services.scheduler.scheduling_records import CorrId
 from services.scheduler.sequences.book import SequenceBook
 from services.scheduler.sequences.sequence_batcher import SequenceBatcher, sequence_batcher_of
 from shared.bus import connection

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from services.scheduler.records import CorrId, Sequence, SlotKey
+from services.scheduler.scheduling_records import CorrId, Sequence, SlotKey
 from shared.wire.status import SlotStatus
 
 

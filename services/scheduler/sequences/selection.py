@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from services.scheduler.batching.formation import BatchPolicy, next_batch
-from services.scheduler.records import Sequence
+from services.scheduler.scheduling_records import Sequence
 from shared.config.sequence_config import SequenceConfig
 
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from services.scheduler.batching.discipline import Host
 from services.scheduler.batching.model_queue import ModelQueue
-from services.scheduler.records import CorrId, InFlight, Pending, Sequence, SlotKey
+from services.scheduler.scheduling_records import CorrId, InFlight, Pending, Sequence, SlotKey
 from services.scheduler.sequences.book import SequenceBook
 from services.scheduler.sequences.selection import decide
 from services.scheduler.statistics.reasons import FailReason

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -30,6 +30,8 @@ EXTRA = "pip install 'shoal[fil]'"
 
 
 class Predictor(Protocol):
+    """What the FIL backend asks of a predictor, whichever library's it is (`load`)."""
+
     library: str
 
     def predict(self, rows: np.ndarray) -> np.ndarray: ...
@@ -110,7 +112,7 @@ class TreelitePredictor:
         return np.asarray(result).reshape(len(rows), -1)  # (n, targets, classes): one target here
 
 
-def load(path: Path, model_type: str, threads: int, allow_unknown_field: bool, choice: str) -> Any:
+def load(path: Path, model_type: str, threads: int, allow_unknown_field: bool, choice: str) -> Predictor:
     """The predictor for `model_type`: `choice` "library" (the default: the training library's
     own, treelite when that is not installed) or "treelite"."""
     library = {"xgboost": "xgboost", "xgboost_json": "xgboost", "xgboost_ubj": "xgboost", "lightgbm": "lightgbm"}

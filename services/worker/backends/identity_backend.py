@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from services.worker.backends import Backend, Placement
+from services.worker.backends.backend_metrics import counter
 from services.worker.backends.parameters import integer
 from services.worker.backends.runner import Batch, ModelError, RequestRunner, Result, Work
-from services.worker.python.triton_api import custom_metrics as pb_metrics
 from shared.config.datatypes import numpy_dtype
 from shared.config.model_config import ModelSpec, TensorSpec
 from shared.errors import Code, invalid
@@ -76,12 +76,11 @@ class IdentityInstance(RequestRunner):
         multiplier = integer(spec, "instance_wise_delay_multiplier")
         delay_ms = integer(spec, "execute_delay_ms")
         self.delay_s = delay_ms * max(multiplier * placement.index if multiplier > 0 else 1, 1) / 1000
-        family = pb_metrics.MetricFamily(
+        self.input_bytes = counter(
             "input_byte_size_counter",
             "Cumulative input byte size of all requests received by the model",
-            pb_metrics.MetricFamily.COUNTER,
+            {"model": spec.name, "version": str(placement.version)},
         )
-        self.input_bytes = family.Metric(labels={"model": spec.name, "version": str(placement.version)})
 
     def execute(self, batch: Batch) -> list[Result]:
         batch.inputs_ready()

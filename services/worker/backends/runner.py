@@ -76,6 +76,15 @@ class ResponseStream(Protocol):
     def send(self, piece: Piece) -> None: ...
 
 
+class Unheard:
+    """The response stream of a decoupled request nobody listens to (a warmup request's)."""
+
+    closed = False
+
+    def send(self, piece: Piece) -> None:
+        pass
+
+
 def _never() -> bool:
     return False
 

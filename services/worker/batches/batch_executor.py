@@ -31,6 +31,7 @@ from services.worker.batches.response_outputs import Outputs
 from services.worker.sequences.controls import flags
 from shared.bus import eager, hot_path
 from shared.bus.hot_path import Outgoing
+from shared.bus.local_channel import Channel
 from shared.bus.tensor_store import TensorStore
 from shared.config.datatypes import from_bytes
 from shared.errors import Code, ShoalError
@@ -52,8 +53,10 @@ class BatchExecutor:
         cancellations: Cancellations,
         decoupled: DecoupledSenders,
         completions: Completions,
+        local: str = "",
     ) -> None:
         self.worker_id = worker_id
+        self.local = local  # this worker's local channel, named in its credits (docs/design.md §9)
         self.completions = completions
         self.nc = nc
         self.store = store
@@ -72,28 +75,34 @@ class BatchExecutor:
             instance,
             self.subject,
             credit=batch.credit,
+            local=self.local,
             generation=batch.generation,
             batch_id=batch.batch_id,
         )
 
-    async def fail(self, batch: ExecBatch, message: str) -> None:
+    async def fail(self, batch: ExecBatch, message: str, channel: Channel | None = None) -> None:
         """A batch this worker cannot run (its model is not loaded here)."""
         replies = Replies(batch.reply_via_scheduler)
         for raw in batch.requests:
             request = _request_decoder.decode(raw)
             replies.add(request, InferResponse(request.rid, error=message, code=str(Code.UNAVAILABLE)))
         # instance -1: not a credit, the scheduler must not send here again
-        await self._finish(replies, self._free(batch, -1), batch.complete_to)
+        await self._finish(replies, self._free(batch, -1), batch.complete_to, channel)
 
     # -- arrival and inputs ----------------------------------------------------------------
     def start(
-        self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool
+        self,
+        loaded: LoadedModel,
+        instance: Instance,
+        batch: ExecBatch,
+        holds_credit: bool,
+        channel: Channel | None = None,
     ) -> Coroutine[Any, Any, None] | None:
         """Run a batch. Returns a coroutine to run as a Task when its inputs must be fetched on the
         loop first (not all inline), else None: the common case needs no Task (per batch, a Task,
         its first step and its wake-up saved). Either way the batch goes on at `_compute`."""
         self.holding.add(batch.batch_id)
-        run = BatchRun(loaded, instance, batch, holds_credit, self._free(batch, batch.instance))
+        run = BatchRun(loaded, instance, batch, holds_credit, self._free(batch, batch.instance), channel)
         live = run.arrived([_request_decoder.decode(raw) for raw in batch.requests])
         if any(ref.data is None for request in live for ref in request.inputs):
             return self._fetch(run, live)
@@ -259,39 +268,50 @@ class BatchExecutor:
     # -- the end: the credit back, the answers and the completion out ---------------------------
     def _end(self, run: BatchRun) -> None:
         run.settle()
-        self._finish_now(run.replies, run.free, run.batch.complete_to)
+        self._finish_now(run.replies, run.free, run.batch.complete_to, run.channel)
 
-    async def _finish(self, replies: Replies, free: InstanceFree, complete_to: str) -> None:
+    async def _finish(
+        self, replies: Replies, free: InstanceFree, complete_to: str, channel: Channel | None = None
+    ) -> None:
         self.holding.discard(free.batch_id)
-        await self._send(*self._messages(replies, free, complete_to), free.batch_id)
+        await self._send(*self._messages(replies, free, complete_to, channel), free.batch_id)
 
-    def _finish_now(self, replies: Replies, free: InstanceFree, complete_to: str) -> None:
+    def _finish_now(self, replies: Replies, free: InstanceFree, complete_to: str, channel: Channel | None) -> None:
         """`_finish` from a callback: written at once in the common case, else by a coroutine."""
         self.holding.discard(free.batch_id)
-        messages, completion = self._messages(replies, free, complete_to)
+        messages, completion = self._messages(replies, free, complete_to, channel)
+        everything = [*messages, completion] if completion is not None else messages
+        if not everything:  # all of it went by the local channel
+            return
         with contextlib.suppress(Exception):  # `_send` tries again and reports
-            if hot_path.publish_now(self.nc, [*messages, completion]):
+            if hot_path.publish_now(self.nc, everything):
                 return
         eager.start(self._send(messages, completion, free.batch_id))
 
-    async def _send(self, messages: list[Outgoing], completion: Outgoing, batch_id: int) -> None:
-        """The answers, then the completion, in one write; a failure of the answers must not lose
-        the completion."""
+    async def _send(self, messages: list[Outgoing], completion: Outgoing | None, batch_id: int) -> None:
+        """The answers, then the completion (None: it went by the local channel), in one write; a
+        failure of the answers must not lose the completion."""
+        everything = [*messages, completion] if completion is not None else messages
         try:
-            if not hot_path.publish_now(self.nc, [*messages, completion]):
-                await hot_path.publish_all(self.nc, [*messages, completion])
+            if everything and not hot_path.publish_now(self.nc, everything):
+                await hot_path.publish_all(self.nc, everything)
             return
         except Exception:  # both send all of the messages or none
             if messages:
                 log.exception("could not send the responses of batch %d", batch_id)
+        if completion is None:
+            return
         try:
             await hot_path.publish_all(self.nc, [completion])
         except Exception:  # the scheduler expires the batch and returns the credit itself
             log.exception("could not report batch %d as done", batch_id)
 
-    def _messages(self, replies: Replies, free: InstanceFree, complete_to: str) -> tuple[list[Outgoing], Outgoing]:
+    def _messages(
+        self, replies: Replies, free: InstanceFree, complete_to: str, channel: Channel | None
+    ) -> tuple[list[Outgoing], Outgoing | None]:
         """The answers for each gateway, and the completion: for a co-hosted scheduler
-        (`complete_to`), its gateway's answers travel with the completion."""
+        (`complete_to`), its gateway's answers travel with the completion, written on the batch's
+        local channel when it came by one still open (the completion is None then)."""
         together = replies.take(subjects.inbox_of(complete_to)) if complete_to else []
         try:
             messages = replies.messages(self.nc.max_payload)
@@ -299,9 +319,11 @@ class BatchExecutor:
             log.exception("could not encode the responses of batch %d", free.batch_id)
             messages = []
         free.done = replies.done
-        if complete_to:
-            return messages, self.completions.done_message(complete_to, free, together)
-        return messages, self.completions.free_message(free)
+        if not complete_to:
+            return messages, self.completions.free_message(free)
+        if channel is not None and self.completions.done_on(channel, free, together):
+            return messages, None
+        return messages, self.completions.done_message(complete_to, free, together)
 
 
 def compute_spans(tracing: spans.Tracing, run: BatchRun, times: tuple[int, int, int, int], worker_id: str) -> None:

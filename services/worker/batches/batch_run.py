@@ -10,6 +10,7 @@ from services.worker.backends.runner import Batch, Result, Tensors, Work
 from services.worker.batches.instances import Instance, LoadedModel
 from services.worker.batches.replies import Replies
 from services.worker.sequences.controls import control_arrays, pad_slots
+from shared.bus.local_channel import Channel
 from shared.errors import Code
 from shared.process.logcontext import request_ids
 from shared.wire.messages import BatchDelivery, ExecBatch, InferRequest, InferResponse, InstanceFree, SeqControl
@@ -33,10 +34,17 @@ class BatchRun:
         "rows",
         "started_ns",
         "inputs_ns",
+        "channel",
     )
 
     def __init__(
-        self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool, free: InstanceFree
+        self,
+        loaded: LoadedModel,
+        instance: Instance,
+        batch: ExecBatch,
+        holds_credit: bool,
+        free: InstanceFree,
+        channel: Channel | None = None,
     ) -> None:
         self.loaded = loaded
         self.instance = instance
@@ -50,6 +58,7 @@ class BatchRun:
         self.rows: list[int] = []  # direct sequence batching: each request's row in the model's batch
         self.started_ns = 0  # monotonic: reading the inputs began
         self.inputs_ns = 0  # the inputs were in the model's form
+        self.channel = channel  # the local channel it came by: its completion goes back there (docs/design.md §9)
 
     def arrived(self, requests: list[InferRequest]) -> list[InferRequest]:
         """The batch's requests decoded: labels its log lines, and answers those nobody waits for

@@ -21,7 +21,9 @@ from nats.aio.msg import Msg
 
 from shared.bus import hot_path
 from shared.bus.hot_path import Outgoing
+from shared.bus.local_channel import Channel
 from shared.wire import subjects
+from shared.wire.channel_frames import DONE
 from shared.wire.messages import BatchDone, InstanceFree, encode
 
 log = logging.getLogger("shoal.worker")
@@ -60,6 +62,13 @@ class Completions:
         self._sent[key] = (now, free)
         payload = encode(BatchDone(free, [msgspec.Raw(r) for r in responses]))
         return Outgoing(complete_to, payload, f"{self._undelivered}.{key}")
+
+    @staticmethod
+    def done_on(channel: Channel, free: InstanceFree, responses: list[bytes]) -> bool:
+        """The `BatchDone` on the local channel its batch came by (docs/design.md §9); False when
+        that closed: it goes over NATS then (`done_message`), where a gateway that is gone draws
+        "no responders" and the completion reaches every scheduler."""
+        return channel.send(DONE, encode(BatchDone(free, [msgspec.Raw(r) for r in responses])))
 
     async def _on_undelivered(self, msg: Msg) -> None:
         if not (msg.headers and msg.headers.get("Status") == "503"):

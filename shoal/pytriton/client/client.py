@@ -22,7 +22,7 @@ import tritonclient.grpc
 import tritonclient.http
 import tritonclient.utils
 
-from shoal.pytriton.client import streams
+from shoal.pytriton.client import response_streams
 from shoal.pytriton.client.asyncio_client import AsyncioModelClient
 from shoal.pytriton.client.exceptions import (
     PyTritonClientClosedError,
@@ -242,13 +242,15 @@ class DecoupledModelClient(ModelClient):
         try:
             if self._triton_url.scheme == "grpc":
                 wrapped, outputs = self._request(inputs)
-                stream = streams.grpc_stream(self, wrapped, outputs, str(next(self._ids)), self._inference_timeout_s)
+                stream = response_streams.grpc_stream(
+                    self, wrapped, outputs, str(next(self._ids)), self._inference_timeout_s
+                )
             else:
-                stream = streams.http_stream(self, self._named(inputs), parameters, self._inference_timeout_s)
+                stream = response_streams.http_stream(self, self._named(inputs), parameters, self._inference_timeout_s)
         except BaseException:
             self._lock.release()
             raise
-        return streams.released(stream, self._lock)
+        return response_streams.released(stream, self._lock)
 
 
 class FuturesModelClient:

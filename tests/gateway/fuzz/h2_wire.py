@@ -1,5 +1,5 @@
 """Raw HTTP/2 for the gRPC front door: frames built by hand (the server's own pure encoders in
-services/gateway/grpc/frames.py, and hpack for request headers), hypothesis strategies for
+services/gateway/grpc/http2/frames.py, and hpack for request headers), hypothesis strategies for
 sessions of valid, odd and broken frames, and a reader of the frames a server answers with.
 Shared by tests/gateway/fuzz/ and benchmarks/fuzz_front_doors.py."""
 
@@ -12,7 +12,7 @@ import time
 import hpack
 from hypothesis import strategies as st
 
-from services.gateway.grpc import frames as f
+from services.gateway.grpc.http2 import frames as f
 from tests.gateway.fuzz.doors import Hang
 
 INFER = b"/inference.GRPCInferenceService/ModelInfer"

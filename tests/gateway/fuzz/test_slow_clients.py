@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from services.gateway.grpc import frames as f
+from services.gateway.grpc.http2 import frames as f
 from tests.gateway.fuzz import h2_wire as h
 from tests.gateway.fuzz.doors import CASE_S, Doors, http_request
 from tests.gateway.fuzz.grpc_inputs import valid_simple

@@ -11,7 +11,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from inference.types import Answer, OutputTensor
 from services.gateway.grpc import convert
-from services.gateway.grpc.server import restrictions
+from services.gateway.grpc.startup import restrictions
 from shared.config.datatypes import deserialize_bytes
 from shared.errors import Code, ShoalError
 

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.gateway.openai import requests
-from services.gateway.openai.errors import OpenAIError
+from services.gateway.openai.openai_errors import OpenAIError
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.gateway.openai.errors import OpenAIError
+from services.gateway.openai.openai_errors import OpenAIError
 from services.gateway.openai.templates import render_chat
 from shared.config.model_config import ModelSpec
 

@@ -15,7 +15,7 @@ from services.scheduler.batching.dynamic import DynamicBatcher
 from services.scheduler.batching.formation import Decision
 from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.batching.queues import Priorities
-from services.scheduler.records import InFlight, Key, Pending, Slot
+from services.scheduler.scheduling_records import InFlight, Key, Pending, Slot
 from services.scheduler.statistics.reasons import FailReason
 from shared.config.model_config import spec_from_json
 from shared.wire.messages import RequestHeader, SeqControl

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.scheduler.batching.flights import Flights
-from services.scheduler.records import InFlight, Key, Pending, Slot
+from services.scheduler.scheduling_records import InFlight, Key, Pending, Slot
 from shared.wire.messages import RequestHeader
 
 

@@ -17,7 +17,7 @@ from services.scheduler.batching.flights import Flights
 from services.scheduler.batching.pump import Pump
 from services.scheduler.batching.ratelimit import RateLimiter
 from services.scheduler.discipline_factory import DisciplineFactory
-from services.scheduler.records import Pending, Slot
+from services.scheduler.scheduling_records import Pending, Slot
 from services.scheduler.sequences.sequence_batcher import SequenceBatcher
 from services.scheduler.tasks import Tasks
 from shared.bus import connection

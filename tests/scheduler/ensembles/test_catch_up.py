@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 
-from services.scheduler.ensembles.runner import CATCH_UP_S, EnsembleRunner
+from services.scheduler.ensembles.ensemble_runner import CATCH_UP_S, EnsembleRunner
 from shared.bus import buckets, connection
 from shared.wire import subjects
 from shared.wire.messages import encode
 from shared.wire.records import ModelState, ModelVersionState
-from tests.scheduler.ensembles.test_runner import MEMBER, PIPELINE, record
+from tests.scheduler.ensembles.test_ensemble_runner import MEMBER, PIPELINE, record
 
 
 async def test_a_view_behind_the_bucket_waits_for_it_and_a_current_one_does_not(nats_server):

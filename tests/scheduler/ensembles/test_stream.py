@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from services.scheduler.ensembles.runner import EnsembleRunner
+from services.scheduler.ensembles.ensemble_runner import EnsembleRunner
 from shared.errors import unavailable
 from shared.wire.messages import InferRequest, InferResponse, TensorRef
 from shared.wire.records import ModelRecord, ModelState, ModelVersionState

@@ -15,7 +15,7 @@ import pytest
 
 from services.scheduler.batching.formation import Decision
 from services.scheduler.batching.model_queue import ModelQueue
-from services.scheduler.records import InFlight, Key, Pending, Slot
+from services.scheduler.scheduling_records import InFlight, Key, Pending, Slot
 from services.scheduler.sequences.sequence_batcher import SequenceBatcher
 from services.scheduler.statistics.reasons import FailReason
 from shared.config.model_config import spec_from_json

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -19,3 +21,23 @@ def test_without_xdg_cache_home_it_is_the_home_cache(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert cache_dirs.root() == tmp_path / ".cache" / "shoal"
+
+
+def test_a_private_dir_is_its_users_only_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        made = cache_dirs.private_dir(tmp_path / "a" / "b")
+    finally:
+        os.umask(old)
+    assert made == tmp_path / "a" / "b" and stat.S_IMODE(made.stat().st_mode) == 0o700
+    os.chmod(made, 0o755)  # as an older Shoal left it: tightened
+    assert stat.S_IMODE(cache_dirs.private_dir(made).stat().st_mode) == 0o700
+
+
+def test_a_cache_dir_another_user_owns_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a directory to another user")
+    (tmp_path / "theirs").mkdir()
+    os.chown(tmp_path / "theirs", 65534, 65534)
+    with pytest.raises(cache_dirs.NotPrivate, match=r"belongs to another user \(uid 65534\)"):
+        cache_dirs.private_dir(tmp_path / "theirs")

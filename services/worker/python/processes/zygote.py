@@ -114,9 +114,9 @@ def _reap(channel: int) -> None:
 
 def serve(worker_pid: int, channel: int) -> None:
     """The zygote's loop: fork on request, report each exit, end when the worker closes the channel."""
-    from services.worker.python.processes.child_startup import die_with_parent
+    from shared.process import lifeline
 
-    die_with_parent(worker_pid)
+    lifeline.die_with(worker_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker stops the processes, then closes the channel
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _preload()

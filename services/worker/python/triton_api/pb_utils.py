@@ -7,8 +7,8 @@ by the python backend before a model is imported.
 The worker plugs itself in through `install_runtime` (BLS requests go through the
 scheduler like any client's) and through the per-request response senders and
 cancellation checks it hands to `InferenceRequest`. Errors, the auto-complete config and
-custom metrics (`MetricFamily`, published with the worker's heartbeats) are in `pb_errors`,
-`pb_config` and `pb_metrics`, re-exported here under Triton's names.
+custom metrics (`MetricFamily`, published with the worker's heartbeats) are in `triton_errors`,
+`autocomplete_config` and `custom_metrics`, re-exported here under Triton's names.
 """
 
 from __future__ import annotations

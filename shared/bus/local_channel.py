@@ -1,0 +1,131 @@
+"""The local channel's connection (docs/design.md §9): frames between a gateway and a worker on one
+host over a Unix-domain stream socket, for the processes of one user only.
+
+Both ends are a `Channel`: an asyncio protocol that hands each whole frame to `on_frame` as it is
+read (on the loop, in order, no task per frame) and writes a frame in one `writelines`. Who is at
+the other end is checked with the kernel's word for it (`SO_PEERCRED`): a process of another user
+is closed on at once, whichever end it is; the socket's directory is the user's alone (0700) too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import stat
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import cast
+
+from shared.wire.channel_frames import FrameError, FrameReader, header
+
+log = logging.getLogger("shoal.channel")
+
+OnFrame = Callable[["Channel", int, bytes], None]
+OnClosed = Callable[["Channel"], None]
+
+_UCRED = struct.Struct("3i")  # pid, uid, gid
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The user id of the process at the other end of a Unix socket, as the kernel says."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    return int(_UCRED.unpack(raw)[1])
+
+
+class Channel(asyncio.Protocol):
+    """One end of a local channel."""
+
+    def __init__(self, on_frame: OnFrame, on_closed: OnClosed | None = None) -> None:
+        self.on_frame = on_frame
+        self.on_closed = on_closed
+        self.transport: asyncio.Transport | None = None
+        self.name = ""  # the peer, for log lines: set by whoever opened or accepted it
+        self._reader = FrameReader()
+
+    @property
+    def open(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        stream = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio.Transport's subclasses
+        sock = stream.get_extra_info("socket")
+        if sock is None or peer_uid(sock) != os.getuid():
+            log.warning("local channel %s: refused a process of another user", self.name or "?")
+            stream.abort()
+            return
+        self.transport = stream
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._reader.feed(data)
+        except FrameError as exc:
+            log.error("local channel %s: %s; closing it", self.name, exc)
+            self.close()
+            return
+        for kind, payload in frames:
+            self.on_frame(self, kind, payload)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        was_open = self.transport is not None
+        self.transport = None
+        if was_open and self.on_closed is not None:
+            self.on_closed(self)
+
+    def send(self, kind: int, payload: bytes) -> bool:
+        """Write one frame; False when the channel is closed (nothing written)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return False
+        transport.writelines((header(kind, len(payload)), payload))
+        return True
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def private_directory(path: Path) -> Path:
+    """`path` made (or checked) as a directory that only this user can enter: a socket in it is
+    reachable by nobody else whatever its own mode (some systems ignore a socket's mode)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_uid != os.getuid():
+        raise PermissionError(f"{path} belongs to another user: no local channel there")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+async def listen(path: Path, on_frame: OnFrame, on_closed: OnClosed | None = None) -> asyncio.AbstractServer:
+    """Accept local channels on a socket at `path` (its directory private, the socket 0600)."""
+    private_directory(path.parent)
+    path.unlink(missing_ok=True)  # a socket file left by a killed process of the same name
+    loop = asyncio.get_running_loop()
+    server = await loop.create_unix_server(lambda: Channel(on_frame, on_closed), str(path))
+    os.chmod(path, 0o600)
+    return server
+
+
+async def connect(path: str, on_frame: OnFrame, on_closed: OnClosed | None, timeout: float) -> Channel:
+    """Open a local channel to the socket at `path`; raises OSError (or TimeoutError) when it cannot."""
+    loop = asyncio.get_running_loop()
+    _, channel = await asyncio.wait_for(
+        loop.create_unix_connection(lambda: Channel(on_frame, on_closed), path), timeout
+    )
+    if not channel.open:  # refused: the listener is another user's
+        raise PermissionError(f"the local channel at {path} belongs to another user")
+    return channel
+
+
+def advertised(host: str, path: Path) -> str:
+    """How a worker names its channel to schedulers: the host token (§3) and the socket's path."""
+    return f"{host}|{path}"
+
+
+def reachable(advertisement: str, host: str) -> str:
+    """The socket path of an advertisement when it is on this host (the same host token), else ''."""
+    their_host, _, path = advertisement.partition("|")
+    return path if their_host == host and path else ""

@@ -1,0 +1,68 @@
+"""`shoal serve`'s flags for the shape of the cluster it starts: how many of each process, where the
+scheduler lives and how batches reach the workers (docs/design.md §7 and §9)."""
+
+from __future__ import annotations
+
+import argparse
+
+from shared.process import settings as s
+
+
+def add(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=int, default=1, help="worker processes to start (default: 1)")
+    p.add_argument(
+        "--model-files",
+        choices=["path", "store"],
+        default="path",
+        help="path: the workers (all on this host) read the model files where the repository is; store: "
+        "they are published into NATS too, for workers that join from other hosts (default: path)",
+    )
+    p.add_argument(
+        "--gateways",
+        type=int,
+        default=1,
+        help="gateway processes sharing the HTTP and gRPC ports with SO_REUSEPORT (default: 1)",
+    )
+    p.add_argument(
+        "--cohost-scheduler",
+        type=s.parse_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="each gateway process hosts a scheduler replica, which takes the requests of the models it "
+        "holds by a function call (default: true; false: standalone scheduler processes only)",
+    )
+    p.add_argument(
+        "--local-channel",
+        type=s.parse_bool,
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="BOOL",
+        help="batches and their answers between the gateways and the workers of this host go over Unix "
+        "sockets instead of nats-server (docs/design.md §9) (default: true; false: over NATS)",
+    )
+    p.add_argument(
+        "--schedulers",
+        type=int,
+        default=None,
+        help="standalone scheduler processes (replicas): the models are shared out among them and the "
+        "co-hosted ones, each model served by one at a time (default: 0 with --cohost-scheduler, else 1)",
+    )
+
+
+def check(args: argparse.Namespace) -> None:
+    """Refuse a shape that cannot run, saying why; fill in the defaults that depend on another flag."""
+    if args.workers < 1:
+        raise SystemExit("shoal serve: --workers must be at least 1")
+    if args.gateways < 1:
+        raise SystemExit("shoal serve: --gateways must be at least 1")
+    if args.schedulers is None:
+        args.schedulers = 0 if args.cohost_scheduler else 1
+    if args.schedulers < (0 if args.cohost_scheduler else 1):
+        raise SystemExit(
+            "shoal serve: --schedulers must be at least 1 with --cohost-scheduler=false"
+            if not args.cohost_scheduler
+            else "shoal serve: --schedulers must not be negative"
+        )
