@@ -133,6 +133,7 @@ def responses(raw: bytes) -> list[tuple[int, bytes]]:
         head_end = raw.find(b"\r\n\r\n", at)
         assert head_end >= 0, f"an incomplete response head: {raw[at : at + 200]!r}"
         lines = raw[at:head_end].split(b"\r\n")
+        assert lines[0].startswith(b"HTTP/1.1 "), f"not a status line: {lines[0][:200]!r}"
         status = int(lines[0].split()[1])
         length = 0
         for line in lines[1:]:
@@ -140,6 +141,8 @@ def responses(raw: bytes) -> list[tuple[int, bytes]]:
             if name.strip().lower() == b"content-length":
                 length = int(value)
         body = raw[head_end + 4 : head_end + 4 + length]
+        if body.startswith(b"HTTP/1."):  # the answer to a HEAD: its length, never its body
+            body, length = b"", 0
         assert len(body) == length, f"a response body cut short: {len(body)} of {length} bytes"
         if status != 100:
             out.append((status, body))
