@@ -141,8 +141,8 @@ def responses(raw: bytes) -> list[tuple[int, bytes]]:
             if name.strip().lower() == b"content-length":
                 length = int(value)
         body = raw[head_end + 4 : head_end + 4 + length]
-        if body.startswith(b"HTTP/1."):  # the answer to a HEAD: its length, never its body
-            body, length = b"", 0
+        if body.startswith(b"HTTP/1.") or (not body and head_end + 4 == len(raw)):
+            body, length = b"", 0  # the answer to a HEAD: its length, never its body
         assert len(body) == length, f"a response body cut short: {len(body)} of {length} bytes"
         if status != 100:
             out.append((status, body))
