@@ -33,35 +33,6 @@ def _shape_matches(dims: tuple[int, ...], shape: list[int]) -> bool:
     return len(dims) == len(shape) and all(d == -1 or d == s for d, s in zip(dims, shape))
 
 
-_INT64_MAX = 2**63 - 1
-
-
-def check_shape(name: str, shape: list[int]) -> None:
-    """Triton keeps element counts in int64: a shape whose count (or a dim) overflows it is a 400
-    (GetElementCount's -3, http_server.cc)."""
-    count = 1
-    for dim in shape:
-        count *= dim
-        if dim > _INT64_MAX or count > _INT64_MAX:
-            raise invalid(
-                f"invalid shape for input '{name}': shape {_fmt(shape)} causes total element count "
-                f"to exceed maximum size of {_INT64_MAX}"
-            )
-
-
-def check_json_byte_size(name: str, datatype: str, shape: list[int], size: int) -> None:
-    """A JSON `data` input's element count times its datatype's size must fit int64 too: Triton
-    checks it before reading the values (`http_server.cc`, qa/L0_http `test_overflow`)."""
-    count = 1
-    for dim in shape:
-        count *= dim
-    if size > 1 and count > _INT64_MAX // size:
-        raise invalid(
-            f"byte size overflow for input '{name}': element count ({count}) * data type size ({size}) "
-            f"exceeds maximum allowed size ({_INT64_MAX})"
-        )
-
-
 def validate(
     spec: ModelSpec, request: ParsedRequest, streaming: bool = False, endpoint: str = "HTTP end point"
 ) -> Validated:

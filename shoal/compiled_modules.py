@@ -23,6 +23,7 @@ COMPILED: tuple[str, ...] = (
     "services/gateway/http/infer.py",
     "services/gateway/http/json_data.py",
     "services/gateway/grpc/convert.py",
+    "services/gateway/tensor_limits.py",
     "services/gateway/grpc/http2/frames.py",
     "services/gateway/grpc/http2/header_blocks.py",
     # the inference core (its streaming generators are inference/streams.py, not compiled)

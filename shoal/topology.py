@@ -137,7 +137,7 @@ def describe(service: dict[str, Any]) -> str:
         models = ", ".join(
             f"{k} x{m.instances} ({m.busy_instances} busy{_memory(m)})" for k, m in status.models.items()
         )
-        return (models or "no models") + _budget(status)
+        return (models or "no models") + _budget(status) + _arrivals(status)
     if isinstance(status, RepositoryStatus):
         models = ", ".join(
             f"{name}/{v} {state}" for name, versions in status.models.items() for v, state in versions.items()
@@ -163,6 +163,13 @@ def _budget(status: WorkerStatus) -> str:
     if status.max_models:
         limits.append(f"at most {status.max_models} models")
     return f"; {', '.join(limits)}" if limits else ""
+
+
+def _arrivals(status: WorkerStatus) -> str:
+    """How many batches came over NATS and over the local channel (docs/design.md §9)."""
+    if not status.local_channel:
+        return f"; {status.batches_over_nats} batch(es) over NATS, local channel off"
+    return f"; batches: {status.batches_over_nats} over NATS, {status.batches_over_channel} over the local channel"
 
 
 def render(services: list[dict[str, Any]]) -> str:

@@ -168,7 +168,7 @@ class OnDemand:
             located = self.manager.repositories.locate(name)
             if located is None:  # in no repository, or in several: its load says why
                 return False
-            path = config_path(located.path, self.manager.auto_complete.config_name)
+            path = config_path(located.path, self.manager.reader.auto_complete.config_name)
             try:
                 text = await asyncio.to_thread(model_config.read_text, path)
                 known = model_config.parse_text(text, path).platform == "ensemble"

@@ -9,24 +9,19 @@ clients see no errors; an unload first drains the schedulers, then frees instanc
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
-from services.repository import ensembles, instance_groups, model_states, namespaces, overrides
-from services.repository.autocomplete import AutoComplete
+from services.repository import ensembles, instance_groups, model_states, namespaces, polling
 from services.repository.generations import next_record
 from services.repository.index import index
-from services.repository.labels import LabelError, read_labels
+from services.repository.model_reading import ModelReader
 from services.repository.repositories import Repositories, Scan
 from services.repository.reruns import Reruns
-from services.repository.scan import ScannedModel, check_model_name, scan_model, signature
-from shared.config import backend_config, model_config
-from shared.config.ensemble_graph import check_structure, is_ensemble
+from services.repository.scan import ScannedModel, signature
 from shared.errors import ShoalError, internal, invalid
 from shared.process import cache_dirs
 from shared.process.settings import RepositorySettings
@@ -63,6 +58,7 @@ class ModelManager:
         self.repositories = repositories or Repositories.open(
             settings.model_repository, cache_dirs.repository_mirrors(), settings.model_namespacing
         )
+        self.reader = ModelReader(settings, self.repositories)
         self.publish = publish
         self.forget = forget
         self.drain = drain
@@ -70,8 +66,6 @@ class ModelManager:
         self.reports: dict[str, InstanceRecord] = {}  # instance key -> report
         self._whole_groups: dict[instance_groups.GroupKey, int] = {}  # instance processes' groups: served whole
         self.signatures: dict[str, str] = {}
-        self.override_dirs: dict[str, Path] = {}  # model -> the override directory of its latest load
-        self._stale_dirs: dict[str, list[Path]] = {}  # override directories still serving an old generation
         self._failures: dict[str, str] = {}  # model -> why its last reload failed
         self.changed = asyncio.Condition()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -80,15 +74,6 @@ class ModelManager:
 
     def lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
-
-    @property
-    def auto_complete(self) -> AutoComplete:
-        return AutoComplete(
-            enabled=not (self.settings.disable_auto_complete_config or self.settings.strict_model_config),
-            backend_directory=self.settings.backend_directory,
-            backend_config=backend_config.parse(self.settings.backend_config),
-            config_name=self.settings.model_config_name,
-        )
 
     def scan(self) -> Scan:
         return self.repositories.scan()
@@ -105,73 +90,17 @@ class ModelManager:
         """The models an unload of the client's `name` unloads: every loaded model of that name."""
         return [key for key, record in self.records.items() if record.model_name == name] or [name]
 
-    async def _sync(self, name: str | None) -> None:  # the buckets' mirrors (remote.py): all, or one model's part
+    async def sync(self, name: str | None) -> None:  # the buckets' mirrors (remote.py): all, or one model's part
         await asyncio.to_thread(self.repositories.sync, name)
 
     # -- load -------------------------------------------------------------------
-    def _scan(self, name: str, config: str, files: dict[str, str]) -> ScannedModel:
-        check_model_name(self.repositories.split(name)[1])
-        located = None if files else self.repositories.locate(name)  # the folder `name` loads from
-        decoded: dict[str, bytes] = {}
-        for relative, text in files.items():
-            try:
-                decoded[relative] = base64.b64decode(text, validate=True)
-            except (binascii.Error, ValueError):
-                raise invalid(f"file override '{relative}' is not valid base64") from None
-        if not files and located is None:
-            model = self.repositories.split(name)[1]
-            log.error("failed to poll model '%s': %s", model, self.repositories.missing(model))
-            raise internal(f"failed to load '{model}', failed to poll from model repository")
-        try:
-            override = model_config.parse_json(config) if config else None
-            model_dir = located.path if located is not None else overrides.write_override_dir(name, decoded)
-        except ShoalError as exc:
-            raise overrides.poll_failed(name, exc.message) from None
-        scanned = scan_model(model_dir, self.auto_complete, override)
-        if scanned.config is not None and is_ensemble(model_config.to_json(scanned.config)):
-            graph = model_config.to_json(scanned.config)
-            if self.repositories.namespacing:  # its steps' models, found as Triton finds them
-                holders = namespaces.known(self.scan(), self.records.values())
-                steps = graph["ensemble_scheduling"]["step"]
-                namespaces.connect(steps, located.namespace if located else "", holders)
-                for step, connected in zip(scanned.config.ensemble_scheduling.step, steps):
-                    step.model_namespace = connected.get("model_namespace", "")
-            # a bad graph is a load failure, like a bad config; member checks come with readiness
-            error = check_structure(graph) or ensembles.cycle(name, self.records, graph)
-            if error:
-                scanned = ScannedModel(scanned.name, scanned.path, None, scanned.versions, error)
-        if files and scanned.config is None:
-            overrides.remove_override_dir(model_dir)  # the one serving (if any) stays
-        elif files or name in self.override_dirs:
-            # the previous override directory may still serve until the new generation is ready
-            previous = self.override_dirs.pop(name, None)
-            if previous is not None:
-                self._stale_dirs.setdefault(name, []).append(previous)
-            if files:
-                self.override_dirs[name] = model_dir
-        return scanned
-
-    def _read(self, name: str, config: str, files: dict[str, str]) -> tuple[ScannedModel, dict[str, list[str]]]:
-        """The model scanned, and its outputs' classification labels (file I/O: on a thread)."""
-        scanned = self._scan(name, config, files)
-        if scanned.config is None:
-            return scanned, {}
-        try:
-            return scanned, read_labels(scanned.path, name, model_config.to_json(scanned.config))
-        except LabelError as exc:
-            return ScannedModel(scanned.name, scanned.path, None, scanned.versions, str(exc)), {}
-
-    def _drop_stale_dirs(self, name: str) -> None:
-        for stale in self._stale_dirs.pop(name, []):
-            overrides.remove_override_dir(stale)
+    def overridden(self) -> set[str]:
+        """The models loaded from a client's files."""
+        return set(self.reader.override_dirs)
 
     def remove_override_dirs(self) -> None:
-        """At stop: every override directory of this run. Its records go too (the next repository
-        deletes a previous run's), so no worker loads from them again."""
-        for name in list(self._stale_dirs):
-            self._drop_stale_dirs(name)
-        while self.override_dirs:
-            overrides.remove_override_dir(self.override_dirs.popitem()[1])
+        """At stop (model_reading.py)."""
+        self.reader.remove_override_dirs()
 
     @property
     def on_demand(self) -> bool:
@@ -193,11 +122,11 @@ class ModelManager:
         namespace, model = self.repositories.split(name)
         if self.repositories.remote and not files:  # a cloud repository: the model as the bucket has it now
             try:
-                await self._sync(model)
+                await self.sync(model)
             except Exception as exc:
                 raise internal(f"failed to load '{model}', failed to poll from model repository: {exc}") from None
         # reading configs and ONNX files takes time: off the event loop
-        scanned, labels = await asyncio.to_thread(self._read, name, config, files or {})
+        scanned, labels = await asyncio.to_thread(self.reader.read, name, config, files or {}, self.records)
         if not files and scanned.path.is_dir():
             self.signatures[name] = await asyncio.to_thread(signature, scanned.path)
         # raises when the new config failed and the previous one serves: it keeps serving
@@ -295,9 +224,7 @@ class ModelManager:
         record.serving_config, record.serving_path, record.serving_files = {}, "", []
         record.files = []  # nothing hosted: the object store may let its files go
         await self.publish(record)
-        if name in self.override_dirs:
-            overrides.remove_override_dir(self.override_dirs.pop(name))
-        self._drop_stale_dirs(name)
+        self.reader.unloaded(name)
         for key in [k for k in self._whole_groups if k[1] == name]:
             del self._whole_groups[key]
         log.info("unloaded '%s'", name)
@@ -347,7 +274,7 @@ class ModelManager:
             ):
                 # the new generation serves: its config is the one
                 record.serving_config, record.serving_path, record.serving_files = {}, "", []
-                self._drop_stale_dirs(name)
+                self.reader.drop_stale_dirs(name)
             else:
                 # the reload failed: the old generation keeps serving, and workers that join
                 # later must load it, not the failed one, so it becomes the current generation
@@ -392,39 +319,17 @@ class ModelManager:
 
     # -- poll mode ---------------------------------------------------------------------
     async def poll(self) -> None:
-        """Apply the repository's changes: new models load, removed ones unload, changed ones reload."""
+        """Apply the repository's changes (polling.py); one pass at a time."""
         async with self._polling:
-            await self._poll_once()
+            await polling.poll_once(self)
 
-    async def _poll_once(self) -> None:
-        if self.repositories.remote:  # a cloud repository: its mirror first
-            try:
-                await self._sync(None)
-            except Exception as exc:  # the bucket is away: nothing changes this round
-                log.error("failed to poll from model repository %s: %s", self.repositories.describe(), exc)
-                return
-        located = self.scan().models
-        on_disk = set(located)
-        for name in sorted(on_disk):
-            if name in self.override_dirs:
-                continue
-            current = await asyncio.to_thread(signature, located[name].path)
-            record = self.records.get(name)  # the same files in another repository load from there
-            if self.signatures.get(name) == current and record is not None and record.path == str(located[name].path):
-                continue
-            log.info("repository change: %s '%s'", "reloading" if name in self.records else "loading", name)
-            try:
-                async with self.lock(name):
-                    await self.load(name)
-            except ShoalError as exc:  # a failed reload keeps the old version serving
-                self.signatures[name] = current
-                log.error("%s", exc.message.strip())
-        for name in sorted(set(self.records) - on_disk - set(self.override_dirs)):
-            if self.records[name].hosted:
-                log.info("repository change: '%s' removed, unloading", name)
-                async with self.lock(name):
-                    await self.unload(name)
-            self.records.pop(name, None)
-            self.signatures.pop(name, None)
-            await self.forget(name)
-            await self._refresh_dependents(name)
+    async def remove(self, name: str) -> None:
+        """A model gone from the repositories: unloaded if it was loaded, then forgotten."""
+        if self.records[name].hosted:
+            log.info("repository change: '%s' removed, unloading", name)
+            async with self.lock(name):
+                await self.unload(name)
+        self.records.pop(name, None)
+        self.signatures.pop(name, None)
+        await self.forget(name)
+        await self._refresh_dependents(name)

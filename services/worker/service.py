@@ -97,6 +97,7 @@ class WorkerService:
         )
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
+        self._arrived = [0, 0]  # batches over NATS, over the local channel (`status`)
         self.budget_bytes = footprint.parse_budget(settings.model_memory_budget)
         self.beats: HeartbeatThread | LoopHeartbeat = (
             LoopHeartbeat(nc, self._loading)  # a python model's process: one model, watched by its worker
@@ -165,6 +166,9 @@ class WorkerService:
                 )
                 for (m, v), loaded in self.lifecycle.models.items()
             },
+            batches_over_nats=self._arrived[0],
+            batches_over_channel=self._arrived[1],
+            local_channel=str(self.channels.path) if self.channels is not None else "",
         )
 
     async def stop(self) -> None:
@@ -278,6 +282,7 @@ class WorkerService:
 
     def _batch_arrived(self, data: bytes, channel: Channel | None) -> None:
         """A batch, over NATS or a local channel (`channel`: its completion goes back there)."""
+        self._arrived[channel is not None] += 1
         try:
             batch = _batch_decoder.decode(data)
         except msgspec.DecodeError as exc:

@@ -6,6 +6,12 @@ crashes or is SIGKILLed leaves no orphan holding the ports (issue 17). The signa
 the *thread* that forked, not the process: `popen` therefore forks every child from one
 spawner thread that lives as long as the process, whichever thread asks (a supervising
 thread, a test's worker thread).
+
+A child also gets the network namespace of the thread that forks it, and the spawner thread, made
+when the first child is asked for, starts in that of the thread that asked: one that had entered
+another namespace (setns: a thread of tests/hosts.py's hosts) would have every later child, a later
+test's nats-server say, start in that namespace. The spawner therefore forks from the process's own
+network namespace (its main thread's), whichever thread made it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
+CLONE_NEWNET = 0x40000000
 
 
 def _prctl() -> Callable[..., int] | None:
@@ -61,11 +68,28 @@ def _arm(prctl: Callable[..., int], parent: int) -> None:
         os._exit(1)
 
 
-_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shoal-spawner")
+def _home_network() -> None:
+    """Move the calling thread into the process's own network namespace if it is elsewhere."""
+    try:
+        home, here = os.readlink("/proc/self/ns/net"), os.readlink("/proc/thread-self/ns/net")
+    except OSError:  # no /proc (not Linux), or the main thread has exited
+        return
+    if home == here:
+        return
+    fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"the spawner thread cannot leave {here} for {home}")
+    finally:
+        os.close(fd)
+
+
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shoal-spawner", initializer=_home_network)
 
 
 def popen(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-    """subprocess.Popen(args, **kwargs) for a child that dies with this process (binary pipes)."""
+    """subprocess.Popen(args, **kwargs) for a child that dies with this process (binary pipes),
+    in the process's own network namespace whichever thread asks."""
 
     def start() -> subprocess.Popen[bytes]:
         return subprocess.Popen(args, preexec_fn=die_with_parent(), **kwargs)

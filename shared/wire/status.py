@@ -64,6 +64,11 @@ class WorkerStatus(msgspec.Struct):
     budget_bytes: int  # --model-memory-budget (0: none)
     max_models: int  # --max-loaded-models (0: no limit)
     models: dict[str, HostedStatus]  # "model/version" ->
+    # how its batches came: over NATS, or over the local channel (docs/design.md §9), which
+    # nats-server's own counters no longer see
+    batches_over_nats: int = 0
+    batches_over_channel: int = 0
+    local_channel: str = ""  # the socket it listens on; empty: off
 
 
 class RepositoryStatus(msgspec.Struct):

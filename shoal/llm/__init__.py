@@ -1,6 +1,6 @@
 """Language models served by a python model: llama.cpp with continuous batching.
 
-- `runtime.py`: llama.cpp's C API (llama.h) through llama-cpp-python's ctypes bindings: load a
+- `llama_c_api.py`: llama.cpp's C API (llama.h) through llama-cpp-python's ctypes bindings: load a
   GGUF file, tokenize, decode a batch of several sequences, sample per sequence.
 - `probe.py`: loads the library and the model and generates in a child process first, and picks
   the CPU backend of a portable build that runs here, so that a library that cannot run on this

@@ -25,6 +25,21 @@ def test_every_listed_module_exists():
         assert importlib.util.find_spec(name) is not None, name
 
 
+def test_setup_reads_the_module_list_from_this_module():
+    """setup.py loads the list by path (it may not import the project): the path it builds from
+    parts must name this module's file, whatever the module is called."""
+    root = Path(__file__).resolve().parents[2]
+    calls = [
+        node
+        for node in ast.walk(ast.parse((root / "setup.py").read_text()))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "runpy.run_path"
+    ]
+    assert len(calls) == 1
+    strings = [n for n in ast.walk(calls[0]) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    parts = [n.value for n in sorted(strings, key=lambda n: n.col_offset)]  # in the order written
+    assert root.joinpath(*parts) == Path(compiled_modules.__file__).with_suffix(".py")
+
+
 def test_the_build_is_all_compiled_or_all_pure():
     line = compiled_modules.describe()
     assert line.startswith(("build: compiled", "build: pure Python")), line

@@ -1,5 +1,5 @@
 """Pure conversions between Triton's gRPC messages (`tritonclient.grpc.service_pb2`) and the
-inference core's types and documents. No I/O: the servicer (`service.py`) does that.
+inference core's types and documents. No I/O: the servicer (`servicer.py`) does that.
 
 Error texts follow Triton's gRPC front end (src/grpc/infer_handler.cc); a `ShoalError`'s
 code becomes the gRPC status Triton uses for it (`STATUS`).
@@ -17,6 +17,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from inference.types import Answer, InputTensor, ParsedRequest, RequestedOutput
+from services.gateway.tensor_limits import check_shape
 from shared.config.datatypes import DATATYPES, numpy_dtype, serialize_bytes
 from shared.errors import Code, ShoalError, invalid
 from shared.wire.statistics import ModelStatistics
@@ -180,6 +181,7 @@ def parse_infer(request: service_pb2.ModelInferRequest) -> tuple[ParsedRequest, 
         has_contents = io.HasField("contents")
         if io.datatype not in DATATYPES:
             raise invalid(f"invalid datatype '{io.datatype}' for input '{io.name}'")
+        check_shape(io.name, io.shape)  # before any data is read, as over HTTP
         if "shared_memory_region" in params:
             if has_contents:
                 raise invalid(

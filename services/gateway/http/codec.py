@@ -17,8 +17,8 @@ import orjson
 import rapidjson
 
 from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput
-from inference.validation import check_json_byte_size, check_shape
 from services.gateway.http.json_data import json_tensor_bytes
+from services.gateway.tensor_limits import check_json_byte_size, check_shape
 from shared.config.datatypes import DATATYPES, element_count, element_size, numpy_dtype
 from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError, internal, invalid, unsupported

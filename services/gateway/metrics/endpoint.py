@@ -243,16 +243,7 @@ def _gpu(gpu: GpuMetrics) -> list[str]:
     return lines
 
 
-def render(
-    versions: Mapping[str, VersionStatistics],
-    options: MetricsOptions = MetricsOptions(),
-    cpu: CpuSampler | None = None,
-    gpu: GpuMetrics | None = None,
-    custom: list[str] | None = None,
-) -> bytes:
-    """Triton's metrics from the schedulers' statistics, then Shoal's, then python models' own (`custom`)."""
-    ordered = (versions[key] for key in sorted(versions))  # by "model/version", as always
-    entries = [((value.stats.name, value.stats.version), value) for value in ordered]
+def _counters(entries: Entries, options: MetricsOptions) -> list[str]:
     lines: list[str] = []
     for name, doc, pick in _COUNTERS:
         if not options.counter_latencies and name.endswith("_duration_us"):
@@ -268,38 +259,67 @@ def render(
         "nv_inference_request_failure", "Number of failed inference requests, all batch sizes", "counter", failures
     )
     pending = [({"model": m, "version": v}, value.pending) for (m, v), value in entries]
-    lines += family_lines(
+    return lines + family_lines(
         "nv_inference_pending_request_count",
         "Instantaneous number of pending requests awaiting execution per-model.",
         "gauge",
         pending,
     )
-    if options.summary_latencies:
-        lines += _summaries(entries, options)
-    if options.histogram_latencies:
-        rows = [
-            (
-                {"model": m, "version": v},
-                value.latency.first_response_buckets,
-                value.latency.first_response_counts,
-                value.latency.first_response_sum_ms,
-            )
-            for (m, v), value in entries
-        ]
-        lines += histogram_lines(
-            "nv_inference_first_response_histogram_ms", "Duration from request to first response in milliseconds", rows
+
+
+def _first_response_histogram(entries: Entries) -> list[str]:
+    rows = [
+        (
+            {"model": m, "version": v},
+            value.latency.first_response_buckets,
+            value.latency.first_response_counts,
+            value.latency.first_response_sum_ms,
         )
-    if options.cpu_metrics and cpu is not None:
-        total, used = system_metrics.memory()
-        lines += family_lines(
-            "nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge", [({}, cpu.utilization())]
-        )
-        lines += family_lines("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge", [({}, total)])
-        lines += family_lines("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge", [({}, used)])
+        for (m, v), value in entries
+    ]
+    return histogram_lines(
+        "nv_inference_first_response_histogram_ms", "Duration from request to first response in milliseconds", rows
+    )
+
+
+def _cpu(cpu: CpuSampler) -> list[str]:
+    total, used = system_metrics.memory()
+    return [
+        *family_lines("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge", [({}, cpu.utilization())]),
+        *family_lines("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge", [({}, total)]),
+        *family_lines("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge", [({}, used)]),
+    ]
+
+
+def _cache(entries: Entries) -> list[str]:
+    """The response cache's counters, for the models that use it (none: no family at all)."""
     cached = [(m, v, value) for (m, v), value in entries if value.cache_enabled]
+    lines: list[str] = []
     for name, doc, cache_pick in _CACHE if cached else ():
         samples = [({"model": m, "version": v}, cache_pick(value.stats.inference_stats)) for m, v, value in cached]
         lines += family_lines(name, doc, "counter", samples)
+    return lines
+
+
+def render(
+    versions: Mapping[str, VersionStatistics],
+    options: MetricsOptions = MetricsOptions(),
+    cpu: CpuSampler | None = None,
+    gpu: GpuMetrics | None = None,
+    custom: list[str] | None = None,
+) -> bytes:
+    """Triton's metrics from the schedulers' statistics, then Shoal's, then python models' own
+    (`custom`), each family in the order Triton's `/metrics` shows it."""
+    ordered = (versions[key] for key in sorted(versions))  # by "model/version", as always
+    entries = [((value.stats.name, value.stats.version), value) for value in ordered]
+    lines = _counters(entries, options)
+    if options.summary_latencies:
+        lines += _summaries(entries, options)
+    if options.histogram_latencies:
+        lines += _first_response_histogram(entries)
+    if options.cpu_metrics and cpu is not None:
+        lines += _cpu(cpu)
+    lines += _cache(entries)
     if options.gpu_metrics and gpu is not None:
         lines += _gpu(gpu)
     lines += _batch_histogram(entries)

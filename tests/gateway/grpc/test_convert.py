@@ -99,6 +99,20 @@ def test_request_errors_are_tritons(build, message):
     assert err.value.message == message and err.value.code == Code.INVALID_ARG
 
 
+@pytest.mark.parametrize("shape", [[2**62, 4], [2**40, 2**40]])
+def test_a_shape_overflowing_int64_is_refused_before_its_data_is_read(shape):
+    """As over HTTP (tests/integration/test_protocol_corners.py): Triton's text, while parsing."""
+    r = pb.ModelInferRequest(model_name="m")
+    r.inputs.add(name="INPUT0", datatype="FP32", shape=shape)
+    r.raw_input_contents.append(b"")
+    with pytest.raises(ShoalError) as err:
+        convert.parse_infer(r)
+    assert err.value.message == (
+        f"invalid shape for input 'INPUT0': shape [{shape[0]},{shape[1]}] causes total element count "
+        "to exceed maximum size of 9223372036854775807"
+    )
+
+
 def test_parameters_and_empty_final_flag():
     r = pb.ModelInferRequest(model_name="m")
     r.parameters["sequence_id"].string_param = "abc"

@@ -39,7 +39,11 @@ def test_each_kind_in_a_line():
     assert describe(service("scheduler", scheduler)) == "2 worker(s); m/1: 4 queued/2 running/1 free"
     hosted = HostedStatus(3, 2, 1, 2 << 20, 0, [InstanceStatus("m_0", "KIND_CPU", 0, 7)])
     worker = WorkerStatus(budget_bytes=64 << 20, max_models=0, models={"m/1": hosted})
-    assert describe(service("worker", worker)) == "m/1 x2 (1 busy, 2.0 MiB); budget 64.0 MiB"
+    assert describe(service("worker", worker)) == (
+        "m/1 x2 (1 busy, 2.0 MiB); budget 64.0 MiB; 0 batch(es) over NATS, local channel off"
+    )
+    local = WorkerStatus(0, 0, {}, batches_over_nats=3, batches_over_channel=97, local_channel="/tmp/s/worker.sock")
+    assert describe(service("worker", local)) == "no models; batches: 3 over NATS, 97 over the local channel"
     repository = RepositoryStatus("/models", "explicit", {"m": {"1": "READY"}})
     assert describe(service("repository", repository)) == "/models (explicit): m/1 READY"
 
