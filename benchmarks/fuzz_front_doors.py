@@ -2,6 +2,7 @@
 
     python benchmarks/fuzz_front_doors.py                  # 100,000 cases: the figures in docs/security.md
     python benchmarks/fuzz_front_doors.py --cases 7000     # a quick look, the same mix
+    python benchmarks/fuzz_front_doors.py --only http-wire # one door, its share of the 100,000
 
 One real cluster (nats-server and the services, the gateway unsupervised so that a crash shows);
 the generators of the CI slice (tests/gateway/fuzz/): KServe JSON bodies, binary-extension
@@ -179,6 +180,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=100_000)
     parser.add_argument("--json", default="", help="also write the tallies to this file")
+    parser.add_argument("--only", nargs="*", choices=sorted(MIX), help="these doors only, with their share of --cases")
     args = parser.parse_args()
     raise_fd_limit()
     started = time.monotonic()
@@ -190,6 +192,8 @@ def main() -> int:
             with grpc.insecure_channel(f"127.0.0.1:{doors.grpc_port}") as channel:
                 run = Run(doors, channel.unary_unary(h.INFER.decode()))
                 for name, (strategy, send) in senders(doors, run.infer).items():
+                    if args.only and name not in args.only:
+                        continue
                     count = round(args.cases * MIX[name])
                     print(f"{name}: {count} cases", flush=True)
                     run.door(name, strategy, send, count)

@@ -125,8 +125,9 @@ def read_until_closed(sock: socket.socket, ends: float) -> bytes:
         out += chunk
 
 
-def responses(raw: bytes) -> list[tuple[int, bytes]]:
-    """The (status, body) of each HTTP/1.1 response in `raw`, a connection's whole answer."""
+def responses(raw: bytes) -> list[tuple[int, bytes | None]]:
+    """The (status, body) of each HTTP/1.1 response in `raw`, a connection's whole answer (body
+    None: an answer to a HEAD, which has none)."""
     out = []
     at = 0
     while at < len(raw):
@@ -142,7 +143,9 @@ def responses(raw: bytes) -> list[tuple[int, bytes]]:
                 length = int(value)
         body = raw[head_end + 4 : head_end + 4 + length]
         if body.startswith(b"HTTP/1.") or (not body and head_end + 4 == len(raw)):
-            body, length = b"", 0  # the answer to a HEAD: its length, never its body
+            out.append((status, None))  # the answer to a HEAD: its length, never its body
+            at = head_end + 4
+            continue
         assert len(body) == length, f"a response body cut short: {len(body)} of {length} bytes"
         if status != 100:
             out.append((status, body))
@@ -163,11 +166,11 @@ def http_request(method: str, path: str, body: bytes = b"", headers: list[tuple[
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
-def check_triton_answer(status: int, body: bytes) -> None:
+def check_triton_answer(status: int, body: bytes | None) -> None:
     """A status Triton answers with and, for an error, Triton's `{"error": "<text>"}`; never the text
     of an unhandled exception (the front ends' last resort, `internal error: ...`: a bug)."""
     assert status in TRITON_STATUSES, f"status {status}: {body[:300]!r}"
-    if status < 400 or (status, body) in PARSER_REFUSALS:
+    if status < 400 or body is None or (status, body) in PARSER_REFUSALS:
         return
     doc = json.loads(body.decode("utf-8", errors="surrogateescape"))  # a message may name bytes the client sent
     assert isinstance(doc, dict) and isinstance(doc.get("error"), str) and doc["error"], body[:300]
@@ -175,9 +178,10 @@ def check_triton_answer(status: int, body: bytes) -> None:
 
 
 def one_answer(port: int, request: bytes) -> tuple[int, bytes]:
-    """The one response to `request`, checked to be Triton's."""
+    """The one response to `request` (not a HEAD), checked to be Triton's."""
     answered = responses(exchange(port, request))
     assert len(answered) == 1, f"{len(answered)} responses to one request"
     status, body = answered[0]
+    assert body is not None, "an answer without a body to a request that was not a HEAD"
     check_triton_answer(status, body)
     return status, body
