@@ -35,7 +35,7 @@ class ModelRegistry:
         self._named: dict[str, set[str]] = {}
 
     async def start(self, nc: NATS) -> None:
-        self.kv = await buckets.bucket(nc, subjects.MODELS_BUCKET)
+        self.kv = await buckets.bucket(nc, subjects.MODELS_BUCKET, create=False)  # the repository's
         self._task = asyncio.create_task(self._watch(nc, self.kv))
 
     async def stop(self) -> None:

@@ -148,6 +148,12 @@ def serve_parser() -> argparse.ArgumentParser:
         help="use this NATS instead of starting one (default: none: an embedded nats-server on a free port)",
     )
     p.add_argument(
+        "--nats-credentials",
+        default="",
+        help="with --nats-url: the directory `shoal credentials --out` wrote, each service's identity "
+        "(default: none; the embedded nats-server gets new ones at each start, docs/security.md)",
+    )
+    p.add_argument(
         "--nats-monitor-port",
         type=int,
         default=0,
@@ -337,36 +343,6 @@ def _service(name: str, argv: list[str]) -> None:
     run_service(lambda stop: module.run(settings, stop), name)
 
 
-def _status(argv: list[str]) -> None:
-    import asyncio
-    import json
-
-    from shoal import topology
-
-    parser = argparse.ArgumentParser(prog="shoal status", description="The live topology of a running Shoal.")
-    pick = parser.add_mutually_exclusive_group()
-    pick.add_argument("--nats-url", default=None, help="read the services on this NATS (default: see --http-port)")
-    pick.add_argument(
-        "--http-port",
-        type=int,
-        default=None,
-        help="read the `shoal serve` serving HTTP on this port (default: the latest `shoal serve` started here)",
-    )
-    parser.add_argument("--json", action="store_true", help="the services as JSON on stdout (default: false)")
-    args = parser.parse_args(argv)
-    url, named = topology.choose(args.nats_url, args.http_port)
-    try:
-        services = asyncio.run(topology.collect(url))
-    except Exception as exc:
-        raise SystemExit(f"shoal status: cannot reach NATS at {url}: {exc}") from None
-    if args.json:
-        print(named, file=sys.stderr)  # stdout stays JSON
-        print(json.dumps(services, indent=2))
-    else:
-        print(named)
-        print(topology.render(services))
-
-
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     usage = "usage: shoal {serve|status|gateway|scheduler|worker|repository|example|perf|analyze} [options]"
@@ -376,6 +352,7 @@ def main(argv: list[str] | None = None) -> None:
         print("  gateway     the HTTP/gRPC front end  scheduler   queues and batching")
         print("  worker      model instances          repository  the model repository")
         print("  status      the live topology: services, workers, models, queues")
+        print("  credentials DIR: NATS identities for compose or another host (docs/security.md)")
         print("  example DIR write the example model repository into DIR")
         print("  perf        measure a model like perf_analyzer; analyze  find its best configuration")
         raise SystemExit(0)
@@ -388,8 +365,14 @@ def main(argv: list[str] | None = None) -> None:
         _service(command, rest)
         return
     if command == "status":
-        _status(rest)
+        from shoal.topology import main as status_main
+
+        status_main(rest)
         return
+    if command == "credentials":  # docs/security.md
+        from shoal.credentials_cli import main as credentials_main
+
+        raise SystemExit(credentials_main(rest))
     if command in ("perf", "analyze"):  # docs/perf-and-analyze.md
         raise SystemExit(__import__(f"shoal.{command}.cli", fromlist=["main"]).main(rest))
     if command == "example":

@@ -26,15 +26,13 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic_settings import BaseSettings
-
 from services.repository.remote import is_remote
 from shared.process import cache_dirs, lifeline
 from shared.process import settings as s
 from shared.process.natsserver import NatsServer
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 from shared.wire.records import ModelState
-from shoal import announce, grpc_flags
+from shoal import announce, grpc_flags, private_runtime
 from shoal.ports import busy_endpoint, reserve_serving_ports
 
 log = logging.getLogger("shoal.serve")
@@ -52,7 +50,7 @@ class StartInterrupted(RuntimeError):
 class Child:
     name: str
     service: str
-    settings: BaseSettings
+    settings: s.BusSettings
     process: subprocess.Popen | None = None
     started: float = 0.0
     restarts: int = 0
@@ -75,6 +73,8 @@ class Cluster:
     # anything fails at start) instead of being restarted, which repeats the failure until the ready timeout
     fail_fast: bool = False
     failure: str = ""
+    # the private runtime directory and NATS identities each child is handed (shoal/private_runtime.py)
+    runtime: private_runtime.Runtime | None = None
     children: list[Child] = field(default_factory=list)
     _ready: threading.Event = field(default_factory=threading.Event)
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -103,7 +103,9 @@ class Cluster:
 
     def _spawn(self, child: Child) -> None:
         env = {**os.environ, **self.env, "SHOAL_RUN_ID": self.run_id}
-        argv = [sys.executable, "-m", "shoal.cli", child.service, *to_argv(child.settings)]
+        runtime, settings = self.runtime, child.settings
+        settings = private_runtime.assign(child.service, settings, runtime) if runtime is not None else settings
+        argv = [sys.executable, "-m", "shoal.cli", child.service, *to_argv(settings)]
         child.process = lifeline.popen(argv, env=env, start_new_session=True)
         child.started = time.monotonic()
 
@@ -400,19 +402,23 @@ def serve(args: argparse.Namespace) -> int:
     nats: NatsServer | None = None
     cluster: Cluster | None = None
     state: Path | None = None
+    runtime: private_runtime.Runtime | None = None
     code = 0
     try:
+        # the embedded nats-server admits only the identities made here (docs/security.md)
+        runtime = private_runtime.make(not args.nats_url, args.nats_credentials)
         if args.nats_url:
             nats_url = args.nats_url
         else:
             reserve_serving_ports(args)  # not for nats-server, even if free now
-            nats = NatsServer(monitor_port=args.nats_monitor_port).start()
+            nats = NatsServer(monitor_port=args.nats_monitor_port, authorization=runtime.authorization()).start()
             nats_url = nats.url
             log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
         cluster = build_cluster(args, nats_url, repositories)
         cluster.fail_fast = True
+        cluster.runtime = runtime
         cluster.start()
-        state = record_serve(args.http_port, nats_url, ", ".join(str(r) for r in repositories))
+        state = record_serve(args.http_port, nats_url, ", ".join(str(r) for r in repositories), runtime.operator)
         index = cluster.wait_ready(args.ready_timeout_secs, cancel=signals.event)
         print(announce.model_table(index), flush=True)
         apply_log_flags(cluster, args)
@@ -438,4 +444,6 @@ def serve(args: argparse.Namespace) -> int:
             nats.stop(timeout=1.0)
         if state is not None:
             forget_serve(state)
+        if runtime is not None:
+            private_runtime.remove(runtime)
     return code

@@ -2,26 +2,38 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import nats
 
+from shared.bus.connection import credential_options, refusal
 from shared.process import cache_dirs, scratch
+from shared.process.credentials import write_private
 from shared.wire.status import KINDS, GatewayStatus, HostedStatus, RepositoryStatus, SchedulerStatus, WorkerStatus
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 
 
-def record_serve(http_port: int, nats_url: str, repository: str) -> Path:
-    """Written by `shoal serve` once its services run: where `shoal status --http-port` finds its NATS."""
+def record_serve(http_port: int, nats_url: str, repository: str, credentials: str = "") -> Path:
+    """Written by `shoal serve` once its services run: where `shoal status --http-port` finds its NATS,
+    and the read-only identity it reads it as (`credentials`: the operator's file, in the serve's
+    private runtime directory; the record is its user's only, as that file is)."""
     path = cache_dirs.private_dir(cache_dirs.serve_records()) / f"{http_port}.json"  # its NATS: this user's
-    record = {"http_port": http_port, "nats_url": nats_url, "pid": os.getpid(), "repository": repository}
-    path.write_text(json.dumps(record))
+    record = {
+        "http_port": http_port,
+        "nats_url": nats_url,
+        "pid": os.getpid(),
+        "repository": repository,
+        "credentials": credentials,
+    }
+    write_private(path, json.dumps(record).encode())
     return path
 
 
@@ -50,8 +62,17 @@ def recorded_serves() -> list[dict[str, Any]]:
     return [record for _, record in sorted(found, key=lambda pair: pair[0], reverse=True)]
 
 
-def choose(nats_url: str | None, http_port: int | None) -> tuple[str, str]:
-    """The NATS to read and a line naming it (and the other clusters on this machine, if any)."""
+def choose(nats_url: str | None, http_port: int | None, credentials: str = "") -> tuple[str, str, str]:
+    """The NATS to read, a line naming it (and the other clusters on this machine, if any), and
+    the identity to read it as: `credentials`, else the recorded `shoal serve`'s operator."""
+    url, named = _choose(nats_url, http_port)
+    if credentials:
+        return url, named, credentials
+    serve = next((r for r in recorded_serves() if r["nats_url"] == url), {})  # --nats-url of a serve here too
+    return url, named, str(serve.get("credentials", ""))
+
+
+def _choose(nats_url: str | None, http_port: int | None) -> tuple[str, str]:
     if nats_url:
         return nats_url, f"NATS {nats_url} (--nats-url)"
     serves = recorded_serves()
@@ -93,10 +114,14 @@ async def _gather(nc, subject: str, wait: float) -> list[dict[str, Any]]:
     return replies
 
 
-async def collect(url: str, wait: float = 0.5) -> list[dict[str, Any]]:
+async def collect(url: str, wait: float = 0.5, credentials: str = "") -> list[dict[str, Any]]:
     """Every Shoal service's NATS micro info, with what its `status` endpoint answers under `status`
     (checked against the service's status type: an answer that does not fit is an `error`)."""
-    nc = await nats.connect(url, name="shoal-status", connect_timeout=2, max_reconnect_attempts=0)
+    options: dict[str, Any] = credential_options(credentials)
+    try:
+        nc = await nats.connect(url, name="shoal-status", connect_timeout=2, max_reconnect_attempts=0, **options)
+    except nats.errors.Error as exc:
+        raise refusal(exc, url, credentials) or exc from None
     try:
         services = [s for s in await _gather(nc, "$SRV.INFO", wait) if s.get("name", "").startswith("shoal-")]
         for service in services:
@@ -188,3 +213,34 @@ def render(services: list[dict[str, Any]]) -> str:
     lines = [f"{'SERVICE':<{widths[0]}}  {'INSTANCE':<{widths[1]}}  {'HOST':<{widths[2]}}  STATUS"]
     lines += [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {d}" for a, b, c, d in rows]
     return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    """`shoal status [--nats-url URL [--nats-credentials FILE] | --http-port P] [--json]`."""
+    parser = argparse.ArgumentParser(prog="shoal status", description="The live topology of a running Shoal.")
+    pick = parser.add_mutually_exclusive_group()
+    pick.add_argument("--nats-url", default=None, help="read the services on this NATS (default: see --http-port)")
+    pick.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="read the `shoal serve` serving HTTP on this port (default: the latest `shoal serve` started here)",
+    )
+    parser.add_argument(
+        "--nats-credentials",
+        default="",
+        help="read as this NATS identity (default: the `shoal serve`'s operator identity; docs/security.md)",
+    )
+    parser.add_argument("--json", action="store_true", help="the services as JSON on stdout (default: false)")
+    args = parser.parse_args(argv)
+    url, named, credentials = choose(args.nats_url, args.http_port, args.nats_credentials)
+    try:
+        services = asyncio.run(collect(url, credentials=credentials))
+    except Exception as exc:
+        raise SystemExit(f"shoal status: cannot reach NATS at {url}: {exc}") from None
+    if args.json:
+        print(named, file=sys.stderr)  # stdout stays JSON
+        print(json.dumps(services, indent=2))
+    else:
+        print(named)
+        print(render(services))

@@ -15,6 +15,8 @@ from onnx import TensorProto
 from services.repository import examples
 from shared.process.natsserver import NatsCluster, NatsServer, free_port, wait_for_port
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings
+from shared.wire.permissions import ADMIN
+from shoal import private_runtime
 from shoal.supervisor import Cluster
 
 DTYPES = {
@@ -158,10 +160,14 @@ def running_cluster(
     connects to instead of every node's (which node a service is on, in a NATS cluster)."""
     cohost = (shape or DEFAULT_SHAPE) == "cohost"
     scheduling = {"worker_timeout_s": 3, **(scheduler or {})}
+    # authenticated as `shoal serve` is: each service with its kind's identity and permissions; the
+    # test's own clients, which connect without credentials, are its `admin` (`authenticated`)
+    runtime = private_runtime.make(embedded=nats_server is None)
+    authorization = runtime.identities.authorization(anonymous=ADMIN) if runtime.identities is not None else ""
     nats: Any = nats_server or (
-        NatsServer(max_payload=max_payload).start()
+        NatsServer(max_payload=max_payload, authorization=authorization).start()
         if nats_nodes <= 1
-        else NatsCluster(nats_nodes, max_payload=max_payload).start()
+        else NatsCluster(nats_nodes, max_payload=max_payload, authorization=authorization).start()
     )
     urls = nats_urls or {}
 
@@ -200,6 +206,7 @@ def running_cluster(
         supervise=supervise,
         more_gateways=[gateway_settings() for _ in range(gateways - 1)],
         more_schedulers=standalone[1:],
+        runtime=runtime,
     )
     try:
         cluster.start()
@@ -211,3 +218,4 @@ def running_cluster(
         cluster.stop(timeout=10)
         if nats_server is None:
             nats.stop()
+        private_runtime.remove(runtime)

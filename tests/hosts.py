@@ -39,9 +39,18 @@ from typing import Any, TypeVar
 
 from pydantic_settings import BaseSettings
 
-from shared.process import lifeline
+from shared.process import credentials, lifeline
 from shared.process.natsserver import NatsServer
-from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
+from shared.process.settings import (
+    BusSettings,
+    GatewaySettings,
+    RepositorySettings,
+    SchedulerSettings,
+    WorkerSettings,
+    to_argv,
+)
+from shared.wire.permissions import ADMIN
+from shoal import private_runtime
 
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
@@ -208,6 +217,9 @@ class Hosts:
             Host(i, f"{PREFIX}{os.getpid()}-{self.run}-h{i}", f"port{i}", self.switch, self.workdir / f"host{i}-shm")
             for i in range(1, count + 1)
         ]
+        # authenticated as a deployment is (docs/security.md): each service with its kind's identity,
+        # the test's own clients (no credentials) as `admin`
+        self.runtime = private_runtime.Runtime(self.workdir, credentials.make(self.workdir / "identities"))
 
     def __getitem__(self, index: int) -> Host:
         return self.hosts[index - 1]
@@ -255,6 +267,7 @@ class Hosts:
                 route_urls=routes,
                 prefix=host.command([]),
                 ping_interval_s=PING_INTERVAL_S,
+                authorization=self.runtime.identities.authorization(anonymous=ADMIN) if self.runtime.identities else "",
             )
             Path(host.nats.store_dir).mkdir(parents=True, exist_ok=True)
             host.call(host.nats.start)
@@ -265,6 +278,8 @@ class Hosts:
     def service(self, host: Host, service: str, settings: BaseSettings, env: dict[str, str] | None = None) -> None:
         """`shoal <service>` on `host`, its log in the work directory."""
         log = self.workdir / f"host{host.index}-{service}.log"
+        if isinstance(settings, BusSettings):
+            settings = private_runtime.assign(service, settings, self.runtime)
         host.start(
             [sys.executable, "-m", "shoal.cli", service, *to_argv(settings)],
             log,

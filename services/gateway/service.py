@@ -292,7 +292,7 @@ class GatewayService:
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     options = metrics_options(settings)  # read before anything starts: what it logs comes first
     raise_descriptor_limit()
-    nc = await connection.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}")
+    nc = await connection.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}", settings.nats_credentials)
     try:
         await serve_until(stop, nc, GatewayService(settings, nc, options), "gateway")
     finally:

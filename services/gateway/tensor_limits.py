@@ -6,16 +6,21 @@ against the model (datatype, shape, byte size) are the inference core's, once
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from shared.errors import invalid
 
 INT64_MAX = 2**63 - 1
 
+# Sequence, not list: gRPC hands a protobuf repeated field, which a compiled function typed `list`
+# refuses ("list object expected; got RepeatedScalarContainer", the compiled build's gRPC path)
 
-def _fmt(shape: list[int]) -> str:
+
+def _fmt(shape: Sequence[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
-def check_shape(name: str, shape: list[int]) -> None:
+def check_shape(name: str, shape: Sequence[int]) -> None:
     """A shape whose element count (or a dim) overflows int64 is a 400 (GetElementCount's -3)."""
     count = 1
     for dim in shape:
@@ -27,7 +32,7 @@ def check_shape(name: str, shape: list[int]) -> None:
             )
 
 
-def check_json_byte_size(name: str, datatype: str, shape: list[int], size: int) -> None:
+def check_json_byte_size(name: str, datatype: str, shape: Sequence[int], size: int) -> None:
     """A JSON `data` input's element count times its datatype's size must fit int64 too: Triton
     checks it before reading the values (`http_server.cc`, qa/L0_http `test_overflow`)."""
     count = 1

@@ -100,7 +100,7 @@ class SchedulerService:
 
     async def start(self) -> None:
         await self.nc.subscribe(self.alive_subject, cb=self._on_alive)
-        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET)
+        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET, create=False)
         await hot_path.subscribe(self.nc, subjects.INSTANCE_FREE, self._on_free)
         await self.liveness.start()
         await self.ensembles.start(self.models_kv)
@@ -150,8 +150,14 @@ class SchedulerService:
         self.tasks.cancel_all()
 
     def worker_suspect(self, worker: str) -> None:
-        """`worker`'s local channel closed: NATS is asked about it now (shared/bus/liveness.py)."""
-        self.tasks.spawn(self.liveness.check(worker))
+        """`worker`'s local channel closed: NATS is asked about it now (shared/bus/liveness.py); if
+        it lives, the workers say which batches they hold, and a batch written as the channel
+        closed and never read ends as one lost with a connection (holdings.py)."""
+        self.tasks.spawn(self._suspect(worker))
+
+    async def _suspect(self, worker: str) -> None:
+        if not await self.liveness.check(worker):
+            await self.holdings.ask()
 
     async def _watch_models(self) -> None:
         async for change in buckets.watch(self.nc, self.models_kv):
@@ -333,7 +339,9 @@ class SchedulerService:
 
 async def run(settings: SchedulerSettings, stop: asyncio.Event) -> None:
     spans.install(spans.from_config(settings.trace_config), "scheduler", settings.scheduler_id)
-    nc = await connection.connect(settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}")
+    nc = await connection.connect(
+        settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}", settings.nats_credentials
+    )
     try:
         await serve_until(stop, nc, SchedulerService(settings, nc), "scheduler")
     finally:

@@ -14,31 +14,55 @@ import asyncio
 import logging
 import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 from shared.bus import local_channel
 from shared.bus.local_channel import Channel
 from shared.process import scratch
-from shared.wire.channel_frames import BATCH
+from shared.wire.channel_frames import BATCH, HELLO
 
 log = logging.getLogger("shoal.worker")
 
-SOCKET = "worker.sock"
-
 
 class ChannelListener:
-    def __init__(self, host: str, on_batch: Callable[[bytes, Channel], None]) -> None:
+    def __init__(
+        self, worker_id: str, host: str, on_batch: Callable[[bytes, Channel], None], runtime_dir: str = ""
+    ) -> None:
+        self.worker_id = worker_id
+        self.host = host
+        # where the socket's directory goes: the runtime directory (shoal serve's private one, or a
+        # volume compose shares between the gateway's and the workers' containers), else /tmp
+        self.parent = Path(runtime_dir) if runtime_dir else None
         self.on_batch = on_batch
-        self.directory = scratch.make("shoal-channel")  # private (0700) from the start
-        self.path = self.directory / SOCKET
-        self.advertisement = local_channel.advertised(host, self.path)
+        self.directory: Path | None = None
+        self.advertisement = ""  # "" until it listens: the credits name no channel
         self._server: asyncio.AbstractServer | None = None
         self._channels: set[Channel] = set()
 
-    async def start(self) -> None:
-        self._server = await local_channel.listen(self.path, self._frame, self._channels.discard)
+    async def start(self) -> bool:
+        """Listen; False (logged) when it cannot, and the worker takes its batches over NATS only."""
+        try:
+            if self.parent is not None:
+                local_channel.private_directory(self.parent)  # a fresh volume is root's 0755
+            self.directory = scratch.make(local_channel.DIRECTORY, parent=self.parent)  # 0700 from the start
+            path = self.directory / local_channel.SOCKET
+            self._server = await local_channel.listen(path, self._frame, self._channels.discard, self._opened)
+        except OSError as exc:  # e.g. a $TMPDIR too long for a socket's path (108 bytes)
+            log.warning("no local channel (%s): batches come over NATS only", exc)
+            self._remove_directory()
+            return False
+        self.advertisement = local_channel.advertised(self.host, path)
+        return True
+
+    @property
+    def path(self) -> str:
+        return self.advertisement.partition("|")[2]
+
+    def _opened(self, channel: Channel) -> None:
+        self._channels.add(channel)
+        channel.send(HELLO, self.worker_id.encode())  # who this is: the gateway writes nothing before
 
     def _frame(self, channel: Channel, kind: int, payload: bytes) -> None:
-        self._channels.add(channel)  # known once it speaks: closed at stop
         if kind == BATCH:
             self.on_batch(payload, channel)
         else:
@@ -46,8 +70,15 @@ class ChannelListener:
             channel.close()
 
     async def stop(self) -> None:
+        """Stop taking connections; close each channel once what it was sent is written."""
+        for channel in list(self._channels):
+            channel.on_closed = None
+            channel.close()
+        self._channels.clear()
         if self._server is not None:
             self._server.close()
-        for channel in list(self._channels):
-            channel.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        self._remove_directory()
+
+    def _remove_directory(self) -> None:
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)

@@ -32,9 +32,16 @@ STALL_S = 60.0  # a main loop silent this long is stuck, not busy: stop vouching
 
 class HeartbeatThread:
     def __init__(
-        self, nats_url: str, name: str, interval_s: float, loading: Callable[[], int], stall_s: float = STALL_S
+        self,
+        nats_url: str,
+        name: str,
+        interval_s: float,
+        loading: Callable[[], int],
+        stall_s: float = STALL_S,
+        credentials: str = "",
     ) -> None:
         self.nats_url = nats_url
+        self.credentials = credentials  # the worker's own identity (docs/security.md)
         self.name = name
         self.interval_s = interval_s
         self.loading = loading  # loads in progress, read at each beat
@@ -77,7 +84,7 @@ class HeartbeatThread:
         self._started.set()
         nc: NATS | None = None
         try:
-            nc = await connection.connect(self.nats_url, self.name)
+            nc = await connection.connect(self.nats_url, self.name, self.credentials)
             while not self._stop.is_set():
                 await self._send(nc)
                 await self._pause(self._stop, self._wake)

@@ -107,7 +107,7 @@ class ModelFiles:
 
     async def store(self) -> ObjectStore:
         if self._store is None:
-            self._store = await file_store.open_store(self.nc)
+            self._store = await file_store.open_store(self.nc, create=False)  # the repository makes it
         return self._store
 
     def _unverified(self, files: list[ModelFile]) -> list[ModelFile]:

@@ -83,7 +83,7 @@ class ModelLifecycle:
     async def start(self) -> None:
         self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
         self.child_reports = ChildReports(self.instances_kv, self.worker_id)
-        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET)
+        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET, create=False)
         self._tasks.spawn(self._watch())
 
     async def stop(self) -> None:

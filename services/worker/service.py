@@ -31,7 +31,7 @@ from services.worker.model_lifecycle import ModelLifecycle
 from services.worker.python.hosting.bls import BlsRuntime
 from services.worker.python.hosting.callables import InProcessModels
 from services.worker.python.triton_api import pb_utils
-from shared.bus import connection, discovery, hot_path
+from shared.bus import connection, discovery, hot_path, local_channel
 from shared.bus.local_channel import Channel
 from shared.bus.tensor_store import TensorStore
 from shared.memory import footprint
@@ -81,8 +81,8 @@ class WorkerService:
         self.completions = Completions(nc, self.id)
         # batches from the gateways of this host without nats-server (docs/design.md §9)
         self.channels = (
-            ChannelListener(self.store.host, self._batch_arrived)
-            if settings.local_channel and settings.tensor_transport != "bus"
+            ChannelListener(self.id, self.store.host, self._batch_arrived, settings.runtime_dir)
+            if settings.local_channel and settings.tensor_transport != "bus" and local_channel.supported()
             else None
         )
         self.batches = BatchExecutor(
@@ -93,7 +93,6 @@ class WorkerService:
             self.cancellations,
             self.decoupled,
             self.completions,
-            self.channels.advertisement if self.channels is not None else "",
         )
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
@@ -103,7 +102,11 @@ class WorkerService:
             LoopHeartbeat(nc, self._loading)  # a python model's process: one model, watched by its worker
             if settings.parent_pid
             else HeartbeatThread(
-                settings.nats_url, f"shoal-worker-{settings.worker_id}-heartbeat", settings.heartbeat_s, self._loading
+                settings.nats_url,
+                f"shoal-worker-{settings.worker_id}-heartbeat",
+                settings.heartbeat_s,
+                self._loading,
+                credentials=settings.nats_credentials,
             )
         )
 
@@ -114,8 +117,8 @@ class WorkerService:
         await self.store.start()
         await self.bls.start()
         await self.completions.start()
-        if self.channels is not None:
-            await self.channels.start()
+        if self.channels is not None and await self.channels.start():
+            self.batches.local = self.channels.advertisement  # named in every credit from now on
         self._tasks.spawn(self.decoupled.run())
         await self.nc.subscribe(subjects.SCHEDULER_CANCEL, cb=self._on_cancel)
         await hot_path.subscribe_now(self.nc, self.subject, self._on_batch)
@@ -168,7 +171,7 @@ class WorkerService:
             },
             batches_over_nats=self._arrived[0],
             batches_over_channel=self._arrived[1],
-            local_channel=str(self.channels.path) if self.channels is not None else "",
+            local_channel=self.channels.path if self.channels is not None else "",
         )
 
     async def stop(self) -> None:
@@ -319,7 +322,7 @@ class WorkerService:
 async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
     lifeline.die_with(settings.parent_pid)
     spans.install(spans.from_config(settings.trace_config), "worker", settings.worker_id)
-    nc = await connection.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}")
+    nc = await connection.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}", settings.nats_credentials)
     try:
         await serve_until(stop, nc, WorkerService(settings, nc), "worker")
     finally:

@@ -32,14 +32,20 @@ def kv_replicas(nc: NATS) -> int:
     return min(3, cluster_size(nc))
 
 
-async def bucket(nc: NATS, name: str, ttl: float | None = None) -> KeyValue:
-    """Open a KV bucket, creating it if needed (`ttl`: entries not renewed expire)."""
+async def bucket(nc: NATS, name: str, ttl: float | None = None, create: bool = True) -> KeyValue:
+    """Open a KV bucket, creating it if needed (`ttl`: entries not renewed expire). `create=False`:
+    a reader of a bucket another service writes (the models bucket is the repository's, and only it
+    may create it: docs/security.md) waits for it instead, up to a minute."""
     js = nc.jetstream()
     replicas = kv_replicas(nc)
-    for _ in range(100):
+    for _ in range(100 if create else 600):
         try:
             return await js.key_value(name)
         except BucketNotFoundError:
+            if not create:
+                log.debug("bucket %s: not made yet", name)
+                await asyncio.sleep(0.1)
+                continue
             try:
                 # file storage: the control plane survives a nats-server restart; replicas: a node loss
                 return await js.create_key_value(bucket=name, history=1, storage="file", ttl=ttl, replicas=replicas)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import nats
@@ -40,6 +41,40 @@ _listeners: weakref.WeakKeyDictionary[NATS, list[tuple[Listener, Listener]]] = w
 log = logging.getLogger(__name__)
 
 
+class BusRefused(RuntimeError):
+    """nats-server turned this service away (no credentials, or not these): retrying cannot help."""
+
+
+def refusal(exc: Exception, url: str, credentials: str) -> BusRefused | None:
+    """The clear error for nats-server's answer to a connection it does not admit, else None."""
+    if "authorization violation" not in str(exc).lower():
+        return None
+    if not credentials:
+        return BusRefused(
+            f"NATS at {url} demands credentials and this service has none: pass --nats-credentials FILE "
+            "(or SHOAL_<SERVICE>_NATS_CREDENTIALS; `shoal credentials --out DIR` makes them, docs/security.md)"
+        )
+    return BusRefused(
+        f"NATS at {url} refused the credentials in --nats-credentials {credentials} (Authorization Violation)"
+    )
+
+
+def credential_options(credentials: str) -> dict[str, Any]:
+    """nats-py's options for a credentials file: an nkey seed (`shoal credentials`' files), or a
+    decentralized `.creds` file (a user JWT and its seed, from `nsc`). Read once here so that a
+    missing or unreadable file stops the service at once, naming it."""
+    if not credentials:
+        return {}
+    try:
+        with open(credentials, "rb") as file:
+            text = file.read()
+    except OSError as exc:
+        raise BusRefused(f"cannot read --nats-credentials {credentials}: {exc.strerror or exc}") from None
+    if b"BEGIN NATS USER JWT" in text:
+        return {"user_credentials": credentials}
+    return {"nkeys_seed": credentials}
+
+
 class _Outage:
     """nats-py calls the error callback on every failed reconnect attempt (twice a second while
     the server is down): log the first error of an outage, then stay quiet until reconnected."""
@@ -50,6 +85,9 @@ class _Outage:
         self.reported = False
 
     async def error(self, exc: Exception) -> None:
+        if "permissions violation" in str(exc).lower():  # a publish or subscription this identity may not make
+            log.error("nats refused: %s", exc)
+            return
         if self.down and self.reported:
             log.debug("nats error while reconnecting: %s", exc)
             return
@@ -64,11 +102,20 @@ class _Outage:
         self.down, self.reported = True, False
 
 
-async def connect(url: str, name: str) -> NATS:
+async def connect(url: str, name: str, credentials: str = "") -> NATS:
     """A named connection (visible in nats-server's /connz) that reconnects forever, to any of
-    the comma-separated servers in `url` (and the cluster members the server announces)."""
+    the comma-separated servers in `url` (and the cluster members the server announces), as the
+    identity in the `credentials` file (docs/security.md). A server that refuses the first
+    connection for want of credentials raises `BusRefused` at once instead of being retried."""
     outage = _Outage(name)
     holder: list[NATS] = []
+    options = credential_options(credentials)
+
+    async def error_cb(exc: Exception) -> None:
+        refused = refusal(exc, url, credentials) if not holder else None
+        if refused is not None:
+            raise refused  # out of nats-py's first-connect loop, which would retry it for ever
+        await outage.error(exc)
 
     async def disconnected_cb() -> None:
         # nats-py calls this on a close we asked for too (drain at shutdown): only a lost connection warns
@@ -88,20 +135,34 @@ async def connect(url: str, name: str) -> NATS:
             for _, back in _listeners.get(holder[0], []):
                 back()
 
-    nc = await nats.connect(
-        servers=[u.strip() for u in url.split(",") if u.strip()],
-        name=name,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,
-        connect_timeout=2,
-        allow_reconnect=True,
-        error_cb=outage.error,
-        disconnected_cb=disconnected_cb,
-        reconnected_cb=reconnected_cb,
-        pending_size=8 * 1024 * 1024,
-    )
+    nc = NATS()
+    try:
+        # as keywords of a dict: nats-py types reconnect_time_wait as int, and a float works (half a second)
+        settings: dict[str, Any] = {
+            "servers": [u.strip() for u in url.split(",") if u.strip()],
+            "name": name,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": 0.5,
+            "connect_timeout": 2,
+            "allow_reconnect": True,
+            "error_cb": error_cb,
+            "disconnected_cb": disconnected_cb,
+            "reconnected_cb": reconnected_cb,
+            "pending_size": 8 * 1024 * 1024,
+        }
+        await nc.connect(**settings, **options)
+    except BusRefused:
+        await _abandon(nc)
+        raise
     holder.append(nc)
     return nc
+
+
+async def _abandon(nc: NATS) -> None:
+    """Close a client nats-py left half-open when its error callback ended the first connect."""
+    nats_internals.drop_transport(nc)
+    with contextlib.suppress(Exception):
+        await nc.close()
 
 
 def on_connection(nc: NATS, lost: Listener, back: Listener) -> None:

@@ -61,13 +61,17 @@ def sha256_file(path: Path, block: int = 4 << 20) -> str:
     return digest.hexdigest()
 
 
-async def open_store(nc: NATS) -> ObjectStore:
-    """The bucket, created if needed (file storage, replicated as the KV buckets are)."""
+async def open_store(nc: NATS, create: bool = True) -> ObjectStore:
+    """The bucket, created if needed (file storage, replicated as the KV buckets are); `create=False`:
+    a worker, which may only read it (docs/security.md), waits for the repository to make it."""
     js = nc.jetstream()
     for _ in range(100):
         try:
             return await js.object_store(subjects.MODEL_FILES_BUCKET)
         except BucketNotFoundError:
+            if not create:
+                await asyncio.sleep(0.1)
+                continue
             try:
                 return await js.create_object_store(
                     subjects.MODEL_FILES_BUCKET,

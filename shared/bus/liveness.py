@@ -253,22 +253,23 @@ class WorkerLiveness:
                     self.found_by_nats += 1
                     await self._drop(worker)
 
-    async def check(self, worker: str) -> None:
+    async def check(self, worker: str) -> bool:
         """A sign that `worker` may be gone (its local channel closed, docs/design.md §9): NATS is
         asked now instead of at the next probe, a few times while it cannot say (the server may
-        not have seen the worker's connection close yet)."""
+        not have seen the worker's connection close yet). True: it was dropped (or was already)."""
         for _ in range(CHECK_TRIES):
             if worker not in self.seen:
-                return
+                return True
             connected = await self._connected(worker)
             if connected:
-                return
+                return False
             if connected is False:
                 log.warning("worker %s closed its local channel and has no connection to NATS; dropping it", worker)
                 self.found_by_nats += 1
                 await self._drop(worker)
-                return
+                return True
             await asyncio.sleep(PROBE_S / 5)
+        return False
 
     async def _connected(self, worker: str) -> bool | None:
         """True: it answered; False: NATS knows no such subscriber; None: unknown (no answer in

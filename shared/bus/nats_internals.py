@@ -154,6 +154,13 @@ def writable(nc: NATS) -> Transport | None:
     return transport
 
 
+def drop_transport(nc: NATS) -> None:
+    """Close the socket of a client whose first connect was ended by its error callback (a server
+    that refused it): nats-py leaves it open, and nothing public closes it."""
+    if nc._transport is not None:
+        nc._transport.close()  # type: ignore[no-untyped-call]  # nats-py leaves it untyped
+
+
 async def buffer(nc: NATS, parts: list[bytes], size: int) -> None:
     """Frames (`size` bytes in all) appended to nats-py's buffer, and its flusher woken as
     `nc.publish` wakes it (at once when the buffer is over its limit)."""

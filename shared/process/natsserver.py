@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from shared.process import lifeline, scratch
+from shared.process.credentials import write_private
 
 _handed_out: set[int] = set()  # ports this process was given: the kernel may offer a closed one again
 
@@ -87,6 +88,7 @@ class NatsServer:
         route_urls: list[str] | None = None,
         prefix: list[str] | None = None,
         ping_interval_s: float | None = None,
+        authorization: str = "",
     ) -> None:
         self.port = port or free_port()
         self.monitor_port = monitor_port or free_port()
@@ -100,6 +102,8 @@ class NatsServer:
         self.route_urls = route_urls if route_urls is not None else [f"127.0.0.1:{p}" for p in self.routes]
         self.prefix = prefix or []
         self.ping_interval_s = ping_interval_s
+        # nats-server's `authorization` block (shared/process/credentials.py): empty, anyone may connect
+        self.authorization = authorization
         self.log_path = Path(self.store_dir) / "nats-server.log"
         self.process: subprocess.Popen[bytes] | None = None
         self._log: BinaryIO | None = None
@@ -123,6 +127,8 @@ class NatsServer:
             own = f"{self.host}:{self.route_port}"
             routes = ", ".join(f"nats-route://{url}" for url in self.route_urls if url != own)
             lines.append(f"cluster {{ name: shoal, listen: {own}, routes: [{routes}] }}")
+        if self.authorization:
+            lines.append(self.authorization)
         return "\n".join(lines) + "\n"
 
     def start(self, timeout: float = 15.0) -> NatsServer:
@@ -148,7 +154,7 @@ class NatsServer:
 
     def _start(self, timeout: float) -> NatsServer:
         path = Path(self.store_dir) / "nats.conf"
-        path.write_text(self.config())
+        write_private(path, self.config().encode())  # the public keys and permissions: its user's only
         if self._log is not None:  # a restart after a crash
             self._log.close()
         self._log = open(self.log_path, "ab")
@@ -232,10 +238,12 @@ class NatsCluster:
     `url` lists every node (comma separated), the form `--nats-url` takes: clients fail over to
     another node when theirs dies."""
 
-    def __init__(self, size: int = 3, max_payload: int | None = None) -> None:
+    def __init__(self, size: int = 3, max_payload: int | None = None, authorization: str = "") -> None:
         routes = [free_port() for _ in range(size)]
         self.nodes = [
-            NatsServer(max_payload=max_payload, name=f"shoal-{i}", route_port=port, routes=routes)
+            NatsServer(
+                max_payload=max_payload, name=f"shoal-{i}", route_port=port, routes=routes, authorization=authorization
+            )
             for i, port in enumerate(routes)
         ]
 

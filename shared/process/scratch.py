@@ -22,20 +22,21 @@ from pathlib import Path
 OWNER = ".shoal-owner"
 
 
-def make(kind: str, label: str = "") -> Path:
-    """A new directory `<tmp>/<kind><label>-XXXXXXXX`, after removing the abandoned ones of `kind`."""
-    sweep(kind)
-    path = Path(tempfile.mkdtemp(prefix=f"{kind}{label}-" if label else kind))
+def make(kind: str, label: str = "", parent: Path | None = None) -> Path:
+    """A new directory `<tmp>/<kind><label>-XXXXXXXX` (or in `parent`: a runtime directory shared
+    by containers, say), after removing the abandoned ones of `kind` there."""
+    sweep(kind, parent)
+    path = Path(tempfile.mkdtemp(prefix=f"{kind}{label}-" if label else kind, dir=parent))
     written = path / f"{OWNER}.new"
     written.write_text(f"{identity(os.getpid()) or os.getpid()}\n{_where()}\n")
     os.replace(written, path / OWNER)  # a sweeper reads the whole owner or none
     return path
 
 
-def sweep(kind: str) -> list[Path]:
+def sweep(kind: str, parent: Path | None = None) -> list[Path]:
     """Remove the directories of `kind` whose maker no longer runs; returns them."""
     removed = []
-    for path in Path(tempfile.gettempdir()).glob(f"{kind}*"):
+    for path in (parent or Path(tempfile.gettempdir())).glob(f"{kind}*"):
         if abandoned(path):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)

@@ -36,6 +36,12 @@ def parse_bool(value: str) -> bool:
 
 class BusSettings(BaseSettings):
     nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server URL(s), comma separated")
+    nats_credentials: str = Field(
+        "", description="this service's NATS identity: an nkey seed file or a .creds file (docs/security.md)"
+    )
+    runtime_dir: str = Field(
+        "", description="a private directory (0700) of this user for local sockets (docs/design.md §9)"
+    )
     log_verbose: int = Field(0, description="verbose logging level (as tritonserver)")
     trace_config: list[str] = Field(
         default_factory=list,
@@ -169,6 +175,8 @@ def cohosted_scheduler(gateway: GatewaySettings) -> SchedulerSettings:
     """The settings of the scheduler replica a gateway co-hosts: the gateway's id and bus."""
     return SchedulerSettings(
         nats_url=gateway.nats_url,
+        nats_credentials=gateway.nats_credentials,
+        runtime_dir=gateway.runtime_dir,
         log_verbose=gateway.log_verbose,
         scheduler_id=gateway.gateway_id,
         worker_timeout_s=gateway.worker_timeout_s,
@@ -240,6 +248,11 @@ class WorkerSettings(BusSettings):
         0,
         description="set for the worker process of one python model or instance: the worker that "
         "started it (it dies with that worker)",
+    )
+    instance_credentials: str = Field(
+        "",
+        description="the NATS identity of this worker's python model processes (docs/security.md)",
+        json_schema_extra={"shown": "--nats-credentials"},
     )
     python_fork: bool = Field(
         True,

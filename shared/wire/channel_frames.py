@@ -3,7 +3,8 @@ and a worker on one host, over a Unix-domain stream socket instead of nats-serve
 
 A frame is one byte of kind, four bytes of length (big-endian) and the payload: an encoded
 `ExecBatch` (gateway -> worker) or `BatchDone` (worker -> gateway), the same bytes NATS would
-carry. Pure: the reader takes whatever the socket gave and returns the whole frames in it.
+carry, after the worker's `HELLO` (its id), which the gateway waits for before it writes anything.
+Pure: the reader takes whatever the socket gave and returns the whole frames in it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import struct
 
 BATCH = 1  # gateway -> worker: an ExecBatch
 DONE = 2  # worker -> gateway: a BatchDone
-KINDS = frozenset({BATCH, DONE})
+HELLO = 3  # worker -> gateway, first on every connection: the worker's id (UTF-8)
+KINDS = frozenset({BATCH, DONE, HELLO})
 
 # A batch is bounded by the bus's max_payload (a few MiB at most); a frame far beyond it is not a
 # Shoal peer's: the reader refuses it instead of buffering it

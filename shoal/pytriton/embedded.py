@@ -18,13 +18,15 @@ from typing import Any
 
 from shared.process import scratch
 from shared.process.natsserver import NatsServer
+from shared.wire.permissions import WORKER
+from shoal import private_runtime
 from shoal.cli import parse_serve, serve_parser
 from shoal.ports import busy_endpoint, reserve_serving_ports
 from shoal.pytriton.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from shoal.supervisor import Cluster, StartFailed, build_cluster
 
 # TritonConfig fields that are not tritonserver flags
-NOT_FLAGS = {"nats_url", "model_repository", "cache_directory"}
+NOT_FLAGS = {"nats_url", "nats_credentials", "model_repository", "cache_directory"}
 
 
 def serve_flags(config: Any) -> list[str]:
@@ -63,6 +65,13 @@ class EmbeddedCluster:
         self.args = _parse([*serve_flags(config), f"--model-repository={repository}", "--model-control-mode=explicit"])
         self.nats: NatsServer | None = None
         self.cluster: Cluster | None = None
+        self.runtime: private_runtime.Runtime | None = None  # its identities, as `shoal serve`'s
+
+    @property
+    def worker_credentials(self) -> str:
+        """The identity of the script's own worker (its bound functions)."""
+        identities = self.runtime.identities if self.runtime is not None else None
+        return identities.file(WORKER) if identities is not None else ""
 
     @property
     def http_port(self) -> int:
@@ -78,9 +87,12 @@ class EmbeddedCluster:
             if busy is not None:
                 raise PyTritonUnrecoverableError(busy)
             reserve_serving_ports(self.args)  # nats-server must not take one before the gateway binds it
-            self.nats = NatsServer(monitor_port=self.args.nats_monitor_port)  # stop() removes its store
+            self.runtime = private_runtime.make(embedded=True)
+            authorization = self.runtime.authorization()  # stop() removes the server's store
+            self.nats = NatsServer(monitor_port=self.args.nats_monitor_port, authorization=authorization)
             self.nats.start()
             self.cluster = build_cluster(self.args, self.nats.url, pathlib.Path(self.args.model_repository[0]))
+            self.cluster.runtime = self.runtime
             self.cluster.fail_fast = True
             self.cluster.start()
             self.cluster.wait_ready(self.args.ready_timeout_secs)
@@ -101,4 +113,6 @@ class EmbeddedCluster:
                 self.nats.stop()
             if self.workspace is not None:
                 self._remove_workspace()
-            self.cluster = self.nats = None
+            if self.runtime is not None:
+                private_runtime.remove(self.runtime)
+            self.cluster = self.nats = self.runtime = None

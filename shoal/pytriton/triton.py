@@ -69,6 +69,7 @@ class TritonConfig:
     cache_config: list[str] | None = None
     cache_directory: str | None = None
     nats_url: str | None = None  # Shoal: join the cluster on this NATS instead of starting one
+    nats_credentials: str | None = None  # Shoal: with nats_url, a worker's identity file (docs/security.md)
 
     def __post_init__(self) -> None:
         if self.allow_http not in (True, None) and self.allow_grpc not in (True, None):
@@ -202,6 +203,13 @@ class Triton:
         """The NATS of the cluster this process serves on (Shoal's): other copies join with it."""
         return self._worker.settings.nats_url if self._worker is not None else self._config.nats_url
 
+    @property
+    def nats_credentials(self) -> str | None:
+        """The worker identity other copies join with (`TritonConfig.nats_credentials`; docs/security.md)."""
+        if self._worker is not None:
+            return self._worker.settings.nats_credentials or None
+        return self._config.nats_credentials
+
     def is_alive(self) -> bool:
         return not self._stopped and self._worker is not None and self._worker.alive
 
@@ -241,11 +249,12 @@ class Triton:
                 return
             self._stopped = False
         try:
-            nats_url = self._config.nats_url
+            nats_url, credentials = self._config.nats_url, self._config.nats_credentials or ""
             if nats_url is None:
                 self._cluster = EmbeddedCluster(self._config)
                 nats_url = self._cluster.start()
-            self._worker = InProcessWorker(nats_url, self._config.log_verbose or 0)
+                credentials = self._cluster.worker_credentials
+            self._worker = InProcessWorker(nats_url, self._config.log_verbose or 0, credentials)
             self._worker.start()
         except BaseException:
             self.stop()

@@ -53,10 +53,11 @@ class TritonPythonModel:
 
 
 class InProcessWorker:
-    def __init__(self, nats_url: str, log_verbose: int = 0) -> None:
+    def __init__(self, nats_url: str, log_verbose: int = 0, credentials: str = "") -> None:
         self.models = InProcessModels()
         settings: dict[str, Any] = {
             "nats_url": nats_url,
+            "nats_credentials": credentials,
             "log_verbose": log_verbose,
             "worker_id": f"pytriton-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}",
             "python_isolation": "none",  # the functions live in this process: nothing to isolate them in
@@ -90,11 +91,13 @@ class InProcessWorker:
         self.call(self._start(), timeout)
 
     async def _start(self) -> None:
-        self._nc = await connection.connect(self.settings.nats_url, f"shoal-pytriton-{os.getpid()}")
+        self._nc = await connection.connect(
+            self.settings.nats_url, f"shoal-pytriton-{os.getpid()}", self.settings.nats_credentials
+        )
         self._service = WorkerService(self.settings, self._nc, local=self.models)
         await self.service.start()
         self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
-        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET)
+        self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET, create=False)
 
     def stop(self, timeout: float = 30.0) -> None:
         try:

@@ -14,11 +14,13 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shared.process.credentials import write_private
 from shared.process.natsserver import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,6 +90,7 @@ class Project:
     metrics_port: int = field(default_factory=free_port)
     nats_port: int = field(default_factory=free_port)
     nats_monitor_port: int = field(default_factory=free_port)
+    _operator: str = ""  # the NATS read-only identity, copied out of the credentials volume
 
     @property
     def environment(self) -> dict[str, str]:
@@ -126,6 +129,17 @@ class Project:
 
     def up(self, *args: str) -> None:
         self.compose("up", "-d", *args)
+
+    def operator_credentials(self) -> str:
+        """A file of this test's with the stack's read-only NATS identity (docs/security.md): the
+        compose NATS admits no client without one."""
+        if not self._operator:
+            argv = ["run", "--rm", "--no-deps", "-T", "--entrypoint", "cat", "credentials"]
+            seed = self.compose(*argv, "/run/shoal/credentials/operator.nk", timeout=120).stdout
+            path = Path(tempfile.mkdtemp(prefix="shoal-deploy-")) / "operator.nk"
+            write_private(path, seed.strip().encode() + b"\n")
+            self._operator = str(path)
+        return self._operator
 
     def containers(self, service: str, running_only: bool = True) -> list[str]:
         """The ids of the service's containers, oldest first."""

@@ -31,6 +31,7 @@ import tritonclient.http as httpclient
 import urllib3
 import yaml
 
+from shared.bus import connection
 from shoal import topology
 from tests.deploy.compose import Project, compose_command, compose_version, engine_refused, run
 from tests.serving import record_until, wait_until
@@ -154,7 +155,7 @@ def check_fault(results: list, what: str) -> None:
 
 def executions(project: Project) -> dict[str, int]:
     """Executions of `simple` per worker container (its hostname), from `shoal status`'s source."""
-    services = asyncio.run(topology.collect(project.nats_url, wait=0.5))
+    services = asyncio.run(topology.collect(project.nats_url, wait=0.5, credentials=project.operator_credentials()))
     found: dict[str, int] = {}
     for service in services:
         if service["name"] == "shoal-worker":
@@ -188,6 +189,9 @@ def test_compose_serves_scales_survives_and_goes(project):
     grpc.close()
     metrics = urllib3.request("GET", f"http://127.0.0.1:{stack.metrics_port}/metrics").data.decode()
     assert 'nv_inference_count{model="simple",version="1"}' in metrics
+    # the compose NATS admits only identities (docs/security.md): a client without one is refused at once
+    with pytest.raises(connection.BusRefused, match="--nats-credentials"):
+        asyncio.run(connection.connect(stack.nats_url, "test-no-credentials"))
 
     # three workers, and every one takes batches
     stack.up("--scale", "worker=3")

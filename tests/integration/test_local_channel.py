@@ -88,9 +88,10 @@ def messages_per_request(running: Running, requests: int = 200) -> float:
 
 
 def channel_directories(pid: int) -> list[Path]:
-    """The scratch directories (shared/process/scratch.py) a process made for its local channel."""
+    """The scratch directories (shared/process/scratch.py) a process made for its local channel:
+    under its runtime directory (a `shoal-run` scratch directory, shoal/private_runtime.py) or /tmp."""
     found = []
-    for owner in glob.glob("/tmp/shoal-channel*/.shoal-owner"):
+    for owner in glob.glob("/tmp/shoal-channel*/.shoal-owner") + glob.glob("/tmp/*/shoal-channel*/.shoal-owner"):
         try:
             if int(Path(owner).read_text().split()[0]) == pid:
                 found.append(Path(owner).parent)

@@ -7,7 +7,8 @@ then goes over NATS, as every batch did before the channel, so the channel is on
 road to the same place. A worker on another host (another host token) is never tried; a socket
 that cannot be opened (a container without the shared runtime directory, say) is tried again only
 after `RETRY_S`. A channel that closes was most often a worker that died: `on_closed(worker)` lets
-the scheduler ask NATS about it at once instead of at its next probe.
+the scheduler ask NATS about it at once instead of at its next probe, and a worker still alive for
+the batches it holds (frames written as the channel closed may never have been read).
 """
 
 from __future__ import annotations
@@ -38,11 +39,10 @@ class WorkerChannels:
         self.host = host  # this process's host token (shared/bus/tensor_store.py)
         self.on_done = on_done  # a BatchDone read from a channel
         self.on_closed = on_closed  # a worker's channel closed
-        self._open: dict[str, Channel] = {}  # socket path -> its open channel
+        self._open: dict[str, Channel] = {}  # advertisement -> its open channel
         self._opening: dict[str, asyncio.Task[None]] = {}
-        self._failed: dict[str, float] = {}  # socket path -> when it last could not be opened
-        self._workers: dict[str, str] = {}  # socket path -> the worker it belongs to
-        self.sent = 0  # batches that went by a channel (/metrics, benchmarks)
+        self._failed: dict[str, float] = {}  # advertisement -> when it last could not be opened
+        self.sent = 0  # batches that went by a channel
 
     def send(self, slot: Slot, payload: bytes) -> bool:
         """Write a batch on its worker's channel; False: not open (yet), send it over NATS."""
@@ -58,17 +58,20 @@ class WorkerChannels:
         path = local_channel.reachable(advertisement, self.host)
         if not path:  # another host's worker: NATS is the way there
             return
+        now = time.monotonic()
         failed = self._failed.get(advertisement)
-        if failed is not None and time.monotonic() - failed < RETRY_S:
+        if failed is not None and now - failed < RETRY_S:
             return
-        self._workers[advertisement] = worker
-        self._opening[advertisement] = asyncio.get_running_loop().create_task(self._open_one(advertisement, path))
+        for stale in [a for a, when in self._failed.items() if now - when > RETRY_S]:
+            del self._failed[stale]  # workers come and go, each with a new socket: keep only the recent
+        self._opening[advertisement] = asyncio.get_running_loop().create_task(
+            self._open_one(advertisement, path, worker)
+        )
 
-    async def _open_one(self, advertisement: str, path: str) -> None:
-        worker = self._workers[advertisement]
+    async def _open_one(self, advertisement: str, path: str, worker: str) -> None:
         try:
             channel = await local_channel.connect(
-                path, self._frame, lambda c: self._closed(advertisement, c), CONNECT_TIMEOUT_S
+                path, worker, self._frame, lambda c: self._closed(advertisement, c), CONNECT_TIMEOUT_S
             )
         except (OSError, TimeoutError) as exc:
             if advertisement not in self._failed:
@@ -77,7 +80,6 @@ class WorkerChannels:
             return
         finally:
             self._opening.pop(advertisement, None)
-        channel.name = worker
         self._failed.pop(advertisement, None)
         self._open[advertisement] = channel
         log.debug("local channel to worker %s open", worker)
@@ -92,8 +94,7 @@ class WorkerChannels:
     def _closed(self, advertisement: str, channel: Channel) -> None:
         if self._open.get(advertisement) is channel:
             del self._open[advertisement]
-        worker = self._workers.pop(advertisement, channel.name)
-        self.on_closed(worker)
+        self.on_closed(channel.name)
 
     def close(self) -> None:
         for task in self._opening.values():

@@ -19,7 +19,17 @@ import pytest
 
 from shared.bus import local_channel
 from shared.bus.local_channel import Channel
-from shared.wire.channel_frames import BATCH, DONE
+from shared.wire.channel_frames import BATCH, DONE, HELLO, MAX_FRAME
+
+
+def hello_to(worker: str) -> Callable[[Channel], None]:
+    """A listener's `on_open`, as a worker's: it says who it is first."""
+    return lambda channel: channel.send(HELLO, worker.encode())
+
+
+def channel_path(root: Path) -> Path:
+    """Where a worker's socket is: `<…>/shoal-channel…/worker.sock` (shared/bus/local_channel.py)."""
+    return root / f"{local_channel.DIRECTORY}-test" / local_channel.SOCKET
 
 
 async def frames_go_both_ways_and_a_closed_end_is_seen(tmp_path: Path) -> None:
@@ -32,10 +42,10 @@ async def frames_go_both_ways_and_a_closed_end_is_seen(tmp_path: Path) -> None:
         got.put_nowait(("worker", kind, payload))
         channel.send(DONE, payload[::-1])
 
-    path = tmp_path / "run" / "w.sock"
-    server = await local_channel.listen(path, worker_frame)
+    path = channel_path(tmp_path)
+    server = await local_channel.listen(path, worker_frame, lambda c: None, hello_to("w1"))
     client = await local_channel.connect(
-        str(path), lambda c, k, p: got.put_nowait(("gateway", k, p)), lambda c: closed.set(), timeout=5
+        str(path), "w1", lambda c, k, p: got.put_nowait(("gateway", k, p)), lambda c: closed.set(), timeout=5
     )
     assert client.send(BATCH, b"batch")
     assert await asyncio.wait_for(got.get(), 5) == ("worker", BATCH, b"batch")
@@ -50,15 +60,70 @@ async def frames_go_both_ways_and_a_closed_end_is_seen(tmp_path: Path) -> None:
     await server.wait_closed()
 
 
+async def what_is_sent_before_a_close_is_written(tmp_path: Path) -> None:
+    """Frames go at the end of the loop's turn; a close in the same turn writes them first."""
+    got: asyncio.Queue[bytes] = asyncio.Queue()
+    path = channel_path(tmp_path)
+    server = await local_channel.listen(path, lambda c, k, p: got.put_nowait(p), lambda c: None, hello_to("w1"))
+    client = await local_channel.connect(str(path), "w1", lambda c, k, p: None, None, timeout=5)
+    assert client.send(BATCH, b"one") and client.send(BATCH, b"two")
+    client.close()
+    assert [await asyncio.wait_for(got.get(), 5) for _ in range(2)] == [b"one", b"two"]
+    server.close()
+    await server.wait_closed()
+
+
+async def a_socket_that_is_not_the_workers_gets_nothing(tmp_path: Path) -> None:
+    """What a gateway opens is named by a bus message: a path not shaped like a worker's channel is
+    refused before connecting; a socket that does not say it is that worker gets no byte."""
+    received = bytearray()
+
+    class Other(asyncio.Protocol):  # some other service of the same user, at a channel-shaped path
+        def data_received(self, data: bytes) -> None:
+            received.extend(data)
+
+    loop = asyncio.get_running_loop()
+    odd = tmp_path / "redis.sock"
+    other_server = await loop.create_unix_server(Other, str(odd))
+    with pytest.raises(PermissionError, match="not a local channel"):
+        await local_channel.connect(str(odd), "w1", lambda c, k, p: None, None, timeout=5)
+    path = channel_path(tmp_path)
+    local_channel.private_directory(path.parent)
+    silent = await loop.create_unix_server(Other, str(path))
+    with pytest.raises(TimeoutError):
+        await local_channel.connect(str(path), "w1", lambda c, k, p: None, None, timeout=0.5)
+    silent.close()
+    await silent.wait_closed()
+    impostor = await local_channel.listen(path, lambda c, k, p: None, lambda c: None, hello_to("w2"))
+    with pytest.raises(PermissionError, match="worker w2's, not w1's"):
+        await local_channel.connect(str(path), "w1", lambda c, k, p: None, None, timeout=5)
+    assert bytes(received) == b""
+    impostor.close()
+    await impostor.wait_closed()
+    other_server.close()
+    await other_server.wait_closed()
+
+
+async def a_frame_over_the_limit_is_not_sent(tmp_path: Path) -> None:
+    path = channel_path(tmp_path)
+    server = await local_channel.listen(path, lambda c, k, p: None, lambda c: None, hello_to("w1"))
+    client = await local_channel.connect(str(path), "w1", lambda c, k, p: None, None, timeout=5)
+    assert not client.send(BATCH, bytes(MAX_FRAME + 1))  # NATS takes it (or refuses it, with its own error)
+    client.close()
+    server.close()
+    await server.wait_closed()
+
+
 async def a_peer_that_dies_is_seen_at_once(tmp_path: Path) -> None:
     """The worker's process killed: the gateway's end reads EOF, no liveness timeout."""
-    path = tmp_path / "w.sock"
+    path = channel_path(tmp_path)
     script = (
         "import asyncio, sys\n"
         "from pathlib import Path\n"
         "from shared.bus import local_channel\n"
         "async def main():\n"
-        "    await local_channel.listen(Path(sys.argv[1]), lambda c, k, p: None)\n"
+        "    hello = lambda c: c.send(3, b'w1')\n"
+        "    await local_channel.listen(Path(sys.argv[1]), lambda c, k, p: None, lambda c: None, hello)\n"
         "    print('ready', flush=True)\n"
         "    await asyncio.Event().wait()\n"
         "asyncio.run(main())\n"
@@ -68,7 +133,7 @@ async def a_peer_that_dies_is_seen_at_once(tmp_path: Path) -> None:
         assert proc.stdout is not None
         assert (await asyncio.to_thread(proc.stdout.readline)).strip() == b"ready"
         closed = asyncio.Event()
-        client = await local_channel.connect(str(path), lambda c, k, p: None, lambda c: closed.set(), timeout=5)
+        client = await local_channel.connect(str(path), "w1", lambda c, k, p: None, lambda c: closed.set(), timeout=5)
         assert client.open
         proc.kill()
         await asyncio.wait_for(closed.wait(), 5)
@@ -108,8 +173,8 @@ async def a_process_of_another_user_is_refused(_: Path) -> None:
     channel is closed before any frame is read."""
     seen: list[bytes] = []
     top = Path(tempfile.mkdtemp(prefix="shoal-test-channel-"))  # in /tmp: 'nobody' can pass /tmp, not pytest's
-    path = top / "run" / "w.sock"
-    server = await local_channel.listen(path, lambda c, k, p: seen.append(p))
+    path = channel_path(top)
+    server = await local_channel.listen(path, lambda c, k, p: seen.append(p), lambda c: None, hello_to("w1"))
     try:
         os.chmod(top, 0o755)
         os.chmod(path.parent, 0o711)  # let 'nobody' reach the socket itself: only the peer check stands
@@ -140,6 +205,21 @@ LOOPS = pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @LOOPS
 def test_frames_go_both_ways_and_a_closed_end_is_seen(loop, tmp_path):
     run_on(loop, frames_go_both_ways_and_a_closed_end_is_seen, tmp_path)
+
+
+@LOOPS
+def test_what_is_sent_before_a_close_is_written(loop, tmp_path):
+    run_on(loop, what_is_sent_before_a_close_is_written, tmp_path)
+
+
+@LOOPS
+def test_a_socket_that_is_not_the_workers_gets_nothing(loop, tmp_path):
+    run_on(loop, a_socket_that_is_not_the_workers_gets_nothing, tmp_path)
+
+
+@LOOPS
+def test_a_frame_over_the_limit_is_not_sent(loop, tmp_path):
+    run_on(loop, a_frame_over_the_limit_is_not_sent, tmp_path)
 
 
 @LOOPS

@@ -88,6 +88,9 @@ class ModelProcesses:
                 "parent_pid": os.getpid(),
                 "instance_index": index,
                 "instance_group": self.group_id(model) if index != WHOLE_MODEL else "",
+                # the process runs the model's own code: it is an `instance` on the bus (docs/security.md)
+                "nats_credentials": self.settings.instance_credentials or self.settings.nats_credentials,
+                "instance_credentials": "",
             }
         )
 

@@ -1,0 +1,44 @@
+"""`shoal credentials --out DIR`: the NATS identities of a deployment that `shoal serve` does not
+start (compose, a worker on another host), and the nats-server configuration that admits them.
+
+DIR gets one nkey seed per kind of service (`<kind>.nk`, 0600), `auth.conf` (nats-server's
+`authorization` block: the public keys and each kind's permissions) and `nats-server.conf`, which
+includes it: `nats-server -c DIR/nats-server.conf -js`. Each service is then started with
+`--nats-credentials DIR/<kind>.nk` (docs/security.md, "Compose and other hosts").
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from shared.process import credentials
+from shared.wire.permissions import ADMIN, KINDS
+
+SERVER_CONFIG = "nats-server.conf"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="shoal credentials", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="the directory to write (made 0700 if new)")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave a directory that already holds identities as it is (compose runs this at every up; "
+        "default: false, new identities replace the old ones)",
+    )
+    parser.add_argument(
+        "--admin", action="store_true", help="also an identity that may do anything, for an operator's tools"
+    )
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if args.keep and (out / credentials.AUTHORIZATION).exists():
+        print(f"{out}: identities kept")
+        return 0
+    identities = credentials.make(out, KINDS + ((ADMIN,) if args.admin else ()))
+    # the authorization block sits beside this file: nats-server resolves an include from its directory
+    credentials.write_private(out / SERVER_CONFIG, f'include "{credentials.AUTHORIZATION}"\n'.encode())
+    for kind in identities.keys:
+        print(identities.file(kind))
+    print(out / SERVER_CONFIG)
+    return 0
