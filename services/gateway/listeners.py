@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import socket
 from collections.abc import Iterator
 
@@ -21,6 +22,19 @@ from services.gateway.grpc.startup import Listener as GrpcListener
 from shared.process.runtime import fail
 
 log = logging.getLogger("shoal.gateway")
+
+
+def raise_descriptor_limit() -> int:
+    """Every client connection is a descriptor: the soft limit goes up to the hard one (a soft 1,024,
+    still common, ends accepting at about a thousand connections; docs/security.md). The limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # a hard limit the kernel will not grant (above nr_open): keep ours
+            log.warning("could not raise the descriptor limit from %d to %d", soft, hard)
+    return soft
 
 
 class _Server(uvicorn.Server):

@@ -22,9 +22,10 @@ from inference.server import InferenceServer
 from inference.shm import ShmRegistry
 from services.gateway.grpc import startup as grpc_startup
 from services.gateway.http.app import build_app
+from services.gateway.http.guard import GuardedHttpToolsProtocol, Limits, with_limits
 from services.gateway.http.listener import http_sockets
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
-from services.gateway.listeners import Listeners
+from services.gateway.listeners import Listeners, raise_descriptor_limit
 from services.gateway.metrics import model_management as model_metrics
 from services.gateway.metrics.custom import CustomMetrics
 from services.gateway.metrics.endpoint import MetricsOptions, build_metrics_app, resent_lines
@@ -258,14 +259,24 @@ class GatewayService:
         app = build_openai_app(self.core, settings.http_max_input_size)
         return self._uvicorn(app, settings.openai_address or settings.http_address, settings.openai_port)
 
-    def _uvicorn(self, app: Any, host: str, port: int, **options: Any) -> uvicorn.Config:
+    def _uvicorn(
+        self,
+        app: Any,
+        host: str,
+        port: int,
+        http: type[GuardedHttpToolsProtocol] = GuardedHttpToolsProtocol,
+        **options: Any,
+    ) -> uvicorn.Config:
+        settings = self.settings
+        limits = Limits(settings.http_max_header_size, settings.http_header_timeout_s, settings.http_max_input_size)
         return uvicorn.Config(
             app,
             host=host,
             port=port,
+            http=with_limits(http, limits),  # every listener bounds what a client may hold (docs/security.md)
             log_level="warning",
             access_log=False,
-            timeout_graceful_shutdown=self.settings.exit_timeout_s,  # type: ignore[arg-type]  # annotated int, any seconds work
+            timeout_graceful_shutdown=settings.exit_timeout_s,  # type: ignore[arg-type]  # annotated int, any seconds work
             **options,
         )
 
@@ -280,6 +291,7 @@ class GatewayService:
 
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
     options = metrics_options(settings)  # read before anything starts: what it logs comes first
+    raise_descriptor_limit()
     nc = await connection.connect(settings.nats_url, f"shoal-gateway-{settings.gateway_id}", settings.nats_credentials)
     try:
         await serve_until(stop, nc, GatewayService(settings, nc, options), "gateway")

@@ -170,7 +170,7 @@ class OnDemand:
                 return False
             path = config_path(located.path, self.manager.reader.auto_complete.config_name)
             try:
-                text = await asyncio.to_thread(path.read_text)
+                text = await asyncio.to_thread(model_config.read_text, path)
                 known = model_config.parse_text(text, path).platform == "ensemble"
             except (OSError, ShoalError):
                 known = False  # no config (auto-completed) or a bad one: its load says why

@@ -63,7 +63,7 @@ def load_config(
     if override is not None:
         config = override
     elif path.exists():
-        config = model_config.parse_text(path.read_text(), path)
+        config = model_config.parse_text(model_config.read_text(path), path)
     elif auto_complete.enabled:
         config = pb.ModelConfig()
     else:

@@ -85,6 +85,17 @@ def parse_text(text: str, path: str | Path = "config.pbtxt") -> pb.ModelConfig:
         raise invalid(f"failed to read text proto from {path}: {exc}") from None
 
 
+def read_text(path: Path) -> str:
+    """A config file's text. One that is not UTF-8 is refused, as Triton's parser refuses invalid
+    UTF-8 in a string field (before: an unhandled UnicodeDecodeError was the model's reason)."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise invalid(f"failed to read text proto from {path}: {line}: invalid UTF-8 data") from None
+
+
 def parse_json(text: str) -> pb.ModelConfig:
     """A `config` override as Triton's load API takes it (protobuf JSON, proto field names)."""
     from google.protobuf import json_format

@@ -85,6 +85,12 @@ class GatewaySettings(BusSettings):
         json_schema_extra={"shown": "Triton's 0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001"},
     )
     http_max_input_size: int = Field(64 * 1024 * 1024, description="largest request body in bytes")
+    http_max_header_size: int = Field(
+        64 * 1024, description="largest request line and headers in bytes (431 beyond; docs/security.md)"
+    )
+    http_header_timeout_s: float = Field(
+        10.0, description="seconds a client has to send a request's headers (408 beyond; docs/security.md)"
+    )
     http_restricted_api: list[str] = Field(
         default_factory=list, description="<api>[,<api>...]:<header>=<value>: those APIs need that header (403)"
     )

@@ -101,7 +101,11 @@ def _load_non_utf8(body: bytes | memoryview, error: orjson.JSONDecodeError) -> A
             return json.loads(bytes(body).decode("utf-8", errors="surrogateescape"))
         except ValueError:
             pass
-    raise internal(parse_error_text(bytes(body), error)) from None
+    try:
+        text = parse_error_text(bytes(body), error)
+    except RecursionError:  # python-rapidjson's own limit (1,000 levels): far past Triton's 100 anyway
+        raise depth_error() from None
+    raise internal(text) from None
 
 
 # where the first byte already tells rapidjson's answer (it stops at a NUL that Triton reads past)
@@ -385,6 +389,12 @@ def _dumps(doc: dict[str, Any]) -> bytes:
         # a BYTES output that is not UTF-8: Triton writes its bytes into the JSON string as they are
         text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), default=lambda a: a.tolist())
         return text.encode("utf-8", errors="surrogateescape")
+
+
+def error_body(message: str) -> bytes:
+    """Triton's `{"error": "<message>"}`. A message may name what the client sent (a request id, a
+    shared-memory key) with bytes that were not UTF-8: they go back as they came (see `_dumps`)."""
+    return _dumps({"error": message})
 
 
 def choose_encoding(accept: str | None) -> str | None:

@@ -25,9 +25,7 @@ def json_response(doc: Any, status: int = 200) -> Response:
 
 
 def error_response(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        orjson.dumps({"error": message}), status_code=status, media_type="application/json", headers=headers
-    )
+    return Response(codec.error_body(message), status_code=status, media_type="application/json", headers=headers)
 
 
 def decode_json(body: bytes, depth_limit: bool = True) -> Any:
@@ -131,7 +129,7 @@ class Handlers:
 
         def render(item: Answer | ShoalError) -> bytes:
             if isinstance(item, ShoalError):
-                return event(orjson.dumps({"error": item.message}))
+                return event(codec.error_body(item.message))
             return event(render_generate(spec.name, resolved, parsed.id, item.outputs, item.parameters))
 
         async def events() -> AsyncIterator[bytes]:

@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
+from services.gateway.http.guard import GuardedHttpToolsProtocol
 from shared import private_internals
 
 Claim = tuple[str, str]
@@ -139,7 +140,7 @@ class DirectHandler(Protocol):
     ) -> tuple[int, bytes, dict[str, str]]: ...
 
 
-class CorkedHttpToolsProtocol(HttpToolsProtocol):
+class CorkedHttpToolsProtocol(GuardedHttpToolsProtocol):  # the limits on heads and ASGI bodies: guard.py
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Triton (libevhtp) serves a request that carries both `Transfer-Encoding: chunked` and a

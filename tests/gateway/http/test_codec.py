@@ -175,6 +175,14 @@ def test_a_body_that_is_not_json_gets_rapidjsons_words():
     assert isinstance(read["r"], list) and read["s"] == 1
 
 
+def test_a_broken_body_nested_past_rapidjsons_limit_gets_the_depth_error():
+    """rapidjson, asked for the words of a body orjson refused, stops past 1,000 levels with a
+    RecursionError (found by tests/gateway/fuzz/): Triton's depth error, not an unhandled one."""
+    for body in (b"[" * 1001 + b"1", b'{"a":' * 3000):
+        with pytest.raises(ShoalError, match="JSON nesting depth exceeds maximum allowed limit"):
+            codec.load_json(body)
+
+
 def _raw_spec(*inputs: TensorSpec, max_batch_size: int = 4) -> ModelSpec:
     return ModelSpec("r", "", "onnxruntime", max_batch_size, inputs, (), None, 1, "KIND_CPU", False, "")
 
@@ -203,3 +211,12 @@ def test_raw_request_refuses_what_triton_can_not_deduce(inputs, message):
     with pytest.raises(ShoalError) as err:
         codec.raw_request(_raw_spec(*inputs), bytes(8))
     assert err.value.message.startswith("[request id: <id_unknown>] ") and message in err.value.message
+
+
+def test_an_error_naming_bytes_that_are_not_utf8_gives_them_back_as_sent():
+    """A request id read from a body that is not UTF-8 keeps its bytes as surrogate escapes; an
+    error naming it made orjson raise, and the client got no answer (found by tests/gateway/fuzz/)."""
+    parsed = codec.parse_request(b'{"id": "\xff\xfe(", "inputs": []}', memoryview(b""), "m")
+    body = codec.error_body(f"[request id: {parsed.id}] expected 2 inputs but got 0")
+    assert body == b'{"error":"[request id: \xff\xfe(] expected 2 inputs but got 0"}'
+    assert codec.error_body('plain "text"') == b'{"error":"plain \\"text\\""}'

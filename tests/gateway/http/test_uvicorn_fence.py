@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from services.gateway.http import protocol
+from services.gateway.http import guard, protocol
 from shared import private_internals
 
 
 def test_the_installed_uvicorn_has_what_the_protocol_relies_on():
     assert private_internals.missing(protocol.UVICORN_RELIED_ON, protocol.UVICORN_BEHAVIOUR) == []
+
+
+def test_the_installed_uvicorn_has_what_the_guard_relies_on():
+    assert private_internals.missing(guard.UVICORN_RELIED_ON, ()) == []
 
 
 def test_a_uvicorn_without_it_is_named():

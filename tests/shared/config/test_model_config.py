@@ -87,3 +87,12 @@ def test_instance_group_default_names_follow_triton():
     created = mc.parse_text('name: "m"\nbackend: "onnxruntime"\n')
     mc.normalize(created)
     assert [g.name for g in created.instance_group] == ["m"]  # created by normalization
+
+
+def test_a_config_that_is_not_utf8_is_refused_naming_its_line(tmp_path):
+    path = tmp_path / "config.pbtxt"
+    path.write_bytes(b'name: "m"\nbackend: "onnx\xffruntime"\n')
+    with pytest.raises(ShoalError, match=r"failed to read text proto from .*config.pbtxt: 2: invalid UTF-8 data"):
+        mc.read_text(path)
+    path.write_bytes('name: "m\u00e9"\n'.encode())
+    assert mc.read_text(path) == 'name: "m\u00e9"\n'

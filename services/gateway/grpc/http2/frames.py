@@ -31,6 +31,7 @@ ENHANCE_YOUR_CALM = 11
 DEFAULT_WINDOW = 65_535
 DEFAULT_FRAME_SIZE = 16_384
 MAX_WINDOW = 2**31 - 1
+MAX_FRAME = 2**24 - 1
 
 _header = struct.Struct(">HBBBI")  # 24-bit length as 16 + 8 bits, type, flags, stream id
 _u32 = struct.Struct(">I")
@@ -45,6 +46,48 @@ def parse_header(data: bytes | bytearray | memoryview, at: int) -> tuple[int, in
     """(payload length, type, flags, stream id) of the frame header at `at`."""
     high, low, kind, flags, stream = _header.unpack_from(data, at)
     return (high << 8) | low, kind, flags, stream & 0x7FFF_FFFF
+
+
+# the payload size each fixed-size frame must have (RFC 9113 §6): anything else is FRAME_SIZE_ERROR
+_FIXED_SIZE = {PRIORITY: 5, RST_STREAM: 4, PING: 8, WINDOW_UPDATE: 4}
+
+
+def malformed(kind: int, flags: int, payload: bytes) -> tuple[int, bytes] | None:
+    """Why a frame from a client breaks the connection (error code, debug text), or None.
+
+    The frame-level checks of RFC 9113 §6 that protect the reader: sizes of the fixed-size frames,
+    padding within the payload, settings within their ranges (a MAX_FRAME_SIZE of 0 would leave
+    every answer unsendable). Before: a short frame raised inside `data_received`, and the
+    connection dropped without a GOAWAY, with a traceback logged per frame."""
+    size = len(payload)
+    fixed = _FIXED_SIZE.get(kind)
+    if fixed is not None:
+        return None if size == fixed else (FRAME_SIZE_ERROR, b"bad frame size")
+    if kind in (DATA, HEADERS):
+        if flags & PADDED and (
+            size == 0 or payload[0] >= size - (5 if kind == HEADERS and flags & PRIORITY_FLAG else 0)
+        ):
+            return PROTOCOL_ERROR, b"bad padding"
+        if kind == HEADERS and flags & PRIORITY_FLAG and size < 5 + (1 if flags & PADDED else 0):
+            return FRAME_SIZE_ERROR, b"bad frame size"
+    elif kind == SETTINGS:
+        if size % 6 or (flags & ACK and size):
+            return FRAME_SIZE_ERROR, b"bad frame size"
+        return _bad_setting(payload)
+    elif kind == GOAWAY and size < 8:
+        return FRAME_SIZE_ERROR, b"bad frame size"
+    return None
+
+
+def _bad_setting(payload: bytes) -> tuple[int, bytes] | None:
+    for key, value in parse_settings(payload):
+        if key == ENABLE_PUSH and value > 1:
+            return PROTOCOL_ERROR, b"bad ENABLE_PUSH"
+        if key == INITIAL_WINDOW_SIZE and value > MAX_WINDOW:
+            return FLOW_CONTROL_ERROR, b"bad INITIAL_WINDOW_SIZE"
+        if key == MAX_FRAME_SIZE and not DEFAULT_FRAME_SIZE <= value <= MAX_FRAME:
+            return PROTOCOL_ERROR, b"bad MAX_FRAME_SIZE"
+    return None
 
 
 def settings(values: Iterable[tuple[int, int]]) -> bytes:
@@ -165,6 +208,11 @@ def split_messages(buffer: bytearray) -> tuple[list[tuple[bool, bytes]], bytearr
         out.append((flag == 1, bytes(memoryview(buffer)[at + 5 : at + 5 + size])))
         at += 5 + size
     return out, (buffer[at:] if at else buffer)
+
+
+def pending_size(buffer: bytearray) -> int:
+    """The declared size of the message `buffer` starts with (0 before its prefix is whole)."""
+    return int(_message_prefix.unpack_from(buffer, 0)[1]) if len(buffer) >= 5 else 0
 
 
 def timeout_seconds(value: bytes) -> float | None:

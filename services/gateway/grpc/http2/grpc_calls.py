@@ -27,6 +27,10 @@ from services.gateway.grpc.http2.http2_connection import Stream
 
 log = logging.getLogger("shoal.gateway")
 
+# tritonserver's gRPC message limit (INT32_MAX, src/common.h): a larger message, declared or once
+# decompressed, is refused as grpc core refuses it, before it is buffered or inflated whole
+MAX_MESSAGE = 2**31 - 1
+
 # request headers that are the transport's, not the call's metadata (as grpcio leaves them out)
 _TRANSPORT_HEADERS = frozenset(
     [b"te", b"content-type", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding", b"content-length"]
@@ -127,6 +131,7 @@ class GrpcCall:
         "_gzip_ok",
         "_requests",
         "_answering",
+        "_refused",
     )
 
     def __init__(self, calls: Calls, stream: Stream, method: Method, context: CallContext) -> None:
@@ -142,6 +147,7 @@ class GrpcCall:
         self._gzip_ok = False
         self._requests: _Requests | None = None
         self._answering = False  # response headers sent: the status goes in trailers, not trailers-only
+        self._refused = False  # a message past the limit: answered, and the rest is dropped
 
     def start(self, headers: dict[bytes, bytes], timeout: float | None) -> None:
         self._encoding = headers.get(b"grpc-encoding", b"identity")
@@ -154,8 +160,15 @@ class GrpcCall:
 
     # -- the connection's events -------------------------------------------------------------
     def data(self, chunk: bytes, end: bool) -> None:
+        if self._refused:
+            return
         if chunk:
             self._buffer += chunk
+            declared = f.pending_size(self._buffer)
+            if declared > MAX_MESSAGE or len(self._buffer) > MAX_MESSAGE + 5:
+                self._refused, self._buffer = True, bytearray()
+                self._fail_stream(grpc.StatusCode.RESOURCE_EXHAUSTED, _too_large(max(declared, MAX_MESSAGE + 1)))
+                return
         if not self._method.streaming:
             if end:
                 self._launch(self._serve_unary())
@@ -245,10 +258,12 @@ class GrpcCall:
     def _decompress(self, compressed: bool, payload: bytes) -> bytes:
         if not compressed:
             return payload
-        if self._encoding == b"gzip":
-            return gzip.decompress(payload)
-        if self._encoding == b"deflate":
-            return zlib.decompress(payload)
+        if self._encoding in (b"gzip", b"deflate"):  # inflated up to the limit only: a small bomb stays small
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if self._encoding == b"gzip" else zlib.MAX_WBITS)
+            out = inflater.decompress(payload, MAX_MESSAGE + 1)
+            if len(out) > MAX_MESSAGE:
+                raise _Status(grpc.StatusCode.RESOURCE_EXHAUSTED, _too_large(len(out)))
+            return out
         raise _Status(grpc.StatusCode.UNIMPLEMENTED, f"Compression algorithm '{self._encoding.decode()}' not supported")
 
     # -- the end of a call --------------------------------------------------------------------
@@ -285,6 +300,10 @@ class GrpcCall:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+def _too_large(size: int) -> str:
+    return f"Received message larger than max ({size} vs. {MAX_MESSAGE})"
 
 
 class _Status(Exception):

@@ -28,6 +28,8 @@ log = logging.getLogger("shoal.gateway")
 
 RECV_WINDOW = 1 << 24  # what each stream, and the connection, may send before we acknowledge it
 MAX_RECV_FRAME = (1 << 24) - 1  # large tensors arrive in few frames
+MAX_STREAMS = 1024  # calls open at once on one connection (advertised; more are REFUSED_STREAM, retried)
+MAX_HEADER_BLOCK = 1 << 20  # a request's header block, CONTINUATIONs included (as the decoder's list size)
 
 
 class Call(Protocol):
@@ -134,7 +136,14 @@ class GrpcConnection(asyncio.Protocol):
         if isinstance(peer, tuple):
             self.peer = f"ipv6:[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"ipv4:{peer[0]}:{peer[1]}"
         self.write(
-            f.settings([(f.INITIAL_WINDOW_SIZE, RECV_WINDOW), (f.MAX_FRAME_SIZE, MAX_RECV_FRAME), (f.ENABLE_PUSH, 0)])
+            f.settings(
+                [
+                    (f.INITIAL_WINDOW_SIZE, RECV_WINDOW),
+                    (f.MAX_FRAME_SIZE, MAX_RECV_FRAME),
+                    (f.ENABLE_PUSH, 0),
+                    (f.MAX_CONCURRENT_STREAMS, MAX_STREAMS),
+                ]
+            )
         )
         self.write(f.window_update(0, RECV_WINDOW - f.DEFAULT_WINDOW))
         self._schedule_ping()
@@ -150,6 +159,17 @@ class GrpcConnection(asyncio.Protocol):
             if stream.call is not None:
                 stream.call.reset()
         self._on_close(self)
+
+    def pause_writing(self) -> None:
+        """The client does not read what we send (answers, SETTINGS and PING acknowledgements): stop
+        reading what it sends until it does, so that what waits for it stays bounded (the
+        transport's high-water mark) instead of growing with every request it sends meanwhile."""
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
 
     def write(self, data: bytes) -> None:
         """Corked: everything written in one loop iteration leaves in one `writelines`."""
@@ -203,6 +223,10 @@ class GrpcConnection(asyncio.Protocol):
             at += 9 + length
             if self._headers_in is not None and kind != f.CONTINUATION:
                 self._connection_error(f.PROTOCOL_ERROR, b"expected CONTINUATION")
+                return
+            bad = f.malformed(kind, flags, payload)
+            if bad is not None:
+                self._connection_error(*bad)
                 return
             self._frame(kind, flags, stream_id, payload)
             if self._transport is None:
@@ -259,6 +283,9 @@ class GrpcConnection(asyncio.Protocol):
             self._connection_error(f.PROTOCOL_ERROR, b"unexpected CONTINUATION")
             return
         pending[2].append(payload)
+        if sum(map(len, pending[2])) > MAX_HEADER_BLOCK:  # a CONTINUATION flood: memory, then CPU to decode
+            self._connection_error(f.ENHANCE_YOUR_CALM, b"header block too large")
+            return
         if flags & f.END_HEADERS:
             self._headers_in = None
             self._header_block(stream_id, pending[1], b"".join(pending[2]))
@@ -279,7 +306,7 @@ class GrpcConnection(asyncio.Protocol):
         if stream_id <= self._last_stream or stream_id % 2 == 0:
             return  # a closed stream's trailers, or nothing a client may open
         self._last_stream = stream_id
-        if self._going_away:
+        if self._going_away or len(self._streams) >= MAX_STREAMS:  # a stream flood holds no more than this
             self.write(f.rst_stream(stream_id, f.REFUSED_STREAM))
             return
         stream = Stream(stream_id, self, self._peer_initial)
