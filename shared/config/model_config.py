@@ -81,7 +81,7 @@ def parse_text(text: str, path: str | Path = "config.pbtxt") -> pb.ModelConfig:
 
     try:
         return text_format.Parse(text, pb.ModelConfig())
-    except text_format.ParseError as exc:
+    except (text_format.ParseError, ValueError) as exc:  # upb raises ValueError for an enum number out of range
         raise invalid(f"failed to read text proto from {path}: {exc}") from None
 
 
