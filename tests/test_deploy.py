@@ -38,7 +38,15 @@ def test_compose_runs_every_service_with_health_and_shared_memory(compose):
     )
     config = yaml.safe_load(out.stdout)
     services = config["services"]
-    assert set(services) == {"shm", "nats", "repository", "scheduler", "worker", "gateway"}
+    assert set(services) == {"shm", "credentials", "nats", "repository", "scheduler", "worker", "gateway"}
+    # the NATS identities are made once, before nats starts, and mounted read-only by the services
+    assert services["nats"]["depends_on"]["credentials"]["condition"] == "service_completed_successfully"
+    # the workers' local channels are reachable at the same path in the gateway (docs/design.md §9)
+    channels = services["worker"]["environment"]["SHOAL_WORKER_RUNTIME_DIR"]
+    mounts = [
+        v if isinstance(v, str) else f"{v.get('source')}:{v.get('target')}" for v in services["gateway"]["volumes"]
+    ]
+    assert any(f":{channels}" in mount for mount in mounts), mounts
     assert "8222" in str(services["nats"]["ports"]) and "healthcheck" in services["nats"]
     for name in ("repository", "scheduler", "worker", "gateway"):
         assert services[name]["depends_on"]["nats"]["condition"] == "service_healthy"
