@@ -13,6 +13,7 @@ import stat
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -143,29 +144,35 @@ def test_a_killed_worker_is_answered_within_seconds_and_leaves_no_socket(local):
         assert slow(client, 0).tolist() == [0]
         dead = next(p for p in _descendants(local.cluster.child("worker-0").process.pid) if _comm(p) == "py0:slow_py")
         left = channel_directories(dead)
-        outcome: list[object] = []
-
-        def call() -> None:  # a client of its own: tritonclient's HTTP client stays on its thread
-            with httpclient.InferenceServerClient(local.url, network_timeout=60) as own:
-                try:
-                    outcome.append(slow(own, 30))
-                except InferenceServerException as exc:
-                    outcome.append(exc)
-
-        running = local_root(local) / "slow_py" / "1" / "running"
-        running.unlink(missing_ok=True)
-        caller = threading.Thread(target=call)
-        caller.start()
-        wait_until(running.exists, 20, "the instance process is running the batch", 0.02)
-        killed = time.monotonic()
-        os.kill(dead, signal.SIGKILL)
-        caller.join(30)
-        answered_s = time.monotonic() - killed
+        answered_s, outcome = killed_mid_batch(local, lambda: os.kill(dead, signal.SIGKILL))
         assert isinstance(outcome[0], InferenceServerException), outcome
         assert outcome[0].status() in ("500", "503"), outcome[0]
         assert answered_s < 3, f"the client waited {answered_s:.1f} s for a dead instance's answer"
         wait_until(lambda: _serves(client), 60, "the instance restarted and serves", 0.2)
         wait_until(lambda: not any(p.exists() for p in left), 30, "the dead instance's socket swept")
+
+
+def killed_mid_batch(running: Running, kill: Callable[[], None]) -> tuple[float, list[object]]:
+    """A 30 s call to `slow_py` killed (`kill`) once the model runs it: how long the client then
+    waited, and what it got."""
+    outcome: list[object] = []
+
+    def call() -> None:  # a client of its own: tritonclient's HTTP client stays on its thread
+        with httpclient.InferenceServerClient(running.url, network_timeout=60) as own:
+            try:
+                outcome.append(slow(own, 30))
+            except InferenceServerException as exc:
+                outcome.append(exc)
+
+    marker = local_root(running) / "slow_py" / "1" / "running"
+    marker.unlink(missing_ok=True)
+    caller = threading.Thread(target=call)
+    caller.start()
+    wait_until(marker.exists, 20, "the model is running the batch", 0.02)
+    killed = time.monotonic()
+    kill()
+    caller.join(40)
+    return time.monotonic() - killed, outcome
 
 
 def _descendants(pid: int) -> list[int]:
@@ -211,23 +218,7 @@ def test_a_killed_worker_process_is_found_by_its_closed_channel(repository):
         with httpclient.InferenceServerClient(running.url, network_timeout=60) as client:
             assert slow(client, 0).tolist() == [0]  # the channel is open from here on
             assert slow(client, 0).tolist() == [0]
-        outcome: list[object] = []
-
-        def call() -> None:
-            with httpclient.InferenceServerClient(running.url, network_timeout=60) as own:
-                try:
-                    outcome.append(slow(own, 30))
-                except InferenceServerException as exc:
-                    outcome.append(exc)
-
-        marker = local_root(running) / "slow_py" / "1" / "running"
-        marker.unlink(missing_ok=True)
-        caller = threading.Thread(target=call)
-        caller.start()
-        wait_until(marker.exists, 20, "the worker is running the batch", 0.02)
-        killed = time.monotonic()
-        os.kill(running.cluster.child("worker-0").process.pid, signal.SIGKILL)
-        caller.join(40)
-        answered_s = time.monotonic() - killed
+        worker = running.cluster.child("worker-0").process.pid
+        answered_s, outcome = killed_mid_batch(running, lambda: os.kill(worker, signal.SIGKILL))
         assert isinstance(outcome[0], InferenceServerException), outcome
         assert answered_s < 3, f"the client waited {answered_s:.1f} s; the heartbeat timeout is 30 s"
