@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from shared.process import credentials
+from shared.process import credentials, tls_material
 from shared.wire.permissions import ADMIN, KINDS
 
 SERVER_CONFIG = "nats-server.conf"
@@ -30,6 +30,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--admin", action="store_true", help="also an identity that may do anything, for an operator's tools"
     )
+    parser.add_argument(
+        "--tls",
+        default="",
+        metavar="HOST[,HOST...]",
+        help="TLS on the bus: a CA of the deployment's own and nats-server's certificate for these names and "
+        "addresses (the ones clients reach it by), for clients and between cluster nodes (docs/security.md)",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     if args.keep and (out / credentials.AUTHORIZATION).exists():
@@ -37,7 +44,11 @@ def main(argv: list[str]) -> int:
         return 0
     identities = credentials.make(out, KINDS + ((ADMIN,) if args.admin else ()))
     # the authorization block sits beside this file: nats-server resolves an include from its directory
-    credentials.write_private(out / SERVER_CONFIG, f'include "{credentials.AUTHORIZATION}"\n'.encode())
+    config = f'include "{credentials.AUTHORIZATION}"\n'
+    if args.tls:
+        tls_material.make(out, [h.strip() for h in args.tls.split(",") if h.strip()])
+        config += f'include "{tls_material.TLS_CONF}"\n'
+    credentials.write_private(out / SERVER_CONFIG, config.encode())
     for kind in identities.keys:
         print(identities.file(kind))
     print(out / SERVER_CONFIG)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -47,6 +49,12 @@ class BusRefused(RuntimeError):
 
 def refusal(exc: Exception, url: str, credentials: str) -> BusRefused | None:
     """The clear error for nats-server's answer to a connection it does not admit, else None."""
+    if isinstance(exc, ssl.SSLCertVerificationError) or "certificate verify failed" in str(exc).lower():
+        where = f"beside --nats-credentials {credentials}" if credentials else "(no --nats-credentials given)"
+        return BusRefused(
+            f"NATS at {url} speaks TLS with a certificate this service cannot check: put the deployment's "
+            f"{TRUSTED_CA} {where} (`shoal credentials --tls` makes it, docs/security.md): {exc}"
+        )
     if "authorization violation" not in str(exc).lower():
         return None
     if not credentials:
@@ -59,10 +67,17 @@ def refusal(exc: Exception, url: str, credentials: str) -> BusRefused | None:
     )
 
 
+ABANDON_S = 2.0  # how long closing a refused first connection may take
+
+# the deployment's certificate authority, beside the identities (`shoal credentials --tls`,
+# shared/process/tls_material.py): the directory that gives a service its identity gives it the CA
+TRUSTED_CA = "ca.pem"
+
+
 def credential_options(credentials: str) -> dict[str, Any]:
     """nats-py's options for a credentials file: an nkey seed (`shoal credentials`' files), or a
-    decentralized `.creds` file (a user JWT and its seed, from `nsc`). Read once here so that a
-    missing or unreadable file stops the service at once, naming it."""
+    decentralized `.creds` file (a user JWT and its seed, from `nsc`), and TLS trusting the CA found
+    beside it. Read once here so that a missing or unreadable file stops the service at once, naming it."""
     if not credentials:
         return {}
     try:
@@ -70,9 +85,13 @@ def credential_options(credentials: str) -> dict[str, Any]:
             text = file.read()
     except OSError as exc:
         raise BusRefused(f"cannot read --nats-credentials {credentials}: {exc.strerror or exc}") from None
-    if b"BEGIN NATS USER JWT" in text:
-        return {"user_credentials": credentials}
-    return {"nkeys_seed": credentials}
+    options: dict[str, Any] = (
+        {"user_credentials": credentials} if b"BEGIN NATS USER JWT" in text else {"nkeys_seed": credentials}
+    )
+    authority = Path(credentials).parent / TRUSTED_CA
+    if authority.exists():  # a deployment with TLS on its bus: trust its own CA, and only it
+        options["tls"] = ssl.create_default_context(cafile=str(authority))
+    return options
 
 
 class _Outage:
@@ -161,8 +180,8 @@ async def connect(url: str, name: str, credentials: str = "") -> NATS:
 async def _abandon(nc: NATS) -> None:
     """Close a client nats-py left half-open when its error callback ended the first connect."""
     nats_internals.drop_transport(nc)
-    with contextlib.suppress(Exception):
-        await nc.close()
+    with contextlib.suppress(Exception):  # bounded: a TLS handshake that failed leaves close() waiting for ever
+        await asyncio.wait_for(nc.close(), ABANDON_S)
 
 
 def on_connection(nc: NATS, lost: Listener, back: Listener) -> None:

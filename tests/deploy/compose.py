@@ -138,6 +138,9 @@ class Project:
             seed = self.compose(*argv, "/run/shoal/credentials/operator.nk", timeout=120).stdout
             path = Path(tempfile.mkdtemp(prefix="shoal-deploy-")) / "operator.nk"
             write_private(path, seed.strip().encode() + b"\n")
+            # the bus speaks TLS: the deployment's CA beside the identity, where a service finds it
+            authority = self.compose(*argv, "/run/shoal/credentials/ca.pem", timeout=120).stdout
+            write_private(path.parent / "ca.pem", authority.encode())
             self._operator = str(path)
         return self._operator
 
