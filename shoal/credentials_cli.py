@@ -3,7 +3,8 @@ start (compose, a worker on another host), and the nats-server configuration tha
 
 DIR gets one nkey seed per kind of service (`<kind>.nk`, 0600), `auth.conf` (nats-server's
 `authorization` block: the public keys and each kind's permissions) and `nats-server.conf`, which
-includes it: `nats-server -c DIR/nats-server.conf -js`. Each service is then started with
+includes it: `nats-server -c DIR/nats-server.conf -js`; with `--tls`, the bus's CA and TLS too
+(shared/process/tls_material.py). Each service is then started with
 `--nats-credentials DIR/<kind>.nk` (docs/security.md, "Compose and other hosts").
 """
 
@@ -39,17 +40,27 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     out = Path(args.out)
+    hosts = [h.strip() for h in args.tls.split(",") if h.strip()]
     if args.keep and (out / credentials.AUTHORIZATION).exists():
+        if hosts and not (out / tls_material.TLS_CONF).exists():  # identities made before TLS: add it
+            write_server_config(out, hosts)
+            print(f"{out}: identities kept, TLS added")
+            return 0
         print(f"{out}: identities kept")
         return 0
     identities = credentials.make(out, KINDS + ((ADMIN,) if args.admin else ()))
-    # the authorization block sits beside this file: nats-server resolves an include from its directory
-    config = f'include "{credentials.AUTHORIZATION}"\n'
-    if args.tls:
-        tls_material.make(out, [h.strip() for h in args.tls.split(",") if h.strip()])
-        config += f'include "{tls_material.TLS_CONF}"\n'
-    credentials.write_private(out / SERVER_CONFIG, config.encode())
     for kind in identities.keys:
         print(identities.file(kind))
-    print(out / SERVER_CONFIG)
+    print(write_server_config(out, hosts))
     return 0
+
+
+def write_server_config(out: Path, hosts: list[str]) -> Path:
+    """nats-server.conf: the authorization block, and TLS for `hosts` when there are any (made here)."""
+    # the blocks sit beside this file: nats-server resolves an include from its directory
+    config = f'include "{credentials.AUTHORIZATION}"\n'
+    if hosts:
+        tls_material.make(out, hosts)
+        config += f'include "{tls_material.TLS_CONF}"\n'
+    credentials.write_private(out / SERVER_CONFIG, config.encode())
+    return out / SERVER_CONFIG

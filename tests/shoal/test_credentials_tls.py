@@ -89,3 +89,15 @@ def test_the_server_certificate_names_the_hosts_and_the_keys_are_private(tls_ser
     assert [str(a) for a in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     for key in ("ca-key.pem", "server-key.pem"):
         assert (out / key).stat().st_mode & 0o077 == 0
+
+
+def test_kept_identities_made_before_tls_get_it_added(tmp_path):
+    """Compose runs `shoal credentials --keep --tls ...` at every up: a volume made before TLS keeps
+    its identities and gets TLS (the cluster override includes tls.conf, which must exist)."""
+    out = tmp_path / "credentials"
+    assert credentials_main(["--out", str(out)]) == 0
+    seed = (out / "gateway.nk").read_bytes()
+    assert credentials_main(["--out", str(out), "--keep", "--tls", "nats"]) == 0
+    assert (out / "gateway.nk").read_bytes() == seed
+    assert 'include "tls.conf"' in (out / "nats-server.conf").read_text()
+    assert (out / "ca.pem").exists() and (out / "cluster-tls.conf").exists()
