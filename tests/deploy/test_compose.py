@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 import uuid
@@ -192,6 +193,10 @@ def test_compose_serves_scales_survives_and_goes(project):
     # the compose NATS admits only identities (docs/security.md): a client without one is refused at once
     with pytest.raises(connection.BusRefused, match="--nats-credentials"):
         asyncio.run(connection.connect(stack.nats_url, "test-no-credentials"))
+    # ... and speaks TLS only (`shoal credentials --tls`, docs/security.md "TLS")
+    host, port = stack.nats_url.removeprefix("nats://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        assert json.loads(sock.recv(4096)[5:])["tls_required"] is True
 
     # three workers, and every one takes batches
     stack.up("--scale", "worker=3")
