@@ -4,6 +4,7 @@ scheduler lives and how batches reach the workers (docs/design.md §7 and §9)."
 from __future__ import annotations
 
 import argparse
+from typing import TypeVar
 
 from shared.process import settings as s
 
@@ -66,3 +67,12 @@ def check(args: argparse.Namespace) -> None:
             if not args.cohost_scheduler
             else "shoal serve: --schedulers must not be negative"
         )
+
+
+Channeled = TypeVar("Channeled", s.GatewaySettings, s.WorkerSettings)
+
+
+def with_local_channel(settings: Channeled, args: argparse.Namespace) -> Channeled:
+    """`--local-channel` when given; else the settings' own default (SHOAL_<SERVICE>_LOCAL_CHANNEL)."""
+    given: bool | None = getattr(args, "local_channel", None)
+    return settings if given is None else settings.model_copy(update={"local_channel": given})

@@ -32,7 +32,7 @@ from shared.process import settings as s
 from shared.process.natsserver import NatsServer
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 from shared.wire.records import ModelState
-from shoal import announce, grpc_flags, private_runtime
+from shoal import announce, grpc_flags, layout_flags, private_runtime
 from shoal.ports import busy_endpoint, reserve_serving_ports
 
 log = logging.getLogger("shoal.serve")
@@ -218,13 +218,6 @@ def sweep_segments(run_id: str) -> int:
     return len(leftovers)
 
 
-def local_channel(args: argparse.Namespace) -> bool:
-    """`--local-channel` for the gateways and workers when given; else true, or what
-    SHOAL_GATEWAY_LOCAL_CHANNEL says (the test suite's NATS-only pass sets it, .ci/run)."""
-    given: bool | None = getattr(args, "local_channel", None)
-    return given if given is not None else s.parse_bool(os.environ.get("SHOAL_GATEWAY_LOCAL_CHANNEL", "true"))
-
-
 def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | str | list[Path | str]) -> Cluster:
     """`repository`: one model repository, or several (--model-repository given more than once)."""
     common = {"nats_url": nats_url, "log_verbose": args.log_verbose, "trace_config": args.trace["config"]}
@@ -259,10 +252,10 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         **args.metrics,
         **grpc_flags.gateway_settings(args),
         cohost_scheduler=args.cohost_scheduler,
-        local_channel=local_channel(args),
         rate_limit=args.rate_limit,
         rate_limit_resource=args.rate_limit_resource,
     )
+    gateway = layout_flags.with_local_channel(gateway, args)
     repo = RepositorySettings(
         **common,
         model_repository=[str(r) for r in (repository if isinstance(repository, list) else [repository])],
@@ -279,17 +272,19 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         pin_model=args.pin_model,
     )
     workers = [
-        WorkerSettings(
-            **common,
-            tensor_transport=args.tensor_transport,
-            python_isolation=args.python_isolation,
-            model_load_thread_count=args.model_load_thread_count,
-            model_load_retry_count=args.model_load_retry_count,
-            backend_directory=args.backend_directory,
-            backend_config=args.backend_config,
-            model_memory_budget=args.model_memory_budget,
-            max_loaded_models=args.max_loaded_models,
-            local_channel=local_channel(args),
+        layout_flags.with_local_channel(
+            WorkerSettings(
+                **common,
+                tensor_transport=args.tensor_transport,
+                python_isolation=args.python_isolation,
+                model_load_thread_count=args.model_load_thread_count,
+                model_load_retry_count=args.model_load_retry_count,
+                backend_directory=args.backend_directory,
+                backend_config=args.backend_config,
+                model_memory_budget=args.model_memory_budget,
+                max_loaded_models=args.max_loaded_models,
+            ),
+            args,
         )
         for _ in range(args.workers)
     ]
