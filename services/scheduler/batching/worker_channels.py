@@ -42,13 +42,11 @@ class WorkerChannels:
         self._open: dict[str, Channel] = {}  # advertisement -> its open channel
         self._opening: dict[str, asyncio.Task[None]] = {}
         self._failed: dict[str, float] = {}  # advertisement -> when it last could not be opened
-        self.sent = 0  # batches that went by a channel
 
     def send(self, slot: Slot, payload: bytes) -> bool:
         """Write a batch on its worker's channel; False: not open (yet), send it over NATS."""
         channel = self._open.get(slot.local)
         if channel is not None and channel.send(BATCH, payload):
-            self.sent += 1
             return True
         if slot.local and slot.local not in self._opening:
             self._open_soon(slot.worker, slot.local)
