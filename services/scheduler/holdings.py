@@ -66,6 +66,16 @@ class Holdings:
             self._second.append(token)
         await self.nc.publish(subjects.HOLDINGS_ASK, b"", reply=f"{self.inbox}.{token}")
 
+    async def ask_again_after_reconnect(self) -> None:
+        """Asks again while the cluster's interest settles: a worker that reconnected to another
+        node at the same moment may not have heard the first ask, nor we its holdings, and a batch
+        sent to it before its new subscription reached our node was dropped (connection.py)."""
+        waited = 0.0
+        for delay in connection.RECONNECT_SETTLE_S:
+            await asyncio.sleep(delay - waited)
+            waited = delay
+            await self.ask()
+
     async def _on_holdings(self, msg: Msg) -> None:
         if connection.no_responders(msg):  # no worker is connected now (e.g. during a NATS restart):
             return  # each one sends its holdings when it reconnects

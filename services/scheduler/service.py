@@ -199,6 +199,7 @@ class SchedulerService:
         await self.nc.publish(
             subjects.SCHEDULER_RECONNECTED, b"", headers={subjects.HELD_BY_HEADER: self.alive_subject}
         )
+        await self.holdings.ask_again_after_reconnect()
 
     async def _on_alive(self, msg: Msg) -> None:
         await msg.respond(b"")

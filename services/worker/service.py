@@ -130,7 +130,7 @@ class WorkerService:
         await self.nc.subscribe(subjects.worker_alive(self.id), cb=self._on_alive)
         await self.nc.subscribe(subjects.HOLDINGS_ASK, cb=self._on_holdings_asked)
         # batches sent to us while our connection was down are lost: schedulers learn which we hold
-        connection.on_connection(self.nc, lambda: None, lambda: self._tasks.spawn(self._say_holdings()))
+        connection.on_connection(self.nc, lambda: None, lambda: self._tasks.spawn(self._reconnected()))
         await self.nc.subscribe(subjects.worker_sequence(self.id), cb=self._on_sequence_ended)
         await self.lifecycle.start()
         self.lifecycle.loader.on_idle = self.beats.beat_now  # "no longer loading" must not wait a beat
@@ -149,6 +149,16 @@ class WorkerService:
 
     async def _on_holdings_asked(self, msg: Msg) -> None:
         await self._say_holdings(msg.reply)  # to the scheduler that asked (services/scheduler/holdings.py)
+
+    async def _reconnected(self) -> None:
+        """What we hold, now and again once the cluster's interest has settled (a batch sent to us
+        before a scheduler heard of our new connection was dropped, and only a later answer shows it)."""
+        await self._say_holdings()
+        waited = 0.0
+        for delay in connection.RECONNECT_SETTLE_S:
+            await asyncio.sleep(delay - waited)
+            waited = delay
+            await self._say_holdings()
 
     async def _say_holdings(self, to: str = "") -> None:
         holdings = encode(WorkerHoldings(self.id, sorted(self.batches.holding)))

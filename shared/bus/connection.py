@@ -184,6 +184,14 @@ async def _abandon(nc: NATS) -> None:
         await asyncio.wait_for(nc.close(), ABANDON_S)
 
 
+# After a reconnect to another node of a cluster, the subscriptions of the services that were on the
+# dead node reach the other nodes only as each one reconnects and the nodes tell each other (route
+# interest): a message published meanwhile to a subject whose subscriber has not arrived yet is
+# dropped without a word. So what a reconnect must tell the others (a worker's holdings, a scheduler's
+# ask for them) is said again after these delays, by when every survivor's interest has settled.
+RECONNECT_SETTLE_S = (1.0, 2.5)
+
+
 def on_connection(nc: NATS, lost: Listener, back: Listener) -> None:
     """`lost()` when `nc` (made by `connect`) loses its server, `back()` once it has reconnected
     (its subscriptions restored; what was published meanwhile is flushed after that)."""

@@ -22,7 +22,9 @@ on their way to it when its node died were lost inside that node, and it never a
 It says so once reconnected (`SCHEDULER_RECONNECTED`, after the acknowledgements it owed:
 `reconnected`), and the requests unacknowledged at that moment go to `on_lost` (with
 `dead=False`: what it holds stays with it) if they are still unacknowledged `UNACKED_S` after
-they were sent. Before, they waited for their deadlines (issue 37).
+they were sent. Before, they waited for their deadlines (issue 37). Requests sent in the
+`connection.RECONNECT_SETTLE_S` after that notice are looked at the same way: until this node hears
+of the scheduler's new subscription, its node may still route them to the dead one (or drop them).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from collections.abc import Awaitable, Callable
 from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
+
+from shared.bus import connection
 
 log = logging.getLogger("shoal.gateway")
 
@@ -61,6 +65,8 @@ class Holders:
         # once UNACKED_S old (rid -> (that scheduler, whether it died))
         self._unacked_at_death: dict[str, tuple[str, bool]] = {}
         self._task: asyncio.Task[None] | None = None
+        # the scheduler that said it reconnected, and until when requests sent to any are suspect
+        self._settling: tuple[str, float] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._watch())
@@ -73,6 +79,13 @@ class Holders:
         now = time.monotonic()
         for rid in rids:
             self._unacked[rid] = now
+        settling = self._settling
+        if settling is not None:
+            if now < settling[1]:
+                for rid in rids:
+                    self._unacked_at_death.setdefault(rid, (settling[0], False))
+            else:
+                self._settling = None
 
     def held(self, holder: str, rids: list[str]) -> None:
         now = time.monotonic()
@@ -116,9 +129,11 @@ class Holders:
 
     def reconnected(self, holder: str) -> None:
         """The scheduler answering `holder` lost its NATS connection and is back: what it did not
-        acknowledge by now may have been lost with its node (recovered once `UNACKED_S` old)."""
+        acknowledge by now may have been lost with its node (recovered once `UNACKED_S` old), and so
+        may what is sent while the cluster's interest settles."""
         for rid in self._unacked:
             self._unacked_at_death.setdefault(rid, (holder, False))
+        self._settling = (holder, time.monotonic() + connection.RECONNECT_SETTLE_S[-1])
 
     async def _orphans_of_the_dead(self, now: float) -> None:
         """Requests unacknowledged when a scheduler died: acknowledged since, answered, or lost now."""

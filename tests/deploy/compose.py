@@ -173,9 +173,9 @@ class Project:
         done = run(["docker", "logs", container], timeout=60)
         return done.stdout + done.stderr
 
-    def logs(self) -> str:
-        done = self.compose("logs", "--no-color", "--tail", "60", timeout=120, check=False)
-        return done.stdout[-20000:] + done.stderr[-2000:]
+    def logs(self, tail: int = 60) -> str:
+        done = self.compose("logs", "--no-color", "--tail", str(tail), timeout=120, check=False)
+        return done.stdout[-tail * 400 :] + done.stderr[-2000:]
 
     def down(self) -> None:
         self.compose("down", "-v", "--remove-orphans", "--timeout", "20", timeout=300)

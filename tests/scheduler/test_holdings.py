@@ -5,6 +5,7 @@ malformed message."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -13,6 +14,7 @@ import nats
 
 from services.scheduler.holdings import Holdings
 from shared.bus import connection
+from shared.wire import subjects
 from shared.wire.messages import WorkerHoldings
 from tests.serving import until
 
@@ -64,5 +66,26 @@ async def test_an_ask_nobody_answers_logs_nothing_and_starts_nothing(nats_server
             await nc.publish(f"{holdings.inbox}.0", msgspec.msgpack.encode(WorkerHoldings("w", [])))
             await until(lambda: tasks.started == ["_reconcile"], what="the worker's answer handled")
         assert [r.getMessage() for r in caplog.records] == []
+    finally:
+        await nc.close()
+
+
+async def test_a_reconnected_scheduler_asks_again_while_the_interest_settles(nats_server) -> None:
+    """A worker that reconnected to another node at the same moment may miss the first ask (its new
+    subscription had not reached ours): the scheduler asks again, once per settle delay."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        asked: list[float] = []
+
+        async def ask(msg: Any) -> None:
+            asked.append(time.monotonic())
+
+        await nc.subscribe(subjects.HOLDINGS_ASK, cb=ask)
+        holdings = Holdings(nc, flights=None, credits=None, tasks=Recorded())  # type: ignore[arg-type]
+        await holdings.start()
+        started = time.monotonic()
+        await holdings.ask_again_after_reconnect()
+        await until(lambda: len(asked) == len(connection.RECONNECT_SETTLE_S), what="every ask received")
+        assert [round(t - started, 1) >= d for t, d in zip(asked, connection.RECONNECT_SETTLE_S)] == [True, True]
     finally:
         await nc.close()
