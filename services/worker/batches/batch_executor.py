@@ -316,7 +316,10 @@ class BatchExecutor:
         if not messages and completion is None:  # all of it went by the local channel
             return
         if here:  # nats-py is the event loop's alone
-            self.loop.call_soon_threadsafe(self._publish_now, messages, completion, free.batch_id)
+            try:
+                self.loop.call_soon_threadsafe(self._publish_now, messages, completion, free.batch_id)
+            except RuntimeError:  # the loop closed (the worker stopped): nobody is left to send them
+                log.warning("batch %d ended after the worker stopped; its answers are lost", free.batch_id)
             return
         self._publish_now(messages, completion, free.batch_id)
 
