@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import socket
+import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,9 @@ from shared.wire.channel_frames import HELLO, FrameError, FrameReader, header
 log = logging.getLogger("shoal.channel")
 
 RECV_BYTES = 256 * 1024
+# a write the gateway does not take in this long closes the channel (its batches' completions then
+# go over NATS, as for any channel that closes) instead of holding a thread forever
+SEND_TIMEOUT_S = 10
 
 
 class ThreadChannel:
@@ -34,6 +38,7 @@ class ThreadChannel:
 
     def __init__(self, sock: socket.socket, on_frame: Callable[[ThreadChannel, int, bytes], None]) -> None:
         self.sock = sock
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", SEND_TIMEOUT_S, 0))  # not recv
         self.on_frame = on_frame
         self.name = "gateway"  # for log lines
         self.on_closed: Callable[[ThreadChannel], None] | None = None
@@ -55,7 +60,8 @@ class ThreadChannel:
         try:
             with self._lock:
                 self.sock.sendall(head + payload)
-        except OSError:
+        except OSError as exc:
+            log.warning("local channel %s: cannot write (%s); closing it", self.name, exc)
             self.close()
             return False
         return True
@@ -156,6 +162,7 @@ class ThreadListener:
             self._server.close()
         with self._lock:
             channels = list(self.channels)
+            self.channels.clear()
         for channel in channels:
             channel.on_closed = None
             channel.close()
