@@ -49,6 +49,8 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(
                     error=pb_utils.TritonError("asked to fail", pb_utils.TritonError.INVALID_ARG)))
                 continue
+            if action == "grow":  # an output too big to travel inline: the tensor store's
+                x = np.tile(x, 65536)
             late = False
             if action == "outlive":  # runs past its deadline: the model sees it as cancelled
                 deadline = time.monotonic() + 10
@@ -66,8 +68,8 @@ CONFIG = """
 name: "hot"
 backend: "python"
 max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "LATE" data_type: TYPE_BOOL dims: [ 1 ] } ]
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "LATE" data_type: TYPE_BOOL dims: [ 1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
@@ -100,10 +102,10 @@ def nats(repository: Path) -> Iterator[Running]:
         yield running
 
 
-def call(running: Running, action: str = "") -> tuple[str, object]:
+def call(running: Running, action: str = "", size: int = 4) -> tuple[str, object]:
     """("ok", outputs) or (HTTP status, message) for one request."""
-    tensor = httpclient.InferInput("INPUT0", [4], "FP32")
-    tensor.set_data_from_numpy(np.arange(4, dtype=np.float32))
+    tensor = httpclient.InferInput("INPUT0", [size], "FP32")
+    tensor.set_data_from_numpy(np.arange(size, dtype=np.float32))
     with httpclient.InferenceServerClient(running.url, network_timeout=60) as client:
         try:
             result = client.infer("hot", [tensor], parameters={"action": action} if action else None)
@@ -124,6 +126,10 @@ def model_workers(running: Running) -> list[dict]:
 
 def hot_loop_batches(running: Running) -> int:
     return sum(status.get("batches_hot_loop", 0) for status in model_workers(running))
+
+
+def channel_batches(running: Running) -> int:
+    return sum(status.get("batches_over_channel", 0) for status in model_workers(running))
 
 
 def test_the_instance_process_runs_channel_batches_on_its_hot_loop(hot, nats):
@@ -205,3 +211,23 @@ def test_metrics_count_the_hot_loops_requests(hot):
     for _ in range(5):
         assert call(hot)[0] == "ok"
     wait_until(lambda: successes() >= before + 5, 30, "the five requests on /metrics", 0.1)
+
+
+def test_outputs_too_big_to_travel_inline_leave_the_hot_loop_by_the_tensor_store(hot, nats):
+    before = hot_loop_batches(hot)
+    on_hot, on_nats = call(hot, "grow"), call(nats, "grow")
+    assert on_hot == on_nats and on_hot[0] == "ok"
+    assert on_hot[1][0] == [0, 2, 4, 6] * 65536
+    assert hot_loop_batches(hot) == before + 1
+
+
+def test_a_batch_the_hot_loop_cannot_take_goes_to_the_event_loop(hot):
+    """Inputs too big to travel inline wait in the tensor store (shared memory): the event loop
+    fetches them and runs the batch, as before; it still came by the channel."""
+    assert call(hot)[0] == "ok"
+    hot_before, channel_before = hot_loop_batches(hot), channel_batches(hot)
+    size = 64 * 1024  # 256 KiB of FP32: over the gateway's inline_max_bytes
+    status, outputs = call(hot, size=size)
+    assert status == "ok" and outputs[0] == [2.0 * i for i in range(size)]
+    assert hot_loop_batches(hot) == hot_before
+    assert channel_batches(hot) == channel_before + 1
