@@ -8,15 +8,18 @@ worker's status counts what the hot loop ran."""
 from __future__ import annotations
 
 import asyncio
+import queue
 import re
 import textwrap
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -51,12 +54,21 @@ class TritonPythonModel:
                 continue
             if action == "grow":  # an output too big to travel inline: the tensor store's
                 x = np.tile(x, 65536)
+            if action == "wait_cancel":  # runs until its client gives up on it
+                tag = json.loads(request.parameters())["tag"]
+                (Path(__file__).parent / f"running-{tag}").touch()
+                deadline = time.monotonic() + 20
+                while not request.is_cancelled() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                if request.is_cancelled():
+                    (Path(__file__).parent / f"cancelled-{tag}").touch()
             late = False
             if action == "outlive":  # runs past its deadline: the model sees it as cancelled
                 deadline = time.monotonic() + 10
                 while not request.is_cancelled() and time.monotonic() < deadline:
                     time.sleep(0.01)
                 late = request.is_cancelled()
+                time.sleep(2)  # well past it: the gateway's own deadline answers first, whichever road
             responses.append(pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("OUTPUT0", x * 2),
                 pb_utils.Tensor("LATE", np.array([late])),
@@ -231,3 +243,37 @@ def test_a_batch_the_hot_loop_cannot_take_goes_to_the_event_loop(hot):
     assert status == "ok" and outputs[0] == [2.0 * i for i in range(size)]
     assert hot_loop_batches(hot) == hot_before
     assert channel_batches(hot) == channel_before + 1
+
+
+@pytest.mark.parametrize("road", ["hot", "nats"])
+def test_a_call_its_client_cancels_is_seen_cancelled_by_the_model(hot, nats, repository, road):
+    """A gRPC call cancelled while the model runs it: the model's `is_cancelled()` turns true, on
+    the hot loop as on the event loop's path, and the instance serves the next request."""
+    running = hot if road == "hot" else nats
+    tag = f"{road}-{uuid.uuid4().hex[:6]}"
+    folder = repository / "hot" / "1"
+    tensor = grpcclient.InferInput("INPUT0", [4], "FP32")
+    tensor.set_data_from_numpy(np.arange(4, dtype=np.float32))
+    before = hot_loop_batches(running)
+    done: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(running.grpc_url) as client:
+        call = client.async_infer(
+            "hot",
+            [tensor],
+            callback=lambda result, error: done.put((result, error)),
+            parameters={"action": "wait_cancel", "tag": tag},
+        )
+        wait_until((folder / f"running-{tag}").exists, 20, "the model running the call", 0.02)
+        call.cancel()
+        result, error = done.get(timeout=20)
+        assert result is None and "CANCELLED" in error.status()
+        wait_until((folder / f"cancelled-{tag}").exists, 15, "the model seeing is_cancelled()", 0.05)
+    assert call_ok(running)
+    if road == "hot":
+        assert hot_loop_batches(hot) > before
+    else:
+        assert hot_loop_batches(nats) == 0
+
+
+def call_ok(running: Running) -> bool:
+    return call(running) == ("ok", ([0, 2, 4, 6], [False]))
