@@ -194,7 +194,8 @@ def _arrivals(status: WorkerStatus) -> str:
     """How many batches came over NATS and over the local channel (docs/design.md §9)."""
     if not status.local_channel:
         return f"; {status.batches_over_nats} batch(es) over NATS, local channel off"
-    return f"; batches: {status.batches_over_nats} over NATS, {status.batches_over_channel} over the local channel"
+    hot = f" ({status.batches_hot_loop} on its hot loop)" if status.batches_hot_loop else ""
+    return f"; batches: {status.batches_over_nats} over NATS, {status.batches_over_channel} over the local channel{hot}"
 
 
 def render(services: list[dict[str, Any]]) -> str:

@@ -23,6 +23,7 @@ from services.worker.background_tasks import BackgroundTasks
 from services.worker.batches.batch_executor import BatchExecutor
 from services.worker.batches.completions import Completions
 from services.worker.batches.decoupled_streams import Cancellations, DecoupledSenders
+from services.worker.batches.hot_loop import HotLoop
 from services.worker.batches.instances import Instance, LoadedModel
 from services.worker.batches.response_outputs import Outputs
 from services.worker.channel_listener import ChannelListener
@@ -32,7 +33,7 @@ from services.worker.python.hosting.bls import BlsRuntime
 from services.worker.python.hosting.callables import InProcessModels
 from services.worker.python.triton_api import pb_utils
 from shared.bus import connection, discovery, hot_path, local_channel
-from shared.bus.local_channel import Channel
+from shared.bus.local_channel import FrameSink
 from shared.bus.tensor_store import TensorStore
 from shared.memory import footprint
 from shared.process import lifeline
@@ -79,12 +80,6 @@ class WorkerService:
         outputs = Outputs(self.store)
         self.decoupled = DecoupledSenders(nc, outputs.streamed, self.cancellations)
         self.completions = Completions(nc, self.id)
-        # batches from the gateways of this host without nats-server (docs/design.md §9)
-        self.channels = (
-            ChannelListener(self.id, self.store.host, self._batch_arrived, settings.runtime_dir)
-            if settings.local_channel and settings.tensor_transport != "bus" and local_channel.supported()
-            else None
-        )
         self.batches = BatchExecutor(
             self.id,
             nc,
@@ -93,6 +88,21 @@ class WorkerService:
             self.cancellations,
             self.decoupled,
             self.completions,
+        )
+        # a python model's instance process runs what comes by its local channel on the channel's
+        # own thread when it can, as Triton's stub does (docs/design.md §9, "The hot loop")
+        self.hot = HotLoop(self.lifecycle.models, self.batches) if settings.instance_index >= 0 else None
+        # batches from the gateways of this host without nats-server (docs/design.md §9)
+        self.channels = (
+            ChannelListener(
+                self.id,
+                self.store.host,
+                self._batch_arrived,
+                settings.runtime_dir,
+                here=self.hot.take if self.hot is not None else None,
+            )
+            if settings.local_channel and settings.tensor_transport != "bus" and local_channel.supported()
+            else None
         )
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._readiness: asyncio.Task[None] | None = None
@@ -180,7 +190,8 @@ class WorkerService:
                 for (m, v), loaded in self.lifecycle.models.items()
             },
             batches_over_nats=self._arrived[0],
-            batches_over_channel=self._arrived[1],
+            batches_over_channel=self._arrived[1] + (self.hot.ran if self.hot is not None else 0),
+            batches_hot_loop=self.hot.ran if self.hot is not None else 0,
             local_channel=self.channels.path if self.channels is not None else "",
         )
 
@@ -293,7 +304,7 @@ class WorkerService:
     def _on_batch(self, msg: Msg) -> None:
         self._batch_arrived(msg.data, None)
 
-    def _batch_arrived(self, data: bytes, channel: Channel | None) -> None:
+    def _batch_arrived(self, data: bytes, channel: FrameSink | None) -> None:
         """A batch, over NATS or a local channel (`channel`: its completion goes back there)."""
         self._arrived[channel is not None] += 1
         try:
@@ -322,7 +333,7 @@ class WorkerService:
         self._run_batch(loaded, instance, batch, True, channel)
 
     def _run_batch(
-        self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool, channel: Channel | None
+        self, loaded: LoadedModel, instance: Instance, batch: ExecBatch, holds_credit: bool, channel: FrameSink | None
     ) -> None:
         waits = self.batches.start(loaded, instance, batch, holds_credit, channel)
         if waits is not None:

@@ -20,7 +20,7 @@ import stat
 import struct
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Protocol, cast
 
 from shared.wire.channel_frames import HELLO, FrameError, FrameReader, header
 
@@ -43,6 +43,20 @@ def peer_uid(sock: socket.socket) -> int:
     """The user id of the process at the other end of a Unix socket, as the kernel says."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
     return int(_UCRED.unpack(raw)[1])
+
+
+class FrameSink(Protocol):
+    """Where a worker writes a batch's completion: the channel the batch came by, read on the event
+    loop (`Channel`) or on a plain thread (`shared.bus.thread_channel.ThreadChannel`)."""
+
+    name: str
+
+    @property
+    def open(self) -> bool: ...
+
+    def send(self, kind: int, payload: bytes) -> bool: ...
+
+    def close(self) -> None: ...
 
 
 class Channel(asyncio.Protocol):

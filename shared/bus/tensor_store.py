@@ -207,4 +207,4 @@ class TensorStore:
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
-            self._drop([k for k, h in self._held.items() if h.expires < now])
+            self._drop([k for k, h in list(self._held.items()) if h.expires < now])  # the hot loop adds from its thread

@@ -68,6 +68,7 @@ class WorkerStatus(msgspec.Struct):
     # nats-server's own counters no longer see
     batches_over_nats: int = 0
     batches_over_channel: int = 0
+    batches_hot_loop: int = 0  # of those, run on the channel's thread (a python instance's hot loop)
     local_channel: str = ""  # the socket it listens on; empty: off
 
 

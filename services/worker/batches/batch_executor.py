@@ -31,7 +31,7 @@ from services.worker.batches.response_outputs import Outputs
 from services.worker.sequences.controls import flags
 from shared.bus import eager, hot_path
 from shared.bus.hot_path import Outgoing
-from shared.bus.local_channel import Channel
+from shared.bus.local_channel import FrameSink
 from shared.bus.tensor_store import TensorStore
 from shared.config.datatypes import from_bytes
 from shared.errors import Code, ShoalError
@@ -80,7 +80,7 @@ class BatchExecutor:
             batch_id=batch.batch_id,
         )
 
-    async def fail(self, batch: ExecBatch, message: str, channel: Channel | None = None) -> None:
+    async def fail(self, batch: ExecBatch, message: str, channel: FrameSink | None = None) -> None:
         """A batch this worker cannot run (its model is not loaded here)."""
         replies = Replies(batch.reply_via_scheduler)
         for raw in batch.requests:
@@ -96,7 +96,7 @@ class BatchExecutor:
         instance: Instance,
         batch: ExecBatch,
         holds_credit: bool,
-        channel: Channel | None = None,
+        channel: FrameSink | None = None,
     ) -> Coroutine[Any, Any, None] | None:
         """Run a batch. Returns a coroutine to run as a Task when its inputs must be fetched on the
         loop first (not all inline), else None: the common case needs no Task (per batch, a Task,
@@ -113,6 +113,28 @@ class BatchExecutor:
                 readable.append((request, inputs))
         self._compute(run, readable)
         return None
+
+    def run_here(
+        self,
+        loaded: LoadedModel,
+        instance: Instance,
+        batch: ExecBatch,
+        requests: list[InferRequest],
+        channel: FrameSink,
+    ) -> None:
+        """A credited batch run to its end on the thread that read it from its local channel (the hot
+        loop of a python model's instance process, docs/design.md §9, `hot_loop.HotLoop`): `start`'s
+        steps, the model called on this thread instead of the instance's, the answers written on
+        `channel` from here; only what must cross NATS goes to the event loop."""
+        self.holding.add(batch.batch_id)
+        run = BatchRun(loaded, instance, batch, True, self._free(batch, batch.instance), channel)
+        run.here = True
+        readable = []
+        for request in run.arrived(requests):
+            inputs = self._inline_inputs(run, request)
+            if inputs is not None:
+                readable.append((request, inputs))
+        self._compute(run, readable)
 
     @staticmethod
     def _inline_inputs(run: BatchRun, request: InferRequest) -> Tensors | None:
@@ -146,23 +168,31 @@ class BatchExecutor:
 
     # -- compute ---------------------------------------------------------------------------
     def _compute(self, run: BatchRun, readable: list[tuple[InferRequest, Tensors]]) -> None:
-        """The readable requests to the instance's thread, which calls `_computed` back on the loop."""
+        """The readable requests to the instance's thread, which calls `_computed` back on the loop;
+        on the hot loop (`run.here`) the model runs on this thread and `_computed` follows at once."""
+        here: tuple[list[Result] | None, BaseException | None] | None = None
         try:
             if readable:
                 run.ran = [request for request, _ in readable]
                 every = [o.name for o in run.loaded.spec.outputs]
                 work = [Work(inputs, r.outputs or every, r.batch_size, self._context(run, r)) for r, inputs in readable]
                 model_batch = run.model_batch(work)
-                context = contextvars.copy_context()  # this batch's log lines, on the loop again
-                done = partial(self._computed, run, model_batch)
                 instance = run.instance
-                instance.executor.call(
-                    _execute, (instance, model_batch), lambda r, e: context.run(done, r, e), self.loop
-                )
-                return
+                if run.here:
+                    here = _execute_here(instance, model_batch)
+                else:
+                    context = contextvars.copy_context()  # this batch's log lines, on the loop again
+                    done = partial(self._computed, run, model_batch)
+                    instance.executor.call(
+                        _execute, (instance, model_batch), lambda r, e: context.run(done, r, e), self.loop
+                    )
+                    return
         except Exception as exc:  # never lose a request: every one gets an answer
             self._ended(run.requests)
             self._failed(run, exc)
+        if here is not None:
+            self._computed(run, model_batch, here[0], here[1])
+            return
         self._end(run)
 
     def _computed(
@@ -268,25 +298,37 @@ class BatchExecutor:
     # -- the end: the credit back, the answers and the completion out ---------------------------
     def _end(self, run: BatchRun) -> None:
         run.settle()
-        self._finish_now(run.replies, run.free, run.batch.complete_to, run.channel)
+        self._finish_now(run.replies, run.free, run.batch.complete_to, run.channel, run.here)
 
     async def _finish(
-        self, replies: Replies, free: InstanceFree, complete_to: str, channel: Channel | None = None
+        self, replies: Replies, free: InstanceFree, complete_to: str, channel: FrameSink | None = None
     ) -> None:
         self.holding.discard(free.batch_id)
         await self._send(*self._messages(replies, free, complete_to, channel), free.batch_id)
 
-    def _finish_now(self, replies: Replies, free: InstanceFree, complete_to: str, channel: Channel | None) -> None:
-        """`_finish` from a callback: written at once in the common case, else by a coroutine."""
+    def _finish_now(
+        self, replies: Replies, free: InstanceFree, complete_to: str, channel: FrameSink | None, here: bool = False
+    ) -> None:
+        """`_finish` from a callback: written at once in the common case, else by a coroutine. `here`:
+        called on the hot loop's thread, where what must cross NATS is handed to the event loop."""
         self.holding.discard(free.batch_id)
         messages, completion = self._messages(replies, free, complete_to, channel)
-        everything = [*messages, completion] if completion is not None else messages
-        if not everything:  # all of it went by the local channel
+        if not messages and completion is None:  # all of it went by the local channel
             return
+        if here:  # nats-py is the event loop's alone
+            try:
+                self.loop.call_soon_threadsafe(self._publish_now, messages, completion, free.batch_id)
+            except RuntimeError:  # the loop closed (the worker stopped): nobody is left to send them
+                log.warning("batch %d ended after the worker stopped; its answers are lost", free.batch_id)
+            return
+        self._publish_now(messages, completion, free.batch_id)
+
+    def _publish_now(self, messages: list[Outgoing], completion: Outgoing | None, batch_id: int) -> None:
+        everything = [*messages, completion] if completion is not None else messages
         with contextlib.suppress(Exception):  # `_send` tries again and reports
             if hot_path.publish_now(self.nc, everything):
                 return
-        eager.start(self._send(messages, completion, free.batch_id))
+        eager.start(self._send(messages, completion, batch_id))
 
     async def _send(self, messages: list[Outgoing], completion: Outgoing | None, batch_id: int) -> None:
         """The answers, then the completion (None: it went by the local channel), in one write; a
@@ -307,7 +349,7 @@ class BatchExecutor:
             log.exception("could not report batch %d as done", batch_id)
 
     def _messages(
-        self, replies: Replies, free: InstanceFree, complete_to: str, channel: Channel | None
+        self, replies: Replies, free: InstanceFree, complete_to: str, channel: FrameSink | None
     ) -> tuple[list[Outgoing], Outgoing | None]:
         """The answers for each gateway, and the completion: for a co-hosted scheduler
         (`complete_to`), its gateway's answers travel with the completion, written on the batch's
@@ -351,5 +393,14 @@ _COMPUTE_EVENTS = ("COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START",
 
 
 def _execute(instance: Instance, batch: Batch) -> list[Result]:
-    instance.executions += 1
-    return instance.runner.execute(batch)
+    with instance.lock:  # the instance's thread and the hot loop's never run the model at once
+        instance.executions += 1
+        return instance.runner.execute(batch)
+
+
+def _execute_here(instance: Instance, batch: Batch) -> tuple[list[Result] | None, BaseException | None]:
+    """`_execute` on the calling thread, its outcome as the instance's thread hands it back."""
+    try:
+        return _execute(instance, batch), None
+    except BaseException as exc:  # noqa: BLE001 - answered as the instance's thread answers it
+        return None, exc

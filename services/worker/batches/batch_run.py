@@ -10,7 +10,7 @@ from services.worker.backends.runner import Batch, Result, Tensors, Work
 from services.worker.batches.instances import Instance, LoadedModel
 from services.worker.batches.replies import Replies
 from services.worker.sequences.controls import control_arrays, pad_slots
-from shared.bus.local_channel import Channel
+from shared.bus.local_channel import FrameSink
 from shared.errors import Code
 from shared.process.logcontext import request_ids
 from shared.wire.messages import BatchDelivery, ExecBatch, InferRequest, InferResponse, InstanceFree, SeqControl
@@ -35,6 +35,7 @@ class BatchRun:
         "started_ns",
         "inputs_ns",
         "channel",
+        "here",
     )
 
     def __init__(
@@ -44,7 +45,7 @@ class BatchRun:
         batch: ExecBatch,
         holds_credit: bool,
         free: InstanceFree,
-        channel: Channel | None = None,
+        channel: FrameSink | None = None,
     ) -> None:
         self.loaded = loaded
         self.instance = instance
@@ -59,6 +60,7 @@ class BatchRun:
         self.started_ns = 0  # monotonic: reading the inputs began
         self.inputs_ns = 0  # the inputs were in the model's form
         self.channel = channel  # the local channel it came by: its completion goes back there (docs/design.md §9)
+        self.here = False  # run on the hot loop's thread from its arrival to its answer (`run_here`)
 
     def arrived(self, requests: list[InferRequest]) -> list[InferRequest]:
         """The batch's requests decoded: labels its log lines, and answers those nobody waits for

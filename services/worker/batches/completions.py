@@ -21,7 +21,7 @@ from nats.aio.msg import Msg
 
 from shared.bus import hot_path
 from shared.bus.hot_path import Outgoing
-from shared.bus.local_channel import Channel
+from shared.bus.local_channel import FrameSink
 from shared.wire import subjects
 from shared.wire.channel_frames import DONE
 from shared.wire.messages import BatchDone, InstanceFree, encode
@@ -64,7 +64,7 @@ class Completions:
         return Outgoing(complete_to, payload, f"{self._undelivered}.{key}")
 
     @staticmethod
-    def done_on(channel: Channel, free: InstanceFree, responses: list[bytes]) -> bool:
+    def done_on(channel: FrameSink, free: InstanceFree, responses: list[bytes]) -> bool:
         """The `BatchDone` on the local channel its batch came by (docs/design.md §9); False when
         that closed: it goes over NATS then (`done_message`), where a gateway that is gone draws
         "no responders" and the completion reaches every scheduler."""

@@ -52,7 +52,7 @@ class Cancellations:
     def expire(self) -> list[str]:
         """Forget requests past their deadline (a decoupled model that never sent its final flag)."""
         now = time.time_ns()
-        gone = [rid for rid, deadline in self.running.items() if deadline < now]
+        gone = [rid for rid, deadline in list(self.running.items()) if deadline < now]  # the hot loop adds
         for rid in gone:
             self.ended(rid)
         return gone

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 
 from services.worker.backends.runner import Runner
@@ -14,9 +15,10 @@ from shared.config.sequence_config import SequenceConfig
 log = logging.getLogger("shoal.worker")
 
 
-def _close_quietly(runner: Runner, name: str) -> None:
+def _close_quietly(runner: Runner, name: str, lock: threading.Lock) -> None:
     try:
-        runner.close()
+        with lock:  # after a batch the hot loop runs
+            runner.close()
     except Exception:
         log.exception("closing instance %s failed", name)
 
@@ -34,6 +36,8 @@ class Instance:
     kind: str = "KIND_CPU"
     device: int = 0  # CUDA device of a KIND_GPU instance
     executions: int = 0  # batches run: shows which instances of which groups serve
+    # held while the model runs a batch: the instance's thread and the hot loop's take turns
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.idle = set(range(self.credits))
@@ -48,7 +52,7 @@ class Instance:
         must never run on the worker's event loop."""
         if not self.closed:
             self.closed = True
-            self.executor.submit(_close_quietly, self.runner, self.name)
+            self.executor.submit(_close_quietly, self.runner, self.name, self.lock)
             self.executor.shutdown(wait=False)
 
 
