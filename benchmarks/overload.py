@@ -234,13 +234,25 @@ async def recovery(url: str, normal_s: float, timeout: float) -> float:
     return time.monotonic() - started
 
 
+def shm_kib() -> int:
+    """What Shoal's tensors hold in /dev/shm (KiB): responses nobody has read yet live there."""
+    total = 0
+    for entry in os.scandir("/dev/shm"):
+        if entry.name.startswith("shoal"):
+            try:
+                total += entry.stat().st_blocks * 512
+            except OSError:
+                pass
+    return total // 1024
+
+
 def stalled_stream(serve: Serve, seconds: float, count: int, size: int) -> dict[str, Any]:
     """A gRPC client asks the decoupled model for `count` responses of `size` floats and never
     reads one: the gateway's RSS before, at most during `seconds`, and after the client goes."""
     import grpc
     from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-    before = rss_by_role(serve)
+    before = rss_by_role(serve) | {"dev_shm": shm_kib()}
     channel = grpc.insecure_channel(f"127.0.0.1:{serve.grpc_port}")
     stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
     request = service_pb2.ModelInferRequest(model_name=STREAM_MODEL)
@@ -248,19 +260,30 @@ def stalled_stream(serve: Serve, seconds: float, count: int, size: int) -> dict[
     tensor.name, tensor.datatype = "N", "INT64"
     tensor.shape.append(2)
     request.raw_input_contents.append(np.array([count, size], np.int64).tobytes())
-    calls = stub.ModelStreamInfer(iter([request]))  # started; never read
+    calls = stub.ModelStreamInfer(iter([request]))
+    next(calls)  # the stream flows; then the client reads nothing more
     peak: dict[str, int] = {}
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        for role, kib in rss_by_role(serve).items():
+        for role, kib in (rss_by_role(serve) | {"dev_shm": shm_kib()}).items():
             peak[role] = max(peak.get(role, 0), kib)
         time.sleep(0.5)
     calls.cancel()
     channel.close()
     time.sleep(3)  # what the gateway frees once the client is gone
-    after = rss_by_role(serve)
+    after = rss_by_role(serve) | {"dev_shm": shm_kib()}
     mib = count * size * 4 / 2**20
     return {"asked_mib": round(mib, 1), "rss_before_kib": before, "rss_peak_kib": peak, "rss_after_kib": after}
+
+
+async def failed_stats(serve: Serve) -> tuple[int, int]:
+    """The model's failed requests so far and their total time in the server (ns), as its
+    statistics say: from the gateway's receipt to the refusal."""
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://{serve.url}/v2/models/{MODEL}/stats") as response:
+            doc = await response.json()
+    fail = doc["model_stats"][0]["inference_stats"]["fail"]
+    return int(fail["count"]), int(fail["ns"])
 
 
 async def measure(serve: Serve, args: argparse.Namespace) -> dict[str, Any]:
@@ -270,7 +293,13 @@ async def measure(serve: Serve, args: argparse.Namespace) -> dict[str, Any]:
     capacity = await closed_loop(url, MAX_BATCH + args.max_queue_size // 2, args.seconds)
     result["capacity"] = capacity
     rate = capacity["rate"] * args.factor
+    failed_before = await failed_stats(serve)
     overload = await open_loop(url, rate, args.seconds, serve)
+    failed_after = await failed_stats(serve)
+    count = failed_after[0] - failed_before[0]
+    # inside the server: the gateway's receipt to the refusal (the client's figure adds the
+    # HTTP connection, its own event loop and the machine's queue for CPU)
+    overload["refused_in_server_mean_ms"] = round((failed_after[1] - failed_before[1]) / max(count, 1) / 1e6, 2)
     result["overload"] = overload
     normal_s = capacity["latency_ms"]["p99"] / 1000
     result["back_to_normal_s"] = round(await recovery(url, normal_s, 60), 2)

@@ -59,7 +59,7 @@ class KeepAlive:
 class Stream:
     """A stream's sending side: what its call writes goes out as the peer's windows allow."""
 
-    __slots__ = ("id", "conn", "call", "send_window", "pending", "closed", "recv_open", "consumed")
+    __slots__ = ("id", "conn", "call", "send_window", "pending", "closed", "recv_open", "consumed", "_drained")
 
     def __init__(self, stream_id: int, conn: GrpcConnection, send_window: int) -> None:
         self.id = stream_id
@@ -70,6 +70,20 @@ class Stream:
         self.closed = False
         self.recv_open = True
         self.consumed = 0  # bytes received since the last WINDOW_UPDATE for this stream
+        self._drained: asyncio.Future[None] | None = None  # a streaming call waiting for its client to read
+
+    async def drained(self) -> None:
+        """Until what waits for the peer's window has gone out (or the stream ended): a streaming
+        call awaits it before its next message, so that a client that stops reading holds one
+        message here, not every one its call produces (docs/reliability.md, "Overload")."""
+        while self.pending and not self.closed:
+            self._drained = self.conn.loop.create_future()
+            await self._drained
+
+    def wake(self) -> None:
+        waiter = self._drained
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def send_headers(self, block: bytes) -> None:
         if not self.closed:
@@ -156,6 +170,7 @@ class GrpcConnection(asyncio.Protocol):
         streams, self._streams = self._streams, {}
         for stream in streams.values():
             stream.closed = True
+            stream.wake()
             if stream.call is not None:
                 stream.call.reset()
         self._on_close(self)
@@ -411,10 +426,13 @@ class GrpcConnection(asyncio.Protocol):
                 if stream.pending:  # blocked again: keep the order
                     stream.pending.extend(pending[index + 1 :])
                     break
+            if not stream.pending:
+                stream.wake()
 
     def end_stream(self, stream: Stream) -> None:
         """The server's side of the stream is done; a request still coming in is no longer read."""
         stream.closed = True
+        stream.wake()
         self._blocked.pop(stream.id, None)
         if self._streams.pop(stream.id, None) is not None and stream.recv_open:
             self.write(f.rst_stream(stream.id, f.NO_ERROR))  # RFC 9113 §8.1: the client may stop sending
