@@ -6,6 +6,8 @@ hold for as long as the test wants, not by luck of timing; HTTP and gRPC answer 
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -153,5 +155,36 @@ def test_a_model_that_fails_at_start_ends_the_wait(tmp_path, strict):
         assert model_readiness(serve, "b_broken") == (False, False)
         serve.terminate(60)
     finally:
+        if serve.process is not None and serve.process.poll() is None:
+            serve.kill_tree()
+
+
+@pytest.mark.timeout(600)
+def test_a_repository_that_starts_again_makes_the_server_not_ready_until_it_has_published(tmp_path):
+    """The repository is killed and `shoal serve` starts it again: it says so first, and the
+    gateway is not ready while the new one reads its models (one waits in its
+    `auto_complete_config`), then ready once they are published and loaded."""
+    repo = tmp_path / "models"
+    repository_gate = tmp_path / "repository-gate"
+    write_python(repo, "a_repository_slow", repository_gate=repository_gate)
+    write_onnx(repo, "c_fast")
+    repository_gate.touch()  # the first start reads it at once
+    serve = Serve(tmp_path / "serve", [f"--model-repository={repo}"]).start(START_S)
+    try:
+        wait_until(lambda: readiness(serve) == (True, True), START_S, "the server ready", 0.2)
+        repository_gate.unlink()
+        waiting_marker = repository_gate.with_name(repository_gate.name + ".waiting")
+        waiting_marker.unlink()
+        [pid] = serve.pids("shoal.cli repository")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: waiting(repository_gate), START_S, "the new repository reading a", 0.2)
+        wait_until(lambda: readiness(serve) == (False, False), START_S, "the server not ready", 0.2)
+        repository_gate.touch()
+        wait_until(lambda: readiness(serve) == (True, True), START_S, "the server ready again", 0.2)
+        for name in ("a_repository_slow", "c_fast"):
+            assert np.array_equal(infer(serve, name), np.arange(4, dtype=np.float32)), name
+        serve.terminate(60)
+    finally:
+        repository_gate.touch()
         if serve.process is not None and serve.process.poll() is None:
             serve.kill_tree()
