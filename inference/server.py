@@ -17,8 +17,8 @@ from nats.aio.client import Client as NATS
 from inference.core import InferenceCore
 from inference.models import ModelRegistry
 from inference.replica_statistics import model_entries, scheduler_stats
+from inference.repository_startup import RepositoryStartup
 from inference.shm import ShmRegistry
-from inference.startup import RepositoryStartup
 from inference.trace import Tracer
 from shared.bus.repository_client import RepositoryRequest, repository_call
 from shared.config.model_config import TensorSpec
@@ -78,7 +78,7 @@ class InferenceServer:
     def ready(self) -> bool:
         """tritonserver's readiness: its start-up models tried (each READY or failed), and with
         strict readiness every model READY. Before it has heard what the repository loads at
-        start, a gateway is not ready (inference/startup.py)."""
+        start, a gateway is not ready (inference/repository_startup.py)."""
         if not self.registry.synced.is_set():
             return False
         if self.startup is not None and not self.startup.settled():

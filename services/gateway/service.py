@@ -18,9 +18,9 @@ from inference.core import InferenceCore
 from inference.models import ModelRegistry
 from inference.on_demand import DemandLoads
 from inference.replica_statistics import scheduler_stats
+from inference.repository_startup import RepositoryStartup
 from inference.server import InferenceServer
 from inference.shm import ShmRegistry
-from inference.startup import RepositoryStartup
 from services.gateway.grpc import startup as grpc_startup
 from services.gateway.http.app import build_app
 from services.gateway.http.guard import GuardedHttpToolsProtocol, Limits, with_limits

@@ -23,7 +23,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from services.gateway.grpc.http2 import frames as f
-from services.gateway.grpc.http2.http2_connection import Stream
+from services.gateway.grpc.http2.http2_stream import Stream
 
 log = logging.getLogger("shoal.gateway")
 
