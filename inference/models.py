@@ -163,6 +163,11 @@ class ModelRegistry:
             return False
         return True
 
+    def settled(self, name: str) -> bool:
+        """Whether a load of `name` is over: no version LOADING (READY, failed, or no record: gone)."""
+        record = self.records.get(name)
+        return record is None or not record.any_version(ModelState.LOADING)
+
     def all_ready(self) -> bool:
         """Strict readiness: every version the repository tried to load is READY."""
         return all(

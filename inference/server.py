@@ -17,6 +17,7 @@ from nats.aio.client import Client as NATS
 from inference.core import InferenceCore
 from inference.models import ModelRegistry
 from inference.replica_statistics import model_entries, scheduler_stats
+from inference.repository_startup import RepositoryStartup
 from inference.shm import ShmRegistry
 from inference.trace import Tracer
 from shared.bus.repository_client import RepositoryRequest, repository_call
@@ -60,6 +61,7 @@ class InferenceServer:
         strict_readiness: bool,
         repository_timeout_s: float,
         log_verbose: int = 0,
+        startup: RepositoryStartup | None = None,
     ) -> None:
         self.nc = nc
         self.core = core
@@ -70,10 +72,18 @@ class InferenceServer:
         self.strict_readiness = strict_readiness
         self.repository_timeout_s = repository_timeout_s
         self.log_settings = LogSettings(log_verbose_level=log_verbose)
+        self.startup = startup  # None: readiness does not wait for the repository's start-up set
 
     # -- health and metadata --------------------------------------------------------------
     def ready(self) -> bool:
-        return self.registry.synced.is_set() and (not self.strict_readiness or self.registry.all_ready())
+        """tritonserver's readiness: its start-up models tried (each READY or failed), and with
+        strict readiness every model READY. Before it has heard what the repository loads at
+        start, a gateway is not ready (inference/repository_startup.py)."""
+        if not self.registry.synced.is_set():
+            return False
+        if self.startup is not None and not self.startup.settled():
+            return False
+        return not self.strict_readiness or self.registry.all_ready()
 
     def metadata(self) -> dict[str, Any]:
         return {"name": self.server_id, "version": SERVER_VERSION, "extensions": EXTENSIONS}

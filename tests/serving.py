@@ -142,7 +142,9 @@ class Serve:
     def env(self) -> dict[str, str]:
         return {**os.environ, "XDG_CACHE_HOME": str(self.workdir / "cache")}
 
-    def start(self, ready_timeout: float = 180) -> Serve:
+    def start(self, ready_timeout: float = 180, wait: bool = True) -> Serve:
+        """Start it; with `wait`, return once it printed its model table (its start-up models
+        loaded), else at once."""
         argv = [
             sys.executable,
             "-m",
@@ -165,7 +167,8 @@ class Serve:
             assert self.process.poll() is None, self.log()[-4000:]
             return "| Model" in self.log()[offset:]
 
-        wait_until(table, ready_timeout, "shoal serve printed no model table")
+        if wait:
+            wait_until(table, ready_timeout, "shoal serve printed no model table")
         return self
 
     def log(self) -> str:

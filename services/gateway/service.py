@@ -18,6 +18,7 @@ from inference.core import InferenceCore
 from inference.models import ModelRegistry
 from inference.on_demand import DemandLoads
 from inference.replica_statistics import scheduler_stats
+from inference.repository_startup import RepositoryStartup
 from inference.server import InferenceServer
 from inference.shm import ShmRegistry
 from services.gateway.grpc import startup as grpc_startup
@@ -103,6 +104,7 @@ class GatewayService:
         self.shm = ShmRegistry(nc, self.store.host, settings.allow_client_shm)
         self.tracer = tracer(settings)
         self.core = self._inference_core()
+        self.startup = RepositoryStartup(nc, self.registry)
         self.server = InferenceServer(
             nc,
             self.core,
@@ -112,6 +114,7 @@ class GatewayService:
             settings.strict_readiness,
             settings.repository_timeout_s,
             settings.log_verbose,
+            self.startup,
         )
         self.custom = CustomMetrics()
         self.listeners = Listeners(settings.exit_timeout_s)
@@ -170,6 +173,7 @@ class GatewayService:
     async def start(self) -> None:
         await self.store.start()
         await self.registry.start(self.nc)
+        await self.startup.start()
         await self.dispatcher.start()
         if self.scheduler is not None:  # after the dispatcher: the batches it sends complete on the dispatcher's inbox
             await self.scheduler.start()
@@ -185,6 +189,7 @@ class GatewayService:
         if self.scheduler is not None:  # after the listeners: their in-flight requests were answered
             await self.scheduler.stop()
         await self.shm.stop()
+        await self.startup.stop()
         await self.registry.stop()
         await self.store.close()
 

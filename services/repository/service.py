@@ -38,6 +38,7 @@ from shared.wire.control import (
     MemoryUse,
     ModelUsage,
     RepositoryDone,
+    StartupSet,
     UnloadRequest,
     UsageReply,
     WorkerBudget,
@@ -83,8 +84,11 @@ class RepositoryService:
         self._tasks: list[asyncio.Task] = []
         self._stop_watch = asyncio.Event()
         self.revisions: dict[str, int] = {}  # model -> KV revision of its latest record
+        self.startup = StartupSet()  # what start published: gateways are not ready before they see it
 
     async def start(self) -> None:
+        # a previous repository's records go now: gateways forget its start-up set and ask this one's
+        await self.nc.publish(subjects.REPOSITORY_STARTING, b"")
         self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET)
         self.instances_kv = await buckets.bucket(self.nc, subjects.INSTANCES_BUCKET)
         for key in await self._keys(self.models_kv):  # a previous run's records
@@ -95,6 +99,8 @@ class RepositoryService:
                 self.demand.pin(name)  # on-demand mode: --load-model is an explicit load
             except ShoalError as exc:
                 log.error("%s", exc.message.strip())
+        # every start-up model's record is published (ensembles' members loaded with them too)
+        self.startup = StartupSet(max(self.revisions.values(), default=0), sorted(self.manager.records))
         if self.manager.on_demand:
             await self.manager.announce()
         await self.nc.subscribe(subjects.REPOSITORY_INDEX, cb=self._on_index)
@@ -102,6 +108,7 @@ class RepositoryService:
         await self.nc.subscribe(subjects.REPOSITORY_MODELS, cb=self._on_models)
         await self.nc.subscribe(subjects.REPOSITORY_LOAD, cb=self._on_load)
         await self.nc.subscribe(subjects.REPOSITORY_UNLOAD, cb=self._on_unload)
+        await self.nc.subscribe(subjects.REPOSITORY_STARTED, cb=self._on_started)
         await self.liveness.start()
         self._tasks.append(asyncio.create_task(self._watch_instances()))
         if self.files is not None:
@@ -189,6 +196,9 @@ class RepositoryService:
             else msgspec.json.encode(RepositoryDone(revision))
         )
         await self.nc.publish(msg.reply, payload)
+
+    async def _on_started(self, msg) -> None:
+        await self.nc.publish(msg.reply, msgspec.json.encode(self.startup))
 
     async def _on_index(self, msg) -> None:
         await self._on_index_changed()

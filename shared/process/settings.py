@@ -91,6 +91,11 @@ class GatewaySettings(BusSettings):
     http_header_timeout_s: float = Field(
         10.0, description="seconds a client has to send a request's headers (408 beyond; docs/security.md)"
     )
+    grpc_stream_unread_bytes: int = Field(
+        64 * 1024 * 1024,
+        description="a gRPC stream's responses held for a client that does not read them, in bytes: "
+        "past this its request is cancelled (docs/reliability.md, Overload)",
+    )
     http_restricted_api: list[str] = Field(
         default_factory=list, description="<api>[,<api>...]:<header>=<value>: those APIs need that header (403)"
     )

@@ -60,6 +60,17 @@ class RepositoryDone(msgspec.Struct):
     revision: int = 0
 
 
+class StartupSet(msgspec.Struct):
+    """Repository -> a gateway, as JSON: the models it loaded at its start (the repository's
+    contents in none/poll mode, `--load-model` and their ensembles' members in explicit mode) and
+    the KV revision of the last record it published for them. Sent only once every one of them is
+    published: a gateway is not ready before it has this and has seen that revision (strict
+    readiness, docs/reliability.md)."""
+
+    revision: int = 0
+    models: list[str] = msgspec.field(default_factory=list)
+
+
 class IndexRequest(msgspec.Struct):
     """Gateway -> repository, as JSON: the repository index, only READY models with `ready`."""
 

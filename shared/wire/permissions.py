@@ -65,9 +65,16 @@ REPOSITORY_ONLY = [
     s.worker_report("*"),
     s.SCHEDULER_DRAIN,
     s.SCHEDULER_USAGE,
+    s.REPOSITORY_STARTING,
     *REPOSITORY_STREAMS,
 ]
-REPOSITORY_REQUESTS = [s.REPOSITORY_INDEX, s.REPOSITORY_LOAD, s.REPOSITORY_UNLOAD, s.REPOSITORY_DEMAND]
+REPOSITORY_REQUESTS = [
+    s.REPOSITORY_INDEX,
+    s.REPOSITORY_LOAD,
+    s.REPOSITORY_UNLOAD,
+    s.REPOSITORY_DEMAND,
+    s.REPOSITORY_STARTED,
+]
 # a service's own micro registration ($SRV.PING/INFO/STATS) and status endpoint
 SERVICES = ["$SRV.>", "shoal.topology.>"]  # micro and each status endpoint (shared/bus/discovery.py)
 # a scheduler replica's work: take requests, send batches, answer gateways, keep its leases

@@ -40,6 +40,10 @@ REPOSITORY_LOAD = f"{PREFIX}.repository.load"
 REPOSITORY_UNLOAD = f"{PREFIX}.repository.unload"
 REPOSITORY_DEMAND = f"{PREFIX}.repository.demand"  # on-demand mode: load this model for a waiting request
 REPOSITORY_MODELS = f"{PREFIX}.repository.models"  # on-demand figures for /metrics: memory, evictions, loads
+# gateway -> repository: the models it loaded at start (`StartupSet`); answered once their records are published
+REPOSITORY_STARTED = f"{PREFIX}.repository.started"
+# repository -> gateways, first thing at its start: what a previous repository published is going (not ready)
+REPOSITORY_STARTING = f"{PREFIX}.startup.repository"
 SCHEDULER_USAGE = f"{PREFIX}.sched.usage"  # which models requests wait on, run on or hold a sequence on
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")

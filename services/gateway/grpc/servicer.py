@@ -8,10 +8,11 @@ the scheduler, and the request leaves its queue, as for an HTTP client that disc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -70,17 +71,20 @@ def version_of(text: str) -> str:
 
 class Inbox:
     """A stream's answers on their way from its requests' tasks to its response iterator: an
-    unbounded asyncio.Queue without the running-loop look-up that Queue.get makes each time it waits."""
+    asyncio.Queue without the running-loop look-up that Queue.get makes each time it waits, that
+    counts the tensor bytes it holds (`unread`): what a client that stops reading leaves here."""
 
-    __slots__ = ("_loop", "_items", "_waiter")
+    __slots__ = ("_loop", "_items", "_waiter", "unread")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._items: deque[Any] = deque()
+        self._items: deque[tuple[Any, int]] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        self.unread = 0
 
-    def put_nowait(self, item: Any) -> None:
-        self._items.append(item)
+    def put_nowait(self, item: Any, size: int = 0) -> None:
+        self._items.append((item, size))
+        self.unread += size
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -89,7 +93,24 @@ class Inbox:
         while not self._items:
             self._waiter = self._loop.create_future()
             await self._waiter
-        return self._items.popleft()
+        item, size = self._items.popleft()
+        self.unread -= size
+        return item
+
+
+def _tensor_bytes(message: Any) -> int:
+    """A stream response's output bytes (what makes a held response large)."""
+    if isinstance(message, pb.ModelStreamInferResponse):
+        return sum(len(raw) for raw in message.infer_response.raw_output_contents)
+    return 0
+
+
+def unread_error(unread: int, limit: int) -> ShoalError:
+    return ShoalError(
+        f"the client has not read {unread} bytes of this stream's responses (the limit is {limit}): "
+        "the request is cancelled",
+        Code.UNAVAILABLE,
+    )
 
 
 def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -129,8 +150,12 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
         restrictions: Restrictions | None = None,
         compress: bool = False,
         header_forward_pattern: str = "",
+        stream_unread_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.server = server
+        # a stream's responses held for a client that does not read them: past this, the request
+        # that produces them is cancelled (bounded memory; docs/reliability.md, "Overload")
+        self.stream_unread_bytes = stream_unread_bytes
         self.core = server.core
         self.restrictions = restrictions or {}
         self.compress = compress
@@ -223,8 +248,13 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
-                async for message in self._stream_answers(request, metadata):
-                    out.put_nowait(message)
+                async with contextlib.aclosing(self._stream_answers(request, metadata)) as answers:
+                    async for message in answers:
+                        if out.unread > self.stream_unread_bytes and not isinstance(message, tuple):
+                            # closing the answers cancels the model's work for it
+                            out.put_nowait((unread_error(out.unread, self.stream_unread_bytes), request))
+                            break
+                        out.put_nowait(message, _tensor_bytes(message))
             finally:
                 out.put_nowait(done)
 
@@ -259,7 +289,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def _stream_answers(
         self, request: pb.ModelInferRequest, metadata: list[tuple[str, str]]
-    ) -> AsyncIterator[pb.ModelStreamInferResponse | tuple[ShoalError, pb.ModelInferRequest]]:
+    ) -> AsyncGenerator[pb.ModelStreamInferResponse | tuple[ShoalError, pb.ModelInferRequest], None]:
         try:
             spec, version = await self._resolve(request)
             parsed, empty_final = convert.parse_infer(request)
@@ -270,11 +300,13 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 answer = await self.core.infer(spec, version, parsed, endpoint=MODEL_INFER, trace=trace)
                 yield pb.ModelStreamInferResponse(infer_response=convert.infer_response(answer, stream=True))
                 return
-            async for item in self.core.stream(spec, version, parsed, empty_final=empty_final, trace=trace):
-                if isinstance(item, ShoalError):
-                    yield item, request
-                else:
-                    yield pb.ModelStreamInferResponse(infer_response=convert.infer_response(item, stream=True))
+            stream = self.core.stream(spec, version, parsed, empty_final=empty_final, trace=trace)
+            async with contextlib.aclosing(stream) as items:  # closed early: the request is cancelled
+                async for item in items:
+                    if isinstance(item, ShoalError):
+                        yield item, request
+                    else:
+                        yield pb.ModelStreamInferResponse(infer_response=convert.infer_response(item, stream=True))
         except ShoalError as exc:
             yield exc, request
         except Exception as exc:  # a bug fails this request, not the stream

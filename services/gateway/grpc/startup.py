@@ -60,6 +60,7 @@ async def start(settings: GatewaySettings, server: InferenceServer) -> Listener:
         restrictions(settings.grpc_restricted_protocol),
         compress=settings.grpc_infer_response_compression_level != "none",
         header_forward_pattern=settings.grpc_header_forward_pattern,
+        stream_unread_bytes=settings.grpc_stream_unread_bytes,
     )
     if settings.grpc_server == "grpcio":
         started: Listener = await grpcio_server.start(settings, service)

@@ -33,3 +33,46 @@ def test_inbox_gives_back_what_was_put_in_order(items: list[int]) -> None:
         return [await inbox.get() for _ in items]
 
     assert asyncio.run(run()) == items
+
+
+class _Context:
+    def invocation_metadata(self) -> list:
+        return []
+
+
+async def test_a_stream_not_read_past_its_limit_cancels_the_request() -> None:
+    """Responses a client leaves unread past `stream_unread_bytes` end the request that produces
+    them (closing its answers cancels the model's work) with an error the client sees next."""
+    from types import SimpleNamespace
+
+    from tritonclient.grpc import service_pb2 as pb
+
+    from services.gateway.grpc.servicer import GrpcService
+
+    service = GrpcService(SimpleNamespace(core=None), stream_unread_bytes=10 * 65_536)  # type: ignore[arg-type]
+    produced, closed = [], asyncio.Event()
+
+    async def endless(request, metadata):
+        try:
+            while True:
+                answer = pb.ModelInferResponse(id=str(len(produced)))
+                answer.raw_output_contents.append(b"x" * 65_536)
+                produced.append(answer.id)
+                yield pb.ModelStreamInferResponse(infer_response=answer)
+                await asyncio.sleep(0)
+        finally:
+            closed.set()
+
+    service._stream_answers = endless  # type: ignore[method-assign]
+
+    async def requests():
+        yield pb.ModelInferRequest(id="r")
+
+    stream = service.ModelStreamInfer(requests(), _Context())
+    first = await stream.__anext__()  # then the client reads nothing
+    assert first.infer_response.id == "0"
+    await asyncio.wait_for(closed.wait(), 10)
+    assert len(produced) <= 13  # the one read, the limit and the one past it held, and one not held
+    rest = [message async for message in stream]
+    assert "has not read" in rest[-1].error_message
+    assert all(not m.error_message for m in rest[:-1])

@@ -23,7 +23,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from services.gateway.grpc.http2 import frames as f
-from services.gateway.grpc.http2.http2_connection import Stream
+from services.gateway.grpc.http2.http2_stream import Stream
 
 log = logging.getLogger("shoal.gateway")
 
@@ -236,6 +236,8 @@ class GrpcCall:
                     self._answering = True
                     stream.send_headers(f.GZIP_RESPONSE_HEADERS if compressed else f.RESPONSE_HEADERS)
                 stream.send(f.message(body, compressed))
+                if stream.pending:  # the client's window is full: the next message waits for it to read
+                    await stream.drained()
         except grpc.aio.AbortError:
             self._status(context.code, context.details)
         except asyncio.CancelledError:

@@ -23,6 +23,9 @@ import hpack
 
 from services.gateway.grpc.http2 import frames as f
 from services.gateway.grpc.http2.header_blocks import HeaderDecoder
+from services.gateway.grpc.http2.http2_stream import Call, Stream
+
+__all__ = ["Call", "Calls", "GrpcConnection", "KeepAlive", "Stream"]
 
 log = logging.getLogger("shoal.gateway")
 
@@ -30,14 +33,6 @@ RECV_WINDOW = 1 << 24  # what each stream, and the connection, may send before w
 MAX_RECV_FRAME = (1 << 24) - 1  # large tensors arrive in few frames
 MAX_STREAMS = 1024  # calls open at once on one connection (advertised; more are REFUSED_STREAM, retried)
 MAX_HEADER_BLOCK = 1 << 20  # a request's header block, CONTINUATIONs included (as the decoder's list size)
-
-
-class Call(Protocol):
-    """A stream's gRPC side, as its connection drives it."""
-
-    def data(self, chunk: bytes, end: bool) -> None: ...
-
-    def reset(self) -> None: ...  # the client reset the stream, or the connection is gone
 
 
 class Calls(Protocol):
@@ -54,49 +49,6 @@ class KeepAlive:
     min_ping_interval_s: float = 300.0
     max_ping_strikes: int = 2
     max_pings_without_data: int = 2  # keepalive pings sent with no data in between (0: no limit)
-
-
-class Stream:
-    """A stream's sending side: what its call writes goes out as the peer's windows allow."""
-
-    __slots__ = ("id", "conn", "call", "send_window", "pending", "closed", "recv_open", "consumed")
-
-    def __init__(self, stream_id: int, conn: GrpcConnection, send_window: int) -> None:
-        self.id = stream_id
-        self.conn = conn
-        self.call: Call | None = None
-        self.send_window = send_window
-        self.pending: list[tuple[bytes, bytes | None]] = []  # (data, trailers after it) waiting for window
-        self.closed = False
-        self.recv_open = True
-        self.consumed = 0  # bytes received since the last WINDOW_UPDATE for this stream
-
-    def send_headers(self, block: bytes) -> None:
-        if not self.closed:
-            self.conn.sent_headers()
-            self.conn.write(f.header_frames(self.id, block, False, self.conn.peer_max_frame))
-
-    def send(self, data: bytes, trailers: bytes | None = None) -> None:
-        """Data (may be b''), then the trailers that end the stream when given."""
-        if self.closed:
-            return
-        if self.pending:
-            self.pending.append((data, trailers))
-        else:
-            self.conn.send_data(self, data, trailers)
-
-    def send_trailers_only(self, block: bytes) -> None:
-        """A call that fails before any message: headers and status in one frame, the stream ends."""
-        if not self.closed:
-            self.conn.sent_headers()
-            self.conn.write(f.header_frames(self.id, block, True, self.conn.peer_max_frame))
-            self.conn.end_stream(self)
-
-    def cancel(self) -> None:
-        """The server gives up on the stream (RST_STREAM CANCEL)."""
-        if not self.closed:
-            self.conn.write(f.rst_stream(self.id, f.CANCEL))
-            self.conn.end_stream(self)
 
 
 class GrpcConnection(asyncio.Protocol):
@@ -156,6 +108,7 @@ class GrpcConnection(asyncio.Protocol):
         streams, self._streams = self._streams, {}
         for stream in streams.values():
             stream.closed = True
+            stream.wake()
             if stream.call is not None:
                 stream.call.reset()
         self._on_close(self)
@@ -411,10 +364,13 @@ class GrpcConnection(asyncio.Protocol):
                 if stream.pending:  # blocked again: keep the order
                     stream.pending.extend(pending[index + 1 :])
                     break
+            if not stream.pending:
+                stream.wake()
 
     def end_stream(self, stream: Stream) -> None:
         """The server's side of the stream is done; a request still coming in is no longer read."""
         stream.closed = True
+        stream.wake()
         self._blocked.pop(stream.id, None)
         if self._streams.pop(stream.id, None) is not None and stream.recv_open:
             self.write(f.rst_stream(stream.id, f.NO_ERROR))  # RFC 9113 §8.1: the client may stop sending

@@ -30,6 +30,8 @@ class Servicer:
         self.iterations: list[list[str]] = []  # request ids, by the loop iteration their call started in
         self.cancelled = asyncio.Event()
         self.release = asyncio.Event()
+        self.flooded = 0  # messages a "flood" stream produced
+        self.flood_asked_again = asyncio.Event()  # its second message was asked for
 
     def _started(self, rid: str) -> None:
         self.started.append(rid)
@@ -61,6 +63,15 @@ class Servicer:
 
     async def ModelStreamInfer(self, requests: AsyncIterator[pb.ModelInferRequest], context):
         async for request in requests:
+            if request.model_name == "flood":  # 64 KiB messages, as fast as they are asked for
+                for i in range(200):
+                    if i == 1:
+                        self.flood_asked_again.set()
+                    self.flooded += 1
+                    answer = pb.ModelInferResponse(id=str(i))
+                    answer.raw_output_contents.append(b"x" * 65_536)
+                    yield pb.ModelStreamInferResponse(infer_response=answer)
+                continue
             if request.model_name == "fail":
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bad stream")
             yield pb.ModelStreamInferResponse(infer_response=pb.ModelInferResponse(id=request.id))
@@ -152,6 +163,34 @@ async def test_a_stream_answers_each_request_and_ends_with_its_status(served):
         with pytest.raises(grpc.aio.AioRpcError) as err:
             [r async for r in failing]
         assert (err.value.code(), err.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, "bad stream")
+
+
+async def test_a_stream_waits_for_a_client_that_does_not_read(served):
+    """A client whose window is full (it reads nothing) holds the streaming call before its next
+    message: what waits for it is one message, not everything the call could produce
+    (docs/reliability.md, "Overload"). Before, every message went into the stream's pending list."""
+    servicer, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        path = b"/inference.GRPCInferenceService/ModelStreamInfer"
+        headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", path), (b":authority", b"t")]
+        headers += [(b"content-type", b"application/grpc"), (b"te", b"trailers")]
+        block = bytes(hpack.Encoder().encode(headers))
+        body = f.message(pb.ModelInferRequest(model_name="flood").SerializeToString())
+        writer.write(
+            f.PREFACE
+            + f.settings([(f.INITIAL_WINDOW_SIZE, 1024)])  # room for 1 KiB of the first message, never more
+            + f.frame(f.HEADERS, f.END_HEADERS, 1, block)
+            + f.frame(f.DATA, 0, 1, body)
+        )
+        await writer.drain()
+        await read_frames(reader, lambda got: any(kind == f.DATA for kind, *_ in got))  # the first KiB came
+        assert servicer.flooded == 1
+        with pytest.raises(TimeoutError):  # the call is not asked for its second message
+            await asyncio.wait_for(servicer.flood_asked_again.wait(), 1.0)
+        assert servicer.flooded == 1
+    finally:
+        writer.close()
 
 
 async def test_calls_that_arrive_in_one_read_start_in_one_loop_iteration(served):
