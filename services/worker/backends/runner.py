@@ -27,6 +27,15 @@ Tensors = dict[str, np.ndarray]
 CorrelationId = int | str
 
 
+class Answer(dict[str, np.ndarray]):
+    """A request's outputs with its response's parameters (a backend's
+    `TRITONBACKEND_ResponseSet*Parameter`): Tensors wherever Tensors go."""
+
+    def __init__(self, outputs: Tensors, parameters: dict[str, object]) -> None:
+        super().__init__(outputs)
+        self.parameters = parameters
+
+
 class ModelError(Exception):
     """A request the model answered with an error (or failed by raising)."""
 

@@ -56,7 +56,11 @@ class Outputs:
             ref = self.store.put(name, datatype, shape, payload, ttl, inline=nbytes <= budget)
             budget -= nbytes if ref.data is not None else 0
             refs.append(ref)
-        return InferResponse(request.rid, spec.name, version, refs)
+        response = InferResponse(request.rid, spec.name, version, refs)
+        parameters = getattr(piece, "parameters", None)  # a backend's response parameters (runner.Answer)
+        if parameters:
+            response.parameters = parameters
+        return response
 
     def streamed(self, spec: ModelSpec, version: int, request: InferRequest, piece: Tensors) -> InferResponse:
         """One response of a decoupled model: the outputs it sent (a stream may send a few)."""
