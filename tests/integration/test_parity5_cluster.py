@@ -185,6 +185,89 @@ ensemble_scheduling { step [ { model_name: "count" model_version: -1
   input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "OUT" } } ] }
 """
 
+# -- item 5: qa/L0_backend_python/model_readiness's test models (readiness_model.py,
+# readiness_coroutine_model.py, is_ready_fn_returns_true_decoupled), what they do that matters
+READINESS = """
+import json
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = json.loads(args["model_config"]).get("parameters", {})
+        self.value = params.get("READINESS_FN_RETURN_VALUE", {}).get("string_value", "true")
+        self.delay = float(params.get("READINESS_FN_DELAY_SECS", {}).get("string_value", "0"))
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0",
+                pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
+
+    def is_ready(self):
+        time.sleep(self.delay)
+        if self.value == "false":
+            return False
+        if self.value == "exception":
+            raise RuntimeError("Internal check failed")
+        if self.value == "non_boolean":
+            return "ready"
+        return True
+"""
+READINESS_COROUTINE = READINESS.replace("import time", "import asyncio").replace(
+    "    def is_ready(self):\n        time.sleep(self.delay)",
+    "    async def is_ready(self):\n        await asyncio.sleep(self.delay)",
+)
+READINESS_MODELS = [
+    ("is_ready_fn_returns_true", "true", "0.1"),
+    ("is_ready_fn_returns_false", "false", "0.1"),
+    ("is_ready_fn_raises_error", "exception", "0.1"),
+    ("is_ready_fn_returns_non_boolean", "non_boolean", "0.1"),
+    ("is_ready_fn_timeout", "true", "8"),
+    ("is_ready_fn_coroutine_returns_true", "coroutine", "0.1"),
+]
+
+
+def readiness_config(value: str, delay: str) -> str:
+    return (
+        "max_batch_size: 1\n"
+        + _io("input", "INPUT0", "TYPE_FP32", "-1")
+        + _io("output", "OUTPUT0", "TYPE_FP32", "-1")
+        + "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+        + f'parameters: {{ key: "READINESS_FN_RETURN_VALUE" value: {{ string_value: "{value}" }} }}\n'
+        + f'parameters: {{ key: "READINESS_FN_DELAY_SECS" value: {{ string_value: "{delay}" }} }}\n'
+    )
+
+
+READINESS_DECOUPLED = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            count = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().item()
+            sender = request.get_response_sender()
+            for _ in range(count):
+                time.sleep(0.1)
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([count], np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+
+    def is_ready(self):
+        time.sleep(0.2)
+        return True
+"""
+READINESS_DECOUPLED_CONFIG = (
+    "max_batch_size: 1\n"
+    + _io("input", "IN", "TYPE_INT32", "1")
+    + _io("output", "OUT", "TYPE_INT32", "1")
+    + "model_transaction_policy { decoupled: true }\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n"
+)
+
 
 def build_repository(root: Path) -> Path:
     _python_model(root, "add_sub", ADD_SUB, ADD_SUB_IO)
@@ -197,6 +280,10 @@ def build_repository(root: Path) -> Path:
         (root / name / "1").mkdir(parents=True)
         (root / name / "config.pbtxt").write_text(config)
     _python_model(root, "count", COUNT, COUNT_CONFIG)
+    for name, value, delay in READINESS_MODELS:
+        source = READINESS_COROUTINE if value == "coroutine" else READINESS
+        _python_model(root, name, source, readiness_config(value, delay))
+    _python_model(root, "is_ready_decoupled", READINESS_DECOUPLED, READINESS_DECOUPLED_CONFIG)
     return root
 
 
@@ -441,3 +528,83 @@ def test_a_last_response_sent_final_ends_the_stream(served, model, empty_final):
     for request in ("0", "1"):
         finals = [r.parameters["triton_final_response"].bool_param for r in got if r.id == request]
         assert finals == [False, False, True]
+
+
+# -- item 5 --------------------------------------------------------------------------------------
+def _identity_infer(client, module, model: str) -> None:
+    data = np.ones((1, 8), np.float32)
+    tensor = module.InferInput("INPUT0", list(data.shape), "FP32")
+    tensor.set_data_from_numpy(data)
+    np.testing.assert_array_equal(client.infer(model, [tensor]).as_numpy("OUTPUT0"), data)
+
+
+@pytest.mark.parametrize(
+    "model, ready",
+    [
+        ("is_ready_fn_returns_true", True),
+        ("is_ready_fn_returns_false", False),
+        ("is_ready_fn_raises_error", False),
+        ("is_ready_fn_returns_non_boolean", False),
+        ("is_ready_fn_coroutine_returns_true", True),
+    ],
+)
+def test_a_python_models_is_ready_answers_each_readiness_request(served, model, ready):
+    """test_model_readiness.py's TestUserDefinedModelReadinessFunction: every readiness request
+    over HTTP and gRPC asks is_ready() (an exception or a result not a bool: not ready), and
+    inference is unaffected either way."""
+    http, grpc = _client(served, "http"), _client(served, "grpc")
+    for _ in range(3):
+        assert http.is_model_ready(model) is ready
+        assert grpc.is_model_ready(model) is ready
+        _identity_infer(http, httpclient, model)
+        _identity_infer(grpc, grpcclient, model)
+    http.close()
+    grpc.close()
+
+
+def test_a_slow_is_ready_is_not_ready_then_the_next_request_waits_for_it(served):
+    """test_is_ready_takes_long_time: is_ready() sleeps 8 s; the first request gives up at 5 s
+    (not ready), the next waits for the check in flight and is ready."""
+    http, grpc = _client(served, "http"), _client(served, "grpc")
+    assert http.is_model_ready("is_ready_fn_timeout") is False
+    _identity_infer(http, httpclient, "is_ready_fn_timeout")
+    assert grpc.is_model_ready("is_ready_fn_timeout") is True
+    http.close()
+    grpc.close()
+
+
+def test_is_ready_answers_while_a_decoupled_execute_runs(served):
+    """test_multiple_concurrent_ready_and_infer_requests_decoupled, smaller: readiness requests
+    answer (ready) while the model's execute is streaming, not after it."""
+    import queue
+    import threading
+
+    answers: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put(error or result))
+    try:
+        tensor = grpcclient.InferInput("IN", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[40]], np.int32))  # 40 responses, 0.1 s apart
+        client.async_stream_infer("is_ready_decoupled", [tensor])
+        first = answers.get(timeout=30)
+        assert not isinstance(first, Exception), str(first)
+        results: list[bool] = []
+
+        def ask() -> None:
+            with grpcclient.InferenceServerClient(served.grpc_url) as other:
+                results.append(other.is_model_ready("is_ready_decoupled"))
+
+        threads = [threading.Thread(target=ask) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert results == [True] * 4
+        # answered while execute still streams (before: is_ready queued behind it on the instance's thread)
+        assert 1 + answers.qsize() < 40
+        for _ in range(39):
+            item = answers.get(timeout=30)
+            assert not isinstance(item, Exception), str(item)
+    finally:
+        client.stop_stream()
+        client.close()

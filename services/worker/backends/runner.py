@@ -144,14 +144,17 @@ class Runner(Protocol):
 
     @property
     def checks_readiness(self) -> bool:
-        """True when the model has its own readiness check (`is_ready`) worth polling."""
+        """True when the model has its own readiness check (a python model's `is_ready`), which
+        model readiness requests consult (services/worker/readiness.py)."""
         ...
 
     def execute(self, batch: Batch) -> list[Result]:
         """One result per request of the batch, in order; raises only for a failure of the whole batch."""
         ...
 
-    def is_ready(self) -> bool: ...
+    def readiness(self) -> tuple[bool, str]:
+        """The model's own readiness check: ready, or not and why (may block; never raises)."""
+        ...
 
     def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
         """A sequence ended without its END request (idle timeout, cancelled)."""
@@ -184,8 +187,8 @@ class BatchedRunner:
         outputs = self.run(inputs, names)
         return list(scatter(self.spec, outputs, [w.batch_size for w in batch.work], requests))
 
-    def is_ready(self) -> bool:
-        return True
+    def readiness(self) -> tuple[bool, str]:
+        return True, ""
 
     def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
         pass
@@ -198,8 +201,8 @@ class RequestRunner:
     batches_rows = False
     checks_readiness = False
 
-    def is_ready(self) -> bool:
-        return True
+    def readiness(self) -> tuple[bool, str]:
+        return True, ""
 
     def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
         pass
