@@ -15,6 +15,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from inference.core import InferenceCore
+from inference.model_readiness import NO_USER_CHECK, HostedInstances
 from inference.models import ModelRegistry
 from inference.replica_statistics import model_entries, scheduler_stats
 from inference.repository_startup import RepositoryStartup
@@ -22,7 +23,7 @@ from inference.shm import ShmRegistry
 from inference.trace import Tracer
 from shared.bus.repository_client import RepositoryRequest, repository_call
 from shared.config.model_config import TensorSpec
-from shared.errors import invalid, unavailable
+from shared.errors import ShoalError, invalid, unavailable
 from shared.process import logsettings
 from shared.wire import subjects
 from shared.wire.control import IndexRequest, LoadRequest, LogSettings, RepositoryIndex, UnloadRequest
@@ -73,6 +74,7 @@ class InferenceServer:
         self.repository_timeout_s = repository_timeout_s
         self.log_settings = LogSettings(log_verbose_level=log_verbose)
         self.startup = startup  # None: readiness does not wait for the repository's start-up set
+        self.hosted = HostedInstances(nc)  # started by the gateway (`start`)
 
     # -- health and metadata --------------------------------------------------------------
     def ready(self) -> bool:
@@ -88,8 +90,19 @@ class InferenceServer:
     def metadata(self) -> dict[str, Any]:
         return {"name": self.server_id, "version": SERVER_VERSION, "extensions": EXTENSIONS}
 
-    def model_ready(self, name: str, version: str = "") -> bool:
-        return self.registry.is_ready(name, version)
+    async def model_is_ready(self, name: str, version: str = "") -> bool:
+        """Model readiness as Triton's `ModelIsReady`: READY in the registry, and the model's own
+        readiness check (a python model's `is_ready()`) passes in every process hosting it."""
+        try:
+            spec, resolved = self.registry.resolve(name, version)
+        except ShoalError:
+            return False
+        if spec.platform == "ensemble" or spec.backend in NO_USER_CHECK:
+            return True
+        ready, message = await self.hosted.check(self.registry.identity(name), resolved)
+        if not ready:
+            log.debug("Model '%s' version %d is not ready: %s", name, resolved, message)
+        return ready
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         spec, resolved = self.registry.resolve(name, version)

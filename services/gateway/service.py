@@ -180,6 +180,7 @@ class GatewayService:
         await self.shm.start()
         self._micro = await self._register()
         await self.custom.start(self.nc)
+        await self.server.hosted.start()
         await self._start_front_ends()
 
     async def stop(self) -> None:
@@ -191,6 +192,7 @@ class GatewayService:
         await self.shm.stop()
         await self.startup.stop()
         await self.registry.stop()
+        await self.server.hosted.stop()
         await self.store.close()
 
     async def _register(self) -> MicroService:

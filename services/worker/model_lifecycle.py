@@ -33,6 +33,7 @@ from services.worker.python.hosting.callables import InProcessModels, in_process
 from services.worker.python.processes import execution_environments
 from services.worker.python.processes.child_reports import ChildReports
 from services.worker.python.processes.isolation import ModelProcesses, isolated
+from services.worker.readiness import UserReadiness, instances_ready
 from services.worker.sequences.state import StateStore
 from services.worker.warmup import run_warmup
 from shared.bus import buckets, file_store
@@ -50,7 +51,6 @@ log = logging.getLogger("shoal.worker")
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
 
 Key = tuple[str, int]
-NOT_READY = "the model's is_ready() returned False"
 Hook = Callable[[LoadedModel], Awaitable[None]]
 
 
@@ -73,6 +73,7 @@ class ModelLifecycle:
         self.models: dict[Key, LoadedModel] = {}
         self._attempted: dict[Key, int] = {}  # generation last loaded or tried
         self._records: dict[str, ModelRecord] = {}
+        self._user_readiness: dict[int, UserReadiness] = {}  # id(runner) -> its is_ready() checks
         self._tasks = BackgroundTasks()
         self.processes = ModelProcesses(settings, worker_id, self._child_crashed)
         self.loader = BoundedLoader(settings.model_load_thread_count)
@@ -100,9 +101,6 @@ class ModelLifecycle:
             record = self._records.get(key[0])
             if record is not None and self._attempted.get(key) == record.generation:
                 state = ModelState.READY if loaded.generation == record.generation else ModelState.LOADING
-                if state == ModelState.READY and not loaded.ready:
-                    await self.report(record, key[1], ModelState.UNAVAILABLE, NOT_READY, count=len(loaded.instances))
-                    continue
                 await self.report(record, key[1], state, count=len(loaded.instances))
 
     async def _child_crashed(self, model: str, child_id: str, code: int, lived_s: float) -> bool:
@@ -122,29 +120,23 @@ class ModelLifecycle:
             return False
         return crashed_loading
 
-    async def check_readiness(self) -> None:
-        """Models with their own `is_ready()` (python backend) are reported UNAVAILABLE while any
-        instance says it is not ready, and READY again when all say they are."""
-        loop = asyncio.get_running_loop()
-        for key, loaded in list(self.models.items()):
-            checked = [i for i in loaded.instances if i.runner.checks_readiness and not i.closed]
-            record = self._records.get(key[0])
-            if not checked or loaded.retired or record is None or record.generation != loaded.generation:
+    async def readiness(self, model: str, version: int) -> tuple[bool, str]:
+        """The hosted instances' own `is_ready()` answers (ready when none has one)."""
+        loaded = self.models.get((model, version))
+        if loaded is None:
+            return True, ""
+        live = {id(i.runner): i for hosted in self.models.values() for i in hosted.instances}
+        for stale in [k for k in self._user_readiness if k not in live]:
+            del self._user_readiness[stale]
+        checks = []
+        for instance in loaded.instances:
+            if instance.closed or not instance.runner.checks_readiness:
                 continue
-            answers = await asyncio.gather(
-                *(loop.run_in_executor(i.executor, i.runner.is_ready) for i in checked), return_exceptions=True
-            )
-            ready = all(answer is True for answer in answers)
-            if ready != loaded.ready and self.models.get(key) is loaded:
-                loaded.ready = ready
-                log.warning("'%s' version %d: is_ready() says %s", key[0], key[1], "ready" if ready else "not ready")
-                await self.report(
-                    record,
-                    key[1],
-                    ModelState.READY if ready else ModelState.UNAVAILABLE,
-                    "" if ready else NOT_READY,
-                    count=len(loaded.instances),
-                )
+            check = self._user_readiness.get(id(instance.runner))
+            if check is None or check.runner is not instance.runner:
+                check = self._user_readiness[id(instance.runner)] = UserReadiness(instance.runner)
+            checks.append((instance.name or model, check))
+        return await instances_ready(checks) if checks else (True, "")
 
     async def _watch(self) -> None:
         async for change in buckets.watch(self.nc, self.models_kv):
@@ -356,8 +348,6 @@ class ModelLifecycle:
         self, record: ModelRecord, version: int, state: ModelState, reason: str = "", count: int = 0
     ) -> None:
         serving = self.models.get((record.name, version))
-        if serving is not None and not serving.ready:
-            serving = None  # its is_ready() said no: nothing here serves it
         report = InstanceRecord(
             self.worker_id,
             record.name,

@@ -47,6 +47,8 @@ from shared.wire.messages import (
     CreditsRevoked,
     ExecBatch,
     InstanceFree,
+    ReadinessAnswer,
+    ReadinessCheck,
     SequenceEnded,
     WorkerHeartbeat,
     WorkerHoldings,
@@ -58,6 +60,7 @@ log = logging.getLogger("shoal.worker")
 
 _batch_decoder = msgspec.msgpack.Decoder(ExecBatch)
 _cancel_decoder = msgspec.msgpack.Decoder(CancelRequest)
+_readiness_decoder = msgspec.msgpack.Decoder(ReadinessCheck)
 _ended_decoder = msgspec.msgpack.Decoder(SequenceEnded)
 LATE_S = 2.0  # a tick this late is worth a line in the log: the loop was busy (e.g. loading models)
 
@@ -105,7 +108,6 @@ class WorkerService:
             else None
         )
         self.bls = BlsRuntime(nc, self.store, self.id)
-        self._readiness: asyncio.Task[None] | None = None
         self._arrived = [0, 0]  # batches over NATS, over the local channel (`status`)
         self.budget_bytes = footprint.parse_budget(settings.model_memory_budget)
         self.beats: HeartbeatThread | LoopHeartbeat = (
@@ -135,6 +137,7 @@ class WorkerService:
         await self.nc.subscribe(subjects.RESYNC, cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_resync(self.id), cb=self._on_resync)
         await self.nc.subscribe(subjects.worker_report(self.id), cb=self._on_report_request)
+        await self.nc.subscribe(subjects.worker_readiness(self.id), cb=self._on_readiness)
         # schedulers ask here whether this worker's connection lives (shared/bus/liveness.py): subscribed
         # before the first heartbeat names this worker
         await self.nc.subscribe(subjects.worker_alive(self.id), cb=self._on_alive)
@@ -254,6 +257,17 @@ class WorkerService:
                 except Exception:
                     log.exception("sequence_ended of '%s' failed", ended.model)
 
+    async def _on_readiness(self, msg: Msg) -> None:
+        """A gateway's model readiness request: the instances' own is_ready() answers (each may
+        take up to 5 s, so each request runs apart; the subscription takes the next at once)."""
+        check = connection.decode(_readiness_decoder, msg, log)
+        if check is not None and msg.reply:
+            self._tasks.spawn(self._answer_readiness(check, msg.reply))
+
+    async def _answer_readiness(self, check: ReadinessCheck, reply: str) -> None:
+        ready, message = await self.lifecycle.readiness(check.model, check.version)
+        await self.nc.publish(reply, encode(ReadinessAnswer(ready, message)))
+
     async def _on_resync(self, msg: Msg) -> None:
         for loaded in list(self.lifecycle.models.values()):
             await self._grant_idle(loaded)
@@ -290,8 +304,6 @@ class WorkerService:
             if families:  # python models' custom metrics: every gateway keeps the last of each worker
                 await self.nc.publish(subjects.WORKER_METRICS, encode(WorkerMetrics(self.id, families)))
             self.decoupled.expire()
-            if self._readiness is None or self._readiness.done():
-                self._readiness = self._tasks.spawn(self.lifecycle.check_readiness())
             await asyncio.sleep(interval)
 
     async def _on_cancel(self, msg: Msg) -> None:

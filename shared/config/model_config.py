@@ -54,24 +54,33 @@ _INT64_KEYS = frozenset(
     }
 )
 
-# file in a version directory -> (platform, backend, default file)
-_AUTOFILL = (
-    ("model.onnx", "onnxruntime_onnx", "onnxruntime"),
-    ("model.plan", "tensorrt_plan", "tensorrt"),
-    ("model.pt", "pytorch_libtorch", "pytorch"),
-    ("model.py", "", "python"),
+# Triton core's server-side autofill (src/model_config_utils.cc `AutoCompleteBackendFields`), in
+# its order: a rule fires on the config's platform or default_model_filename, else (neither given)
+# on its file in the first version directory; rule -> (backend, platform, default file).
+# `kind`: the file must be a "file", a "dir", or "any" of the two.
+_AutofillRule = tuple[str, str, str, str, tuple[str, ...]]
+_AUTOFILL: tuple[_AutofillRule, ...] = (
+    # file, kind, backend, platform, platforms naming it
+    ("model.savedmodel", "dir", "tensorflow", "tensorflow_savedmodel", ("tensorflow_savedmodel",)),
+    ("model.graphdef", "file", "tensorflow", "tensorflow_graphdef", ("tensorflow_graphdef",)),
+    ("model.plan", "file", "tensorrt", "tensorrt_plan", ("tensorrt_plan",)),
+    ("model.onnx", "any", "onnxruntime", "onnxruntime_onnx", ("onnxruntime_onnx",)),
+    ("model.xml", "any", "openvino", "", ()),
+    ("model.pt", "file", "pytorch", "pytorch_libtorch", ("pytorch_libtorch", "libtorch")),
+    ("model.pt2", "file", "pytorch", "torch_aoti", ("torch_aoti",)),
+    ("model.py", "any", "python", "", ()),
+    # not core's: DALI's serialized pipeline, which core leaves to the `model.<backend>` name rule
+    ("model.dali", "any", "dali", "", ()),
 )
-_PLATFORM_BACKEND = {
-    "onnxruntime_onnx": "onnxruntime",
-    "tensorrt_plan": "tensorrt",
-    "pytorch_libtorch": "pytorch",
-    "libtorch": "pytorch",
-}
-_DEFAULT_FILE = {
-    "onnxruntime": "model.onnx",
-    "tensorrt": "model.plan",
-    "pytorch": "model.pt",
-    "python": "model.py",
+# a backend given without a platform or file: core's defaults
+_BACKEND_DEFAULTS = {
+    "tensorflow": ("", ""),  # core needs the platform for TensorFlow
+    "tensorrt": ("tensorrt_plan", "model.plan"),
+    "onnxruntime": ("onnxruntime_onnx", "model.onnx"),
+    "openvino": ("", "model.xml"),
+    "pytorch": ("pytorch_libtorch", "model.pt"),
+    "python": ("", "model.py"),
+    "dali": ("", "model.dali"),
 }
 
 
@@ -132,29 +141,57 @@ def _ints(node: Any, key: str = "") -> Any:
 
 
 def autofill_backend(config: pb.ModelConfig, model_dir: Path, versions: list[int]) -> None:
-    """Triton's server-side autofill of name, platform/backend and default file (§2.4)."""
+    """Triton's server-side autofill of name, backend, platform and default file (core's
+    `AutoCompleteBackendFields`, see `_AUTOFILL`)."""
     if not config.name:
         config.name = model_dir.name
     if config.platform == "ensemble":
         return
-    if not config.backend and config.platform in _PLATFORM_BACKEND:
-        config.backend = _PLATFORM_BACKEND[config.platform]
-    if not config.backend and not config.platform:
-        for version in sorted(versions)[:1]:
-            for filename, platform, backend in _AUTOFILL:
-                if (model_dir / str(version) / filename).exists():
-                    config.platform, config.backend = platform, backend
-                    break
-    if config.backend == "onnxruntime" and not config.platform:
-        config.platform = "onnxruntime_onnx"
-    if not config.backend and not config.platform:
+    if not config.backend:
+        config.backend = _detected_backend(config, model_dir, versions)
+    if not config.backend:
+        if config.platform or config.default_model_filename:
+            return  # core leaves it so; the model's load fails on its empty backend
         raise invalid(
             f"Invalid model name: Could not determine backend for model '{config.name}' "
             "with no backend in model configuration. Expected model name of the form "
             "'model.<backend_name>'."
         )
-    if not config.default_model_filename and config.backend in _DEFAULT_FILE:
-        config.default_model_filename = _DEFAULT_FILE[config.backend]
+    platform, filename = _BACKEND_DEFAULTS.get(config.backend, ("", ""))
+    if config.backend == "pytorch" and config.platform:  # core's default file only with its default platform
+        filename = "model.pt2" if config.platform == "torch_aoti" else ""
+    if config.backend == "tensorflow":
+        filename = {"tensorflow_savedmodel": "model.savedmodel", "tensorflow_graphdef": "model.graphdef"}.get(
+            config.platform, ""
+        )
+    if not config.platform and platform:
+        config.platform = platform
+    if not config.default_model_filename and filename:
+        config.default_model_filename = filename
+
+
+def _detected_backend(config: pb.ModelConfig, model_dir: Path, versions: list[int]) -> str:
+    """The backend core's rules give a config without one: by platform or default file, else by the
+    first version directory's files (core's first: the least name, as a string), else by the
+    model's name, `<anything>.<backend>` (core's rule for custom backends)."""
+    for filename, _, backend, platform, platforms in _AUTOFILL:
+        if config.platform in platforms or (config.default_model_filename == filename and filename):
+            if platform and not config.platform:
+                config.platform = platform
+            return backend
+    if config.platform or config.default_model_filename:
+        return ""
+    if versions:
+        version_dir = model_dir / min(str(v) for v in versions)
+        for filename, kind, backend, platform, _ in _AUTOFILL:
+            path = version_dir / filename
+            if path.exists() and kind != ("file" if path.is_dir() else "dir"):
+                config.platform = platform
+                return backend
+    _, dot, backend = str(config.name).partition(".")
+    if dot and backend:
+        config.default_model_filename = f"model.{backend}"
+    return backend
 
 
 def normalize(config: pb.ModelConfig, default_count: int = 2) -> None:

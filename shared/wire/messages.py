@@ -272,6 +272,18 @@ class WorkerHeartbeat(msgspec.Struct):
     supervised: bool = False  # a python model's process: the worker that started it says when it exits
 
 
+class ReadinessCheck(msgspec.Struct):
+    """Gateway -> a worker process hosting the model: ask its instances' own `is_ready()`."""
+
+    model: str  # the model's key
+    version: int
+
+
+class ReadinessAnswer(msgspec.Struct, omit_defaults=True):
+    ready: bool
+    message: str = ""  # why not, in python_backend's words
+
+
 class WorkerExited(msgspec.Struct):
     """A worker -> schedulers and repository: the process it started for a python model (or one
     instance of it) exited. `worker` is the id it was started with; the process's own id on the

@@ -126,7 +126,14 @@ _WORKER = Permissions(
 TABLE: dict[str, Permissions] = {
     # a gateway co-hosts a scheduler replica (docs/design.md §7): its rights and the front ends'
     GATEWAY: Permissions(
-        publish=[*_SCHEDULER.publish, *REPOSITORY_REQUESTS, s.REPOSITORY_MODELS, s.LOGGING, kv(s.SHM_BUCKET)],
+        publish=[
+            *_SCHEDULER.publish,
+            *REPOSITORY_REQUESTS,
+            s.REPOSITORY_MODELS,
+            s.LOGGING,
+            kv(s.SHM_BUCKET),
+            s.worker_readiness("*"),  # model readiness asks the instances' own is_ready()
+        ],
         subscribe=EVERY_SERVICE_SUBSCRIBES,
         publish_deny=REPOSITORY_ONLY,
         subscribe_deny=["shoal.repository.>"],

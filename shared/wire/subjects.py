@@ -116,6 +116,11 @@ def worker_alive(worker_id: str) -> str:
     return f"{PREFIX}.worker.{worker_id}.alive"
 
 
+def worker_readiness(worker_id: str) -> str:
+    """One worker process: are your instances of this model ready (their own `is_ready()`)?"""
+    return f"{PREFIX}.worker.{worker_id}.ready"
+
+
 def worker_report(worker_id: str) -> str:
     """One worker: report your instances again."""
     return f"{PREFIX}.worker.{worker_id}.report"

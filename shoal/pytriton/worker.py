@@ -153,7 +153,7 @@ class InProcessWorker:
     async def _wait_serving(self, name: str, version: int, deadline: float) -> bool:
         while time.monotonic() < deadline:
             loaded = self.service.lifecycle.models.get((name, version))
-            if loaded is not None and loaded.ready and not loaded.retired:
+            if loaded is not None and not loaded.retired:
                 return True
             await asyncio.sleep(0.05)
         return False

@@ -58,7 +58,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     own = booster.inplace_predict(X)
     expected = {
         "fil_xgb": np.stack([1 - own, own], axis=1),
-        "fil_lgbm": np.argmax(forest.predict(X), axis=1).astype(np.float32).reshape(-1, 1),
+        "fil_lgbm": np.argmax(forest.predict(X), axis=1).astype(np.float32),  # dims [1]: [n], as FIL answers
     }
     return root, expected
 
@@ -80,7 +80,8 @@ def write_openvino_models(root: Path) -> None:
     config (auto-completed from the model)."""
     examples.write_examples(root / "examples")
     onnx_file = root / "examples" / "mlp" / "1" / "model.onnx"
-    for name, config in (("ov_mlp", OV_MLP), ("ov_auto", 'backend: "openvino"\n')):
+    # ov_plain: no backend line, model.xml says it (core's autofill; issue 48)
+    for name, config in (("ov_mlp", OV_MLP), ("ov_auto", 'backend: "openvino"\n'), ("ov_plain", "")):
         (root / name / "1").mkdir(parents=True)
         ov.save_model(ov.convert_model(str(onnx_file)), str(root / name / "1" / "model.xml"), compress_to_fp16=False)
         (root / name / "config.pbtxt").write_text(config)
@@ -140,6 +141,9 @@ def test_openvino_answers_within_1e_5_of_onnxruntime(served, models):
     np.testing.assert_allclose(grpc.infer("ov_auto", [tensor]).as_numpy("OUTPUT0"), expected[:1], atol=1e-5, rtol=0)
     config = http.get_model_config("ov_auto")
     assert [(i["name"], i["dims"]) for i in config["input"]] == [("INPUT0", [-1, 256])]
+    np.testing.assert_allclose(grpc.infer("ov_plain", [tensor]).as_numpy("OUTPUT0"), expected[:1], atol=1e-5, rtol=0)
+    plain = http.get_model_config("ov_plain")
+    assert (plain["backend"], plain["default_model_filename"]) == ("openvino", "model.xml")
 
 
 def test_perf_analyzer_on_fil_and_openvino(perf_analyzer, served):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from services.worker.backends import Placement, load_backend
-from services.worker.backends.fil_backend import FilParameters, postprocess
+from services.worker.backends.fil_backend import FilParameters, postprocess, squeezed_shape
 from services.worker.backends.runner import Batch, Work
 from shared.config import model_config
 from shared.errors import ShoalError
@@ -71,13 +71,13 @@ def test_xgboost_binary_classifier_classes_and_probabilities(tmp_path, model_typ
     booster.save_model(str(version_dir(tmp_path, model_type) / filename))
     own = booster.inplace_predict(X)
     classes = load(tmp_path, config(model_type, {"model_type": model_type, "is_classifier": "true"}))
-    np.testing.assert_array_equal(predict(classes, X)[:, 0], (own > 0.5).astype(np.float32))
+    np.testing.assert_array_equal(predict(classes, X), (own > 0.5).astype(np.float32))
     proba = load(
         tmp_path, config(model_type, {"model_type": model_type, "is_classifier": "true", "predict_proba": "true"}, 2)
     )
     np.testing.assert_array_equal(predict(proba, X), np.stack([1 - own, own], axis=1))
     strict = load(tmp_path, config(model_type, {"model_type": model_type, "is_classifier": "true", "threshold": "0.9"}))
-    np.testing.assert_array_equal(predict(strict, X)[:, 0], (own > 0.9).astype(np.float32))
+    np.testing.assert_array_equal(predict(strict, X), (own > 0.9).astype(np.float32))
 
 
 def test_xgboost_multiclass_and_regression_equal_xgboost(tmp_path):
@@ -89,11 +89,11 @@ def test_xgboost_multiclass_and_regression_equal_xgboost(tmp_path):
     )
     np.testing.assert_array_equal(predict(proba, X), probs)
     classes = load(tmp_path, config("multi", {"model_type": "xgboost_ubj", "is_classifier": "true"}))
-    np.testing.assert_array_equal(predict(classes, X)[:, 0], np.argmax(probs, axis=1).astype(np.float32))
+    np.testing.assert_array_equal(predict(classes, X), np.argmax(probs, axis=1).astype(np.float32))
     regression = xgb.train({"objective": "reg:squarederror"}, xgb.DMatrix(X, label=TARGET), 15)
     regression.save_model(str(version_dir(tmp_path, "reg") / "xgboost.json"))
     values = load(tmp_path, config("reg", {"model_type": "xgboost_json", "is_classifier": "false"}))
-    np.testing.assert_array_equal(predict(values, X)[:, 0], regression.inplace_predict(X))
+    np.testing.assert_array_equal(predict(values, X), regression.inplace_predict(X))
 
 
 def test_lightgbm_classifier_equals_lightgbm(tmp_path):
@@ -131,7 +131,7 @@ def test_treelite_predictor_on_request(tmp_path):
     }
     instance = load(tmp_path, config("lgbm_tl", params))
     assert instance.predictor.library == "treelite"
-    np.testing.assert_array_equal(predict(instance, X)[:, 0], booster.predict(X).astype(np.float32))
+    np.testing.assert_array_equal(predict(instance, X), booster.predict(X).astype(np.float32))
 
 
 def test_fil_parameter_errors_and_warnings(tmp_path, caplog):
@@ -163,3 +163,20 @@ def test_postprocess_matches_fil():
     proba = FilParameters("xgboost", True, True, 0.5, False, -1, "library")
     np.testing.assert_allclose(postprocess(scores, proba, 2), [[0.8, 0.2], [0.3, 0.7]])
     np.testing.assert_array_equal(postprocess(scores, proba, 1), scores)
+
+
+@pytest.mark.parametrize(
+    "dims, shape",
+    [((1,), [-1]), ((2,), [-1, 2]), ((3, 1), [-1, 3]), ((-1, 1), [-1]), ((1, 1), [-1]), ((), [-1])],
+)
+def test_outputs_are_squeezed_as_fils(dims, shape):
+    """rapids-triton's squeeze_output, which FIL's backend sets: a regression's (or a class per
+    row's) dims [1] answer [n], not [n, 1]."""
+    assert squeezed_shape(dims) == shape
+
+
+def test_a_regression_answers_one_value_per_row(tmp_path):
+    regression = xgb.train({"objective": "reg:squarederror"}, xgb.DMatrix(X, label=TARGET), 5)
+    regression.save_model(str(version_dir(tmp_path, "reg1") / "xgboost.json"))
+    values = load(tmp_path, config("reg1", {"model_type": "xgboost_json", "is_classifier": "false"}))
+    assert predict(values, X[:10]).shape == (10,)

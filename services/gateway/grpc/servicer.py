@@ -181,7 +181,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
     @_rpc
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
         # ready=false, not an error, for an unknown model too: tritonserver 2.51 (docs/compatibility.md)
-        return pb.ModelReadyResponse(ready=self.server.model_ready(request.name, version_of(request.version)))
+        return pb.ModelReadyResponse(ready=await self.server.model_is_ready(request.name, version_of(request.version)))
 
     @_rpc
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:

@@ -77,7 +77,7 @@ class Handlers:
 
     async def model_ready(self, request: Request) -> Response:
         # tritonserver 2.51 answers an unknown, unloaded or failed model alike (docs/compatibility.md)
-        if self.server.model_ready(*model_path(request)):
+        if await self.server.model_is_ready(*model_path(request)):
             return Response(status_code=200)
         return error_response("Model version not ready", 400)
 

@@ -251,7 +251,7 @@ class EnsembleRunner:
             stats.record_queue(started - arrived)
             stats.record_request(True, duration)
             stats.record_batch(max(1, request.batch_size), 1, *compute)
-        await finish(self, request, error)
+        await finish(self, request, error, stream.last)
 
     async def _execute(self, request: InferRequest, owned: list[TensorRef]) -> _Outcome:
         graph = self.graphs.get(request.model)

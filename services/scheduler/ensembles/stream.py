@@ -5,6 +5,9 @@ of a decoupled step opens an iteration (`ensemble_iterations.Scope`) whose downs
 steps run as ordinary step requests; each iteration that has every requested output sends
 the client a response (`more=True`) at once; when every stream has ended and every
 iteration's steps are done, an `empty` response with `more=False` ends the client's stream.
+As Triton's `EnsembleContext::FinishEnsemble`: a response made when no step is left in flight
+(the last one of a step that sent its final flag with it) is itself the final one (`more=False`),
+with no empty response after it.
 
 Only decoupled ensembles come here: the ordinary dataflow (`EnsembleRunner._execute`) is
 untouched, so their behaviour and cost stay exactly as they were.
@@ -96,6 +99,7 @@ class EnsembleStream:
         self.streams: dict[str, tuple[asyncio.Task[None], Scope[TensorRef], Step]] = {}  # decoupled steps running
         self.error: StreamFailed | None = None  # the first failure: nothing new starts, then it ends the stream
         self.latencies = runner.steps.setdefault((request.model, request.version), {})
+        self.last: InferResponse | None = None  # an answer made with nothing in flight: the final one
 
     async def run(self) -> list[int]:
         """Raises `StreamFailed` (published by the caller) on a step error."""
@@ -141,13 +145,13 @@ class EnsembleStream:
         for i, ns in enumerate(compute_phases(response.trace)):
             self.compute[i] += ns
         if decoupled:
+            if last:  # ended before its iteration advances: an answer it completes may be the final one
+                self.streams.pop(response.rid, None)
+                self._done(scope, step)
             if response.outputs and not response.empty:
                 child = scope.child()
                 self._store(child, step, response)
                 await self._advance(child)
-            if last:
-                self.streams.pop(response.rid, None)
-                self._done(scope, step)
         else:
             self._store(scope, step, response)
             self._done(scope, step)
@@ -286,18 +290,40 @@ class EnsembleStream:
         response = InferResponse(
             rid=self.request.rid, model=self.request.model, version=self.request.version, outputs=outputs, more=True
         )
+        if self.last is not None:  # another answer came after all: that one was not the last
+            await self.runner.nc.publish(self.request.reply, encode(self.last))
+            self.last = None
+        if self._quiet():
+            self.last = response  # `finish` sends it, final, once the stream has ended
+            return
         await self.runner.nc.publish(self.request.reply, encode(response))
 
+    def _quiet(self) -> bool:
+        """No step in flight, held or answered unread, no failure: nothing more can come."""
+        return (
+            self.error is None
+            and not any(self.inflight.values())
+            and not any(self.held.values())
+            and self.events.empty()
+        )
 
-async def finish(runner: Members, request: InferRequest, error: StreamFailed | None) -> None:
-    """The last message of the client's stream: the final flag, or the error that ended it."""
-    if error is None:
+
+async def finish(
+    runner: Members, request: InferRequest, error: StreamFailed | None, last: InferResponse | None = None
+) -> None:
+    """The last message of the client's stream: the final flag (on `last`, the stream's answer made
+    with nothing left in flight, where there is one), or the error that ended it."""
+    if last is not None and error is None:
+        response = msgspec.structs.replace(last, more=False)
+    elif error is None:
         response = InferResponse(rid=request.rid, empty=True)
     else:
         response = InferResponse(
             rid=request.rid, error=f"in ensemble '{request.model}', {error.message}", code=str(error.code)
         )
     try:
+        if last is not None and error is not None:
+            await runner.nc.publish(request.reply, encode(last))
         await runner.nc.publish(request.reply, encode(response))
     except Exception:  # the gateway's stream times out
         log.exception("cannot end ensemble stream %s", request.rid)

@@ -126,6 +126,14 @@ def postprocess(scores: np.ndarray, params: FilParameters, columns: int) -> np.n
     return (scores[:, :1] > params.threshold).astype(np.float32)
 
 
+def squeezed_shape(dims: tuple[int, ...]) -> list[int]:
+    """FIL's answer's shape (rapids-triton's `SharedModelState` with squeeze_output, which FIL's
+    backend asks for): the config's output shape (its reshape if any) after a batch dimension (-1),
+    every 1 taken out: dims [1] (a regression, or a class per row) answer [n], [2] answer [n, 2]."""
+    shape = list(dims) if dims and dims[0] == -1 else [-1, *dims]
+    return [d for d in shape if d != 1]
+
+
 class FilInstance(BatchedRunner):
     def __init__(self, spec: ModelSpec, version_dir: Path, placement: Placement) -> None:
         super().__init__(spec)
@@ -142,6 +150,7 @@ class FilInstance(BatchedRunner):
                 "model '%s' instance '%s': Shoal runs FIL on the CPU (KIND_GPU asked)", spec.name, placement.name
             )
         self.columns = int(np.prod([d for d in output.dims if d > 0])) if output.dims else 1
+        self.shape = squeezed_shape(output.reshape if output.reshape is not None else output.dims)
         path = model_path(spec, version_dir.parent, placement.version, DEFAULT_FILES[self.params.model_type], True)
         threads = self.params.cpu_nthread if self.params.cpu_nthread > 0 else placement.threads
         self.predictor = fil_predictors.load(
@@ -153,7 +162,7 @@ class FilInstance(BatchedRunner):
         rows = np.ascontiguousarray(inputs[INPUT], dtype=np.float32)
         rows = rows.reshape(len(rows), -1)
         result = postprocess(self.predictor.predict(rows), self.params, self.columns)
-        return {OUTPUT: result.reshape(len(rows), -1)}
+        return {OUTPUT: result.reshape([len(rows) if d < 0 else d for d in self.shape])}
 
     def close(self) -> None:
         del self.predictor

@@ -7,12 +7,16 @@ its inputs came with; a requested output whose optional input the request left o
 in the input's config shape (-1 read as 1, the request's batch first); the `parameters`
 `execute_delay_ms` (times the instance's index with `instance_wise_delay_multiplier`) and
 `creation_delay_sec` slow it down on purpose; `input_byte_size_counter{model,version}` counts
-the input bytes it was sent, on `/metrics` as Triton's identity backend reports it.
-No model file: the version directory is all it needs.
+the input bytes it was sent, on `/metrics` as Triton's identity backend reports it; every
+response carries its example parameters (`param0` "an example string parameter", `param1` 42,
+`param2` false, `param3` 123.123); with --log-verbose it logs each request and input as its
+verbose lines do (`\tinput INPUT0: datatype = FP32, shape = [1,5], byte_size = 20, ...`), which
+qa/L0_backend_identity counts. No model file: the version directory is all it needs.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -21,10 +25,19 @@ import numpy as np
 from services.worker.backends import Backend, Placement
 from services.worker.backends.backend_metrics import counter
 from services.worker.backends.parameters import integer
-from services.worker.backends.runner import Batch, ModelError, RequestRunner, Result, Work
-from shared.config.datatypes import numpy_dtype
+from services.worker.backends.runner import Answer, Batch, ModelError, RequestRunner, Result, Work
+from shared.config.datatypes import numpy_dtype, protocol_dtype, serialize_bytes
 from shared.config.model_config import ModelSpec, TensorSpec
 from shared.errors import Code, invalid
+
+log = logging.getLogger("shoal.worker.identity")
+# identity.cc's TRITONBACKEND_ResponseSet*Parameter calls, on every response
+PARAMETERS: dict[str, object] = {
+    "param0": "an example string parameter",
+    "param1": 42,
+    "param2": False,
+    "param3": 123.123,
+}
 
 
 def _index(name: str, prefix: str, what: str) -> str:
@@ -86,17 +99,37 @@ class IdentityInstance(RequestRunner):
         batch.inputs_ready()
         if self.delay_s > 0:
             time.sleep(self.delay_s)
-        return [self._one(work) for work in batch.work]
+        verbose = log.isEnabledFor(logging.DEBUG)
+        return [self._one(r, work, verbose) for r, work in enumerate(batch.work)]
 
-    def _one(self, work: Work) -> Result:
+    def _one(self, r: int, work: Work, verbose: bool) -> Result:
         outputs: dict[str, np.ndarray] = {}
         batched = self.spec.max_batch_size > 0
         lead = [next(iter(work.inputs.values())).shape[0]] if batched and work.inputs else []
+        if verbose:
+            log.debug(
+                'request %d: id = "%s", correlation_id = %s, input_count = %d, requested_output_count = %d',
+                r,
+                work.context.request_id,
+                work.context.correlation_id or 0,
+                len(work.inputs),
+                len(work.outputs),
+            )
         for name in work.outputs:
             index = name[len("OUTPUT") :]
             array = work.inputs.get(f"INPUT{index}")
             if array is not None:
-                self.input_bytes.increment(float(array.nbytes))
+                size = byte_size(array)
+                if verbose:
+                    log.debug(
+                        "\tinput INPUT%s: datatype = %s, shape = %s, byte_size = %d, buffer_count = 1",
+                        index,
+                        protocol_dtype(array.dtype),
+                        _shape_text(array.shape),
+                        size,
+                    )
+                    log.debug("\trequested_output %s", name)
+                self.input_bytes.increment(float(size))
                 outputs[name] = array
                 continue
             tensor = self.inputs.get(index)
@@ -104,7 +137,12 @@ class IdentityInstance(RequestRunner):
                 return ModelError(f"failed to get input 'INPUT{index}'", Code.UNSUPPORTED)
             shape = lead + [1 if d == -1 else d for d in _shape(tensor)]
             outputs[name] = np.zeros(shape, dtype=numpy_dtype(tensor.datatype))
-        return outputs
+        return Answer(outputs, dict(PARAMETERS))
+
+
+def byte_size(array: np.ndarray) -> int:
+    """The input's size as Triton holds it: a BYTES tensor's serialized elements (4-byte length each)."""
+    return len(serialize_bytes(array)) if array.dtype == np.object_ else array.nbytes
 
 
 BACKEND = Backend("", IdentityInstance)

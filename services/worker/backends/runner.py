@@ -27,6 +27,15 @@ Tensors = dict[str, np.ndarray]
 CorrelationId = int | str
 
 
+class Answer(dict[str, np.ndarray]):
+    """A request's outputs with its response's parameters (a backend's
+    `TRITONBACKEND_ResponseSet*Parameter`): Tensors wherever Tensors go."""
+
+    def __init__(self, outputs: Tensors, parameters: dict[str, object]) -> None:
+        super().__init__(outputs)
+        self.parameters = parameters
+
+
 class ModelError(Exception):
     """A request the model answered with an error (or failed by raising)."""
 
@@ -135,14 +144,17 @@ class Runner(Protocol):
 
     @property
     def checks_readiness(self) -> bool:
-        """True when the model has its own readiness check (`is_ready`) worth polling."""
+        """True when the model has its own readiness check (a python model's `is_ready`), which
+        model readiness requests consult (services/worker/readiness.py)."""
         ...
 
     def execute(self, batch: Batch) -> list[Result]:
         """One result per request of the batch, in order; raises only for a failure of the whole batch."""
         ...
 
-    def is_ready(self) -> bool: ...
+    def readiness(self) -> tuple[bool, str]:
+        """The model's own readiness check: ready, or not and why (may block; never raises)."""
+        ...
 
     def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
         """A sequence ended without its END request (idle timeout, cancelled)."""
@@ -175,8 +187,8 @@ class BatchedRunner:
         outputs = self.run(inputs, names)
         return list(scatter(self.spec, outputs, [w.batch_size for w in batch.work], requests))
 
-    def is_ready(self) -> bool:
-        return True
+    def readiness(self) -> tuple[bool, str]:
+        return True, ""
 
     def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
         pass
@@ -189,8 +201,8 @@ class RequestRunner:
     batches_rows = False
     checks_readiness = False
 
-    def is_ready(self) -> bool:
-        return True
+    def readiness(self) -> tuple[bool, str]:
+        return True, ""
 
     def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
         pass

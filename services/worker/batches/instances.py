@@ -66,7 +66,6 @@ class LoadedModel:
     warmup_ms: float = 0.0
     rss_bytes: int = 0  # memory its instances took at load (shared/memory/footprint.py)
     device_bytes: int = 0
-    ready: bool = True  # what the model's own `is_ready()` said last (python backend)
     sequence: SequenceConfig | None = None  # of a sequence-batched model
     states: StateStore | None = None  # its implicit state
 

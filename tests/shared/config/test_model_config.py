@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shared.config import model_config as mc
 from shared.errors import ShoalError
@@ -96,3 +98,76 @@ def test_a_config_that_is_not_utf8_is_refused_naming_its_line(tmp_path):
         mc.read_text(path)
     path.write_bytes('name: "m\u00e9"\n'.encode())
     assert mc.read_text(path) == 'name: "m\u00e9"\n'
+
+
+# -- Triton core's AutoCompleteBackendFields (src/model_config_utils.cc) as a table: the files in
+# the first version directory ("dir/" a directory), the config's fields -> backend, platform, file
+AUTOFILL_TABLE = [
+    (["model.xml", "model.bin"], {}, ("openvino", "", "model.xml")),
+    (["model.dali"], {}, ("dali", "", "model.dali")),
+    (["model.onnx"], {}, ("onnxruntime", "onnxruntime_onnx", "model.onnx")),
+    (["model.onnx/"], {}, ("onnxruntime", "onnxruntime_onnx", "model.onnx")),  # a large ONNX model's folder
+    (["model.plan"], {}, ("tensorrt", "tensorrt_plan", "model.plan")),
+    (["model.plan/"], {"name": "m"}, None),  # a folder is no plan
+    (["model.pt"], {}, ("pytorch", "pytorch_libtorch", "")),  # core sets the platform, so no file
+    (["model.pt2"], {}, ("pytorch", "torch_aoti", "model.pt2")),
+    (["model.py"], {}, ("python", "", "model.py")),
+    (["model.savedmodel/"], {}, ("tensorflow", "tensorflow_savedmodel", "model.savedmodel")),
+    (["model.graphdef"], {}, ("tensorflow", "tensorflow_graphdef", "model.graphdef")),
+    # core's order: TensorRT before ONNX, ONNX before OpenVINO and python
+    (["model.onnx", "model.plan", "model.py"], {}, ("tensorrt", "tensorrt_plan", "model.plan")),
+    (["model.xml", "model.py"], {}, ("openvino", "", "model.xml")),
+    # the config's fields first: platform, default file, backend
+    ([], {"platform": "tensorrt_plan"}, ("tensorrt", "tensorrt_plan", "model.plan")),
+    ([], {"platform": "libtorch"}, ("pytorch", "libtorch", "")),
+    ([], {"platform": "torch_aoti"}, ("pytorch", "torch_aoti", "model.pt2")),
+    ([], {"default_model_filename": "model.xml"}, ("openvino", "", "model.xml")),
+    (["model.py"], {"default_model_filename": "model.onnx"}, ("onnxruntime", "onnxruntime_onnx", "model.onnx")),
+    (["model.py"], {"backend": "onnxruntime"}, ("onnxruntime", "onnxruntime_onnx", "model.onnx")),
+    ([], {"backend": "pytorch"}, ("pytorch", "pytorch_libtorch", "model.pt")),
+    ([], {"backend": "identity"}, ("identity", "", "")),
+    # core's rule for custom backends: the model's name `<anything>.<backend>`
+    (["weights.bin"], {"name": "m.identity"}, ("identity", "", "model.identity")),
+    (["weights.bin"], {"name": "m"}, None),
+]
+
+
+@pytest.mark.parametrize("files, fields, expected", AUTOFILL_TABLE)
+def test_autofill_follows_cores_table(tmp_path, files, fields, expected):
+    model_dir = tmp_path / fields.get("name", "m")
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "7").mkdir()  # "1" < "7": core looks in the first name only
+    (model_dir / "7" / "model.py").write_text("")
+    for name in files:
+        path = model_dir / "1" / name.rstrip("/")
+        path.mkdir() if name.endswith("/") else path.write_text("")
+    config = mc.pb.ModelConfig(**fields)
+    if expected is None:
+        with pytest.raises(ShoalError, match="Could not determine backend for model 'm'"):
+            mc.autofill_backend(config, model_dir, [7, 1])
+        return
+    mc.autofill_backend(config, model_dir, [7, 1])
+    assert (config.backend, config.platform, config.default_model_filename) == expected
+
+
+@given(
+    backend=st.sampled_from(["", "onnxruntime", "python", "openvino", "dali", "identity"]),
+    platform=st.sampled_from(["", "onnxruntime_onnx", "tensorrt_plan", "pytorch_libtorch"]),
+    filename=st.sampled_from(["", "model.onnx", "model.xml", "custom.bin"]),
+    files=st.sets(st.sampled_from(["model.onnx", "model.xml", "model.dali", "model.py", "model.pt"])),
+)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_autofill_only_fills_what_the_config_leaves_empty(tmp_path_factory, backend, platform, filename, files):
+    model_dir = tmp_path_factory.mktemp("auto") / "m"
+    (model_dir / "1").mkdir(parents=True)
+    for name in files:
+        (model_dir / "1" / name).write_text("")
+    config = mc.pb.ModelConfig(backend=backend, platform=platform, default_model_filename=filename)
+    try:
+        mc.autofill_backend(config, model_dir, [1])
+    except ShoalError:  # nothing anywhere says which backend
+        assert not (backend or platform or filename or files)
+        return
+    assert config.name == "m"
+    for field, given_value in (("backend", backend), ("platform", platform), ("default_model_filename", filename)):
+        assert getattr(config, field) == given_value or not given_value

@@ -88,9 +88,10 @@ class BlsRuntime:
         future = asyncio.run_coroutine_threadsafe(self._infer(request, deadline_ns), self.loop)
         return await asyncio.wrap_future(future)
 
-    def stream(self, request: pb_utils.InferenceRequest, deadline_ns: int) -> Iterator[pb_utils.InferenceResponse]:
-        """A decoupled target's responses, in order, as a blocking iterator for model code. A model
-        that stops reading early cancels the rest (the target is told, as for a client disconnect)."""
+    def stream(self, request: pb_utils.InferenceRequest, deadline_ns: int) -> pb_utils.ResponseIterator:
+        """A decoupled target's responses, in order, as python_backend's blocking iterator for model
+        code. The request starts now (a model may start a few before reading any); a model that
+        stops reading early cancels the rest (the target is told, as for a client disconnect)."""
         answers: queue.Queue = queue.Queue()
         done = object()
 
@@ -104,11 +105,15 @@ class BlsRuntime:
                 answers.put(done)
 
         future = asyncio.run_coroutine_threadsafe(pump(), self.loop)
-        try:
-            while (item := answers.get()) is not done:
-                yield item
-        finally:
-            future.cancel()  # closes the stream, whose cleanup sends the cancel
+
+        def responses() -> Iterator[pb_utils.InferenceResponse]:
+            try:
+                while (item := answers.get()) is not done:
+                    yield item
+            finally:
+                future.cancel()  # closes the stream, whose cleanup sends the cancel
+
+        return pb_utils.ResponseIterator(responses(), future.cancel)
 
     def is_model_ready(self, model_name: str, model_version: str = "") -> bool:
         asyncio.run_coroutine_threadsafe(self._ensure_started(), self.loop).result()

@@ -129,8 +129,8 @@ class CallableInstance:
             if not stream.closed:
                 stream.send(Piece(final=True))
 
-    def is_ready(self) -> bool:
-        return True
+    def readiness(self) -> tuple[bool, str]:
+        return True, ""
 
     def sequence_ended(self, correlation_id: CorrelationId, reason: str) -> None:
         pass

@@ -154,15 +154,23 @@ class PythonInstance:
     def checks_readiness(self) -> bool:
         return hasattr(self.model, "is_ready")
 
-    def is_ready(self) -> bool:
-        """The model's own `is_ready()`, if it has one (a raising model is not ready)."""
+    def readiness(self) -> tuple[bool, str]:
+        """The model's own `is_ready()`, as python_backend's stub runs it (pb_stub.cc
+        `ProcessUserModelReadinessRequest`): a coroutine is awaited (on the instance's loop), a
+        result that is not a bool or an exception is "not ready" with its message. Called from a
+        thread of its own, so it runs beside a long `execute`, as the stub's monitor thread does."""
         check = getattr(self.model, "is_ready", None)
         if check is None:
-            return True
+            return True, ""
         try:
-            return bool(check())
-        except Exception:
-            return False
+            result = check()
+            if asyncio.iscoroutine(result):
+                result = self._await(result)
+            if not isinstance(result, bool):
+                return False, "is_ready() must return a boolean value"
+            return result, ""
+        except Exception as exc:
+            return False, f"{type(exc).__name__}: {exc}"
 
     def execute(self, batch: Batch) -> list[Result]:
         """One `execute` call for the batch's requests; a result or an error per request, or

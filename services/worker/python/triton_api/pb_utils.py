@@ -13,7 +13,6 @@ custom metrics (`MetricFamily`, published with the worker's heartbeats) are in `
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import threading
@@ -99,7 +98,7 @@ class Runtime(Protocol):
 
     async def async_infer(self, request: InferenceRequest, deadline_ns: int) -> InferenceResponse: ...
 
-    def stream(self, request: InferenceRequest, deadline_ns: int) -> Iterator[InferenceResponse]: ...
+    def stream(self, request: InferenceRequest, deadline_ns: int) -> ResponseIterator: ...
 
     def is_model_ready(self, model_name: str, model_version: str) -> bool: ...
 
@@ -209,7 +208,8 @@ class InferenceRequest:
         cancelled: Callable[[], bool] | None = None,
         **_: Any,
     ) -> None:
-        self._model_name = model_name
+        # python_backend takes a bytes name too (NVIDIA's bls example passes a BYTES input's element)
+        self._model_name = model_name.decode() if isinstance(model_name, bytes) else model_name
         self._model_version = model_version
         self._inputs = inputs or []
         self._request_id = request_id
@@ -274,28 +274,57 @@ class InferenceRequest:
     def _deadline_ns(self) -> int:
         return get_deadline_ns()
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse | Iterator[InferenceResponse]:
-        """Run this request on another model (BLS) and wait for its response."""
+    def exec(self, decoupled: bool = False) -> InferenceResponse | ResponseIterator:
+        """Run this request on another model (BLS) and wait for its response; with `decoupled=True`
+        the request starts now and its responses come from the iterator returned."""
         runtime = _bls_runtime()
         if decoupled:
             return runtime.stream(self, self._deadline_ns())
         return runtime.infer(self, self._deadline_ns())
 
-    async def async_exec(self, decoupled: bool = False) -> InferenceResponse | Any:
+    async def async_exec(self, decoupled: bool = False) -> InferenceResponse | ResponseIterator:
+        """As python_backend's: awaited, a response, or (decoupled) the same blocking iterator
+        `exec(decoupled=True)` returns, iterated with a plain `for`."""
         runtime = _bls_runtime()
-        if decoupled:  # an async iterator over the responses, fed from a thread
-            return _aiter(runtime.stream(self, self._deadline_ns()))
+        if decoupled:
+            return runtime.stream(self, self._deadline_ns())
         return await runtime.async_infer(self, self._deadline_ns())
 
 
-async def _aiter(responses: Iterator[InferenceResponse]):
-    loop = asyncio.get_running_loop()
-    done = object()
-    while True:
-        item = await loop.run_in_executor(None, next, responses, done)
-        if item is done:
-            return
-        yield item
+class ResponseIterator:
+    """A decoupled BLS request's responses, as python_backend's `ResponseIterator`: `next` blocks
+    for the next response; once the last one is read, iterating again replays them all from the
+    first. `cancel()` asks the target to stop."""
+
+    def __init__(self, responses: Iterator[InferenceResponse], cancel: Callable[[], Any]) -> None:
+        self._source = responses
+        self._cancel = cancel
+        self._responses: list[InferenceResponse] = []
+        self._index = 0
+        self._finished = False
+
+    def __iter__(self) -> ResponseIterator:
+        if self._finished and self._index >= len(self._responses):
+            self._index = 0
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        if self._finished:
+            if self._index < len(self._responses):
+                self._index += 1
+                return self._responses[self._index - 1]
+            raise StopIteration
+        try:
+            response = next(self._source)
+        except StopIteration:
+            self._finished = True
+            self._index = len(self._responses)
+            raise
+        self._responses.append(response)
+        return response
+
+    def cancel(self) -> None:
+        self._cancel()
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:

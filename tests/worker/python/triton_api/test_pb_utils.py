@@ -1,5 +1,7 @@
 """The triton_python_backend_utils shim's pure parts: auto-complete config, response senders, DLPack."""
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -60,3 +62,45 @@ def test_dlpack_round_trip_and_bls_outside_a_worker():
         pb_utils._runtime = saved
     assert pb_utils.TritonError.code_of("NOT_FOUND") == pb_utils.TritonError.NOT_FOUND
     assert pb_utils.TritonError.code_of("FORBIDDEN") == pb_utils.TritonError.INTERNAL
+
+
+def test_a_bytes_model_name_is_a_name():
+    """python_backend's bls example passes a BYTES input's element as the name."""
+    assert pb_utils.InferenceRequest(model_name=b"add_sub").model_name() == "add_sub"
+
+
+def test_response_iterator_replays_once_finished_as_python_backends():
+    responses = [pb_utils.InferenceResponse(parameters={"i": i}) for i in range(3)]
+    cancelled = []
+    iterator = pb_utils.ResponseIterator(iter(responses), lambda: cancelled.append(True))
+    assert next(iterator) is responses[0]
+    assert list(iterator) == responses[1:]  # resumes where it was, up to the last
+    assert list(iterator) == responses  # finished: a new loop starts from the first
+    with pytest.raises(StopIteration):
+        next(iterator)
+    iterator.cancel()
+    assert cancelled == [True]
+
+
+def test_async_exec_decoupled_awaits_to_the_iterator_exec_returns():
+    """python_backend's async_exec(decoupled=True) resolves to the same (blocking, plain `for`)
+    ResponseIterator as exec(decoupled=True): its bls_decoupled async example gathers two."""
+    made: list[pb_utils.ResponseIterator] = []
+
+    class Runtime:
+        def stream(self, request, deadline_ns):
+            made.append(pb_utils.ResponseIterator(iter([pb_utils.InferenceResponse()]), lambda: None))
+            return made[-1]
+
+    saved, pb_utils._runtime = pb_utils._runtime, Runtime()
+    try:
+        request = pb_utils.InferenceRequest(model_name="square_int32")
+        assert request.exec(decoupled=True) is made[-1]
+
+        async def gather():
+            return await asyncio.gather(request.async_exec(decoupled=True), request.async_exec(decoupled=True))
+
+        results = asyncio.run(gather())
+    finally:
+        pb_utils._runtime = saved
+    assert results == made[1:] and all(len(list(r)) == 1 for r in results)
