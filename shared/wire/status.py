@@ -80,6 +80,7 @@ class RepositoryStatus(msgspec.Struct):
     repository: str  # its root directory
     mode: str  # --model-control-mode
     models: dict[str, dict[str, ModelState]]  # model -> version -> state
+    demand_loads: int = 0  # on-demand loads under way: requests wait for them (docs/scaling.md)
 
 
 Status = GatewayStatus | SchedulerStatus | WorkerStatus | RepositoryStatus
