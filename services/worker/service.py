@@ -48,6 +48,7 @@ from shared.wire.messages import (
     ExecBatch,
     InstanceFree,
     SequenceEnded,
+    WorkerExited,
     WorkerHeartbeat,
     WorkerHoldings,
     encode,
@@ -222,6 +223,11 @@ class WorkerService:
             await self.channels.stop()
         await self.bls.stop()
         await self.store.close()
+        if not self.settings.parent_pid:  # (a python model's process: its worker says so)
+            # gone now, not a heartbeat timeout later: the repository places no on-demand load here
+            # meanwhile (a scale to zero), the schedulers drop its credits at once
+            with contextlib.suppress(Exception):
+                await self.nc.publish(subjects.WORKER_EXITED, encode(WorkerExited(self.settings.worker_id, 0)))
 
     # -- credits ----------------------------------------------------------------
     async def _grant_idle(self, loaded: LoadedModel) -> None:

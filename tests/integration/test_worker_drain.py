@@ -51,3 +51,43 @@ def test_a_worker_stopped_under_load_finishes_its_batches_and_nothing_fails(tmp_
                 thread.join(60)
     failed = [r for r in results if isinstance(r, Exception)]
     assert not failed, f"{len(failed)} of {len(results)} requests failed: {failed[:3]}"
+
+
+def test_a_request_with_no_worker_waits_for_one_to_come(tmp_path):
+    """Scale from zero (docs/scaling.md): on demand, a request for a model when no worker runs waits
+    for one (the repository's `demand_loads` shows it, which `shoal autoscale` reads) and is served
+    once a worker starts, within its deadline."""
+    import asyncio
+
+    from shoal import topology
+    from shoal.autoscale.signals import from_status
+
+    examples.write_examples(tmp_path)
+    with running_cluster(tmp_path, supervise=False, repository={"model_control_mode": "on-demand"}) as running:
+        worker = running.cluster.child("worker-0").process
+        assert worker is not None
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(60) == 0
+        outcome: list[object] = []
+
+        def call() -> None:
+            client = httpclient.InferenceServerClient(running.url, network_timeout=60)
+            tensor = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+            tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
+            try:
+                outcome.append(client.infer("identity_fp32", [tensor]).as_numpy("OUTPUT0").tolist())
+            except Exception as exc:
+                outcome.append(exc)
+            client.close()
+
+        thread = threading.Thread(target=call)
+        thread.start()
+
+        def waiting() -> bool:
+            return from_status(asyncio.run(topology.collect(running.nats.url, wait=0.3))).loads > 0
+
+        wait_until(waiting, 30, "the request waiting for a worker (demand_loads)", 0.1)
+        assert not outcome  # still waiting, not failed
+        running.cluster.restart("worker-0")
+        thread.join(60)
+    assert outcome == [[[1.0, 1.0, 1.0, 1.0]]]
