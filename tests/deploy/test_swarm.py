@@ -267,3 +267,58 @@ def test_shoal_autoscale_scales_the_swarm_service_up_under_a_load_step_and_down_
     print(f"autoscaling: {len(load.results)} requests, {len(failures)} failed {failures[:3]}, slowest {slowest:.2f}s")
     assert not failures
     assert slowest < 10 * FAIL_WITHIN_S
+
+
+def test_shoal_autoscale_scales_a_compose_project_through_the_engine_api(image: str):
+    """The Compose backend (shoal/autoscale/docker_backends.py) on docker-compose.yml: copies of the
+    newest worker join and serve; the ones removed under load drain (no failed request); at zero the
+    last is kept stopped and started again."""
+    import docker
+
+    from shoal.autoscale.docker_backends import ComposeService
+    from tests.deploy.test_compose import wait_ready as compose_ready
+
+    command = compose_command()
+    assert command is not None
+    project = Project(command, image)
+    engine = docker.from_env()
+    try:
+        project.up()
+        compose_ready(project)
+        backend = ComposeService(engine, project.name, "worker")
+        assert backend.replicas() == 1
+        # the project's ports and identity, for `workers_serving` and `Load`
+        stack = Stack(image, name=project.name, http_port=project.http_port, nats_port=project.nats_port)
+        stack._operator = project.operator_credentials()
+        load = Load(stack, served)
+        load.clients(4)
+        try:
+            wait_until(lambda: load.ok_since(0) > 50, 60, "load before scaling", 0.1, STARTING)
+            started = time.monotonic()
+            backend.scale(3)
+            wait_until(
+                lambda: sum(n > 0 for n in workers_serving(stack, "simple").values()) == 3, 180, "three serving", 0.5
+            )
+            print(f"compose: 1 -> 3 workers serving in {time.monotonic() - started:.1f}s")
+            assert backend.replicas() == 3 and len(project.containers("worker")) == 3
+            started = time.monotonic()
+            backend.scale(1)  # returns once the two have drained and stopped
+            print(f"compose: 3 -> 1 under load in {time.monotonic() - started:.1f}s")
+            assert backend.replicas() == 1 and len(project.containers("worker", running_only=False)) == 1
+            done = time.monotonic()
+            wait_until(lambda: load.ok_since(done) > 100, 120, "load after the scale-down", 0.1)
+        finally:
+            load.clients(0)
+        failures = load.failures()
+        print(f"compose scaling: {len(load.results)} requests, {len(failures)} failed {failures[:3]}")
+        assert not failures
+        backend.scale(0)
+        assert backend.replicas() == 0 and len(project.containers("worker", running_only=False)) == 1  # kept
+        backend.scale(1)
+        compose_ready(project)
+    finally:
+        try:
+            project.down()
+        finally:
+            left = project.leftovers()
+        assert not left, f"`down -v` left {left}"
