@@ -261,7 +261,11 @@ def test_shoal_autoscale_scales_the_swarm_service_up_under_a_load_step_and_down_
         except Exception:
             controller.kill()
             controller.wait()
-        print(controller.stderr.read()[-3000:] if controller.stderr else "", file=sys.stderr)
+        reader.join(30)
+        assert controller.stdout is not None and controller.stderr is not None
+        print(controller.stderr.read()[-3000:], file=sys.stderr)
+        controller.stdout.close()
+        controller.stderr.close()
     failures = load.failures()
     slowest = max(end - started for started, end, *_ in load.results)
     print(f"autoscaling: {len(load.results)} requests, {len(failures)} failed {failures[:3]}, slowest {slowest:.2f}s")
