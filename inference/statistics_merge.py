@@ -118,6 +118,10 @@ def version_statistics(a: VersionStatistics, b: VersionStatistics) -> VersionSta
         worker_compute_ns=by_key(a.worker_compute_ns, b.worker_compute_ns, _add),
         worker_executions=by_key(a.worker_executions, b.worker_executions, _add),
         retries=a.retries + b.retries,
+        oldest_wait_us=max(a.oldest_wait_us, b.oldest_wait_us),
+        running_batches=a.running_batches + b.running_batches,
+        busy_instances=max(a.busy_instances, b.busy_instances),
+        instances=max(a.instances, b.instances),
     )
 
 

@@ -345,13 +345,14 @@ def _service(name: str, argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: shoal {serve|status|gateway|scheduler|worker|repository|example|perf|analyze} [options]"
+    usage = "usage: shoal {serve|status|autoscale|gateway|scheduler|worker|repository|example|perf|analyze} [options]"
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         print("  serve       start nats-server (embedded) and every service; tritonserver's flags")
         print("  gateway     the HTTP/gRPC front end  scheduler   queues and batching")
         print("  worker      model instances          repository  the model repository")
         print("  status      the live topology: services, workers, models, queues")
+        print("  autoscale   scale a Docker deployment's workers from its queues (docs/scaling.md)")
         print("  credentials DIR: NATS identities for compose or another host (docs/security.md)")
         print("  example DIR write the example model repository into DIR")
         print("  perf        measure a model like perf_analyzer; analyze  find its best configuration")
@@ -373,6 +374,10 @@ def main(argv: list[str] | None = None) -> None:
         from shoal.credentials_cli import main as credentials_main
 
         raise SystemExit(credentials_main(rest))
+    if command == "autoscale":  # docs/scaling.md
+        from shoal.autoscale.controller import main as autoscale_main
+
+        raise SystemExit(autoscale_main(rest))
     if command in ("perf", "analyze"):  # docs/perf-and-analyze.md
         raise SystemExit(__import__(f"shoal.{command}.cli", fromlist=["main"]).main(rest))
     if command == "example":

@@ -283,6 +283,8 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
                 backend_config=args.backend_config,
                 model_memory_budget=args.model_memory_budget,
                 max_loaded_models=args.max_loaded_models,
+                # its schedulers stop before its workers (`Cluster.stop`): nothing sends them batches then
+                drain_timeout_s=0.0,
             ),
             args,
         )

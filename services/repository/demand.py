@@ -99,6 +99,10 @@ class OnDemand:
         if not task.cancelled() and task.exception() is not None:
             log.debug("on-demand load of '%s': %s", name, task.exception())
 
+    def loading(self) -> int:
+        """On-demand loads under way: requests wait for them (with no worker, for one to come)."""
+        return len(self._inflight)
+
     def pin(self, name: str) -> None:
         self.pinned.add(name)
 

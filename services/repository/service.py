@@ -135,6 +135,7 @@ class RepositoryService:
             repository=self.repositories.describe(),
             mode=self.settings.model_control_mode,
             models={name: {v: s.state for v, s in r.versions.items()} for name, r in self.manager.records.items()},
+            demand_loads=self.demand.loading(),
         )
 
     async def stop(self) -> None:

@@ -33,7 +33,7 @@ from services.scheduler.holdings import Holdings
 from services.scheduler.replicas.ownership import Ownership
 from services.scheduler.scheduling_records import Key
 from services.scheduler.sequences.sequence_batcher import sequence_batcher_of
-from services.scheduler.statistics.report import quantiles_asked, report
+from services.scheduler.statistics.report import Signals, quantiles_asked, report
 from services.scheduler.tasks import Tasks
 from services.scheduler.usage import model_usage
 from shared.bus import buckets, connection, discovery, hot_path
@@ -120,13 +120,27 @@ class SchedulerService:
         await self.nc.publish(subjects.RESYNC, b"")  # workers re-announce their free instances
         log.info("scheduler %s started", self.settings.scheduler_id)
 
+    def _signals(self, queue: ModelQueue) -> Signals:
+        """The queue's autoscaling signals (docs/scaling.md)."""
+        busy, known = self.pump.instances_in_use(queue)
+        return Signals(int(self.pump.oldest_wait_s(queue) * 1e6), self.flights.count(queue.key), busy, known)
+
+    def _queue_status(self, queue: ModelQueue) -> QueueStatus:
+        signals, stats = self._signals(queue), queue.stats
+        return QueueStatus(
+            self.pump.pending(queue),
+            len(queue.free),
+            signals.running_batches,
+            oldest_wait_s=signals.oldest_wait_us / 1e6,
+            busy_instances=signals.busy_instances,
+            instances=signals.instances,
+            requests=stats.success.count + stats.fail.count,
+        )
+
     def status(self) -> SchedulerStatus:
         queues = self.pump.queues
         return SchedulerStatus(
-            queues={
-                f"{m}/{v}": QueueStatus(self.pump.pending(q), len(q.free), self.flights.count((m, v)))
-                for (m, v), q in queues.items()
-            },
+            queues={f"{m}/{v}": self._queue_status(q) for (m, v), q in queues.items()},
             sequences={
                 f"{m}/{v}": batcher.book.summary()
                 for (m, v), q in queues.items()
@@ -332,7 +346,9 @@ class SchedulerService:
 
     async def _on_stats(self, msg: Msg) -> None:
         """Statistics per model version; a request may ask for latency quantiles (metrics summaries)."""
-        stats = report(self.pump.queues.values(), self.ownership.owns, quantiles_asked(msg.data), self.pump.pending)
+        stats = report(
+            self.pump.queues.values(), self.ownership.owns, quantiles_asked(msg.data), self.pump.pending, self._signals
+        )
         stats.replicas = self.ownership.replicas()
         self.ensembles.annotate(stats)
         await msg.respond(encode(stats))

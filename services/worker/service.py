@@ -10,6 +10,7 @@ which models it hosts `model_lifecycle.ModelLifecycle`'s; this module wires them
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import time
@@ -50,6 +51,7 @@ from shared.wire.messages import (
     ReadinessAnswer,
     ReadinessCheck,
     SequenceEnded,
+    WorkerExited,
     WorkerHeartbeat,
     WorkerHoldings,
     encode,
@@ -63,6 +65,10 @@ _cancel_decoder = msgspec.msgpack.Decoder(CancelRequest)
 _readiness_decoder = msgspec.msgpack.Decoder(ReadinessCheck)
 _ended_decoder = msgspec.msgpack.Decoder(SequenceEnded)
 LATE_S = 2.0  # a tick this late is worth a line in the log: the loop was busy (e.g. loading models)
+# a drain ends once no batch was held for this long after the credits were revoked: a batch a
+# scheduler sent before it heard of the revocation arrives within it (`drain`)
+DRAIN_QUIET_S = 1.0
+DRAIN_POLL_S = 0.05
 
 
 class WorkerService:
@@ -109,6 +115,7 @@ class WorkerService:
         )
         self.bls = BlsRuntime(nc, self.store, self.id)
         self._arrived = [0, 0]  # batches over NATS, over the local channel (`status`)
+        self._draining = False
         self.budget_bytes = footprint.parse_budget(settings.model_memory_budget)
         self.beats: HeartbeatThread | LoopHeartbeat = (
             LoopHeartbeat(nc, self._loading)  # a python model's process: one model, watched by its worker
@@ -198,7 +205,40 @@ class WorkerService:
             local_channel=self.channels.path if self.channels is not None else "",
         )
 
+    async def drain(self) -> None:
+        """Before a stop (SIGTERM: a scale-down, a rolling update): take no new batch, finish those held.
+
+        Every hosted version's credits are revoked (the schedulers send nothing more here, and put
+        nothing back on a credit of ours), completions from now on return none, and the worker
+        stays until it held no batch for `DRAIN_QUIET_S` (a batch sent before a scheduler heard of
+        the revocation arrives within it), or `drain_timeout_s` passed. What it still holds then is
+        the schedulers' to recover, as for a worker that died (docs/reliability.md)."""
+        timeout = self.settings.drain_timeout_s
+        if timeout <= 0 or self._draining or not self.lifecycle.models:
+            return
+        self._draining = True
+        self.beats.update(self._heartbeat())  # not placeable: no model is loaded here on demand now
+        for loaded in list(self.lifecycle.models.values()):
+            loaded.draining = True
+            await self._revoke(loaded)
+        with contextlib.suppress(Exception):
+            await self.nc.flush(timeout=2)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        quiet_since = started
+        while loop.time() - started < timeout:
+            if self.batches.holding:
+                quiet_since = loop.time()
+            elif loop.time() - quiet_since >= DRAIN_QUIET_S:
+                log.info("worker %s drained in %.1f s", self.id, loop.time() - started)
+                return
+            await asyncio.sleep(DRAIN_POLL_S)
+        log.warning(
+            "worker %s still held %d batch(es) after %.0f s of draining", self.id, len(self.batches.holding), timeout
+        )
+
     async def stop(self) -> None:
+        await self.drain()
         self.beats.stop()
         await self.micro.stop()
         self._tasks.cancel_all()
@@ -207,11 +247,16 @@ class WorkerService:
             await self.channels.stop()
         await self.bls.stop()
         await self.store.close()
+        if not self.settings.parent_pid:  # (a python model's process: its worker says so)
+            # gone now, not a heartbeat timeout later: the repository places no on-demand load here
+            # meanwhile (a scale to zero), the schedulers drop its credits at once
+            with contextlib.suppress(Exception):
+                await self.nc.publish(subjects.WORKER_EXITED, encode(WorkerExited(self.settings.worker_id, 0)))
 
     # -- credits ----------------------------------------------------------------
     async def _grant_idle(self, loaded: LoadedModel) -> None:
         """Announce every idle credit; first credits of all instances first, so batches spread."""
-        if loaded.retired:
+        if loaded.retired or self._draining:
             return
         for credit in range(max(i.credits for i in loaded.instances)):
             for instance in loaded.instances:
@@ -272,26 +317,28 @@ class WorkerService:
         for loaded in list(self.lifecycle.models.values()):
             await self._grant_idle(loaded)
 
+    def _heartbeat(self) -> WorkerHeartbeat:
+        instances = {f"{m}/{v}": len(loaded.instances) for (m, v), loaded in self.lifecycle.models.items()}
+        return WorkerHeartbeat(
+            self.id,
+            self.subject,
+            self.store.host,
+            instances,
+            self.settings.heartbeat_s,
+            budget_bytes=self.budget_bytes,
+            max_models=self.settings.max_loaded_models,
+            models=self.settings.models,
+            # a draining worker takes no model on demand
+            placeable=self.lifecycle.local is None and not self.settings.parent_pid and not self._draining,
+            supervised=bool(self.settings.parent_pid),
+        )
+
     async def _tick(self) -> None:
         """The main loop's periodic work; the beat itself goes out from `HeartbeatThread`."""
         interval = self.settings.heartbeat_s
         last = time.monotonic()
         while True:
-            instances = {f"{m}/{v}": len(loaded.instances) for (m, v), loaded in self.lifecycle.models.items()}
-            self.beats.update(
-                WorkerHeartbeat(
-                    self.id,
-                    self.subject,
-                    self.store.host,
-                    instances,
-                    interval,
-                    budget_bytes=self.budget_bytes,
-                    max_models=self.settings.max_loaded_models,
-                    models=self.settings.models,
-                    placeable=self.lifecycle.local is None and not self.settings.parent_pid,
-                    supervised=bool(self.settings.parent_pid),
-                )
-            )
+            self.beats.update(self._heartbeat())
             now = time.monotonic()
             if now - last > interval + LATE_S:
                 log.info(

@@ -234,6 +234,11 @@ class WorkerSettings(BusSettings):
         json_schema_extra={"shown": "~/.cache/shoal/model-files"},
     )
     heartbeat_s: float = Field(1.0, description="seconds between the worker's heartbeats to the schedulers")
+    drain_timeout_s: float = Field(
+        30.0,
+        description="on SIGTERM, the worker stops taking batches and finishes those it holds for up to this "
+        "many seconds before it stops (docs/scaling.md); 0: stop at once",
+    )
     local_channel: bool = Field(
         True,
         description="take batches from gateways on this host over a Unix socket as well as over NATS "

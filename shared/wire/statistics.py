@@ -100,6 +100,11 @@ class VersionStatistics(msgspec.Struct):
     worker_compute_ns: dict[str, int] = {}  # worker -> ns its instances ran this model's batches
     worker_executions: dict[str, int] = {}  # worker -> batches
     retries: int = 0
+    # the autoscaling signals (docs/scaling.md): a replica's view, merged by the largest
+    oldest_wait_us: int = 0  # the longest-waiting request not started yet
+    running_batches: int = 0  # batches in flight (running, or sent ahead to wait at their instance)
+    busy_instances: int = 0  # instances holding a batch
+    instances: int = 0  # instances known by a credit or a batch
 
 
 class SchedulerStatistics(msgspec.Struct):

@@ -19,7 +19,12 @@ class GatewayStatus(msgspec.Struct):
 class QueueStatus(msgspec.Struct):
     queued: int  # requests not started yet
     free_credits: int  # instance credits the queue may send a batch on now
-    running_batches: int
+    running_batches: int  # batches in flight: running, or sent ahead to wait at their instance
+    # the autoscaling signals (docs/serving.md, "Metrics"; docs/scaling.md)
+    oldest_wait_s: float = 0.0  # how long the longest-waiting request not started yet has waited
+    busy_instances: int = 0  # instances holding a batch of this version
+    instances: int = 0  # instances this replica knows (by a credit or a batch)
+    requests: int = 0  # requests answered (success or failure) since this replica started
 
 
 class SlotStatus(msgspec.Struct):
@@ -76,6 +81,7 @@ class RepositoryStatus(msgspec.Struct):
     repository: str  # its root directory
     mode: str  # --model-control-mode
     models: dict[str, dict[str, ModelState]]  # model -> version -> state
+    demand_loads: int = 0  # on-demand loads under way: requests wait for them (docs/scaling.md)
 
 
 Status = GatewayStatus | SchedulerStatus | WorkerStatus | RepositoryStatus

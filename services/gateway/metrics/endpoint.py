@@ -183,6 +183,7 @@ def _shoal_gauges(entries: Entries) -> list[str]:
         "gauge",
         [({"model": m, "version": v}, value.free_credits) for (m, v), value in entries],
     )
+    lines += _scaling_gauges(entries)
     busy: dict[str, int] = {}
     executions: dict[tuple[str, str, str], int] = {}
     for (model, version), value in entries:
@@ -216,6 +217,38 @@ def _shoal_gauges(entries: Entries) -> list[str]:
         [({}, system_metrics.shm_bytes_in_use())],
     )
     return lines
+
+
+def _scaling_gauges(entries: Entries) -> list[str]:
+    """The autoscaling signals beside Triton's `nv_inference_pending_request_count` (docs/scaling.md):
+    what KEDA's Prometheus trigger, an HPA on external metrics and `shoal autoscale` read."""
+    labels = [({"model": m, "version": v}, value) for (m, v), value in entries]
+    return [
+        *family_lines(
+            "shoal_queue_oldest_wait_seconds",
+            "Seconds the longest-waiting request not started yet has waited, per model",
+            "gauge",
+            [(label, value.oldest_wait_us / 1e6) for label, value in labels],
+        ),
+        *family_lines(
+            "shoal_inflight_batches",
+            "Batches in flight per model: running, or sent ahead to wait at their instance",
+            "gauge",
+            [(label, value.running_batches) for label, value in labels],
+        ),
+        *family_lines(
+            "shoal_instance_utilization",
+            "Share of the model's instances holding a batch now [0.0 - 1.0]",
+            "gauge",
+            [(label, value.busy_instances / value.instances if value.instances else 0.0) for label, value in labels],
+        ),
+        *family_lines(
+            "shoal_model_instances",
+            "Instances of the model the schedulers know (by a free credit or a batch)",
+            "gauge",
+            [(label, value.instances) for label, value in labels],
+        ),
+    ]
 
 
 def resent_lines(resent: Mapping[tuple[str, str], int]) -> list[str]:

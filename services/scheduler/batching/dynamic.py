@@ -77,6 +77,9 @@ class DynamicBatcher:
     def queued(self) -> int:
         return len(self.requests)
 
+    def oldest(self) -> float | None:
+        return min((p.arrived for p in self.requests), default=None)  # levels and delays: not in arrival order
+
     def requeue(self, pending: Pending) -> bool:
         self.requests.appendleft(pending)
         return True

@@ -54,6 +54,10 @@ class Flights:
     def count(self, key: Key) -> int:
         return sum(1 for f in self.table.values() if f.key == key)
 
+    def instances_busy(self, key: Key) -> set[tuple[str, int]]:
+        """The (worker, instance) pairs that hold a batch of the model version (running or sent ahead)."""
+        return {(f.slot.worker, f.slot.instance) for f in self.table.values() if f.key == key}
+
     def waiting(self, key: Key) -> list[InFlight]:
         """The model version's batches sent ahead that wait at their instance behind another one
         (an instance runs one batch at a time, in the order they were sent)."""

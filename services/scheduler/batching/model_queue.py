@@ -53,6 +53,8 @@ class Discipline(Protocol):
 
     def queued(self) -> int: ...  # requests waiting here (not sent yet)
 
+    def oldest(self) -> float | None: ...  # when the longest-waiting of them arrived (monotonic); None: none
+
     def requeue(self, pending: Pending) -> bool:
         """A request whose batch never started goes back to the head of the queue; False if the
         discipline never runs a request twice (a sequence's: its state may have moved on)."""

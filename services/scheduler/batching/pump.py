@@ -110,6 +110,23 @@ class Pump:
         """Requests not started yet: queued here, or sent ahead and waiting at their instance."""
         return queue.discipline.queued() + self.flights.waiting_requests(queue.key)
 
+    def oldest_wait_s(self, queue: ModelQueue) -> float:
+        """How long the longest-waiting request not started yet has waited (queued here, or sent ahead
+        and waiting at its instance); 0 when none waits. The autoscaler's queue-time signal."""
+        first = queue.discipline.oldest()
+        for flight in self.flights.waiting(queue.key) if self.flights.table else ():
+            for pending in flight.requests:
+                if pending.header.rid not in flight.cancelled and (first is None or pending.arrived < first):
+                    first = pending.arrived
+        return 0.0 if first is None else max(0.0, time.monotonic() - first)
+
+    def instances_in_use(self, queue: ModelQueue) -> tuple[int, int]:
+        """(instances holding a batch, instances known by a credit or a batch) of the model version, as
+        this replica sees them: the instance utilisation signal."""
+        busy = self.flights.instances_busy(queue.key)
+        known = busy | {(slot.worker, slot.instance) for slot in queue.free}
+        return len(busy), len(known)
+
     # -- arrivals -------------------------------------------------------------------
     async def admit(self, queue: ModelQueue, header: RequestHeader, raw: msgspec.Raw, now: float) -> bool:
         """Queue a request at its priority level (its queue policy's timeout from now), or refuse it."""

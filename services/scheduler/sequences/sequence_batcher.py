@@ -75,6 +75,9 @@ class SequenceBatcher:
     def queued(self) -> int:
         return self.book.queued()
 
+    def oldest(self) -> float | None:
+        return min((pending.arrived for _, pending in self.book.all_queued()), default=None)
+
     def requeue(self, pending: Pending) -> bool:
         return False  # a sequence's request never runs twice: its state may have moved on
 

@@ -39,11 +39,28 @@ def quantiles_asked(data: bytes) -> list[float]:
         return []
 
 
+class Signals(msgspec.Struct, frozen=True):
+    """One queue's autoscaling signals now (`pump.Pump`): what `VersionStatistics` carries of them."""
+
+    oldest_wait_us: int = 0
+    running_batches: int = 0
+    busy_instances: int = 0
+    instances: int = 0
+
+
+def _no_signals(queue: object) -> Signals:
+    return Signals()
+
+
 def report(
-    queues: Iterable[R], owns: Callable[[str], bool], quantiles: list[float], pending: Callable[[R], int]
+    queues: Iterable[R],
+    owns: Callable[[str], bool],
+    quantiles: list[float],
+    pending: Callable[[R], int],
+    signals: Callable[[R], Signals] = _no_signals,
 ) -> SchedulerStatistics:
     """Versions of the models this replica owns, and of any it served before (the gateway sums
-    replicas); `pending(queue)`: its requests not started yet."""
+    replicas); `pending(queue)`: its requests not started yet; `signals(queue)`: its autoscaling signals."""
     return SchedulerStatistics(
         {
             f"{model}/{version}": VersionStatistics(
@@ -56,6 +73,7 @@ def report(
                 worker_compute_ns=dict(q.stats.worker_compute_ns),
                 worker_executions=dict(q.stats.worker_executions),
                 retries=q.stats.retries,
+                **msgspec.structs.asdict(signals(q)),
             )
             for q in queues
             for model, version in (q.key,)

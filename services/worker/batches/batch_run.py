@@ -149,7 +149,7 @@ class BatchRun:
             instance.uncredited -= 1
         if loaded.retired and not instance.busy:
             instance.close()
-        if loaded.retired or not self.holds_credit:
+        if loaded.retired or loaded.draining or not self.holds_credit:
             self.free.instance = -1  # tells the scheduler this is not a credit
 
 

@@ -63,6 +63,7 @@ class LoadedModel:
     generation: int
     instances: list[Instance] = field(default_factory=list)
     retired: bool = False
+    draining: bool = False  # the worker is stopping: its completions give no credit back (service.drain)
     warmup_ms: float = 0.0
     rss_bytes: int = 0  # memory its instances took at load (shared/memory/footprint.py)
     device_bytes: int = 0

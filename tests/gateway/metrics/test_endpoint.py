@@ -40,3 +40,20 @@ def test_counter_latencies_can_be_switched_off():
     stats = {"m/1": VersionStatistics(ModelStatistics("m", "1"))}
     text = render(stats, MetricsOptions(counter_latencies=False)).decode()
     assert "nv_inference_request_duration_us" not in text and "nv_inference_count" in text
+
+
+def test_the_autoscaling_gauges_are_rendered_per_model():
+    value = VersionStatistics(
+        ModelStatistics("m", "1"), pending=5, oldest_wait_us=1_500_000, running_batches=3, busy_instances=1, instances=4
+    )
+    families = {f.name: f for f in text_string_to_metric_families(render({"m/1": value}).decode())}
+    labels = {"model": "m", "version": "1"}
+    for name, expected in (
+        ("nv_inference_pending_request_count", 5),
+        ("shoal_queue_oldest_wait_seconds", 1.5),
+        ("shoal_inflight_batches", 3),
+        ("shoal_instance_utilization", 0.25),
+        ("shoal_model_instances", 4),
+    ):
+        assert families[name].type == "gauge"
+        assert [(s.labels, s.value) for s in families[name].samples] == [(labels, expected)], name

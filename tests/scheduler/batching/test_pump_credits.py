@@ -220,3 +220,24 @@ async def test_a_reload_keeps_the_queue_its_discipline_serves_and_replaces_the_o
     await until(lambda: "queued" in bench.answers)  # what it queued cannot run there: answered, never lost
     assert bench.answers["queued"].error == "model 'm' is now served by the sequence batcher; send the request again"
     assert bench.pump.pending(bench.queue) == 0
+
+
+async def test_the_autoscaling_signals_follow_the_queue_and_the_instances(bench):
+    """docs/scaling.md: the oldest request's wait (queued here or waiting at its instance), and the
+    instances holding a batch of all those known by a credit or a batch."""
+    assert bench.pump.oldest_wait_s(bench.queue) == 0.0 and bench.pump.instances_in_use(bench.queue) == (0, 0)
+    await bench.admit("r1")
+    await bench.admit("r2")
+    first_wait = bench.pump.oldest_wait_s(bench.queue)
+    await until(lambda: bench.pump.oldest_wait_s(bench.queue) > first_wait)  # it grows while nothing runs
+    one, other = bench.credit(0), bench.credit(1)
+    await bench.free(one)
+    await until(lambda: len(bench.batches) == 1)
+    assert bench.pump.instances_in_use(bench.queue) == (1, 1)
+    waited = bench.pump.oldest_wait_s(bench.queue)
+    assert waited > 0  # r2 still waits
+    await bench.free(other)
+    await until(lambda: len(bench.batches) == 2)
+    assert bench.pump.oldest_wait_s(bench.queue) == 0.0 and bench.pump.instances_in_use(bench.queue) == (2, 2)
+    await bench.free(one, bench.batches[0].batch_id, done=["r1"])
+    assert bench.pump.instances_in_use(bench.queue) == (1, 2)

@@ -32,3 +32,12 @@ def test_owned_and_served_versions_are_reported():
     assert b.stats.inference_stats.fail == Duration(1, 40)
     assert [s.batch_size for s in b.stats.batch_stats] == [2] and b.worker_compute_ns == {"w1": 20}
     assert b.latency.quantiles["compute_infer"] == {"0.5": 0.02} and b.latency.first_response_counts == [0] * 5
+
+
+def test_the_autoscaling_signals_are_reported_per_version():
+    from services.scheduler.statistics.report import Signals
+
+    owned = _Queue(("a", 1))
+    reply = report([owned], lambda model: True, [], lambda q: 3, lambda q: Signals(2_500_000, 2, 1, 4))
+    a = reply.versions["a/1"]
+    assert (a.pending, a.oldest_wait_us, a.running_batches, a.busy_instances, a.instances) == (3, 2_500_000, 2, 1, 4)
