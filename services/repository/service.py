@@ -367,4 +367,4 @@ async def run(settings: RepositorySettings, stop: asyncio.Event) -> None:
         elif not Path(repository).is_dir():
             raise SystemExit(f"model repository '{repository}' is not a directory")
     nc = await connection.connect(settings.nats_url, "shoal-repository", settings.nats_credentials)
-    await serve_until(stop, nc, RepositoryService(settings, nc), "repository")
+    await serve_until(stop, nc, RepositoryService(settings, nc), "repository", settings.health_port)

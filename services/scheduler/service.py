@@ -360,6 +360,6 @@ async def run(settings: SchedulerSettings, stop: asyncio.Event) -> None:
         settings.nats_url, f"shoal-scheduler-{settings.scheduler_id}", settings.nats_credentials
     )
     try:
-        await serve_until(stop, nc, SchedulerService(settings, nc), "scheduler")
+        await serve_until(stop, nc, SchedulerService(settings, nc), "scheduler", settings.health_port)
     finally:
         spans.uninstall()

@@ -404,6 +404,6 @@ async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
     spans.install(spans.from_config(settings.trace_config), "worker", settings.worker_id)
     nc = await connection.connect(settings.nats_url, f"shoal-worker-{settings.worker_id}", settings.nats_credentials)
     try:
-        await serve_until(stop, nc, WorkerService(settings, nc), "worker")
+        await serve_until(stop, nc, WorkerService(settings, nc), "worker", settings.health_port)
     finally:
         spans.uninstall()

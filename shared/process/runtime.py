@@ -94,14 +94,28 @@ def _start_profile() -> cProfile.Profile:
     return profiler
 
 
-async def serve_until(stop: asyncio.Event, nc: NATS, service: Service, name: str) -> None:
-    """Start `service`, wait for `stop`, then stop it and drain the NATS connection."""
+async def serve_until(stop: asyncio.Event, nc: NATS, service: Service, name: str, health_port: int = 0) -> None:
+    """Start `service`, wait for `stop`, then stop it and drain the NATS connection. With a
+    `health_port`, Triton's live and ready paths answer on it (shared/process/health.py): ready
+    once started, while connected, until `stop` is set."""
     from shared.process.logsettings import follow
 
-    await follow(nc, name)
-    await service.start()
+    health = None
+    started = False
+    if health_port:
+        from shared.process.health import HealthPort
+
+        health = HealthPort(health_port, lambda: started and nc.is_connected and not stop.is_set())
+        await health.start()  # live during a long start (a repository loading its models)
     try:
-        await stop.wait()
+        await follow(nc, name)
+        await service.start()
+        started = True
+        try:
+            await stop.wait()
+        finally:
+            await service.stop()
+            await nc.drain()
     finally:
-        await service.stop()
-        await nc.drain()
+        if health is not None:
+            await health.stop()

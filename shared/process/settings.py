@@ -54,6 +54,14 @@ def _random_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def _health_port() -> Any:
+    return Field(
+        0,
+        description="serve Triton's /v2/health/live and /v2/health/ready on this port, for an orchestrator's "
+        "probes (docs/kubernetes.md); 0: none",
+    )
+
+
 class GatewaySettings(BusSettings):
     model_config = SettingsConfigDict(env_prefix="SHOAL_GATEWAY_")
     gateway_id: str = Field(
@@ -202,6 +210,7 @@ class SchedulerSettings(BusSettings):
     rate_limit_resource: list[str] = Field(
         default_factory=list, description="<name>:<count>[:<device>]: a resource the rate limiter shares out"
     )
+    health_port: int = _health_port()
 
 
 def _worker_id() -> str:
@@ -299,6 +308,7 @@ class WorkerSettings(BusSettings):
         description="batches the scheduler may send an instance ahead: the next one waits at the worker "
         "instead of a bus round trip after each batch",
     )
+    health_port: int = _health_port()
 
     @field_validator("python_isolation")
     @classmethod
@@ -357,6 +367,7 @@ class RepositorySettings(BusSettings):
         "store) and every worker fetches what it loads, on any host; path: workers read them where the "
         "repository is (one host, or a disk every host mounts at the same path)",
     )
+    health_port: int = _health_port()
 
     @field_validator("model_repository", mode="before")
     @classmethod

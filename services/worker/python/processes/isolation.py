@@ -91,6 +91,7 @@ class ModelProcesses:
                 # the process runs the model's own code: it is an `instance` on the bus (docs/security.md)
                 "nats_credentials": self.settings.instance_credentials or self.settings.nats_credentials,
                 "instance_credentials": "",
+                "health_port": 0,  # the worker's port is the worker's: a child binding it too would fail
             }
         )
 
