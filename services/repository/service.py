@@ -182,7 +182,8 @@ class RepositoryService:
     async def _worker_gone(self, worker: str) -> None:
         """A worker that is gone (its connection closed, or silent past the liveness rules: crashed,
         partitioned, stuck) no longer counts as an instance."""
-        log.warning("worker %s is gone; dropping its instances", worker)
+        level = logging.INFO if self.liveness.stopped_on_purpose(worker) else logging.WARNING
+        log.log(level, "worker %s is gone; dropping its instances", worker)
         for key in [k for k, r in self.manager.reports.items() if r.worker == worker]:
             await self.instances_kv.delete(key)
 

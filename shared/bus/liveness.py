@@ -101,6 +101,7 @@ class WorkerLiveness:
         self.on_back = on_back
         self.seen: dict[str, float] = {}
         self.gone: set[str] = set()
+        self._stopped: set[str] = set()  # workers being dropped that said they stopped cleanly (code 0)
         self.loading: set[str] = set()  # workers whose last heartbeat reported loads in progress
         self.beats: dict[str, WorkerHeartbeat] = {}  # each worker's last heartbeat (its budget, its selector)
         self.probe = probe
@@ -189,7 +190,11 @@ class WorkerLiveness:
         for worker in [
             w for w in self.seen if w.startswith(exited.worker + "-") and len(w) == len(exited.worker) + INCARNATION
         ]:
-            log.warning("worker %s exited (code %d); dropping it", worker, exited.code)
+            if exited.code == 0:  # stopped on purpose (a drain, `shoal serve` stopping): no warning
+                self._stopped.add(worker)
+                log.info("worker %s stopped; dropping it", worker)
+            else:
+                log.warning("worker %s exited (code %d); dropping it", worker, exited.code)
             self.found_by_parent += 1
             await self._drop(worker)
 
@@ -227,17 +232,23 @@ class WorkerLiveness:
                     log.warning("worker %s silent for %.0f s with a live connection; dropping it", worker, silent_s)
                 await self._drop(worker)
 
+    def stopped_on_purpose(self, worker: str) -> bool:
+        """Whether `worker`, being dropped, said it stopped cleanly (exit code 0): news, not a fault."""
+        return worker in self._stopped
+
     async def _drop(self, worker: str) -> None:
         if self.seen.pop(worker, None) is None:
             return  # dropped already (by the other path)
         self._answered.discard(worker)
         self.loading.discard(worker)
         self.gone.add(worker)
+        quiet = worker in self._stopped
         await self.on_gone(worker)
         # its python models' processes die with it (services/worker/python/processes/isolation.py), unprobed
         for child in [w for w in self.seen if w.startswith(f"{worker}-py-") and self.supervised(w)]:
-            log.warning("worker %s went with the worker that started it", child)
+            log.log(logging.INFO if quiet else logging.WARNING, "worker %s went with the worker that started it", child)
             await self._drop(child)
+        self._stopped.discard(worker)
 
     async def _probe_forever(self) -> None:
         while True:
