@@ -85,6 +85,7 @@ class InFlight:
     slot: Slot
     requests: list[Pending]
     dispatched: float
+    over_bus: bool = True  # sent over NATS, not on the worker's local channel
     cancelled: set[str] = field(default_factory=set)  # rids whose client left while the batch waited
     rescheduled: set[str] = field(default_factory=set)  # rids the model released to run again
     # OpenTelemetry: the batch's span, ended with it (batching/batch_spans.py). Any, not object: a compiled

@@ -19,6 +19,7 @@ class Flights:
     def __init__(self) -> None:
         self.table: dict[FlightKey, InFlight] = {}
         self.running: Counter[Instance] = Counter()  # batches in flight per instance
+        self.on_bus: Counter[Instance] = Counter()  # of those, sent over NATS (`over_bus`)
         # every replica hears every completion: batch ids must not collide across replicas
         self._batch_ids = secrets.randbits(40)
 
@@ -29,6 +30,8 @@ class Flights:
     def start(self, batch_id: int, flight: InFlight) -> None:
         self.table[(flight.slot.worker, batch_id)] = flight
         self.running[_instance(flight)] += 1
+        if flight.over_bus:
+            self.on_bus[_instance(flight)] += 1
 
     def mine(self, worker: str, batch_id: int, key: Key) -> bool:
         """Whether a completion is of a batch this replica sent (every replica hears them all)."""
@@ -41,6 +44,8 @@ class Flights:
         flight = self.table.pop(flight_key, None)
         if flight is not None:
             self.running[_instance(flight)] -= 1
+            if flight.over_bus:
+                self.on_bus[_instance(flight)] -= 1
         return flight
 
     def holds(self, slot: Slot) -> bool:
@@ -50,6 +55,12 @@ class Flights:
     def busy(self, key: Key, slot: Slot) -> bool:
         """Whether the slot's instance runs a batch (of this replica) now."""
         return self.running[(slot.worker, key, slot.instance)] > 0
+
+    def sent_over_bus(self, key: Key, slot: Slot) -> bool:
+        """Whether the slot's instance holds a batch sent over NATS: the next one takes NATS too,
+        since a batch on the local channel could overtake it (the instance runs batches in the order
+        they reach it, and a decoupled ensemble's iterations must reach their client in order)."""
+        return self.on_bus[(slot.worker, key, slot.instance)] > 0
 
     def count(self, key: Key) -> int:
         return sum(1 for f in self.table.values() if f.key == key)

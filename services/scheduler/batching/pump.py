@@ -230,7 +230,13 @@ class Pump:
         )
         try:
             payload = encode(message)
-            if self.channels is None or not self.channels.send(slot, payload):
+            # the channel only once the instance holds nothing sent over NATS: no batch overtakes another
+            over_bus = (
+                self.channels is None
+                or self.flights.sent_over_bus(queue.key, slot)
+                or not self.channels.send(slot, payload)
+            )
+            if over_bus:
                 await hot_path.publish_all(self.nc, [Outgoing(slot.subject, payload)])  # one write a turn
         except Exception as exc:  # not sent: the credit is still the worker's to use, the requests fail
             log.error("cannot send a batch of '%s' to worker %s: %s", queue.key[0], slot.worker, exc)
@@ -240,7 +246,7 @@ class Pump:
                     queue, pending.header, f"cannot reach worker {slot.worker}: {type(exc).__name__}"
                 )
             return False
-        flight = InFlight(queue.key, slot, batch, now)
+        flight = InFlight(queue.key, slot, batch, now, over_bus)
         if spans.active is not None:  # opentelemetry mode: the batch's spans (one comparison when off)
             flight.span = batch_sent(spans.active, queue.key, slot, batch, batch_id, reason)
         self.flights.start(batch_id, flight)

@@ -95,3 +95,19 @@ def test_overdue_flights_are_those_whose_every_request_is_past_its_deadline():
     flights.start(2, late)
     assert flights.overdue(200) == [("w", 1)]
     assert flights.overdue(400) == [("w", 1), ("w", 2)]
+
+
+def test_an_instance_holding_a_batch_sent_over_nats_keeps_the_next_one_there():
+    flights = Flights()
+    key: Key = ("m", 1)
+    by_bus = on_instance(0, ["r1"], key)
+    flights.start(1, by_bus)
+    assert flights.sent_over_bus(key, by_bus.slot)  # a batch on the channel now could overtake it
+    assert not flights.sent_over_bus(key, Slot("w", 1, 0, "shoal.worker.w.exec"))  # another instance
+    on_channel = on_instance(0, ["r2"], key)
+    on_channel.over_bus = False
+    flights.start(2, on_channel)
+    flights.end(("w", 1))
+    assert not flights.sent_over_bus(key, by_bus.slot)  # only the channel's batch left: the channel again
+    flights.end(("w", 2))
+    assert not flights.sent_over_bus(key, by_bus.slot) and not flights.busy(key, by_bus.slot)
