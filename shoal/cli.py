@@ -63,6 +63,8 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--allow-metrics", G, "allow_metrics"),
     ("--openai-address", G, "openai_address"),  # Triton's OpenAI front end's flags
     ("--openai-port", G, "openai_port"),
+    ("--openai-api-key", G, "openai_api_key"),
+    ("--openai-api-key-file", G, "openai_api_key_file"),
     ("--allow-client-shm", G, "allow_client_shm"),
     ("--log-verbose", G, "log_verbose"),
     ("--rate-limit", S, "rate_limit"),

@@ -32,7 +32,7 @@ from shared.process import settings as s
 from shared.process.natsserver import NatsServer
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 from shared.wire.records import ModelState
-from shoal import announce, grpc_flags, layout_flags, private_runtime
+from shoal import announce, grpc_flags, layout_flags, openai_key, private_runtime
 from shoal.ports import busy_endpoint, reserve_serving_ports
 
 log = logging.getLogger("shoal.serve")
@@ -232,6 +232,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         metrics_port=args.metrics_port,
         openai_address=args.openai_address,
         openai_port=args.openai_port,
+        openai_api_key_file=args.openai_api_key_file,
         allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size,
         http_restricted_api=args.http_restricted_api,
@@ -303,8 +304,9 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         )
         for _ in range(args.schedulers)
     ]
-    scheduler, more_schedulers = (standalone[0], standalone[1:]) if standalone else (None, [])
-    return Cluster(gateway, scheduler, repo, workers, more_gateways=more_gateways, more_schedulers=more_schedulers)
+    scheduler, replicas = (standalone[0], standalone[1:]) if standalone else (None, [])
+    env = openai_key.environment(args)  # the key in the gateways' environment, never on their command lines
+    return Cluster(gateway, scheduler, repo, workers, env=env, more_gateways=more_gateways, more_schedulers=replicas)
 
 
 def port_sharing_gateways(gateway: GatewaySettings, count: int) -> tuple[GatewaySettings, list[GatewaySettings]]:
@@ -391,9 +393,10 @@ def serve(args: argparse.Namespace) -> int:
         repositories.append(found)
     if not repositories:
         repositories = [example_repository(args)]
-    busy = busy_endpoint(args)
-    if busy is not None:
-        log.error("%s", busy)
+    # a port taken, or OpenAI keys that cannot be read: said now, not by a service that cannot start
+    problem = busy_endpoint(args) or openai_key.problem(args)
+    if problem:
+        log.error("%s", problem)
         return 1
     signals = StopSignals()
     nats: NatsServer | None = None

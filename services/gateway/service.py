@@ -260,10 +260,12 @@ class GatewayService:
 
     def _openai(self) -> uvicorn.Config:
         """The OpenAI-compatible API on its own port (docs/openai.md), over the same core."""
+        from services.gateway.openai.api_keys import ApiKeys
         from services.gateway.openai.openai_app import build_openai_app
 
         settings = self.settings
-        app = build_openai_app(self.core, settings.http_max_input_size)
+        keys = ApiKeys.load(settings.openai_api_key.get_secret_value(), settings.openai_api_key_file)
+        app = build_openai_app(self.core, settings.http_max_input_size, keys)
         return self._uvicorn(app, settings.openai_address or settings.http_address, settings.openai_port)
 
     def _uvicorn(

@@ -13,7 +13,7 @@ import socket
 import uuid
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -81,6 +81,16 @@ class GatewaySettings(BusSettings):
         json_schema_extra={"shown": "--http-address"},
     )
     openai_port: int = Field(0, description="OpenAI-compatible API port (/v1/...; docs/openai.md); 0: off")
+    # never on a command line (`to_argv` leaves it out: `ps` shows argv to every user): from the
+    # environment (SHOAL_GATEWAY_OPENAI_API_KEY, readable by this user only) or --openai-api-key-file
+    openai_api_key: SecretStr = Field(
+        SecretStr(""),
+        exclude=True,
+        description="the key an OpenAI client must send (Authorization: Bearer <key>); 401 without it",
+    )
+    openai_api_key_file: str = Field(
+        "", description="a file of OpenAI API keys, one per line: any of them is accepted (docs/openai.md)"
+    )
     allow_metrics: bool = Field(True, description="serve the metrics endpoint")
     allow_cpu_metrics: bool = Field(True, description="CPU utilization and memory gauges")
     allow_gpu_metrics: bool = Field(True, description="GPU gauges through NVML, when a GPU exists")

@@ -246,6 +246,20 @@ def test_the_first_gateway_alone_serves_the_openai_port(tmp_path):
     assert build_cluster(parse_serve([]), "nats://127.0.0.1:4222", tmp_path).gateway.openai_port == 0
 
 
+def test_the_openai_api_key_reaches_the_gateways_by_their_environment_only(tmp_path):
+    from shoal import openai_key
+    from shoal.supervisor import build_cluster
+
+    args = parse_serve(["--openai-port", "9000", "--openai-api-key", "sk-not-on-argv"])
+    cluster = build_cluster(args, "nats://127.0.0.1:4222", tmp_path)
+    assert cluster.env == {"SHOAL_GATEWAY_OPENAI_API_KEY": "sk-not-on-argv"}
+    assert "sk-not-on-argv" not in " ".join(s.to_argv(cluster.gateway))  # `ps` shows argv to every user
+    assert openai_key.problem(args) is None
+    assert build_cluster(parse_serve([]), "nats://127.0.0.1:4222", tmp_path).env == {}
+    missing = parse_serve(["--openai-port", "9000", "--openai-api-key-file", str(tmp_path / "none")])
+    assert "cannot read --openai-api-key-file" in (openai_key.problem(missing) or "")
+
+
 def test_the_gateways_cohost_the_schedulers_unless_told_not_to(tmp_path):
     from shoal.supervisor import build_cluster
 

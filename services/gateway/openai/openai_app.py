@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from inference.core import InferenceCore
 from services.gateway.openai import documents, requests
+from services.gateway.openai.api_keys import ApiKeys
 from services.gateway.openai.catalog import Kind, Offer, offer
 from services.gateway.openai.generation import Generation
 from services.gateway.openai.openai_errors import OpenAIError, from_shoal, model_not_found
@@ -219,14 +220,32 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     return Response(error.body(), status_code=status, media_type="application/json")
 
 
-def build_openai_app(core: InferenceCore, max_input_size: int) -> Starlette:
+def with_key(keys: ApiKeys, handler: Handler) -> Handler:
+    """`handler` for clients with an allowed API key only (none set: everyone)."""
+    if not keys.required:
+        return handler
+
+    async def checked(request: Request) -> Response:
+        keys.check(request.headers.get("authorization"))
+        return await handler(request)
+
+    return checked
+
+
+def build_openai_app(core: InferenceCore, max_input_size: int, keys: ApiKeys | None = None) -> Starlette:
     h = OpenAIHandlers(core, max_input_size)
+    keys = keys or ApiKeys([])
+
+    def api(handler: Handler) -> Handler:
+        return openai_errors(with_key(keys, handler))
+
     routes = [
-        Route("/v1/models", openai_errors(h.list_models), methods=["GET"]),
-        Route("/v1/models/{model:path}", openai_errors(h.get_model), methods=["GET"]),
-        Route("/v1/chat/completions", openai_errors(h.chat), methods=["POST"]),
-        Route("/v1/completions", openai_errors(h.completions), methods=["POST"]),
-        Route("/v1/embeddings", openai_errors(h.embeddings), methods=["POST"]),
+        Route("/v1/models", api(h.list_models), methods=["GET"]),
+        Route("/v1/models/{model:path}", api(h.get_model), methods=["GET"]),
+        Route("/v1/chat/completions", api(h.chat), methods=["POST"]),
+        Route("/v1/completions", api(h.completions), methods=["POST"]),
+        Route("/v1/embeddings", api(h.embeddings), methods=["POST"]),
+        # an orchestrator's probe carries no key (as vLLM's and Triton's OpenAI front ends leave it open)
         Route("/health/ready", openai_errors(h.ready), methods=["GET"]),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: _not_found})
