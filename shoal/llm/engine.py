@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from shoal.llm.llama_c_api import Entry, LlamaError, Sampler
+from shoal.llm.llama_c_api import Entry, LlamaError, Penalties, Sampler
 from shoal.llm.text import Detokenizer
 
 log = logging.getLogger("shoal.llm")
@@ -45,7 +45,7 @@ class Decoder(Protocol):
 
     def decode(self, entries: list[Entry]) -> None: ...
 
-    def sampler(self, temperature: float, top_p: float, seed: int) -> Sampler: ...
+    def sampler(self, temperature: float, top_p: float, seed: int, penalties: Penalties | None = None) -> Sampler: ...
 
     def sample(self, sampler: Sampler, index: int) -> int: ...
 
@@ -95,6 +95,8 @@ class Job:
     temperature: float = 0.8
     top_p: float = 0.95
     seed: int | None = None  # None: a random one
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
     joined: threading.Event = field(default_factory=threading.Event, repr=False)
 
 
@@ -208,7 +210,10 @@ class Engine:
                 return  # the oldest waits for room: no overtaking
             self._waiting.popleft()
             seed = job.seed if job.seed is not None else random.randrange(2**32)
-            sampler = self.model.sampler(job.temperature, job.top_p, seed)
+            penalties = None
+            if job.frequency_penalty or job.presence_penalty:  # every token it may generate counts
+                penalties = Penalties(job.frequency_penalty, job.presence_penalty, max(budget, 1))
+            sampler = self.model.sampler(job.temperature, job.top_p, seed, penalties)
             sequence = _Sequence(job, self._free_seqs.pop(), sampler, budget)
             self._reserved += sequence.cells
             self._joining.append(sequence)

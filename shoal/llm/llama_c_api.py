@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 log = logging.getLogger("shoal.llm")
 
@@ -120,13 +120,30 @@ class Library:
         return bytes(self.api.llama_print_system_info()).decode("utf-8", "replace").strip()
 
 
+class Penalties(NamedTuple):
+    """OpenAI's `frequency_penalty` and `presence_penalty` (each in -2..2; 0: none) over the last
+    `last_n` tokens the sequence generated: a token's logit loses frequency x its count so far, and
+    presence once it has appeared (llama.cpp's penalties sampler does exactly this)."""
+
+    frequency: float
+    presence: float
+    last_n: int
+
+
 class Sampler:
     """One sequence's sampling chain: greedy at temperature 0, else top-p, temperature and a
     seeded draw."""
 
-    def __init__(self, api: Any, temperature: float, top_p: float, seed: int) -> None:
+    def __init__(
+        self, api: Any, temperature: float, top_p: float, seed: int, penalties: Penalties | None, n_vocab: int
+    ) -> None:
         self._api = api
         self.chain = api.llama_sampler_chain_init(api.llama_sampler_chain_default_params())
+        if penalties is not None:  # first: they change the logits the rest choose from (repeat 1.0: off)
+            penalty = api.llama_sampler_init_penalties(
+                n_vocab, penalties.last_n, 1.0, penalties.frequency, penalties.presence
+            )
+            api.llama_sampler_chain_add(self.chain, penalty)
         if temperature <= 0:
             api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_greedy())
         else:
@@ -225,8 +242,9 @@ class LlamaModel:
             meaning = {1: "no room in the KV cache", 2: "aborted"}.get(status, "an error")
             raise LlamaError(f"llama_decode returned {status} ({meaning}): {self.library.recent()}")
 
-    def sampler(self, temperature: float, top_p: float, seed: int) -> Sampler:
-        return Sampler(self.api, temperature, top_p, seed)
+    def sampler(self, temperature: float, top_p: float, seed: int, penalties: Penalties | None = None) -> Sampler:
+        n_vocab = int(self.api.llama_vocab_n_tokens(self.vocab))
+        return Sampler(self.api, temperature, top_p, seed, penalties, n_vocab)
 
     def sample(self, sampler: Sampler, index: int) -> int:
         return int(self.api.llama_sampler_sample(sampler.chain, self.context, index))

@@ -19,7 +19,8 @@ with `finish_reason` and the usage counts. Its config says, as string parameters
 | `llama_cpu_backends` | llama-cpp-python's `lib/` | folders searched for a portable build's CPU backends (`libggml-cpu-*.so`), `:`-separated |
 
 Inputs: `text_input` or `messages` (a JSON conversation, rendered with the GGUF's own chat
-template), `stream`, and optionally `max_tokens`, `temperature`, `top_p`, `seed`. Outputs:
+template), `stream`, and optionally `max_tokens`, `temperature`, `top_p`, `seed`, `frequency_penalty`,
+`presence_penalty`. Outputs:
 `text_output`, `finish_reason`, `prompt_tokens`, `completion_tokens` (docs/openai.md).
 """
 
@@ -194,6 +195,8 @@ class LlamaPythonModel:
             temperature=float(_scalar(request, "temperature", 0.8)),
             top_p=float(_scalar(request, "top_p", 0.95)),
             seed=None if seed is None else int(seed),
+            frequency_penalty=float(_scalar(request, "frequency_penalty", 0.0)),
+            presence_penalty=float(_scalar(request, "presence_penalty", 0.0)),
         )
 
     def finalize(self) -> None:

@@ -93,6 +93,18 @@ def test_chat_generates_for_real_with_usage(client: openai.OpenAI):
 
 @needs_llm
 @pytest.mark.llm
+def test_penalties_reach_the_sampler(client: openai.OpenAI):
+    asked = {"model": LLM, "prompt": "cat cat cat cat cat cat cat cat", "max_tokens": 24, "temperature": 0}
+    plain = client.completions.create(**asked).choices[0].text
+    # greedy: only the penalties can change the text (positive: repeats cost; negative: they pay)
+    assert client.completions.create(**asked, frequency_penalty=2.0, presence_penalty=1.0).choices[0].text != plain
+    assert client.completions.create(**asked, frequency_penalty=-2.0).choices[0].text != plain
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(**asked, frequency_penalty=3)
+
+
+@needs_llm
+@pytest.mark.llm
 def test_completion_streams_token_by_token(client: openai.OpenAI):
     chunks = list(
         client.completions.create(

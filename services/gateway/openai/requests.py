@@ -1,7 +1,7 @@
 """OpenAI request bodies, checked: what a request asks for, or OpenAI's 400 saying why not.
 
 Pure functions of the JSON body. A parameter Shoal cannot honour (`n` > 1, `logit_bias`,
-tools, log probabilities, penalties, ...) is refused, never ignored; an argument OpenAI's API
+tools, log probabilities, ...) is refused, never ignored; an argument OpenAI's API
 does not know is refused with OpenAI's own text (docs/openai.md, "Parameters").
 """
 
@@ -14,7 +14,7 @@ from services.gateway.openai.openai_errors import OpenAIError, invalid_value, re
 
 # accepted and without effect on the answer (bookkeeping on OpenAI's side)
 _HARMLESS = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})
-_SAMPLING = ("temperature", "top_p", "seed")
+_SAMPLING = ("temperature", "top_p", "seed", "frequency_penalty", "presence_penalty")
 _COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "stop", "n", *_SAMPLING})
 # parameter -> the values that mean "not asked for" (then it is accepted)
 _REFUSED_CHAT: dict[str, tuple[Any, ...]] = {
@@ -26,8 +26,6 @@ _REFUSED_CHAT: dict[str, tuple[Any, ...]] = {
     "functions": (None, []),
     "function_call": (None, "none"),
     "response_format": (None, {"type": "text"}),
-    "presence_penalty": (None, 0, 0.0),
-    "frequency_penalty": (None, 0, 0.0),
     "audio": (None,),
     "modalities": (None, ["text"]),
     "prediction": (None,),
@@ -37,8 +35,6 @@ _REFUSED_CHAT: dict[str, tuple[Any, ...]] = {
 _REFUSED_COMPLETION: dict[str, tuple[Any, ...]] = {
     "logit_bias": (None, {}),
     "logprobs": (None, 0),
-    "presence_penalty": (None, 0, 0.0),
-    "frequency_penalty": (None, 0, 0.0),
     "best_of": (None, 1),
     "echo": (None, False),
     "suffix": (None, ""),
@@ -158,6 +154,14 @@ def _sampling(doc: dict[str, Any]) -> dict[str, int | float]:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
             raise invalid_value(name, f"expected a number from {low:g} to {high:g}")
         sampling[name] = float(value)
+    for name in ("frequency_penalty", "presence_penalty"):
+        value = doc.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not -2.0 <= value <= 2.0:
+            raise invalid_value(name, "expected a number from -2 to 2")
+        if value:  # 0 is no penalty: asked of any model, with or without the input
+            sampling[name] = float(value)
     seed = doc.get("seed")
     if seed is not None:
         if not _is_int(seed):

@@ -45,7 +45,8 @@ def test_text_content_parts_are_joined():
         ({"logprobs": True}, "logprobs"),
         ({"tools": [{"type": "function"}]}, "tools"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
-        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"presence_penalty": 2.5}, "presence_penalty"),
+        ({"frequency_penalty": "high"}, "frequency_penalty"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),  # without stream
         ({"temperature": 3}, "temperature"),
@@ -58,6 +59,13 @@ def test_what_cannot_be_honoured_is_a_400_naming_the_parameter(extra, param):
     with pytest.raises(OpenAIError) as refused:
         requests.parse_chat({**CHAT, **extra})
     assert (refused.value.status, refused.value.param) == (400, param)
+
+
+def test_penalties_travel_as_sampling_and_a_zero_penalty_asks_nothing():
+    asked = requests.parse_chat({**CHAT, "frequency_penalty": 1.5, "presence_penalty": -0.5})
+    assert (asked.sampling["frequency_penalty"], asked.sampling["presence_penalty"]) == (1.5, -0.5)
+    plain = requests.parse_completion({"model": "m", "prompt": "p", "frequency_penalty": 0, "presence_penalty": 0.0})
+    assert plain.sampling == {}  # no input needed for it: a model without penalties serves it
 
 
 def test_values_meaning_not_asked_for_are_accepted():

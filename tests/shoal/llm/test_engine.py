@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shoal.llm.engine import Engine, Job, Limits
-from shoal.llm.llama_c_api import Entry, LlamaError
+from shoal.llm.llama_c_api import Entry, LlamaError, Penalties
 
 END = 1000  # the end-of-generation token
 
@@ -31,6 +31,7 @@ class CountingModel:
         self.cells: dict[int, int] = {}  # seq -> next position expected
         self.logits: dict[int, int] = {}  # batch index -> token it predicts
         self.fail_next = False
+        self.penalties: list[Penalties | None] = []  # each sampler's, in order
         self.gate = threading.Event()
         self.gate.set()
 
@@ -50,7 +51,8 @@ class CountingModel:
         assert sum(self.cells.values()) <= self.n_ctx
         time.sleep(self.step_delay)
 
-    def sampler(self, temperature: float, top_p: float, seed: int) -> Sampler:
+    def sampler(self, temperature: float, top_p: float, seed: int, penalties: Penalties | None = None) -> Sampler:
+        self.penalties.append(penalties)
         return Sampler()
 
     def sample(self, sampler: Sampler, index: int) -> int:
@@ -131,6 +133,17 @@ def test_one_sequence_generates_until_its_end_token(engine_for):
     sink = run(engine, [990, 995])
     assert sink.done.wait(10)
     assert sink.tokens() == [996, 997, 998, 999] and sink.ending == ("stop", 4)
+
+
+def test_penalties_reach_the_sampler_over_every_token_the_sequence_may_generate(engine_for):
+    model = CountingModel()
+    engine = engine_for(model, Limits(prefix_cache_tokens=0, max_sequences=4, n_batch=16, max_sequence_tokens=64))
+    sink = Collect()
+    engine.submit(Job([1, 2, 3], sink, max_tokens=5, temperature=0, frequency_penalty=1.5, presence_penalty=-0.5))
+    assert sink.done.wait(10)
+    plain = run(engine, [1, 2, 3], max_tokens=5)
+    assert plain.done.wait(10)
+    assert model.penalties == [Penalties(1.5, -0.5, 5), None]  # none asked: no penalties sampler at all
 
 
 def test_max_tokens_ends_a_sequence_with_length(engine_for):
