@@ -1,37 +1,39 @@
 """One typed settings model per service; flags, env vars (SHOAL_<SERVICE>_*) and defaults.
 
-`add_arguments` builds argparse options from a model's fields and `to_argv` turns a
-settings object back into flags, so `shoal serve` starts each child service with
-exactly the settings it resolved.
+The flags themselves (`add_arguments`, `to_argv`, `--help`'s lines) are `settings_flags.py`'s,
+re-exported here for the callers that read settings and flags together.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import uuid
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.config.backend_config import DEFAULT_DIRECTORY
 from shared.memory.footprint import parse_budget
+from shared.process.settings_flags import (
+    add_arguments,
+    add_setting,
+    from_namespace,
+    help_text,
+    parse_bool,
+    to_argv,
+)
 
-TRUE = {"true", "on", "1", "yes"}
-FALSE = {"false", "off", "0", "no"}
-
-
-def parse_bool(value: str) -> bool:
-    """tritonserver's boolean flag values: true/false/on/off/1/0, any case."""
-    lowered = value.strip().lower()
-    if lowered in TRUE:
-        return True
-    if lowered in FALSE:
-        return False
-    raise argparse.ArgumentTypeError(f"invalid boolean value '{value}' (use true/false/on/off/1/0)")
+# the flags' helpers, re-exported: callers read settings and their flags from one module
+__all__ = [
+    "add_arguments",
+    "add_setting",
+    "from_namespace",
+    "help_text",
+    "parse_bool",
+    "to_argv",
+]
 
 
 class BusSettings(BaseSettings):
@@ -87,6 +89,7 @@ class GatewaySettings(BusSettings):
         SecretStr(""),
         exclude=True,
         description="the key an OpenAI client must send (Authorization: Bearer <key>); 401 without it",
+        json_schema_extra={"shown": "none: open"},
     )
     openai_api_key_file: str = Field(
         "", description="a file of OpenAI API keys, one per line: any of them is accepted (docs/openai.md)"
@@ -383,75 +386,3 @@ class RepositorySettings(BusSettings):
     @classmethod
     def _one_or_several(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def shown_default(info: FieldInfo) -> str:
-    """A field's default as `--help` shows it: tritonserver's spelling for booleans, `none` for nothing."""
-    extra = info.json_schema_extra
-    if isinstance(extra, dict) and "shown" in extra:
-        return str(extra["shown"])
-    value = info.get_default(call_default_factory=True)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value in ("", [], None):
-        return "none"
-    return str(value)
-
-
-def help_text(info: FieldInfo) -> str:
-    """The one line of `--help` for a setting: its description and its default."""
-    return f"{info.description} (default: {shown_default(info)})".replace("%", "%%")
-
-
-def option_kwargs(info: FieldInfo) -> dict[str, Any]:
-    """argparse keywords for a setting: type, choices, help (the default stays the caller's)."""
-    kwargs: dict[str, Any] = {"help": help_text(info)}
-    annotation = info.annotation
-    if annotation is bool:
-        kwargs.update(type=parse_bool, metavar="BOOL")
-    elif annotation in (int, float):
-        kwargs["type"] = annotation
-    elif get_origin(annotation) is Literal:
-        kwargs.update(choices=list(get_args(annotation)), type=str.lower)
-    elif get_origin(annotation) is list:
-        kwargs["action"] = "append"
-    return kwargs
-
-
-def add_setting(
-    parser: argparse.ArgumentParser, flag: str, model: type[BaseSettings], field: str, **extra: Any
-) -> None:
-    """A flag for one setting under a name of its own (tritonserver's), with the setting's default and help."""
-    info = model.model_fields[field]
-    kwargs = {**option_kwargs(info), "default": info.get_default(call_default_factory=True), **extra}
-    if info.annotation is bool:
-        kwargs.update(nargs="?", const=True)  # `--flag` alone is true, as tritonserver
-    parser.add_argument(flag, **kwargs)
-
-
-def add_arguments(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> None:
-    """One `--kebab-case` option per field; unset options fall back to env and defaults."""
-    for name, info in model.model_fields.items():
-        parser.add_argument(_flag(name), dest=name, default=argparse.SUPPRESS, **option_kwargs(info))
-
-
-def from_namespace(model: type[BaseSettings], namespace: argparse.Namespace) -> Any:
-    given = {k: v for k, v in vars(namespace).items() if k in model.model_fields}
-    return model(**given)
-
-
-def to_argv(settings: BaseSettings) -> list[str]:
-    argv: list[str] = []
-    for name, value in settings.model_dump().items():
-        if isinstance(value, list):
-            for item in value:
-                argv += [_flag(name), str(item)]
-        elif isinstance(value, bool):
-            argv += [_flag(name), "true" if value else "false"]
-        else:
-            argv += [_flag(name), str(value)]
-    return argv
