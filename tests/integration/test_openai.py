@@ -87,6 +87,14 @@ def test_completion_with_and_without_streaming(client: openai.OpenAI):
     assert "".join(pieces) == "x y z" and len([p for p in pieces if p]) == 3
 
 
+def test_echo_puts_the_prompt_before_the_completion(client: openai.OpenAI):
+    whole = client.completions.create(model="echo", prompt="to be or not", max_tokens=2, echo=True)
+    assert whole.choices[0].text == "to be or notto be"  # OpenAI's echo: the prompt as sent, then the text
+    assert whole.usage.completion_tokens == 2  # the echoed prompt is not generated
+    chunks = [c.choices[0].text for c in client.completions.create(model="plain", prompt="x y", stream=True, echo=True)]
+    assert chunks[0] == "x y" and "".join(chunks) == "x yx y"
+
+
 def test_stop_sequences_end_the_text_before_them(client: openai.OpenAI):
     answer = client.completions.create(model="echo", prompt="alpha beta gamma delta", stop=[" gam", "zzz"])
     assert (answer.choices[0].text, answer.choices[0].finish_reason) == ("alpha beta", "stop")

@@ -149,20 +149,23 @@ class OpenAIHandlers:
         reply = documents.Reply(spec.name, chat)
         parsed = generation_request(spec, served, asked, reply.id)
         generation = Generation(self.core, spec, version, served, parsed, asked.stop)
+        echoed = (asked.prompt or "") if asked.echo else ""
         if asked.stream:
-            return await self._stream(generation, reply, asked.include_usage)
-        return await until_disconnected(request, self._whole(generation, reply))
+            return await self._stream(generation, reply, asked.include_usage, echoed)
+        return await until_disconnected(request, self._whole(generation, reply, echoed))
 
     @staticmethod
-    async def _whole(generation: Generation, reply: documents.Reply) -> Response:
-        text, reason = [], "stop"
+    async def _whole(generation: Generation, reply: documents.Reply, echoed: str = "") -> Response:
+        text, reason = [echoed], "stop"
         async for piece in generation.pieces():
             text.append(piece.text)
             reason = piece.finish_reason or reason
         return _json(reply.whole("".join(text), reason, generation.usage.document()))
 
     @staticmethod
-    async def _stream(generation: Generation, reply: documents.Reply, include_usage: bool) -> Response:
+    async def _stream(
+        generation: Generation, reply: documents.Reply, include_usage: bool, echoed: str = ""
+    ) -> Response:
         """Server-sent events. An error before the first piece is a plain error with its status;
         after it, an error event ends the stream (the status is already sent)."""
         pieces = generation.pieces()
@@ -176,6 +179,8 @@ class OpenAIHandlers:
             try:
                 if reply.chat:  # the role comes first, before any text
                     yield _event(reply.chunk("", None, include_usage, first=True))
+                if echoed:  # a completion's echoed prompt: its own chunk, before the generated text
+                    yield _event(reply.chunk(echoed, None, include_usage))
                 piece = first
                 while True:
                     if piece.text or piece.finish_reason:

@@ -36,7 +36,6 @@ _REFUSED_COMPLETION: dict[str, tuple[Any, ...]] = {
     "logit_bias": (None, {}),
     "logprobs": (None, 0),
     "best_of": (None, 1),
-    "echo": (None, False),
     "suffix": (None, ""),
 }
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -53,6 +52,7 @@ class GenerationRequest:
     include_usage: bool = False
     sampling: dict[str, int | float] = field(default_factory=dict)  # max_tokens, temperature, top_p, seed
     stop: list[str] = field(default_factory=list)
+    echo: bool = False  # completions: the prompt comes back before the completion's text
 
 
 @dataclass
@@ -72,9 +72,13 @@ def parse_chat(body: Any) -> GenerationRequest:
 
 def parse_completion(body: Any) -> GenerationRequest:
     doc = _object(body)
-    _refuse(doc, _REFUSED_COMPLETION, _COMMON | {"prompt"})
+    _refuse(doc, _REFUSED_COMPLETION, _COMMON | {"prompt", "echo"})
     request = _generation(doc)
     request.prompt = _prompt(doc.get("prompt"))
+    echo = doc.get("echo", False)
+    if not isinstance(echo, bool) and echo is not None:
+        raise invalid_value("echo", "expected a boolean")
+    request.echo = bool(echo)
     return request
 
 

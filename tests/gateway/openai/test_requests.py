@@ -68,6 +68,16 @@ def test_penalties_travel_as_sampling_and_a_zero_penalty_asks_nothing():
     assert plain.sampling == {}  # no input needed for it: a model without penalties serves it
 
 
+def test_echo_is_a_completions_boolean():
+    assert requests.parse_completion({"model": "m", "prompt": "p", "echo": True}).echo
+    assert not requests.parse_completion({"model": "m", "prompt": "p"}).echo
+    with pytest.raises(OpenAIError) as refused:
+        requests.parse_completion({"model": "m", "prompt": "p", "echo": "yes"})
+    assert refused.value.param == "echo"
+    with pytest.raises(OpenAIError):  # chat has no echo
+        requests.parse_chat({**CHAT, "echo": True})
+
+
 def test_values_meaning_not_asked_for_are_accepted():
     requests.parse_chat({**CHAT, "logit_bias": {}, "logprobs": False, "tools": [], "presence_penalty": 0})
     requests.parse_completion({"model": "m", "prompt": ["one"], "echo": False, "best_of": 1})
