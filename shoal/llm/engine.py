@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from shoal.llm.llama_c_api import Entry, LlamaError, Penalties, Sampler
+from shoal.llm.llama_c_api import Entry, LlamaError, Penalties, Sampler, Shaping
 from shoal.llm.text import Detokenizer
 
 log = logging.getLogger("shoal.llm")
@@ -45,7 +45,7 @@ class Decoder(Protocol):
 
     def decode(self, entries: list[Entry]) -> None: ...
 
-    def sampler(self, temperature: float, top_p: float, seed: int, penalties: Penalties | None = None) -> Sampler: ...
+    def sampler(self, temperature: float, top_p: float, seed: int, shaping: Shaping | None = None) -> Sampler: ...
 
     def sample(self, sampler: Sampler, index: int) -> int: ...
 
@@ -97,7 +97,19 @@ class Job:
     seed: int | None = None  # None: a random one
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
     joined: threading.Event = field(default_factory=threading.Event, repr=False)
+
+
+def _shaping(job: Job, budget: int) -> Shaping | None:
+    """What changes the logits before the draw, if anything: the penalties count every token the
+    sequence may generate."""
+    penalties = None
+    if job.frequency_penalty or job.presence_penalty:
+        penalties = Penalties(job.frequency_penalty, job.presence_penalty, max(budget, 1))
+    if penalties is None and not job.logit_bias:
+        return None
+    return Shaping(penalties, dict(job.logit_bias))
 
 
 @dataclass
@@ -210,10 +222,7 @@ class Engine:
                 return  # the oldest waits for room: no overtaking
             self._waiting.popleft()
             seed = job.seed if job.seed is not None else random.randrange(2**32)
-            penalties = None
-            if job.frequency_penalty or job.presence_penalty:  # every token it may generate counts
-                penalties = Penalties(job.frequency_penalty, job.presence_penalty, max(budget, 1))
-            sampler = self.model.sampler(job.temperature, job.top_p, seed, penalties)
+            sampler = self.model.sampler(job.temperature, job.top_p, seed, _shaping(job, budget))
             sequence = _Sequence(job, self._free_seqs.pop(), sampler, budget)
             self._reserved += sequence.cells
             self._joining.append(sequence)

@@ -130,20 +130,24 @@ class Penalties(NamedTuple):
     last_n: int
 
 
+class Shaping(NamedTuple):
+    """What a sequence's sampler does to the logits before its draw."""
+
+    penalties: Penalties | None
+    logit_bias: dict[int, float]  # token id (in the vocabulary) -> added to its logit
+
+
 class Sampler:
     """One sequence's sampling chain: greedy at temperature 0, else top-p, temperature and a
     seeded draw."""
 
     def __init__(
-        self, api: Any, temperature: float, top_p: float, seed: int, penalties: Penalties | None, n_vocab: int
+        self, api: Any, temperature: float, top_p: float, seed: int, shaping: Shaping | None, n_vocab: int
     ) -> None:
         self._api = api
         self.chain = api.llama_sampler_chain_init(api.llama_sampler_chain_default_params())
-        if penalties is not None:  # first: they change the logits the rest choose from (repeat 1.0: off)
-            penalty = api.llama_sampler_init_penalties(
-                n_vocab, penalties.last_n, 1.0, penalties.frequency, penalties.presence
-            )
-            api.llama_sampler_chain_add(self.chain, penalty)
+        if shaping is not None:  # first: they change the logits the rest choose from
+            self._shape(shaping, n_vocab)
         if temperature <= 0:
             api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_greedy())
         else:
@@ -151,6 +155,18 @@ class Sampler:
                 api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_top_p(top_p, 1))
             api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_temp(temperature))
             api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+
+    def _shape(self, shaping: Shaping, n_vocab: int) -> None:
+        api = self._api
+        if shaping.logit_bias:  # token ids checked against the vocabulary by the caller
+            biases = (api.llama_logit_bias * len(shaping.logit_bias))(*shaping.logit_bias.items())
+            api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_logit_bias(n_vocab, len(biases), biases))
+        if shaping.penalties is not None:  # repeat penalty 1.0: off (OpenAI has none)
+            penalties = shaping.penalties
+            penalty = api.llama_sampler_init_penalties(
+                n_vocab, penalties.last_n, 1.0, penalties.frequency, penalties.presence
+            )
+            api.llama_sampler_chain_add(self.chain, penalty)
 
     def close(self) -> None:
         if self.chain is not None:
@@ -242,9 +258,12 @@ class LlamaModel:
             meaning = {1: "no room in the KV cache", 2: "aborted"}.get(status, "an error")
             raise LlamaError(f"llama_decode returned {status} ({meaning}): {self.library.recent()}")
 
-    def sampler(self, temperature: float, top_p: float, seed: int, penalties: Penalties | None = None) -> Sampler:
-        n_vocab = int(self.api.llama_vocab_n_tokens(self.vocab))
-        return Sampler(self.api, temperature, top_p, seed, penalties, n_vocab)
+    @property
+    def n_vocab(self) -> int:
+        return int(self.api.llama_vocab_n_tokens(self.vocab))
+
+    def sampler(self, temperature: float, top_p: float, seed: int, shaping: Shaping | None = None) -> Sampler:
+        return Sampler(self.api, temperature, top_p, seed, shaping, self.n_vocab)
 
     def sample(self, sampler: Sampler, index: int) -> int:
         return int(self.api.llama_sampler_sample(sampler.chain, self.context, index))

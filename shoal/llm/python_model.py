@@ -20,7 +20,7 @@ with `finish_reason` and the usage counts. Its config says, as string parameters
 
 Inputs: `text_input` or `messages` (a JSON conversation, rendered with the GGUF's own chat
 template), `stream`, and optionally `max_tokens`, `temperature`, `top_p`, `seed`, `frequency_penalty`,
-`presence_penalty`. Outputs:
+`presence_penalty`, `logit_bias` (JSON). Outputs:
 `text_output`, `finish_reason`, `prompt_tokens`, `completion_tokens` (docs/openai.md).
 """
 
@@ -197,7 +197,18 @@ class LlamaPythonModel:
             seed=None if seed is None else int(seed),
             frequency_penalty=float(_scalar(request, "frequency_penalty", 0.0)),
             presence_penalty=float(_scalar(request, "presence_penalty", 0.0)),
+            logit_bias=self._logit_bias(_scalar(request, "logit_bias", None)),
         )
+
+    def _logit_bias(self, given: Any) -> dict[int, float]:
+        """{"<token id>": bias} as JSON; a token id this model's vocabulary lacks is refused (400)."""
+        if given is None:
+            return {}
+        biases = {int(token): float(bias) for token, bias in json.loads(given).items()}
+        unknown = sorted(token for token in biases if not 0 <= token < self.model.n_vocab)
+        if unknown:
+            raise ValueError(f"logit_bias names token {unknown[0]}, not in the model's {self.model.n_vocab} tokens")
+        return biases
 
     def finalize(self) -> None:
         self.engine.close()

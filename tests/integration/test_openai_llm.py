@@ -105,6 +105,18 @@ def test_penalties_reach_the_sampler(client: openai.OpenAI):
 
 @needs_llm
 @pytest.mark.llm
+def test_logit_bias_forces_a_token(client: openai.OpenAI):
+    asked = {"model": LLM, "prompt": "The capital of France is", "temperature": 0}
+    forced = {"logit_bias": {"1000": 100}}  # +100: no other token can win
+    piece = client.completions.create(**asked, **forced, max_tokens=1).choices[0].text
+    assert piece and client.completions.create(**asked, max_tokens=1).choices[0].text != piece
+    assert client.completions.create(**asked, **forced, max_tokens=4).choices[0].text == piece * 4
+    with pytest.raises(openai.BadRequestError, match="not in the model's"):
+        client.completions.create(**asked, max_tokens=1, logit_bias={"99999999": 1})
+
+
+@needs_llm
+@pytest.mark.llm
 def test_completion_streams_token_by_token(client: openai.OpenAI):
     chunks = list(
         client.completions.create(

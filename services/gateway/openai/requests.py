@@ -15,10 +15,9 @@ from services.gateway.openai.openai_errors import OpenAIError, invalid_value, re
 # accepted and without effect on the answer (bookkeeping on OpenAI's side)
 _HARMLESS = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})
 _SAMPLING = ("temperature", "top_p", "seed", "frequency_penalty", "presence_penalty")
-_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "stop", "n", *_SAMPLING})
+_COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "stop", "n", "logit_bias", *_SAMPLING})
 # parameter -> the values that mean "not asked for" (then it is accepted)
 _REFUSED_CHAT: dict[str, tuple[Any, ...]] = {
-    "logit_bias": (None, {}),
     "logprobs": (None, False),
     "top_logprobs": (None, 0),
     "tools": (None, []),
@@ -33,7 +32,6 @@ _REFUSED_CHAT: dict[str, tuple[Any, ...]] = {
     "web_search_options": (None,),
 }
 _REFUSED_COMPLETION: dict[str, tuple[Any, ...]] = {
-    "logit_bias": (None, {}),
     "logprobs": (None, 0),
     "best_of": (None, 1),
     "suffix": (None, ""),
@@ -53,6 +51,7 @@ class GenerationRequest:
     sampling: dict[str, int | float] = field(default_factory=dict)  # max_tokens, temperature, top_p, seed
     stop: list[str] = field(default_factory=list)
     echo: bool = False  # completions: the prompt comes back before the completion's text
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
 
 
 @dataclass
@@ -130,6 +129,7 @@ def _generation(doc: dict[str, Any]) -> GenerationRequest:
     request = GenerationRequest(_model(doc), stream=stream, include_usage=_include_usage(doc, stream))
     request.sampling = _sampling(doc)
     request.stop = _stop(doc.get("stop"))
+    request.logit_bias = _logit_bias(doc.get("logit_bias"))
     return request
 
 
@@ -172,6 +172,21 @@ def _sampling(doc: dict[str, Any]) -> dict[str, int | float]:
             raise invalid_value("seed", "expected an integer")
         sampling["seed"] = seed
     return sampling
+
+
+def _logit_bias(value: Any) -> dict[int, float]:
+    """OpenAI's `logit_bias`: token ids (JSON keys, so strings) to a bias from -100 to 100."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise invalid_value("logit_bias", "expected an object of token ids to numbers")
+    biases: dict[int, float] = {}
+    for key, bias in value.items():
+        token = str(key)
+        if not token.isdigit() or isinstance(bias, bool) or not isinstance(bias, (int, float)) or abs(bias) > 100:
+            raise invalid_value("logit_bias", f"expected token ids to numbers from -100 to 100, got {key!r}: {bias!r}")
+        biases[int(token)] = float(bias)
+    return biases
 
 
 def _is_int(value: Any) -> bool:

@@ -43,7 +43,10 @@ def generation_request(spec: ModelSpec, offer: Offer, request: GenerationRequest
             inputs.append(_input(spec, offer.text_input, "BYTES", b""))
     else:
         inputs.append(_input(spec, offer.text_input, "BYTES", (request.prompt or "").encode()))
-    for name, value in request.sampling.items():
+    sampling: dict[str, object] = dict(request.sampling)
+    if request.logit_bias:  # {} asks nothing: any model serves it
+        sampling["logit_bias"] = orjson.dumps({str(token): bias for token, bias in request.logit_bias.items()})
+    for name, value in sampling.items():
         tensor = offer.sampling.get(name)
         if tensor is None:
             raise refused(name, f"model '{offer.model}' has no '{name}' input")

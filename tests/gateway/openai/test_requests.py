@@ -41,7 +41,8 @@ def test_text_content_parts_are_joined():
     "extra, param",
     [
         ({"n": 2}, "n"),
-        ({"logit_bias": {"1": 2}}, "logit_bias"),
+        ({"logit_bias": {"x": 2}}, "logit_bias"),
+        ({"logit_bias": {"1": 101}}, "logit_bias"),
         ({"logprobs": True}, "logprobs"),
         ({"tools": [{"type": "function"}]}, "tools"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
@@ -66,6 +67,11 @@ def test_penalties_travel_as_sampling_and_a_zero_penalty_asks_nothing():
     assert (asked.sampling["frequency_penalty"], asked.sampling["presence_penalty"]) == (1.5, -0.5)
     plain = requests.parse_completion({"model": "m", "prompt": "p", "frequency_penalty": 0, "presence_penalty": 0.0})
     assert plain.sampling == {}  # no input needed for it: a model without penalties serves it
+
+
+def test_logit_bias_maps_token_ids_to_biases():
+    assert requests.parse_chat({**CHAT, "logit_bias": {"50256": -100, "7": 2.5}}).logit_bias == {50256: -100.0, 7: 2.5}
+    assert requests.parse_completion({"model": "m", "prompt": "p", "logit_bias": {}}).logit_bias == {}
 
 
 def test_echo_is_a_completions_boolean():

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shoal.llm.engine import Engine, Job, Limits
-from shoal.llm.llama_c_api import Entry, LlamaError, Penalties
+from shoal.llm.llama_c_api import Entry, LlamaError, Penalties, Shaping
 
 END = 1000  # the end-of-generation token
 
@@ -31,7 +31,7 @@ class CountingModel:
         self.cells: dict[int, int] = {}  # seq -> next position expected
         self.logits: dict[int, int] = {}  # batch index -> token it predicts
         self.fail_next = False
-        self.penalties: list[Penalties | None] = []  # each sampler's, in order
+        self.shaping: list[Shaping | None] = []  # each sampler's, in order
         self.gate = threading.Event()
         self.gate.set()
 
@@ -51,8 +51,8 @@ class CountingModel:
         assert sum(self.cells.values()) <= self.n_ctx
         time.sleep(self.step_delay)
 
-    def sampler(self, temperature: float, top_p: float, seed: int, penalties: Penalties | None = None) -> Sampler:
-        self.penalties.append(penalties)
+    def sampler(self, temperature: float, top_p: float, seed: int, shaping: Shaping | None = None) -> Sampler:
+        self.shaping.append(shaping)
         return Sampler()
 
     def sample(self, sampler: Sampler, index: int) -> int:
@@ -143,7 +143,14 @@ def test_penalties_reach_the_sampler_over_every_token_the_sequence_may_generate(
     assert sink.done.wait(10)
     plain = run(engine, [1, 2, 3], max_tokens=5)
     assert plain.done.wait(10)
-    assert model.penalties == [Penalties(1.5, -0.5, 5), None]  # none asked: no penalties sampler at all
+    biased = Collect()
+    engine.submit(Job([1, 2, 3], biased, max_tokens=5, temperature=0, logit_bias={7: -100.0}))
+    assert biased.done.wait(10)
+    assert model.shaping == [  # none asked: no shaping sampler at all
+        Shaping(Penalties(1.5, -0.5, 5), {}),
+        None,
+        Shaping(None, {7: -100.0}),
+    ]
 
 
 def test_max_tokens_ends_a_sequence_with_length(engine_for):
