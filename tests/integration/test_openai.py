@@ -87,6 +87,32 @@ def test_completion_with_and_without_streaming(client: openai.OpenAI):
     assert "".join(pieces) == "x y z" and len([p for p in pieces if p]) == 3
 
 
+def test_n_choices_whole_and_streamed(client: openai.OpenAI):
+    whole = client.completions.create(model="echo", prompt="a b c", n=3, max_tokens=2)
+    assert [(c.index, c.text) for c in whole.choices] == [(0, "a b"), (1, "a b"), (2, "a b")]
+    assert whole.usage.completion_tokens == 6  # one prompt, three completions
+    chat = client.chat.completions.create(model="echo", messages=[{"role": "user", "content": "x y"}], n=2)
+    assert [c.message.content for c in chat.choices] == ["x y", "x y"]
+    texts: dict[int, str] = {}
+    ends: dict[int, str] = {}
+    stream = client.chat.completions.create(
+        model="echo",
+        messages=[{"role": "user", "content": "p q r"}],
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    usage = None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+            if choice.finish_reason:
+                ends[choice.index] = choice.finish_reason
+    assert texts == {0: "p q r", 1: "p q r"} and ends == {0: "stop", 1: "stop"}
+    assert usage is not None and usage.completion_tokens == 6
+
+
 def test_echo_puts_the_prompt_before_the_completion(client: openai.OpenAI):
     whole = client.completions.create(model="echo", prompt="to be or not", max_tokens=2, echo=True)
     assert whole.choices[0].text == "to be or notto be"  # OpenAI's echo: the prompt as sent, then the text
@@ -104,7 +130,7 @@ def test_stop_sequences_end_the_text_before_them(client: openai.OpenAI):
 
 def test_what_a_model_cannot_do_is_refused(client: openai.OpenAI):
     chat = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
-    for extra in ({"n": 2}, {"logit_bias": {"5": 1}}, {"tools": [{"type": "function", "function": {"name": "f"}}]}):
+    for extra in ({"n": 200}, {"logit_bias": {"5": 1}}, {"tools": [{"type": "function", "function": {"name": "f"}}]}):
         with pytest.raises(openai.BadRequestError) as refused:
             client.chat.completions.create(**chat, **extra)
         assert refused.value.body["param"] == next(iter(extra))

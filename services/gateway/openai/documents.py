@@ -27,30 +27,29 @@ class Reply:
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "system_fingerprint": None}
 
-    def whole(self, text: str, finish_reason: str, usage: dict[str, int]) -> dict[str, Any]:
-        """The answer of a request with `stream` false."""
-        if self.chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
-        else:
-            choice = {"index": 0, "text": text}
-        choice.update(finish_reason=finish_reason, logprobs=None)
-        return {
-            **self._head("chat.completion" if self.chat else "text_completion"),
-            "choices": [choice],
-            "usage": usage,
-        }
+    def whole(self, texts: list[tuple[str, str]], usage: dict[str, int]) -> dict[str, Any]:
+        """The answer of a request with `stream` false: each choice's text and finish reason."""
+        choices = []
+        for index, (text, finish_reason) in enumerate(texts):
+            if self.chat:
+                choice: dict[str, Any] = {"index": index, "message": {"role": "assistant", "content": text}}
+            else:
+                choice = {"index": index, "text": text}
+            choice.update(finish_reason=finish_reason, logprobs=None)
+            choices.append(choice)
+        return {**self._head("chat.completion" if self.chat else "text_completion"), "choices": choices, "usage": usage}
 
     def chunk(
-        self, text: str | None, finish_reason: str | None, with_usage: bool, first: bool = False
+        self, text: str | None, finish_reason: str | None, with_usage: bool, first: bool = False, index: int = 0
     ) -> dict[str, Any]:
         """One streamed chunk; the first of a chat carries the role, the last the finish reason."""
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant"} if first else {}
             if text is not None:
                 delta["content"] = text
-            choice: dict[str, Any] = {"index": 0, "delta": delta}
+            choice: dict[str, Any] = {"index": index, "delta": delta}
         else:
-            choice = {"index": 0, "text": text or ""}
+            choice = {"index": index, "text": text or ""}
         choice.update(finish_reason=finish_reason, logprobs=None)
         doc = {**self._head("chat.completion.chunk" if self.chat else "text_completion"), "choices": [choice]}
         if with_usage:  # stream_options.include_usage: every chunk says null, the last one counts

@@ -24,8 +24,10 @@ from inference.core import InferenceCore
 from services.gateway.openai import documents, requests
 from services.gateway.openai.api_keys import ApiKeys
 from services.gateway.openai.catalog import Kind, Offer, offer
-from services.gateway.openai.generation import Generation
+from services.gateway.openai.choices import Choices
+from services.gateway.openai.generation import Generation, Piece
 from services.gateway.openai.openai_errors import OpenAIError, from_shoal, model_not_found
+from services.gateway.openai.requests import choice_with_seed
 from services.gateway.openai.tensors import embedding, embedding_request, generation_request
 from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError
@@ -33,6 +35,7 @@ from shared.errors import ShoalError
 log = logging.getLogger("shoal.gateway")
 
 Handler = Callable[[Request], Awaitable[Response]]
+_Indexed = tuple[int, Piece]  # a choice's index and one piece of its text
 
 
 def _json(doc: Any, status: int = 200) -> Response:
@@ -147,28 +150,27 @@ class OpenAIHandlers:
         endpoint = "/v1/chat/completions" if chat else "/v1/completions"
         spec, version, served = self._offer(asked.model, Kind.GENERATION, endpoint)
         reply = documents.Reply(spec.name, chat)
-        parsed = generation_request(spec, served, asked, reply.id)
-        generation = Generation(self.core, spec, version, served, parsed, asked.stop)
+        generations = []
+        for i in range(asked.n):  # a seed given makes each choice its own: seed, seed + 1, ...
+            one = asked if "seed" not in asked.sampling else choice_with_seed(asked, i)
+            parsed = generation_request(spec, served, one, reply.id if asked.n == 1 else f"{reply.id}-{i}")
+            generations.append(Generation(self.core, spec, version, served, parsed, asked.stop))
+        choices = Choices(generations)
         echoed = (asked.prompt or "") if asked.echo else ""
         if asked.stream:
-            return await self._stream(generation, reply, asked.include_usage, echoed)
-        return await until_disconnected(request, self._whole(generation, reply, echoed))
+            return await self._stream(choices, reply, asked.include_usage, echoed)
+        return await until_disconnected(request, self._whole(choices, reply, echoed))
 
     @staticmethod
-    async def _whole(generation: Generation, reply: documents.Reply, echoed: str = "") -> Response:
-        text, reason = [echoed], "stop"
-        async for piece in generation.pieces():
-            text.append(piece.text)
-            reason = piece.finish_reason or reason
-        return _json(reply.whole("".join(text), reason, generation.usage.document()))
+    async def _whole(choices: Choices, reply: documents.Reply, echoed: str = "") -> Response:
+        texts = [(echoed + text, reason) for text, reason in await choices.whole()]
+        return _json(reply.whole(texts, choices.usage().document()))
 
     @staticmethod
-    async def _stream(
-        generation: Generation, reply: documents.Reply, include_usage: bool, echoed: str = ""
-    ) -> Response:
+    async def _stream(choices: Choices, reply: documents.Reply, include_usage: bool, echoed: str = "") -> Response:
         """Server-sent events. An error before the first piece is a plain error with its status;
         after it, an error event ends the stream (the status is already sent)."""
-        pieces = generation.pieces()
+        pieces = choices.pieces()
         try:
             first = await anext(pieces)
         except BaseException:
@@ -177,19 +179,16 @@ class OpenAIHandlers:
 
         async def events() -> AsyncIterator[bytes]:
             try:
-                if reply.chat:  # the role comes first, before any text
-                    yield _event(reply.chunk("", None, include_usage, first=True))
-                if echoed:  # a completion's echoed prompt: its own chunk, before the generated text
-                    yield _event(reply.chunk(echoed, None, include_usage))
-                piece = first
-                while True:
+                for index in range(len(choices.generations)):
+                    if reply.chat:  # the role comes first, before any text
+                        yield _event(reply.chunk("", None, include_usage, first=True, index=index))
+                    if echoed:  # a completion's echoed prompt: its own chunk, before the generated text
+                        yield _event(reply.chunk(echoed, None, include_usage, index=index))
+                async for index, piece in _from(first, pieces):
                     if piece.text or piece.finish_reason:
-                        yield _event(reply.chunk(piece.text or None, piece.finish_reason, include_usage))
-                    if piece.finish_reason:
-                        break
-                    piece = await anext(pieces)
+                        yield _event(reply.chunk(piece.text or None, piece.finish_reason, include_usage, index=index))
                 if include_usage:
-                    yield _event(reply.usage_chunk(generation.usage.document()))
+                    yield _event(reply.usage_chunk(choices.usage().document()))
                 yield b"data: [DONE]\n\n"
             except ShoalError as exc:
                 yield _event(from_shoal(exc).document())
@@ -217,6 +216,12 @@ class OpenAIHandlers:
 
     async def ready(self, request: Request) -> Response:
         return Response(status_code=200)
+
+
+async def _from(first: _Indexed, rest: AsyncIterator[_Indexed]) -> AsyncIterator[_Indexed]:
+    yield first
+    async for item in rest:
+        yield item
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:

@@ -7,7 +7,7 @@ does not know is refused with OpenAI's own text (docs/openai.md, "Parameters").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from services.gateway.openai.openai_errors import OpenAIError, invalid_value, refused
@@ -36,6 +36,7 @@ _REFUSED_COMPLETION: dict[str, tuple[Any, ...]] = {
     "best_of": (None, 1),
     "suffix": (None, ""),
 }
+MAX_CHOICES = 128  # OpenAI's own bound on `n`
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
@@ -51,6 +52,7 @@ class GenerationRequest:
     sampling: dict[str, int | float] = field(default_factory=dict)  # max_tokens, temperature, top_p, seed
     stop: list[str] = field(default_factory=list)
     echo: bool = False  # completions: the prompt comes back before the completion's text
+    n: int = 1  # choices: one generation each
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
 
 
@@ -124,9 +126,10 @@ def _generation(doc: dict[str, Any]) -> GenerationRequest:
     if not isinstance(stream, bool):
         raise invalid_value("stream", "expected a boolean")
     n = doc.get("n")
-    if n is not None and n != 1:
-        raise refused("n", "only one choice (n=1) is generated per request")
+    if n is not None and (not _is_int(n) or not 1 <= n <= MAX_CHOICES):
+        raise invalid_value("n", f"expected an integer from 1 to {MAX_CHOICES}")
     request = GenerationRequest(_model(doc), stream=stream, include_usage=_include_usage(doc, stream))
+    request.n = n or 1
     request.sampling = _sampling(doc)
     request.stop = _stop(doc.get("stop"))
     request.logit_bias = _logit_bias(doc.get("logit_bias"))
@@ -187,6 +190,13 @@ def _logit_bias(value: Any) -> dict[int, float]:
             raise invalid_value("logit_bias", f"expected token ids to numbers from -100 to 100, got {key!r}: {bias!r}")
         biases[int(token)] = float(bias)
     return biases
+
+
+def choice_with_seed(request: GenerationRequest, index: int) -> GenerationRequest:
+    """The request for choice `index` of `n`: its seed moved by the index, so that each choice is
+    its own draw and the whole answer still repeats with the same seed."""
+    sampling = {**request.sampling, "seed": int(request.sampling["seed"]) + index}
+    return replace(request, sampling=sampling)
 
 
 def _is_int(value: Any) -> bool:

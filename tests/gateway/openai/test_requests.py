@@ -40,7 +40,8 @@ def test_text_content_parts_are_joined():
 @pytest.mark.parametrize(
     "extra, param",
     [
-        ({"n": 2}, "n"),
+        ({"n": 0}, "n"),
+        ({"n": 129}, "n"),
         ({"logit_bias": {"x": 2}}, "logit_bias"),
         ({"logit_bias": {"1": 101}}, "logit_bias"),
         ({"logprobs": True}, "logprobs"),
@@ -72,6 +73,13 @@ def test_penalties_travel_as_sampling_and_a_zero_penalty_asks_nothing():
 def test_logit_bias_maps_token_ids_to_biases():
     assert requests.parse_chat({**CHAT, "logit_bias": {"50256": -100, "7": 2.5}}).logit_bias == {50256: -100.0, 7: 2.5}
     assert requests.parse_completion({"model": "m", "prompt": "p", "logit_bias": {}}).logit_bias == {}
+
+
+def test_n_choices_each_their_own_seed():
+    asked = requests.parse_chat({**CHAT, "n": 3, "seed": 7})
+    assert asked.n == 3 and requests.parse_chat(CHAT).n == 1
+    assert [requests.choice_with_seed(asked, i).sampling["seed"] for i in range(3)] == [7, 8, 9]
+    assert asked.sampling["seed"] == 7  # the request itself unchanged
 
 
 def test_echo_is_a_completions_boolean():
