@@ -36,7 +36,8 @@ input [
   {{ name: "seed" data_type: TYPE_INT64 dims: [ 1 ] optional: true }},
   {{ name: "frequency_penalty" data_type: TYPE_FP32 dims: [ 1 ] optional: true }},
   {{ name: "presence_penalty" data_type: TYPE_FP32 dims: [ 1 ] optional: true }},
-  {{ name: "logit_bias" data_type: TYPE_STRING dims: [ 1 ] optional: true }}
+  {{ name: "logit_bias" data_type: TYPE_STRING dims: [ 1 ] optional: true }},
+  {{ name: "response_format" data_type: TYPE_STRING dims: [ 1 ] optional: true }}
 ]
 output [
   {{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }},

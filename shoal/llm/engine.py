@@ -98,6 +98,7 @@ class Job:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
+    grammar: str = ""  # GBNF the output must follow (response_format), "" for none
     joined: threading.Event = field(default_factory=threading.Event, repr=False)
 
 
@@ -107,9 +108,9 @@ def _shaping(job: Job, budget: int) -> Shaping | None:
     penalties = None
     if job.frequency_penalty or job.presence_penalty:
         penalties = Penalties(job.frequency_penalty, job.presence_penalty, max(budget, 1))
-    if penalties is None and not job.logit_bias:
+    if penalties is None and not job.logit_bias and not job.grammar:
         return None
-    return Shaping(penalties, dict(job.logit_bias))
+    return Shaping(penalties, dict(job.logit_bias), job.grammar)
 
 
 @dataclass
@@ -222,7 +223,12 @@ class Engine:
                 return  # the oldest waits for room: no overtaking
             self._waiting.popleft()
             seed = job.seed if job.seed is not None else random.randrange(2**32)
-            sampler = self.model.sampler(job.temperature, job.top_p, seed, _shaping(job, budget))
+            try:
+                sampler = self.model.sampler(job.temperature, job.top_p, seed, _shaping(job, budget))
+            except LlamaError as exc:  # a grammar llama.cpp refuses: this request fails, not the engine
+                job.joined.set()
+                self._answer(job.sink.fail, str(exc))
+                continue
             sequence = _Sequence(job, self._free_seqs.pop(), sampler, budget)
             self._reserved += sequence.cells
             self._joining.append(sequence)

@@ -135,6 +135,7 @@ class Shaping(NamedTuple):
 
     penalties: Penalties | None
     logit_bias: dict[int, float]  # token id (in the vocabulary) -> added to its logit
+    grammar: str = ""  # GBNF (root rule `root`) every token must keep the output within
 
 
 class Sampler:
@@ -142,12 +143,16 @@ class Sampler:
     seeded draw."""
 
     def __init__(
-        self, api: Any, temperature: float, top_p: float, seed: int, shaping: Shaping | None, n_vocab: int
+        self, api: Any, temperature: float, top_p: float, seed: int, shaping: Shaping | None, vocab: Any
     ) -> None:
         self._api = api
         self.chain = api.llama_sampler_chain_init(api.llama_sampler_chain_default_params())
         if shaping is not None:  # first: they change the logits the rest choose from
-            self._shape(shaping, n_vocab)
+            try:
+                self._shape(shaping, vocab)
+            except LlamaError:
+                self.close()
+                raise
         if temperature <= 0:
             api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_greedy())
         else:
@@ -156,8 +161,14 @@ class Sampler:
             api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_temp(temperature))
             api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_dist(seed & 0xFFFFFFFF))
 
-    def _shape(self, shaping: Shaping, n_vocab: int) -> None:
+    def _shape(self, shaping: Shaping, vocab: Any) -> None:
         api = self._api
+        n_vocab = int(api.llama_vocab_n_tokens(vocab))
+        if shaping.grammar:  # first: no other sampler may bring back a token the grammar rules out
+            grammar = api.llama_sampler_init_grammar(vocab, shaping.grammar.encode(), b"root")
+            if not grammar:
+                raise LlamaError("llama.cpp refused the response format's grammar")
+            api.llama_sampler_chain_add(self.chain, grammar)
         if shaping.logit_bias:  # token ids checked against the vocabulary by the caller
             biases = (api.llama_logit_bias * len(shaping.logit_bias))(*shaping.logit_bias.items())
             api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_logit_bias(n_vocab, len(biases), biases))
@@ -171,6 +182,7 @@ class Sampler:
     def close(self) -> None:
         if self.chain is not None:
             self._api.llama_sampler_free(self.chain)
+            self.chain = None
             self.chain = None
 
 
@@ -263,7 +275,7 @@ class LlamaModel:
         return int(self.api.llama_vocab_n_tokens(self.vocab))
 
     def sampler(self, temperature: float, top_p: float, seed: int, shaping: Shaping | None = None) -> Sampler:
-        return Sampler(self.api, temperature, top_p, seed, shaping, self.n_vocab)
+        return Sampler(self.api, temperature, top_p, seed, shaping, self.vocab)
 
     def sample(self, sampler: Sampler, index: int) -> int:
         return int(self.api.llama_sampler_sample(sampler.chain, self.context, index))

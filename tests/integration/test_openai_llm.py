@@ -9,6 +9,7 @@ changed to the test's).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import openai
 import pytest
@@ -113,6 +115,50 @@ def test_logit_bias_forces_a_token(client: openai.OpenAI):
     assert client.completions.create(**asked, **forced, max_tokens=4).choices[0].text == piece * 4
     with pytest.raises(openai.BadRequestError, match="not in the model's"):
         client.completions.create(**asked, max_tokens=1, logit_bias={"99999999": 1})
+
+
+POINT = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+@needs_llm
+@pytest.mark.llm
+@pytest.mark.parametrize("stream", [False, True])
+def test_json_schema_output_always_validates(client: openai.OpenAI, stream: bool):
+    asked = {
+        "model": LLM,
+        "messages": [{"role": "user", "content": "Describe a person as JSON."}],
+        "max_tokens": 64,
+        "temperature": 1.0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": POINT}},
+    }
+    for seed in range(4):  # sampled, not greedy: the grammar, not luck, keeps each one valid
+        if stream:
+            text = "".join(
+                c.choices[0].delta.content or ""
+                for c in client.chat.completions.create(**asked, seed=seed, stream=True)
+                if c.choices
+            )
+        else:
+            text = client.chat.completions.create(**asked, seed=seed).choices[0].message.content
+        jsonschema.validate(json.loads(text), POINT)
+
+
+@needs_llm
+@pytest.mark.llm
+def test_json_object_output_is_an_object(client: openai.OpenAI):
+    answer = client.chat.completions.create(
+        model=LLM,
+        messages=[{"role": "user", "content": "List two colours."}],
+        max_tokens=64,
+        seed=1,
+        response_format={"type": "json_object"},
+    )
+    assert isinstance(json.loads(answer.choices[0].message.content), dict)
 
 
 @needs_llm

@@ -4,10 +4,10 @@ As Triton's OpenAI front end does (docs/openai.md, "Which models are offered"):
 - a *generation* model (chat and completions) is decoupled, with a BYTES `text_input`, a BOOL
   `stream` and a BYTES `text_output`. Optional scalar inputs take the sampling parameters
   (`max_tokens`, `temperature`, `top_p`, `seed`, `frequency_penalty`, `presence_penalty`,
-  `logit_bias`); an optional BYTES `messages` input takes the chat as JSON, and then the model
-  applies its own chat template (otherwise a `chat_template` parameter lets the front end apply
-  it, `templates.py`). Optional outputs
-  `prompt_tokens` / `completion_tokens` (integers) give the usage counts, and `finish_reason`
+  `logit_bias`, `response_format`); an optional BYTES `messages` input takes the chat as JSON,
+  and then the model applies its own chat template (otherwise a `chat_template` parameter lets
+  the front end apply it, `templates.py`). Optional outputs `prompt_tokens` /
+  `completion_tokens` (integers) give the usage counts, and `finish_reason`
   (BYTES) says why generation ended;
 - an *embedding* model is not decoupled, has one BYTES input and an FP32 output (the embedding),
   and optionally a `prompt_tokens` output.
@@ -32,6 +32,7 @@ SAMPLING_INPUTS: dict[str, frozenset[str]] = {
     "frequency_penalty": FLOAT_TYPES,
     "presence_penalty": FLOAT_TYPES,
     "logit_bias": frozenset({"BYTES"}),  # JSON: {"<token id>": bias}
+    "response_format": frozenset({"BYTES"}),  # OpenAI's object as JSON
 }
 USAGE_OUTPUTS = ("prompt_tokens", "completion_tokens")
 

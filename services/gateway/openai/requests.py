@@ -24,7 +24,6 @@ _REFUSED_CHAT: dict[str, tuple[Any, ...]] = {
     "tool_choice": (None, "none"),
     "functions": (None, []),
     "function_call": (None, "none"),
-    "response_format": (None, {"type": "text"}),
     "audio": (None,),
     "modalities": (None, ["text"]),
     "prediction": (None,),
@@ -53,6 +52,7 @@ class GenerationRequest:
     stop: list[str] = field(default_factory=list)
     echo: bool = False  # completions: the prompt comes back before the completion's text
     n: int = 1  # choices: one generation each
+    response_format: dict[str, Any] | None = None  # chat: json_object or json_schema (None: text)
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
 
 
@@ -65,9 +65,10 @@ class EmbeddingRequest:
 
 def parse_chat(body: Any) -> GenerationRequest:
     doc = _object(body)
-    _refuse(doc, _REFUSED_CHAT, _COMMON | {"messages", "max_completion_tokens"})
+    _refuse(doc, _REFUSED_CHAT, _COMMON | {"messages", "max_completion_tokens", "response_format"})
     request = _generation(doc)
     request.messages = _messages(doc.get("messages"))
+    request.response_format = _response_format(doc.get("response_format"))
     return request
 
 
@@ -190,6 +191,27 @@ def _logit_bias(value: Any) -> dict[int, float]:
             raise invalid_value("logit_bias", f"expected token ids to numbers from -100 to 100, got {key!r}: {bias!r}")
         biases[int(token)] = float(bias)
     return biases
+
+
+def _response_format(value: Any) -> dict[str, Any] | None:
+    """OpenAI's `response_format`: text (None), `json_object`, or `json_schema` with a schema object."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": kind}
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if (
+            not isinstance(spec, dict)
+            or not isinstance(spec.get("name"), str)
+            or not isinstance(spec.get("schema"), dict)
+        ):
+            raise invalid_value("response_format", "json_schema needs a 'name' and a 'schema' object")
+        return {"type": kind, "json_schema": spec}
+    raise invalid_value("response_format", "expected a type of 'text', 'json_object' or 'json_schema'")
 
 
 def choice_with_seed(request: GenerationRequest, index: int) -> GenerationRequest:

@@ -46,6 +46,8 @@ def generation_request(spec: ModelSpec, offer: Offer, request: GenerationRequest
     sampling: dict[str, object] = dict(request.sampling)
     if request.logit_bias:  # {} asks nothing: any model serves it
         sampling["logit_bias"] = orjson.dumps({str(token): bias for token, bias in request.logit_bias.items()})
+    if request.response_format is not None:  # text asks nothing
+        sampling["response_format"] = orjson.dumps(request.response_format)
     for name, value in sampling.items():
         tensor = offer.sampling.get(name)
         if tensor is None:

@@ -46,7 +46,8 @@ def test_text_content_parts_are_joined():
         ({"logit_bias": {"1": 101}}, "logit_bias"),
         ({"logprobs": True}, "logprobs"),
         ({"tools": [{"type": "function"}]}, "tools"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"response_format": {"type": "yaml"}}, "response_format"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format"),
         ({"presence_penalty": 2.5}, "presence_penalty"),
         ({"frequency_penalty": "high"}, "frequency_penalty"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content"),
@@ -80,6 +81,16 @@ def test_n_choices_each_their_own_seed():
     assert asked.n == 3 and requests.parse_chat(CHAT).n == 1
     assert [requests.choice_with_seed(asked, i).sampling["seed"] for i in range(3)] == [7, 8, 9]
     assert asked.sampling["seed"] == 7  # the request itself unchanged
+
+
+def test_response_format_is_text_or_json():
+    assert requests.parse_chat({**CHAT, "response_format": {"type": "text"}}).response_format is None
+    assert requests.parse_chat({**CHAT, "response_format": {"type": "json_object"}}).response_format == {
+        "type": "json_object"
+    }
+    schema = {"name": "point", "schema": {"type": "object", "properties": {"x": {"type": "integer"}}}}
+    asked = requests.parse_chat({**CHAT, "response_format": {"type": "json_schema", "json_schema": schema}})
+    assert asked.response_format == {"type": "json_schema", "json_schema": schema}
 
 
 def test_echo_is_a_completions_boolean():
