@@ -33,6 +33,7 @@ from nats.aio.client import Client as NATS
 from nats.js.kv import KeyValue
 
 from services.scheduler.ensembles.step import fit_batching, resolve_version, step_request
+from services.scheduler.ensembles.step_slots import Slots, StepSlots
 from services.scheduler.ensembles.stream import EnsembleStream, StreamFailed, finish
 from services.scheduler.ensembles.timing import StepLatency, compute_phases
 from services.scheduler.statistics.reasons import FailReason
@@ -40,9 +41,16 @@ from services.scheduler.statistics.stats import ModelStats
 from shared.bus.dispatch import Dispatcher, LocalScheduler
 from shared.bus.revisions import CATCH_UP_S, Revisions
 from shared.bus.tensor_store import TensorStore
-from shared.config.ensemble_graph import EnsembleGraph, Step, graph_from_config, is_decoupled, is_ensemble
+from shared.config.ensemble_graph import (
+    EnsembleGraph,
+    Step,
+    graph_from_config,
+    is_decoupled,
+    is_ensemble,
+    max_inflight,
+)
 from shared.config.model_config import ModelSpec, spec_from_json
-from shared.errors import Code, ShoalError
+from shared.errors import Code, ShoalError, unavailable
 from shared.process.logcontext import request_ids
 from shared.tracing import spans
 from shared.tracing.spans import Span, Tracing
@@ -81,6 +89,7 @@ class EnsembleRunner:
         self.running: dict[str, tuple[tuple[str, int], asyncio.Task[None]]] = {}  # rid -> (ensemble key, task)
         self.steps: dict[tuple[str, int], dict[str, StepLatency]] = {}  # ensemble key -> step model -> latency
         self.decoupled: set[str] = set()  # ensembles that stream (a decoupled step, or their own policy)
+        self.slots = StepSlots()  # `max_inflight_requests`: each step's limit, shared by the ensemble's requests
         self.revisions = Revisions()  # how far the records above have come (the scheduler's watch)
         self.models_kv: KeyValue | None = None
 
@@ -100,6 +109,7 @@ class EnsembleRunner:
             self.specs.pop(name, None)
             self.ready.pop(name, None)
             self.graphs.pop(name, None)
+            self.slots.forget(name)
             self._derive_decoupled()
             return
         self.specs[name] = spec_from_json(config, name)
@@ -275,6 +285,7 @@ class EnsembleRunner:
         error: tuple[str, str] | None = None
         compute = [0, 0, 0]
         latencies = self.steps.setdefault((request.model, request.version), {})
+        limit = max_inflight(spec.config) if spec is not None else 0
         try:
             while True:
                 if error is None:  # after a failure nothing new starts; what runs drains
@@ -296,7 +307,8 @@ class EnsembleRunner:
                             error = (exc.message, str(exc.code))
                             break
                         span = step_span(spans.active, request, sub) if request.traceparent and spans.active else None
-                        task = asyncio.create_task(self.call(sub))
+                        slots = self.slots.for_step((request.model, request.version), limit, step.index)
+                        task = asyncio.create_task(self._gated(slots, sub) if limit else self.call(sub))
                         running[task] = (step, time.monotonic())
                         if span is not None:
                             traced[task] = span
@@ -352,6 +364,20 @@ class EnsembleRunner:
                 batched[tensor] = bool(member and member.max_batch_size > 0)
         for tensor in step.output_map.values():  # not produced: absent for the steps that read it
             tensors.setdefault(tensor, None)
+
+    async def _gated(self, slots: Slots, request: InferRequest) -> InferResponse:
+        """A step request sent once its step has a free slot (`max_inflight_requests`), within its
+        deadline; the slot is given back when the answer comes (or the request is cancelled)."""
+        try:
+            async with asyncio.timeout(max(0.001, (request.deadline_ns - time.time_ns()) / 1e9)):
+                await slots.acquire()
+        except TimeoutError:
+            exc = unavailable("Request timeout expired")
+            return InferResponse(rid=request.rid, error=exc.message, code=str(exc.code))
+        try:
+            return await self.call(request)
+        finally:
+            slots.give_back()
 
     async def call(self, request: InferRequest) -> InferResponse:
         """One step request to its member, answered (an error as a response, never raised)."""

@@ -15,8 +15,9 @@ untouched, so their behaviour and cost stay exactly as they were.
 - An error in any step (or a step request that cannot be built) ends the stream with
   `in ensemble 'E', <message>`; everything in flight is cancelled (a decoupled step's stream
   sends its cancel when closed, so the generator sees `is_cancelled()`).
-- `max_inflight_requests` bounds the requests in flight per step; launches over the bound
-  wait, in order, for a slot (backpressure against a fast producer).
+- `max_inflight_requests` bounds the requests in flight at each step across all the ensemble's
+  requests (`step_slots.py`, as Triton since core PR 482); launches over the bound wait, in order,
+  for a slot (backpressure against a fast producer).
 - An iteration's intermediates are freed as soon as it is settled, not at the end, so a
   long stream holds only the iterations in flight.
 """
@@ -35,6 +36,7 @@ from nats.aio.client import Client as NATS
 
 from services.scheduler.ensembles.iterations import Scope, settle
 from services.scheduler.ensembles.step import fit_batching, step_request
+from services.scheduler.ensembles.step_slots import Slots, StepSlots, Waiter
 from services.scheduler.ensembles.timing import StepLatency, compute_phases
 from shared.bus.dispatch import Dispatcher
 from shared.bus.tensor_store import TensorStore
@@ -64,6 +66,8 @@ class Members(Protocol):
     def ready(self) -> Mapping[str, list[int]]: ...  # model -> its READY versions
     @property
     def steps(self) -> dict[tuple[str, int], dict[str, StepLatency]]: ...  # ensemble -> member -> latency
+    @property
+    def slots(self) -> StepSlots: ...  # each ensemble step's `max_inflight_requests` limiter
 
     async def call(self, request: InferRequest) -> InferResponse: ...  # one step request, answered
 
@@ -88,9 +92,12 @@ class EnsembleStream:
         self.spec = runner.specs.get(request.model)
         configs = {name: spec.config for name, spec in runner.specs.items()}
         self.decoupled = {s.index: is_decoupled(s.model, configs) for s in self.steps}
-        self.limit = max_inflight(self.spec.config) if self.spec is not None else 0
-        self.inflight: dict[int, int] = {s.index: 0 for s in self.steps}
+        limit = max_inflight(self.spec.config) if self.spec is not None else 0
+        key = (request.model, request.version)
+        self.slots: dict[int, Slots] = {s.index: runner.slots.for_step(key, limit, s.index) for s in self.steps}
+        self.inflight: dict[int, int] = {s.index: 0 for s in self.steps}  # slots this request holds
         self.held: dict[int, deque[tuple[Scope[TensorRef], Step]]] = {s.index: deque() for s in self.steps}
+        self.waiters: dict[int, deque[Waiter]] = {s.index: deque() for s in self.steps}  # `held`'s asks
         self.events: asyncio.Queue[_Event] = asyncio.Queue()
         self.tasks: set[asyncio.Task[None]] = set()
         self.owned: dict[int, TensorRef] = {}  # id -> step outputs not yet freed or handed over
@@ -116,6 +123,7 @@ class EnsembleStream:
         finally:
             for task in self.tasks:
                 task.cancel()  # a stream's cancel reaches its model; a plain request leaves its queue
+            self._give_up_slots()
             while not self.events.empty():  # answered just now: nobody reads these
                 self.owned.update((id(ref), ref) for ref in self.events.get_nowait()[2].outputs)
             if self.owned:
@@ -162,9 +170,7 @@ class EnsembleStream:
         scope.running -= 1
         if not self.decoupled[step.index]:
             scope.producing -= 1
-        self.inflight[step.index] -= 1
-        if self.error is None:
-            self._release(step.index)
+        self._free(step.index)  # the slot may go to a launch of this request or of another one
 
     def _stop(self) -> None:
         """After a failure: no new step starts and the decoupled streams are cancelled (their
@@ -174,8 +180,12 @@ class EnsembleStream:
         for task, scope, step in self.streams.values():
             task.cancel()
             scope.running -= 1
-            self.inflight[step.index] -= 1
+            self._free(step.index)
         self.streams.clear()
+        for waiters in self.waiters.values():
+            for waiter in waiters:
+                waiter.withdraw()
+            waiters.clear()
         for index, queue in self.held.items():
             for scope, _step in queue:
                 scope.running -= 1
@@ -192,18 +202,39 @@ class EnsembleStream:
                 current.running += 1
                 if not self.decoupled[step.index]:
                     current.producing += 1
-                self.held[step.index].append((current, step))
-                self._release(step.index)
+                self._hold(current, step)
             if current.due(self.requested):
                 await self._answer(current)
 
-    def _release(self, index: int) -> None:
-        """Start the held launches of step `index` that fit under `max_inflight_requests`."""
-        queue = self.held[index]
-        while queue and (not self.limit or self.inflight[index] < self.limit):
-            scope, step = queue.popleft()
-            self.inflight[index] += 1
-            self._start(scope, step)
+    def _hold(self, scope: Scope[TensorRef], step: Step) -> None:
+        """A launch waits for a slot of its step (granted at once under the bound, or without one)."""
+        index = step.index
+        self.held[index].append((scope, step))
+        waiter = Waiter(lambda: self._granted(index))
+        self.waiters[index].append(waiter)
+        self.slots[index].ask(waiter)
+
+    def _granted(self, index: int) -> None:
+        """A slot of step `index` is ours: slots come in the order asked, so it is the oldest launch's."""
+        scope, step = self.held[index].popleft()
+        self.waiters[index].popleft()
+        self.inflight[index] += 1
+        self._start(scope, step)
+
+    def _free(self, index: int) -> None:
+        self.inflight[index] -= 1
+        self.slots[index].give_back()
+
+    def _give_up_slots(self) -> None:
+        """The request is over (or cancelled): what it holds or waits for goes to the others."""
+        for index, waiters in self.waiters.items():
+            for waiter in waiters:
+                waiter.withdraw()
+            waiters.clear()
+            self.held[index].clear()
+            if self.inflight[index]:
+                self.slots[index].give_back(self.inflight[index])
+                self.inflight[index] = 0
 
     def _start(self, scope: Scope[TensorRef], step: Step) -> None:
         tensors = scope.visible()

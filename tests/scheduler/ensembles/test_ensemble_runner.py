@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from services.scheduler.ensembles.ensemble_runner import EnsembleRunner
 from shared.wire.messages import InferRequest, InferResponse, TensorRef
@@ -108,3 +109,72 @@ def test_unrequested_branches_are_not_run():
     runner = Scripted({"pre": answer, "cls": answer, "seg": answer})
     outcome, _ = run(runner, outputs=["B"])
     assert [r.model for r in runner.sent] == ["pre", "seg"] and [o.name for o in outcome.outputs] == ["B"]
+
+
+class Counting(Scripted):
+    """Counts each member's requests in flight at once; `gate` holds every member's answer."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__({"pre": answer, "cls": answer, "seg": answer})
+        config = {
+            **PIPELINE,
+            "ensemble_scheduling": {**PIPELINE["ensemble_scheduling"], "max_inflight_requests": limit},
+        }
+        self.on_record("pipeline", record("pipeline", config), 5)
+        self.active: dict[str, int] = {}
+        self.most: dict[str, int] = {}
+        self.gate = asyncio.Event()
+
+    async def call(self, request: InferRequest) -> InferResponse:
+        self.active[request.model] = self.active.get(request.model, 0) + 1
+        self.most[request.model] = max(self.most.get(request.model, 0), self.active[request.model])
+        await self.gate.wait()
+        await asyncio.sleep(0.001)
+        self.active[request.model] -= 1
+        return answer(request)
+
+
+def pipeline_request(n: int, deadline_ns: int = 1 << 62) -> InferRequest:
+    return InferRequest(
+        rid=f"r{n}",
+        model="pipeline",
+        version=1,
+        reply=f"x.r{n}",
+        deadline_ns=deadline_ns,
+        inputs=[TensorRef(name="RAW", datatype="FP32", shape=[1, 1], data=b"\0\0\x80?")],
+    )
+
+
+def test_max_inflight_requests_bounds_each_step_across_the_ensembles_requests():
+    """Triton since core PR 482/server PR 8707: not only decoupled ensembles, and one limit per step
+    for all the ensemble's requests together."""
+
+    async def go(runner: Counting) -> list:
+        calls = [asyncio.create_task(runner._execute(pipeline_request(n), [])) for n in range(6)]
+        await asyncio.sleep(0.01)
+        runner.gate.set()
+        return await asyncio.gather(*calls)
+
+    bounded = Counting(limit=2)
+    outcomes = asyncio.run(go(bounded))
+    assert all(not o.error and len(o.outputs) == 2 for o in outcomes)
+    assert bounded.most == {"pre": 2, "cls": 2, "seg": 2}
+    assert bounded.slots.in_use() == 0
+    unbounded = Counting(limit=0)
+    asyncio.run(go(unbounded))
+    assert unbounded.most["pre"] == 6
+
+
+def test_a_step_waiting_for_a_slot_past_the_deadline_answers_the_timeout():
+    async def go(runner: Counting):
+        holder = asyncio.create_task(runner._execute(pipeline_request(1), []))
+        await asyncio.sleep(0.01)  # its first step holds the only slot, the gate closed
+        late = await runner._execute(pipeline_request(2, time.time_ns() + 50_000_000), [])
+        runner.gate.set()
+        await holder
+        return late
+
+    runner = Counting(limit=1)
+    late = asyncio.run(go(runner))
+    assert (late.error, late.code) == ("in ensemble 'pipeline', Request timeout expired", "UNAVAILABLE")
+    assert runner.slots.in_use() == 0

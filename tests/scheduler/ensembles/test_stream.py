@@ -157,18 +157,22 @@ class Scripted(EnsembleRunner):
             self.gen_closed = True
 
 
-def run(runner: Scripted) -> list[InferResponse]:
-    request = InferRequest(
-        rid="r1",
-        model="E",
-        version=1,
-        reply="x.r1",
-        deadline_ns=1 << 62,
-        inputs=[TensorRef(name="IN", datatype="INT32", shape=[1], data=int32(1))],
-    )
+def run(runner: Scripted, requests: int = 1) -> list[InferResponse]:
+    """`requests` requests of E at once; every response each one sent, in the order sent."""
+
+    def request(n: int) -> InferRequest:
+        return InferRequest(
+            rid=f"r{n}",
+            model="E",
+            version=1,
+            reply=f"x.r{n}",
+            deadline_ns=1 << 62,
+            inputs=[TensorRef(name="IN", datatype="INT32", shape=[1], data=int32(1))],
+        )
 
     async def go():
-        runner.submit(msgspec.Raw(msgspec.msgpack.encode(request)), _Stats())
+        for n in range(1, requests + 1):
+            runner.submit(msgspec.Raw(msgspec.msgpack.encode(request(n))), _Stats())
         await asyncio.gather(*(task for _, task in list(runner.running.values())))
 
     asyncio.run(go())
@@ -207,6 +211,26 @@ def test_max_inflight_requests_bounds_each_step():
     bounded = Scripted(limit=1, tokens=20)
     assert values(run(bounded)) == [1000 + i for i in range(20)]
     assert bounded.post_most == 1
+
+
+def test_max_inflight_requests_is_one_limit_shared_by_the_ensembles_requests():
+    """Triton since core PR 482: the bound holds across every request of the ensemble, not per request."""
+    unbounded = Scripted(tokens=10)
+    run(unbounded, requests=3)
+    assert unbounded.post_most > 1
+    bounded = Scripted(limit=1, tokens=10)
+    sent = run(bounded, requests=3)
+    assert bounded.post_most == 1
+    assert sorted(values(sent)) == sorted([1000 + i for i in range(10)] * 3)
+    assert sum(not r.more for r in sent) == 3  # each request's stream ended
+    assert bounded.slots.in_use() == 0
+
+
+def test_a_failed_request_gives_its_slots_to_the_others():
+    runner = Scripted(limit=1, tokens=6, fail_post_at=3)
+    sent = run(runner, requests=3)
+    assert [r.error for r in sent if not r.more] == ["in ensemble 'E', post failed"] * 3
+    assert runner.slots.in_use() == 0
 
 
 def test_a_failing_iteration_ends_the_stream_with_the_error_after_the_others_drain():
