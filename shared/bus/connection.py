@@ -91,7 +91,28 @@ def credential_options(credentials: str) -> dict[str, Any]:
     authority = Path(credentials).parent / TRUSTED_CA
     if authority.exists():  # a deployment with TLS on its bus: trust its own CA, and only it
         options["tls"] = ssl.create_default_context(cafile=str(authority))
+        quiet_tls_eof_notice()
     return options
+
+
+TLS_EOF_NOTICE = "returning true from eof_received() has no effect when using ssl"
+
+
+class _TlsEofNotice(logging.Filter):
+    """asyncio warns `TLS_EOF_NOTICE` whenever a TLS peer closes a connection made with asyncio's
+    streams, as nats-py's are: the stdlib's stream protocol returns True there by design and the
+    connection closes as it should. It tells a user nothing, and a client that connects for each
+    look (`shoal autoscale` on a TLS bus, `shoal status`) printed it every look."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != TLS_EOF_NOTICE
+
+
+def quiet_tls_eof_notice() -> None:
+    """Drop asyncio's TLS EOF notice (once per process; asyncio's other warnings stay)."""
+    asyncio_log = logging.getLogger("asyncio")
+    if not any(isinstance(f, _TlsEofNotice) for f in asyncio_log.filters):
+        asyncio_log.addFilter(_TlsEofNotice())
 
 
 class _Outage:
