@@ -22,19 +22,16 @@ import json
 import socket
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import urllib3
-import yaml
 
 from shared.bus import connection
 from shoal import topology
-from tests.deploy.compose import Project, compose_command, compose_version, engine_refused, run
+from tests.deploy.compose import Project
 from tests.serving import record_until, wait_until
 
 STARTING = (Exception,)  # a container still starting refuses connections: not yet
@@ -43,50 +40,6 @@ pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1800)]
 
 FAIL_WITHIN_S = 5.0  # a request cut by a fault is answered (served, or a clear error) within this
 READY_S = 180.0  # up -d to ready, on a loaded machine
-
-
-@pytest.fixture(scope="module")
-def command() -> list[str]:
-    refused = engine_refused()
-    if refused:
-        pytest.skip(refused)
-    found = compose_command()
-    assert found is not None
-    return found
-
-
-@pytest.fixture(scope="module")
-def image(command: list[str]) -> Iterator[str]:
-    """The Shoal image, built once for the module with a tag of its own; removed afterwards."""
-    tag = f"shoal-deploy-test-{uuid.uuid4().hex[:8]}:cpu"
-    project = Project(command, tag)
-    # one image for the services that run it, built once: compose v2 builds a `build:` per service
-    checked = project.compose("config")
-    assert "obsolete" not in checked.stderr, checked.stderr  # compose v2 on a `version:` key
-    built = sorted(name for name, service in yaml.safe_load(checked.stdout)["services"].items() if "build" in service)
-    assert len(built) == 1, f"{built} each build the image"
-    started = time.monotonic()
-    project.compose("build", timeout=1800)
-    print(f"compose {compose_version(command)}: built {tag} in {time.monotonic() - started:.0f}s")
-    yield tag
-    run(["docker", "image", "rm", "-f", tag], check=False)
-
-
-@pytest.fixture
-def project(command: list[str], image: str) -> Iterator[Project]:
-    made: list[Project] = []
-
-    def make(*files: str, env: dict[str, str] | None = None) -> Project:
-        made.append(Project(command, image, list(files) or ["docker-compose.yml"], env or {}))
-        return made[-1]
-
-    yield make  # type: ignore[misc]
-    for one in made:
-        try:
-            one.down()
-        finally:
-            left = one.leftovers()
-        assert not left, f"`down -v` left {left}"
 
 
 # -- the client side --------------------------------------------------------------------------
