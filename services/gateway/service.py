@@ -41,7 +41,7 @@ from shared.process.settings import GatewaySettings, cohosted_scheduler
 from shared.tracing import spans
 from shared.tracing import trace_settings as tracing_settings
 from shared.wire import subjects
-from shared.wire.control import StatisticsRequest
+from shared.wire.control import ModelFigures, StatisticsRequest
 from shared.wire.messages import CacheEvent
 from shared.wire.statistics import SchedulerStatistics
 from shared.wire.status import GatewayStatus
@@ -255,7 +255,7 @@ class GatewayService:
     def _metrics(self) -> uvicorn.Config:
         """Prometheus' `/metrics`, from the schedulers' statistics and the workers' (gateway/metrics/)."""
         settings = self.settings
-        app = build_metrics_app(self._scheduler_stats, self.options, self._custom_metrics)
+        app = build_metrics_app(self._scheduler_stats, self.options, self._custom_metrics, self._model_figures)
         return self._uvicorn(app, settings.metrics_address or settings.http_address, settings.metrics_port)
 
     def _openai(self) -> uvicorn.Config:
@@ -293,9 +293,11 @@ class GatewayService:
         request = msgspec.json.encode(StatisticsRequest(quantiles)) if quantiles else b""
         return await scheduler_stats(self.nc, request)
 
+    async def _model_figures(self) -> ModelFigures | None:
+        return await model_metrics.fetch(self.nc)
+
     async def _custom_metrics(self) -> list[str]:
-        lines = model_metrics.render(await model_metrics.fetch(self.nc))
-        return lines + self.custom.lines() + resent_lines(self.dispatcher.resent)
+        return self.custom.lines() + resent_lines(self.dispatcher.resent)
 
 
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:

@@ -71,6 +71,7 @@ def _fold_group(key: GroupKey, members: list[InstanceRecord], whole: dict[GroupK
         count=sum(m.count for m in members),
         serving_generation=serving,
         warmup_ms=max(m.warmup_ms for m in members),
+        load_s=max(m.load_s for m in members),
         rss_bytes=sum(m.rss_bytes for m in members),
         device_bytes=sum(m.device_bytes for m in members),
         group=key[0],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
@@ -35,6 +36,7 @@ from shared.wire.control import (
     DemandRequest,
     IndexRequest,
     LoadRequest,
+    LoadTime,
     MemoryUse,
     ModelUsage,
     RepositoryDone,
@@ -236,6 +238,7 @@ class RepositoryService:
             if r.serving_generation and (r.rss_bytes or r.device_bytes)
         ]
         figures.budgets = {w: WorkerBudget(b.budget_bytes, b.max_models) for w, b in self._budgets().items()}
+        figures.load_times = load_times(self.manager.reports.values())
         await self.nc.publish(msg.reply, msgspec.json.encode(figures))
 
     async def _usage(self) -> Usage:
@@ -369,3 +372,14 @@ async def run(settings: RepositorySettings, stop: asyncio.Event) -> None:
             raise SystemExit(f"model repository '{repository}' is not a directory")
     nc = await connection.connect(settings.nats_url, "shoal-repository", settings.nats_credentials)
     await serve_until(stop, nc, RepositoryService(settings, nc), "repository", settings.health_port)
+
+
+def load_times(reports: Iterable[InstanceRecord]) -> list[LoadTime]:
+    """Each version being served, with its slowest worker's load time: Triton's one
+    `nv_model_load_duration_secs` sample per model version, where several workers loaded it."""
+    slowest: dict[tuple[str, int], float] = {}
+    for r in reports:
+        if r.serving_generation and r.load_s:
+            key = (r.model, r.version)
+            slowest[key] = max(slowest.get(key, 0.0), r.load_s)
+    return [LoadTime(model, version, seconds) for (model, version), seconds in sorted(slowest.items())]

@@ -228,11 +228,13 @@ class ModelLifecycle:
         started = time.perf_counter()
         tries = 1 + max(0, self.settings.model_load_retry_count)  # tritonserver's --model-load-retry-count
         for attempt in range(1, tries + 1):
+            attempt_ns = time.monotonic_ns()  # the load time is the attempt that succeeded, as Triton's
             try:
                 spec = spec_from_json(record.config, record.name)
                 fetched = await self.files.directory(record)  # the repository's path, or this host's copy
                 create = functools.partial(self._create, spec, record, version, fetched.path)
                 loaded = await self.loader.run(create)
+                loaded.load_s = (time.monotonic_ns() - attempt_ns) / 1e9
                 break
             except Exception as exc:
                 reason = load_error(record.name, exc)
@@ -358,6 +360,7 @@ class ModelLifecycle:
             count,
             serving_generation=serving.generation if serving else 0,
             warmup_ms=serving.warmup_ms if serving else 0.0,
+            load_s=serving.load_s if serving else 0.0,
             rss_bytes=serving.rss_bytes if serving else 0,
             device_bytes=serving.device_bytes if serving else 0,
             group=self.settings.instance_group,

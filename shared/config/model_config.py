@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shared.config.datatypes import config_to_protocol
+from shared.config.metric_config import validate_model_metrics
 from shared.errors import ShoalError, invalid
 
 if TYPE_CHECKING:
@@ -266,6 +267,7 @@ def validate(config: pb.ModelConfig) -> None:
         if group.kind in (pb.ModelInstanceGroup.KIND_CPU, pb.ModelInstanceGroup.KIND_MODEL) and group.gpus:
             kind = pb.ModelInstanceGroup.Kind.Name(group.kind)
             raise invalid(f"instance group {group.name} of model {name} has kind {kind} but specifies one or more GPUs")
+    validate_model_metrics(config)
 
 
 # ---------------------------------------------------------------------------

@@ -121,6 +121,14 @@ class MemoryUse(msgspec.Struct):
     device: int
 
 
+class LoadTime(msgspec.Struct):
+    """How long a loaded model version took to load: its slowest worker's (`InstanceRecord.load_s`)."""
+
+    model: str
+    version: int
+    seconds: float
+
+
 class WorkerBudget(msgspec.Struct):
     """A worker's --model-memory-budget and --max-loaded-models (0: none)."""
 
@@ -144,6 +152,7 @@ class ModelFigures(msgspec.Struct):
     evictions: list[Eviction] = []
     loads: dict[str, int] = {}
     thrash: dict[str, int] = {}
+    load_times: list[LoadTime] = []
 
 
 class StatisticsRequest(msgspec.Struct):

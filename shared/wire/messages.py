@@ -212,6 +212,9 @@ class RequestDone(msgspec.Struct, omit_defaults=True):
     ok: bool
     response: bytes = b""  # the encoded InferResponse, only with reply_via_scheduler
     rescheduled: bool = False  # released with RESCHEDULE: not answered, it runs again (iterative sequences)
+    # a decoupled model's first response (wall clock, ns), if it sent one before `execute` returned:
+    # the scheduler's time-to-first-response histogram (nv_inference_first_response_histogram_ms)
+    first_response_ns: int = 0
 
 
 class InstanceFree(msgspec.Struct, omit_defaults=True):

@@ -119,6 +119,7 @@ class InstanceRecord(msgspec.Struct, omit_defaults=True):
     count: int = 0
     serving_generation: int = 0  # generation of the instances serving now (0 = none)
     warmup_ms: float = 0.0
+    load_s: float = 0.0  # how long the load of the serving generation took (0: none serves)
     rss_bytes: int = 0  # memory its instances took at load: the worker's resident set after - before
     device_bytes: int = 0  # and GPU memory, where there is a GPU
     # the process of one instance (--python-isolation instance): the model's instance processes on one

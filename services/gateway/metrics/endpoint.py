@@ -18,10 +18,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from services.gateway.metrics import model_management
 from services.gateway.metrics import system as system_metrics
 from services.gateway.metrics.gpu import GpuMetrics
-from services.gateway.metrics.prometheus_text import family_lines, histogram_lines, label_text
+from services.gateway.metrics.prometheus_text import double_text, family_lines, histogram_lines, label_text
 from services.gateway.metrics.system import CpuSampler
+from shared.wire.control import ModelFigures
 from shared.wire.statistics import Duration, InferenceStats, ModelStatistics, SchedulerStatistics, VersionStatistics
 
 Entries = list[tuple[tuple[str, str], VersionStatistics]]  # (model, version) -> its statistics
@@ -69,6 +71,7 @@ _COUNTERS: tuple[tuple[str, str, Callable[[ModelStatistics], float]], ...] = (
     ),
 )
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+LOAD_TIME = "nv_model_load_duration_secs"
 
 
 @dataclass(frozen=True)
@@ -301,6 +304,9 @@ def _counters(entries: Entries, options: MetricsOptions) -> list[str]:
 
 
 def _first_response_histogram(entries: Entries) -> list[str]:
+    """Every model's (ensembles' too), in the buckets its `model_metrics` gives, else Triton's."""
+    if not entries:
+        return []  # prometheus-cpp leaves out a family with no metric
     rows = [
         (
             {"model": m, "version": v},
@@ -313,6 +319,15 @@ def _first_response_histogram(entries: Entries) -> list[str]:
     return histogram_lines(
         "nv_inference_first_response_histogram_ms", "Duration from request to first response in milliseconds", rows
     )
+
+
+def _load_times(figures: ModelFigures | None) -> list[str]:
+    """Each loaded version's load time (Triton's gauge); a version no longer loaded has none."""
+    if figures is None or not figures.load_times:
+        return []  # prometheus-cpp leaves out a family with no metric
+    samples = [({"model": t.model, "version": str(t.version)}, t.seconds) for t in figures.load_times]
+    lines = [f"# HELP {LOAD_TIME} Model load time in seconds", f"# TYPE {LOAD_TIME} gauge"]
+    return lines + [f"{LOAD_TIME}{label_text(labels)} {double_text(value)}" for labels, value in samples]
 
 
 def _cpu(cpu: CpuSampler) -> list[str]:
@@ -340,12 +355,15 @@ def render(
     cpu: CpuSampler | None = None,
     gpu: GpuMetrics | None = None,
     custom: list[str] | None = None,
+    figures: ModelFigures | None = None,
 ) -> bytes:
-    """Triton's metrics from the schedulers' statistics, then Shoal's, then python models' own
-    (`custom`), each family in the order Triton's `/metrics` shows it."""
+    """Triton's metrics from the schedulers' statistics (and the repository's `figures`: load
+    times), then Shoal's, then python models' own (`custom`), each family in the order Triton's
+    `/metrics` shows it."""
     ordered = (versions[key] for key in sorted(versions))  # by "model/version", as always
     entries = [((value.stats.name, value.stats.version), value) for value in ordered]
     lines = _counters(entries, options)
+    lines += _load_times(figures)
     if options.summary_latencies:
         lines += _summaries(entries, options)
     if options.histogram_latencies:
@@ -357,6 +375,7 @@ def render(
         lines += _gpu(gpu)
     lines += _batch_histogram(entries)
     lines += _shoal_gauges(entries)
+    lines += model_management.render(figures)
     lines += custom or []
     return ("\n".join(lines) + "\n").encode()
 
@@ -365,11 +384,18 @@ async def _nothing() -> list[str]:
     return []
 
 
+async def _no_figures() -> ModelFigures | None:
+    return None
+
+
 def build_metrics_app(
     fetch: Callable[[list[float]], Awaitable[SchedulerStatistics]],
     options: MetricsOptions,
     fetch_custom: Callable[[], Awaitable[list[str]]] | None = None,
+    fetch_figures: Callable[[], Awaitable[ModelFigures | None]] = _no_figures,
 ) -> Starlette:
+    """`fetch`: the schedulers' statistics; `fetch_figures`: the repository's (load times, model
+    management); `fetch_custom`: lines of Shoal's own and python models' metrics."""
     cpu = CpuSampler()
     gpu = GpuMetrics() if options.gpu_metrics else None
 
@@ -379,11 +405,13 @@ def build_metrics_app(
         if request.url.path.rstrip("/") != "/metrics":
             return Response(status_code=200)  # Triton's quirk: any other GET path is 200, empty
         quantiles = [q for q, _ in options.quantiles] if options.summary_latencies else []
-        stats, custom = await asyncio.gather(
-            fetch(quantiles), fetch_custom() if fetch_custom else _nothing(), return_exceptions=True
+        stats, figures, custom = await asyncio.gather(
+            fetch(quantiles), fetch_figures(), fetch_custom() if fetch_custom else _nothing(), return_exceptions=True
         )
         versions = {} if isinstance(stats, BaseException) else stats.versions
+        figures = None if isinstance(figures, BaseException) else figures
         custom = [] if isinstance(custom, BaseException) else custom
-        return Response(render(versions, options, cpu, gpu, custom), media_type="text/plain; charset=utf-8")
+        text = render(versions, options, cpu, gpu, custom, figures)
+        return Response(text, media_type="text/plain; charset=utf-8")
 
     return Starlette(routes=[Route("/{path:path}", metrics, methods=["GET", "POST", "PUT", "DELETE"])])

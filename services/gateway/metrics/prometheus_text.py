@@ -47,17 +47,29 @@ def family_lines(name: str, doc: str, kind: str, samples: Sequence[tuple[Mapping
     return lines
 
 
+def double_text(value: float) -> str:
+    """A double as prometheus-cpp writes it (Triton's exposition): 16 significant digits, the
+    shortest form (2.5, 0, -1, 1000000), so a sum of whole milliseconds reads as an integer."""
+    if math.isnan(value):
+        return "Nan"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return f"{value:.16g}"
+
+
 def histogram_lines(
     name: str, doc: str, rows: Sequence[tuple[Mapping[str, str], Sequence[float], Sequence[int], float]]
 ) -> list[str]:
+    """Each row as prometheus-cpp serialises a histogram: `_count`, `_sum`, then the cumulative
+    `_bucket`s, `le` last among the labels and `+Inf` closing them."""
     lines = [f"# HELP {name} {_escape(doc, quote=False)}", f"# TYPE {name} histogram"]
     for labels, bounds, counts, total in rows:
+        count = sum(counts[: len(bounds) + 1])
+        lines.append(f"{name}_count{label_text(labels)} {count}")
+        lines.append(f"{name}_sum{label_text(labels)} {double_text(total)}")
         cumulative = 0
-        for bound, count in zip(bounds, counts):
-            cumulative += count
-            lines.append(f"{name}_bucket{label_text({**labels, 'le': f'{bound:g}'})} {cumulative}")
-        cumulative += counts[-1] if len(counts) > len(bounds) else 0
-        lines.append(f"{name}_bucket{label_text({**labels, 'le': '+Inf'})} {cumulative}")
-        lines.append(f"{name}_sum{label_text(labels)} {_value(total)}")
-        lines.append(f"{name}_count{label_text(labels)} {cumulative}")
+        for bound, bucket in zip(bounds, counts):
+            cumulative += bucket
+            lines.append(f"{name}_bucket{label_text({**labels, 'le': double_text(bound)})} {cumulative}")
+        lines.append(f"{name}_bucket{label_text({**labels, 'le': '+Inf'})} {count}")
     return lines

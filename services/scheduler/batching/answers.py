@@ -41,5 +41,5 @@ class Answers:
 
     async def dropped(self, queue: ModelQueue, header: RequestHeader, reason: FailReason) -> None:
         """Nobody waits for its answer any more (past its deadline, cancelled): counted, not answered."""
-        queue.stats.record_request(False, time.time_ns() - header.received_ns, reason)
+        queue.stats.record_request(False, time.time_ns() - header.received_ns, reason, responded=False)
         await self.finish(queue, header, None)

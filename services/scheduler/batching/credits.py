@@ -76,13 +76,21 @@ class Credits:
         self.pump.ended(flight)
         now_ns = time.time_ns()
         headers = {p.header.rid: p.header for p in flight.live}
+        decoupled = queue.spec is not None and queue.spec.decoupled
         if free.batch_size:
             self._record_batch(queue, free, flight)
         for done in free.done:
             header = headers.pop(done.rid, None)
             if header is None or done.rescheduled:  # (a rescheduled request is queued again, unanswered)
                 continue
-            queue.stats.record_request(done.ok, now_ns - header.received_ns)
+            duration = now_ns - header.received_ns
+            if not decoupled:  # its one response ends it
+                queue.stats.record_request(done.ok, duration)
+            else:  # the model answered itself, and its worker said when first (if it had by the end of execute)
+                first = done.first_response_ns - header.received_ns
+                queue.stats.record_request(
+                    done.ok, duration, first_response_ns=first, responded=bool(done.first_response_ns)
+                )
             await self.answers.finish(queue, header, done.response or None)
         for header in headers.values():  # the worker did not report them: fail, never lose
             await self.answers.fail(queue, header, f"request was lost by worker {free.worker}")

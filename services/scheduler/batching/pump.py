@@ -34,6 +34,7 @@ from services.scheduler.statistics.reasons import FailReason
 from services.scheduler.tasks import Tasks
 from shared.bus import hot_path
 from shared.bus.hot_path import Outgoing
+from shared.config.metric_config import first_response_buckets
 from shared.config.model_config import ModelSpec
 from shared.tracing import spans
 from shared.wire import subjects
@@ -94,6 +95,7 @@ class Pump:
         """The version's (new) config: priorities, rate-limiter needs, and the discipline that
         serves it (kept across a reload that it can serve, else replaced and retired)."""
         queue.spec = spec
+        queue.stats.latencies.use_buckets(first_response_buckets(spec.config))
         queue.priorities = Priorities.from_json(spec.config.get("dynamic_batching"))
         queue.needs = instance_needs(spec.config)
         self.limiter.learn(queue.needs)

@@ -255,11 +255,13 @@ class EnsembleRunner:
             log.exception("ensemble '%s' failed", request.model)
             error = StreamFailed(f"{type(exc).__name__}: {exc}", Code.INTERNAL)
         duration = time.time_ns() - request.received_ns
+        # its first response went out mid-stream, or it is the last (with the final flag, or the error)
+        first = stream.first_ns - request.received_ns if stream.first_ns else None
         if error is not None:
-            record_failure(stats, duration)
+            record_failure(stats, duration, first)
         else:
             stats.record_queue(started - arrived)
-            stats.record_request(True, duration)
+            stats.record_request(True, duration, first_response_ns=first)
             stats.record_batch(max(1, request.batch_size), 1, *compute)
         await finish(self, request, error, stream.last)
 
@@ -420,11 +422,11 @@ def step_done(span: Span, error: str) -> None:
     Tracing.end(span, now, error)
 
 
-def record_failure(stats: ModelStats, duration_ns: int) -> None:
+def record_failure(stats: ModelStats, duration_ns: int, first_response_ns: int | None = None) -> None:
     """A failed ensemble request counts twice, reason OTHER, as in Triton's core: the ensemble
     answers the error (`RespondIfError`: one failure) and then reports the request's statistics
     unsuccessful (`ReportStatisticsWithDuration`: another). qa/L0_model_queue `test_policy_reject`
     expects 4 in `nv_inference_request_failure{reason="OTHER"}` for 2 failed ensemble requests
     (issue 28 item 12)."""
-    stats.record_request(False, duration_ns, FailReason.OTHER)
-    stats.record_request(False, duration_ns, FailReason.OTHER)
+    stats.record_request(False, duration_ns, FailReason.OTHER, first_response_ns=first_response_ns)
+    stats.record_request(False, duration_ns, FailReason.OTHER, responded=False)  # one response, two reports

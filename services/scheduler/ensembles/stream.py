@@ -107,6 +107,7 @@ class EnsembleStream:
         self.error: StreamFailed | None = None  # the first failure: nothing new starts, then it ends the stream
         self.latencies = runner.steps.setdefault((request.model, request.version), {})
         self.last: InferResponse | None = None  # an answer made with nothing in flight: the final one
+        self.first_ns = 0  # when the first answer went to the client (wall clock); 0: none yet
 
     async def run(self) -> list[int]:
         """Raises `StreamFailed` (published by the caller) on a step error."""
@@ -322,11 +323,13 @@ class EnsembleStream:
             rid=self.request.rid, model=self.request.model, version=self.request.version, outputs=outputs, more=True
         )
         if self.last is not None:  # another answer came after all: that one was not the last
+            self.first_ns = self.first_ns or time.time_ns()
             await self.runner.nc.publish(self.request.reply, encode(self.last))
             self.last = None
         if self._quiet():
             self.last = response  # `finish` sends it, final, once the stream has ended
             return
+        self.first_ns = self.first_ns or time.time_ns()
         await self.runner.nc.publish(self.request.reply, encode(response))
 
     def _quiet(self) -> bool:

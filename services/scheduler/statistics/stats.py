@@ -77,7 +77,20 @@ class ModelStats:
         self.queue.add(ns)
         self.latencies.add("queue", ns)
 
-    def record_request(self, ok: bool, duration_ns: int, reason: FailReason = FailReason.BACKEND) -> None:
+    def record_request(
+        self,
+        ok: bool,
+        duration_ns: int,
+        reason: FailReason = FailReason.BACKEND,
+        *,
+        first_response_ns: int | None = None,
+        responded: bool = True,
+    ) -> None:
+        """A request ended after `duration_ns`. Its time to the first response (`first_response_ns`,
+        else its duration: a single response ends it) goes to the histogram when it was answered
+        at all (`responded`), success or error, as Triton observes it for every response sent."""
+        if responded:
+            self.latencies.first_response(duration_ns if first_response_ns is None else first_response_ns)
         if ok:
             self.success.add(duration_ns)
             self.latencies.add("request", duration_ns)

@@ -221,6 +221,9 @@ class BatchExecutor:
             )
         self.cancellations.started(request)
         spec = run.loaded.spec
+        stream = None
+        if spec.decoupled:  # kept with the batch: its first response's time goes with the completion
+            stream = run.streams[request.rid] = self.decoupled.stream(spec, run.loaded.version, request)
         return RequestContext(
             request_id=request.id,
             correlation_id=control.corrid,
@@ -228,7 +231,7 @@ class BatchExecutor:
             parameters=custom,
             timeout_us=request.timeout_us,
             cancelled=lambda: self.cancellations.is_cancelled(request),
-            responses=self.decoupled.stream(spec, run.loaded.version, request) if spec.decoupled else None,
+            responses=stream,
             trace=(request.traceparent, request.tracestate) if request.traceparent else None,
         )
 
@@ -253,7 +256,10 @@ class BatchExecutor:
             if spec.decoupled:  # the model's stream answers; an error ends it unless it did already
                 if isinstance(result, ModelError):
                     self.decoupled.fail(request, result.message, result.code)
-                run.replies.done.append(RequestDone(rid=request.rid, ok=not isinstance(result, ModelError)))
+                stream = run.streams.get(request.rid)
+                first = stream.first_ns if stream is not None else 0  # the scheduler's first-response time
+                ok = not isinstance(result, ModelError)
+                run.replies.done.append(RequestDone(rid=request.rid, ok=ok, first_response_ns=first))
                 continue
             response = self._response(loaded, request, result, run.batch.reply_via_scheduler)
             if request.trace:

@@ -7,6 +7,7 @@ import logging
 import time
 
 from services.worker.backends.runner import Batch, Result, Tensors, Work
+from services.worker.batches.decoupled_streams import ResponseStream
 from services.worker.batches.instances import Instance, LoadedModel
 from services.worker.batches.replies import Replies
 from services.worker.sequences.controls import control_arrays, pad_slots
@@ -36,6 +37,7 @@ class BatchRun:
         "inputs_ns",
         "channel",
         "here",
+        "streams",
     )
 
     def __init__(
@@ -61,6 +63,7 @@ class BatchRun:
         self.inputs_ns = 0  # the inputs were in the model's form
         self.channel = channel  # the local channel it came by: its completion goes back there (docs/design.md §9)
         self.here = False  # run on the hot loop's thread from its arrival to its answer (`run_here`)
+        self.streams: dict[str, ResponseStream] = {}  # a decoupled model's: each request's, by rid
 
     def arrived(self, requests: list[InferRequest]) -> list[InferRequest]:
         """The batch's requests decoded: labels its log lines, and answers those nobody waits for

@@ -58,13 +58,14 @@ class Cancellations:
         return gone
 
 
-class _Stream:
+class ResponseStream:
     """One request's `ResponseStream`: pieces go to the event loop in the order sent."""
 
     def __init__(self, put: Callable[[Piece], None]) -> None:
         self._put = put
         self._closed = False
         self._lock = threading.Lock()
+        self.first_ns = 0  # when the model sent its first response (wall clock); 0: none yet
 
     @property
     def closed(self) -> bool:
@@ -73,6 +74,8 @@ class _Stream:
     def send(self, piece: Piece) -> None:
         with self._lock:
             self._closed = self._closed or piece.final
+            if not self.first_ns and (piece.outputs is not None or piece.error is not None):
+                self.first_ns = time.time_ns()  # a bare final flag is no response (Triton counts none)
             self._put(piece)
 
 
@@ -83,13 +86,13 @@ class DecoupledSenders:
         self.cancellations = cancellations
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue[tuple[ModelSpec, int, InferRequest, Piece]] = asyncio.Queue()
-        self.open: dict[str, _Stream] = {}
+        self.open: dict[str, ResponseStream] = {}
 
-    def stream(self, spec: ModelSpec, version: int, request: InferRequest) -> _Stream:
+    def stream(self, spec: ModelSpec, version: int, request: InferRequest) -> ResponseStream:
         def put(piece: Piece) -> None:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, (spec, version, request, piece))
 
-        stream = _Stream(put)
+        stream = ResponseStream(put)
         self.open[request.rid] = stream
         return stream
 

@@ -65,6 +65,7 @@ class LoadedModel:
     retired: bool = False
     draining: bool = False  # the worker is stopping: its completions give no credit back (service.drain)
     warmup_ms: float = 0.0
+    load_s: float = 0.0  # its (successful) load took, warmup included: Triton's nv_model_load_duration_secs
     rss_bytes: int = 0  # memory its instances took at load (shared/memory/footprint.py)
     device_bytes: int = 0
     sequence: SequenceConfig | None = None  # of a sequence-batched model
