@@ -217,3 +217,13 @@ def test_statistics_and_metrics_count_openai_requests(client: openai.OpenAI, ser
     with urllib.request.urlopen(served.metrics_url, timeout=10) as response:
         metrics = response.read().decode()
     assert 'nv_inference_request_success{model="hashing",version="1"}' in metrics
+
+
+def test_logprobs_from_a_model_without_them_is_a_400_not_silence(client: openai.OpenAI):
+    chat = {"model": "echo", "messages": [{"role": "user", "content": "one two"}]}
+    with pytest.raises(openai.BadRequestError, match="no 'top_logprobs' input") as refused:
+        client.chat.completions.create(**chat, logprobs=True, top_logprobs=2)
+    assert refused.value.body["param"] == "logprobs"
+    with pytest.raises(openai.BadRequestError, match="no 'top_logprobs' input"):
+        client.completions.create(model="echo", prompt="one two", logprobs=0)
+    assert client.chat.completions.create(**chat, logprobs=False).choices[0].logprobs is None
