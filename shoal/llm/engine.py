@@ -35,7 +35,7 @@ from typing import Protocol
 import numpy as np
 
 from shoal.llm.llama_c_api import Entry, LlamaError, Penalties, Sampler, Shaping
-from shoal.llm.logprobs import Logprob, log_softmax, top_tokens
+from shoal.llm.logprobs import Distribution, Logprob
 from shoal.llm.text import Detokenizer
 
 log = logging.getLogger("shoal.llm")
@@ -309,14 +309,14 @@ class Engine:
             if sequence.produced == 0:  # its prompt is all in
                 self._cache_prompt(sequence)
             # read before the draw, and raw: the sampler's chain shapes its own copy
-            scores = None if sequence.job.logprobs is None else log_softmax(self.model.logits(index))
+            scores = None if sequence.job.logprobs is None else Distribution(self.model.logits(index))
             self._advance(sequence, self.model.sample(sequence.sampler, index), scores)
 
     def _batch_members(self, entries: list[Entry]) -> list[_Sequence]:
         seqs = {entry.seq for entry in entries}
         return [s for s in self._running if s.seq in seqs]
 
-    def _advance(self, sequence: _Sequence, token: int, scores: np.ndarray | None = None) -> None:
+    def _advance(self, sequence: _Sequence, token: int, scores: Distribution | None = None) -> None:
         if self.model.is_end(token):  # not part of the answer: nor of its log probabilities
             self._finish(sequence, "stop")
             return
@@ -333,10 +333,10 @@ class Engine:
         if text and not self._answer(sequence.job.sink.text, text, sequence.produced, _taken(sequence)):
             self._release(sequence)
 
-    def _logprob(self, piece: bytes, token: int, scores: np.ndarray, top: int) -> Logprob:
+    def _logprob(self, piece: bytes, token: int, scores: Distribution, top: int) -> Logprob:
         # special=True: an end-of-generation token among the likeliest shows as itself, not ""
-        likeliest = [(self.model.piece(t, special=True), logprob) for t, logprob in top_tokens(scores, top)]
-        return Logprob(piece, float(scores[token]), likeliest)
+        likeliest = [(self.model.piece(t, special=True), logprob) for t, logprob in scores.top(top)]
+        return Logprob(piece, scores.logprob(token), likeliest)
 
     def _finish(self, sequence: _Sequence, reason: str, text: str = "") -> None:
         if sequence not in self._running:

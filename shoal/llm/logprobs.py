@@ -2,12 +2,14 @@
 raw logits: the distribution before the sampler's chain (no temperature, top-p, penalties, logit
 bias or grammar), as OpenAI and vLLM report them.
 
-Computed only for a sequence that asked; the cost is one log-softmax over the vocabulary a
-token (SmolLM2: 49 152 floats) and a partial sort for the top ones.
+Computed only for a sequence that asked; the cost is a copy of the logits, one pass of
+exponentials over the vocabulary a token (SmolLM2: 49 152 floats) and, for top ones, a partial
+sort.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,20 +28,28 @@ class Logprob:
     top: list[tuple[bytes, float]] = field(default_factory=list)
 
 
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """Log probabilities over the vocabulary; float64 so that their exponentials sum to 1."""
-    shifted = logits.astype(np.float64) - float(np.max(logits))
-    return shifted - float(np.log(np.sum(np.exp(shifted))))
+class Distribution:
+    """One position's raw distribution: a copy of its logits (llama.cpp's buffer is reused by the
+    next decode) and their log normaliser. Never the whole log-softmax array: a request needs the
+    sampled token's and the top ones' only."""
 
+    def __init__(self, logits: np.ndarray) -> None:
+        self.logits = np.array(logits, dtype=np.float32)
+        peak = float(self.logits.max())
+        # the exponentials in float32, their sum in float64: the log probabilities' mass stays 1
+        self.normaliser = peak + math.log(float(np.exp(self.logits - peak).sum(dtype=np.float64)))
 
-def top_tokens(logprobs: np.ndarray, count: int) -> list[tuple[int, float]]:
-    """The `count` most likely tokens (id, log probability), most likely first."""
-    count = min(count, logprobs.size)
-    if count <= 0:
-        return []
-    best = np.argpartition(logprobs, -count)[-count:]  # unordered: sort only these
-    best = best[np.argsort(-logprobs[best], kind="stable")]
-    return [(int(token), float(logprobs[token])) for token in best]
+    def logprob(self, token: int) -> float:
+        return float(self.logits[token]) - self.normaliser
+
+    def top(self, count: int) -> list[tuple[int, float]]:
+        """The `count` most likely tokens (id, log probability), most likely first."""
+        count = min(count, self.logits.size)
+        if count <= 0:
+            return []
+        best = np.argpartition(self.logits, -count)[-count:]  # unordered: sort only these
+        best = best[np.argsort(-self.logits[best], kind="stable")]
+        return [(int(token), self.logprob(int(token))) for token in best]
 
 
 def token_text(piece: bytes) -> str:
