@@ -179,10 +179,10 @@ class Timing:
         self.start, self.first, self.tokens = start, 0.0, 0
         self.done = threading.Event()
 
-    def text(self, text: str, completion_tokens: int) -> None:
+    def text(self, text: str, completion_tokens: int, logprobs: object = ()) -> None:
         self.first = self.first or time.perf_counter() - self.start
 
-    def end(self, text: str, reason: str, completion_tokens: int) -> None:
+    def end(self, text: str, reason: str, completion_tokens: int, logprobs: object = ()) -> None:
         self.first = self.first or time.perf_counter() - self.start
         self.tokens = completion_tokens
         self.done.set()

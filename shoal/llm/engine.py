@@ -28,11 +28,14 @@ import logging
 import random
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from shoal.llm.llama_c_api import Entry, LlamaError, Penalties, Sampler, Shaping
+from shoal.llm.logprobs import Distribution, Logprob
 from shoal.llm.text import Detokenizer
 
 log = logging.getLogger("shoal.llm")
@@ -49,6 +52,8 @@ class Decoder(Protocol):
 
     def sample(self, sampler: Sampler, index: int) -> int: ...
 
+    def logits(self, index: int) -> np.ndarray: ...
+
     def forget(self, seq: int) -> None: ...
 
     def share(self, source: int, target: int, length: int) -> None: ...
@@ -61,10 +66,11 @@ class Decoder(Protocol):
 class Sink(Protocol):
     """Where one request's output goes; called on the engine's thread."""
 
-    def text(self, text: str, completion_tokens: int) -> None:
-        """More text (one token's, or more when a character spans tokens)."""
+    def text(self, text: str, completion_tokens: int, logprobs: Sequence[Logprob] = ()) -> None:
+        """More text (one token's, or more when a character spans tokens), and the log
+        probabilities of the tokens it came from when the job asked for them."""
 
-    def end(self, text: str, reason: str, completion_tokens: int) -> None:
+    def end(self, text: str, reason: str, completion_tokens: int, logprobs: Sequence[Logprob] = ()) -> None:
         """The last text and why it ended: `stop`, `length` or `cancelled`."""
 
     def fail(self, message: str) -> None:
@@ -99,6 +105,7 @@ class Job:
     presence_penalty: float = 0.0
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
     grammar: str = ""  # GBNF the output must follow (response_format), "" for none
+    logprobs: int | None = None  # each token's log probability and this many most likely (None: not asked)
     joined: threading.Event = field(default_factory=threading.Event, repr=False)
 
 
@@ -123,6 +130,7 @@ class _Sequence:
     produced: int = 0
     next_token: int = -1  # the token to decode at the next step, once the prompt is in
     detokenizer: Detokenizer = field(default_factory=Detokenizer)
+    logprobs: list[Logprob] = field(default_factory=list)  # tokens whose text has not gone out yet
 
     @property
     def cells(self) -> int:
@@ -300,30 +308,42 @@ class Engine:
         for sequence, index in wanted:
             if sequence.produced == 0:  # its prompt is all in
                 self._cache_prompt(sequence)
-            self._advance(sequence, self.model.sample(sequence.sampler, index))
+            # read before the draw, and raw: the sampler's chain shapes its own copy
+            scores = None if sequence.job.logprobs is None else Distribution(self.model.logits(index))
+            self._advance(sequence, self.model.sample(sequence.sampler, index), scores)
 
     def _batch_members(self, entries: list[Entry]) -> list[_Sequence]:
         seqs = {entry.seq for entry in entries}
         return [s for s in self._running if s.seq in seqs]
 
-    def _advance(self, sequence: _Sequence, token: int) -> None:
-        if self.model.is_end(token):
+    def _advance(self, sequence: _Sequence, token: int, scores: Distribution | None = None) -> None:
+        if self.model.is_end(token):  # not part of the answer: nor of its log probabilities
             self._finish(sequence, "stop")
             return
         sequence.produced += 1
-        text = sequence.detokenizer.feed(self.model.piece(token))
+        piece = self.model.piece(token)
+        if scores is not None:
+            sequence.logprobs.append(self._logprob(piece, token, scores, sequence.job.logprobs or 0))
+        text = sequence.detokenizer.feed(piece)
         if sequence.produced >= sequence.budget:
             self._finish(sequence, "length", text)
             return
         sequence.next_token = token
-        if text and not self._answer(sequence.job.sink.text, text, sequence.produced):
+        # a token that ends inside a character waits, with its log probability, for the next
+        if text and not self._answer(sequence.job.sink.text, text, sequence.produced, _taken(sequence)):
             self._release(sequence)
+
+    def _logprob(self, piece: bytes, token: int, scores: Distribution, top: int) -> Logprob:
+        # special=True: an end-of-generation token among the likeliest shows as itself, not ""
+        likeliest = [(self.model.piece(t, special=True), logprob) for t, logprob in scores.top(top)]
+        return Logprob(piece, scores.logprob(token), likeliest)
 
     def _finish(self, sequence: _Sequence, reason: str, text: str = "") -> None:
         if sequence not in self._running:
             return
         self._release(sequence)
-        self._answer(sequence.job.sink.end, text + sequence.detokenizer.flush(), reason, sequence.produced)
+        ending = text + sequence.detokenizer.flush()
+        self._answer(sequence.job.sink.end, ending, reason, sequence.produced, _taken(sequence))
 
     def _release(self, sequence: _Sequence) -> None:
         self._running.remove(sequence)
@@ -356,3 +376,9 @@ class Engine:
         for job in waiting:
             self._answer(job.sink.fail, message)
             job.joined.set()
+
+
+def _taken(sequence: _Sequence) -> list[Logprob]:
+    """The log probabilities waiting to go out with the sequence's next text."""
+    taken, sequence.logprobs = sequence.logprobs, []
+    return taken

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
+
 log = logging.getLogger("shoal.llm")
 
 _GGML_LOG_LEVEL_WARN = 3  # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
@@ -215,6 +217,7 @@ class LlamaModel:
         self.memory = api.llama_get_memory(self.context)
         self._batch = api.llama_batch_init(settings.n_batch, 0, 1)
         self._piece = ctypes.create_string_buffer(256)
+        self._n_vocab = int(api.llama_vocab_n_tokens(self.vocab))
 
     # --- text ---
 
@@ -279,6 +282,14 @@ class LlamaModel:
 
     def sample(self, sampler: Sampler, index: int) -> int:
         return int(self.api.llama_sampler_sample(sampler.chain, self.context, index))
+
+    def logits(self, index: int) -> np.ndarray:
+        """The logits of the entry at `index` of the last `decode` (a view of llama.cpp's own
+        buffer, valid until the next decode: copy what must outlive it)."""
+        pointer = self.api.llama_get_logits_ith(self.context, index)
+        if not pointer:
+            raise LlamaError(f"llama.cpp has no logits for batch entry {index}: {self.library.recent()}")
+        return np.ctypeslib.as_array(pointer, shape=(self._n_vocab,))
 
     def forget(self, seq: int) -> None:
         """Free a sequence's KV cells."""

@@ -20,8 +20,10 @@ with `finish_reason` and the usage counts. Its config says, as string parameters
 
 Inputs: `text_input` or `messages` (a JSON conversation, rendered with the GGUF's own chat
 template), `stream`, and optionally `max_tokens`, `temperature`, `top_p`, `seed`, `frequency_penalty`,
-`presence_penalty`, `logit_bias` and `response_format` (both JSON). Outputs:
-`text_output`, `finish_reason`, `prompt_tokens`, `completion_tokens` (docs/openai.md).
+`presence_penalty`, `logit_bias` and `response_format` (both JSON), `top_logprobs` (asks for each
+token's log probability and this many most likely alternatives, 0 to 20). Outputs:
+`text_output`, `finish_reason`, `prompt_tokens`, `completion_tokens`, and `logprobs` when asked
+(JSON, OpenAI's chat shape: one object per token of the response; docs/openai.md).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import importlib.util
 import json
 import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,7 @@ import numpy as np
 from shoal.llm import probe
 from shoal.llm.engine import Engine, Job, Limits
 from shoal.llm.llama_c_api import ContextSettings, Library, LlamaModel, library_folder
+from shoal.llm.logprobs import MAX_TOP, Logprob, to_json
 from shoal.llm.text import render_chat
 
 log = logging.getLogger("shoal.llm")
@@ -64,24 +68,29 @@ class _Responses:
     """One request's response sender as the engine's `Sink`: a response per piece of text when
     streaming, else one at the end."""
 
-    def __init__(self, sender: Any, stream: bool, prompt_tokens: int) -> None:
+    def __init__(self, sender: Any, stream: bool, prompt_tokens: int, logprobs: bool = False) -> None:
         self.sender, self.stream, self.prompt_tokens = sender, stream, prompt_tokens
+        self.logprobs = logprobs  # asked: every response carries its tokens' (none asked: no output)
         self.held: list[str] = []
+        self.held_logprobs: list[Logprob] = []
 
-    def text(self, text: str, completion_tokens: int) -> None:
+    def text(self, text: str, completion_tokens: int, logprobs: Sequence[Logprob] = ()) -> None:
         if self.stream:
-            self.sender.send(self._response(text, "", completion_tokens))
+            self.sender.send(self._response(text, "", completion_tokens, logprobs))
         else:
             self.held.append(text)
+            self.held_logprobs.extend(logprobs)
 
-    def end(self, text: str, reason: str, completion_tokens: int) -> None:
+    def end(self, text: str, reason: str, completion_tokens: int, logprobs: Sequence[Logprob] = ()) -> None:
         import triton_python_backend_utils as pb_utils
 
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         if reason == "cancelled":  # nobody listens: just close the stream
             self.sender.send(flags=final)
             return
-        self.sender.send(self._response("".join(self.held) + text, reason, completion_tokens), flags=final)
+        entries = [*self.held_logprobs, *logprobs]
+        response = self._response("".join(self.held) + text, reason, completion_tokens, entries)
+        self.sender.send(response, flags=final)
 
     def fail(self, message: str) -> None:
         import triton_python_backend_utils as pb_utils
@@ -92,17 +101,19 @@ class _Responses:
     def cancelled(self) -> bool:
         return bool(self.sender.is_cancelled())
 
-    def _response(self, text: str, reason: str, completion_tokens: int) -> Any:
+    def _response(self, text: str, reason: str, completion_tokens: int, logprobs: Sequence[Logprob]) -> Any:
         import triton_python_backend_utils as pb_utils
 
-        return pb_utils.InferenceResponse(
-            output_tensors=[
-                pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_)),
-                pb_utils.Tensor("finish_reason", np.array([reason.encode()], dtype=np.object_)),
-                pb_utils.Tensor("prompt_tokens", np.array([self.prompt_tokens], np.int32)),
-                pb_utils.Tensor("completion_tokens", np.array([completion_tokens], np.int32)),
-            ]
-        )
+        outputs = [
+            pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_)),
+            pb_utils.Tensor("finish_reason", np.array([reason.encode()], dtype=np.object_)),
+            pb_utils.Tensor("prompt_tokens", np.array([self.prompt_tokens], np.int32)),
+            pb_utils.Tensor("completion_tokens", np.array([completion_tokens], np.int32)),
+        ]
+        if self.logprobs:
+            entries = json.dumps(to_json(list(logprobs))).encode()
+            outputs.append(pb_utils.Tensor("logprobs", np.array([entries], dtype=np.object_)))
+        return pb_utils.InferenceResponse(output_tensors=outputs)
 
 
 class LlamaPythonModel:
@@ -188,9 +199,12 @@ class LlamaPythonModel:
             prompt = self._prompt(request)
         seed = _scalar(request, "seed", None)
         max_tokens = _scalar(request, "max_tokens", None)
+        top = _scalar(request, "top_logprobs", None)
+        if top is not None and not 0 <= int(top) <= MAX_TOP:
+            raise ValueError(f"top_logprobs is {int(top)}, not from 0 to {MAX_TOP}")
         return Job(
             prompt,
-            _Responses(sender, bool(_scalar(request, "stream", True)), len(prompt)),
+            _Responses(sender, bool(_scalar(request, "stream", True)), len(prompt), top is not None),
             max_tokens=None if max_tokens is None else int(max_tokens),
             temperature=float(_scalar(request, "temperature", 0.8)),
             top_p=float(_scalar(request, "top_p", 0.95)),
@@ -199,6 +213,7 @@ class LlamaPythonModel:
             presence_penalty=float(_scalar(request, "presence_penalty", 0.0)),
             logit_bias=self._logit_bias(_scalar(request, "logit_bias", None)),
             grammar=grammar_for(_scalar(request, "response_format", None)),
+            logprobs=None if top is None else int(top),
         )
 
     def _logit_bias(self, given: Any) -> dict[int, float]:

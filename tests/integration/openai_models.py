@@ -5,6 +5,9 @@ the `llm` extra: they answer in milliseconds, so the protocol is tested in every
   (chat: the last message's words), honouring `max_tokens` and `seed` and counting usage. A
   prompt starting with "slow" leaves a `started-<request id>` file in its version folder, waits
   50 ms between words and, when its client goes away, leaves a `cancelled-<request id>` file.
+  Asked for log probabilities (`top_logprobs`), word i has -0.25 (i + 1) and its `top_logprobs`
+  likeliest are itself and `alt1`, `alt2`, ... each 1 less; a prompt starting with "forget"
+  leaves the `logprobs` output out.
 - `plain`: the same without a `messages` input (no chat template) and without sampling inputs.
 - `templated`: `plain` with a chat template in its config, which the front end applies.
 - `hashing`: an embedding model: each word hashed into one of 64 dimensions, normalised.
@@ -30,12 +33,21 @@ def _get(request, name, default=None):
     return default if tensor is None else tensor.as_numpy().reshape(-1)[0]
 
 
-def _out(text, reason, prompt, done):
-    return pb_utils.InferenceResponse(output_tensors=[
+def _out(text, reason, prompt, done, logprobs=None):
+    outputs = [
         pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_)),
         pb_utils.Tensor("finish_reason", np.array([reason.encode()], dtype=np.object_)),
         pb_utils.Tensor("prompt_tokens", np.array([prompt], np.int32)),
-        pb_utils.Tensor("completion_tokens", np.array([done], np.int32))])
+        pb_utils.Tensor("completion_tokens", np.array([done], np.int32))]
+    if logprobs is not None:
+        outputs.append(pb_utils.Tensor("logprobs", np.array([json.dumps(logprobs).encode()], dtype=np.object_)))
+    return pb_utils.InferenceResponse(output_tensors=outputs)
+
+
+def _entry(piece, index, top):
+    logprob = -0.25 * (index + 1)
+    likeliest = [(piece, logprob)] + [(f"alt{j}", logprob - j) for j in range(1, top)]
+    return {"token": piece, "logprob": logprob, "top_logprobs": [{"token": t, "logprob": lp} for t, lp in likeliest[:top]]}
 
 
 class TritonPythonModel:
@@ -59,6 +71,9 @@ class TritonPythonModel:
         limit = int(_get(request, "max_tokens", len(words)))
         stream = bool(_get(request, "stream", True))
         slow = prompt.startswith("slow")
+        top = _get(request, "top_logprobs")
+        asked = top is not None and not prompt.startswith("forget")
+        entries = []
         if slow:
             open(os.path.join(self.dir, "started-" + request.request_id()), "w").close()
         sent = []
@@ -69,12 +84,14 @@ class TritonPythonModel:
                 return
             piece = word if not sent else " " + word
             sent.append(piece)
+            entries.append(_entry(piece, len(sent) - 1, int(top or 0)))
             if stream:
-                sender.send(_out(piece, "", len(words), len(sent)))
+                sender.send(_out(piece, "", len(words), len(sent), entries[-1:] if asked else None))
             if slow:
                 time.sleep(0.05)
         reason = "length" if limit < len(words) else "stop"
-        sender.send(_out("" if stream else "".join(sent), reason, len(words), len(sent)), flags=FINAL)
+        held = ([] if stream else entries) if asked else None
+        sender.send(_out("" if stream else "".join(sent), reason, len(words), len(sent), held), flags=FINAL)
 """
 
 GENERATION_IO = """
@@ -89,7 +106,8 @@ output [
   { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] },
   { name: "finish_reason" data_type: TYPE_STRING dims: [ 1 ] },
   { name: "prompt_tokens" data_type: TYPE_INT32 dims: [ 1 ] },
-  { name: "completion_tokens" data_type: TYPE_INT32 dims: [ 1 ] }
+  { name: "completion_tokens" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "logprobs" data_type: TYPE_STRING dims: [ 1 ] }
 ]
 instance_group [ { count: 2 kind: KIND_CPU } ]
 """
@@ -97,7 +115,8 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
 ECHO_INPUTS = """,
   { name: "messages" data_type: TYPE_STRING dims: [ 1 ] optional: true },
   { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] optional: true },
-  { name: "seed" data_type: TYPE_INT64 dims: [ 1 ] optional: true }"""
+  { name: "seed" data_type: TYPE_INT64 dims: [ 1 ] optional: true },
+  { name: "top_logprobs" data_type: TYPE_INT32 dims: [ 1 ] optional: true }"""
 
 HASHING = """
 import zlib

@@ -217,3 +217,52 @@ def test_statistics_and_metrics_count_openai_requests(client: openai.OpenAI, ser
     with urllib.request.urlopen(served.metrics_url, timeout=10) as response:
         metrics = response.read().decode()
     assert 'nv_inference_request_success{model="hashing",version="1"}' in metrics
+
+
+def test_logprobs_from_a_model_without_them_is_a_400_not_silence(client: openai.OpenAI):
+    chat = {"model": "templated", "messages": [{"role": "user", "content": "one two"}]}
+    with pytest.raises(openai.BadRequestError, match="no 'top_logprobs' input") as refused:
+        client.chat.completions.create(**chat, logprobs=True, top_logprobs=2)
+    assert refused.value.body["param"] == "logprobs"
+    with pytest.raises(openai.BadRequestError, match="no 'top_logprobs' input"):
+        client.completions.create(model="plain", prompt="one two", logprobs=0)
+    assert client.chat.completions.create(**chat, logprobs=False).choices[0].logprobs is None
+    for stream in (False, True):  # the model has them, and one response comes without: an error
+        with pytest.raises(openai.BadRequestError, match="sent no 'logprobs' output"):
+            list(client.completions.create(model="echo", prompt="forget me", logprobs=1, stream=stream))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprobs_come_with_their_tokens(client: openai.OpenAI, stream: bool):
+    asked = {"model": "echo", "messages": [{"role": "user", "content": "one two three"}], "logprobs": True}
+    if stream:
+        chunks = list(client.chat.completions.create(**asked, top_logprobs=2, stream=True))
+        content = [e for c in chunks if c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+        assert all(len(c.choices[0].logprobs.content) == 1 for c in chunks if c.choices[0].logprobs)
+    else:
+        content = client.chat.completions.create(**asked, top_logprobs=2).choices[0].logprobs.content
+    assert [(e.token, e.logprob, e.bytes) for e in content] == [
+        ("one", -0.25, list(b"one")),
+        (" two", -0.5, list(b" two")),
+        (" three", -0.75, list(b" three")),
+    ]
+    assert [t.token for t in content[1].top_logprobs] == [" two", "alt1"]
+    assert client.chat.completions.create(**asked).choices[0].logprobs.content[0].top_logprobs == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completion_logprobs_stop_with_their_text(client: openai.OpenAI, stream: bool):
+    asked = {"model": "echo", "prompt": "one two three four", "logprobs": 2, "stop": " thr"}
+    if stream:
+        parts = [
+            c.choices[0].logprobs for c in client.completions.create(**asked, stream=True) if c.choices[0].logprobs
+        ]
+        tokens = [t for p in parts for t in p.tokens]
+        offsets = [o for p in parts for o in p.text_offset]
+        tops = [t for p in parts for t in p.top_logprobs]
+    else:
+        logprobs = client.completions.create(**asked).choices[0].logprobs
+        tokens, offsets, tops = logprobs.tokens, logprobs.text_offset, logprobs.top_logprobs
+    # " three" begins with the stop: dropped with its text
+    assert (tokens, offsets) == (["one", " two"], [0, 3])
+    assert tops == [{"one": -0.25, "alt1": -1.25}, {" two": -0.5, "alt1": -1.5}]

@@ -10,6 +10,7 @@ changed to the test's).
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -159,6 +160,81 @@ def test_json_object_output_is_an_object(client: openai.OpenAI):
         response_format={"type": "json_object"},
     )
     assert isinstance(json.loads(answer.choices[0].message.content), dict)
+
+
+def _check_chat_logprobs(content: list, top: int) -> None:
+    for entry in content:
+        logprobs = [t.logprob for t in entry.top_logprobs]
+        assert entry.logprob <= 0 and len(logprobs) == top and logprobs == sorted(logprobs, reverse=True)
+        assert sum(math.exp(lp) for lp in logprobs) <= 1 + 1e-6
+        # greedy: the sampled token is the likeliest of the raw distribution
+        assert entry.top_logprobs[0].bytes == entry.bytes and entry.top_logprobs[0].logprob == entry.logprob
+
+
+@needs_llm
+@pytest.mark.llm
+def test_chat_logprobs_whole_and_streamed_agree(client: openai.OpenAI):
+    asked = {
+        "model": LLM,
+        "messages": [{"role": "user", "content": "Name three fruits."}],
+        "max_tokens": 12,
+        "temperature": 0,
+        "seed": 5,
+        "logprobs": True,
+        "top_logprobs": 5,
+    }
+    client.chat.completions.create(**asked)  # the prompt's start now in the cache, as for the next two
+    whole = client.chat.completions.create(**asked).choices[0]
+    content = whole.logprobs.content
+    assert len(content) == 12 and bytes(b for e in content for b in e.bytes).decode() == whole.message.content
+    _check_chat_logprobs(content, 5)
+    chunks = list(client.chat.completions.create(**asked, stream=True))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [e.token for e in streamed] == [e.token for e in content]
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in content], abs=1e-4)
+    assert all(len(c.choices[0].logprobs.content) == 1 for c in chunks if c.choices and c.choices[0].logprobs)
+    plain = client.chat.completions.create(**{**asked, "logprobs": False, "top_logprobs": None}).choices[0]
+    assert plain.logprobs is None
+
+
+@needs_llm
+@pytest.mark.llm
+@pytest.mark.parametrize("stream", [False, True])
+def test_completion_logprobs_have_tokens_offsets_and_top(client: openai.OpenAI, stream: bool):
+    asked = {"model": LLM, "prompt": "One, two, three,", "max_tokens": 6, "temperature": 0, "logprobs": 3}
+    if stream:
+        chunks = [c.choices[0] for c in client.completions.create(**asked, stream=True) if c.choices]
+        text = "".join(c.text for c in chunks)
+        parts = [c.logprobs for c in chunks if c.logprobs]
+        tokens = [t for p in parts for t in p.tokens]
+        token_logprobs = [lp for p in parts for lp in p.token_logprobs]
+        tops = [t for p in parts for t in p.top_logprobs]
+        offsets = [o for p in parts for o in p.text_offset]
+    else:
+        choice = client.completions.create(**asked).choices[0]
+        text, logprobs = choice.text, choice.logprobs
+        tokens, token_logprobs = logprobs.tokens, logprobs.token_logprobs
+        tops, offsets = logprobs.top_logprobs, logprobs.text_offset
+    assert len(tokens) == 6 and "".join(tokens) == text
+    assert offsets == [sum(len(t) for t in tokens[:i]) for i in range(6)]
+    for token, logprob, top in zip(tokens, token_logprobs, tops):
+        assert logprob <= 0 and token in top and top[token] == logprob and len(top) in (3, 4)
+        assert max(top.values()) == logprob  # greedy: the likeliest
+        assert sum(math.exp(lp) for lp in top.values()) <= 1 + 1e-6
+
+
+@needs_llm
+@pytest.mark.llm
+def test_logprobs_stop_with_the_text_at_a_stop_sequence(client: openai.OpenAI):
+    asked = {"model": LLM, "prompt": "One, two, three,", "max_tokens": 12, "temperature": 0, "logprobs": 1}
+    whole = client.completions.create(**asked).choices[0]
+    start = whole.logprobs.text_offset[3]
+    cut = whole.text[start : start + 2]  # the fourth token's start: the text stops there, or before
+    stopped = client.completions.create(**asked, stop=cut).choices[0]
+    assert stopped.finish_reason == "stop" and len(stopped.text) <= start
+    # only the tokens whose text starts before the stop: the last may end inside it
+    assert all(offset < len(stopped.text) for offset in stopped.logprobs.text_offset)
+    assert "".join(stopped.logprobs.tokens).startswith(stopped.text) and len(stopped.logprobs.tokens) <= 3
 
 
 @needs_llm

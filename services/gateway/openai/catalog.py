@@ -8,7 +8,8 @@ As Triton's OpenAI front end does (docs/openai.md, "Which models are offered"):
   and then the model applies its own chat template (otherwise a `chat_template` parameter lets
   the front end apply it, `templates.py`). Optional outputs `prompt_tokens` /
   `completion_tokens` (integers) give the usage counts, and `finish_reason`
-  (BYTES) says why generation ended;
+  (BYTES) says why generation ended. An integer `top_logprobs` input with a BYTES `logprobs`
+  output serves OpenAI's `logprobs` (`logprobs.py`);
 - an *embedding* model is not decoupled, has one BYTES input and an FP32 output (the embedding),
   and optionally a `prompt_tokens` output.
 A config parameter `openai_api` (`generation`, `embedding` or `none`) overrides the guess.
@@ -56,6 +57,7 @@ class Offer:
     finish_reason: bool = False
     batching: bool = False  # max_batch_size > 0: tensors carry a leading batch dimension
     chat: bool = False  # chat is served: by the model's `messages` input or a template in its config
+    logprobs: TensorSpec | None = None  # the `top_logprobs` input, when the model also has a `logprobs` output
 
 
 def offer(spec: ModelSpec) -> Offer | None:
@@ -103,7 +105,15 @@ def _generation(spec: ModelSpec) -> Offer:
         _has(spec.output("finish_reason"), "BYTES"),
         spec.max_batch_size > 0,
         _has(messages, "BYTES") or bool(spec.parameters.get("chat_template")),
+        _logprobs(spec),
     )
+
+
+def _logprobs(spec: ModelSpec) -> TensorSpec | None:
+    """The input that asks for log probabilities: both halves or nothing (a model that takes the
+    count and sends none back would leave the client's answer silently without them)."""
+    top = spec.input("top_logprobs")
+    return top if _has(top, INTEGER_TYPES) and _has(spec.output("logprobs"), "BYTES") else None
 
 
 def _embedding(spec: ModelSpec) -> Offer | None:

@@ -8,6 +8,9 @@ import asyncio
 from collections.abc import AsyncGenerator
 
 from services.gateway.openai.generation import Generation, Piece, Usage
+from services.gateway.openai.logprobs import Placed
+
+Answer = tuple[str, str, list[Placed]]  # one choice's text, finish reason and tokens' log probabilities
 
 _DONE = object()
 
@@ -21,8 +24,8 @@ class Choices:
         first = self.generations[0].usage
         return Usage(first.prompt_tokens, sum(g.usage.completion_tokens for g in self.generations))
 
-    async def whole(self) -> list[tuple[str, str]]:
-        """Each choice's text and finish reason, in index order."""
+    async def whole(self) -> list[Answer]:
+        """Each choice's text, finish reason and log probabilities (when asked), in index order."""
         return list(await asyncio.gather(*(_collect(g) for g in self.generations)))
 
     async def pieces(self) -> AsyncGenerator[tuple[int, Piece], None]:
@@ -49,12 +52,13 @@ class Choices:
                 task.cancel()  # a client gone or a failed choice: the others' requests end too
 
 
-async def _collect(generation: Generation) -> tuple[str, str]:
-    text, reason = [], "stop"
+async def _collect(generation: Generation) -> Answer:
+    text, reason, logprobs = [], "stop", []
     async for piece in generation.pieces():
         text.append(piece.text)
         reason = piece.finish_reason or reason
-    return "".join(text), reason
+        logprobs.extend(piece.logprobs)
+    return "".join(text), reason, logprobs
 
 
 async def _pump(index: int, generation: Generation, queue: asyncio.Queue[tuple[int, object]]) -> None:

@@ -12,14 +12,17 @@ from typing import Any
 
 import numpy as np
 
+from services.gateway.openai import logprobs
 from services.gateway.openai.catalog import Kind, Offer
+from services.gateway.openai.logprobs import Placed
 
 
 class Reply:
     """The fixed fields of one chat or completion answer (its id, time, model and kind)."""
 
-    def __init__(self, model: str, chat: bool) -> None:
+    def __init__(self, model: str, chat: bool, logprobs: bool = False) -> None:
         self.chat = chat
+        self.logprobs = logprobs  # asked: every choice carries them
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
         self.model = model
@@ -27,22 +30,30 @@ class Reply:
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "system_fingerprint": None}
 
-    def whole(self, texts: list[tuple[str, str]], usage: dict[str, int]) -> dict[str, Any]:
-        """The answer of a request with `stream` false: each choice's text and finish reason."""
+    def whole(self, texts: list[tuple[str, str, list[Placed]]], usage: dict[str, int]) -> dict[str, Any]:
+        """The answer of a request with `stream` false: each choice's text, finish reason and
+        tokens' log probabilities."""
         choices = []
-        for index, (text, finish_reason) in enumerate(texts):
+        for index, (text, finish_reason, placed) in enumerate(texts):
             if self.chat:
                 choice: dict[str, Any] = {"index": index, "message": {"role": "assistant", "content": text}}
             else:
                 choice = {"index": index, "text": text}
-            choice.update(finish_reason=finish_reason, logprobs=None)
+            choice.update(finish_reason=finish_reason, logprobs=self._logprobs(placed) if self.logprobs else None)
             choices.append(choice)
         return {**self._head("chat.completion" if self.chat else "text_completion"), "choices": choices, "usage": usage}
 
     def chunk(
-        self, text: str | None, finish_reason: str | None, with_usage: bool, first: bool = False, index: int = 0
+        self,
+        text: str | None,
+        finish_reason: str | None,
+        with_usage: bool,
+        first: bool = False,
+        index: int = 0,
+        placed: list[Placed] | None = None,
     ) -> dict[str, Any]:
-        """One streamed chunk; the first of a chat carries the role, the last the finish reason."""
+        """One streamed chunk; the first of a chat carries the role, the last the finish reason,
+        and each the log probabilities of the tokens its text starts (when asked)."""
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant"} if first else {}
             if text is not None:
@@ -50,11 +61,14 @@ class Reply:
             choice: dict[str, Any] = {"index": index, "delta": delta}
         else:
             choice = {"index": index, "text": text or ""}
-        choice.update(finish_reason=finish_reason, logprobs=None)
+        choice.update(finish_reason=finish_reason, logprobs=self._logprobs(placed) if placed else None)
         doc = {**self._head("chat.completion.chunk" if self.chat else "text_completion"), "choices": [choice]}
         if with_usage:  # stream_options.include_usage: every chunk says null, the last one counts
             doc["usage"] = None
         return doc
+
+    def _logprobs(self, placed: list[Placed]) -> dict[str, Any]:
+        return logprobs.chat(placed) if self.chat else logprobs.completion(placed)
 
     def usage_chunk(self, usage: dict[str, int]) -> dict[str, Any]:
         return {

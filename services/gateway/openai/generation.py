@@ -8,11 +8,12 @@ cancels the request: it leaves its queue, or the running model sees `is_cancelle
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from inference.core import InferenceCore
 from inference.types import ParsedRequest
 from services.gateway.openai.catalog import Offer
+from services.gateway.openai.logprobs import Aligner, Placed, missing
 from services.gateway.openai.stops import StopScanner
 from services.gateway.openai.tensors import generated
 from shared.config.model_config import ModelSpec
@@ -33,16 +34,26 @@ class Usage:
 class Piece:
     text: str
     finish_reason: str | None = None  # set on the last piece only
+    logprobs: list[Placed] = field(default_factory=list)  # the tokens whose text starts in this piece
 
 
 class Generation:
     """Iterate for the pieces; `usage` is complete once the iteration ends."""
 
     def __init__(
-        self, core: InferenceCore, spec: ModelSpec, version: int, offer: Offer, parsed: ParsedRequest, stops: list[str]
+        self,
+        core: InferenceCore,
+        spec: ModelSpec,
+        version: int,
+        offer: Offer,
+        parsed: ParsedRequest,
+        stops: list[str],
+        logprobs: bool = False,
     ) -> None:
         self.core, self.spec, self.version, self.offer, self.parsed = core, spec, version, offer, parsed
         self.scanner = StopScanner(stops)
+        self.aligner = Aligner() if logprobs else None  # asked: every response must carry them
+        self._shown = 0  # characters of text handed out
         self.usage = Usage()
         self._responses = 0  # responses with text: the completion's length when the model counts none
 
@@ -55,16 +66,26 @@ class Generation:
                     raise item
                 piece = generated(self.offer, item.outputs)
                 self._count(piece.text, piece.prompt_tokens, piece.completion_tokens)
+                if self.aligner is not None and item.outputs:
+                    if piece.logprobs is None:
+                        raise missing(self.offer.model)
+                    self.aligner.feed(piece.logprobs)
                 shown = self.scanner.feed(piece.text)
-                if self.scanner.stopped:
-                    yield Piece(shown, "stop")
+                if self.scanner.stopped:  # the tokens after the stop go with their text
+                    yield Piece(shown, "stop", self._released(shown))
                     return
                 reason = piece.finish_reason or reason
-                if shown:
-                    yield Piece(shown)
+                released = self._released(shown)
+                if shown or released:
+                    yield Piece(shown, None, released)
         finally:
             await stream.aclose()
-        yield Piece(self.scanner.flush(), reason or "stop")
+        rest = self.scanner.flush()
+        yield Piece(rest, reason or "stop", self.aligner.rest() if self.aligner is not None else [])
+
+    def _released(self, shown: str) -> list[Placed]:
+        self._shown += len(shown)
+        return self.aligner.shown(self._shown) if self.aligner is not None else []
 
     def _count(self, text: str, prompt_tokens: int | None, completion_tokens: int | None) -> None:
         self._responses += 1 if text else 0

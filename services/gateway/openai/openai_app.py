@@ -149,12 +149,13 @@ class OpenAIHandlers:
     async def _generate(self, request: Request, asked: requests.GenerationRequest, chat: bool) -> Response:
         endpoint = "/v1/chat/completions" if chat else "/v1/completions"
         spec, version, served = self._offer(asked.model, Kind.GENERATION, endpoint)
-        reply = documents.Reply(spec.name, chat)
+        reply = documents.Reply(spec.name, chat, asked.logprobs is not None)
         generations = []
         for i in range(asked.n):  # a seed given makes each choice its own: seed, seed + 1, ...
             one = asked if "seed" not in asked.sampling else choice_with_seed(asked, i)
             parsed = generation_request(spec, served, one, reply.id if asked.n == 1 else f"{reply.id}-{i}")
-            generations.append(Generation(self.core, spec, version, served, parsed, asked.stop))
+            generation = Generation(self.core, spec, version, served, parsed, asked.stop, asked.logprobs is not None)
+            generations.append(generation)
         choices = Choices(generations)
         echoed = (asked.prompt or "") if asked.echo else ""
         if asked.stream:
@@ -163,7 +164,7 @@ class OpenAIHandlers:
 
     @staticmethod
     async def _whole(choices: Choices, reply: documents.Reply, echoed: str = "") -> Response:
-        texts = [(echoed + text, reason) for text, reason in await choices.whole()]
+        texts = [(echoed + text, reason, placed) for text, reason, placed in await choices.whole()]
         return _json(reply.whole(texts, choices.usage().document()))
 
     @staticmethod
@@ -185,8 +186,9 @@ class OpenAIHandlers:
                     if echoed:  # a completion's echoed prompt: its own chunk, before the generated text
                         yield _event(reply.chunk(echoed, None, include_usage, index=index))
                 async for index, piece in _from(first, pieces):
-                    if piece.text or piece.finish_reason:
-                        yield _event(reply.chunk(piece.text or None, piece.finish_reason, include_usage, index=index))
+                    if piece.text or piece.finish_reason or piece.logprobs:
+                        text, reason = piece.text or None, piece.finish_reason
+                        yield _event(reply.chunk(text, reason, include_usage, index=index, placed=piece.logprobs))
                 if include_usage:
                     yield _event(reply.usage_chunk(choices.usage().document()))
                 yield b"data: [DONE]\n\n"

@@ -1,7 +1,7 @@
 """OpenAI request bodies, checked: what a request asks for, or OpenAI's 400 saying why not.
 
-Pure functions of the JSON body. A parameter Shoal cannot honour (`n` > 1, `logit_bias`,
-tools, log probabilities, ...) is refused, never ignored; an argument OpenAI's API
+Pure functions of the JSON body. A parameter Shoal cannot honour (tools, `suffix`, ...) is
+refused, never ignored; an argument OpenAI's API
 does not know is refused with OpenAI's own text (docs/openai.md, "Parameters").
 """
 
@@ -18,8 +18,6 @@ _SAMPLING = ("temperature", "top_p", "seed", "frequency_penalty", "presence_pena
 _COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "stop", "n", "logit_bias", *_SAMPLING})
 # parameter -> the values that mean "not asked for" (then it is accepted)
 _REFUSED_CHAT: dict[str, tuple[Any, ...]] = {
-    "logprobs": (None, False),
-    "top_logprobs": (None, 0),
     "tools": (None, []),
     "tool_choice": (None, "none"),
     "functions": (None, []),
@@ -31,11 +29,11 @@ _REFUSED_CHAT: dict[str, tuple[Any, ...]] = {
     "web_search_options": (None,),
 }
 _REFUSED_COMPLETION: dict[str, tuple[Any, ...]] = {
-    "logprobs": (None, 0),
     "best_of": (None, 1),
     "suffix": (None, ""),
 }
 MAX_CHOICES = 128  # OpenAI's own bound on `n`
+MAX_TOP_LOGPROBS = {True: 20, False: 5}  # OpenAI's bounds: chat's top_logprobs, completions' logprobs
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
@@ -54,6 +52,7 @@ class GenerationRequest:
     n: int = 1  # choices: one generation each
     response_format: dict[str, Any] | None = None  # chat: json_object or json_schema (None: text)
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
+    logprobs: int | None = None  # each token's log probability and this many likeliest (None: not asked)
 
 
 @dataclass
@@ -65,22 +64,27 @@ class EmbeddingRequest:
 
 def parse_chat(body: Any) -> GenerationRequest:
     doc = _object(body)
-    _refuse(doc, _REFUSED_CHAT, _COMMON | {"messages", "max_completion_tokens", "response_format"})
+    known = _COMMON | {"messages", "max_completion_tokens", "response_format", "logprobs", "top_logprobs"}
+    _refuse(doc, _REFUSED_CHAT, known)
     request = _generation(doc)
     request.messages = _messages(doc.get("messages"))
     request.response_format = _response_format(doc.get("response_format"))
+    request.logprobs = _chat_logprobs(doc.get("logprobs"), doc.get("top_logprobs"))
     return request
 
 
 def parse_completion(body: Any) -> GenerationRequest:
     doc = _object(body)
-    _refuse(doc, _REFUSED_COMPLETION, _COMMON | {"prompt", "echo"})
+    _refuse(doc, _REFUSED_COMPLETION, _COMMON | {"prompt", "echo", "logprobs"})
     request = _generation(doc)
     request.prompt = _prompt(doc.get("prompt"))
     echo = doc.get("echo", False)
     if not isinstance(echo, bool) and echo is not None:
         raise invalid_value("echo", "expected a boolean")
     request.echo = bool(echo)
+    request.logprobs = _count(doc.get("logprobs"), "logprobs", MAX_TOP_LOGPROBS[False])
+    if request.echo and request.logprobs is not None:  # OpenAI's answer would hold the prompt's too
+        raise refused("logprobs", "with 'echo': the prompt's tokens' log probabilities are not computed")
     return request
 
 
@@ -191,6 +195,27 @@ def _logit_bias(value: Any) -> dict[int, float]:
             raise invalid_value("logit_bias", f"expected token ids to numbers from -100 to 100, got {key!r}: {bias!r}")
         biases[int(token)] = float(bias)
     return biases
+
+
+def _chat_logprobs(logprobs: Any, top: Any) -> int | None:
+    """Chat's `logprobs` (a boolean) and `top_logprobs` (0 to 20, only with `logprobs` true) as
+    the count of likeliest tokens to report, None when not asked."""
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise invalid_value("logprobs", "expected a boolean")
+    count = _count(top, "top_logprobs", MAX_TOP_LOGPROBS[True])
+    if not logprobs:
+        if count:
+            raise invalid_value("top_logprobs", "'logprobs' must be true when 'top_logprobs' is used")
+        return None
+    return count or 0
+
+
+def _count(value: Any, name: str, high: int) -> int | None:
+    if value is None:
+        return None
+    if not _is_int(value) or not 0 <= value <= high:
+        raise invalid_value(name, f"expected an integer from 0 to {high}")
+    return int(value)
 
 
 def _response_format(value: Any) -> dict[str, Any] | None:

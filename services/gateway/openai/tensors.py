@@ -13,6 +13,7 @@ import orjson
 
 from inference.types import InputTensor, OutputTensor, ParsedRequest
 from services.gateway.openai.catalog import Offer
+from services.gateway.openai.logprobs import Entry, parse_entries
 from services.gateway.openai.openai_errors import refused
 from services.gateway.openai.requests import GenerationRequest
 from services.gateway.openai.templates import has_template, render_chat
@@ -48,6 +49,11 @@ def generation_request(spec: ModelSpec, offer: Offer, request: GenerationRequest
         sampling["logit_bias"] = orjson.dumps({str(token): bias for token, bias in request.logit_bias.items()})
     if request.response_format is not None:  # text asks nothing
         sampling["response_format"] = orjson.dumps(request.response_format)
+    if request.logprobs is not None:
+        if offer.logprobs is None:
+            why = f"model '{offer.model}' has no 'top_logprobs' input with a 'logprobs' output"
+            raise refused("logprobs", why)
+        inputs.append(_input(spec, offer.logprobs.name, offer.logprobs.datatype, request.logprobs))
     for name, value in sampling.items():
         tensor = offer.sampling.get(name)
         if tensor is None:
@@ -68,6 +74,7 @@ class Generated:
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    logprobs: list[Entry] | None = None  # None: the response has no `logprobs` output
 
 
 def _output(outputs: list[OutputTensor], name: str) -> np.ndarray | None:
@@ -89,6 +96,9 @@ def generated(offer: Offer, outputs: list[OutputTensor]) -> Generated:
     piece.finish_reason = _text(reason) or None
     piece.prompt_tokens = _count(outputs, "prompt_tokens") if "prompt_tokens" in offer.usage else None
     piece.completion_tokens = _count(outputs, "completion_tokens") if "completion_tokens" in offer.usage else None
+    if offer.logprobs is not None:
+        raw = _output(outputs, "logprobs")
+        piece.logprobs = None if raw is None else parse_entries(b"".join(bytes(v) for v in raw), offer.model)
     return piece
 
 

@@ -44,7 +44,9 @@ def test_text_content_parts_are_joined():
         ({"n": 129}, "n"),
         ({"logit_bias": {"x": 2}}, "logit_bias"),
         ({"logit_bias": {"1": 101}}, "logit_bias"),
-        ({"logprobs": True}, "logprobs"),
+        ({"logprobs": 1}, "logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs true
         ({"tools": [{"type": "function"}]}, "tools"),
         ({"response_format": {"type": "yaml"}}, "response_format"),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format"),
@@ -69,6 +71,25 @@ def test_penalties_travel_as_sampling_and_a_zero_penalty_asks_nothing():
     assert (asked.sampling["frequency_penalty"], asked.sampling["presence_penalty"]) == (1.5, -0.5)
     plain = requests.parse_completion({"model": "m", "prompt": "p", "frequency_penalty": 0, "presence_penalty": 0.0})
     assert plain.sampling == {}  # no input needed for it: a model without penalties serves it
+
+
+def test_chat_logprobs_ask_for_a_count_of_likeliest_tokens():
+    assert requests.parse_chat({**CHAT, "logprobs": True, "top_logprobs": 20}).logprobs == 20
+    assert requests.parse_chat({**CHAT, "logprobs": True}).logprobs == 0  # the sampled token's only
+    assert requests.parse_chat({**CHAT, "logprobs": False, "top_logprobs": 0}).logprobs is None
+    assert requests.parse_chat(CHAT).logprobs is None
+
+
+@pytest.mark.parametrize("value, asked", [(None, None), (0, 0), (5, 5)])
+def test_completion_logprobs_is_a_count_up_to_5(value, asked):
+    assert requests.parse_completion({"model": "m", "prompt": "p", "logprobs": value}).logprobs == asked
+
+
+@pytest.mark.parametrize("extra", [{"logprobs": 6}, {"logprobs": True}, {"logprobs": 1, "echo": True}])
+def test_completion_logprobs_out_of_bounds_or_with_echo_is_a_400(extra):
+    with pytest.raises(OpenAIError) as refused:
+        requests.parse_completion({"model": "m", "prompt": "p", **extra})
+    assert (refused.value.status, refused.value.param) == (400, "logprobs")
 
 
 def test_logit_bias_maps_token_ids_to_biases():

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from shoal.llm.engine import Engine, Job, Limits
 from shoal.llm.llama_c_api import Entry, LlamaError, Penalties, Shaping
+from shoal.llm.logprobs import Logprob
 
 END = 1000  # the end-of-generation token
 
@@ -29,7 +32,8 @@ class CountingModel:
         self.batches: list[list[Entry]] = []
         self.shared: list[tuple[int, int, int]] = []
         self.cells: dict[int, int] = {}  # seq -> next position expected
-        self.logits: dict[int, int] = {}  # batch index -> token it predicts
+        self.predicted: dict[int, int] = {}  # batch index -> token it predicts
+        self.logits_read: list[int] = []  # batch indices whose logits the engine read
         self.fail_next = False
         self.shaping: list[Shaping | None] = []  # each sampler's, in order
         self.gate = threading.Event()
@@ -41,13 +45,13 @@ class CountingModel:
             self.fail_next = False
             raise LlamaError("llama_decode returned 1 (no room in the KV cache)")
         self.batches.append(list(entries))
-        self.logits = {}
+        self.predicted = {}
         for index, entry in enumerate(entries):
             assert 0 <= entry.seq < self.max_sequences
             assert entry.pos == self.cells.get(entry.seq, 0), (entry, self.cells)
             self.cells[entry.seq] = entry.pos + 1
             if entry.logits:
-                self.logits[index] = END if entry.token == END - 1 else entry.token + 1
+                self.predicted[index] = END if entry.token == END - 1 else entry.token + 1
         assert sum(self.cells.values()) <= self.n_ctx
         time.sleep(self.step_delay)
 
@@ -56,7 +60,15 @@ class CountingModel:
         return Sampler()
 
     def sample(self, sampler: Sampler, index: int) -> int:
-        return self.logits[index]
+        return self.predicted[index]
+
+    def logits(self, index: int) -> np.ndarray:
+        """The predicted token twice as likely as the token before it, all others equally unlikely."""
+        self.logits_read.append(index)
+        scores = np.zeros(END + 1, np.float32)
+        token = self.predicted[index]
+        scores[token], scores[token - 1] = 2.0 * np.log(2.0), np.log(2.0)
+        return scores
 
     def forget(self, seq: int) -> None:
         self.cells.pop(seq, None)
@@ -87,12 +99,15 @@ class Collect:
     ending: tuple[str, int] | None = None
     error: str | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    logprobs: list[list[Logprob]] = field(default_factory=list)  # what came with each piece
 
-    def text(self, text: str, completion_tokens: int) -> None:
+    def text(self, text: str, completion_tokens: int, logprobs: Sequence[Logprob] = ()) -> None:
         self.pieces.append(text)
+        self.logprobs.append(list(logprobs))
 
-    def end(self, text: str, reason: str, completion_tokens: int) -> None:
+    def end(self, text: str, reason: str, completion_tokens: int, logprobs: Sequence[Logprob] = ()) -> None:
         self.pieces.append(text)
+        self.logprobs.append(list(logprobs))
         self.ending = (reason, completion_tokens)
         self.done.set()
 
@@ -151,6 +166,26 @@ def test_penalties_reach_the_sampler_over_every_token_the_sequence_may_generate(
         None,
         Shaping(None, {7: -100.0}),
     ]
+
+
+def test_logprobs_come_with_the_text_of_their_tokens_only_when_asked(engine_for):
+    model = CountingModel()
+    engine = engine_for(model, Limits(prefix_cache_tokens=0, max_sequences=4, n_batch=16, max_sequence_tokens=64))
+    plain = run(engine, [1, 2, 3], max_tokens=3)
+    assert plain.done.wait(10) and model.logits_read == [] and plain.logprobs == [[], [], []]
+    asked = Collect()
+    engine.submit(Job([1, 2, 3], asked, max_tokens=3, temperature=0, logprobs=2))
+    assert asked.done.wait(10)
+    # a piece per token (the last one comes with the end), each with its own token's entry
+    assert [[e.token for e in entries] for entries in asked.logprobs] == [[b"<4>"], [b"<5>"], [b"<6>"]]
+    # log-softmax over END + 1 logits: the predicted token 4 / (1001 - 2 + 2 + 4) of the mass
+    total = (END + 1 - 2) + 2 + 4
+    first = asked.logprobs[0][0]
+    assert first.logprob == pytest.approx(np.log(4 / total))
+    assert first.top == [(b"<4>", pytest.approx(np.log(4 / total))), (b"<3>", pytest.approx(np.log(2 / total)))]
+    none_top = Collect()
+    engine.submit(Job([1, 2, 3], none_top, max_tokens=1, temperature=0, logprobs=0))
+    assert none_top.done.wait(10) and none_top.logprobs == [[Logprob(b"<4>", pytest.approx(np.log(4 / total)), [])]]
 
 
 def test_max_tokens_ends_a_sequence_with_length(engine_for):

@@ -56,10 +56,10 @@ class Sink:
         self.reason = ""
         self.done = threading.Event()
 
-    def text(self, text: str, completion_tokens: int) -> None:
+    def text(self, text: str, completion_tokens: int, logprobs: object = ()) -> None:
         self.pieces.append(text)
 
-    def end(self, text: str, reason: str, completion_tokens: int) -> None:
+    def end(self, text: str, reason: str, completion_tokens: int, logprobs: object = ()) -> None:
         self.pieces.append(text)
         self.reason = reason
         self.done.set()
@@ -114,3 +114,32 @@ def test_after_the_same_prompt_and_beside_other_sequences_it_starts_the_same(set
     alone = [generate(engine, [p], 4)[0] for p in prompts]
     assert [generate(engine, [p], 4)[0] for p in prompts[:1]] == alone[:1]  # all but one token from the cache
     assert generate(engine, prompts, 4) == alone
+
+
+def test_greedy_tokens_are_the_most_likely_of_the_raw_distribution(setup):
+    import math
+
+    from shoal.llm.engine import Job
+    from shoal.llm.logprobs import Logprob
+
+    model, engine, _ = setup
+    got: list[Logprob] = []
+
+    class Keep(Sink):
+        def text(self, text: str, completion_tokens: int, logprobs: object = ()) -> None:
+            super().text(text, completion_tokens)
+            got.extend(logprobs)
+
+        def end(self, text: str, reason: str, completion_tokens: int, logprobs: object = ()) -> None:
+            got.extend(logprobs)
+            super().end(text, reason, completion_tokens)
+
+    sink = Keep()
+    engine.submit(Job(chat(model, PROMPTS[0]), sink, 8, temperature=0.0, logprobs=5))
+    assert sink.done.wait(120) and len(got) == 8
+    assert b"".join(entry.token for entry in got).decode() == "".join(sink.pieces)
+    for entry in got:
+        logprobs = [logprob for _, logprob in entry.top]
+        assert entry.logprob <= 0 and len(entry.top) == 5 and logprobs == sorted(logprobs, reverse=True)
+        assert entry.top[0] == (entry.token, entry.logprob)  # greedy: the likeliest, by its own logprob
+        assert sum(math.exp(logprob) for logprob in logprobs) <= 1 + 1e-6
