@@ -35,8 +35,8 @@ from typing import Protocol
 import numpy as np
 
 from shoal.llm.llama_c_api import Entry, LlamaError, Penalties, Sampler, Shaping
-from shoal.llm.logprobs import Distribution, Logprob
 from shoal.llm.text import Detokenizer
+from shoal.llm.token_logprobs import Distribution, Logprob
 
 log = logging.getLogger("shoal.llm")
 

@@ -41,8 +41,8 @@ import numpy as np
 from shoal.llm import probe
 from shoal.llm.engine import Engine, Job, Limits
 from shoal.llm.llama_c_api import ContextSettings, Library, LlamaModel, library_folder
-from shoal.llm.logprobs import MAX_TOP, Logprob, to_json
 from shoal.llm.text import render_chat
+from shoal.llm.token_logprobs import MAX_TOP, Logprob, to_json
 
 log = logging.getLogger("shoal.llm")
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from shoal.llm.engine import Engine, Job, Limits
 from shoal.llm.llama_c_api import Entry, LlamaError, Penalties, Shaping
-from shoal.llm.logprobs import Logprob
+from shoal.llm.token_logprobs import Logprob
 
 END = 1000  # the end-of-generation token
 

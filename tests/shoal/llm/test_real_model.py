@@ -120,7 +120,7 @@ def test_greedy_tokens_are_the_most_likely_of_the_raw_distribution(setup):
     import math
 
     from shoal.llm.engine import Job
-    from shoal.llm.logprobs import Logprob
+    from shoal.llm.token_logprobs import Logprob
 
     model, engine, _ = setup
     got: list[Logprob] = []
