@@ -48,6 +48,7 @@ from shared.wire.messages import (
     CacheEvent,
     CancelRequest,
     CreditsRevoked,
+    FirstResponse,
     InstanceFree,
     RequestBatch,
     RequestHeader,
@@ -65,6 +66,7 @@ _drain_decoder = msgspec.msgpack.Decoder(DrainRequest)
 _cancel_decoder = msgspec.msgpack.Decoder(CancelRequest)
 _cache_decoder = msgspec.msgpack.Decoder(CacheEvent)
 _free_decoder = msgspec.msgpack.Decoder(InstanceFree)
+_first_decoder = msgspec.msgpack.Decoder(FirstResponse)
 _record_decoder = msgspec.msgpack.Decoder(ModelRecord)
 
 
@@ -102,6 +104,7 @@ class SchedulerService:
         await self.nc.subscribe(self.alive_subject, cb=self._on_alive)
         self.models_kv = await buckets.bucket(self.nc, subjects.MODELS_BUCKET, create=False)
         await hot_path.subscribe(self.nc, subjects.INSTANCE_FREE, self._on_free)
+        await self.nc.subscribe(subjects.FIRST_RESPONSE, cb=self._on_first_response)
         await self.liveness.start()
         await self.ensembles.start(self.models_kv)
         await self.nc.subscribe(subjects.CREDITS_REVOKED, cb=self._on_revoked)
@@ -262,6 +265,11 @@ class SchedulerService:
         if free is not None:
             self.liveness.heard(free.worker)
             await self.credits.on_free(free)
+
+    async def _on_first_response(self, msg: Msg) -> None:
+        first: FirstResponse | None = connection.decode(_first_decoder, msg, log)
+        if first is not None:
+            self.credits.late_first.arrived(first.rid, first.sent_ns)
 
     def owns(self, model: str) -> bool:
         """Whether this replica holds the model's lease (`shared.bus.dispatch.LocalScheduler`)."""

@@ -212,9 +212,19 @@ class RequestDone(msgspec.Struct, omit_defaults=True):
     ok: bool
     response: bytes = b""  # the encoded InferResponse, only with reply_via_scheduler
     rescheduled: bool = False  # released with RESCHEDULE: not answered, it runs again (iterative sequences)
-    # a decoupled model's first response (wall clock, ns), if it sent one before `execute` returned:
-    # the scheduler's time-to-first-response histogram (nv_inference_first_response_histogram_ms)
+    # a decoupled model's first response (wall clock, ns), if it sent one before `execute` returned
+    # (else a `FirstResponse` follows): the scheduler's nv_inference_first_response_histogram_ms
     first_response_ns: int = 0
+
+
+class FirstResponse(msgspec.Struct):
+    """Worker -> schedulers: a decoupled model sent a request's first response after `execute`
+    returned (its completion went without it); only the request's own scheduler records it."""
+
+    rid: str
+    model: str
+    version: int
+    sent_ns: int  # wall clock
 
 
 class InstanceFree(msgspec.Struct, omit_defaults=True):

@@ -96,6 +96,7 @@ SCHEDULING = [
 WORKING = [
     "shoal.gw.>",
     s.INSTANCE_FREE,
+    s.FIRST_RESPONSE,
     s.WORKER_HOLDINGS,
     s.CREDITS_REVOKED,
     s.SCHEDULER_CANCEL,

@@ -16,6 +16,8 @@ MODEL_FILES_BUCKET = "shoal-model-files"  # a JetStream object store: model file
 SCHEDULER_QUEUE = "schedulers"
 # worker -> scheduler: an instance is free / finished a batch
 INSTANCE_FREE = f"{PREFIX}.sched.free"
+# worker -> schedulers: a decoupled model's first response, sent after its request's completion
+FIRST_RESPONSE = f"{PREFIX}.sched.first"
 # scheduler -> all workers: re-announce free instances (a scheduler (re)started)
 RESYNC = f"{PREFIX}.worker.resync"
 WORKER_HEARTBEAT = f"{PREFIX}.worker.heartbeat"

@@ -20,6 +20,10 @@ calls it, so requests that do not fit yet wait in the scheduler's queue, under i
 in its statistics, not in here. A request that fits joins at once (its sequence and cells are
 reserved in `submit`, its prompt goes into the next step), so requests that arrive together
 start together. docs/openai.md says how it performs.
+
+The engine tells a `Meter` what it does (the model's metrics: llm_metrics.py): the prompt tokens
+each request brings, each generated token with the time since its sequence's previous one, and
+after each step the KV cells in use.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +85,30 @@ class Sink(Protocol):
         """The client went away or its deadline passed."""
 
 
+class Meter(Protocol):
+    """What the engine reports as it runs: from its own thread, or a caller's (`prompt`, when a
+    request joins at once)."""
+
+    def prompt(self, tokens: int) -> None: ...
+
+    def token(self, gap_s: float | None) -> None:
+        """A token generated; `gap_s`: the time since its sequence's previous one (None: its first)."""
+
+    def cells(self, used: int, total: int) -> None:
+        """KV cells in use (reserved by the running sequences, and the prompt cache's) of `total`."""
+
+
+class _NoMeter:
+    def prompt(self, tokens: int) -> None:
+        pass
+
+    def token(self, gap_s: float | None) -> None:
+        pass
+
+    def cells(self, used: int, total: int) -> None:
+        pass
+
+
 @dataclass(frozen=True)
 class Limits:
     """The engine's bounds: concurrent sequences, and the context's KV cells (shared by all
@@ -131,6 +160,7 @@ class _Sequence:
     next_token: int = -1  # the token to decode at the next step, once the prompt is in
     detokenizer: Detokenizer = field(default_factory=Detokenizer)
     logprobs: list[Logprob] = field(default_factory=list)  # tokens whose text has not gone out yet
+    last_token_s: float = 0.0  # when it generated its latest token (monotonic); 0: none yet
 
     @property
     def cells(self) -> int:
@@ -142,8 +172,9 @@ class _Sequence:
 
 
 class Engine:
-    def __init__(self, model: Decoder, limits: Limits) -> None:
+    def __init__(self, model: Decoder, limits: Limits, meter: Meter | None = None) -> None:
         self.model, self.limits = model, limits
+        self.meter: Meter = meter or _NoMeter()
         self.capacity = model.n_ctx - limits.prefix_cache_tokens  # what sequences may reserve
         self._cache_seq = limits.max_sequences  # the sequence id that keeps the latest prompt's cells
         self._cached: list[int] = []  # the tokens whose cells it keeps (the engine's thread's alone)
@@ -215,6 +246,7 @@ class Engine:
                     else:
                         self._reuse_prefix(sequence)
                 self._step()
+                self.meter.cells(self._reserved + len(self._cached), self.model.n_ctx)
         except Exception:  # a bug: answer everyone rather than leave them hanging
             log.exception("the LLM engine stopped")
         finally:
@@ -238,6 +270,7 @@ class Engine:
                 self._answer(job.sink.fail, str(exc))
                 continue
             sequence = _Sequence(job, self._free_seqs.pop(), sampler, budget)
+            self.meter.prompt(len(job.prompt))  # on joining: a request cancelled while waiting brings none
             self._reserved += sequence.cells
             self._joining.append(sequence)
             job.joined.set()
@@ -321,6 +354,9 @@ class Engine:
             self._finish(sequence, "stop")
             return
         sequence.produced += 1
+        now = time.monotonic()
+        self.meter.token(now - sequence.last_token_s if sequence.last_token_s else None)
+        sequence.last_token_s = now
         piece = self.model.piece(token)
         if scores is not None:
             sequence.logprobs.append(self._logprob(piece, token, scores, sequence.job.logprobs or 0))

@@ -17,6 +17,7 @@ with `finish_reason` and the usage counts. Its config says, as string parameters
 | `n_threads` | 1 | llama.cpp's threads for one sequence's token |
 | `n_threads_batch` | `n_threads` | its threads for a batch of several tokens (sequences together, prompts) |
 | `llama_cpu_backends` | llama-cpp-python's `lib/` | folders searched for a portable build's CPU backends (`libggml-cpu-*.so`), `:`-separated |
+| `REPORT_CUSTOM_METRICS` | `true` | its token, time-per-token and KV-cache metrics (llm_metrics.py; the vLLM backend's parameter, on here by default) |
 
 Inputs: `text_input` or `messages` (a JSON conversation, rendered with the GGUF's own chat
 template), `stream`, and optionally `max_tokens`, `temperature`, `top_p`, `seed`, `frequency_penalty`,
@@ -41,6 +42,7 @@ import numpy as np
 from shoal.llm import probe
 from shoal.llm.engine import Engine, Job, Limits
 from shoal.llm.llama_c_api import ContextSettings, Library, LlamaModel, library_folder
+from shoal.llm.llm_metrics import LlmMetrics
 from shoal.llm.text import render_chat
 from shoal.llm.token_logprobs import MAX_TOP, Logprob, to_json
 
@@ -154,6 +156,7 @@ class LlamaPythonModel:
                 number("max_sequence_tokens", 2048),
                 number("prefix_cache_tokens", 512),
             ),
+            _meter(args, settings),
         )
         self.template = self.model.chat_template()
         self.bos, self.eos = self.model.special_text("bos"), self.model.special_text("eos")
@@ -229,6 +232,15 @@ class LlamaPythonModel:
     def finalize(self) -> None:
         self.engine.close()
         self.model.close()
+
+
+def _meter(args: dict[str, str], settings: dict[str, str]) -> LlmMetrics | None:
+    if settings.get("REPORT_CUSTOM_METRICS", "true").strip().lower() in ("false", "no", "off", "0"):
+        return None
+    import triton_python_backend_utils as pb_utils
+
+    labels = {"model": args.get("model_name", ""), "version": args.get("model_version", "")}
+    return LlmMetrics(pb_utils, labels, args.get("model_instance_name", ""))
 
 
 def grammar_for(given: Any) -> str:

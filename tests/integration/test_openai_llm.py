@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,16 +42,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def api_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     port = free_port()
-    serve = Serve(Path(tmp_path_factory.mktemp("openai-llm")), [f"--openai-port={port}", f"--grpc-port={free_port()}"])
+    args = [f"--openai-port={port}", f"--grpc-port={free_port()}", "--metrics-config=histogram_latencies=true"]
+    serve = Serve(Path(tmp_path_factory.mktemp("openai-llm")), args)
+    serve.openai_port = port  # type: ignore[attr-defined]
     serve.start(ready_timeout=360)
     try:
-        yield port
+        yield serve
         serve.terminate(60)
     finally:
         if serve.process is not None and serve.process.poll() is None:
             serve.kill_tree()
+
+
+@pytest.fixture(scope="module")
+def api_port(serve: Serve) -> int:
+    return serve.openai_port  # type: ignore[attr-defined,no-any-return]
 
 
 @pytest.fixture(scope="module")
@@ -326,3 +334,48 @@ def test_a_prompt_longer_than_a_sequence_may_hold_is_refused_with_the_reason(cli
         client.completions.create(model=LLM, prompt="word " * 3000, max_tokens=4)
     answer = client.completions.create(model=LLM, prompt="One, two,", max_tokens=2, temperature=0)
     assert answer.usage.completion_tokens > 0  # and the model goes on serving
+
+
+def _scrape(serve: Serve) -> dict[str, float]:
+    """`/metrics` as samples: the line up to its last space -> its value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{serve.metrics_port}/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return {key: float(value) for key, _, value in (line.rpartition(" ") for line in lines if line[:1] != "#")}
+
+
+def _llm_sample(samples: dict[str, float], family: str, **labels: str) -> float:
+    wanted = [f'{k}="{v}"' for k, v in {"model": LLM, **labels}.items()]
+    found = [v for key, v in samples.items() if key.startswith(family + "{") and all(w in key for w in wanted)]
+    return sum(found) if found else -1.0
+
+
+@needs_llm
+@pytest.mark.timeout(180)
+def test_a_stream_shows_in_the_llm_metrics(client: openai.OpenAI, serve: Serve):
+    """Time to first response, tokens, time per token and the KV cache, as `/metrics` shows them."""
+    first = "nv_inference_first_response_histogram_ms"
+    before = _scrape(serve)
+    stream = client.completions.create(model=LLM, prompt="Count: one, two,", max_tokens=8, stream=True, seed=1)
+    started = time.monotonic()
+    usage = [c for c in stream]
+    took_ms = (time.monotonic() - started) * 1000
+    assert usage
+    deadline = time.monotonic() + 15  # the token metrics come with the worker's next heartbeat
+    while True:
+        after = _scrape(serve)
+        generated = _llm_sample(after, "vllm:generation_tokens_total") - max(
+            0.0, _llm_sample(before, "vllm:generation_tokens_total")
+        )
+        if generated >= 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert 1 <= generated <= 8
+    count = _llm_sample(after, f"{first}_count") - max(0.0, _llm_sample(before, f"{first}_count"))
+    first_ms = _llm_sample(after, f"{first}_sum") - max(0.0, _llm_sample(before, f"{first}_sum"))
+    assert count == 1 and 0 <= first_ms <= took_ms + 1000, (count, first_ms, took_ms)
+    per_token = _llm_sample(after, "vllm:time_per_output_token_seconds_count")
+    assert per_token >= generated - 1
+    assert _llm_sample(after, "vllm:prompt_tokens_total") >= 4
+    total = _llm_sample(after, "nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="max")
+    fraction = _llm_sample(after, "nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="fraction")
+    assert total > 0 and 0 <= fraction <= 1

@@ -59,6 +59,33 @@ RETURN_MODEL = WAIT_MODEL.replace("        sender = request.get_response_sender(
         return [pb_utils.InferenceResponse(outputs)]""",
 )
 assert "sender" not in RETURN_MODEL
+# Shoal's case beyond Triton's test: the responses come from a thread the model starts, after
+# `execute` returned (as an LLM engine's do): the worker tells the scheduler of the first one later
+THREAD_MODEL = """
+import threading
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            wait = pb_utils.get_input_tensor_by_name(request, "WAIT_SECONDS").as_numpy()[0]
+            count = pb_utils.get_input_tensor_by_name(request, "RESPONSE_NUM").as_numpy()[0]
+            args = (request.get_response_sender(), float(wait), int(count))
+            threading.Thread(target=self._respond, args=args, daemon=True).start()
+        return None
+
+    def _respond(self, sender, wait, count):
+        outputs = [pb_utils.Tensor("WAIT_SECONDS", np.array([wait], np.float32)),
+                   pb_utils.Tensor("RESPONSE_NUM", np.array([1], np.uint8))]
+        for i in range(count):
+            time.sleep(wait)
+            last = i == count - 1
+            sender.send(pb_utils.InferenceResponse(outputs),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0)
+"""
 IO = """
 input [ { name: "WAIT_SECONDS" data_type: TYPE_FP32 dims: [ 1 ] }, { name: "RESPONSE_NUM" data_type: TYPE_UINT8 dims: [ 1 ] } ]
 output [ { name: "WAIT_SECONDS" data_type: TYPE_FP32 dims: [ 1 ] }, { name: "RESPONSE_NUM" data_type: TYPE_UINT8 dims: [ 1 ] } ]
@@ -99,6 +126,7 @@ def _python(root: Path, name: str, config: str, source: str = WAIT_MODEL) -> Non
 def build_repository(root: Path) -> Path:
     _python(root, "async_execute_decouple", "model_transaction_policy { decoupled: True }\n")
     _python(root, "async_execute", "", RETURN_MODEL)
+    _python(root, "threaded_decouple", "model_transaction_policy { decoupled: True }\n", THREAD_MODEL)
     _python(root, "overridden", "model_transaction_policy { decoupled: True }\n" + OVERRIDE)
     (root / "ensemble" / "1").mkdir(parents=True)
     (root / "ensemble" / "config.pbtxt").write_text(ENSEMBLE)
@@ -164,6 +192,20 @@ def test_first_response_of_a_decoupled_ensemble_and_its_steps(served):
     assert histogram[f'{HISTOGRAM}_bucket{{{labels},le="+Inf"}}'] == RESPONSES * ITERATIONS
 
 
+def test_first_response_sent_from_a_thread_after_execute(served):
+    for _ in range(ITERATIONS):
+        inputs = [
+            grpcclient.InferInput("WAIT_SECONDS", [1], "FP32"),
+            grpcclient.InferInput("RESPONSE_NUM", [1], "UINT8"),
+        ]
+        inputs[0].set_data_from_numpy(np.array([WAIT_S], np.float32))
+        inputs[1].set_data_from_numpy(np.array([RESPONSES], np.uint8))
+        answers = _stream(served, "threaded_decouple", inputs)
+        assert len(answers) == RESPONSES and not any(isinstance(a, Exception) for a in answers)
+    histogram = _samples(_metrics(served), HISTOGRAM)
+    _check(histogram, "threaded_decouple", ITERATIONS, WAIT_S * 1000)  # each request's first of three, once
+
+
 def test_a_models_own_buckets(served):
     answers = _stream_direct(served, "overridden")
     assert len(answers) == 2
@@ -196,7 +238,7 @@ def _load_times(text: str) -> dict[str, dict[str, float]]:
 
 def test_the_load_time_of_each_loaded_model_goes_with_its_unload(served):
     times = _load_times(_metrics(served))
-    for model in ("async_execute_decouple", "async_execute", "overridden"):
+    for model in ("async_execute_decouple", "async_execute", "overridden", "threaded_decouple"):
         assert 0 < times[model]["1"] < 60, times
     client = httpclient.InferenceServerClient(served.url, network_timeout=60)
     try:

@@ -17,6 +17,7 @@ from services.scheduler.batching.answers import Answers
 from services.scheduler.batching.flights import FlightKey, Flights
 from services.scheduler.batching.model_queue import ModelQueue
 from services.scheduler.scheduling_records import InFlight, Key, Slot
+from services.scheduler.statistics.late_first import LateFirstResponses
 from shared.wire.messages import CreditsRevoked, InstanceFree
 
 log = logging.getLogger("shoal.scheduler")
@@ -41,6 +42,7 @@ class Credits:
         self.pump = pump
         self.flights = flights
         self.answers = answers
+        self.late_first = LateFirstResponses()  # decoupled requests whose first response comes later
 
     def _end(self, key: FlightKey) -> InFlight | None:
         """End a flight once (None if it ended already), and let the pump take back what it held."""
@@ -91,6 +93,8 @@ class Credits:
                 queue.stats.record_request(
                     done.ok, duration, first_response_ns=first, responded=bool(done.first_response_ns)
                 )
+                if not done.first_response_ns:  # it answers later (a thread, an engine): the worker will say
+                    self.late_first.expect(done.rid, queue.stats, header.received_ns)
             await self.answers.finish(queue, header, done.response or None)
         for header in headers.values():  # the worker did not report them: fail, never lose
             await self.answers.fail(queue, header, f"request was lost by worker {free.worker}")

@@ -257,7 +257,7 @@ class BatchExecutor:
                 if isinstance(result, ModelError):
                     self.decoupled.fail(request, result.message, result.code)
                 stream = run.streams.get(request.rid)
-                first = stream.first_ns if stream is not None else 0  # the scheduler's first-response time
+                first = stream.report() if stream is not None else 0  # the scheduler's first-response time
                 ok = not isinstance(result, ModelError)
                 run.replies.done.append(RequestDone(rid=request.rid, ok=ok, first_response_ns=first))
                 continue

@@ -5,6 +5,12 @@ A decoupled model answers through its request's `ResponseStream` (a python model
 during `execute` or long after. Each response is published to the request's gateway as soon as
 it is sent, in the order sent; all but the final one carry `more=True`. A final flag without a
 response goes out as an `empty` response, which ends the stream without showing the client anything.
+
+The request's completion tells its scheduler when the first response went out (its
+time-to-first-response histogram). A model that sends its first response only after `execute`
+returned (from a thread, or an engine's loop: the example LLM) is too late for that; its time
+then goes to every scheduler as a `FirstResponse`, which only the scheduler waiting for that
+request records (services/scheduler/statistics/late_first.py).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from nats.aio.client import Client as NATS
 from services.worker.backends.runner import ModelError, Piece, Tensors
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError
-from shared.wire.messages import InferRequest, InferResponse, encode
+from shared.wire import subjects
+from shared.wire.messages import FirstResponse, InferRequest, InferResponse, encode
 
 log = logging.getLogger("shoal.worker")
 
@@ -59,24 +66,35 @@ class Cancellations:
 
 
 class ResponseStream:
-    """One request's `ResponseStream`: pieces go to the event loop in the order sent."""
+    """One request's `ResponseStream`: pieces go to the event loop in the order sent, each with
+    the time of the request's first response when that one came after its completion (else 0)."""
 
-    def __init__(self, put: Callable[[Piece], None]) -> None:
+    def __init__(self, put: Callable[[Piece, int], None]) -> None:
         self._put = put
         self._closed = False
         self._lock = threading.Lock()
+        self._reported = False  # the completion went: a first response from now on is late
         self.first_ns = 0  # when the model sent its first response (wall clock); 0: none yet
 
     @property
     def closed(self) -> bool:
         return self._closed
 
+    def report(self) -> int:
+        """The first response's time for the request's completion (0: none yet). Under the lock,
+        so a first response sent meanwhile is either in it or late, never lost nor counted twice."""
+        with self._lock:
+            self._reported = True
+            return self.first_ns
+
     def send(self, piece: Piece) -> None:
         with self._lock:
             self._closed = self._closed or piece.final
+            late = 0
             if not self.first_ns and (piece.outputs is not None or piece.error is not None):
                 self.first_ns = time.time_ns()  # a bare final flag is no response (Triton counts none)
-            self._put(piece)
+                late = self.first_ns if self._reported else 0
+            self._put(piece, late)
 
 
 class DecoupledSenders:
@@ -85,12 +103,12 @@ class DecoupledSenders:
         self.respond = respond
         self.cancellations = cancellations
         self.loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[tuple[ModelSpec, int, InferRequest, Piece]] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[ModelSpec, int, InferRequest, Piece, int]] = asyncio.Queue()
         self.open: dict[str, ResponseStream] = {}
 
     def stream(self, spec: ModelSpec, version: int, request: InferRequest) -> ResponseStream:
-        def put(piece: Piece) -> None:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, (spec, version, request, piece))
+        def put(piece: Piece, late_first_ns: int) -> None:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, (spec, version, request, piece, late_first_ns))
 
         stream = ResponseStream(put)
         self.open[request.rid] = stream
@@ -108,12 +126,15 @@ class DecoupledSenders:
 
     async def run(self) -> None:
         while True:
-            spec, version, request, piece = await self.queue.get()
+            spec, version, request, piece, late_first_ns = await self.queue.get()
             if piece.final:
                 self.open.pop(request.rid, None)
                 self.cancellations.ended(request.rid)
             try:
                 await self.nc.publish(request.reply, encode(self._message(spec, version, request, piece)))
+                if late_first_ns:
+                    late = FirstResponse(request.rid, request.model, request.version, late_first_ns)
+                    await self.nc.publish(subjects.FIRST_RESPONSE, encode(late))
             except Exception:
                 log.exception("could not send a response of request %s", request.rid)
 
