@@ -11,6 +11,8 @@ import json
 from functools import lru_cache
 from typing import Any
 
+from shared.config.tool_prompt import as_text, for_template, reads_tools
+
 
 @lru_cache(maxsize=64)
 def compiled(source: str) -> Any:
@@ -31,9 +33,21 @@ def compiled(source: str) -> Any:
     return environment.from_string(source)
 
 
-def render_chat(template: str, messages: list[dict[str, Any]], bos_token: str = "", eos_token: str = "") -> str:
-    """The prompt for a conversation; jinja2.TemplateError when the template fails or refuses it."""
+def render_chat(
+    template: str,
+    messages: list[dict[str, Any]],
+    bos_token: str = "",
+    eos_token: str = "",
+    tools: list[dict[str, Any]] | None = None,
+) -> str:
+    """The prompt for a conversation, with the tools the model may call (None: no tools); a
+    template that does not read `tools` gets them, and the calls and results, as text
+    (`tool_prompt.py`). jinja2.TemplateError when the template fails or refuses it."""
+    if reads_tools(template):
+        variables: dict[str, Any] = {"messages": for_template(messages), "tools": tools or None}
+    else:
+        variables = {"messages": as_text(messages, tools)}
     rendered = compiled(template).render(
-        messages=messages, add_generation_prompt=True, bos_token=bos_token, eos_token=eos_token
+        **variables, add_generation_prompt=True, bos_token=bos_token, eos_token=eos_token
     )
     return str(rendered)

@@ -22,7 +22,10 @@ with `finish_reason` and the usage counts. Its config says, as string parameters
 Inputs: `text_input` or `messages` (a JSON conversation, rendered with the GGUF's own chat
 template), `stream`, and optionally `max_tokens`, `temperature`, `top_p`, `seed`, `frequency_penalty`,
 `presence_penalty`, `logit_bias` and `response_format` (both JSON), `top_logprobs` (asks for each
-token's log probability and this many most likely alternatives, 0 to 20). Outputs:
+token's log probability and this many most likely alternatives, 0 to 20), `tools` (OpenAI's tools
+as JSON: rendered into the prompt), `tool_choice` (JSON, "required" or a named function: the
+output is forced to calls by a grammar, `tool_grammar.py`) and `parallel_tool_calls` (false:
+one call). Outputs:
 `text_output`, `finish_reason`, `prompt_tokens`, `completion_tokens`, and `logprobs` when asked
 (JSON, OpenAI's chat shape: one object per token of the response; docs/openai.md).
 """
@@ -43,8 +46,10 @@ from shoal.llm import probe
 from shoal.llm.engine import Engine, Job, Limits
 from shoal.llm.llama_c_api import ContextSettings, Library, LlamaModel, library_folder
 from shoal.llm.llm_metrics import LlmMetrics
+from shoal.llm.response_grammar import grammar_for
 from shoal.llm.text import render_chat
 from shoal.llm.token_logprobs import MAX_TOP, Logprob, to_json
+from shoal.llm.tool_grammar import tool_grammar
 
 log = logging.getLogger("shoal.llm")
 
@@ -193,7 +198,8 @@ class LlamaPythonModel:
             if not self.template:
                 raise ValueError("the model has no chat template")
             chat = json.loads(messages.as_numpy().reshape(-1)[0])
-            return self.model.tokenize(render_chat(self.template, chat, self.bos, self.eos))
+            tools = _json_input(request, "tools")
+            return self.model.tokenize(render_chat(self.template, chat, self.bos, self.eos, tools))
         text = _scalar(request, "text_input", b"")
         return self.model.tokenize(text.decode() if isinstance(text, bytes) else str(text), add_special=True)
 
@@ -215,7 +221,7 @@ class LlamaPythonModel:
             frequency_penalty=float(_scalar(request, "frequency_penalty", 0.0)),
             presence_penalty=float(_scalar(request, "presence_penalty", 0.0)),
             logit_bias=self._logit_bias(_scalar(request, "logit_bias", None)),
-            grammar=grammar_for(_scalar(request, "response_format", None)),
+            grammar=_tool_grammar(request) or grammar_for(_scalar(request, "response_format", None)),
             logprobs=None if top is None else int(top),
         )
 
@@ -243,25 +249,17 @@ def _meter(args: dict[str, str], settings: dict[str, str]) -> LlmMetrics | None:
     return LlmMetrics(pb_utils, labels, args.get("model_instance_name", ""))
 
 
-def grammar_for(given: Any) -> str:
-    """The GBNF for OpenAI's `response_format` (JSON), "" for text: `json_object` any JSON object,
-    `json_schema` its schema, converted by llama-cpp-python's own converter (a schema it cannot
-    convert is the client's error, a 400)."""
-    if given is None:
+def _json_input(request: Any, name: str) -> Any:
+    given = _scalar(request, name, None)
+    return None if given is None else json.loads(given)
+
+
+def _tool_grammar(request: Any) -> str:
+    """The grammar that forces a call when `tool_choice` asks for one ("" when it does not)."""
+    choice = _json_input(request, "tool_choice")
+    if choice in (None, "auto", "none"):
         return ""
-    from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
-
-    asked = json.loads(given)
-    kind = asked.get("type", "text")
-    if kind == "json_object":
-        return JSON_GBNF
-    if kind == "json_schema":
-        grammar = json_schema_to_gbnf(json.dumps(asked["json_schema"]["schema"]))
-        # the converter lets a string hold raw control characters, which JSON forbids (3 of 200
-        # sampled answers had a raw newline in a name): the string character of JSON_GBNF instead
-        return grammar.replace(_LOOSE_CHAR, _JSON_CHAR)
-    return ""
-
-
-_LOOSE_CHAR = r'char ::= [^"\\] '
-_JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] '
+    tools = _json_input(request, "tools")
+    if not tools:
+        raise ValueError("tool_choice asks for a call, and no tools were given")
+    return tool_grammar(tools, choice, bool(_scalar(request, "parallel_tool_calls", True)))

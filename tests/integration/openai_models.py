@@ -7,7 +7,8 @@ the `llm` extra: they answer in milliseconds, so the protocol is tested in every
   50 ms between words and, when its client goes away, leaves a `cancelled-<request id>` file.
   Asked for log probabilities (`top_logprobs`), word i has -0.25 (i + 1) and its `top_logprobs`
   likeliest are itself and `alt1`, `alt2`, ... each 1 less; a prompt starting with "forget"
-  leaves the `logprobs` output out.
+  leaves the `logprobs` output out. It takes `tools` and `tool_choice` and ignores them: a
+  message holding `<tool_call>...</tool_call>` comes back word by word as the model's calls.
 - `plain`: the same without a `messages` input (no chat template) and without sampling inputs.
 - `templated`: `plain` with a chat template in its config, which the front end applies.
 - `hashing`: an embedding model: each word hashed into one of 64 dimensions, normalised.
@@ -116,7 +117,9 @@ ECHO_INPUTS = """,
   { name: "messages" data_type: TYPE_STRING dims: [ 1 ] optional: true },
   { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] optional: true },
   { name: "seed" data_type: TYPE_INT64 dims: [ 1 ] optional: true },
-  { name: "top_logprobs" data_type: TYPE_INT32 dims: [ 1 ] optional: true }"""
+  { name: "top_logprobs" data_type: TYPE_INT32 dims: [ 1 ] optional: true },
+  { name: "tools" data_type: TYPE_STRING dims: [ 1 ] optional: true },
+  { name: "tool_choice" data_type: TYPE_STRING dims: [ 1 ] optional: true }"""
 
 HASHING = """
 import zlib

@@ -130,10 +130,13 @@ def test_stop_sequences_end_the_text_before_them(client: openai.OpenAI):
 
 def test_what_a_model_cannot_do_is_refused(client: openai.OpenAI):
     chat = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
-    for extra in ({"n": 200}, {"logit_bias": {"5": 1}}, {"tools": [{"type": "function", "function": {"name": "f"}}]}):
+    for extra in ({"n": 200}, {"logit_bias": {"5": 1}}):
         with pytest.raises(openai.BadRequestError) as refused:
             client.chat.completions.create(**chat, **extra)
         assert refused.value.body["param"] == next(iter(extra))
+    with pytest.raises(openai.BadRequestError, match="no 'tools' input") as refused:  # its prompt could not show them
+        client.chat.completions.create(**{**chat, "model": "templated"}, tools=[WEATHER])
+    assert refused.value.body["param"] == "tools"
     with pytest.raises(openai.BadRequestError, match="no 'temperature' input"):
         client.completions.create(model="plain", prompt="hi", temperature=0.5)
     with pytest.raises(openai.BadRequestError, match="has no chat template"):
@@ -266,3 +269,46 @@ def test_completion_logprobs_stop_with_their_text(client: openai.OpenAI, stream:
     # " three" begins with the stop: dropped with its text
     assert (tokens, offsets) == (["one", " two"], [0, 3])
     assert tops == [{"one": -0.25, "alt1": -1.25}, {" two": -0.5, "alt1": -1.5}]
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+# the echo model says this back word by word: a call, split wherever the words split
+CALLING = 'Checking. <tool_call> {"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}} </tool_call>'
+
+
+def test_a_call_in_the_text_is_a_tool_call_whole_and_streamed(client: openai.OpenAI):
+    asked = {"model": "echo", "messages": [{"role": "user", "content": CALLING}], "tools": [WEATHER]}
+    whole = client.chat.completions.create(**asked, tool_choice="required").choices[0]
+    assert (whole.finish_reason, whole.message.content) == ("tool_calls", "Checking. ")
+    (call,) = whole.message.tool_calls
+    assert call.id.startswith("call_") and call.type == "function" and call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris", "days": [1, 2]}
+    chunks = list(client.chat.completions.create(**asked, stream=True))
+    deltas = [d for c in chunks for d in (c.choices[0].delta.tool_calls or [])]
+    assert deltas[0].id.startswith("call_") and deltas[0].function.name == "get_weather"
+    assert deltas[0].function.arguments == "" and len(deltas) > 2 and all(d.index == 0 for d in deltas)
+    assert all(d.id is None and d.function.name is None for d in deltas[1:])
+    assert "".join(d.function.arguments for d in deltas) == call.function.arguments
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_the_tool_result_turn_is_accepted_and_answered(client: openai.OpenAI):
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    messages = [
+        {"role": "user", "content": "weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny 20C"},
+    ]
+    answer = client.chat.completions.create(model="echo", messages=messages, tools=[WEATHER]).choices[0]
+    assert (answer.message.content, answer.message.tool_calls, answer.finish_reason) == ("sunny 20C", None, "stop")
+
+
+def test_without_tools_a_call_in_the_text_is_content(client: openai.OpenAI):
+    answer = client.chat.completions.create(model="echo", messages=[{"role": "user", "content": CALLING}])
+    assert (answer.choices[0].message.content, answer.choices[0].message.tool_calls) == (CALLING, None)

@@ -170,6 +170,75 @@ def test_json_object_output_is_an_object(client: openai.OpenAI):
     assert isinstance(json.loads(answer.choices[0].message.content), dict)
 
 
+CITY = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "A city's weather", "parameters": CITY}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}},
+]
+ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def _streamed_calls(chunks: list) -> list[dict]:
+    """A stream's `delta.tool_calls` joined by index, as a client assembles them."""
+    calls: dict[int, dict] = {}
+    for chunk in chunks:
+        for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            call = calls.setdefault(delta.index, {"id": delta.id, "name": delta.function.name, "arguments": ""})
+            call["arguments"] += delta.function.arguments or ""
+    return [calls[i] for i in sorted(calls)]
+
+
+@needs_llm
+@pytest.mark.llm
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_required_tool_call_always_validates(client: openai.OpenAI, choice):
+    asked = {"model": LLM, "messages": ASK_WEATHER, "tools": TOOLS, "tool_choice": choice, "max_tokens": 96}
+    for seed in range(3):  # sampled: the grammar, not luck, makes each one a valid call
+        answer = client.chat.completions.create(**asked, temperature=1.0, seed=seed).choices[0]
+        assert answer.finish_reason == "tool_calls" and answer.message.tool_calls, answer
+        for call in answer.message.tool_calls:
+            assert call.id.startswith("call_") and call.function.name in ("get_weather", "get_time")
+            if call.function.name == "get_weather" or isinstance(choice, dict):
+                assert call.function.name == "get_weather"
+                jsonschema.validate(json.loads(call.function.arguments), CITY)
+
+
+@needs_llm
+@pytest.mark.llm
+def test_streamed_tool_call_deltas_join_into_the_whole_answer(client: openai.OpenAI):
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    asked = {"model": LLM, "messages": ASK_WEATHER, "tools": TOOLS, "tool_choice": named, "max_tokens": 96}
+    whole = client.chat.completions.create(**asked, temperature=0, parallel_tool_calls=False).choices[0]
+    chunks = list(client.chat.completions.create(**asked, temperature=0, parallel_tool_calls=False, stream=True))
+    streamed = _streamed_calls(chunks)
+    assert len(whole.message.tool_calls) == 1 and chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert [(c["name"], c["arguments"]) for c in streamed] == [
+        (c.function.name, c.function.arguments) for c in whole.message.tool_calls
+    ]
+    jsonschema.validate(json.loads(streamed[0]["arguments"]), CITY)
+
+
+@needs_llm
+@pytest.mark.llm
+def test_the_tool_result_turn_is_answered(client: openai.OpenAI):
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    messages = [
+        *ASK_WEATHER,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 degrees celsius."},
+    ]
+    answer = client.chat.completions.create(
+        model=LLM, messages=messages, tools=TOOLS, tool_choice="none", max_tokens=24, temperature=0
+    ).choices[0]
+    assert answer.message.content and not answer.message.tool_calls
+    assert answer.finish_reason in ("stop", "length")
+
+
 def _check_chat_logprobs(content: list, top: int) -> None:
     for entry in content:
         logprobs = [t.logprob for t in entry.top_logprobs]

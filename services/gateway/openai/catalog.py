@@ -4,7 +4,7 @@ As Triton's OpenAI front end does (docs/openai.md, "Which models are offered"):
 - a *generation* model (chat and completions) is decoupled, with a BYTES `text_input`, a BOOL
   `stream` and a BYTES `text_output`. Optional scalar inputs take the sampling parameters
   (`max_tokens`, `temperature`, `top_p`, `seed`, `frequency_penalty`, `presence_penalty`,
-  `logit_bias`, `response_format`); an optional BYTES `messages` input takes the chat as JSON,
+  `logit_bias`, `response_format`, `tools`, `tool_choice`, `parallel_tool_calls`); an optional BYTES `messages` input takes the chat as JSON,
   and then the model applies its own chat template (otherwise a `chat_template` parameter lets
   the front end apply it, `templates.py`). Optional outputs `prompt_tokens` /
   `completion_tokens` (integers) give the usage counts, and `finish_reason`
@@ -34,6 +34,9 @@ SAMPLING_INPUTS: dict[str, frozenset[str]] = {
     "presence_penalty": FLOAT_TYPES,
     "logit_bias": frozenset({"BYTES"}),  # JSON: {"<token id>": bias}
     "response_format": frozenset({"BYTES"}),  # OpenAI's object as JSON
+    "tools": frozenset({"BYTES"}),  # OpenAI's tool objects as JSON
+    "tool_choice": frozenset({"BYTES"}),  # "required" or a named function as JSON: the model enforces the call
+    "parallel_tool_calls": frozenset({"BOOL"}),  # false: one call at most
 }
 USAGE_OUTPUTS = ("prompt_tokens", "completion_tokens")
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from services.gateway.openai.generation import Generation, Piece, Usage
 from services.gateway.openai.logprobs import Placed
+from services.gateway.openai.tool_calls import whole_calls
 
-Answer = tuple[str, str, list[Placed]]  # one choice's text, finish reason and tokens' log probabilities
+# one choice's text, finish reason, tokens' log probabilities and tool calls
+Answer = tuple[str, str, list[Placed], list[dict[str, Any]]]
 
 _DONE = object()
 
@@ -53,12 +56,13 @@ class Choices:
 
 
 async def _collect(generation: Generation) -> Answer:
-    text, reason, logprobs = [], "stop", []
+    text, reason, logprobs, calls = [], "stop", [], []
     async for piece in generation.pieces():
         text.append(piece.text)
         reason = piece.finish_reason or reason
         logprobs.extend(piece.logprobs)
-    return "".join(text), reason, logprobs
+        calls.extend(piece.tool_calls)
+    return "".join(text), reason, logprobs, whole_calls(calls)
 
 
 async def _pump(index: int, generation: Generation, queue: asyncio.Queue[tuple[int, object]]) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 from services.gateway.openai import logprobs
 from services.gateway.openai.catalog import Kind, Offer
 from services.gateway.openai.logprobs import Placed
+from services.gateway.openai.tool_calls import CallDelta
 
 
 class Reply:
@@ -30,13 +31,18 @@ class Reply:
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "system_fingerprint": None}
 
-    def whole(self, texts: list[tuple[str, str, list[Placed]]], usage: dict[str, int]) -> dict[str, Any]:
-        """The answer of a request with `stream` false: each choice's text, finish reason and
-        tokens' log probabilities."""
+    def whole(
+        self, texts: list[tuple[str, str, list[Placed], list[dict[str, Any]]]], usage: dict[str, int]
+    ) -> dict[str, Any]:
+        """The answer of a request with `stream` false: each choice's text, finish reason,
+        tokens' log probabilities and tool calls."""
         choices = []
-        for index, (text, finish_reason, placed) in enumerate(texts):
+        for index, (text, finish_reason, placed, calls) in enumerate(texts):
             if self.chat:
-                choice: dict[str, Any] = {"index": index, "message": {"role": "assistant", "content": text}}
+                message: dict[str, Any] = {"role": "assistant", "content": text}
+                if calls:  # OpenAI's shape: content null when the turn only calls
+                    message.update(content=text or None, tool_calls=calls)
+                choice: dict[str, Any] = {"index": index, "message": message}
             else:
                 choice = {"index": index, "text": text}
             choice.update(finish_reason=finish_reason, logprobs=self._logprobs(placed) if self.logprobs else None)
@@ -51,13 +57,17 @@ class Reply:
         first: bool = False,
         index: int = 0,
         placed: list[Placed] | None = None,
+        calls: list[CallDelta] | None = None,
     ) -> dict[str, Any]:
         """One streamed chunk; the first of a chat carries the role, the last the finish reason,
-        and each the log probabilities of the tokens its text starts (when asked)."""
+        and each the log probabilities of the tokens its text starts (when asked) and the
+        pieces of tool calls read in it."""
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant"} if first else {}
             if text is not None:
                 delta["content"] = text
+            if calls:
+                delta["tool_calls"] = [call.document() for call in calls]
             choice: dict[str, Any] = {"index": index, "delta": delta}
         else:
             choice = {"index": index, "text": text or ""}

@@ -16,6 +16,7 @@ from services.gateway.openai.catalog import Offer
 from services.gateway.openai.logprobs import Aligner, Placed, missing
 from services.gateway.openai.stops import StopScanner
 from services.gateway.openai.tensors import generated
+from services.gateway.openai.tool_calls import CallDelta, CallParser
 from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError
 
@@ -35,6 +36,7 @@ class Piece:
     text: str
     finish_reason: str | None = None  # set on the last piece only
     logprobs: list[Placed] = field(default_factory=list)  # the tokens whose text starts in this piece
+    tool_calls: list[CallDelta] = field(default_factory=list)  # calls' pieces read out of the text
 
 
 class Generation:
@@ -49,10 +51,12 @@ class Generation:
         parsed: ParsedRequest,
         stops: list[str],
         logprobs: bool = False,
+        calls: CallParser | None = None,
     ) -> None:
         self.core, self.spec, self.version, self.offer, self.parsed = core, spec, version, offer, parsed
         self.scanner = StopScanner(stops)
         self.aligner = Aligner() if logprobs else None  # asked: every response must carry them
+        self.calls = calls  # tools were given: calls are read out of the text
         self._shown = 0  # characters of text handed out
         self.usage = Usage()
         self._responses = 0  # responses with text: the completion's length when the model counts none
@@ -72,16 +76,27 @@ class Generation:
                     self.aligner.feed(piece.logprobs)
                 shown = self.scanner.feed(piece.text)
                 if self.scanner.stopped:  # the tokens after the stop go with their text
-                    yield Piece(shown, "stop", self._released(shown))
+                    yield self._piece(shown, "stop", self._released(shown))
                     return
                 reason = piece.finish_reason or reason
-                released = self._released(shown)
-                if shown or released:
-                    yield Piece(shown, None, released)
+                out = self._piece(shown, None, self._released(shown))
+                if out.text or out.logprobs or out.tool_calls:
+                    yield out
         finally:
             await stream.aclose()
         rest = self.scanner.flush()
-        yield Piece(rest, reason or "stop", self.aligner.rest() if self.aligner is not None else [])
+        yield self._piece(rest, reason or "stop", self.aligner.rest() if self.aligner is not None else [])
+
+    def _piece(self, shown: str, reason: str | None, released: list[Placed]) -> Piece:
+        """The piece with its calls read out (the last one, with a reason, flushes the parser)."""
+        if self.calls is None:
+            return Piece(shown, reason, released)
+        text, deltas = self.calls.feed(shown)
+        if reason is not None:
+            rest, more = self.calls.flush()
+            text, deltas = text + rest, deltas + more
+            reason = "tool_calls" if self.calls.count and reason == "stop" else reason
+        return Piece(text, reason, released, deltas)
 
     def _released(self, shown: str) -> list[Placed]:
         self._shown += len(shown)

@@ -29,6 +29,7 @@ from services.gateway.openai.generation import Generation, Piece
 from services.gateway.openai.openai_errors import OpenAIError, from_shoal, model_not_found
 from services.gateway.openai.requests import choice_with_seed
 from services.gateway.openai.tensors import embedding, embedding_request, generation_request
+from services.gateway.openai.tool_calls import CallParser
 from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError
 
@@ -154,7 +155,10 @@ class OpenAIHandlers:
         for i in range(asked.n):  # a seed given makes each choice its own: seed, seed + 1, ...
             one = asked if "seed" not in asked.sampling else choice_with_seed(asked, i)
             parsed = generation_request(spec, served, one, reply.id if asked.n == 1 else f"{reply.id}-{i}")
-            generation = Generation(self.core, spec, version, served, parsed, asked.stop, asked.logprobs is not None)
+            calls = CallParser(asked.tools.parallel) if asked.tools is not None else None
+            generation = Generation(
+                self.core, spec, version, served, parsed, asked.stop, asked.logprobs is not None, calls
+            )
             generations.append(generation)
         choices = Choices(generations)
         echoed = (asked.prompt or "") if asked.echo else ""
@@ -164,7 +168,7 @@ class OpenAIHandlers:
 
     @staticmethod
     async def _whole(choices: Choices, reply: documents.Reply, echoed: str = "") -> Response:
-        texts = [(echoed + text, reason, placed) for text, reason, placed in await choices.whole()]
+        texts = [(echoed + text, reason, placed, calls) for text, reason, placed, calls in await choices.whole()]
         return _json(reply.whole(texts, choices.usage().document()))
 
     @staticmethod
@@ -186,9 +190,10 @@ class OpenAIHandlers:
                     if echoed:  # a completion's echoed prompt: its own chunk, before the generated text
                         yield _event(reply.chunk(echoed, None, include_usage, index=index))
                 async for index, piece in _from(first, pieces):
-                    if piece.text or piece.finish_reason or piece.logprobs:
+                    if piece.text or piece.finish_reason or piece.logprobs or piece.tool_calls:
                         text, reason = piece.text or None, piece.finish_reason
-                        yield _event(reply.chunk(text, reason, include_usage, index=index, placed=piece.logprobs))
+                        chunk = reply.chunk(text, reason, include_usage, False, index, piece.logprobs, piece.tool_calls)
+                        yield _event(chunk)
                 if include_usage:
                     yield _event(reply.usage_chunk(choices.usage().document()))
                 yield b"data: [DONE]\n\n"

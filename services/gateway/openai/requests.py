@@ -1,6 +1,6 @@
 """OpenAI request bodies, checked: what a request asks for, or OpenAI's 400 saying why not.
 
-Pure functions of the JSON body. A parameter Shoal cannot honour (tools, `suffix`, ...) is
+Pure functions of the JSON body. A parameter Shoal cannot honour (`suffix`, `audio`, ...) is
 refused, never ignored; an argument OpenAI's API
 does not know is refused with OpenAI's own text (docs/openai.md, "Parameters").
 """
@@ -11,15 +11,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from services.gateway.openai.openai_errors import OpenAIError, invalid_value, refused
+from services.gateway.openai.tool_requests import Tools, parse_tools, tool_turn
 
 # accepted and without effect on the answer (bookkeeping on OpenAI's side)
-_HARMLESS = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})
+_HARMLESS = frozenset({"user", "metadata", "store", "service_tier"})
 _SAMPLING = ("temperature", "top_p", "seed", "frequency_penalty", "presence_penalty")
 _COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "stop", "n", "logit_bias", *_SAMPLING})
 # parameter -> the values that mean "not asked for" (then it is accepted)
 _REFUSED_CHAT: dict[str, tuple[Any, ...]] = {
-    "tools": (None, []),
-    "tool_choice": (None, "none"),
     "functions": (None, []),
     "function_call": (None, "none"),
     "audio": (None,),
@@ -43,7 +42,7 @@ class GenerationRequest:
 
     model: str
     prompt: str | None = None
-    messages: list[dict[str, str]] | None = None
+    messages: list[dict[str, Any]] | None = None  # role and content (a string), tool calls and results
     stream: bool = False
     include_usage: bool = False
     sampling: dict[str, int | float] = field(default_factory=dict)  # max_tokens, temperature, top_p, seed
@@ -53,6 +52,7 @@ class GenerationRequest:
     response_format: dict[str, Any] | None = None  # chat: json_object or json_schema (None: text)
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
     logprobs: int | None = None  # each token's log probability and this many likeliest (None: not asked)
+    tools: Tools | None = None  # chat: the functions the model may call (None: none)
 
 
 @dataclass
@@ -65,11 +65,14 @@ class EmbeddingRequest:
 def parse_chat(body: Any) -> GenerationRequest:
     doc = _object(body)
     known = _COMMON | {"messages", "max_completion_tokens", "response_format", "logprobs", "top_logprobs"}
-    _refuse(doc, _REFUSED_CHAT, known)
+    _refuse(doc, _REFUSED_CHAT, known | {"tools", "tool_choice", "parallel_tool_calls"})
     request = _generation(doc)
     request.messages = _messages(doc.get("messages"))
     request.response_format = _response_format(doc.get("response_format"))
     request.logprobs = _chat_logprobs(doc.get("logprobs"), doc.get("top_logprobs"))
+    request.tools = parse_tools(doc)
+    if request.tools is not None and request.response_format is not None:  # both would need a grammar
+        raise refused("response_format", "with 'tools': a reply is either a call or the formatted content")
     return request
 
 
@@ -267,23 +270,24 @@ def _prompt(value: Any) -> str:
     return value
 
 
-def _messages(value: Any) -> list[dict[str, str]]:
+def _messages(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise invalid_value("messages", "expected a non-empty list of messages")
     return [_message(m, i) for i, m in enumerate(value)]
 
 
-def _message(message: Any, index: int) -> dict[str, str]:
+def _message(message: Any, index: int) -> dict[str, Any]:
     where = f"messages[{index}]"
     if not isinstance(message, dict) or message.get("role") not in ROLES:
         raise invalid_value(where, f"expected an object with a 'role' among {sorted(ROLES)}")
-    if message.get("tool_calls") or message["role"] == "tool":
-        raise refused(where, "tool calls are not supported by the models Shoal serves")
+    tooling = tool_turn(message, where)
     content = message.get("content")
+    if content is None and tooling.get("tool_calls"):  # an assistant's turn that only calls
+        content = ""
     if isinstance(content, list):  # content parts: text only
         if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
             raise refused(where + ".content", "only text content parts are supported")
         content = "".join(p["text"] for p in content)
     if not isinstance(content, str):
         raise invalid_value(where + ".content", "expected a string or a list of text parts")
-    return {"role": message["role"], "content": content}
+    return {"role": message["role"], "content": content, **tooling}

@@ -17,6 +17,7 @@ from services.gateway.openai.logprobs import Entry, parse_entries
 from services.gateway.openai.openai_errors import refused
 from services.gateway.openai.requests import GenerationRequest
 from services.gateway.openai.templates import has_template, render_chat
+from services.gateway.openai.tool_requests import Tools
 from shared.config.datatypes import from_bytes, numpy_dtype, to_bytes
 from shared.config.model_config import ModelSpec
 
@@ -36,7 +37,8 @@ def generation_request(spec: ModelSpec, offer: Offer, request: GenerationRequest
     if request.messages is not None and offer.messages is None:  # the front end applies the template
         if not has_template(spec):
             raise refused("messages", f"model '{offer.model}' has no chat template; use /v1/completions")
-        inputs.append(_input(spec, offer.text_input, "BYTES", render_chat(spec, request.messages).encode()))
+        tools = request.tools.tools if request.tools is not None else None
+        inputs.append(_input(spec, offer.text_input, "BYTES", render_chat(spec, request.messages, tools).encode()))
     elif request.messages is not None and offer.messages is not None:
         inputs.append(_input(spec, offer.messages.name, "BYTES", orjson.dumps(request.messages)))
         text_input = spec.input(offer.text_input)
@@ -49,6 +51,8 @@ def generation_request(spec: ModelSpec, offer: Offer, request: GenerationRequest
         sampling["logit_bias"] = orjson.dumps({str(token): bias for token, bias in request.logit_bias.items()})
     if request.response_format is not None:  # text asks nothing
         sampling["response_format"] = orjson.dumps(request.response_format)
+    if request.tools is not None:
+        sampling.update(_tool_inputs(offer, request.tools))
     if request.logprobs is not None:
         if offer.logprobs is None:
             why = f"model '{offer.model}' has no 'top_logprobs' input with a 'logprobs' output"
@@ -60,6 +64,18 @@ def generation_request(spec: ModelSpec, offer: Offer, request: GenerationRequest
             raise refused(name, f"model '{offer.model}' has no '{name}' input")
         inputs.append(_input(spec, tensor.name, tensor.datatype, value))
     return ParsedRequest(request_id, inputs, None, {})
+
+
+def _tool_inputs(offer: Offer, tools: Tools) -> dict[str, object]:
+    """The model's inputs for tool calling: the tools always (a model that renders its own
+    prompt must see them, and any model may call them); `tool_choice` only when the model must
+    call, which it enforces while decoding."""
+    asked: dict[str, object] = {"tools": orjson.dumps(tools.tools)}
+    if tools.choice != "auto":
+        asked["tool_choice"] = orjson.dumps(tools.choice_document())
+        if not tools.parallel and "parallel_tool_calls" in offer.sampling:  # else the front end keeps the first
+            asked["parallel_tool_calls"] = False
+    return asked
 
 
 def embedding_request(spec: ModelSpec, offer: Offer, text: str, request_id: str) -> ParsedRequest:

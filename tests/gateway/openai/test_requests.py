@@ -47,7 +47,6 @@ def test_text_content_parts_are_joined():
         ({"logprobs": 1}, "logprobs"),
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs true
-        ({"tools": [{"type": "function"}]}, "tools"),
         ({"response_format": {"type": "yaml"}}, "response_format"),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format"),
         ({"presence_penalty": 2.5}, "presence_penalty"),
