@@ -412,6 +412,22 @@ def _scrape(serve: Serve) -> dict[str, float]:
     return {key: float(value) for key, _, value in (line.rpartition(" ") for line in lines if line[:1] != "#")}
 
 
+def _settled(serve: Serve, family: str) -> dict[str, float]:
+    """`/metrics` once `family` has not moved for three heartbeats (1 s each): the token counts
+    come with the workers' heartbeats, so a stream that ended just before may still be on its way."""
+    last = _scrape(serve)
+    steady_since = time.monotonic()
+    deadline = steady_since + 30
+    while time.monotonic() - steady_since < 3.0:
+        assert time.monotonic() < deadline, f"{family} still moving after 30 s"
+        time.sleep(0.5)
+        now = _scrape(serve)
+        if _llm_sample(now, family) != _llm_sample(last, family):
+            steady_since = time.monotonic()
+        last = now
+    return last
+
+
 def _llm_sample(samples: dict[str, float], family: str, **labels: str) -> float:
     wanted = [f'{k}="{v}"' for k, v in {"model": LLM, **labels}.items()]
     found = [v for key, v in samples.items() if key.startswith(family + "{") and all(w in key for w in wanted)]
@@ -423,7 +439,7 @@ def _llm_sample(samples: dict[str, float], family: str, **labels: str) -> float:
 def test_a_stream_shows_in_the_llm_metrics(client: openai.OpenAI, serve: Serve):
     """Time to first response, tokens, time per token and the KV cache, as `/metrics` shows them."""
     first = "nv_inference_first_response_histogram_ms"
-    before = _scrape(serve)
+    before = _settled(serve, "vllm:generation_tokens_total")  # the module's earlier streams all counted
     stream = client.completions.create(model=LLM, prompt="Count: one, two,", max_tokens=8, stream=True, seed=1)
     started = time.monotonic()
     usage = [c for c in stream]
