@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import msgspec
@@ -46,7 +46,7 @@ from shared.wire.control import (
     WorkerBudget,
 )
 from shared.wire.messages import ErrorReply, encode
-from shared.wire.records import InstanceRecord, ModelRecord
+from shared.wire.records import InstanceRecord, ModelRecord, ModelState
 from shared.wire.statistics import ReplicaCount
 from shared.wire.status import RepositoryStatus
 
@@ -238,7 +238,7 @@ class RepositoryService:
             if r.serving_generation and (r.rss_bytes or r.device_bytes)
         ]
         figures.budgets = {w: WorkerBudget(b.budget_bytes, b.max_models) for w, b in self._budgets().items()}
-        figures.load_times = load_times(self.manager.reports.values())
+        figures.load_times = load_times(self.manager.reports.values(), self.manager.records)
         await self.nc.publish(msg.reply, msgspec.json.encode(figures))
 
     async def _usage(self) -> Usage:
@@ -374,12 +374,17 @@ async def run(settings: RepositorySettings, stop: asyncio.Event) -> None:
     await serve_until(stop, nc, RepositoryService(settings, nc), "repository", settings.health_port)
 
 
-def load_times(reports: Iterable[InstanceRecord]) -> list[LoadTime]:
-    """Each version being served, with its slowest worker's load time: Triton's one
-    `nv_model_load_duration_secs` sample per model version, where several workers loaded it."""
+def load_times(reports: Iterable[InstanceRecord], records: Mapping[str, ModelRecord]) -> list[LoadTime]:
+    """Each READY version, with its slowest worker's load time: Triton's one
+    `nv_model_load_duration_secs` sample per model version, where several workers loaded it. Its
+    record's state decides, not the reports: an unload answered has the version UNAVAILABLE
+    at once, while the workers' reports that they let it go come a moment later (and Triton's
+    sample is gone when its unload returns)."""
     slowest: dict[tuple[str, int], float] = {}
     for r in reports:
-        if r.serving_generation and r.load_s:
+        record = records.get(r.model)
+        state = record.versions.get(str(r.version)) if record is not None else None
+        if r.serving_generation and r.load_s and state is not None and state.state == ModelState.READY:
             key = (r.model, r.version)
             slowest[key] = max(slowest.get(key, 0.0), r.load_s)
     return [LoadTime(model, version, seconds) for (model, version), seconds in sorted(slowest.items())]

@@ -16,6 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.cluster import running_cluster
+from tests.serving import wait_until
 
 HISTOGRAM = "nv_inference_first_response_histogram_ms"
 WAIT_S = 0.3  # Triton's test waits 1 s per response; shorter here, the same shape
@@ -209,6 +210,10 @@ def test_first_response_sent_from_a_thread_after_execute(served):
 def test_a_models_own_buckets(served):
     answers = _stream_direct(served, "overridden")
     assert len(answers) == 2
+    # the first response's time reaches the scheduler with the request's completion, which the
+    # worker sends after the stream's final response: the client may read /metrics before it
+    infinity = f'{HISTOGRAM}_bucket{{model="overridden",version="1",le="+Inf"}} 1'
+    wait_until(lambda: infinity in _metrics(served), 10, "the stream in the histogram")
     text = _metrics(served)
     lines = [line for line in text.splitlines() if line.startswith(f'{HISTOGRAM}_bucket{{model="overridden"')]
     assert len(lines) == 5  # Triton's check: as many `_bucket` lines as OVERRIDE_BUCKETS="-1,0,1,2.5,+Inf"
