@@ -25,7 +25,7 @@ SERVICES: dict[str, type[BaseSettings]] = {
 
 # boolean flags that Shoal accepts only with the value it already behaves as: flag -> (allowed, why, help)
 FIXED_FLAGS: dict[str, tuple[bool | None, str, str]] = {
-    "allow_http": (True, "the HTTP endpoint cannot be switched off", "HTTP endpoint: only true"),
+    "allow_http": (None, "", s.help_text(s.GatewaySettings.model_fields["allow_http"])),
     "allow_gpu_metrics": (None, "", s.help_text(s.GatewaySettings.model_fields["allow_gpu_metrics"])),
     "allow_cpu_metrics": (None, "", s.help_text(s.GatewaySettings.model_fields["allow_cpu_metrics"])),
     "exit_on_error": (None, "", "exit when a model fails to load at start (default: false; tritonserver's is true)"),
@@ -33,7 +33,7 @@ FIXED_FLAGS: dict[str, tuple[bool | None, str, str]] = {
     "log_warning": (None, "", "log WARNING messages (default: true)"),
     "log_error": (None, "", "log ERROR messages (default: true)"),
 }
-_FIXED_DEFAULTS = {"allow_http": "true"}
+_FIXED_DEFAULTS: dict[str, str] = {}
 
 G, R, S, W = s.GatewaySettings, s.RepositorySettings, s.SchedulerSettings, s.WorkerSettings
 # tritonserver's flag -> the setting it is (its default and help come from the settings model)

@@ -18,6 +18,8 @@ NO_EFFECT = {
     "--grpc-infer-thread-count": "the gRPC endpoint is one event loop; scale out with --gateways",
     "--http-thread-count": "the HTTP endpoint is one event loop; scale out with --gateways",
     "--grpc-max-response-pool-size": "Python allocates each gRPC response; there is no pool to size",
+    "--grpc-infer-allocation-pool-size": "the gRPC server builds each request's state and response anew; "
+    "there is no pool of them to keep",
     "--buffer-manager-thread-count": "tensors are copied by the process that reads them; there is no buffer manager",
     "--pinned-memory-pool-byte-size": "Shoal has no pinned memory pool (tensors travel in POSIX shared memory)",
     "--cuda-memory-pool-byte-size": "Shoal has no CUDA memory pool (each backend allocates its own device memory)",
@@ -35,6 +37,10 @@ NO_EFFECT = {
     "--vertex-ai-port": "the Vertex AI endpoint is not implemented (--allow-vertex-ai)",
     "--vertex-ai-thread-count": "the Vertex AI endpoint is not implemented (--allow-vertex-ai)",
     "--vertex-ai-default-model": "the Vertex AI endpoint is not implemented (--allow-vertex-ai)",
+    "--host-policy": "instances are not bound to NUMA nodes or CPU cores: they run where the OS schedules "
+    "them, and an instance_group's host_policy is not looked up",
+    "--repoagent-directory": "repository agents are built in (checksum) and no agent library is loaded "
+    "from this directory; a model asking for another agent fails to load",
 }
 
 # booleans accepted only as false: flag -> why true is refused
@@ -43,11 +49,8 @@ FALSE_ONLY = {
     "--allow-vertex-ai": "the Vertex AI endpoint is not implemented",
 }
 
-# refused by name: flag -> why
-REFUSED = {
-    "--repoagent-directory": "repository agents are built in (checksum); agent libraries cannot be loaded",
-    "--host-policy": "host policies (NUMA binding) are not implemented",
-}
+# refused by name: flag -> why (none today; kept for a flag whose feature Shoal cannot stand in for)
+REFUSED: dict[str, str] = {}
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ from inference.shm import ShmRegistry
 from services.gateway.grpc import startup as grpc_startup
 from services.gateway.http.app import build_app
 from services.gateway.http.guard import GuardedHttpToolsProtocol, Limits, with_limits
-from services.gateway.http.listener import http_sockets
+from services.gateway.http.listener import http_sockets, supervisor_socket
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
 from services.gateway.listeners import Listeners, raise_descriptor_limit
 from services.gateway.metrics import model_management as model_metrics
@@ -203,7 +203,7 @@ class GatewayService:
             "gateway",
             settings.gateway_id,
             self._status,
-            http_port=str(settings.http_port),
+            http_port=str(settings.http_port) if settings.allow_http else "",
             grpc_port=str(settings.grpc_port) if settings.allow_grpc else "",
             metrics_port=str(settings.metrics_port),
         )
@@ -211,7 +211,7 @@ class GatewayService:
     def _status(self) -> GatewayStatus:
         settings = self.settings
         return GatewayStatus(
-            http=f"{settings.http_address}:{settings.http_port}",
+            http=f"{settings.http_address}:{settings.http_port}" if settings.allow_http else "off",
             grpc=f"{settings.grpc_address}:{settings.grpc_port}" if settings.allow_grpc else "off",
             models=len(self.registry.records),
             requests_in_flight=self.dispatcher.in_flight,
@@ -224,9 +224,12 @@ class GatewayService:
         if settings.allow_grpc:
             self.listeners.add_grpc(await grpc_startup.start(settings, self.server))
             self._started("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.grpc_port)
-        sockets = http_sockets(settings.http_address, settings.http_port, settings.reuse_http_port)
-        await self.listeners.serve(self._http(), sockets)
-        self._started("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
+        if settings.allow_http:
+            sockets = http_sockets(settings.http_address, settings.http_port, settings.reuse_http_port)
+            await self.listeners.serve(self._http(), sockets)
+            self._started("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
+        elif settings.runtime_dir:  # --allow-http=false: no port, only `shoal serve`'s way in (private dir)
+            await self.listeners.serve(self._http(uds=supervisor_socket(settings.runtime_dir, settings.gateway_id)))
         if settings.allow_metrics:
             await self.listeners.serve(self._metrics())
             address = settings.metrics_address or settings.http_address
@@ -236,7 +239,7 @@ class GatewayService:
             address = settings.openai_address or settings.http_address
             self._started("Started OpenAI-compatible API at %s:%d", address, settings.openai_port)
 
-    def _http(self) -> uvicorn.Config:
+    def _http(self, **options: Any) -> uvicorn.Config:
         """KServe v2 and Triton's extensions (services/gateway/http/)."""
         settings = self.settings
         return self._uvicorn(
@@ -250,6 +253,7 @@ class GatewayService:
             settings.http_port,
             http=CorkedHttpToolsProtocol,
             proxy_headers=False,  # no X-Forwarded-* rewriting: it wrapped every request (~2% of the gateway)
+            **options,
         )
 
     def _metrics(self) -> uvicorn.Config:

@@ -105,6 +105,11 @@ class GatewaySettings(BusSettings):
         description="q:error,... for the latency summaries",
         json_schema_extra={"shown": "Triton's 0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001"},
     )
+    allow_http: bool = Field(
+        True,
+        description="serve the HTTP endpoint (KServe v2 HTTP and Triton's extensions); false: no HTTP port "
+        "(with a runtime directory, a Unix socket there for `shoal serve`'s own readiness checks)",
+    )
     http_max_input_size: int = Field(64 * 1024 * 1024, description="largest request body in bytes")
     http_max_header_size: int = Field(
         64 * 1024, description="largest request line and headers in bytes (431 beyond; docs/security.md)"
@@ -160,7 +165,6 @@ class GatewaySettings(BusSettings):
     allow_grpc: bool = Field(True, description="serve the gRPC endpoint (KServe v2 gRPC and Triton's extensions)")
     grpc_address: str = Field("0.0.0.0", description="address the gRPC endpoint listens on")
     grpc_port: int = Field(8001, description="gRPC port")
-    grpc_infer_allocation_pool_size: int = Field(8, description="accepted; Python allocates each response")
     grpc_keepalive_time: int = Field(7_200_000, description="ms between keepalive pings")
     grpc_keepalive_timeout: int = Field(20_000, description="ms to wait for a keepalive ack")
     grpc_keepalive_permit_without_calls: bool = Field(False, description="keepalive pings even with no call open")
