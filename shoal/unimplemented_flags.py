@@ -43,10 +43,15 @@ NO_EFFECT = {
     "from this directory; a model asking for another agent fails to load",
 }
 
-# booleans accepted only as false: flag -> why true is refused
+# booleans accepted only as false: flag -> why true is refused, and what to use instead (refused at
+# start rather than accepted: a cloud platform probing an endpoint nobody serves fails much later)
 FALSE_ONLY = {
-    "--allow-sagemaker": "the SageMaker endpoint is not implemented",
-    "--allow-vertex-ai": "the Vertex AI endpoint is not implemented",
+    "--allow-sagemaker": "the SageMaker endpoint (/ping, /invocations, the multi-model /models API) is not "
+    "implemented; Shoal serves the same requests on the KServe v2 HTTP endpoint: GET /v2/health/ready "
+    "and POST /v2/models/<model>/infer",
+    "--allow-vertex-ai": "the Vertex AI endpoint (AIP_HEALTH_ROUTE, AIP_PREDICT_ROUTE and its "
+    "X-Vertex-Ai-Triton-Redirect header) is not implemented; Shoal serves the same requests on the "
+    "KServe v2 HTTP endpoint: GET /v2/health/ready and POST /v2/models/<model>/infer",
 }
 
 # refused by name: flag -> why (none today; kept for a flag whose feature Shoal cannot stand in for)
