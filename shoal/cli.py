@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings
 
 from shared.process import settings as s
-from shoal import grpc_flags, layout_flags, unimplemented_flags
+from shoal import grpc_flags, layout_flags, unimplemented_flags, vertex_flags
 
 SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": s.GatewaySettings,
@@ -137,6 +137,7 @@ def serve_parser() -> argparse.ArgumentParser:
         text = help if "(default" in help else f"{help} (default: {_FIXED_DEFAULTS[name]})"
         p.add_argument(flag, type=s.parse_bool, nargs="?", const=True, default=None, metavar="BOOL", help=text)
     grpc_flags.add_flags(p)
+    vertex_flags.add_flags(p)
     unimplemented_flags.add_flags(p)
     p.add_argument(
         "--log-file",
@@ -196,6 +197,7 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     except ValueError as exc:
         raise SystemExit(f"shoal serve: {exc}") from None
     grpc_flags.check(args)
+    vertex_flags.check(args, argv)
     try:
         from shared.config.backend_config import parse as parse_backend_config
 

@@ -31,7 +31,7 @@ from shared.process import settings as s
 from shared.process.natsserver import NatsServer
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 from shared.wire.records import ModelState
-from shoal import announce, grpc_flags, layout_flags, openai_key, private_runtime
+from shoal import announce, grpc_flags, layout_flags, openai_key, private_runtime, vertex_flags
 from shoal.gateway_http import UNANSWERED, GatewayHttp
 from shoal.ports import busy_endpoint, reserve_serving_ports
 
@@ -180,9 +180,8 @@ class Cluster:
                 status, body = self.http.call("POST", "/v2/repository/index", b"")
                 index = json.loads(body) if status == 200 else index
                 loaded = status == 200 and all(e.get("state") != ModelState.LOADING for e in index)
-                loaded = loaded and (
-                    self.repository.model_control_mode in ("explicit", "on-demand") or all("state" in e for e in index)
-                )
+                on_request = self.repository.model_control_mode in ("explicit", "on-demand")
+                loaded = loaded and (on_request or all("state" in e for e in index))
                 # the statistics endpoint answers only once a scheduler is on the bus
                 if loaded and self._get("/v2/models/stats") == 200:
                     self._ready.set()
@@ -252,6 +251,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         allow_gpu_metrics=args.allow_gpu_metrics is not False,
         **args.metrics,
         **grpc_flags.gateway_settings(args),
+        **vertex_flags.gateway_settings(args),
         cohost_scheduler=args.cohost_scheduler,
         rate_limit=args.rate_limit,
         rate_limit_resource=args.rate_limit_resource,
@@ -292,7 +292,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         )
         for _ in range(args.workers)
     ]
-    gateway, more_gateways = port_sharing_gateways(gateway, args.gateways)
+    gateway, more_gateways = layout_flags.port_sharing_gateways(gateway, args.gateways)
     # replicas share the models by lease (services/scheduler/replicas/): one hot model is still one
     # scheduler's, many models spread over them (docs/performance.md, "Scale"). Each gateway hosts
     # one unless --cohost-scheduler=false; --schedulers adds standalone ones (docs/design.md, "Co-hosting")
@@ -308,21 +308,6 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
     scheduler, replicas = (standalone[0], standalone[1:]) if standalone else (None, [])
     env = openai_key.environment(args)  # the key in the gateways' environment, never on their command lines
     return Cluster(gateway, scheduler, repo, workers, env=env, more_gateways=more_gateways, more_schedulers=replicas)
-
-
-def port_sharing_gateways(gateway: GatewaySettings, count: int) -> tuple[GatewaySettings, list[GatewaySettings]]:
-    """`count` gateways on one host, all on `gateway`'s HTTP and gRPC ports (SO_REUSEPORT: the kernel
-    spreads new connections over them), for when one gateway's event loop is the bottleneck. The
-    first serves the metrics (they come from the schedulers and workers over the bus, any gateway
-    can answer them, and the port is not shared) and the OpenAI-compatible API."""
-    if count <= 1:
-        return gateway, []
-    gateway = gateway.model_copy(update={"reuse_http_port": True, "reuse_grpc_port": True})
-    more = [
-        gateway.model_copy(update={"gateway_id": uuid.uuid4().hex[:12], "allow_metrics": False, "openai_port": 0})
-        for _ in range(count - 1)
-    ]
-    return gateway, more
 
 
 def apply_log_flags(cluster: Cluster, args: argparse.Namespace) -> None:

@@ -34,9 +34,7 @@ NO_EFFECT = {
     "--sagemaker-port": "the SageMaker endpoint is not implemented (--allow-sagemaker)",
     "--sagemaker-safe-port-range": "the SageMaker endpoint is not implemented (--allow-sagemaker)",
     "--sagemaker-thread-count": "the SageMaker endpoint is not implemented (--allow-sagemaker)",
-    "--vertex-ai-port": "the Vertex AI endpoint is not implemented (--allow-vertex-ai)",
-    "--vertex-ai-thread-count": "the Vertex AI endpoint is not implemented (--allow-vertex-ai)",
-    "--vertex-ai-default-model": "the Vertex AI endpoint is not implemented (--allow-vertex-ai)",
+    "--vertex-ai-thread-count": "the Vertex AI endpoint is one event loop, in the gateway",
     "--host-policy": "instances are not bound to NUMA nodes or CPU cores: they run where the OS schedules "
     "them, and an instance_group's host_policy is not looked up",
     "--repoagent-directory": "repository agents are built in (checksum) and no agent library is loaded "
@@ -49,9 +47,6 @@ FALSE_ONLY = {
     "--allow-sagemaker": "the SageMaker endpoint (/ping, /invocations, the multi-model /models API) is not "
     "implemented; Shoal serves the same requests on the KServe v2 HTTP endpoint: GET /v2/health/ready "
     "and POST /v2/models/<model>/infer",
-    "--allow-vertex-ai": "the Vertex AI endpoint (AIP_HEALTH_ROUTE, AIP_PREDICT_ROUTE and its "
-    "X-Vertex-Ai-Triton-Redirect header) is not implemented; Shoal serves the same requests on the "
-    "KServe v2 HTTP endpoint: GET /v2/health/ready and POST /v2/models/<model>/infer",
 }
 
 # refused by name: flag -> why (none today; kept for a flag whose feature Shoal cannot stand in for)

@@ -26,6 +26,8 @@ from services.gateway.http.app import build_app
 from services.gateway.http.guard import GuardedHttpToolsProtocol, Limits, with_limits
 from services.gateway.http.listener import http_sockets, supervisor_socket
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
+from services.gateway.http.restricted import HttpApp
+from services.gateway.http.vertex_ai import NoDefaultModel, VertexAi
 from services.gateway.listeners import Listeners, raise_descriptor_limit
 from services.gateway.metrics import model_management as model_metrics
 from services.gateway.metrics.custom import CustomMetrics
@@ -230,6 +232,9 @@ class GatewayService:
             self._started("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
         elif settings.runtime_dir:  # --allow-http=false: no port, only `shoal serve`'s way in (private dir)
             await self.listeners.serve(self._http(uds=supervisor_socket(settings.runtime_dir, settings.gateway_id)))
+        if settings.allow_vertex_ai:
+            await self.listeners.serve(self._vertex_ai())
+            self._started("Started Vertex AI HTTPService at %s:%d", settings.http_address, settings.vertex_ai_port)
         if settings.allow_metrics:
             await self.listeners.serve(self._metrics())
             address = settings.metrics_address or settings.http_address
@@ -239,22 +244,46 @@ class GatewayService:
             address = settings.openai_address or settings.http_address
             self._started("Started OpenAI-compatible API at %s:%d", address, settings.openai_port)
 
-    def _http(self, **options: Any) -> uvicorn.Config:
+    def _http_app(self) -> HttpApp:
         """KServe v2 and Triton's extensions (services/gateway/http/)."""
         settings = self.settings
+        return build_app(
+            self.server,
+            settings.http_max_input_size,
+            settings.http_restricted_api,
+            header_forward_pattern=settings.http_header_forward_pattern,
+        )
+
+    def _http(self, **options: Any) -> uvicorn.Config:
+        settings = self.settings
         return self._uvicorn(
-            build_app(
-                self.server,
-                settings.http_max_input_size,
-                settings.http_restricted_api,
-                header_forward_pattern=settings.http_header_forward_pattern,
-            ),
+            self._http_app(),
             settings.http_address,
             settings.http_port,
             http=CorkedHttpToolsProtocol,
             proxy_headers=False,  # no X-Forwarded-* rewriting: it wrapped every request (~2% of the gateway)
             **options,
         )
+
+    def _vertex_ai(self) -> uvicorn.Config:
+        """Vertex AI's routes over the HTTP API, on a port of their own (services/gateway/http/vertex_ai.py)."""
+        settings = self.settings
+        http = self._http_app()  # the same API, restrictions and header forwarding as the HTTP port
+        metrics = build_metrics_app(self._scheduler_stats, self.options, self._custom_metrics, self._model_figures)
+        routes = settings.vertex_ai_predict_route, settings.vertex_ai_health_route
+        app = VertexAi(http, metrics, *routes, self._vertex_ai_model)
+        return self._uvicorn(app, settings.http_address, settings.vertex_ai_port)
+
+    def _vertex_ai_model(self) -> str:
+        """tritonserver's default model: the one named, else the one model the server has loaded."""
+        if self.settings.vertex_ai_default_model:
+            return self.settings.vertex_ai_default_model
+        loaded = [name for name in self.registry.records if self.registry.ready_versions(name)]
+        if len(loaded) != 1:
+            raise NoDefaultModel(
+                "Expect the model repository contains only a single model if default model is not specified"
+            )
+        return loaded[0]
 
     def _metrics(self) -> uvicorn.Config:
         """Prometheus' `/metrics`, from the schedulers' statistics and the workers' (gateway/metrics/)."""

@@ -110,6 +110,13 @@ class GatewaySettings(BusSettings):
         description="serve the HTTP endpoint (KServe v2 HTTP and Triton's extensions); false: no HTTP port "
         "(with a runtime directory, a Unix socket there for `shoal serve`'s own readiness checks)",
     )
+    allow_vertex_ai: bool = Field(False, description="serve the Vertex AI endpoint (its routes: AIP_* settings)")
+    vertex_ai_port: int = Field(8080, description="Vertex AI endpoint port (tritonserver: AIP_HTTP_PORT, else 8080)")
+    vertex_ai_default_model: str = Field(
+        "", description="the model Vertex AI predictions go to (default: the one loaded)"
+    )
+    vertex_ai_predict_route: str = Field("", description="Vertex AI's prediction route, a regex (AIP_PREDICT_ROUTE)")
+    vertex_ai_health_route: str = Field("", description="Vertex AI's health route, a regex (AIP_HEALTH_ROUTE)")
     http_max_input_size: int = Field(64 * 1024 * 1024, description="largest request body in bytes")
     http_max_header_size: int = Field(
         64 * 1024, description="largest request line and headers in bytes (431 beyond; docs/security.md)"

@@ -127,10 +127,11 @@ def test_repoagent_directory_is_accepted_and_said_unread(http_off):
     assert "repository agents are built in (checksum)" in _said(http_off[0], "--repoagent-directory=")
 
 
-@pytest.mark.parametrize("flag", ["--allow-sagemaker", "--allow-vertex-ai"])
+@pytest.mark.parametrize("flag", ["--allow-sagemaker"])
 def test_a_cloud_endpoint_asked_for_stops_the_start_saying_what_serves_instead(flag, tmp_path):
     """Refused at start (a platform probing an endpoint nobody serves would fail much later); false,
-    tritonserver's default, is accepted (the `http_off` serve above gives both)."""
+    tritonserver's default, is accepted (the `http_off` serve above gives it). The Vertex AI
+    endpoint is served: tests/shoal/test_vertex_ai.py."""
     repository = one_model_repository(tmp_path / "models", "q")
     done = subprocess.run(
         [sys.executable, "-m", "shoal.cli", "serve", f"{flag}=true", f"--model-repository={repository}"],
