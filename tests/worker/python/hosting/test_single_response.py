@@ -86,12 +86,12 @@ def test_a_cancelled_request_stops_the_wait(instance):
     assert isinstance(result, ModelError) and result.code == "CANCELLED"
 
 
-def test_a_request_nobody_can_answer_fails_at_once(tmp_path):
+@pytest.mark.parametrize("define", ["def", "async def"])
+def test_a_request_nobody_can_answer_fails_at_once(tmp_path, define):
     """python_backend would leave the client waiting; here nobody holds the request or its sender."""
     path = tmp_path / "model.py"
-    path.write_text(
-        "class TritonPythonModel:\n    def execute(self, requests):\n        return [None] * len(requests)\n"
-    )
+    body = "        return [None] * len(requests)\n"
+    path.write_text(f"class TritonPythonModel:\n    {define} execute(self, requests):\n{body}")
     forgetful = PythonInstance(spec_from_json(CONFIG), path, Placement(1, "KIND_CPU", 0, 1, "sender_0"))
     try:
         (result,) = run(forgetful, models.SEND)
