@@ -29,6 +29,8 @@ def started(args: argparse.Namespace) -> None:
         log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
     if args.allow_http is not False:
         log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
+    if args.allow_sagemaker:
+        log.info("Started Sagemaker HTTPService at %s:%d", args.http_address, args.sagemaker_port)
     if args.allow_vertex_ai:
         log.info("Started Vertex AI HTTPService at %s:%d", args.http_address, args.vertex_ai_port)
     if args.allow_metrics:

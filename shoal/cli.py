@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings
 
 from shared.process import settings as s
-from shoal import grpc_flags, layout_flags, unimplemented_flags, vertex_flags
+from shoal import grpc_flags, layout_flags, sagemaker_flags, unimplemented_flags, vertex_flags
 
 SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": s.GatewaySettings,
@@ -138,6 +138,7 @@ def serve_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, type=s.parse_bool, nargs="?", const=True, default=None, metavar="BOOL", help=text)
     grpc_flags.add_flags(p)
     vertex_flags.add_flags(p)
+    sagemaker_flags.add_flags(p)
     unimplemented_flags.add_flags(p)
     p.add_argument(
         "--log-file",
@@ -198,6 +199,7 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
         raise SystemExit(f"shoal serve: {exc}") from None
     grpc_flags.check(args)
     vertex_flags.check(args, argv)
+    sagemaker_flags.check(args)
     try:
         from shared.config.backend_config import parse as parse_backend_config
 

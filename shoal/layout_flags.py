@@ -10,7 +10,7 @@ from typing import TypeVar
 from shared.process import settings as s
 
 # what only the first of several port-sharing gateways serves: the ports that are not shared
-FIRST_GATEWAY_ONLY = {"allow_metrics": False, "openai_port": 0, "allow_vertex_ai": False}
+FIRST_GATEWAY_ONLY = {"allow_metrics": False, "openai_port": 0, "allow_vertex_ai": False, "allow_sagemaker": False}
 
 
 def add(p: argparse.ArgumentParser) -> None:
@@ -86,7 +86,7 @@ def port_sharing_gateways(gateway: s.GatewaySettings, count: int) -> tuple[s.Gat
     """`count` gateways on one host, all on `gateway`'s HTTP and gRPC ports (SO_REUSEPORT: the kernel
     spreads new connections over them), for when one gateway's event loop is the bottleneck. The
     first serves the metrics (they come from the schedulers and workers over the bus, any gateway
-    can answer them, and the port is not shared), the OpenAI-compatible API and Vertex AI's."""
+    can answer them, and the port is not shared), the OpenAI-compatible API, Vertex AI's and SageMaker's."""
     if count <= 1:
         return gateway, []
     gateway = gateway.model_copy(update={"reuse_http_port": True, "reuse_grpc_port": True})

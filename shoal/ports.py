@@ -30,6 +30,8 @@ def endpoints(args: argparse.Namespace) -> list[tuple[str, str, int]]:
         wanted.append(("HTTP", args.http_address, args.http_port))
     if args.allow_grpc and not args.reuse_grpc_port:
         wanted.append(("GRPC", args.grpc_address, args.grpc_port))
+    if getattr(args, "allow_sagemaker", False):
+        wanted.append(("SageMaker", args.http_address, args.sagemaker_port))
     if getattr(args, "allow_vertex_ai", False):
         wanted.append(("Vertex AI", args.http_address, args.vertex_ai_port))
     if args.allow_metrics:

@@ -31,7 +31,7 @@ from shared.process import settings as s
 from shared.process.natsserver import NatsServer
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 from shared.wire.records import ModelState
-from shoal import announce, grpc_flags, layout_flags, openai_key, private_runtime, vertex_flags
+from shoal import announce, grpc_flags, layout_flags, openai_key, private_runtime, sagemaker_flags, vertex_flags
 from shoal.gateway_http import UNANSWERED, GatewayHttp
 from shoal.ports import busy_endpoint, reserve_serving_ports
 
@@ -252,6 +252,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         **args.metrics,
         **grpc_flags.gateway_settings(args),
         **vertex_flags.gateway_settings(args),
+        **sagemaker_flags.gateway_settings(args),
         cohost_scheduler=args.cohost_scheduler,
         rate_limit=args.rate_limit,
         rate_limit_resource=args.rate_limit_resource,

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 
-from shared.process.settings import parse_bool
-
 # accepted, with a warning at start: flag -> why it changes nothing here
 NO_EFFECT = {
     "--grpc-infer-thread-count": "the gRPC endpoint is one event loop; scale out with --gateways",
@@ -31,9 +29,7 @@ NO_EFFECT = {
     "--cache-directory": "Shoal reads local model repositories only; there is no remote repository cache",
     "--grpc-max-connection-age": "Shoal's gRPC server does not age connections out",
     "--grpc-max-connection-age-grace": "Shoal's gRPC server does not age connections out",
-    "--sagemaker-port": "the SageMaker endpoint is not implemented (--allow-sagemaker)",
-    "--sagemaker-safe-port-range": "the SageMaker endpoint is not implemented (--allow-sagemaker)",
-    "--sagemaker-thread-count": "the SageMaker endpoint is not implemented (--allow-sagemaker)",
+    "--sagemaker-thread-count": "the SageMaker endpoint is one event loop, in the gateway",
     "--vertex-ai-thread-count": "the Vertex AI endpoint is one event loop, in the gateway",
     "--host-policy": "instances are not bound to NUMA nodes or CPU cores: they run where the OS schedules "
     "them, and an instance_group's host_policy is not looked up",
@@ -41,33 +37,15 @@ NO_EFFECT = {
     "from this directory; a model asking for another agent fails to load",
 }
 
-# booleans accepted only as false: flag -> why true is refused, and what to use instead (refused at
-# start rather than accepted: a cloud platform probing an endpoint nobody serves fails much later)
-FALSE_ONLY = {
-    "--allow-sagemaker": "the SageMaker endpoint (/ping, /invocations, the multi-model /models API) is not "
-    "implemented; Shoal serves the same requests on the KServe v2 HTTP endpoint: GET /v2/health/ready "
-    "and POST /v2/models/<model>/infer",
-}
-
 # refused by name: flag -> why (none today; kept for a flag whose feature Shoal cannot stand in for)
 REFUSED: dict[str, str] = {}
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags that have no effect and the false-only booleans, so that argparse knows them."""
+    """The flags that have no effect, so that argparse knows them."""
     for flag, why in NO_EFFECT.items():
         parser.add_argument(
             flag, nargs="?", const="", default=None, metavar="VALUE", help=f"accepted, no effect: {why} (default: none)"
-        )
-    for flag, why in FALSE_ONLY.items():
-        parser.add_argument(
-            flag,
-            type=parse_bool,
-            nargs="?",
-            const=True,
-            default=None,
-            metavar="BOOL",
-            help=f"only false: {why} (default: false)",
         )
 
 
@@ -80,10 +58,7 @@ def refuse(argv: list[str]) -> None:
 
 
 def check(args: argparse.Namespace) -> list[str]:
-    """Refuse a false-only boolean set to true; the warnings for the flags that change nothing."""
-    for flag, why in FALSE_ONLY.items():
-        if getattr(args, _dest(flag)) is True:
-            raise SystemExit(f"shoal serve: {flag}=true is not supported: {why}")
+    """The warnings for the flags that change nothing."""
     warnings = []
     for flag, why in NO_EFFECT.items():
         value = getattr(args, _dest(flag))

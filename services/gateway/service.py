@@ -27,6 +27,7 @@ from services.gateway.http.guard import GuardedHttpToolsProtocol, Limits, with_l
 from services.gateway.http.listener import http_sockets, supervisor_socket
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
 from services.gateway.http.restricted import HttpApp
+from services.gateway.http.sagemaker import SageMaker
 from services.gateway.http.vertex_ai import NoDefaultModel, VertexAi
 from services.gateway.listeners import Listeners, raise_descriptor_limit
 from services.gateway.metrics import model_management as model_metrics
@@ -232,6 +233,15 @@ class GatewayService:
             self._started("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
         elif settings.runtime_dir:  # --allow-http=false: no port, only `shoal serve`'s way in (private dir)
             await self.listeners.serve(self._http(uds=supervisor_socket(settings.runtime_dir, settings.gateway_id)))
+        if settings.allow_sagemaker:
+            sagemaker = SageMaker(
+                self._http_app(),
+                settings.sagemaker_model,
+                settings.sagemaker_inference_type,
+                settings.sagemaker_ping_mode,
+            )
+            await self.listeners.serve(self._uvicorn(sagemaker, settings.http_address, settings.sagemaker_port))
+            self._started("Started Sagemaker HTTPService at %s:%d", settings.http_address, settings.sagemaker_port)
         if settings.allow_vertex_ai:
             await self.listeners.serve(self._vertex_ai())
             self._started("Started Vertex AI HTTPService at %s:%d", settings.http_address, settings.vertex_ai_port)

@@ -110,6 +110,13 @@ class GatewaySettings(BusSettings):
         description="serve the HTTP endpoint (KServe v2 HTTP and Triton's extensions); false: no HTTP port "
         "(with a runtime directory, a Unix socket there for `shoal serve`'s own readiness checks)",
     )
+    allow_sagemaker: bool = Field(False, description="serve the SageMaker endpoint (/ping, /invocations; one model)")
+    sagemaker_port: int = Field(8080, description="SageMaker endpoint port")
+    sagemaker_model: str = Field("", description="the model /invocations goes to (SAGEMAKER_TRITON_DEFAULT_MODEL_NAME)")
+    sagemaker_inference_type: str = Field(
+        "infer", description="the route /invocations answers as: infer, generate or generate_stream"
+    )
+    sagemaker_ping_mode: str = Field("ready", description="the health /ping answers as: ready or live")
     allow_vertex_ai: bool = Field(False, description="serve the Vertex AI endpoint (its routes: AIP_* settings)")
     vertex_ai_port: int = Field(8080, description="Vertex AI endpoint port (tritonserver: AIP_HTTP_PORT, else 8080)")
     vertex_ai_default_model: str = Field(

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -86,8 +84,8 @@ def http_off(tmp_path_factory: pytest.TempPathFactory):
         "--grpc-infer-allocation-pool-size=4",
         "--host-policy=numa,cpu-cores=0-1",
         f"--repoagent-directory={root}",
-        "--allow-sagemaker=false",  # tritonserver's default, said explicitly by cloud launch scripts
-        "--allow-vertex-ai=false",
+        "--allow-sagemaker=false",  # tritonserver's defaults, said explicitly by cloud launch scripts
+        "--allow-vertex-ai=false",  # (both endpoints: tests/shoal/test_sagemaker.py, test_vertex_ai.py)
     )
     with serve(one_model_repository(root / "models", "q"), root / "cache", *flags) as running:
         running.wait_for("Started GRPCInferenceService")
@@ -125,20 +123,3 @@ def test_host_policy_is_accepted_and_said_not_to_bind(http_off):
 
 def test_repoagent_directory_is_accepted_and_said_unread(http_off):
     assert "repository agents are built in (checksum)" in _said(http_off[0], "--repoagent-directory=")
-
-
-@pytest.mark.parametrize("flag", ["--allow-sagemaker"])
-def test_a_cloud_endpoint_asked_for_stops_the_start_saying_what_serves_instead(flag, tmp_path):
-    """Refused at start (a platform probing an endpoint nobody serves would fail much later); false,
-    tritonserver's default, is accepted (the `http_off` serve above gives it). The Vertex AI
-    endpoint is served: tests/shoal/test_vertex_ai.py."""
-    repository = one_model_repository(tmp_path / "models", "q")
-    done = subprocess.run(
-        [sys.executable, "-m", "shoal.cli", "serve", f"{flag}=true", f"--model-repository={repository}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode != 0
-    assert f"{flag}=true is not supported" in done.stderr
-    assert "GET /v2/health/ready and POST /v2/models/<model>/infer" in done.stderr

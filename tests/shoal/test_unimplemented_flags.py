@@ -64,8 +64,6 @@ def test_flags_with_no_effect_are_accepted_and_said():
     assert args.flag_warnings[0].startswith("--grpc-infer-thread-count=4 has no effect in Shoal: the gRPC endpoint")
     assert any(w.startswith("--pinned-memory-pool-byte-size=0 has no effect") for w in args.flag_warnings)
     assert any(w.startswith("--enable-peer-access has no effect") for w in args.flag_warnings)
-    with pytest.raises(SystemExit, match="--allow-sagemaker=true is not supported: the SageMaker endpoint"):
-        parse_serve(["--allow-sagemaker=true"])
 
 
 def test_backend_config_errors_are_tritonservers():
