@@ -27,7 +27,12 @@ def started(args: argparse.Namespace) -> None:
     """tritonserver's lines, once the models are loaded."""
     if args.allow_grpc:
         log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, args.grpc_port)
-    log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
+    if args.allow_http is not False:
+        log.info("Started HTTPService at %s:%d", args.http_address, args.http_port)
+    if args.allow_sagemaker:
+        log.info("Started Sagemaker HTTPService at %s:%d", args.http_address, args.sagemaker_port)
+    if args.allow_vertex_ai:
+        log.info("Started Vertex AI HTTPService at %s:%d", args.http_address, args.vertex_ai_port)
     if args.allow_metrics:
         log.info("Started Metrics Service at %s:%d", args.metrics_address or args.http_address, args.metrics_port)
     if args.openai_port:

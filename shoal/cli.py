@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings
 
 from shared.process import settings as s
-from shoal import grpc_flags, layout_flags, unimplemented_flags
+from shoal import grpc_flags, layout_flags, sagemaker_flags, unimplemented_flags, vertex_flags
 
 SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": s.GatewaySettings,
@@ -25,7 +25,7 @@ SERVICES: dict[str, type[BaseSettings]] = {
 
 # boolean flags that Shoal accepts only with the value it already behaves as: flag -> (allowed, why, help)
 FIXED_FLAGS: dict[str, tuple[bool | None, str, str]] = {
-    "allow_http": (True, "the HTTP endpoint cannot be switched off", "HTTP endpoint: only true"),
+    "allow_http": (None, "", s.help_text(s.GatewaySettings.model_fields["allow_http"])),
     "allow_gpu_metrics": (None, "", s.help_text(s.GatewaySettings.model_fields["allow_gpu_metrics"])),
     "allow_cpu_metrics": (None, "", s.help_text(s.GatewaySettings.model_fields["allow_cpu_metrics"])),
     "exit_on_error": (None, "", "exit when a model fails to load at start (default: false; tritonserver's is true)"),
@@ -33,7 +33,7 @@ FIXED_FLAGS: dict[str, tuple[bool | None, str, str]] = {
     "log_warning": (None, "", "log WARNING messages (default: true)"),
     "log_error": (None, "", "log ERROR messages (default: true)"),
 }
-_FIXED_DEFAULTS = {"allow_http": "true"}
+_FIXED_DEFAULTS: dict[str, str] = {}
 
 G, R, S, W = s.GatewaySettings, s.RepositorySettings, s.SchedulerSettings, s.WorkerSettings
 # tritonserver's flag -> the setting it is (its default and help come from the settings model)
@@ -137,6 +137,8 @@ def serve_parser() -> argparse.ArgumentParser:
         text = help if "(default" in help else f"{help} (default: {_FIXED_DEFAULTS[name]})"
         p.add_argument(flag, type=s.parse_bool, nargs="?", const=True, default=None, metavar="BOOL", help=text)
     grpc_flags.add_flags(p)
+    vertex_flags.add_flags(p)
+    sagemaker_flags.add_flags(p)
     unimplemented_flags.add_flags(p)
     p.add_argument(
         "--log-file",
@@ -196,6 +198,8 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     except ValueError as exc:
         raise SystemExit(f"shoal serve: {exc}") from None
     grpc_flags.check(args)
+    vertex_flags.check(args, argv)
+    sagemaker_flags.check(args)
     try:
         from shared.config.backend_config import parse as parse_backend_config
 

@@ -11,7 +11,6 @@ from shared.process import settings as s
 FLAGS = [
     "grpc_address",
     "grpc_port",
-    "grpc_infer_allocation_pool_size",
     "grpc_keepalive_time",
     "grpc_keepalive_timeout",
     "grpc_http2_max_pings_without_data",

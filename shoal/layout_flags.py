@@ -4,9 +4,13 @@ scheduler lives and how batches reach the workers (docs/design.md §7 and §9)."
 from __future__ import annotations
 
 import argparse
+import uuid
 from typing import TypeVar
 
 from shared.process import settings as s
+
+# what only the first of several port-sharing gateways serves: the ports that are not shared
+FIRST_GATEWAY_ONLY = {"allow_metrics": False, "openai_port": 0, "allow_vertex_ai": False, "allow_sagemaker": False}
 
 
 def add(p: argparse.ArgumentParser) -> None:
@@ -76,3 +80,17 @@ def with_local_channel(settings: Channeled, args: argparse.Namespace) -> Channel
     """`--local-channel` when given; else the settings' own default (SHOAL_<SERVICE>_LOCAL_CHANNEL)."""
     given: bool | None = getattr(args, "local_channel", None)
     return settings if given is None else settings.model_copy(update={"local_channel": given})
+
+
+def port_sharing_gateways(gateway: s.GatewaySettings, count: int) -> tuple[s.GatewaySettings, list[s.GatewaySettings]]:
+    """`count` gateways on one host, all on `gateway`'s HTTP and gRPC ports (SO_REUSEPORT: the kernel
+    spreads new connections over them), for when one gateway's event loop is the bottleneck. The
+    first serves the metrics (they come from the schedulers and workers over the bus, any gateway
+    can answer them, and the port is not shared), the OpenAI-compatible API, Vertex AI's and SageMaker's."""
+    if count <= 1:
+        return gateway, []
+    gateway = gateway.model_copy(update={"reuse_http_port": True, "reuse_grpc_port": True})
+    more = [
+        gateway.model_copy(update={"gateway_id": uuid.uuid4().hex[:12], **FIRST_GATEWAY_ONLY}) for _ in range(count - 1)
+    ]
+    return gateway, more

@@ -26,10 +26,14 @@ def _taken(address: str, port: int) -> bool:
 def endpoints(args: argparse.Namespace) -> list[tuple[str, str, int]]:
     """(service, address, port) of every endpoint `shoal serve` will open on a fixed port."""
     wanted = []
-    if not args.reuse_http_port:  # with SO_REUSEPORT several servers share the port on purpose
+    if args.allow_http is not False and not args.reuse_http_port:  # SO_REUSEPORT: the port is shared on purpose
         wanted.append(("HTTP", args.http_address, args.http_port))
     if args.allow_grpc and not args.reuse_grpc_port:
         wanted.append(("GRPC", args.grpc_address, args.grpc_port))
+    if getattr(args, "allow_sagemaker", False):
+        wanted.append(("SageMaker", args.http_address, args.sagemaker_port))
+    if getattr(args, "allow_vertex_ai", False):
+        wanted.append(("Vertex AI", args.http_address, args.vertex_ai_port))
     if args.allow_metrics:
         wanted.append(("Metrics", args.metrics_address or args.http_address, args.metrics_port))
     if args.openai_port:

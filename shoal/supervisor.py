@@ -20,19 +20,19 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.gateway.http.listener import supervisor_socket
 from services.repository.remote import is_remote
 from shared.process import cache_dirs, lifeline
 from shared.process import settings as s
 from shared.process.natsserver import NatsServer
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 from shared.wire.records import ModelState
-from shoal import announce, grpc_flags, layout_flags, openai_key, private_runtime
+from shoal import announce, grpc_flags, layout_flags, openai_key, private_runtime, sagemaker_flags, vertex_flags
+from shoal.gateway_http import UNANSWERED, GatewayHttp
 from shoal.ports import busy_endpoint, reserve_serving_ports
 
 log = logging.getLogger("shoal.serve")
@@ -153,8 +153,12 @@ class Cluster:
         sweep_segments(self.run_id)
 
     @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.gateway.http_port}"
+    def http(self) -> GatewayHttp:
+        """The first gateway's HTTP API: its port, or with `--allow-http=false` its private socket."""
+        gateway = self.gateway
+        if gateway.allow_http or self.runtime is None:
+            return GatewayHttp(gateway.http_port)
+        return GatewayHttp(gateway.http_port, supervisor_socket(str(self.runtime.directory), gateway.gateway_id))
 
     def _get(self, path: str) -> int:
         from services.gateway.http.restricted import category, parse
@@ -162,12 +166,7 @@ class Cluster:
         # a restricted API answers the supervisor too when it shows the header (--http-restricted-api)
         restriction = parse(self.gateway.http_restricted_api).get(category(path) or "")
         headers = {restriction.header: restriction.value} if restriction else {}
-        try:
-            request = urllib.request.Request(f"{self.base_url}{path}", headers=headers)
-            with urllib.request.urlopen(request, timeout=2) as response:
-                return response.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
+        return self.http.call("GET", path, headers=headers)[0]
 
     def wait_ready(self, timeout: float, cancel: threading.Event | None = None) -> list[dict]:
         """Block until the gateway answers and no model is still LOADING; returns the index.
@@ -178,17 +177,16 @@ class Cluster:
             if self.failure:
                 raise StartFailed(self.failure)
             try:
-                request = urllib.request.Request(f"{self.base_url}/v2/repository/index", data=b"", method="POST")
-                with urllib.request.urlopen(request, timeout=2) as response:
-                    index = json.loads(response.read())
-                loaded = all(e.get("state") != ModelState.LOADING for e in index) and (
-                    self.repository.model_control_mode in ("explicit", "on-demand") or all("state" in e for e in index)
-                )
+                status, body = self.http.call("POST", "/v2/repository/index", b"")
+                index = json.loads(body) if status == 200 else index
+                loaded = status == 200 and all(e.get("state") != ModelState.LOADING for e in index)
+                on_request = self.repository.model_control_mode in ("explicit", "on-demand")
+                loaded = loaded and (on_request or all("state" in e for e in index))
                 # the statistics endpoint answers only once a scheduler is on the bus
                 if loaded and self._get("/v2/models/stats") == 200:
                     self._ready.set()
                     return index
-            except (urllib.error.URLError, OSError, ValueError):
+            except (*UNANSWERED, ValueError):
                 pass
             time.sleep(0.1)
         if cancel is not None and cancel.is_set():
@@ -236,22 +234,25 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size,
         http_restricted_api=args.http_restricted_api,
+        http_header_forward_pattern=args.http_header_forward_pattern,
+        allow_http=args.allow_http is not False,
         request_timeout_s=args.request_timeout_secs,
         tensor_transport=args.tensor_transport,
         strict_readiness=args.strict_readiness,
         allow_client_shm=args.allow_client_shm,
         exit_timeout_s=args.exit_timeout_secs,
-        trace_file=args.trace["file"],
-        trace_level=args.trace["level"],
-        trace_rate=args.trace["rate"],
-        trace_count=args.trace["count"],
-        trace_log_frequency=args.trace["log-frequency"],
+        **{
+            f"trace_{key.replace('-', '_')}": args.trace[key]
+            for key in ("file", "level", "rate", "count", "log-frequency")
+        },
         cache_bytes=args.cache_bytes,
         cache_redis=args.cache_redis,
         allow_cpu_metrics=args.allow_cpu_metrics is not False,
         allow_gpu_metrics=args.allow_gpu_metrics is not False,
         **args.metrics,
         **grpc_flags.gateway_settings(args),
+        **vertex_flags.gateway_settings(args),
+        **sagemaker_flags.gateway_settings(args),
         cohost_scheduler=args.cohost_scheduler,
         rate_limit=args.rate_limit,
         rate_limit_resource=args.rate_limit_resource,
@@ -265,6 +266,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         load_model=args.load_model,
         disable_auto_complete_config=args.disable_auto_complete_config,
         strict_model_config=args.strict_model_config,
+        model_config_name=args.model_config_name,
         repository_poll_secs=args.repository_poll_secs,
         model_files=args.model_files,  # the workers it starts share its host: no copy unless asked
         unload_timeout_s=args.exit_timeout_secs,
@@ -291,7 +293,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         )
         for _ in range(args.workers)
     ]
-    gateway, more_gateways = port_sharing_gateways(gateway, args.gateways)
+    gateway, more_gateways = layout_flags.port_sharing_gateways(gateway, args.gateways)
     # replicas share the models by lease (services/scheduler/replicas/): one hot model is still one
     # scheduler's, many models spread over them (docs/performance.md, "Scale"). Each gateway hosts
     # one unless --cohost-scheduler=false; --schedulers adds standalone ones (docs/design.md, "Co-hosting")
@@ -309,21 +311,6 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
     return Cluster(gateway, scheduler, repo, workers, env=env, more_gateways=more_gateways, more_schedulers=replicas)
 
 
-def port_sharing_gateways(gateway: GatewaySettings, count: int) -> tuple[GatewaySettings, list[GatewaySettings]]:
-    """`count` gateways on one host, all on `gateway`'s HTTP and gRPC ports (SO_REUSEPORT: the kernel
-    spreads new connections over them), for when one gateway's event loop is the bottleneck. The
-    first serves the metrics (they come from the schedulers and workers over the bus, any gateway
-    can answer them, and the port is not shared) and the OpenAI-compatible API."""
-    if count <= 1:
-        return gateway, []
-    gateway = gateway.model_copy(update={"reuse_http_port": True, "reuse_grpc_port": True})
-    more = [
-        gateway.model_copy(update={"gateway_id": uuid.uuid4().hex[:12], "allow_metrics": False, "openai_port": 0})
-        for _ in range(count - 1)
-    ]
-    return gateway, more
-
-
 def apply_log_flags(cluster: Cluster, args: argparse.Namespace) -> None:
     """--log-info/--log-warning/--log-error/--log-format, applied in every service through the
     logging extension (the same path `POST /v2/logging` takes)."""
@@ -334,9 +321,9 @@ def apply_log_flags(cluster: Cluster, args: argparse.Namespace) -> None:
     }
     if not body:
         return
-    request = urllib.request.Request(f"{cluster.base_url}/v2/logging", data=json.dumps(body).encode(), method="POST")
-    with urllib.request.urlopen(request, timeout=10):
-        pass
+    status, answer = cluster.http.call("POST", "/v2/logging", json.dumps(body).encode(), timeout=10)
+    if status != 200:
+        raise RuntimeError(f"the log settings were refused: {answer.decode(errors='replace')}")
 
 
 class StopSignals:

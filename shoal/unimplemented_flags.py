@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 
-from shared.process.settings import parse_bool
-
 # accepted, with a warning at start: flag -> why it changes nothing here
 NO_EFFECT = {
     "--grpc-infer-thread-count": "the gRPC endpoint is one event loop; scale out with --gateways",
     "--http-thread-count": "the HTTP endpoint is one event loop; scale out with --gateways",
     "--grpc-max-response-pool-size": "Python allocates each gRPC response; there is no pool to size",
+    "--grpc-infer-allocation-pool-size": "the gRPC server builds each request's state and response anew; "
+    "there is no pool of them to keep",
     "--buffer-manager-thread-count": "tensors are copied by the process that reads them; there is no buffer manager",
     "--pinned-memory-pool-byte-size": "Shoal has no pinned memory pool (tensors travel in POSIX shared memory)",
     "--cuda-memory-pool-byte-size": "Shoal has no CUDA memory pool (each backend allocates its own device memory)",
@@ -29,42 +29,23 @@ NO_EFFECT = {
     "--cache-directory": "Shoal reads local model repositories only; there is no remote repository cache",
     "--grpc-max-connection-age": "Shoal's gRPC server does not age connections out",
     "--grpc-max-connection-age-grace": "Shoal's gRPC server does not age connections out",
-    "--sagemaker-port": "the SageMaker endpoint is not implemented (--allow-sagemaker)",
-    "--sagemaker-safe-port-range": "the SageMaker endpoint is not implemented (--allow-sagemaker)",
-    "--sagemaker-thread-count": "the SageMaker endpoint is not implemented (--allow-sagemaker)",
-    "--vertex-ai-port": "the Vertex AI endpoint is not implemented (--allow-vertex-ai)",
-    "--vertex-ai-thread-count": "the Vertex AI endpoint is not implemented (--allow-vertex-ai)",
-    "--vertex-ai-default-model": "the Vertex AI endpoint is not implemented (--allow-vertex-ai)",
+    "--sagemaker-thread-count": "the SageMaker endpoint is one event loop, in the gateway",
+    "--vertex-ai-thread-count": "the Vertex AI endpoint is one event loop, in the gateway",
+    "--host-policy": "instances are not bound to NUMA nodes or CPU cores: they run where the OS schedules "
+    "them, and an instance_group's host_policy is not looked up",
+    "--repoagent-directory": "repository agents are built in (checksum) and no agent library is loaded "
+    "from this directory; a model asking for another agent fails to load",
 }
 
-# booleans accepted only as false: flag -> why true is refused
-FALSE_ONLY = {
-    "--allow-sagemaker": "the SageMaker endpoint is not implemented",
-    "--allow-vertex-ai": "the Vertex AI endpoint is not implemented",
-}
-
-# refused by name: flag -> why
-REFUSED = {
-    "--repoagent-directory": "repository agents are built in (checksum); agent libraries cannot be loaded",
-    "--host-policy": "host policies (NUMA binding) are not implemented",
-}
+# refused by name: flag -> why (none today; kept for a flag whose feature Shoal cannot stand in for)
+REFUSED: dict[str, str] = {}
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags that have no effect and the false-only booleans, so that argparse knows them."""
+    """The flags that have no effect, so that argparse knows them."""
     for flag, why in NO_EFFECT.items():
         parser.add_argument(
             flag, nargs="?", const="", default=None, metavar="VALUE", help=f"accepted, no effect: {why} (default: none)"
-        )
-    for flag, why in FALSE_ONLY.items():
-        parser.add_argument(
-            flag,
-            type=parse_bool,
-            nargs="?",
-            const=True,
-            default=None,
-            metavar="BOOL",
-            help=f"only false: {why} (default: false)",
         )
 
 
@@ -77,10 +58,7 @@ def refuse(argv: list[str]) -> None:
 
 
 def check(args: argparse.Namespace) -> list[str]:
-    """Refuse a false-only boolean set to true; the warnings for the flags that change nothing."""
-    for flag, why in FALSE_ONLY.items():
-        if getattr(args, _dest(flag)) is True:
-            raise SystemExit(f"shoal serve: {flag}=true is not supported: {why}")
+    """The warnings for the flags that change nothing."""
     warnings = []
     for flag, why in NO_EFFECT.items():
         value = getattr(args, _dest(flag))

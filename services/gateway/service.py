@@ -24,8 +24,11 @@ from inference.shm import ShmRegistry
 from services.gateway.grpc import startup as grpc_startup
 from services.gateway.http.app import build_app
 from services.gateway.http.guard import GuardedHttpToolsProtocol, Limits, with_limits
-from services.gateway.http.listener import http_sockets
+from services.gateway.http.listener import http_sockets, supervisor_socket
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
+from services.gateway.http.restricted import HttpApp
+from services.gateway.http.sagemaker import SageMaker
+from services.gateway.http.vertex_ai import NoDefaultModel, VertexAi
 from services.gateway.listeners import Listeners, raise_descriptor_limit
 from services.gateway.metrics import model_management as model_metrics
 from services.gateway.metrics.custom import CustomMetrics
@@ -203,7 +206,7 @@ class GatewayService:
             "gateway",
             settings.gateway_id,
             self._status,
-            http_port=str(settings.http_port),
+            http_port=str(settings.http_port) if settings.allow_http else "",
             grpc_port=str(settings.grpc_port) if settings.allow_grpc else "",
             metrics_port=str(settings.metrics_port),
         )
@@ -211,7 +214,7 @@ class GatewayService:
     def _status(self) -> GatewayStatus:
         settings = self.settings
         return GatewayStatus(
-            http=f"{settings.http_address}:{settings.http_port}",
+            http=f"{settings.http_address}:{settings.http_port}" if settings.allow_http else "off",
             grpc=f"{settings.grpc_address}:{settings.grpc_port}" if settings.allow_grpc else "off",
             models=len(self.registry.records),
             requests_in_flight=self.dispatcher.in_flight,
@@ -224,9 +227,24 @@ class GatewayService:
         if settings.allow_grpc:
             self.listeners.add_grpc(await grpc_startup.start(settings, self.server))
             self._started("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.grpc_port)
-        sockets = http_sockets(settings.http_address, settings.http_port, settings.reuse_http_port)
-        await self.listeners.serve(self._http(), sockets)
-        self._started("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
+        if settings.allow_http:
+            sockets = http_sockets(settings.http_address, settings.http_port, settings.reuse_http_port)
+            await self.listeners.serve(self._http(), sockets)
+            self._started("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
+        elif settings.runtime_dir:  # --allow-http=false: no port, only `shoal serve`'s way in (private dir)
+            await self.listeners.serve(self._http(uds=supervisor_socket(settings.runtime_dir, settings.gateway_id)))
+        if settings.allow_sagemaker:
+            sagemaker = SageMaker(
+                self._http_app(),
+                settings.sagemaker_model,
+                settings.sagemaker_inference_type,
+                settings.sagemaker_ping_mode,
+            )
+            await self.listeners.serve(self._uvicorn(sagemaker, settings.http_address, settings.sagemaker_port))
+            self._started("Started Sagemaker HTTPService at %s:%d", settings.http_address, settings.sagemaker_port)
+        if settings.allow_vertex_ai:
+            await self.listeners.serve(self._vertex_ai())
+            self._started("Started Vertex AI HTTPService at %s:%d", settings.http_address, settings.vertex_ai_port)
         if settings.allow_metrics:
             await self.listeners.serve(self._metrics())
             address = settings.metrics_address or settings.http_address
@@ -236,21 +254,46 @@ class GatewayService:
             address = settings.openai_address or settings.http_address
             self._started("Started OpenAI-compatible API at %s:%d", address, settings.openai_port)
 
-    def _http(self) -> uvicorn.Config:
+    def _http_app(self) -> HttpApp:
         """KServe v2 and Triton's extensions (services/gateway/http/)."""
         settings = self.settings
+        return build_app(
+            self.server,
+            settings.http_max_input_size,
+            settings.http_restricted_api,
+            header_forward_pattern=settings.http_header_forward_pattern,
+        )
+
+    def _http(self, **options: Any) -> uvicorn.Config:
+        settings = self.settings
         return self._uvicorn(
-            build_app(
-                self.server,
-                settings.http_max_input_size,
-                settings.http_restricted_api,
-                header_forward_pattern=settings.http_header_forward_pattern,
-            ),
+            self._http_app(),
             settings.http_address,
             settings.http_port,
             http=CorkedHttpToolsProtocol,
             proxy_headers=False,  # no X-Forwarded-* rewriting: it wrapped every request (~2% of the gateway)
+            **options,
         )
+
+    def _vertex_ai(self) -> uvicorn.Config:
+        """Vertex AI's routes over the HTTP API, on a port of their own (services/gateway/http/vertex_ai.py)."""
+        settings = self.settings
+        http = self._http_app()  # the same API, restrictions and header forwarding as the HTTP port
+        metrics = build_metrics_app(self._scheduler_stats, self.options, self._custom_metrics, self._model_figures)
+        routes = settings.vertex_ai_predict_route, settings.vertex_ai_health_route
+        app = VertexAi(http, metrics, *routes, self._vertex_ai_model)
+        return self._uvicorn(app, settings.http_address, settings.vertex_ai_port)
+
+    def _vertex_ai_model(self) -> str:
+        """tritonserver's default model: the one named, else the one model the server has loaded."""
+        if self.settings.vertex_ai_default_model:
+            return self.settings.vertex_ai_default_model
+        loaded = [name for name in self.registry.records if self.registry.ready_versions(name)]
+        if len(loaded) != 1:
+            raise NoDefaultModel(
+                "Expect the model repository contains only a single model if default model is not specified"
+            )
+        return loaded[0]
 
     def _metrics(self) -> uvicorn.Config:
         """Prometheus' `/metrics`, from the schedulers' statistics and the workers' (gateway/metrics/)."""

@@ -105,6 +105,25 @@ class GatewaySettings(BusSettings):
         description="q:error,... for the latency summaries",
         json_schema_extra={"shown": "Triton's 0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001"},
     )
+    allow_http: bool = Field(
+        True,
+        description="serve the HTTP endpoint (KServe v2 HTTP and Triton's extensions); false: no HTTP port "
+        "(with a runtime directory, a Unix socket there for `shoal serve`'s own readiness checks)",
+    )
+    allow_sagemaker: bool = Field(False, description="serve the SageMaker endpoint (/ping, /invocations; one model)")
+    sagemaker_port: int = Field(8080, description="SageMaker endpoint port")
+    sagemaker_model: str = Field("", description="the model /invocations goes to (SAGEMAKER_TRITON_DEFAULT_MODEL_NAME)")
+    sagemaker_inference_type: str = Field(
+        "infer", description="the route /invocations answers as: infer, generate or generate_stream"
+    )
+    sagemaker_ping_mode: str = Field("ready", description="the health /ping answers as: ready or live")
+    allow_vertex_ai: bool = Field(False, description="serve the Vertex AI endpoint (its routes: AIP_* settings)")
+    vertex_ai_port: int = Field(8080, description="Vertex AI endpoint port (tritonserver: AIP_HTTP_PORT, else 8080)")
+    vertex_ai_default_model: str = Field(
+        "", description="the model Vertex AI predictions go to (default: the one loaded)"
+    )
+    vertex_ai_predict_route: str = Field("", description="Vertex AI's prediction route, a regex (AIP_PREDICT_ROUTE)")
+    vertex_ai_health_route: str = Field("", description="Vertex AI's health route, a regex (AIP_HEALTH_ROUTE)")
     http_max_input_size: int = Field(64 * 1024 * 1024, description="largest request body in bytes")
     http_max_header_size: int = Field(
         64 * 1024, description="largest request line and headers in bytes (431 beyond; docs/security.md)"
@@ -160,7 +179,6 @@ class GatewaySettings(BusSettings):
     allow_grpc: bool = Field(True, description="serve the gRPC endpoint (KServe v2 gRPC and Triton's extensions)")
     grpc_address: str = Field("0.0.0.0", description="address the gRPC endpoint listens on")
     grpc_port: int = Field(8001, description="gRPC port")
-    grpc_infer_allocation_pool_size: int = Field(8, description="accepted; Python allocates each response")
     grpc_keepalive_time: int = Field(7_200_000, description="ms between keepalive pings")
     grpc_keepalive_timeout: int = Field(20_000, description="ms to wait for a keepalive ack")
     grpc_keepalive_permit_without_calls: bool = Field(False, description="keepalive pings even with no call open")

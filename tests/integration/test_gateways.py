@@ -10,7 +10,8 @@ import tritonclient.http as httpclient
 
 from shared.process.natsserver import NatsServer, free_port
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings
-from shoal.supervisor import Cluster, port_sharing_gateways
+from shoal.layout_flags import port_sharing_gateways
+from shoal.supervisor import Cluster
 from tests.cluster import build_test_repository
 from tests.serving import wait_until
 

@@ -25,7 +25,8 @@ ITERATIONS = 2
 SLACK_MS = 1500  # per request, over what the model waits: a busy 2-core machine (Triton allows 200 ms)
 
 # as qa/L0_metrics' model: RESPONSE_NUM responses, each after WAIT_SECONDS, the last one final;
-# decoupled or not, the same source (Triton's test strips the transaction policy from a copy)
+# decoupled or not, the same source (Triton's test strips the transaction policy from a copy; the
+# non-decoupled copy gets RESPONSE_NUM 1 in the ensemble and sends its one response with the final flag)
 WAIT_MODEL = """
 import time
 import numpy as np
@@ -47,19 +48,6 @@ class TritonPythonModel:
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0)
         return None
 """
-# Triton's test runs the same source without the transaction policy; Shoal refuses
-# `get_response_sender` outside a decoupled model, so this one returns its response, after the same wait
-RETURN_MODEL = WAIT_MODEL.replace("        sender = request.get_response_sender()\n", "").replace(
-    """        for i in range(count):
-            time.sleep(float(wait))
-            last = i == count - 1
-            sender.send(pb_utils.InferenceResponse(outputs),
-                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0)
-        return None""",
-    """        time.sleep(float(wait) * int(count))
-        return [pb_utils.InferenceResponse(outputs)]""",
-)
-assert "sender" not in RETURN_MODEL
 # Shoal's case beyond Triton's test: the responses come from a thread the model starts, after
 # `execute` returned (as an LLM engine's do): the worker tells the scheduler of the first one later
 THREAD_MODEL = """
@@ -126,7 +114,7 @@ def _python(root: Path, name: str, config: str, source: str = WAIT_MODEL) -> Non
 
 def build_repository(root: Path) -> Path:
     _python(root, "async_execute_decouple", "model_transaction_policy { decoupled: True }\n")
-    _python(root, "async_execute", "", RETURN_MODEL)
+    _python(root, "async_execute", "")  # the same source, not decoupled: one response through its sender
     _python(root, "threaded_decouple", "model_transaction_policy { decoupled: True }\n", THREAD_MODEL)
     _python(root, "overridden", "model_transaction_policy { decoupled: True }\n" + OVERRIDE)
     (root / "ensemble" / "1").mkdir(parents=True)

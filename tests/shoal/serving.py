@@ -47,6 +47,35 @@ def one_model_repository(root: Path, name: str) -> Path:
     return root
 
 
+ADDSUB = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+        return responses
+"""
+CONFIG = """name: "addsub"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+"""
+
+
+def addsub_repository(root: Path) -> Path:
+    """qa's `addsub` as a python model: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 (INT32 [16])."""
+    (root / "addsub" / "1").mkdir(parents=True)
+    (root / "addsub" / "1" / "model.py").write_text(ADDSUB)
+    (root / "addsub" / "config.pbtxt").write_text(CONFIG)
+    return root
+
+
 def status_env(cache: Path) -> dict[str, str]:
     """Every `shoal serve` and `shoal status` of a test shares one cache directory (not the user's)."""
     return {**os.environ, "XDG_CACHE_HOME": str(cache)}

@@ -45,14 +45,11 @@ def test_tritonserver_flag_forms():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--host-policy=numa,cpu-cores=0-1"], "--host-policy is not supported"),
         (["--grpc-restricted-protocol=inference"], "expects <protocols>:<key>=<value>"),
         (["--grpc-restricted-protocol=nope:k=v"], "unknown restricted protocol 'nope'"),
         (["--grpc-use-ssl=true"], "needs --grpc-server-cert and --grpc-server-key"),
         (["--cache-config", "redis,host=x"], "--cache-config redis: 'port' is required"),
         (["--cache-config", "local,size=10", "--response-cache-byte-size=5"], "can not be used together"),
-        (["--allow-http=false"], "--allow-http=false is not supported"),
-        (["--repoagent-directory=/agents"], "--repoagent-directory is not supported"),
         (["--trace-config", "mode=zipkin"], 'Available options are "triton" and "opentelemetry"'),
         (
             ["--trace-config", "mode=opentelemetry", "--trace-config", "opentelemetry,bsp_max_queue_size=lots"],

@@ -27,6 +27,7 @@ def _args(**overrides: object) -> argparse.Namespace:
     values: dict[str, object] = {
         "http_address": "0.0.0.0",
         "http_port": free_port(),
+        "allow_http": None,  # not given: on
         "reuse_http_port": False,
         "allow_grpc": True,
         "reuse_grpc_port": False,
@@ -67,6 +68,7 @@ def test_ports_of_endpoints_that_are_off_or_shared_are_not_checked() -> None:
         assert busy_endpoint(_args(grpc_port=port, allow_grpc=False)) is None
         assert busy_endpoint(_args(grpc_port=port, reuse_grpc_port=True)) is None
         assert busy_endpoint(_args(http_port=port, reuse_http_port=True)) is None
+        assert busy_endpoint(_args(http_port=port, allow_http=False)) is None
         assert busy_endpoint(_args(metrics_port=port, allow_metrics=False)) is None
 
 

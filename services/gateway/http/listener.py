@@ -7,6 +7,7 @@ gateway is one event loop, and this is how a host runs several.
 
 from __future__ import annotations
 
+import os
 import socket
 
 
@@ -25,3 +26,10 @@ def http_sockets(address: str, port: int, reuse_port: bool) -> list[socket.socke
         sock.close()
         raise
     return [sock]
+
+
+def supervisor_socket(runtime_dir: str, gateway_id: str) -> str:
+    """The Unix socket a gateway started with `--allow-http=false` serves its HTTP API on, in
+    `shoal serve`'s private runtime directory (0700): its supervisor's readiness checks and log
+    settings still reach it while no client can."""
+    return os.path.join(runtime_dir, f"http-{gateway_id}.sock")

@@ -52,5 +52,10 @@ def test_grpc_off_and_the_default_port():
 
 
 def test_a_setting_shoal_refuses_is_a_validation_error():
-    with pytest.raises(PyTritonValidationError, match="--allow-http=false"):
-        _parse([*serve_flags(TritonConfig(allow_http=False)), "--model-repository=/tmp"])
+    with pytest.raises(PyTritonValidationError, match="--cache-config 'nope' is not supported"):
+        _parse([*serve_flags(TritonConfig(cache_config=["nope,size=1"])), "--model-repository=/tmp"])
+
+
+def test_http_off_reaches_the_gateway():
+    args = _parse([*serve_flags(TritonConfig(allow_http=False)), "--model-repository=/tmp"])
+    assert build_cluster(args, "nats://127.0.0.1:4222", pathlib.Path("/tmp")).gateway.allow_http is False

@@ -30,6 +30,6 @@ def test_the_store_goes_with_a_stop_or_with_the_cluster(tmp):
     gc.collect()
     assert workspace is not None and not workspace.exists()
     with pytest.raises(PyTritonValidationError):  # refused settings: nothing is left either
-        EmbeddedCluster(TritonConfig(allow_http=False))
+        EmbeddedCluster(TritonConfig(cache_config=["nope,size=1"]))
     gc.collect()
     assert list(tmp.glob("shoal-pytriton-*")) == []

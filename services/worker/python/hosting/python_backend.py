@@ -17,9 +17,11 @@ import functools
 import importlib.util
 import inspect
 import json
+import logging
 import sys
 import threading
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -32,16 +34,18 @@ from services.worker.backends.runner import (
     ModelError,
     Piece,
     RequestContext,
-    ResponseStream,
     Result,
     Unheard,
     Work,
 )
 from services.worker.python.hosting import backend_settings
+from services.worker.python.hosting.single_response import SingleResponse, returned
 from services.worker.python.processes import execution_environments
 from services.worker.python.triton_api import numpy_compat, pb_utils
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, unavailable
+
+log = logging.getLogger("shoal.worker")
 
 
 def _piece(response: pb_utils.InferenceResponse | None, flags: int) -> Piece:
@@ -55,15 +59,19 @@ def _piece(response: pb_utils.InferenceResponse | None, flags: int) -> Piece:
     return Piece(outputs=outputs, parameters=json.loads(response.parameters()), final=final)
 
 
-def _sender(context: RequestContext, stream: ResponseStream) -> pb_utils.InferenceResponseSender:
+def _sender(context: RequestContext, slot: SingleResponse | None) -> pb_utils.InferenceResponseSender:
+    """A decoupled request's sender streams its responses; a non-decoupled one's keeps its one
+    response in `slot` (python_backend lets both kinds of model use it)."""
+    if slot is not None:
+        return pb_utils.InferenceResponseSender(slot.send, context.cancelled, decoupled=False)
+    stream = context.responses or Unheard()
     return pb_utils.InferenceResponseSender(
         lambda response, flags: stream.send(_piece(response, flags)), context.cancelled
     )
 
 
-def _request(work: Work, decoupled: bool) -> pb_utils.InferenceRequest:
+def _request(work: Work, slot: SingleResponse | None) -> pb_utils.InferenceRequest:
     context = work.context
-    sender = _sender(context, context.responses or Unheard()) if decoupled else None
     return pb_utils.InferenceRequest(
         inputs=[pb_utils.Tensor(n, a) for n, a in work.inputs.items()],
         requested_output_names=work.outputs,
@@ -73,7 +81,7 @@ def _request(work: Work, decoupled: bool) -> pb_utils.InferenceRequest:
         parameters=context.parameters,  # InferenceRequest keeps a copy
         timeout=context.timeout_us,
         cancelled=context.cancelled,
-        response_sender=sender,
+        response_sender=_sender(context, slot),
         trace=pb_utils.InferenceTrace(context.trace),
     )
 
@@ -175,7 +183,9 @@ class PythonInstance:
     def execute(self, batch: Batch) -> list[Result]:
         """One `execute` call for the batch's requests; a result or an error per request, or
         `STREAMED` for a request whose responses the model sends through its sender."""
-        requests = [_request(work, self.spec.decoupled) for work in batch.work]
+        decoupled = self.spec.decoupled
+        slots = [None if decoupled else SingleResponse() for _ in batch.work]
+        requests = [_request(work, slot) for work, slot in zip(batch.work, slots)]
         batch.inputs_ready()
         pb_utils.set_context(batch.deadline_ns, self.model_dir)  # BLS requests inherit the batch's deadline
         try:
@@ -183,28 +193,68 @@ class PythonInstance:
             if inspect.isawaitable(responses):
                 responses = self._await(responses)
         except pb_utils.TritonError as exc:
-            return [ModelError(exc.message(), exc.code_name())] * len(requests)
+            return self._failed(requests, slots, ModelError(exc.message(), exc.code_name()))
         except Exception as exc:  # the model raised: its requests fail, the worker goes on
-            return [ModelError(f"{type(exc).__name__}: {exc}", Code.INTERNAL)] * len(requests)
-        if self.spec.decoupled:  # what execute returns is ignored, as in Triton
+            return self._failed(requests, slots, ModelError(f"{type(exc).__name__}: {exc}", Code.INTERNAL))
+        if decoupled:  # what execute returns is ignored, as in Triton
             return [self._released(request, STREAMED) for request in requests]
+        answers = self._collected(requests, [s for s in slots if s is not None], responses)
+        del requests, responses  # now only the model's references keep a request answerable
+        return [
+            answer.wait(work, batch.deadline_ns) if isinstance(answer, SingleResponse) else answer
+            for answer, work in zip(answers, batch.work)
+        ]
+
+    def _collected(
+        self, requests: list[pb_utils.InferenceRequest], slots: list[SingleResponse], responses: object
+    ) -> Sequence[Result | SingleResponse]:
+        """A non-decoupled execute's results: what it returned or, for a request it returned None
+        for (or None for all, as python_backend allows), the slot its sender will fill."""
+        if responses is None:
+            responses = [None] * len(requests)
         if not isinstance(responses, list) or len(responses) != len(requests):
             got = len(responses) if isinstance(responses, list) else type(responses).__name__
-            return [ModelError(f"execute returned {got} responses for {len(requests)} requests", Code.INTERNAL)] * len(
-                requests
-            )
+            message = f"execute returned {got} responses for {len(requests)} requests"
+            return self._failed(requests, slots, ModelError(message, Code.INTERNAL))
         for request, response in zip(requests, responses):
-            if request._rescheduled() and response is not None:  # pb_stub.cc fails the whole execute
+            if response is None:
+                continue
+            if request._rescheduled():  # pb_stub.cc fails the whole execute
                 found = "InferenceResponse" if isinstance(response, pb_utils.InferenceResponse) else type(response)
                 message = (
                     "Expected a None object in the execute function return list for reschduled request, "
                     f"found type '{found}'."
                 )
-                return [ModelError(message, Code.INTERNAL)] * len(requests)
-        return [
-            self._released(request, None if response is None else _result(response))
-            for request, response in zip(requests, responses)
-        ]
+                return self._failed(requests, slots, ModelError(message, Code.INTERNAL))
+            try:  # a returned response counts as sent: an error where the sender sent one already
+                assert request._sender is not None
+                request._sender._returned(response)
+            except pb_utils.TritonModelException as exc:
+                return self._failed(requests, slots, ModelError(str(exc), Code.INTERNAL))
+        return [self._answer(*answer) for answer in zip(requests, responses, slots)]
+
+    def _failed(
+        self, requests: list[pb_utils.InferenceRequest], slots: Sequence[SingleResponse | None], error: ModelError
+    ) -> list[Result]:
+        """The execute failed: a request the model answered through its sender keeps that answer (the
+        backend skips closed requests), the others get the error; no sender sends any more."""
+        for request in requests:
+            if request._sender is not None:
+                request._sender._close()
+        results: list[Result] = [s.result if s is not None and s.result is not None else error for s in slots]
+        if any(result is not error for result in results):  # a client will not see it: the log says it
+            log.error("Failed to process the request(s) for model '%s', message: %s", self.spec.name, error.message)
+        return results
+
+    def _answer(
+        self, request: pb_utils.InferenceRequest, response: pb_utils.InferenceResponse | None, slot: SingleResponse
+    ) -> Result | SingleResponse:
+        if response is not None:
+            return self._released(request, returned(response))
+        if request._rescheduled():
+            return self._released(request, None)
+        slot.watch(request)
+        return slot
 
     def _released(self, request: pb_utils.InferenceRequest, result: Result | None) -> Result:
         """What a request's release flags make of its result: RESCHEDULE runs it again later, on a
@@ -258,13 +308,6 @@ class PythonInstance:
         self._loop_thread.join(timeout=5)
         if not loop.is_running():
             loop.close()
-
-
-def _result(response: pb_utils.InferenceResponse) -> Result:
-    error = response.error() if response.has_error() else None
-    if error is not None:
-        return ModelError(error.message(), error.code_name())
-    return {t.name(): t.as_numpy() for t in response.output_tensors()}
 
 
 BACKEND = Backend("model.py", PythonInstance, file_only=True)

@@ -7,8 +7,9 @@ by the python backend before a model is imported.
 The worker plugs itself in through `install_runtime` (BLS requests go through the
 scheduler like any client's) and through the per-request response senders and
 cancellation checks it hands to `InferenceRequest`. Errors, the auto-complete config and
-custom metrics (`MetricFamily`, published with the worker's heartbeats) are in `triton_errors`,
-`autocomplete_config` and `custom_metrics`, re-exported here under Triton's names.
+custom metrics (`MetricFamily`, published with the worker's heartbeats) and response senders are in
+`triton_errors`, `autocomplete_config`, `custom_metrics` and `response_sender`, re-exported here
+under Triton's names.
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ import numpy as np
 # names of this module that live in modules of their own (one concern each)
 from services.worker.python.triton_api.autocomplete_config import ModelConfig  # noqa: F401
 from services.worker.python.triton_api.custom_metrics import Metric, MetricFamily, metrics_snapshot  # noqa: F401
+from services.worker.python.triton_api.response_sender import (  # noqa: F401
+    TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+    InferenceResponseSender,
+)
 from services.worker.python.triton_api.triton_errors import TritonError, TritonModelException
 from shared.config.datatypes import config_to_protocol, deserialize_bytes, numpy_dtype, serialize_bytes
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
-TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
@@ -143,34 +147,6 @@ def _bls_runtime() -> Runtime:
     return _runtime
 
 
-class InferenceResponseSender:
-    """`request.get_response_sender()` of a decoupled model: responses go out as they are sent."""
-
-    def __init__(self, send: Callable[[InferenceResponse | None, int], None], cancelled: Callable[[], bool]) -> None:
-        self._send, self._cancelled = send, cancelled
-        self._closed = False
-        self._lock = threading.Lock()
-
-    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        with self._lock:
-            if self._closed:
-                raise TritonModelException("Unable to send response. Response sender has been closed.")
-            if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
-                raise TritonModelException(
-                    "Inference Response object must be provided when the response flags "
-                    "is not set to TRITONSERVER_RESPONSE_COMPLETE_FINAL."
-                )
-            self._closed = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            self._send(response, flags)
-
-    def is_cancelled(self) -> bool:
-        return self._cancelled()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-
 class InferenceTrace:
     """`request.trace()`: the request's trace, passed on to a BLS request (`trace=request.trace()`)
     to make its spans children of this request's (python_backend's `InferenceTrace`)."""
@@ -258,9 +234,8 @@ class InferenceRequest:
 
     def get_response_sender(self) -> InferenceResponseSender:
         if self._sender is None:
-            raise TritonModelException(
-                "get_response_sender is only available to models with a decoupled transaction policy"
-            )
+            # a request the model built itself (BLS) has nobody to answer
+            raise TritonModelException("get_response_sender is only available on the requests execute receives")
         return self._sender
 
     def set_release_flags(self, flags: int) -> None:

@@ -45,6 +45,24 @@ def test_response_sender_closes_on_final():
     assert sent == [0, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL] and sender.closed
 
 
+def test_a_non_decoupled_sender_sends_one_response():
+    """python_backend's response_sender.cc rules for a model that is not decoupled."""
+    sent = []
+    sender = pb_utils.InferenceResponseSender(lambda r, flags: sent.append(flags), lambda: False, decoupled=False)
+    final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+    with pytest.raises(pb_utils.TritonModelException, match="cannot send complete final before sending a response"):
+        sender.send(flags=final)
+    with pytest.raises(pb_utils.TritonModelException, match="Unsupported flag provided"):
+        sender.send(pb_utils.InferenceResponse(), 2)
+    sender.send(pb_utils.InferenceResponse())
+    with pytest.raises(pb_utils.TritonModelException, match="cannot send more than one response"):
+        sender.send(pb_utils.InferenceResponse(), final)
+    sender.send(flags=final)  # the final flag alone, after the one response
+    assert sent == [0, final] and sender.closed
+    with pytest.raises(pb_utils.TritonModelException, match="cannot send more than one response"):
+        sender._returned(pb_utils.InferenceResponse())  # execute returned one too
+
+
 def test_dlpack_round_trip_and_bls_outside_a_worker():
     tensor = pb_utils.Tensor("x", np.arange(6, dtype=np.float32).reshape(2, 3))
     back = pb_utils.Tensor.from_dlpack("y", tensor.to_dlpack())
@@ -52,7 +70,7 @@ def test_dlpack_round_trip_and_bls_outside_a_worker():
     assert back.name() == "y" and back.shape() == [2, 3]
     request = pb_utils.InferenceRequest(model_name="m", inputs=[tensor], parameters='{"a": 1}')
     assert request.parameters() == '{"a": 1}' and not request.is_cancelled()
-    with pytest.raises(pb_utils.TritonModelException, match="decoupled"):
+    with pytest.raises(pb_utils.TritonModelException, match="requests execute receives"):
         request.get_response_sender()
     saved, pb_utils._runtime = pb_utils._runtime, None
     try:
