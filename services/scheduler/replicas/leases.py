@@ -3,7 +3,9 @@
 A lease is a key (the model) holding the owner's id (a `Lease`), created atomically (`create` fails if
 it exists) and kept alive by compare-and-set updates every `refresh_s`. The bucket's TTL
 expires the leases of a replica that died, and another replica claims them on its next
-round. Replicas holding fewer models try first, so models spread across replicas.
+round. Replicas holding fewer models try first, so models spread across replicas. A replica
+that cannot write its leases keeps them while its last write lives, and for good when it is the
+only replica (`_alone`): nobody else could serve its models (docs/reliability.md, a full store).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Leases:
         self.held: dict[str, int] = {}  # model -> revision of our lease
         self.renewed: dict[str, float] = {}  # model -> when our lease was last written (time.monotonic())
         self._lock = asyncio.Lock()
+        self._unwritable = False  # said once: the leases take no writes and this replica serves on
 
     def owns(self, model: str) -> bool:
         return model in self.held
@@ -125,6 +128,7 @@ class Leases:
                     if model in self.held:
                         self.held[model] = await self.kv.update(subjects.model_key(model), self._lease, last=revision)
                         self.renewed[model] = time.monotonic()
+                        self._unwritable = False
             except Exception as exc:  # expired and taken, or the bus is away too long
                 if await self._keep(model):
                     continue
@@ -153,10 +157,31 @@ class Leases:
                         return False
                     self.held[model] = await self.kv.update(key, self._lease, last=entry.revision)
                 self.renewed[model] = time.monotonic()
+                self._unwritable = False
                 return True
         except Exception as exc:  # the stream has no leader yet: ours while our last write lives
             log.debug("lease of '%s' not renewable now: %s", model, exc)
-            return time.monotonic() - self.renewed.get(model, 0.0) < TTL_S
+            if time.monotonic() - self.renewed.get(model, 0.0) < TTL_S:
+                return True
+            return self._alone(exc)
+
+    def _alone(self, exc: Exception) -> bool:
+        """Past the TTL with no write taken: keep the model when this is the only replica. No other
+        replica can serve it, and one that starts now cannot claim it while the bucket takes no
+        writes either; giving it up left the model unserved until nats-server restarted. That is a
+        stream nats-server stopped writing (a full store: it writes to such a stream again only
+        after a restart), while reads still answer."""
+        if self.replicas != 1:
+            return False
+        if not self._unwritable:
+            log.error(
+                "scheduler %s cannot renew its model leases (%s): serving on as the only scheduler replica; "
+                "nats-server's /healthz says why (a full JetStream store needs space and nats-server restarted)",
+                self.owner,
+                type(exc).__name__,
+            )
+            self._unwritable = True
+        return True
 
     async def release_all(self) -> None:
         """On shutdown: let another replica take over at once instead of after the TTL."""

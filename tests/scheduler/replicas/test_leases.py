@@ -48,3 +48,43 @@ async def test_a_lease_another_replica_took_is_given_up(nats_server):
     await leases.refresh()
     assert not leases.owns("taken") and lost == ["taken"]
     await nc.close()
+
+
+async def _seal(nc: nats.NATS) -> None:
+    """The leases stream takes no more writes while reads still answer: what nats-server does to
+    a stream whose store failed (a full disk) until it restarts; sealing is its way on purpose."""
+    js = nc.jetstream()
+    config = (await js.stream_info(f"KV_{subjects.LEASES_BUCKET}")).config
+    config.sealed = True
+    await js.update_stream(config)
+
+
+async def test_the_only_replica_keeps_its_models_when_the_leases_take_no_writes(nats_server):
+    nc, leases, lost = await _leases(nats_server.url, "a")
+    await leases.rebalance()  # counted: the only replica
+    assert leases.replicas == 1
+    await leases.want("m")
+    await _seal(nc)
+    leases.renewed["m"] -= TTL_S  # its last write is past the TTL
+    await leases.refresh()
+    assert leases.owns("m") and lost == []
+    await _unseal(nc)
+
+
+async def test_one_of_several_replicas_gives_its_models_up_when_the_leases_take_no_writes(nats_server):
+    nc, leases, lost = await _leases(nats_server.url, "a")
+    await leases.kv.put("replica.b", b"")  # another replica is alive (its presence key)
+    await leases.rebalance()
+    assert leases.replicas == 2
+    await leases.want("m")
+    await _seal(nc)
+    leases.renewed["m"] -= TTL_S
+    await leases.refresh()
+    assert not leases.owns("m") and lost == ["m"]  # the TTL rule: the other may hold it by now
+    await _unseal(nc)
+
+
+async def _unseal(nc: nats.NATS) -> None:
+    """A sealed stream stays sealed: the next test gets a new bucket."""
+    await nc.jetstream().delete_stream(f"KV_{subjects.LEASES_BUCKET}")
+    await nc.close()
