@@ -104,10 +104,12 @@ def kind_of(exc: Exception) -> str:
     return type(exc).__name__
 
 
-def measure(traffic: Traffic, name: str, fault: Callable[[], float | None]) -> Outcome:
+def measure(traffic: Traffic, name: str, fault: Callable[[], float | None], steady: bool = True) -> Outcome:
     """`fault()` returns when the faulted part is back (monotonic), or None where a replica serves
-    on; then waits for the load to be served again and reads what happened."""
-    wait_until(lambda: traffic.successes_since(time.monotonic() - 5) > 20, 120, f"steady load before {name}", 0.2)
+    on; then waits for the load to be served again and reads what happened. `steady`: only once
+    the load is served (not when the fault is the remedy for an outage)."""
+    if steady:
+        wait_until(lambda: traffic.successes_since(time.monotonic() - 5) > 20, 120, f"steady load before {name}", 0.2)
     begun = time.monotonic()
     back = fault()
     reference = begun if back is None else back
@@ -207,3 +209,67 @@ def test_every_container_kind_killed_a_partition_and_a_restart_under_load(projec
                 rejoins(stack, hostname(stack, workers[-1]))
     late = [o for o in outcomes if o.next_success_s > NEXT_SUCCESS_S or o.slowest_s > SLOWEST_S]
     assert not late, "\n".join(o.row() for o in late) + "\n" + stack.logs(tail=200)
+
+
+def fill_store(project: Project, hold_s: float = 10.0) -> Callable[[], float]:
+    """NATS's store volume filled to the last byte for `hold_s`, then emptied again; returns when
+    the space is back."""
+
+    def fault() -> float:
+        node = project.containers("nats")[0]
+        filled = project.exec(node, "sh", "-c", "dd if=/dev/zero of=/data/fill bs=1M 2>&1; df -k /data", check=False)
+        print(filled.strip().splitlines()[-1], flush=True)
+        threading.Event().wait(hold_s)  # the fault's length, not a synchronisation
+        project.exec(node, "sh", "-c", ": > /data/fill")  # emptied by the shell: the image may have no rm
+        return time.monotonic()
+
+    return fault
+
+
+def test_a_full_nats_store_under_load(project):
+    """The store's volume full for 10 s. nats-server stops writing to a stream that met a write
+    error until it restarts (its filestore's rule): the test shows what serving does meanwhile,
+    then restarts the node, as an operator (or an orchestrator's health probe) would."""
+    stack = project("docker-compose.yml", "tests/deploy/small-store.yml")
+    stack.up()
+    wait_ready(stack)
+    print("\n| fault | requests | failed | slowest | next success |\n|---|---|---|---|---|")
+    with Traffic(stack) as traffic:
+        measure(traffic, "the NATS store's volume full for 10 s", fill_store(stack))
+        begun = time.monotonic()
+        wait_s(30)
+        after_space = traffic.around(begun)
+        failed = collections.Counter(error for _, _, ok, error in after_space if not ok)
+        print(f"| the 30 s after the space came back | {len(after_space)} | {dict(failed)} | |", flush=True)
+        print(f"JetStream healthy 30 s after the space came back: {store_healthy(stack)}", flush=True)
+        try:
+            restarted = measure(traffic, "then the NATS node restarted", restart(stack, "nats"), steady=False)
+            wait_until(lambda: store_healthy(stack), 60, "JetStream healthy after the restart", 1.0)
+        except AssertionError:
+            print(stack.logs(tail=150))
+            raise
+    slow = [r for r in traffic.results if r[1] - r[0] > SLOWEST_S]
+    assert not slow, slow[:5]  # every request answered, served or refused, never left to its deadline
+    assert restarted.next_success_s < NEXT_SUCCESS_S, restarted.row() + "\n" + stack.logs(tail=200)
+
+
+def wait_s(seconds: float) -> None:
+    """A stretch of the load with nothing done: what it shows is the point."""
+    threading.Event().wait(seconds)
+
+
+def restart(project: Project, service: str) -> Callable[[], float]:
+    """`docker restart` of the service's container; returns when it runs again."""
+
+    def fault() -> float:
+        run(["docker", "restart", "-t", "10", project.containers(service)[0]], timeout=120)
+        return time.monotonic()
+
+    return fault
+
+
+def store_healthy(project: Project) -> bool:
+    """nats-server's own health check, JetStream's streams included."""
+    node = project.containers("nats")[0]
+    answer = project.exec(node, "wget", "-qO-", "http://127.0.0.1:8222/healthz", check=False)
+    return '"ok"' in answer
