@@ -12,18 +12,14 @@ reason `length`, which no grammar can prevent), the failures' first texts, and t
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import os
-import tempfile
-import time
-from pathlib import Path
 
 import jsonschema
 import openai
 
-from benchmarks.openai_stream import MODEL, start_shoal
+from benchmarks.openai_sampled import arguments, sample
+from benchmarks.openai_stream import MODEL
 
 PERSON = {
     "type": "object",
@@ -53,33 +49,9 @@ def valid(text: str) -> bool:
         return False
 
 
-async def run(port: int, requests: int, concurrency: int, max_tokens: int) -> list[tuple[str, str]]:
-    gate = asyncio.Semaphore(concurrency)
-    async with openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-", max_retries=0) as client:
-
-        async def limited(seed: int) -> tuple[str, str]:
-            async with gate:
-                return await one(client, seed, max_tokens)
-
-        return list(await asyncio.gather(*(limited(seed) for seed in range(requests))))
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--max-tokens", type=int, default=96)
-    args = parser.parse_args()
-    print(f"load average at start: {os.getloadavg()}")
-    with tempfile.TemporaryDirectory() as workdir:
-        process, port = start_shoal(Path(workdir))
-        try:
-            started = time.perf_counter()
-            answers = asyncio.run(run(port, args.requests, args.concurrency, args.max_tokens))
-            took = time.perf_counter() - started
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
+    args = arguments(__doc__, 200, 96)
+    answers, took = sample(one, args)
     good = [text for text, _ in answers if valid(text)]
     cut = [text for text, reason in answers if reason == "length"]
     bad = [text for text, reason in answers if reason != "length" and not valid(text)]

@@ -13,20 +13,16 @@ were called, and the time taken.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import collections
 import json
 import os
-import tempfile
-import time
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import openai
 
-from benchmarks.openai_stream import MODEL, start_shoal
+from benchmarks.openai_sampled import arguments, sample
+from benchmarks.openai_stream import MODEL
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "get_weather": {
@@ -37,7 +33,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "get_time": {"type": "object", "properties": {}, "additionalProperties": False},
 }
-TOOLS = [{"type": "function", "function": {"name": name, "parameters": schema}} for name, schema in SCHEMAS.items()]
+TOOLS: list[Any] = [
+    {"type": "function", "function": {"name": name, "parameters": schema}} for name, schema in SCHEMAS.items()
+]
 
 
 async def one(client: openai.AsyncOpenAI, seed: int, max_tokens: int) -> Any:
@@ -63,33 +61,9 @@ def valid(choice: Any) -> bool:
     return bool(calls) and choice.finish_reason == "tool_calls"
 
 
-async def run(port: int, requests: int, concurrency: int, max_tokens: int) -> list[Any]:
-    gate = asyncio.Semaphore(concurrency)
-    async with openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-", max_retries=0) as client:
-
-        async def limited(seed: int) -> Any:
-            async with gate:
-                return await one(client, seed, max_tokens)
-
-        return list(await asyncio.gather(*(limited(seed) for seed in range(requests))))
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=50)
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--max-tokens", type=int, default=128)
-    args = parser.parse_args()
-    print(f"load average at start: {os.getloadavg()}")
-    with tempfile.TemporaryDirectory() as workdir:
-        process, port = start_shoal(Path(workdir))
-        try:
-            started = time.perf_counter()
-            answers = asyncio.run(run(port, args.requests, args.concurrency, args.max_tokens))
-            took = time.perf_counter() - started
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
+    args = arguments(__doc__, 50, 128)
+    answers, took = sample(one, args)
     good = [a for a in answers if valid(a)]
     cut = [a for a in answers if a.finish_reason == "length"]
     called = collections.Counter(c.function.name for a in answers for c in a.message.tool_calls or [])
