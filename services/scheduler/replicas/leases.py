@@ -80,25 +80,11 @@ class Leases:
                 return
             try:
                 self.held[model] = await self.kv.create(subjects.model_key(model), self._lease)
+                self.renewed[model] = time.monotonic()
             except Exception:  # held by another replica (or the bus is away): try next round
-                if not await self._ours_already(model):
-                    return
-            self.renewed[model] = time.monotonic()
+                return
         log.info("scheduler %s serves model '%s'", self.owner, model)
         await self.on_gain(model)
-
-    async def _ours_already(self, model: str) -> bool:
-        """The key exists with this replica's own lease: one it gave up while it could not write
-        (and that did not expire meanwhile, as in a stream nats-server had stopped writing) is
-        still this replica's to take back; `create` alone would wait for an expiry that may not come."""
-        try:
-            entry = await self.kv.get(subjects.model_key(model))
-            if entry.value != self._lease or entry.revision is None:
-                return False
-            self.held[model] = await self.kv.update(subjects.model_key(model), self._lease, last=entry.revision)
-            return True
-        except Exception:  # gone meanwhile, taken, or the bus is away: the next round sees
-            return False
 
     async def run(self) -> None:
         while True:

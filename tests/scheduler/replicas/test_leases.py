@@ -88,17 +88,3 @@ async def _unseal(nc: nats.NATS) -> None:
     """A sealed stream stays sealed: the next test gets a new bucket."""
     await nc.jetstream().delete_stream(f"KV_{subjects.LEASES_BUCKET}")
     await nc.close()
-
-
-async def test_a_lease_still_holding_this_replicas_name_is_taken_back(nats_server):
-    """Given up while the leases took no writes, and not expired since: `create` alone would fail
-    until an expiry that a stopped stream may never run."""
-    nc, leases, lost = await _leases(nats_server.url, "a")
-    await leases.kv.put(subjects.model_key("mine"), encode(Lease("a")))
-    await leases.kv.put(subjects.model_key("theirs"), encode(Lease("b")))
-    await leases.want("mine")
-    await leases.want("theirs")
-    assert leases.owns("mine") and not leases.owns("theirs")
-    await leases.refresh()
-    assert leases.owns("mine") and lost == []
-    await nc.close()
