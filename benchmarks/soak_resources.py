@@ -65,6 +65,12 @@ class Run:
     began: float = field(default_factory=time.monotonic)
     run_id: str = ""  # the serve's SHOAL_RUN_ID: its /dev/shm segments carry it
 
+    @property
+    def root(self) -> int:
+        """The pid of `shoal serve` (its tree is what is sampled)."""
+        assert self.serve.process is not None, "the serve is started first"
+        return self.serve.process.pid
+
     def reloader(self) -> None:
         """Every `reload_s`, the next of RELOADED unloaded and loaded again."""
         client = httpclient.InferenceServerClient(self.serve.url, network_timeout=300, connection_timeout=300)
@@ -82,7 +88,7 @@ class Run:
         while True:
             with self.lock:
                 at = time.monotonic() - self.began
-                self.rows += soak_sampler.sample(at, self.serve.process.pid, self.run_id, self.serve.monitor_port)
+                self.rows += soak_sampler.sample(at, self.root, self.run_id, self.serve.monitor_port)
             if at >= seconds:
                 return
             due = min(due + self.settings.sample_s, seconds)
@@ -126,7 +132,7 @@ def run(settings: Settings, workdir: Path | None = None) -> dict[str, Any]:
 
 def _drive(soak: Run) -> tuple[Run, list[soak_load.Tally]]:
     serve = soak.serve
-    soak.run_id = soak_sampler.run_id(serve.process.pid)
+    soak.run_id = soak_sampler.run_id(soak.root)
     grpc_url = f"127.0.0.1:{serve.grpc_port}"
     tallies, threads = soak_load.start(serve.url, grpc_url, soak.settings.rate, soak.stop)
     reloader = threading.Thread(target=soak.reloader, name="reloader", daemon=True)
