@@ -24,6 +24,8 @@ class Thresholds:
     fds: float = 2.0  # growth allowed per process kind (a connection open at one sample only)
     threads: float = 2.0
     shm_entries: float = 0.0
+    nats_consumers: float = 2.0  # JetStream consumers (KV watches, key listings)
+    nats_subscriptions: float = 10.0
 
 
 @dataclass
@@ -92,7 +94,25 @@ def requests(tallies: list[Tally], reloads: list[Reload]) -> dict[str, dict[str,
 
 
 def violations(table: dict[str, dict[str, Any]], asked: dict[str, dict[str, Any]], limits: Thresholds) -> list[str]:
-    """What crossed a threshold: memory, fds, threads or /dev/shm growing, failures unexplained."""
+    """What crossed a threshold: memory, fds, threads, /dev/shm or NATS interest growing, failures unexplained."""
+    found = _processes_grown(table, limits)
+    for kind, metric, limit in (
+        ("dev_shm", "server_entries", limits.shm_entries),
+        ("dev_shm", "client_entries", limits.shm_entries),
+        ("nats", "js_consumers", limits.nats_consumers),
+        ("nats", "subscriptions", limits.nats_subscriptions),
+    ):
+        grown = table.get(kind, {}).get(metric, {}).get("growth", 0)
+        if grown > limit:
+            found.append(f"{kind} {metric} +{grown}")
+    return found + [
+        f"{kind}: {t['failed_unexplained']} unexplained failures"
+        for kind, t in asked.items()
+        if t["failed_unexplained"]
+    ]
+
+
+def _processes_grown(table: dict[str, dict[str, Any]], limits: Thresholds) -> list[str]:
     found = []
     for kind, metrics in table.items():
         if "rss_kib" in metrics and metrics["rss_kib"]["growth"] > limits.rss_growth_pct:
@@ -100,15 +120,6 @@ def violations(table: dict[str, dict[str, Any]], asked: dict[str, dict[str, Any]
         for metric, limit in (("fds", limits.fds), ("threads", limits.threads)):
             if metric in metrics and metrics[metric]["growth"] > limit:
                 found.append(f"{kind}: {metric} +{metrics[metric]['growth']}")
-    for metric in ("server_entries", "client_entries"):
-        grown = table.get("dev_shm", {}).get(metric, {}).get("growth", 0)
-        if grown > limits.shm_entries:
-            found.append(f"/dev/shm {metric} +{grown}")
-    found += [
-        f"{kind}: {t['failed_unexplained']} unexplained failures"
-        for kind, t in asked.items()
-        if t["failed_unexplained"]
-    ]
     return found
 
 
