@@ -14,7 +14,7 @@ from benchmarks.soak_load import Failure, Tally
 from benchmarks.soak_repository import DEPENDS
 from benchmarks.soak_sampler import Row
 
-WINDOW = 3  # samples whose median is a value: at the warm-up's end, and at the run's end
+WINDOW = 3  # at least this many samples make a value: their median
 GRACE_S = 5.0  # after a load returns, the gateways may take a moment to see the model ready
 
 
@@ -51,9 +51,12 @@ def series(rows: list[Row]) -> dict[tuple[str, str], list[tuple[float, float]]]:
 
 
 def base_and_end(points: list[tuple[float, float]], warmup_s: float) -> tuple[float, float]:
-    """The median of the first WINDOW samples after the warm-up, and of the last WINDOW."""
+    """The median of the first third of the samples after the warm-up, and of the last third (at
+    least WINDOW each): a worker's RSS swings by 20 % from one sample to the next as onnxruntime
+    sessions come and go with reloads, which a single sample at each end would take for growth."""
     after = [v for t, v in points if t >= warmup_s] or [points[-1][1]]
-    return statistics.median(after[:WINDOW]), statistics.median(after[-WINDOW:])
+    window = max(WINDOW, len(after) // 3)
+    return statistics.median(after[:window]), statistics.median(after[-window:])
 
 
 def growth_pct(base: float, end: float) -> float:
