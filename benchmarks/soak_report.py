@@ -79,7 +79,8 @@ def explained(failure: Failure, reloads: list[Reload]) -> bool:
     return any(r.model in needs and failure.started <= r.ended + GRACE_S and failure.ended >= r.began for r in reloads)
 
 
-def requests(tallies: list[Tally], reloads: list[Reload]) -> dict[str, dict[str, Any]]:
+def requests(tallies: list[Tally], reloads: list[Reload], began: float) -> dict[str, dict[str, Any]]:
+    """Per kind of load: answers, failures in reload windows, the others (when, seconds into the run, and what)."""
     table = {}
     for tally in tallies:
         unexplained = [f for f in tally.failures if not explained(f, reloads)]
@@ -92,6 +93,7 @@ def requests(tallies: list[Tally], reloads: list[Reload]) -> dict[str, dict[str,
             "failed_in_reloads": len(tally.failures) - len(unexplained),
             "failed_unexplained": len(unexplained),
             "errors": dict(errors),
+            "unexplained_at_s": [round(f.started - began, 1) for f in unexplained[:20]],
         }
     return table
 
@@ -184,6 +186,8 @@ def text(summary: dict[str, Any]) -> str:
     for kind, t in summary["requests"].items():
         lines.append(f"{kind:<32}{t['ok']:>9}{t['failed_in_reloads']:>19}{t['failed_unexplained']:>13}")
         lines += [f"    {count} × {error}" for error, count in t["errors"].items()]
+        if t["unexplained_at_s"]:
+            lines.append(f"    at {t['unexplained_at_s']} s")
     lines.append(f"reloads: {summary['reloads']} ({len(summary['reload_errors'])} failed)")
     lines.append("verdict: " + ("; ".join(summary["violations"]) or "flat"))
     return "\n".join(lines)

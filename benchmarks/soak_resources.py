@@ -160,7 +160,7 @@ def _summary(soak: Run, tallies: list[soak_load.Tally], load_before: tuple[float
     settings = soak.settings
     soak_report.write_csv(soak.rows, out / "soak.csv")
     table = soak_report.resources(soak.rows, settings.warmup * settings.minutes * 60)
-    asked = soak_report.requests(tallies, soak.reloads)
+    asked = soak_report.requests(tallies, soak.reloads, soak.began)
     return {
         "minutes": settings.minutes,
         "load_average": [round(v, 1) for v in (*load_before, *os.getloadavg())],
