@@ -9,7 +9,6 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,7 +267,7 @@ class SharedMemory:
             next(self.clients).close()
 
 
-KINDS: dict[str, Callable[[str, str], Any]] = {
+KINDS: dict[str, Any] = {  # name: a driver class (its `model`, its `once`)
     "http json simple": HttpJson,
     "http binary mlp": HttpBinary,
     "http batch identity": HttpBatch,
@@ -280,8 +279,10 @@ KINDS: dict[str, Callable[[str, str], Any]] = {
 }
 
 
-def drive(name: str, driver: Any, rate: float, stop: threading.Event, tally: Tally) -> None:
-    """`driver.once()` `rate` times a second until `stop` (no catching up after a slow one)."""
+def drive(make: Any, urls: tuple[str, str], rate: float, stop: threading.Event, tally: Tally) -> None:
+    """A driver made here (tritonclient.http's gevent pool belongs to the thread that makes it),
+    then its `once()` `rate` times a second until `stop` (no catching up after a slow one)."""
+    driver = make(*urls)
     period, due = 1.0 / rate, time.monotonic()
     try:
         while not stop.is_set():
@@ -290,7 +291,7 @@ def drive(name: str, driver: Any, rate: float, stop: threading.Event, tally: Tal
                 driver.once()
                 tally.ok += 1
             except Exception as exc:  # a tritonclient error, a wrong answer, the connection itself
-                tally.failures.append(Failure(name, driver.model, started, time.monotonic(), describe(exc)))
+                tally.failures.append(Failure(tally.kind, tally.model, started, time.monotonic(), describe(exc)))
             due = max(due + period, time.monotonic())
             stop.wait(due - time.monotonic())
     finally:
@@ -303,10 +304,9 @@ def start(
     """A paced thread for every kind of KINDS, each with its tally."""
     tallies, threads = [], []
     for name, make in KINDS.items():
-        driver = make(http_url, grpc_url)
-        tally = Tally(name, driver.model)
-        thread = threading.Thread(target=drive, args=(name, driver, rate, stop, tally), name=name, daemon=True)
+        tally = Tally(name, make.model)
+        args = (make, (http_url, grpc_url), rate, stop, tally)
+        threads.append(threading.Thread(target=drive, args=args, name=name, daemon=True))
         tallies.append(tally)
-        threads.append(thread)
-        thread.start()
+        threads[-1].start()
     return tallies, threads
