@@ -1,7 +1,7 @@
 """Resource soak (issue 47, item 1; docs/reliability.md, "Soak"): does anything grow under a long
 mixed load? (benchmarks/soak.py is the chaos soak: faults under load.)
 
-    python benchmarks/soak_resources.py --minutes 30             # the figures in docs/reliability.md
+    python benchmarks/soak_resources.py --minutes 22             # the figures in docs/reliability.md
     python benchmarks/soak_resources.py --minutes 2 --sample-s 5  # about what the CI test runs
 
 Starts `shoal serve` on free ports (explicit model control, client shared memory allowed) on a
