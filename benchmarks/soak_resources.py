@@ -19,6 +19,7 @@ run), fds, threads or /dev/shm entries growing, a failure no reload explains.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -74,7 +75,7 @@ class Run:
     def reloader(self) -> None:
         """Every `reload_s`, the next of RELOADED unloaded and loaded again."""
         client = httpclient.InferenceServerClient(self.serve.url, network_timeout=300, connection_timeout=300)
-        for turn in range(1_000_000):
+        for turn in itertools.count():
             if self.stop.wait(self.settings.reload_s):
                 break
             with self.lock:
@@ -116,9 +117,8 @@ def run(settings: Settings, workdir: Path | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     serve = Serve(workdir / "serve", serve_args(write_repository(workdir / "models")))
     load_before = os.getloadavg()
-    serve.start()
     try:
-        soak, tallies = _drive(Run(serve, settings))
+        soak, tallies = _drive(Run(serve.start(), settings))
     finally:
         stop_s = _stop(serve)
     shm_left = soak_sampler.shm_rows(soak.run_id)
