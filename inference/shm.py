@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import logging
 import os
 import stat
 from typing import Any
@@ -24,6 +25,13 @@ from shared.wire import subjects
 from shared.wire.messages import TensorRef, encode
 from shared.wire.records import ShmRegion
 
+log = logging.getLogger(__name__)
+# An unregistered region's delete marker leaves the bucket after MARKER_KEEP_S (every gateway sweeps
+# every MARKER_SWEEP_S): a client that names each region anew (a uuid) grew the bucket by one marker
+# per region for ever (benchmarks/soak_resources.py). A gateway whose watch starts again after being
+# away longer than that would not see those deletes.
+MARKER_KEEP_S = 600.0
+MARKER_SWEEP_S = 300.0
 DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 _decoder = msgspec.msgpack.Decoder(ShmRegion)
 
@@ -82,7 +90,7 @@ class ShmRegistry:
         self.host = host
         self.enabled = enabled
         self.regions: dict[str, ShmRegion] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         # Triton lets requests in flight finish with a region that is unregistered meanwhile:
         # it stays listed and usable until the last of them ends, then goes.
         self._in_use: dict[str, int] = {}
@@ -90,11 +98,11 @@ class ShmRegistry:
 
     async def start(self) -> None:
         self.kv = await buckets.bucket(self.nc, subjects.SHM_BUCKET)
-        self._task = asyncio.create_task(self._watch())
+        self._tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._sweep())]
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
 
     async def _watch(self) -> None:
         async for change in buckets.watch(self.nc, self.kv):
@@ -105,6 +113,17 @@ class ShmRegistry:
                 self.regions.pop(name, None)
             else:
                 self.regions[name] = _decoder.decode(change.value)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(MARKER_SWEEP_S)
+            try:
+                swept = await buckets.purge_old_markers(self.kv, MARKER_KEEP_S)
+            except Exception as exc:  # the bus away, or the stream without a leader: next time
+                log.debug("sweeping the shm regions' delete markers: %s", exc)
+                continue
+            if swept:
+                log.debug("swept %d delete markers of unregistered shm regions", swept)
 
     def _check_enabled(self) -> None:
         if not self.enabled:

@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import nats
@@ -106,6 +107,41 @@ async def list_keys(kv: KeyValue) -> list[str]:
             if not entry:  # the end of the current values
                 break
             found.append(entry.key)
+    finally:
+        with contextlib.suppress(Exception):
+            await watcher.stop()  # type: ignore[no-untyped-call]
+    return found
+
+
+async def purge_old_markers(kv: KeyValue, older_than_s: float) -> int:
+    """Remove the delete markers older than `older_than_s` from a bucket's stream, each with what
+    came before it on its key (a key written again since keeps its new value): how many.
+
+    A KV delete leaves a marker for ever; a bucket whose keys are made up each time (client shm
+    regions named by a uuid) grows by one per delete without this (benchmarks/soak_resources.py).
+    A watch that starts after a marker went no longer sees that key's delete, so markers are kept
+    for longer than a watch is away."""
+    now = datetime.now(timezone.utc)
+    old = [e for e in await _markers(kv) if _age_s(e, now) >= older_than_s]
+    for entry in old:
+        await nats_internals.purge_key(kv, entry.key, before=(entry.revision or 0) + 1)
+    return len(old)
+
+
+def _age_s(entry: KeyValue.Entry, now: datetime) -> float:
+    created: Any = entry.created  # the message's time in its stream: a datetime (nats-py types it int)
+    return float((now - created).total_seconds())
+
+
+async def _markers(kv: KeyValue) -> list[KeyValue.Entry]:
+    watcher = await kv.watchall(meta_only=True, inactive_threshold=KEYS_CONSUMER_IDLE_S)
+    found: list[KeyValue.Entry] = []
+    try:
+        async for entry in watcher:
+            if not entry:  # the end of the current values
+                break
+            if entry.operation in ("DEL", "PURGE") and entry.created is not None:
+                found.append(entry)
     finally:
         with contextlib.suppress(Exception):
             await watcher.stop()  # type: ignore[no-untyped-call]

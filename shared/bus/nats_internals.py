@@ -44,7 +44,7 @@ RELIED_ON: dict[type, tuple[str, ...]] = {
         "_pending_size",  # its slow-consumer accounting
         "_wait_for_msgs_task",  # the task that reads `_pending_queue`
     ),
-    KeyValue: ("_name",),
+    KeyValue: ("_name", "_js", "_stream", "_pre"),  # purge_key: its stream, by subject
     KeyValue.KeyWatcher: ("_sub",),  # its JetStream subscription (consumer_info)
 }
 # code of nats-py's that must still do what this module expects of it: (function, text it contains)
@@ -219,6 +219,12 @@ def server_info(nc: NATS) -> dict[str, Any]:
 
 def bucket_name(kv: KeyValue) -> str:
     return kv._name
+
+
+async def purge_key(kv: KeyValue, key: str, before: int) -> None:
+    """Remove from a bucket's stream every message of `key` below sequence `before` (what comes
+    after stays): nats-py's KV API purges only to a marker that stays for ever."""
+    await kv._js.purge_stream(kv._stream, seq=before, subject=f"{kv._pre}{key}")
 
 
 async def check_watch_consumer(watcher: KeyValue.KeyWatcher) -> None:

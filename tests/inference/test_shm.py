@@ -4,18 +4,23 @@ does (Triton's statuses and texts)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import posixpath
+import time
 import uuid
 from collections.abc import Iterator
 
+import nats
 import posix_ipc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from inference import shm
 from inference.shm import check_key, segment_size
 from shared.errors import Code, ShoalError
+from shared.wire import subjects
 
 
 @given(st.text(st.sampled_from("/.\0abshoal_-x"), max_size=12))
@@ -65,3 +70,26 @@ def test_a_fifo_or_a_missing_key_is_refused_at_once() -> None:
             assert err.value.code == Code.INTERNAL
     finally:
         os.unlink(fifo)
+
+
+async def test_unregistered_regions_leave_no_marker_behind(nats_server, segment: str, monkeypatch) -> None:
+    """A client that names every region anew (benchmarks/soak_resources.py) grew the regions bucket
+    by one delete marker per region for ever: the gateways sweep old markers away."""
+    monkeypatch.setattr(shm, "MARKER_SWEEP_S", 0.05)
+    monkeypatch.setattr(shm, "MARKER_KEEP_S", 0.0)
+    nc = await nats.connect(nats_server.url)
+    registry = shm.ShmRegistry(nc, "host", enabled=True)
+    await registry.start()
+    try:
+        for i in range(3):
+            await registry.register_system(f"r{i}", {"key": segment, "byte_size": 64})
+            await registry.unregister("system", f"r{i}")
+        await registry.register_system("kept", {"key": segment, "byte_size": 64})
+        stream, deadline = f"KV_{subjects.SHM_BUCKET}", time.monotonic() + 30
+        while (await nc.jetstream().stream_info(stream)).state.messages != 1:  # only "kept"'s
+            assert time.monotonic() < deadline, "the delete markers are still there"
+            await asyncio.sleep(0.05)
+        assert registry.status("system") == [{"name": "kept", "key": segment, "offset": 0, "byte_size": 64}]
+    finally:
+        await registry.stop()
+        await nc.close()
