@@ -1,6 +1,6 @@
 """Structured output on the example LLM: how many sampled `json_schema` answers validate.
 
-    pip install '.[llm]' && python benchmarks/openai_structured.py --requests 200 --concurrency 8
+    pip install '.[llm]' && python -m benchmarks.openai_structured --requests 200 --concurrency 8
 
 Starts `shoal serve --openai-port` on free ports (the example repository), then sends
 `--requests` chat requests with `response_format: json_schema` (a person: a short name and an

@@ -1,6 +1,6 @@
 """Tool calling on the example LLM: how many sampled required calls parse and validate.
 
-    pip install '.[llm]' && python benchmarks/openai_tools.py --requests 50 --concurrency 8
+    pip install '.[llm]' && python -m benchmarks.openai_tools --requests 50 --concurrency 8
 
 Starts `shoal serve --openai-port` on free ports (the example repository), then sends
 `--requests` chat requests with two tools (a weather lookup whose arguments are a short city and
