@@ -309,8 +309,11 @@ class EnsembleRunner:
                             error = (exc.message, str(exc.code))
                             break
                         span = step_span(spans.active, request, sub) if request.traceparent and spans.active else None
-                        slots = self.slots.for_step((request.model, request.version), limit, step.index)
-                        task = asyncio.create_task(self._gated(slots, sub) if limit else self.call(sub))
+                        if limit:
+                            slots = self.slots.for_step((request.model, request.version), limit, step.index)
+                            task = asyncio.create_task(self._gated(slots, sub))
+                        else:
+                            task = asyncio.create_task(self.call(sub))
                         running[task] = (step, time.monotonic())
                         if span is not None:
                             traced[task] = span

@@ -178,15 +178,15 @@ class EnsembleStream:
         models see `is_cancelled()`); the plain step requests in flight drain, and the
         iterations they complete still reach the client before the error does (Triton
         drains in-flight steps too)."""
+        for waiters in self.waiters.values():  # first: a slot freed below must not start one of ours
+            for waiter in waiters:
+                waiter.withdraw()
+            waiters.clear()
         for task, scope, step in self.streams.values():
             task.cancel()
             scope.running -= 1
             self._free(step.index)
         self.streams.clear()
-        for waiters in self.waiters.values():
-            for waiter in waiters:
-                waiter.withdraw()
-            waiters.clear()
         for index, queue in self.held.items():
             for scope, _step in queue:
                 scope.running -= 1
