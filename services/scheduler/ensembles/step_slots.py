@@ -21,11 +21,12 @@ from collections.abc import Callable
 
 
 class Waiter:
-    """One launch waiting for a slot; `withdraw()` when it no longer wants one."""
+    """One launch waiting for a slot; `withdraw()` when it no longer wants one. `grant()` takes the
+    slot and says whether it did (False: it gave up a moment ago, the slot goes to the next)."""
 
     __slots__ = ("grant", "withdrawn")
 
-    def __init__(self, grant: Callable[[], None]) -> None:
+    def __init__(self, grant: Callable[[], bool]) -> None:
         self.grant = grant
         self.withdrawn = False
 
@@ -55,8 +56,15 @@ class Slots:
 
     async def acquire(self) -> None:
         """Wait (in order with every other ask) for a slot; cancelling the wait takes none."""
-        granted = asyncio.get_running_loop().create_future()
-        waiter = Waiter(lambda: granted.set_result(None))
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def take() -> bool:
+            if granted.done():  # its wait was cancelled before the withdrawal below could run
+                return False
+            granted.set_result(None)
+            return True
+
+        waiter = Waiter(take)
         self.ask(waiter)
         try:
             await granted
@@ -77,7 +85,8 @@ class Slots:
             if waiter.withdrawn:
                 continue
             self.used += 1
-            waiter.grant()
+            if not waiter.grant():
+                self.used -= 1
 
 
 class StepSlots:

@@ -215,12 +215,13 @@ class EnsembleStream:
         self.waiters[index].append(waiter)
         self.slots[index].ask(waiter)
 
-    def _granted(self, index: int) -> None:
+    def _granted(self, index: int) -> bool:
         """A slot of step `index` is ours: slots come in the order asked, so it is the oldest launch's."""
         scope, step = self.held[index].popleft()
         self.waiters[index].popleft()
         self.inflight[index] += 1
         self._start(scope, step)
+        return True
 
     def _free(self, index: int) -> None:
         self.inflight[index] -= 1

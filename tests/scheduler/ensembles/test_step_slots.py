@@ -15,7 +15,7 @@ def test_grants_in_the_order_asked_up_to_the_limit():
     slots = Slots(2)
     granted: list[int] = []
     for i in range(5):
-        slots.ask(Waiter(lambda i=i: granted.append(i)))
+        slots.ask(Waiter(lambda i=i: granted.append(i) or True))
     assert granted == [0, 1] and slots.waiting == 3
     slots.give_back()
     assert granted == [0, 1, 2]
@@ -27,15 +27,15 @@ def test_no_limit_grants_every_ask_at_once():
     slots = Slots(0)
     granted: list[int] = []
     for i in range(100):
-        slots.ask(Waiter(lambda i=i: granted.append(i)))
+        slots.ask(Waiter(lambda i=i: granted.append(i) or True))
     assert granted == list(range(100))
 
 
 def test_a_withdrawn_waiter_is_skipped():
     slots = Slots(1)
     granted: list[str] = []
-    gone = Waiter(lambda: granted.append("b"))
-    for waiter in (Waiter(lambda: granted.append("a")), gone, Waiter(lambda: granted.append("c"))):
+    gone = Waiter(lambda: granted.append("b") or True)
+    for waiter in (Waiter(lambda: granted.append("a") or True), gone, Waiter(lambda: granted.append("c") or True)):
         slots.ask(waiter)
     gone.withdraw()
     slots.give_back()
@@ -55,7 +55,7 @@ def test_never_more_in_flight_than_the_limit_and_nothing_lost(limit: int, action
     asked = 0
     for action in actions:
         if action == "ask":
-            waiting.append(Waiter(lambda n=asked: running.append(n)))
+            waiting.append(Waiter(lambda n=asked: running.append(n) or True))
             slots.ask(waiting[-1])
             asked += 1
         elif action == "end" and running:
@@ -97,3 +97,23 @@ def test_an_ensemble_reloaded_with_another_limit_gets_new_limiters():
     assert changed is not first and changed.limit == 3
     steps.forget("E")
     assert steps.for_step(("E", 1), 3, 0) is not changed
+
+
+def test_a_wait_cancelled_just_before_its_grant_takes_no_slot():
+    """The task awaiting a slot is cancelled (its future with it) and, before its handler runs, a
+    slot is given back: the grant is declined and the slot goes to the next in line."""
+
+    async def go() -> None:
+        slots = Slots(1)
+        await slots.acquire()
+        first = asyncio.create_task(slots.acquire())
+        second = asyncio.create_task(slots.acquire())
+        await asyncio.sleep(0)  # both wait
+        first.cancel()  # its future is cancelled now; its handler runs only at its next step...
+        slots.give_back()  # ...after the slot is freed
+        await asyncio.wait_for(second, 1)
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert slots.used == 1
+
+    asyncio.run(go())
