@@ -31,6 +31,7 @@ import tritonclient.http as httpclient
 
 from services.repository import examples
 from shoal import topology
+from shoal.autoscale.policy import Policy, Signals, pressure
 from tests.deploy.compose import Project, compose_command, engine_refused, run
 from tests.deploy.swarm import Stack, autoscaler, swarm_state
 from tests.deploy.test_compose import FAIL_WITHIN_S, READY_S, STARTING, check_fault, served
@@ -47,10 +48,13 @@ TARGET_QUEUE_MS = 150.0
 TARGET_PENDING = 3.0
 
 
+POLICY = Policy(target_queue_s=TARGET_QUEUE_MS / 1000, target_pending=TARGET_PENDING)
+
+
 def under_pressure(look: dict) -> bool:
     """The controller's look shows a signal over its target (shoal/autoscale/policy.py's rule 3)."""
-    per_worker = look["pending"] / max(look["replicas"], 1)
-    return look["oldest_wait_s"] * 1000 > TARGET_QUEUE_MS or per_worker > TARGET_PENDING
+    signals = Signals(pending=look["pending"], oldest_wait_s=look["oldest_wait_s"])
+    return pressure(POLICY, signals, look["replicas"]) > 1
 
 
 @pytest.fixture(scope="module")
