@@ -42,6 +42,7 @@ from shared.bus.holders import Holders
 from shared.bus.tensor_store import TensorStore
 from shared.errors import ShoalError, unavailable
 from shared.wire import subjects
+from shared.wire.deadlines import seconds_left
 from shared.wire.messages import (
     BatchDoneView,
     CancelRequest,
@@ -384,7 +385,7 @@ class Dispatcher:
             first = self._unserved.get(rid, (now, None))[0]
             waited = now - first
             delay = min(RETRY_MAX_S, max(RETRY_FIRST_S, waited))
-            left_s = _deadline_decoder.decode(sent[1]).deadline_ns / 1e9 - time.time()
+            left_s = seconds_left(_deadline_decoder.decode(sent[1]).deadline_ns)
             if waited + delay > SCHEDULER_WAIT_S or delay + RETRY_FIRST_S >= left_s:
                 give_up[rid] = f"{NO_SCHEDULER} for model '{model}' (waited {waited:.1f}s; is the scheduler running?)"
                 continue

@@ -55,6 +55,7 @@ from shared.process.logcontext import request_ids
 from shared.tracing import spans
 from shared.tracing.spans import Span, Tracing
 from shared.wire import subjects
+from shared.wire.deadlines import seconds_left
 from shared.wire.messages import InferRequest, InferResponse, TensorRef, encode
 from shared.wire.records import ModelRecord, ModelState
 from shared.wire.statistics import SchedulerStatistics, StepStats
@@ -374,7 +375,7 @@ class EnsembleRunner:
         """A step request sent once its step has a free slot (`max_inflight_requests`), within its
         deadline; the slot is given back when the answer comes (or the request is cancelled)."""
         try:
-            async with asyncio.timeout(max(0.001, (request.deadline_ns - time.time_ns()) / 1e9)):
+            async with asyncio.timeout(seconds_left(request.deadline_ns, 0.001)):
                 await slots.acquire()
         except TimeoutError:
             exc = unavailable("Request timeout expired")
@@ -386,7 +387,7 @@ class EnsembleRunner:
 
     async def call(self, request: InferRequest) -> InferResponse:
         """One step request to its member, answered (an error as a response, never raised)."""
-        timeout = max(0.001, (request.deadline_ns - time.time_ns()) / 1e9)
+        timeout = seconds_left(request.deadline_ns, 0.001)
         try:
             return await self.dispatcher.infer(request, timeout)
         except ShoalError as exc:

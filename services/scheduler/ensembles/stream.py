@@ -43,6 +43,7 @@ from shared.bus.tensor_store import TensorStore
 from shared.config.ensemble_graph import EnsembleGraph, Step, is_decoupled, max_inflight
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError
+from shared.wire.deadlines import seconds_left
 from shared.wire.messages import InferRequest, InferResponse, TensorRef, encode
 
 log = logging.getLogger("shoal.scheduler.ensemble")
@@ -270,7 +271,7 @@ class EnsembleStream:
         self.events.put_nowait((scope, step, response, True))
 
     async def _stream(self, scope: Scope[TensorRef], step: Step, sub: InferRequest) -> None:
-        timeout = max(0.001, (sub.deadline_ns - time.time_ns()) / 1e9)
+        timeout = seconds_left(sub.deadline_ns, 0.001)
         try:
             async for response in self.runner.dispatcher.stream(sub, timeout):
                 self.events.put_nowait((scope, step, response, not response.more))
@@ -310,7 +311,7 @@ class EnsembleStream:
             if name in scope.tensors:
                 self.owned.pop(id(ref), None)
             elif ref.data is None:
-                timeout = max(0.1, (self.request.deadline_ns - time.time_ns()) / 1e9)
+                timeout = seconds_left(self.request.deadline_ns, 0.1)
                 data = await self.runner.store.get(ref, timeout)
                 ref = TensorRef(name=ref.name, datatype=ref.datatype, shape=list(ref.shape), data=bytes(data))
             config = self.spec.output(name) if self.spec is not None else None

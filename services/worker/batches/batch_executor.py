@@ -37,6 +37,7 @@ from shared.config.datatypes import from_bytes
 from shared.errors import Code, ShoalError
 from shared.tracing import spans
 from shared.wire import subjects
+from shared.wire.deadlines import seconds_left
 from shared.wire.messages import ExecBatch, InferRequest, InferResponse, InstanceFree, RequestDone, SeqControl
 
 log = logging.getLogger("shoal.worker")
@@ -153,7 +154,7 @@ class BatchExecutor:
         try:
             for request in live:
                 try:
-                    timeout = max(0.1, (request.deadline_ns - time.time_ns()) / 1e9)
+                    timeout = seconds_left(request.deadline_ns, 0.1)
                     inputs = {
                         ref.name: from_bytes(await self.store.get(ref, timeout), ref.datatype, ref.shape)
                         for ref in request.inputs

@@ -3,14 +3,13 @@ rest inline (up to a per-response budget) or handed to the tensor store."""
 
 from __future__ import annotations
 
-import time
-
 from services.worker.backends.runner import Tensors
 from shared.bus.tensor_store import INLINE_BUDGET, TensorStore
 from shared.config.datatypes import protocol_dtype, to_bytes
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError
 from shared.memory.segments import region_too_small, write_region
+from shared.wire.deadlines import seconds_left
 from shared.wire.messages import InferRequest, InferResponse, TensorRef
 
 _Encoded = tuple[str, str, list[int], bytes | memoryview]
@@ -35,7 +34,7 @@ class Outputs:
         """Outputs inline up to a per-response budget (all out of line when the response must
         stay small: it rides in the scheduler's completion message). `partial`: a decoupled
         model's response carries the outputs it sent, not necessarily all asked for."""
-        ttl = max(1.0, (request.deadline_ns - time.time_ns()) / 1e9)
+        ttl = seconds_left(request.deadline_ns, 1.0)
         names = request.outputs or [o.name for o in spec.outputs]
         outputs = [_encode(spec, name, piece) for name in ([n for n in names if n in piece] if partial else names)]
         regions = request.output_regions

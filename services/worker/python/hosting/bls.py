@@ -17,7 +17,6 @@ import concurrent.futures
 import json
 import logging
 import queue
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from shared.config.datatypes import from_bytes, protocol_dtype, to_bytes
 from shared.errors import Code, ShoalError
 from shared.wire import subjects
 from shared.wire.control import LoadRequest, UnloadRequest
+from shared.wire.deadlines import seconds_left
 
 log = logging.getLogger("shoal.worker")
 
@@ -159,7 +159,7 @@ class BlsRuntime:
             [RequestedOutput(name, True) for name in request.requested_output_names()] or None,
             parameters,
         )
-        timeout_s = (deadline_ns - time.time_ns()) / 1e9 if deadline_ns else DEFAULT_TIMEOUT_S
+        timeout_s = seconds_left(deadline_ns) if deadline_ns else DEFAULT_TIMEOUT_S
         if request.timeout():  # microseconds, as Triton's
             timeout_s = min(timeout_s, request.timeout() / 1e6)
         return spec, resolved, parsed, max(0.001, timeout_s)
