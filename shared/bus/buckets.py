@@ -19,6 +19,7 @@ from nats.js.kv import KeyValue
 
 from shared.bus import nats_internals
 from shared.bus.connection import cluster_size, reconnects
+from shared.bus.patience import patiently
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -73,15 +74,8 @@ async def delete(kv: KeyValue, key: str) -> None:
 
 
 async def _leader_patient(write: Callable[[], Awaitable[T]]) -> T:
-    deadline = asyncio.get_running_loop().time() + LEADERLESS_S
-    while True:
-        try:
-            return await write()
-        except (nats.errors.NoRespondersError, NoStreamResponseError, nats.errors.TimeoutError):
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            log.info("a KV stream has no leader yet; writing again")
-            await asyncio.sleep(0.25)
+    leaderless = (nats.errors.NoRespondersError, NoStreamResponseError, nats.errors.TimeoutError)
+    return await patiently(write, leaderless, LEADERLESS_S, 0.25, 0.25, "a KV stream has no leader yet")
 
 
 KEYS_CONSUMER_IDLE_S = 5.0

@@ -3,13 +3,15 @@ models through `pb_utils.load_model`, PyTriton processes)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
+from collections.abc import Awaitable
 
 import msgspec
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
+from shared.bus.patience import patiently
 from shared.errors import Code, ShoalError, unavailable
 from shared.wire.control import DemandRequest, LoadRequest, RepositoryDone, UnloadRequest
 from shared.wire.messages import ErrorReply
@@ -30,21 +32,15 @@ async def repository_call(nc: NATS, subject: str, request: RepositoryRequest, ti
     gateway's own may beat), and a load asked then failed at once with a 503. For `AWAY_S` at
     most: a repository that is gone answers the client within seconds, not at `timeout`."""
     payload = msgspec.json.encode(request)
-    started = time.monotonic()
-    deadline = started + timeout
-    pause = FIRST_PAUSE_S
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            reply = await nc.request(subject, payload, timeout=max(left, 0.001))
-            break
-        except NoRespondersError as exc:
-            if min(left, started + AWAY_S - time.monotonic()) <= pause:
-                raise _unavailable(exc) from None
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, LONGEST_PAUSE_S)
-        except Exception as exc:
-            raise _unavailable(exc) from None
+    deadline = time.monotonic() + timeout
+
+    def ask() -> Awaitable[Msg]:
+        return nc.request(subject, payload, timeout=max(deadline - time.monotonic(), 0.001))
+
+    try:
+        reply = await patiently(ask, (NoRespondersError,), min(timeout, AWAY_S), FIRST_PAUSE_S, LONGEST_PAUSE_S)
+    except Exception as exc:
+        raise _unavailable(exc) from None
     if reply.data[:1] != b"{":  # an error is msgpack, a success JSON
         error = msgspec.msgpack.decode(reply.data, type=ErrorReply)
         raise ShoalError(error.error, Code(error.code))
