@@ -103,7 +103,10 @@ def exported_models(root: Path) -> None:
     """The ExportedPrograms, a package that is no archive, and configs Triton's names refuse."""
     a, b, opt, k = rows(2)
     complex_ep = torch.export.export(
-        Complex(), (a, b, {"opt": opt}), {"k": k}, dynamic_shapes=({0: BATCH}, {0: BATCH}, {"opt": {0: BATCH}}, {0: BATCH})
+        Complex(),
+        (a, b, {"opt": opt}),
+        {"k": k},
+        dynamic_shapes=({0: BATCH}, {0: BATCH}, {"opt": {0: BATCH}}, {0: BATCH}),
     )
     _write(root, "pt2_complex", COMPLEX_CONFIG, complex_ep)
     bf16 = torch.export.export(Doubler(), (torch.ones(2, 3, dtype=torch.bfloat16),))
