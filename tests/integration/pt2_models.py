@@ -111,6 +111,10 @@ def exported_models(root: Path) -> None:
     _write(root, "pt2_complex", COMPLEX_CONFIG, complex_ep)
     bf16 = torch.export.export(Doubler(), (torch.ones(2, 3, dtype=torch.bfloat16),))
     _write(root, "pt2_bf16", BF16_CONFIG, bf16)
+    # the program answers INT64 where the config says FP32
+    wrong_type = BF16_CONFIG.replace("TYPE_BF16", "TYPE_INT64", 1).replace("TYPE_BF16", "TYPE_FP32")
+    longs = torch.export.export(Doubler(), (torch.ones(2, 3, dtype=torch.int64),))
+    _write(root, "pt2_wrong_type", _config(wrong_type, "pt2_wrong_type"), longs)
     _write(root, "pt2_bad_file", _config(AOTI_CONFIG, "pt2_bad_file"), b"not a PT2 archive")
     add_sub = torch.export.export(AddSub(), rows(2)[:2], dynamic_shapes=({0: BATCH}, {0: BATCH}))
     one_input = '\ninput [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]'

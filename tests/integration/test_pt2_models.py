@@ -139,3 +139,16 @@ def test_a_shape_the_program_was_not_exported_for_is_its_execution_failure(pt2_c
     ok = np.ones((2, 4), np.float32)
     got = _infer(running, "http", "pt2_static", {"INPUT__0": ok, "INPUT__1": ok}, ["OUTPUT__0"])
     np.testing.assert_array_equal(got["OUTPUT__0"], ok + ok)
+
+
+def test_an_output_of_another_datatype_than_the_configs_is_tritons_error(pt2_cluster):
+    from tritonclient.utils import InferenceServerException
+
+    tensor = httpclient.InferInput("INPUT__0", [2, 3], "INT64")
+    tensor.set_data_from_numpy(np.ones((2, 3), np.int64))
+    with pytest.raises(InferenceServerException) as error:
+        _client(pt2_cluster[0], "http").infer("pt2_wrong_type", [tensor])
+    assert error.value.status() == "500"
+    assert error.value.message().endswith(
+        'output tensor "RESULT" has datatype TYPE_INT64 but model configuration expects TYPE_FP32.'
+    )
