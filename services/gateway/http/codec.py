@@ -343,7 +343,9 @@ def _parse_output(raw: Any) -> RequestedOutput:
 
 def json_values(datatype: str, shape: list[int], data: memoryview | bytes) -> Any:
     if datatype in ("FP16", "BF16"):
-        raise invalid(f"sending {datatype} data via JSON is not supported. Please use the binary data format")
+        raise invalid(
+            f"sending {datatype} data via JSON is not supported. Please use the binary data format for output"
+        )
     if datatype == "BYTES":
         from shared.config.datatypes import deserialize_bytes
 

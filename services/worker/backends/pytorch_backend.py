@@ -1,4 +1,5 @@
-"""The PyTorch backend: TorchScript `model.pt` files (`platform: "pytorch_libtorch"`, `backend: "pytorch"`).
+"""The PyTorch backend: TorchScript `model.pt` files (`platform: "pytorch_libtorch"`, `backend: "pytorch"`),
+and PyTorch 2 programs (`model.pt2`, `platform: "torch_aoti"`: `pt2_backend`), chosen by the platform as in Triton.
 
 One `torch.jit.load`ed module per instance, run under `torch.inference_mode()` on the
 instance's own thread. KIND_CPU instances run on the CPU, KIND_GPU instances on
@@ -17,64 +18,34 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import torch
 
 from services.worker.backends import Backend, Placement
+from services.worker.backends.pt2_backend import Pt2Instance
 from services.worker.backends.runner import BatchedRunner
 from services.worker.backends.torch_names import bind_inputs, bind_outputs
+from services.worker.backends.torch_tensors import flag, to_numpy, to_torch, torch_device
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError, invalid, unavailable
 
 log = logging.getLogger("shoal.worker")
-_BF16 = np.dtype(ml_dtypes.bfloat16)
 _inter_op_set = False  # torch allows setting the inter-op pool size once per process
-
-
-def _flag(value: str, default: bool) -> bool:
-    return default if not value else value.strip().lower() in ("1", "true", "yes", "on")
-
-
-def to_torch(array: np.ndarray, device: torch.device) -> Any:
-    if array.dtype == object:  # BYTES: TorchScript takes List[str]
-        return [x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in array.reshape(-1)]
-    if array.dtype == _BF16:
-        tensor = torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
-    else:
-        # inputs read from a request buffer are read-only: a model may write into its inputs
-        tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
-    return tensor.to(device) if device.type != "cpu" else tensor
-
-
-def to_numpy(value: Any, name: str) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        value = value.detach()
-        if value.device.type != "cpu":
-            value = value.cpu()
-        if value.dtype == torch.bfloat16:
-            return value.contiguous().view(torch.int16).numpy().view(_BF16)
-        return value.contiguous().numpy()
-    if isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
-        return np.array([x.encode("utf-8") for x in value], dtype=object)
-    raise ShoalError(
-        f"output '{name}' of the model is a {type(value).__name__}, not a tensor or a list of strings", Code.INTERNAL
-    )
 
 
 class TorchInstance(BatchedRunner):
     def __init__(self, spec: ModelSpec, path: Path, placement: Placement) -> None:
         super().__init__(spec)
         kind, name = placement.kind, placement.name
-        self.device = self._device(kind, placement.device)
+        self.device = torch_device(kind, placement.device)
         parameters = spec.parameters
         self.threads = int(parameters.get("INTRA_OP_THREAD_COUNT", "0") or 0) or placement.threads
         # torch's intra-op pool size is process-wide (checked: a set in one thread applies to all):
         # the latest model loaded sets it, to its per-instance share of the worker's cores
         torch.set_num_threads(max(1, self.threads))
         self._set_inter_op(int(parameters.get("INTER_OP_THREAD_COUNT", "0") or 0))
-        self.inference_mode = _flag(parameters.get("INFERENCE_MODE", ""), True)
-        self.optimized = not _flag(parameters.get("DISABLE_OPTIMIZED_EXECUTION", ""), False)
+        self.inference_mode = flag(parameters.get("INFERENCE_MODE", ""), True)
+        self.optimized = not flag(parameters.get("DISABLE_OPTIMIZED_EXECUTION", ""), False)
         try:
             self.module = torch.jit.load(str(path), map_location=self.device if kind != "KIND_MODEL" else None)
         except Exception as exc:  # not a TorchScript archive, or saved from an incompatible torch
@@ -93,19 +64,6 @@ class TorchInstance(BatchedRunner):
             self.inputs.convention,
             tuple(arguments),
         )
-
-    @staticmethod
-    def _device(kind: str, device: int) -> torch.device:
-        if kind != "KIND_GPU":
-            return torch.device("cpu")
-        if not torch.cuda.is_available():
-            raise unavailable(
-                "instance kind KIND_GPU needs a CUDA build of torch and an NVIDIA GPU "
-                f"(this torch {torch.__version__} sees none)"
-            )
-        if device >= torch.cuda.device_count():
-            raise unavailable(f"GPU {device} is not visible to torch ({torch.cuda.device_count()} device(s))")
-        return torch.device(f"cuda:{device}")
 
     @staticmethod
     def _set_inter_op(count: int) -> None:
@@ -170,4 +128,10 @@ class TorchInstance(BatchedRunner):
             torch.cuda.empty_cache()
 
 
-BACKEND = Backend("model.pt", TorchInstance, shares_cores=True)
+def instance(spec: ModelSpec, path: Path, placement: Placement) -> BatchedRunner:
+    """Triton's PyTorch backend picks the PT2 runtime by the platform alone (`torch_aoti`)."""
+    factory = Pt2Instance if spec.platform == "torch_aoti" else TorchInstance
+    return factory(spec, path, placement)
+
+
+BACKEND = Backend("model.pt", instance, shares_cores=True)
