@@ -122,6 +122,46 @@ CALLERS = {
     ),
 }
 
+# two streams to the one-instance callee: the second waits in its queue behind the first and is
+# cancelled there; its iterator ends with the scheduler's CANCELLED answer (SUM: what it yielded)
+QUEUED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def stream(value, ignore_cancel, delay_ms):
+    inputs = [
+        value,
+        pb_utils.Tensor("MAX_RESPONSE_COUNT", np.array([20], dtype=np.int32)),
+        pb_utils.Tensor("DELAY", np.array([delay_ms], dtype=np.int32)),
+        pb_utils.Tensor("IGNORE_CANCEL", np.array([ignore_cancel], dtype=np.bool_)),
+    ]
+    request = pb_utils.InferenceRequest(
+        model_name="response_sender_until_cancelled", inputs=inputs, requested_output_names=["OUTPUT"]
+    )
+    return request.exec(decoupled=True)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        value = pb_utils.get_input_tensor_by_name(requests[0], "INPUT")
+        first = stream(value, False, 60000)  # holds the instance until cancelled
+        first_response = next(iter(first))  # it runs: the second one must queue
+        second = stream(value, False, 20)
+        second.cancel()
+        errors = [r.error() for r in second if r.has_error()]
+        total = len([r for r in second if not r.has_error()])
+        first.cancel()
+        rest = list(first)
+        is_cancelled = bool(errors) and errors[0].code() == pb_utils.TritonError.CANCELLED
+        is_cancelled = is_cancelled and not first_response.has_error() and rest[-1].has_error()
+        outputs = [
+            pb_utils.Tensor("SUM", np.array([total], dtype=np.int32)),
+            pb_utils.Tensor("IS_CANCELLED", np.array([is_cancelled], dtype=np.bool_)),
+        ]
+        return [pb_utils.InferenceResponse(output_tensors=outputs)]
+"""
+
 CALLER_CONFIG = """
 name: "{name}"
 backend: "python"
@@ -146,6 +186,6 @@ def _model(root: Path, name: str, source: str, config: str) -> None:
 
 def write_models(root: Path) -> Path:
     _model(root, "response_sender_until_cancelled", CALLEE, CALLEE_CONFIG)
-    for name, source in CALLERS.items():
+    for name, source in {**CALLERS, "decoupled_bls_cancel_queued": QUEUED}.items():
         _model(root, name, source, CALLER_CONFIG.format(name=name))
     return root

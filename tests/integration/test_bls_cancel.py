@@ -58,7 +58,7 @@ def pending(metrics_port: int, model: str) -> float:
 
 
 def nothing_pending(served: tuple[Serve, int, int]) -> None:
-    for model in (CALLEE, *models.CALLERS):
+    for model in (CALLEE, *models.CALLERS, "decoupled_bls_cancel_queued"):
         wait_until(lambda m=model: pending(served[2], m) == 0, 30, f"{model} has nothing pending")
 
 
@@ -82,6 +82,13 @@ def test_cancel_after_the_cancelled_stream_ended_is_a_no_op(served):
     """qa test_decoupled_bls_cancel_after_cancellation."""
     total, cancelled = call(served, "decoupled_bls_cancel_after_complete", 10, False)
     assert 10 <= total < 20 and cancelled
+
+
+def test_a_stream_cancelled_in_its_queue_ends_with_cancelled(served):
+    """Triton's core finishes a request cancelled in its queue with CANCELLED: the caller's
+    iterator ends at once with that error, no response of the callee (which never ran it)."""
+    assert call(served, "decoupled_bls_cancel_queued", 1, False) == (0, True)
+    nothing_pending(served)
 
 
 def test_cancel_after_the_stream_completed_is_a_no_op(served):
