@@ -162,8 +162,7 @@ class Dispatcher:
             self._enqueue(request, not request.sequence_id)
             return await future
         except asyncio.CancelledError:  # the client went away: take the request out of its queue
-            cancel = CancelRequest(request.rid, request.model, request.version)
-            await self.nc.publish(subjects.SCHEDULER_CANCEL, encode(cancel))
+            await self.cancel(request)
             raise
         finally:
             timer.cancel()
@@ -190,10 +189,16 @@ class Dispatcher:
         away or gave up), and the responses nobody will read released."""
         self._forget(request.rid)
         if not finished:
-            cancel = CancelRequest(request.rid, request.model, request.version)
-            await self.nc.publish(subjects.SCHEDULER_CANCEL, encode(cancel))
+            await self.cancel(request)
         while not queue.empty():
             await self.store.release_remote(queue.get_nowait().outputs)
+
+    async def cancel(self, request: InferRequest) -> None:
+        """Tell the scheduler and the model running it that nobody wants `request` any more: it
+        leaves its queue, a python model sees `is_cancelled()`. A stream still open keeps
+        receiving what the model sends until its final response (a BLS `cancel()`)."""
+        cancel = CancelRequest(request.rid, request.model, request.version)
+        await self.nc.publish(subjects.SCHEDULER_CANCEL, encode(cancel))
 
     def _forget(self, rid: str) -> None:
         self._pending.pop(rid, None)

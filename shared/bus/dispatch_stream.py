@@ -6,11 +6,16 @@ is compiled (shoal/compiled_modules.py)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from typing import Protocol
 
 from shared.errors import unavailable
 from shared.wire.messages import InferRequest, InferResponse
+
+# who wants to know the request a stream opened, in the context that opens it: a BLS stream the
+# model cancels keeps reading, so it must name the request to cancel without closing the stream
+opened: ContextVar[Callable[[InferRequest], None] | None] = ContextVar("opened", default=None)
 
 
 class Streams(Protocol):
@@ -30,6 +35,8 @@ async def responses(dispatcher: Streams, request: InferRequest, timeout: float) 
     deadline = loop.time() + timeout
     finished = False
     queue = dispatcher.open_stream(request)
+    if (tell := opened.get()) is not None:
+        tell(request)
     try:
         while not finished:
             try:

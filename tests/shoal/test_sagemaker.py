@@ -1,6 +1,7 @@
 """`shoal serve --allow-sagemaker=true` as qa/L0_sagemaker runs tritonserver (its `serve` script sets
 SAGEMAKER_TRITON_DEFAULT_MODEL_NAME and the port): sagemaker_test.py's requests against /ping and
-/invocations, and what Shoal answers to the multi-model API it does not implement."""
+/invocations, and the multi-model API outside explicit mode (tests/shoal/test_sagemaker_multi_model.py
+has the rest)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import urllib.request
 
 import pytest
 
+from services.repository.service import NOT_EXPLICIT
 from shared.process.natsserver import free_port
 from shoal.cli import parse_serve
 from tests.shoal.cloud_requests import DATA, check, post, request_body
@@ -74,11 +76,15 @@ def test_a_malformed_binary_content_type_is_a_400_and_the_server_lives_on(sagema
     assert urllib.request.urlopen(f"{sagemaker[1]}/ping", timeout=30).status == 200
 
 
-def test_the_multi_model_api_says_it_is_not_there(sagemaker):
-    for method, path in (("GET", "/models"), ("POST", "/models"), ("POST", "/models/addsub/invoke")):
-        status, _, content = post(f"{sagemaker[1]}{path}", b"{}", {}, method=method)
-        assert status == 501 and "multi-model API (/models) is not supported" in json.loads(content)["error"]
-    assert post(f"{sagemaker[1]}/elsewhere", b"", {})[0] == 400
+def test_the_multi_model_api_outside_explicit_mode(sagemaker, tmp_path):
+    """tritonserver registers no repository unless in explicit mode; Shoal's load answers with the
+    load API's refusal. Nothing is listed, and the repository's own model is not a multi-model one."""
+    body = json.dumps({"model_name": "m", "url": str(addsub_repository(tmp_path) / "addsub")}).encode()
+    status, _, content = post(f"{sagemaker[1]}/models", body, {"Content-Type": "application/json"})
+    assert status == 400 and json.loads(content) == {"error": NOT_EXPLICIT}
+    status, _, content = post(f"{sagemaker[1]}/models", b"", {}, method="GET")
+    assert status == 200 and json.loads(content) == {"models": []}
+    assert post(f"{sagemaker[1]}/models/addsub/invoke", request_body()[0], {})[0] == 404
 
 
 def test_an_unknown_inference_type_or_a_port_outside_the_safe_range_stops_the_start(monkeypatch):

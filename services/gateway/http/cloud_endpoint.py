@@ -78,6 +78,41 @@ async def serve(
     await send({"type": "http.response.body", "body": content})
 
 
+async def ask(http: HttpApp, scope: Scope, method: str, path: str, body: bytes = b"") -> Answer:
+    """The HTTP app's answer to `method path` with `body` and the request's headers (a cloud route
+    made of several of the HTTP API's requests: SageMaker's multi-model load)."""
+    scope = at(scope, method, path)
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in (b"content-length", b"content-type")]
+    headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    scope["headers"] = headers
+    claim = http.claim(method, path)
+    if claim is not None:
+        return await http.respond(claim, headers, body, len(body), Disconnect(_nothing))
+    sent: list[bytes] = []
+    start: dict[str, Any] = {}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            start.update(message)
+        else:
+            sent.append(message.get("body", b""))
+
+    await http(scope, receive, send)
+    answered = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in start.get("headers", [])}
+    return start.get("status", 500), b"".join(sent), answered
+
+
+async def answer(send: Channel, reply: Answer) -> None:
+    status, content, headers = reply
+    raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items() if k != "content-length"]
+    raw.append((b"content-length", str(len(content)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": content})
+
+
 async def status(send: Channel, code: int) -> None:
     """An empty answer, as tritonserver's `evhtp_send_reply` with no body."""
     await send({"type": "http.response.start", "status": code, "headers": [(b"content-length", b"0")]})

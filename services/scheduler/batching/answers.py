@@ -12,6 +12,7 @@ from shared.errors import Code
 from shared.wire.messages import InferResponse, RequestHeader, encode
 
 Publish = Callable[[str, bytes], Awaitable[None]]
+CANCELLED = "Request was cancelled"  # Triton's core gives the status CANCELLED and no text
 
 
 class Answers:
@@ -40,6 +41,12 @@ class Answers:
             await self.publish(reply, due)
 
     async def dropped(self, queue: ModelQueue, header: RequestHeader, reason: FailReason) -> None:
-        """Nobody waits for its answer any more (past its deadline, cancelled): counted, not answered."""
+        """It leaves its queue unrun (past its deadline, cancelled): counted. A cancelled one is
+        answered CANCELLED, as Triton's core finishes a cancelled request it held: a python model
+        that cancelled its BLS stream reads on until that answer (a client that went away is
+        forgotten by its gateway, which drops it); one past its deadline is not answered."""
         queue.stats.record_request(False, time.time_ns() - header.received_ns, reason, responded=False)
-        await self.finish(queue, header, None)
+        answer = None
+        if reason is FailReason.CANCELED:
+            answer = encode(InferResponse(header.rid, error=CANCELLED, code=Code.CANCELLED))
+        await self.finish(queue, header, answer)

@@ -136,7 +136,7 @@ async def test_a_request_that_never_ran_goes_back_to_the_head():
     assert [p.header.rid for p in batcher.requests] == ["again", "later"]
 
 
-async def test_a_cancelled_request_leaves_unanswered_and_counted():
+async def test_a_cancelled_request_leaves_its_queue_dropped_as_cancelled():
     batcher, queue, host = bench({"dynamic_batching": {}})
     await batcher.admit(queue, pending("a"))
     await batcher.cancel(queue, "a")

@@ -22,6 +22,7 @@ from services.scheduler.sequences.sequence_batcher import SequenceBatcher
 from services.scheduler.tasks import Tasks
 from shared.bus import connection
 from shared.config.model_config import spec_from_json
+from shared.errors import Code
 from shared.wire.messages import (
     CreditsRevoked,
     ExecBatch,
@@ -190,7 +191,8 @@ async def test_a_revoked_generation_takes_its_credits_along(bench):
     assert list(bench.queue.free) == [new]
 
 
-async def test_a_cancelled_request_leaves_the_queue_or_its_waiting_batch_unanswered(bench):
+async def test_a_cancelled_request_leaves_the_queue_or_its_waiting_batch_answered_cancelled(bench):
+    """As Triton's core finishes a request cancelled in its queue (a BLS stream reads to that answer)."""
     for rid in ("running", "ahead", "queued"):
         await bench.admit(rid)
     queue, pending = bench.queue, bench.taken()
@@ -203,7 +205,11 @@ async def test_a_cancelled_request_leaves_the_queue_or_its_waiting_batch_unanswe
     await bench.pump.cancel(queue, "ahead")
     await bench.pump.cancel(queue, "running")  # running: it finishes
     assert bench.pump.pending(queue) == 0 and not bench.requests
-    assert queue.stats.fail_reasons == {"CANCELED": 2} and bench.answers == {}
+    assert queue.stats.fail_reasons == {"CANCELED": 2}
+    await until(lambda: len(bench.answers) == 2)
+    assert {rid: (a.code, a.error) for rid, a in bench.answers.items()} == {
+        rid: (Code.CANCELLED, "Request was cancelled") for rid in ("queued", "ahead")
+    }
 
 
 async def test_a_reload_keeps_the_queue_its_discipline_serves_and_replaces_the_others(bench):

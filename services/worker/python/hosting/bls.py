@@ -27,6 +27,7 @@ from inference.models import ModelRegistry
 from inference.shm import ShmRegistry
 from inference.types import InputTensor, OutputTensor, ParsedRequest, RequestedOutput, TraceFrom
 from services.worker.python.triton_api import pb_utils
+from shared.bus import dispatch_stream
 from shared.bus.dispatch import Dispatcher
 from shared.bus.repository_client import RepositoryRequest, repository_call
 from shared.bus.tensor_store import TensorStore
@@ -35,6 +36,7 @@ from shared.errors import Code, ShoalError
 from shared.wire import subjects
 from shared.wire.control import LoadRequest, UnloadRequest
 from shared.wire.deadlines import seconds_left
+from shared.wire.messages import InferRequest
 
 log = logging.getLogger("shoal.worker")
 
@@ -91,11 +93,15 @@ class BlsRuntime:
     def stream(self, request: pb_utils.InferenceRequest, deadline_ns: int) -> pb_utils.ResponseIterator:
         """A decoupled target's responses, in order, as python_backend's blocking iterator for model
         code. The request starts now (a model may start a few before reading any); a model that
-        stops reading early cancels the rest (the target is told, as for a client disconnect)."""
+        stops reading early cancels the rest (the target is told, as for a client disconnect).
+        The iterator's `cancel()` tells the target and keeps reading: what the target sends until
+        its final response (a CANCELLED error, or all it meant to send) still comes, as in Triton."""
         answers: queue.Queue = queue.Queue()
         done = object()
+        cancelling = StreamCancel(self.dispatcher)
 
         async def pump() -> None:
+            dispatch_stream.opened.set(cancelling.opened)  # this task's context only
             try:
                 async for response in self._stream(request, deadline_ns):
                     answers.put(response)
@@ -113,7 +119,11 @@ class BlsRuntime:
             finally:
                 future.cancel()  # closes the stream, whose cleanup sends the cancel
 
-        return pb_utils.ResponseIterator(responses(), future.cancel)
+        def cancel() -> None:
+            # python_backend's cancel() returns once the server has the cancellation
+            asyncio.run_coroutine_threadsafe(cancelling.cancel(), self.loop).result()
+
+        return pb_utils.ResponseIterator(responses(), cancel)
 
     def is_model_ready(self, model_name: str, model_version: str = "") -> bool:
         asyncio.run_coroutine_threadsafe(self._ensure_started(), self.loop).result()
@@ -184,6 +194,29 @@ class BlsRuntime:
                     yield _response(item.outputs, item.parameters)
         except ShoalError as exc:
             yield pb_utils.InferenceResponse(error=triton_error(exc))
+
+
+class StreamCancel:
+    """A BLS stream's `cancel()`, on the worker's loop: the request is known once the stream opens
+    it (`dispatch_stream.opened`); a cancel asked before that is sent when it opens."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+        self.request: InferRequest | None = None
+        self.wanted = False
+        self.late: asyncio.Future[None] | None = None  # a cancel sent at the opening, held till done
+
+    def opened(self, request: InferRequest) -> None:
+        self.request = request
+        if self.wanted:
+            self.late = asyncio.ensure_future(self.dispatcher.cancel(request))
+
+    async def cancel(self) -> None:
+        if self.wanted:  # once, as Triton's: the flag only moves from false to true
+            return
+        self.wanted = True
+        if self.request is not None:
+            await self.dispatcher.cancel(self.request)
 
 
 def _trace(request: pb_utils.InferenceRequest) -> TraceFrom | None:

@@ -269,7 +269,8 @@ class InferenceRequest:
 class ResponseIterator:
     """A decoupled BLS request's responses, as python_backend's `ResponseIterator`: `next` blocks
     for the next response; once the last one is read, iterating again replays them all from the
-    first. `cancel()` asks the target to stop."""
+    first. `cancel()` asks the target to stop; what it still sends, up to its final response (a
+    CANCELLED error if it honours the cancel), is read as before. After the final one, a no-op."""
 
     def __init__(self, responses: Iterator[InferenceResponse], cancel: Callable[[], Any]) -> None:
         self._source = responses
@@ -299,7 +300,8 @@ class ResponseIterator:
         return response
 
     def cancel(self) -> None:
-        self._cancel()
+        if not self._finished:
+            self._cancel()
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:

@@ -96,8 +96,21 @@ def test_response_iterator_replays_once_finished_as_python_backends():
     assert list(iterator) == responses  # finished: a new loop starts from the first
     with pytest.raises(StopIteration):
         next(iterator)
+    iterator.cancel()  # after the final response: nothing to cancel (python_backend's is_finished_)
+    assert cancelled == []
+
+
+def test_cancel_asks_the_target_and_the_iterator_reads_on():
+    """python_backend's cancel() only asks: what the target still sends, up to its final
+    response (a CANCELLED error when it honours the cancel), is read as before."""
+    cancelled: list[bool] = []
+    error = pb_utils.TritonError("request has been cancelled", pb_utils.TritonError.CANCELLED)
+    responses = [pb_utils.InferenceResponse(), pb_utils.InferenceResponse(error=error)]
+    iterator = pb_utils.ResponseIterator(iter(responses), lambda: cancelled.append(True))
+    assert next(iterator) is responses[0]
     iterator.cancel()
     assert cancelled == [True]
+    assert list(iterator) == responses[1:]
 
 
 def test_async_exec_decoupled_awaits_to_the_iterator_exec_returns():
