@@ -85,7 +85,7 @@ def pipeline_bytes(dali: Any, spec: ModelSpec, version_dir: Path) -> bytes:
         return _autoserialize(dali, definition)
     raise unavailable(
         f"unable to find '{version_dir / (spec.default_model_filename or 'model.dali')}' or '{definition}' "
-        f"for model '{spec.name}'"
+        f"for model '{spec.model_name}'"
     )
 
 
@@ -112,7 +112,7 @@ class DaliInstance(BatchedRunner):
                 else " (a KIND_CPU instance runs CPU operators only: GPU and mixed ones need KIND_GPU)"
             )
             raise internal(
-                f"DALI could not build the pipeline of model '{spec.name}'{where}: {str(exc).splitlines()[0]}"
+                f"DALI could not build the pipeline of model '{spec.model_name}'{where}: {str(exc).splitlines()[0]}"
             ) from None
         self.names = [tensor.name for tensor in spec.outputs]
 

@@ -104,7 +104,9 @@ def parse(spec: ModelSpec) -> FilParameters:
         is_classifier = _bool(spec, "is_classifier", None)
     predictor = spec.parameters.get("shoal.fil_predictor", "library")
     if predictor not in ("library", "treelite"):
-        raise invalid(f"model '{spec.name}': shoal.fil_predictor must be 'library' or 'treelite', got '{predictor}'")
+        raise invalid(
+            f"model '{spec.model_name}': shoal.fil_predictor must be 'library' or 'treelite', got '{predictor}'"
+        )
     return FilParameters(
         model_type=model_type,
         is_classifier=is_classifier,
@@ -146,10 +148,10 @@ def treeshap_shape(spec: ModelSpec, library: str) -> list[int] | None:
     if output is None:
         return None
     if output.datatype != "FP32":
-        raise invalid(f"model '{spec.name}': {SHAP} must be TYPE_FP32, got TYPE_{output.datatype}")
+        raise invalid(f"model '{spec.model_name}': {SHAP} must be TYPE_FP32, got TYPE_{output.datatype}")
     if library == "treelite":
         raise unsupported(
-            f"model '{spec.name}': {SHAP} needs the model's own library (xgboost or lightgbm): treelite, "
+            f"model '{spec.model_name}': {SHAP} needs the model's own library (xgboost or lightgbm): treelite, "
             "which runs this model, computes no SHAP values"
         )
     return squeezed_shape(output.reshape if output.reshape is not None else output.dims)
@@ -161,7 +163,9 @@ class FilInstance(BatchedRunner):
         self.params = parse(spec)
         output = spec.output(OUTPUT)
         if spec.input(INPUT) is None or output is None:
-            raise invalid(f"model '{spec.name}': the FIL backend reads input '{INPUT}' and answers output '{OUTPUT}'")
+            raise invalid(
+                f"model '{spec.model_name}': the FIL backend reads input '{INPUT}' and answers output '{OUTPUT}'"
+            )
         if placement.kind == "KIND_GPU":
             log.warning(
                 "model '%s' instance '%s': Shoal runs FIL on the CPU (KIND_GPU asked)", spec.name, placement.name
@@ -196,7 +200,7 @@ class FilInstance(BatchedRunner):
         if values.size != int(np.prod(shape)):
             per_row, classes = values.size // len(rows), values.shape[1]
             raise invalid(
-                f"model '{self.spec.name}': {SHAP} has {per_row} values per row ({classes} class(es) x "
+                f"model '{self.spec.model_name}': {SHAP} has {per_row} values per row ({classes} class(es) x "
                 f"{rows.shape[1] + 1}: the features and the bias), its dims in the model configuration "
                 f"hold {int(np.prod(shape)) // len(rows)}"
             )

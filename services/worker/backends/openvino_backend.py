@@ -106,7 +106,7 @@ class OpenVinoInstance(BatchedRunner):
             raise unavailable(f"the OpenVINO backend needs the openvino package: {EXTRA}")
         if placement.kind != "KIND_CPU":
             raise invalid(
-                f"unable to load model '{spec.name}', Triton OpenVINO backend supports only Kind CPU and AUTO"
+                f"unable to load model '{spec.model_name}', Triton OpenVINO backend supports only Kind CPU and AUTO"
             )
         core = ov.Core()
         extension = spec.parameters.get("CPU_EXTENSION_PATH", "")
@@ -143,7 +143,7 @@ class OpenVinoInstance(BatchedRunner):
         inputs, outputs = _ports(list(model.inputs)), _ports(list(model.outputs))
         if len(model.inputs) != len(spec.inputs):
             raise invalid(
-                f"unable to load model '{spec.name}', configuration expects {len(spec.inputs)} inputs, "
+                f"unable to load model '{spec.model_name}', configuration expects {len(spec.inputs)} inputs, "
                 f"model provides {len(model.inputs)}"
             )
         for tensors, ports, what in ((spec.inputs, inputs, "input"), (spec.outputs, outputs, "output")):
@@ -153,7 +153,7 @@ class OpenVinoInstance(BatchedRunner):
                     raise invalid(f"unexpected inference {what} '{tensor.name}', allowed {what}s are: {allowed}")
                 if tensor.datatype not in ELEMENTS:
                     raise internal(
-                        f"unsupported datatype TYPE_{tensor.datatype} for {what} '{tensor.name}' for model '{spec.name}'"
+                        f"unsupported datatype TYPE_{tensor.datatype} for {what} '{tensor.name}' for model '{spec.model_name}'"
                     )
         batching = spec.max_batch_size > 0
         shapes = {}
@@ -181,7 +181,7 @@ class OpenVinoInstance(BatchedRunner):
         if shape.rank.is_static and shape.rank.get_length() != expected:
             full = f"[{', '.join(str(d) for d in ([-1] if batching else []) + list(dims))}]"
             raise invalid(
-                f"model '{spec.name}', tensor '{tensor.name}': the model expects {shape.rank.get_length()} "
+                f"model '{spec.model_name}', tensor '{tensor.name}': the model expects {shape.rank.get_length()} "
                 f"dimensions (shape {_shape_text(shape)}) but the model configuration specifies {expected} "
                 f"dimensions (shape {full})"
             )
