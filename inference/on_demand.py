@@ -34,7 +34,11 @@ class DemandLoads:
 
     def loads(self, name: str) -> bool:
         """Whether a request for `name` may load it (the repository runs on demand and holds it)."""
-        record = self.registry.records.get(name)
+        try:
+            key = self.registry.identity(name)  # with namespacing: a client's name is one model's, or none
+        except ShoalError:
+            return False  # several repositories hold it: the request gets Triton's ambiguity error
+        record = self.registry.records.get(key)
         return record is not None and record.on_demand
 
     async def resolve(
@@ -42,15 +46,16 @@ class DemandLoads:
     ) -> tuple[ModelSpec, int]:
         """The model and version once loaded; `missing` (why it could not be resolved) when the
         model is not one that loads on demand."""
-        if not self.loads(name):
+        key = self.registry.identity(name)  # with namespacing, the one model of that name (else Triton's error)
+        if not self.loads(key):
             raise missing
         timeout = timeout_s or self.timeout_s
-        task = self._loads.get(name)
+        task = self._loads.get(key)
         if task is None:
             # shared by every request waiting for it: bounded by the longest wait any may have, so
             # that a first request with a short timeout does not cut the load short for the others
-            task = self._loads[name] = asyncio.create_task(self._load(name, max(timeout, self.timeout_s)))
-            task.add_done_callback(lambda done: self._loads.pop(name, None) if self._loads.get(name) is done else None)
+            task = self._loads[key] = asyncio.create_task(self._load(key, max(timeout, self.timeout_s)))
+            task.add_done_callback(lambda done: self._loads.pop(key, None) if self._loads.get(key) is done else None)
             task.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved: never logged
         try:
             await asyncio.wait_for(asyncio.shield(task), timeout)

@@ -373,11 +373,11 @@ def serve(args: argparse.Namespace) -> int:
         log.warning("%s", warning)
     repositories: list[Path | str] = []
     for given in args.model_repository or []:  # a cloud bucket is read by the repository service
-        found: Path | str = given if is_remote(given) else Path(given).resolve()
-        if isinstance(found, Path) and not found.is_dir():
-            print(f"error: model repository '{found}' is not a directory", file=sys.stderr)
+        # as typed: with --model-namespacing it is the namespace (Triton's); the services share this cwd
+        if not is_remote(given) and not Path(given).is_dir():
+            print(f"error: model repository '{Path(given).resolve()}' is not a directory", file=sys.stderr)
             return 1
-        repositories.append(found)
+        repositories.append(given)
     if not repositories:
         repositories = [example_repository(args)]
     # a port taken, or OpenAI keys that cannot be read: said now, not by a service that cannot start

@@ -13,6 +13,7 @@ from pathlib import Path
 import onnx
 from tritonclient.grpc import model_config_pb2 as pb
 
+from services.repository.dali_autocomplete import autofill, read_pipeline, unbatched
 from shared.config.backend_config import BackendConfig, default_max_batch_size, python_based_runtime
 from shared.config.paths import inside
 from shared.errors import invalid
@@ -53,6 +54,8 @@ def complete(config: pb.ModelConfig, model_dir: Path, version: int, how: AutoCom
         model_file = version_file("model.xml")
         if model_file.is_file():
             autocomplete_openvino(config, model_file, default_max_batch_size(how.backend_config, backend))
+    elif backend == "dali":
+        complete_dali(config, model_dir, version, how.config_name)
     elif backend == "python":
         model_file = version_file("model.py")
         if model_file.is_file():
@@ -62,6 +65,20 @@ def complete(config: pb.ModelConfig, model_dir: Path, version: int, how: AutoCom
         if runtime is not None:  # a python-based backend completes every config naming it (vLLM's does)
             config = autocomplete_python(config, runtime)
     return config
+
+
+def complete_dali(config: pb.ModelConfig, model_dir: Path, version: int, config_name: str) -> None:
+    """Triton's DALI auto-complete, from what the version's pipeline declares (dali_autocomplete.py)."""
+    config_file = config_path(model_dir, config_name)
+    text = config_file.read_text(errors="replace") if config_file.is_file() else ""
+    split = (
+        config.parameters["split_along_outer_axis"].string_value
+        if "split_along_outer_axis" in config.parameters
+        else ""
+    )
+    pipeline = read_pipeline(model_dir, version, config.default_model_filename or "model.dali")
+    if pipeline is not None:  # None: no DALI on this host (the worker's load says what to install)
+        autofill(config, pipeline, batched=not unbatched(text), split=set(filter(None, split.split(":"))))
 
 
 _ONNX_TO_CONFIG: dict[int, int] = {

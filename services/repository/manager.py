@@ -67,6 +67,7 @@ class ModelManager:
         self._whole_groups: dict[instance_groups.GroupKey, int] = {}  # instance processes' groups: served whole
         self.signatures: dict[str, str] = {}
         self._failures: dict[str, str] = {}  # model -> why its last reload failed
+        self.pulled: dict[str, list[str]] = {}  # ensemble -> the members its explicit load started
         self.changed = asyncio.Condition()
         self._locks: dict[str, asyncio.Lock] = {}
         self._polling = asyncio.Lock()
@@ -158,9 +159,11 @@ class ModelManager:
         if self.settings.model_control_mode != "explicit":
             return
         available = set(self.available())
+        self.pulled[record.name] = []
         for member in [key for name in ensembles.member_names(record) for key in self.to_load(name)]:
             current = self.records.get(member)
             if (current is None or not current.hosted) and member in available:
+                self.pulled[record.name].append(member)
                 try:
                     await self.load(member)
                 except ShoalError as exc:  # the ensemble shows the member's failure as its reason
@@ -179,6 +182,20 @@ class ModelManager:
         if ensembles.record_is_ensemble(record):
             return model_states.settled(record.versions.values())
         return all(model_states.reports_settled(self._reports(name, v), record.generation) for v in record.hosted)
+
+    async def wait_settled(self, names: list[str], timeout: float) -> None:
+        """Return once each of `names` has settled, READY or failed (or at the deadline): a load
+        answers once every model it started has, as Triton's (`LoadModelByDependency`)."""
+        deadline = time.monotonic() + timeout
+        async with self.changed:
+            while not all(self.settled(name) for name in names):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                try:
+                    await asyncio.wait_for(self.changed.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
 
     async def wait_loaded(self, name: str, generation: int, timeout: float) -> None:
         """Return once `generation` serves; raise with the backend's reason otherwise."""

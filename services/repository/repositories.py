@@ -71,8 +71,8 @@ class Repositories:
             if is_remote(entry):
                 remote = RemoteRepository(entry, mirrors)
                 sources.append(Source(entry, remote.mirror, remote))
-            else:
-                sources.append(Source(entry, Path(entry)))
+            else:  # read where it is, named as given (a relative path: from this process's cwd)
+                sources.append(Source(entry, Path(entry).absolute()))
         return cls(sources, namespacing)
 
     @property

@@ -286,12 +286,14 @@ class RepositoryService:
             raise unavailable(NOT_EXPLICIT)
         body = msgspec.json.decode(data, type=LoadRequest)
         config, files = check_parameters(body.parameters)
-        failed: list[ShoalError] = []
-        for key in self.manager.to_load(body.name, bool(files)):  # with namespacing: every repository's
-            try:
-                await self._load_one(key, config, files)
-            except ShoalError as exc:
-                failed.append(exc)
+        # with namespacing every repository's model of that name loads, together; the answer waits
+        # for all of them, as Triton's
+        keys = self.manager.to_load(body.name, bool(files))
+        done = await asyncio.gather(*(self._load_one(key, config, files) for key in keys), return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, ShoalError):
+                raise outcome
+        failed = [outcome for outcome in done if isinstance(outcome, ShoalError)]
         if failed:  # Triton's text: one line per model that failed
             raise ShoalError("".join(exc.message for exc in failed), failed[0].code)
         return body.name
@@ -304,6 +306,8 @@ class RepositoryService:
         async with self.manager.lock(name):
             record = await self.manager.load(name, config, files)
             self.demand.pin(name)  # on-demand mode: an explicit load stays until unloaded
+            # an ensemble's steps it loaded (every repository's, by name) settle first, failed or not
+            await self.manager.wait_settled(self.manager.pulled.pop(name, []), self.settings.load_timeout_s)
             await self.manager.wait_loaded(name, record.generation, self.settings.load_timeout_s)
 
     async def _unload(self, data: bytes) -> str:

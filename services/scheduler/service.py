@@ -54,7 +54,7 @@ from shared.wire.messages import (
     RequestHeader,
     encode,
 )
-from shared.wire.records import ModelRecord
+from shared.wire.records import ModelRecord, shown_name
 from shared.wire.status import QueueStatus, SchedulerStatus
 
 log = logging.getLogger("shoal.scheduler")
@@ -192,7 +192,7 @@ class SchedulerService:
         self.ensembles.on_record(name, record, revision)
         hosted = set(record.hosted) if record is not None and record.active_config else set()
         for queue in [q for q in self.pump.of_model(name) if q.key[1] not in hosted]:
-            await self.pump.abandon(queue, f"model '{name}' version {queue.key[1]} was unloaded")
+            await self.pump.abandon(queue, f"model '{shown_name(name)}' version {queue.key[1]} was unloaded")
         if record is None or not hosted:
             await self.ownership.drop(name)
             return

@@ -281,7 +281,7 @@ class ModelLifecycle:
         if self.settings.instance_index >= 0:  # the process of one instance (--python-isolation instance)
             if self.settings.instance_index >= len(plans):
                 raise unavailable(
-                    f"model '{spec.name}' has {len(plans)} instance(s), not {self.settings.instance_index + 1}"
+                    f"model '{spec.model_name}' has {len(plans)} instance(s), not {self.settings.instance_index + 1}"
                 )
             hosted = [hosted[self.settings.instance_index]]
         settings = backend_config.settings_for(self.backend_config, spec.backend)

@@ -56,6 +56,7 @@ from shared.wire.messages import (
     WorkerHoldings,
     encode,
 )
+from shared.wire.records import shown_name
 from shared.wire.status import HostedStatus, InstanceStatus, WorkerStatus
 
 log = logging.getLogger("shoal.worker")
@@ -373,7 +374,7 @@ class WorkerService:
             return
         loaded = self.lifecycle.models.get((batch.model, batch.version))
         if loaded is None or not loaded.instances:
-            message = f"model '{batch.model}' version {batch.version} is not loaded on worker {self.id}"
+            message = f"model '{shown_name(batch.model)}' version {batch.version} is not loaded on worker {self.id}"
             self._tasks.spawn(self.batches.fail(batch, message, channel))
             return
         if batch.generation != loaded.generation:

@@ -62,7 +62,7 @@ def run_warmup(loaded: LoadedModel, spec_json: dict[str, Any], model_dir: Path) 
             sample = {k: np.repeat(v[np.newaxis], batch, axis=0) for k, v in sample.items()}
         elif batch != 1:
             raise invalid(
-                f"warmup '{warmup.get('name', '')}' of non-batching model '{spec.name}' has batch_size {batch}"
+                f"warmup '{warmup.get('name', '')}' of non-batching model '{spec.model_name}' has batch_size {batch}"
             )
         for instance in loaded.instances:
             for _ in range(max(1, int(warmup.get("count", 0)))):

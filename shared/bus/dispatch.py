@@ -55,6 +55,7 @@ from shared.wire.messages import (
     ResponseBatchView,
     encode,
 )
+from shared.wire.records import shown_name
 
 log = logging.getLogger("shoal.gateway")
 BUS_LOSS_GRACE_S = 3.0  # a lost NATS connection not back by then: the requests in flight fail
@@ -383,7 +384,7 @@ class Dispatcher:
             self.holders.done(rid)  # not held by anyone: no scheduler to watch
             model = sent[0]
             if self.loaded is not None and not self.loaded(model):
-                give_up[rid] = f"{NO_SCHEDULER} for model '{model}': it is no longer loaded"
+                give_up[rid] = f"{NO_SCHEDULER} for model '{shown_name(model)}': it is no longer loaded"
                 continue
             if rid not in self._unserved:
                 self.resent[(model, "no_scheduler")] += 1
@@ -392,7 +393,9 @@ class Dispatcher:
             delay = min(RETRY_MAX_S, max(RETRY_FIRST_S, waited))
             left_s = seconds_left(_deadline_decoder.decode(sent[1]).deadline_ns)
             if waited + delay > SCHEDULER_WAIT_S or delay + RETRY_FIRST_S >= left_s:
-                give_up[rid] = f"{NO_SCHEDULER} for model '{model}' (waited {waited:.1f}s; is the scheduler running?)"
+                give_up[rid] = (
+                    f"{NO_SCHEDULER} for model '{shown_name(model)}' (waited {waited:.1f}s; is the scheduler running?)"
+                )
                 continue
             self._unserved[rid] = (first, loop.call_later(delay, self._send_again, rid))
         for rid, why in give_up.items():

@@ -67,6 +67,13 @@ def model_key(namespace: str, name: str) -> str:
     return f"{namespace}::{name}" if namespace else name
 
 
+def shown_name(key: str) -> str:
+    """The name clients know a model by, for the texts they read: Triton's errors about a request
+    name its model (`InferenceRequest::ModelName`), never its namespace; only load and unload
+    texts show the identity (`ModelIdentifier::str()`)."""
+    return key.rpartition("::")[2]
+
+
 class ModelRecord(msgspec.Struct, omit_defaults=True):
     """The repository's published view of one model (JetStream KV `shoal-models`).
 

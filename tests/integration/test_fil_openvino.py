@@ -26,13 +26,13 @@ RNG = np.random.default_rng(11)
 X = RNG.random((400, FEATURES), dtype=np.float32)
 
 
-def fil_config(name: str, model_type: str, outputs: int, extra: str) -> str:
+def fil_config(name: str, model_type: str, outputs: int, extra: str, more_outputs: str = "") -> str:
     return f"""
 name: "{name}"
 backend: "fil"
 max_batch_size: 64
 input [ {{ name: "input__0" data_type: TYPE_FP32 dims: [ {FEATURES} ] }} ]
-output [ {{ name: "output__0" data_type: TYPE_FP32 dims: [ {outputs} ] }} ]
+output [ {{ name: "output__0" data_type: TYPE_FP32 dims: [ {outputs} ] }} {more_outputs} ]
 instance_group [ {{ count: 2 kind: KIND_CPU }} ]
 dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
 parameters [ {{ key: "model_type" value: {{ string_value: "{model_type}" }} }},
@@ -49,6 +49,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     booster.save_model(str(root / "fil_xgb" / "1" / "xgboost.ubj"))
     proba = ', { key: "predict_proba" value: { string_value: "true" } }'
     (root / "fil_xgb" / "config.pbtxt").write_text(fil_config("fil_xgb", "xgboost_ubj", 2, proba))
+    (root / "fil_shap" / "1").mkdir(parents=True)  # FIL's explainability output (docs/explainability.md)
+    booster.save_model(str(root / "fil_shap" / "1" / "xgboost.ubj"))
+    shap = f', {{ name: "treeshap_output" data_type: TYPE_FP32 dims: [ {FEATURES + 1} ] }}'
+    (root / "fil_shap" / "config.pbtxt").write_text(fil_config("fil_shap", "xgboost_ubj", 2, proba, shap))
     three = np.minimum((X[:, 2] * 3).astype(int), 2)
     forest = lgb.train({"objective": "multiclass", "num_class": 3, "verbose": -1}, lgb.Dataset(X, label=three), 10)
     (root / "fil_lgbm" / "1").mkdir(parents=True)
@@ -59,6 +63,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     expected = {
         "fil_xgb": np.stack([1 - own, own], axis=1),
         "fil_lgbm": np.argmax(forest.predict(X), axis=1).astype(np.float32),  # dims [1]: [n], as FIL answers
+        "fil_shap": booster.predict(xgb.DMatrix(X), pred_contribs=True),  # what Triton's FIL QA compares with
     }
     return root, expected
 
@@ -117,6 +122,29 @@ def test_fil_answers_equal_the_library_over_http_and_grpc(served, models, model)
     tensor = grpcclient.InferInput("input__0", [10, FEATURES], "FP32")
     tensor.set_data_from_numpy(X[:10])
     np.testing.assert_array_equal(grpc.infer(model, [tensor]).as_numpy("output__0"), expected[:10])
+
+
+def test_fil_treeshap_output_equals_xgboosts_pred_contribs(served, models):
+    expected = models[1]["fil_shap"]
+    http = httpclient.InferenceServerClient(served.url, concurrency=8)
+
+    def one(start: int) -> httpclient.InferAsyncRequest:
+        tensor = httpclient.InferInput("input__0", [5, FEATURES], "FP32")
+        tensor.set_data_from_numpy(X[start : start + 5])
+        outputs = [httpclient.InferRequestedOutput(name) for name in ("output__0", "treeshap_output")]
+        return http.async_infer("fil_shap", [tensor], outputs=outputs)
+
+    results = [request.get_result() for request in [one(start) for start in range(0, 100, 5)]]
+    np.testing.assert_array_equal(np.concatenate([r.as_numpy("treeshap_output") for r in results]), expected[:100])
+    np.testing.assert_array_equal(
+        np.concatenate([r.as_numpy("output__0") for r in results]), models[1]["fil_xgb"][:100]
+    )
+    grpc = grpcclient.InferenceServerClient(served.grpc_url)
+    tensor = grpcclient.InferInput("input__0", [3, FEATURES], "FP32")
+    tensor.set_data_from_numpy(X[:3])
+    answer = grpc.infer("fil_shap", [tensor], outputs=[grpcclient.InferRequestedOutput("treeshap_output")])
+    assert answer.as_numpy("output__0") is None
+    np.testing.assert_array_equal(answer.as_numpy("treeshap_output"), expected[:3])
 
 
 def test_openvino_answers_within_1e_5_of_onnxruntime(served, models):

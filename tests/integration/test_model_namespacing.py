@@ -112,8 +112,8 @@ def test_load_and_unload_by_name_act_on_every_namespace(tmp_path):
         assert states.count(("composing", "UNAVAILABLE")) == 2
         client.load_model("ensemble_a")
         np.testing.assert_array_equal(infer(client, "ensemble_a"), [[1.0, 1.0]])
-        # b's `composing` came back with a's load (by name): ensemble_b follows once it is READY (the load
-        # answers once ensemble_a serves; Triton's once every model its polling chain found does)
+        # b's `composing` came back with a's load (by name; the load answered once it had settled, as
+        # Triton's): ensemble_b follows it
         wait_until(lambda: client.is_model_ready("ensemble_b"), 60, "ensemble_b READY again")
         np.testing.assert_array_equal(infer(client, "ensemble_b"), [[-1.0, -1.0]])
         client.close()

@@ -82,9 +82,12 @@ def status_env(cache: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serve(repository: Path, cache: Path, *flags: str, stop: int = signal.SIGTERM) -> Iterator[Serve]:
+def serve(
+    repository: Path, cache: Path, *flags: str, stop: int = signal.SIGTERM, cwd: Path | None = None
+) -> Iterator[Serve]:
+    """`cwd`: where it runs (a relative `repository` is from there)."""
     http_port = free_port()
-    log = repository.parent / f"serve-{http_port}.log"
+    log = (cwd or Path()) / repository.parent / f"serve-{http_port}.log"
     with open(log, "w") as out:
         process = subprocess.Popen(
             [
@@ -103,6 +106,7 @@ def serve(repository: Path, cache: Path, *flags: str, stop: int = signal.SIGTERM
             stderr=subprocess.STDOUT,
             env=status_env(cache),
             start_new_session=True,  # its own process group, as a terminal's foreground job
+            cwd=cwd,
         )
     running = Serve(process, log, http_port)
     try:

@@ -13,6 +13,7 @@ import pytest
 from services.repository import examples
 from services.repository.autocomplete import autocomplete_openvino
 from services.worker.backends import Placement, load_backend
+from services.worker.backends.openvino_backend import device_properties, precision
 from services.worker.backends.runner import Batch, Work
 from shared.config import model_config
 from shared.errors import ShoalError
@@ -138,3 +139,37 @@ def test_auto_complete_fills_inputs_and_outputs(mlp):
     assert [(i["name"], i["data_type"], i["dims"]) for i in completed["input"]] == [("INPUT0", "TYPE_FP32", [-1, 256])]
     assert [(o["name"], o["dims"]) for o in completed["output"]] == [("OUTPUT0", [-1, 16])]
     assert completed["max_batch_size"] == 0  # no batch in the model's layout: Triton's rule
+
+
+def bf16_cpu() -> bool:
+    return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
+def test_the_backend_asks_for_f32_unless_hint_bf16():
+    parsed = model_config.parse_text(MLP.format(name="hints", extra=""))
+    model_config.normalize(parsed)
+    spec = model_config.spec_from_json(model_config.to_json(parsed))
+    assert device_properties(spec, 2) == {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": "2"}
+    parsed.parameters["HINT_BF16"].string_value = "YES"
+    spec = model_config.spec_from_json(model_config.to_json(parsed))
+    assert device_properties(spec, 0) == {"INFERENCE_PRECISION_HINT": "bf16"}
+
+
+def test_the_properties_reach_the_compiled_model(mlp):
+    """What the compiled model runs with, as OpenVINO reports it: f32 whatever the CPU's own default
+    (bf16 on CPUs with AMX or AVX512-BF16, where outputs would move by ~1e-3), and the instance's
+    thread count (the same properties, so the same call)."""
+    instance = create(mlp, "mlp_f32")
+    assert precision(instance.compiled) == "f32"
+    assert int(instance.compiled.get_property("INFERENCE_NUM_THREADS")) == 1  # the placement's one thread
+
+
+@pytest.mark.skipif("not bf16_cpu()", reason="this CPU has no BF16 (OpenVINO keeps f32 whatever is asked)")
+def test_hint_bf16_reaches_the_compiled_model(mlp):
+    default = ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
+    assert default == "bf16"  # OpenVINO's own default on such a CPU: what the f32 hint overrides
+    instance = create(mlp, "mlp_bf16", 'parameters [ { key: "HINT_BF16" value: { string_value: "YES" } } ]')
+    assert precision(instance.compiled) == "bf16"
+    f32 = create(mlp, "mlp_f32_on_bf16")
+    assert precision(f32.compiled) == "f32"
+    np.testing.assert_allclose(infer(f32, ROWS), reference(mlp, ROWS), atol=1e-5, rtol=0)

@@ -19,6 +19,7 @@ from services.scheduler.statistics.reasons import FailReason
 from shared.config.model_config import ModelSpec
 from shared.config.sequence_config import sequence_config
 from shared.process.logcontext import request_ids
+from shared.wire.records import shown_name
 
 log = logging.getLogger("shoal.scheduler")
 
@@ -46,7 +47,9 @@ class DynamicBatcher:
         """The model is now sequence-batched (a reload): what it queued cannot run there, and is
         answered (never left to its deadline)."""
         while self.requests:
-            message = f"model '{queue.key[0]}' is now served by the sequence batcher; send the request again"
+            message = (
+                f"model '{shown_name(queue.key[0])}' is now served by the sequence batcher; send the request again"
+            )
             await self.host.fail(queue, self.requests.popleft().header, message)
 
     # -- arrivals -------------------------------------------------------------------

@@ -55,6 +55,7 @@ from services.scheduler.sequences.sequence_batcher import SequenceBatcher, seque
 from shared.bus import connection
 from shared.wire import subjects
 from shared.wire.messages import ForwardedRequests, RequestHeader, SequenceResidue, encode
+from shared.wire.records import shown_name
 
 log = logging.getLogger("shoal.scheduler.handover")
 
@@ -209,7 +210,7 @@ class HandOver:
                 book = self._book(key)
                 if not self.owner.wants(model):  # unloaded (what was queued is answered)
                     keys.remove(key)
-                    await self._finish(key, f"model '{model}' was unloaded")
+                    await self._finish(key, f"model '{shown_name(model)}' was unloaded")
                 elif book is None or not book.frozen or not busy(book):
                     keys.remove(key)  # ended, or the model was reloaded or came back to us
                     await self._finish(key, "")
@@ -217,7 +218,7 @@ class HandOver:
                     keys.remove(key)
                     await self._finish(
                         key,
-                        f"scheduler {self.me} handed model '{model}' over and kept its live "
+                        f"scheduler {self.me} handed model '{shown_name(model)}' over and kept its live "
                         f"sequences for {bound_s:g} s",
                     )
             if keys:

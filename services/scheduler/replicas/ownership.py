@@ -16,6 +16,7 @@ from services.scheduler.replicas.leases import TTL_S as LEASE_TTL_S
 from services.scheduler.replicas.leases import Leases
 from shared.bus import buckets
 from shared.wire import subjects
+from shared.wire.records import shown_name
 
 log = logging.getLogger("shoal.scheduler")
 
@@ -121,4 +122,4 @@ class Ownership:
         # dropped the credits of a model this replica serves, and its requests waited for their
         # deadlines (issue 37: 30 s in test_losing_the_schedulers_nats_node_...)
         if not self.owns(model):
-            await self.served.abandon(model, f"scheduler {self.me} no longer serves model '{model}'; retry")
+            await self.served.abandon(model, f"scheduler {self.me} no longer serves model '{shown_name(model)}'; retry")

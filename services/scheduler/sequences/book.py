@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.scheduler.scheduling_records import CorrId, Sequence, SlotKey
+from shared.wire.records import shown_name
 from shared.wire.status import SlotStatus
 
 
@@ -140,12 +141,12 @@ class SequenceBook:
             if corrid in self.lost:
                 return Admission(
                     None,
-                    f"sequence {corrid} to model '{self.model}' was lost: {self.lost[corrid]}; "
+                    f"sequence {corrid} to model '{shown_name(self.model)}' was lost: {self.lost[corrid]}; "
                     "start it again with the START flag",
                 )
             return Admission(
                 None,
-                f"inference request for sequence {corrid} to model '{self.model}' must specify "
+                f"inference request for sequence {corrid} to model '{shown_name(self.model)}' must specify "
                 "the START flag on the first request of the sequence",
             )
         conflict = seq is not None and start

@@ -26,6 +26,7 @@ from shared.config.sequence_config import CORRID, SequenceConfig, sequence_confi
 from shared.errors import Code
 from shared.wire import subjects
 from shared.wire.messages import InferResponse, RequestHeader, SeqControl, SequenceEnded, encode
+from shared.wire.records import shown_name
 
 log = logging.getLogger("shoal.scheduler.sequences")
 
@@ -65,7 +66,7 @@ class SequenceBatcher:
             await self._error(
                 queue,
                 pending.header,
-                f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: the "
+                f"sequence {seq.corrid} to model '{shown_name(queue.key[0])}' was lost: the "
                 "model was reloaded; start it again with the START flag",
                 Code.UNAVAILABLE,
             )
@@ -213,7 +214,9 @@ class SequenceBatcher:
         """The worker died, or retired the instances (reload, unload): their sequences are lost."""
         reason = reason or f"worker {worker} stopped responding"
         for seq in self.book.forget_worker(worker, reason):
-            await self._answer_queued(queue, seq, f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: {reason}")
+            await self._answer_queued(
+                queue, seq, f"sequence {seq.corrid} to model '{shown_name(queue.key[0])}' was lost: {reason}"
+            )
         await self.host.pump(queue)
 
     async def abandon(self, queue: ModelQueue, message: str) -> None:
@@ -235,7 +238,7 @@ class SequenceBatcher:
             await self._answer_queued(
                 queue,
                 seq,
-                f"sequence {seq.corrid} to model '{queue.key[0]}' was lost: {reason}; start it again with the START flag",
+                f"sequence {seq.corrid} to model '{shown_name(queue.key[0])}' was lost: {reason}; start it again with the START flag",
             )
             if seq.slot is not None:
                 await self._tell_worker(queue, seq, seq.slot, "no longer served by this scheduler")
@@ -265,7 +268,7 @@ class SequenceBatcher:
             await self._answer_queued(
                 queue,
                 seq,
-                f"sequence {seq.corrid} to model '{queue.key[0]}' timed out: no "
+                f"sequence {seq.corrid} to model '{shown_name(queue.key[0])}' timed out: no "
                 f"request for {idle_us} us (max_sequence_idle_microseconds)",
             )
             await self._tell_worker(queue, seq, slot, "idle timeout")
@@ -295,7 +298,7 @@ class SequenceBatcher:
 
 def _refusal(queue: ModelQueue, config: SequenceConfig, header: RequestHeader) -> str:
     """Triton's error for a request the sequence batcher cannot take at all, or ''."""
-    model = queue.key[0]
+    model = shown_name(queue.key[0])
     if header.batch_size > 1 and queue.spec is not None and queue.spec.max_batch_size > 0:
         return f"inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher"
     if header.sequence_id in (0, ""):  # (an iterative batcher gave it one already)

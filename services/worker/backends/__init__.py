@@ -111,5 +111,5 @@ def model_path(spec: ModelSpec, model_dir: Path, version: int, default: str, is_
     symlink may point within the repository, never out of it."""
     path = inside(model_dir.parent, f"{model_dir.name}/{version}/{spec.default_model_filename or default}")
     if not (path.is_file() if is_file else path.exists()):
-        raise unavailable(f"unable to find '{path}' for model '{spec.name}'")
+        raise unavailable(f"unable to find '{path}' for model '{spec.model_name}'")
     return path

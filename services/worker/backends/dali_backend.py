@@ -12,9 +12,9 @@ KIND_GPU instance runs it on the instance's GPU (mixed and GPU operators). `--ba
 dali,release_after_unload=true` releases DALI's memory pools when a model unloads.
 
 Needs the DALI wheel: `pip install 'shoal[dali]'` (nvidia-dali-cuda130, whose CPU operators run
-on a host without a GPU). Not yet: `split_along_outer_axis`, configuration auto-complete from
-the pipeline, outputs of different shapes within one batch (Triton's DALI backend answers ragged
-batches only for `split_along_outer_axis` outputs too).
+on a host without a GPU). `split_along_outer_axis` splits the named outputs' samples along their
+outer axis (dali_outputs.py); each request's outputs are its own rows', so requests batched
+together may answer different shapes, as in Triton's backend.
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from services.worker.backends import Backend, Placement, model_path
+from services.worker.backends import Backend, Placement, dali_outputs, model_path
+from services.worker.backends.dali_outputs import outputs_to_split
 from services.worker.backends.parameters import integer
-from services.worker.backends.runner import BatchedRunner, Tensors
+from services.worker.backends.runner import Batch, BatchedRunner, Result, Tensors
 from shared.config.model_config import ModelSpec
-from shared.errors import internal, invalid, unavailable, unsupported
+from shared.errors import internal, invalid, unavailable
 
 log = logging.getLogger("shoal.worker")
 EXTRA = "pip install 'shoal[dali]'"
@@ -84,7 +85,7 @@ def pipeline_bytes(dali: Any, spec: ModelSpec, version_dir: Path) -> bytes:
         return _autoserialize(dali, definition)
     raise unavailable(
         f"unable to find '{version_dir / (spec.default_model_filename or 'model.dali')}' or '{definition}' "
-        f"for model '{spec.name}'"
+        f"for model '{spec.model_name}'"
     )
 
 
@@ -92,10 +93,7 @@ class DaliInstance(BatchedRunner):
     def __init__(self, spec: ModelSpec, version_dir: Path, placement: Placement) -> None:
         super().__init__(spec)
         dali = _dali()
-        if spec.parameters.get("split_along_outer_axis"):
-            raise unsupported(
-                f"model '{spec.name}': split_along_outer_axis is not supported by Shoal's DALI backend yet"
-            )
+        self.split = outputs_to_split(spec.parameters.get("split_along_outer_axis", ""))
         self.batch_size = max(1, spec.max_batch_size)
         threads = integer(spec, "num_threads") or None
         device = placement.device if placement.kind == "KIND_GPU" else None
@@ -114,33 +112,44 @@ class DaliInstance(BatchedRunner):
                 else " (a KIND_CPU instance runs CPU operators only: GPU and mixed ones need KIND_GPU)"
             )
             raise internal(
-                f"DALI could not build the pipeline of model '{spec.name}'{where}: {str(exc).splitlines()[0]}"
+                f"DALI could not build the pipeline of model '{spec.model_name}'{where}: {str(exc).splitlines()[0]}"
             ) from None
         self.names = [tensor.name for tensor in spec.outputs]
 
+    def execute(self, batch: Batch) -> list[Result]:
+        # each request's rows are samples as they are: a ragged input (`allow_ragged_batch`, which
+        # auto-complete sets) keeps each request's own shape, as Triton's DALI backend feeds it
+        batch.inputs_ready()
+        names = {n for w in batch.work for n in w.outputs}
+        if self.spec.max_batch_size == 0:  # one sample, the request's tensor (no batch dimension)
+            samples = self._samples({name: [array] for name, array in batch.work[0].inputs.items()}, names)
+            return [{name: outputs[0] for name, outputs in samples.items()}]
+        fed = {name: [row for w in batch.work for row in w.inputs[name]] for name in batch.work[0].inputs}
+        samples = self._samples(fed, names)
+        return list(dali_outputs.per_request(samples, [w.batch_size for w in batch.work], self.split))
+
     def run(self, inputs: Tensors, output_names: list[str]) -> Tensors:
-        rows = len(next(iter(inputs.values()))) if inputs else 0
         if self.spec.max_batch_size == 0:
-            inputs = {name: array[np.newaxis] for name, array in inputs.items()}
-            rows = 1
-        for name, array in inputs.items():
-            self.pipeline.feed_input(name, [array[i] for i in range(rows)])
+            samples = self._samples({name: [array] for name, array in inputs.items()}, set(output_names))
+            return {name: outputs[0] for name, outputs in samples.items()}
+        samples = self._samples({name: list(array) for name, array in inputs.items()}, set(output_names))
+        return {name: dali_outputs.dense(name, outputs) for name, outputs in samples.items()}
+
+    def _samples(self, inputs: dict[str, list[np.ndarray]], wanted: set[str]) -> dict[str, list[np.ndarray]]:
+        """Each wanted output's samples, one per input sample (DALI's TensorList)."""
+        for name, rows in inputs.items():
+            self.pipeline.feed_input(name, rows)
         outputs = self.pipeline.run()
         if len(outputs) != len(self.names):
             raise internal(
                 f"the DALI pipeline produced {len(outputs)} outputs, the configuration names {len(self.names)}"
             )
-        answer: Tensors = {}
-        for name, batch in zip(self.names, outputs):
-            if name not in output_names:
-                continue
-            if hasattr(batch, "as_cpu"):
-                batch = batch.as_cpu()
-            if not batch.is_dense_tensor():
-                raise internal(f"the DALI pipeline's output '{name}' has samples of different shapes")
-            array = np.array(batch.as_tensor())
-            answer[name] = array[0] if self.spec.max_batch_size == 0 else array
-        return answer
+        samples: dict[str, list[np.ndarray]] = {}
+        for name, tensors in zip(self.names, outputs):
+            if name in wanted:
+                tensors = tensors.as_cpu() if hasattr(tensors, "as_cpu") else tensors
+                samples[name] = [np.array(tensors.at(i)) for i in range(len(tensors))]
+        return samples
 
     def close(self) -> None:
         del self.pipeline

@@ -9,7 +9,11 @@ classifiers, default 0.5), `xgboost_allow_unknown_field`, `cpu_nthread`. The GPU
 parameters (`chunk_size`, `layout`, `transfer_threshold`) and the removed ones are accepted
 with a warning. A classifier answers its class (argmax, or probability > threshold for a
 binary one) unless `predict_proba` asks for the probabilities ([1-p, p] when the output has
-two columns). Batching, instance groups and every scheduler feature apply as to any model.
+two columns). An output `treeshap_output` (FP32, dims features + 1, or classes x (features + 1))
+answers the SHAP values of each feature and the bias, per class, in the margin's space, as FIL's
+explainability output: the library's own TreeSHAP (XGBoost's `pred_contribs`, LightGBM's
+`pred_contrib`); a model only treelite runs has none (the load says so). Batching, instance
+groups and every scheduler feature apply as to any model.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ DEFAULT_FILES = {
 GPU_ONLY = ("chunk_size", "layout", "transfer_threshold")
 REMOVED = {"algo": "layout", "threads_per_tree": "chunk_size", "storage_type": "", "blocks_per_sm": ""}
 INPUT, OUTPUT = "input__0", "output__0"
+SHAP = "treeshap_output"  # FIL's explainability output (docs/explainability.md of Triton's FIL backend)
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,9 @@ def parse(spec: ModelSpec) -> FilParameters:
         is_classifier = _bool(spec, "is_classifier", None)
     predictor = spec.parameters.get("shoal.fil_predictor", "library")
     if predictor not in ("library", "treelite"):
-        raise invalid(f"model '{spec.name}': shoal.fil_predictor must be 'library' or 'treelite', got '{predictor}'")
+        raise invalid(
+            f"model '{spec.model_name}': shoal.fil_predictor must be 'library' or 'treelite', got '{predictor}'"
+        )
     return FilParameters(
         model_type=model_type,
         is_classifier=is_classifier,
@@ -134,17 +141,31 @@ def squeezed_shape(dims: tuple[int, ...]) -> list[int]:
     return [d for d in shape if d != 1]
 
 
+def treeshap_shape(spec: ModelSpec, library: str) -> list[int] | None:
+    """The shape `treeshap_output` answers in, if the config has it: FIL's SHAP values per row, one
+    (features + 1) block per class (the bias last), in the config's dims (squeezed as the output)."""
+    output = spec.output(SHAP)
+    if output is None:
+        return None
+    if output.datatype != "FP32":
+        raise invalid(f"model '{spec.model_name}': {SHAP} must be TYPE_FP32, got TYPE_{output.datatype}")
+    if library == "treelite":
+        raise unsupported(
+            f"model '{spec.model_name}': {SHAP} needs the model's own library (xgboost or lightgbm): treelite, "
+            "which runs this model, computes no SHAP values"
+        )
+    return squeezed_shape(output.reshape if output.reshape is not None else output.dims)
+
+
 class FilInstance(BatchedRunner):
     def __init__(self, spec: ModelSpec, version_dir: Path, placement: Placement) -> None:
         super().__init__(spec)
         self.params = parse(spec)
-        if spec.output("treeshap_output") is not None:
-            raise unsupported(
-                f"model '{spec.name}': treeshap_output (FIL's explainability output) is not supported by Shoal yet"
-            )
         output = spec.output(OUTPUT)
         if spec.input(INPUT) is None or output is None:
-            raise invalid(f"model '{spec.name}': the FIL backend reads input '{INPUT}' and answers output '{OUTPUT}'")
+            raise invalid(
+                f"model '{spec.model_name}': the FIL backend reads input '{INPUT}' and answers output '{OUTPUT}'"
+            )
         if placement.kind == "KIND_GPU":
             log.warning(
                 "model '%s' instance '%s': Shoal runs FIL on the CPU (KIND_GPU asked)", spec.name, placement.name
@@ -157,12 +178,33 @@ class FilInstance(BatchedRunner):
             path, self.params.model_type, threads, self.params.allow_unknown_field, self.params.predictor
         )
         log.info("model '%s': FIL predicts with %s, %d thread(s)", spec.name, self.predictor.library, threads)
+        self.shap_shape = treeshap_shape(spec, self.predictor.library)
 
     def run(self, inputs: Tensors, output_names: list[str]) -> Tensors:
         rows = np.ascontiguousarray(inputs[INPUT], dtype=np.float32)
         rows = rows.reshape(len(rows), -1)
-        result = postprocess(self.predictor.predict(rows), self.params, self.columns)
-        return {OUTPUT: result.reshape([len(rows) if d < 0 else d for d in self.shape])}
+        answer: Tensors = {}
+        if OUTPUT in output_names:
+            result = postprocess(self.predictor.predict(rows), self.params, self.columns)
+            answer[OUTPUT] = result.reshape([len(rows) if d < 0 else d for d in self.shape])
+        if SHAP in output_names and self.shap_shape is not None:
+            answer[SHAP] = self._shap(rows)
+        return answer
+
+    def _shap(self, rows: np.ndarray) -> np.ndarray:
+        values = self.predictor.contributions(rows)  # (n, classes, features + 1)
+        assert self.shap_shape is not None
+        if -1 in self.shap_shape[1:]:  # variable dims: each row's blocks as they come
+            return values.reshape([len(rows), *[d for d in values.shape[1:] if d != 1]])
+        shape = [len(rows) if d < 0 else d for d in self.shap_shape]
+        if values.size != int(np.prod(shape)):
+            per_row, classes = values.size // len(rows), values.shape[1]
+            raise invalid(
+                f"model '{self.spec.model_name}': {SHAP} has {per_row} values per row ({classes} class(es) x "
+                f"{rows.shape[1] + 1}: the features and the bias), its dims in the model configuration "
+                f"hold {int(np.prod(shape)) // len(rows)}"
+            )
+        return values.reshape(shape)
 
     def close(self) -> None:
         del self.predictor

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from shared.errors import Code, ShoalError, unavailable
+from shared.errors import Code, ShoalError, unavailable, unsupported
 
 log = logging.getLogger("shoal.worker")
 EXTRA = "pip install 'shoal[fil]'"
@@ -35,6 +35,11 @@ class Predictor(Protocol):
     library: str
 
     def predict(self, rows: np.ndarray) -> np.ndarray: ...
+
+    def contributions(self, rows: np.ndarray) -> np.ndarray:
+        """SHAP values (n, classes, features + 1) in the margin's space, the bias last (FIL's
+        `treeshap_output`)."""
+        ...
 
 
 def _unknown(message: str) -> ShoalError:
@@ -63,6 +68,13 @@ class XGBoostPredictor:
             return (exp / exp.sum(axis=1, keepdims=True)).astype(np.float32)
         return np.asarray(self.booster.inplace_predict(rows)).reshape(len(rows), -1)
 
+    def contributions(self, rows: np.ndarray) -> np.ndarray:
+        import xgboost
+
+        # XGBoost's own TreeSHAP (what Triton's FIL QA compares treeshap_output with)
+        values = self.booster.predict(xgboost.DMatrix(rows), pred_contribs=True)
+        return np.asarray(values, dtype=np.float32).reshape(len(rows), -1, rows.shape[1] + 1)
+
 
 class LightGBMPredictor:
     library = "lightgbm"
@@ -79,6 +91,10 @@ class LightGBMPredictor:
     def predict(self, rows: np.ndarray) -> np.ndarray:
         result = self.booster.predict(rows, num_threads=self.threads)
         return np.asarray(result).reshape(len(rows), -1)
+
+    def contributions(self, rows: np.ndarray) -> np.ndarray:
+        values = self.booster.predict(rows, num_threads=self.threads, pred_contrib=True)  # (n, k * (f + 1))
+        return np.asarray(values, dtype=np.float32).reshape(len(rows), -1, rows.shape[1] + 1)
 
 
 class TreelitePredictor:
@@ -110,6 +126,9 @@ class TreelitePredictor:
     def predict(self, rows: np.ndarray) -> np.ndarray:
         result = self.gtil.predict(self.model, rows, nthread=self.threads)
         return np.asarray(result).reshape(len(rows), -1)  # (n, targets, classes): one target here
+
+    def contributions(self, rows: np.ndarray) -> np.ndarray:
+        raise unsupported("treelite computes no SHAP values")  # refused at load (fil_backend.treeshap_shape)
 
 
 def load(path: Path, model_type: str, threads: int, allow_unknown_field: bool, choice: str) -> Predictor:

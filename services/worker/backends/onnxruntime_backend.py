@@ -58,8 +58,8 @@ class OnnxInstance(BatchedRunner):
         try:
             plan = build_session_plan(spec.config, kind, device, placement.threads, ort.get_available_providers())
         except ValueError as exc:
-            raise invalid(f"model '{spec.name}': {exc}") from None
-        where = f"model '{spec.name}' instance '{name or spec.name}' ({kind}, device {device})"
+            raise invalid(f"model '{spec.model_name}': {exc}") from None
+        where = f"model '{spec.model_name}' instance '{name or spec.name}' ({kind}, device {device})"
         for reason in plan.fallbacks:
             log.warning("%s: %s", where, reason)
         self.session = ort.InferenceSession(

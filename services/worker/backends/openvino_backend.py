@@ -13,9 +13,10 @@ Where Shoal differs (docs/models.md, "OpenVINO"): a batching model keeps its bat
 dynamic, so dynamic batches of any size up to max_batch_size run as they are (Triton's backend
 fixes the batch at max_batch_size and fails smaller batches unless `ENABLE_BATCH_PADDING`);
 `SKIP_OV_DYNAMIC_BATCHSIZE: YES` fixes it as Triton does, and `ENABLE_BATCH_PADDING: YES` then pads.
-Inference runs in FP32 unless `HINT_BF16: YES` (OpenVINO picks BF16 by itself on CPUs that have
-it, which moves outputs by ~1e-3), and an instance takes its share of the worker's cores
-unless `INFERENCE_NUM_THREADS` says otherwise.
+Inference runs in FP32 unless `HINT_BF16: YES`: `INFERENCE_PRECISION_HINT: f32` goes to
+`compile_model` with the other properties (OpenVINO picks BF16 by itself on CPUs that have it,
+which moves outputs by ~1e-3; Triton's backend sets a precision only for `HINT_BF16`), and an
+instance takes its share of the worker's cores unless `INFERENCE_NUM_THREADS` says otherwise.
 """
 
 from __future__ import annotations
@@ -85,6 +86,11 @@ def device_properties(spec: ModelSpec, threads: int) -> dict[str, str]:
     return properties
 
 
+def precision(compiled: Any) -> str:
+    """The precision a compiled model runs in, as the hint's values are spelled (f32, bf16, ...)."""
+    return str(compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())
+
+
 def _shape_text(shape: Any) -> str:
     return str(shape)
 
@@ -100,7 +106,7 @@ class OpenVinoInstance(BatchedRunner):
             raise unavailable(f"the OpenVINO backend needs the openvino package: {EXTRA}")
         if placement.kind != "KIND_CPU":
             raise invalid(
-                f"unable to load model '{spec.name}', Triton OpenVINO backend supports only Kind CPU and AUTO"
+                f"unable to load model '{spec.model_name}', Triton OpenVINO backend supports only Kind CPU and AUTO"
             )
         core = ov.Core()
         extension = spec.parameters.get("CPU_EXTENSION_PATH", "")
@@ -120,6 +126,15 @@ class OpenVinoInstance(BatchedRunner):
             self.compiled = core.compile_model(model, self.device, properties)
         except RuntimeError as exc:
             raise internal(f"openvino error in loading model: {str(exc).strip().splitlines()[0]}") from None
+        # what OpenVINO compiled with: HINT_BF16 on a CPU without BF16 stays f32 (OpenVINO's choice)
+        self.precision = precision(self.compiled)
+        if self.precision != properties["INFERENCE_PRECISION_HINT"]:
+            log.info(
+                "model '%s': OpenVINO runs it in %s (%s asked)",
+                spec.name,
+                self.precision,
+                properties["INFERENCE_PRECISION_HINT"],
+            )
         self.request = self.compiled.create_infer_request()
         self.outputs = _ports(list(self.compiled.outputs))
 
@@ -128,7 +143,7 @@ class OpenVinoInstance(BatchedRunner):
         inputs, outputs = _ports(list(model.inputs)), _ports(list(model.outputs))
         if len(model.inputs) != len(spec.inputs):
             raise invalid(
-                f"unable to load model '{spec.name}', configuration expects {len(spec.inputs)} inputs, "
+                f"unable to load model '{spec.model_name}', configuration expects {len(spec.inputs)} inputs, "
                 f"model provides {len(model.inputs)}"
             )
         for tensors, ports, what in ((spec.inputs, inputs, "input"), (spec.outputs, outputs, "output")):
@@ -138,7 +153,7 @@ class OpenVinoInstance(BatchedRunner):
                     raise invalid(f"unexpected inference {what} '{tensor.name}', allowed {what}s are: {allowed}")
                 if tensor.datatype not in ELEMENTS:
                     raise internal(
-                        f"unsupported datatype TYPE_{tensor.datatype} for {what} '{tensor.name}' for model '{spec.name}'"
+                        f"unsupported datatype TYPE_{tensor.datatype} for {what} '{tensor.name}' for model '{spec.model_name}'"
                     )
         batching = spec.max_batch_size > 0
         shapes = {}
@@ -166,7 +181,7 @@ class OpenVinoInstance(BatchedRunner):
         if shape.rank.is_static and shape.rank.get_length() != expected:
             full = f"[{', '.join(str(d) for d in ([-1] if batching else []) + list(dims))}]"
             raise invalid(
-                f"model '{spec.name}', tensor '{tensor.name}': the model expects {shape.rank.get_length()} "
+                f"model '{spec.model_name}', tensor '{tensor.name}': the model expects {shape.rank.get_length()} "
                 f"dimensions (shape {_shape_text(shape)}) but the model configuration specifies {expected} "
                 f"dimensions (shape {full})"
             )

@@ -14,7 +14,7 @@ def integer(spec: ModelSpec, key: str, default: int = 0) -> int:
     try:
         return int(value)
     except ValueError:
-        raise invalid(f"model '{spec.name}': parameter '{key}' must be an integer, got '{value}'") from None
+        raise invalid(f"model '{spec.model_name}': parameter '{key}' must be an integer, got '{value}'") from None
 
 
 def yes(spec: ModelSpec, key: str) -> bool:

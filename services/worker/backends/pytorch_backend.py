@@ -49,7 +49,7 @@ class TorchInstance(BatchedRunner):
         try:
             self.module = torch.jit.load(str(path), map_location=self.device if kind != "KIND_MODEL" else None)
         except Exception as exc:  # not a TorchScript archive, or saved from an incompatible torch
-            raise unavailable(f"unable to load TorchScript model '{spec.name}' from {path}: {exc}") from None
+            raise unavailable(f"unable to load TorchScript model '{spec.model_name}' from {path}: {exc}") from None
         self.module.eval()
         arguments = [a.name for a in self.module.forward.schema.arguments][1:]  # without `self`
         # batch inputs follow the config's inputs, as in Triton's PyTorch backend
@@ -112,7 +112,7 @@ class TorchInstance(BatchedRunner):
             return result[name]
         index = self.outputs.get(name)
         if index is None:
-            raise invalid(f"unexpected inference output '{name}' for model '{self.spec.name}'")
+            raise invalid(f"unexpected inference output '{name}' for model '{self.spec.model_name}'")
         if isinstance(result, torch.Tensor) or (isinstance(result, list) and result and isinstance(result[0], str)):
             result = (result,)  # a lone tensor (or string list) is output 0
         if not isinstance(result, (tuple, list)) or index >= len(result):

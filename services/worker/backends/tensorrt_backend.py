@@ -109,7 +109,7 @@ class TensorRTInstance(BatchedRunner):
             self.engine = self.runtime.deserialize_cuda_engine(path.read_bytes())
             if self.engine is None:
                 raise unavailable(
-                    f"unable to deserialize the TensorRT engine {path} for model '{spec.name}' "
+                    f"unable to deserialize the TensorRT engine {path} for model '{spec.model_name}' "
                     "(built for another TensorRT version or GPU?)"
                 )
             self.context = self.engine.create_execution_context()
@@ -121,7 +121,7 @@ class TensorRTInstance(BatchedRunner):
         for n in names:
             if self.engine.is_shape_inference_io(n):
                 raise unavailable(
-                    f"model '{spec.name}': shape tensor '{n}' is not supported by Shoal's TensorRT backend yet"
+                    f"model '{spec.model_name}': shape tensor '{n}' is not supported by Shoal's TensorRT backend yet"
                 )
         self._check_config(names)
         self.profiles = [
@@ -134,16 +134,16 @@ class TensorRTInstance(BatchedRunner):
         for tensor in list(self.spec.inputs) + list(self.spec.outputs):
             if tensor.name not in names:
                 raise unavailable(
-                    f"unexpected tensor '{tensor.name}' for model '{self.spec.name}': the engine has {', '.join(names)}"
+                    f"unexpected tensor '{tensor.name}' for model '{self.spec.model_name}': the engine has {', '.join(names)}"
                 )
             engine_type = self.dtypes[tensor.name]
             if tensor.datatype == "BYTES":
                 raise unavailable(
-                    f"tensor '{tensor.name}' of model '{self.spec.name}' is BYTES: TensorRT has no string tensors"
+                    f"tensor '{tensor.name}' of model '{self.spec.model_name}' is BYTES: TensorRT has no string tensors"
                 )
             if numpy_dtype(tensor.datatype) != engine_type:
                 raise unavailable(
-                    f"tensor '{tensor.name}' of model '{self.spec.name}' is {tensor.datatype} in the config "
+                    f"tensor '{tensor.name}' of model '{self.spec.model_name}' is {tensor.datatype} in the config "
                     f"but {engine_type} in the engine"
                 )
 
@@ -151,7 +151,7 @@ class TensorRTInstance(BatchedRunner):
         cp, context = self.cp, self.context
         missing = [n for n in self.input_names if n not in inputs]
         if missing:
-            raise invalid(f"the engine of model '{self.spec.name}' needs input(s) {', '.join(missing)}")
+            raise invalid(f"the engine of model '{self.spec.model_name}' needs input(s) {', '.join(missing)}")
         shapes = {name: tuple(array.shape) for name, array in inputs.items()}
         with self.device, self.stream:
             profile = choose_profile(shapes, self.profiles) if self.profiles else 0
@@ -176,7 +176,7 @@ class TensorRTInstance(BatchedRunner):
             for name, buffer in buffers.items():
                 context.set_tensor_address(name, buffer.data.ptr)
             if not context.execute_async_v3(self.stream.ptr):
-                raise ShoalError(f"TensorRT failed to run model '{self.spec.name}'", Code.INTERNAL)
+                raise ShoalError(f"TensorRT failed to run model '{self.spec.model_name}'", Code.INTERNAL)
             outputs = {name: buffers[name].get(stream=self.stream).view(self.dtypes[name]) for name in output_names}
             self.stream.synchronize()
         return outputs
