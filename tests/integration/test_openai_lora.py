@@ -10,7 +10,9 @@ prompt cache (each comparison's prompt starts unlike the one before it, or runs 
 
 from __future__ import annotations
 
+import http.client
 import importlib.util
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,18 +51,23 @@ def repository(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve, int]]:
     root = Path(tmp_path_factory.mktemp("openai-lora"))
     port = free_port()
     running = Serve(root, [f"--model-repository={repository(root)}", f"--openai-port={port}"])
     try:
         running.start(ready_timeout=300)
-        with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-", timeout=120) as c:
-            yield c
+        yield running, port
         running.terminate(60)
     finally:
         if running.process is not None and running.process.poll() is None:
             running.kill_tree()
+
+
+@pytest.fixture(scope="module")
+def client(served: tuple[Serve, int]) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"http://127.0.0.1:{served[1]}/v1", api_key="-", timeout=120) as c:
+        yield c
 
 
 def complete(client: openai.OpenAI, model: str, prompt: str = PROMPT, tokens: int = 12) -> str:
@@ -134,3 +141,23 @@ def test_an_unknown_adapter_is_an_unknown_model(client: openai.OpenAI):
         error = missing.value.body
         assert error["code"] == "model_not_found" and error["param"] == "model", error
         assert f"'{LLM}_lora_nobody'" in error["message"]
+
+
+def generate(url: str, body: dict) -> tuple[int, dict]:
+    """Triton's generate extension (KServe's HTTP port): the model's inputs by name."""
+    host, port = url.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    try:
+        conn.request("POST", f"/v2/models/{LLM}/generate", json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+def test_the_model_takes_lora_name_from_any_front_end(served: tuple[Serve, int], client: openai.OpenAI):
+    asked = {"text_input": PROMPT, "stream": False, "max_tokens": 12, "temperature": 0}
+    status, answer = generate(served[0].url, {**asked, "lora_name": "pirate"})
+    assert status == 200 and answer["text_output"] == complete(client, PIRATE), answer
+    status, answer = generate(served[0].url, {**asked, "lora_name": "nobody"})
+    assert status == 400 and "Unknown LoRA: nobody; the model's adapters: pirate, poet" in answer["error"], answer
