@@ -160,6 +160,11 @@ class LlamaPythonModel:
             n_threads_batch=number("n_threads_batch", number("n_threads", 1)),
         )
         self.model = LlamaModel(gguf, context, library)
+        # before the engine's thread starts: a file llama.cpp refuses fails the load, saying why
+        self.adapters = {
+            name: self.model.load_adapter(_existing(gguf_path(path, version_folder)))
+            for name, path in lora_adapters(settings).items()
+        }
         self.engine = Engine(
             self.model,
             Limits(
@@ -170,10 +175,6 @@ class LlamaPythonModel:
             ),
             _meter(args, settings),
         )
-        self.adapters = {
-            name: self.model.load_adapter(_existing(gguf_path(path, version_folder)))
-            for name, path in lora_adapters(settings).items()
-        }
         self.template = self.model.chat_template()
         self.bos, self.eos = self.model.special_text("bos"), self.model.special_text("eos")
         self._lock = threading.Lock()
