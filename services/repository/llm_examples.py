@@ -41,7 +41,8 @@ input [
   {{ name: "top_logprobs" data_type: TYPE_INT32 dims: [ 1 ] optional: true }},
   {{ name: "tools" data_type: TYPE_STRING dims: [ 1 ] optional: true }},
   {{ name: "tool_choice" data_type: TYPE_STRING dims: [ 1 ] optional: true }},
-  {{ name: "parallel_tool_calls" data_type: TYPE_BOOL dims: [ 1 ] optional: true }}
+  {{ name: "parallel_tool_calls" data_type: TYPE_BOOL dims: [ 1 ] optional: true }},
+  {{ name: "lora_name" data_type: TYPE_STRING dims: [ 1 ] optional: true }}
 ]
 output [
   {{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }},

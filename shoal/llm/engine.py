@@ -10,7 +10,11 @@ own sampler. Between steps:
   sequence admitted always has room to finish (no eviction, no recomputation);
 - **a shared prompt start is decoded once**: the cells of the latest prompt stay in a sequence
   of their own (up to `prefix_cache_tokens` of them), and a newcomer whose prompt starts the
-  same way (a chat template's system prompt, say) shares those cells instead of decoding them;
+  same way (a chat template's system prompt, say) shares those cells instead of decoding them,
+  when both run on the same LoRA adapter (an adapter changes the cells' keys and values);
+- **LoRA adapters**: a job may name one of the model's adapters. llama.cpp applies adapters to
+  a whole context, so a step is one decode per adapter in use, each after switching to it: every
+  sequence still advances every step, and sequences on the same adapter still batch together;
 - **leaving**: a sequence that ends (an end-of-generation token, `max_tokens`, its reservation)
   or whose client went away (`Sink.cancelled`, which includes its deadline) is answered and its
   cells and sampler are freed at once, so the next request can join at the next step.
@@ -51,7 +55,7 @@ class Decoder(Protocol):
 
     n_ctx: int
 
-    def decode(self, entries: list[Entry]) -> None: ...
+    def decode(self, entries: list[Entry], adapter: int | None = None) -> None: ...
 
     def sampler(self, temperature: float, top_p: float, seed: int, shaping: Shaping | None = None) -> Sampler: ...
 
@@ -135,6 +139,7 @@ class Job:
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
     grammar: str = ""  # GBNF the output must follow (response_format), "" for none
     logprobs: int | None = None  # each token's log probability and this many most likely (None: not asked)
+    adapter: int | None = None  # the model's LoRA adapter that computes it (None: the base model alone)
     joined: threading.Event = field(default_factory=threading.Event, repr=False)
 
 
@@ -178,6 +183,7 @@ class Engine:
         self.capacity = model.n_ctx - limits.prefix_cache_tokens  # what sequences may reserve
         self._cache_seq = limits.max_sequences  # the sequence id that keeps the latest prompt's cells
         self._cached: list[int] = []  # the tokens whose cells it keeps (the engine's thread's alone)
+        self._cached_adapter: int | None = None  # the adapter those cells were computed with
         self._waiting: deque[Job] = deque()
         self._joining: list[_Sequence] = []  # admitted, not yet in a step (the engine's thread moves them)
         self._running: list[_Sequence] = []  # the engine's thread's alone
@@ -279,6 +285,8 @@ class Engine:
         """Start a newcomer with the cells of the cached prompt's start that its prompt shares
         (all but its last token: that one is decoded for its logits)."""
         prompt, cached = sequence.job.prompt, self._cached
+        if sequence.job.adapter != self._cached_adapter:  # an adapter changes the keys and values too
+            return
         shared = 0
         for a, b in zip(prompt[: len(prompt) - 1], cached):
             if a != b:
@@ -292,11 +300,12 @@ class Engine:
         """Keep this prompt's cells (its sequence has just decoded them all) for the next ones."""
         prompt = sequence.job.prompt
         length = min(len(prompt), self.limits.prefix_cache_tokens)
-        if length == 0 or prompt[:length] == self._cached:
+        adapter = sequence.job.adapter
+        if length == 0 or (prompt[:length] == self._cached and adapter == self._cached_adapter):
             return
         self.model.forget(self._cache_seq)
         self.model.share(sequence.seq, self._cache_seq, length)
-        self._cached = prompt[:length]
+        self._cached, self._cached_adapter = prompt[:length], adapter
 
     def _drop_cancelled_waiting(self) -> None:
         for job in [job for job in self._waiting if job.sink.cancelled()]:
@@ -307,21 +316,22 @@ class Engine:
     def _step(self) -> None:
         for sequence in [s for s in self._running if s.job.sink.cancelled()]:
             self._finish(sequence, "cancelled")
-        entries: list[Entry] = []
-        wanted: list[tuple[_Sequence, int]] = []
+        # one decode per LoRA adapter in use: llama.cpp applies an adapter to a whole decode
+        parts: dict[int | None, tuple[list[Entry], list[tuple[_Sequence, int]]]] = {}
         for sequence in self._running:
             if sequence.generating:
+                entries, wanted = parts.setdefault(sequence.job.adapter, ([], []))
                 position = len(sequence.job.prompt) + sequence.produced - 1
                 wanted.append((sequence, len(entries)))
                 entries.append(Entry(sequence.next_token, position, sequence.seq, True))
-        room = self.limits.n_batch - len(entries)
+        room = self.limits.n_batch - sum(len(entries) for entries, _ in parts.values())
         for sequence in self._running:
             if room <= 0:
                 break
             if not sequence.generating:
-                prompt = sequence.job.prompt
-                chunk = prompt[sequence.fed : sequence.fed + room]
-                start = sequence.fed
+                entries, wanted = parts.setdefault(sequence.job.adapter, ([], []))
+                prompt, start = sequence.job.prompt, sequence.fed
+                chunk = prompt[start : start + room]
                 entries.extend(
                     Entry(token, start + i, sequence.seq, start + i == len(prompt) - 1) for i, token in enumerate(chunk)
                 )
@@ -329,10 +339,13 @@ class Engine:
                 room -= len(chunk)
                 if sequence.generating:
                     wanted.append((sequence, len(entries) - 1))
-        if not entries:
-            return
+        for adapter, (entries, wanted) in parts.items():
+            self._decode(entries, wanted, adapter)
+
+    def _decode(self, entries: list[Entry], wanted: list[tuple[_Sequence, int]], adapter: int | None) -> None:
+        """Decode the step's entries of the sequences on one adapter, and sample their next tokens."""
         try:
-            self.model.decode(entries)
+            self.model.decode(entries, adapter)
         except LlamaError as exc:
             for sequence in {id(s): s for s in self._batch_members(entries)}.values():
                 self._release(sequence)

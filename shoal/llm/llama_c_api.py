@@ -218,6 +218,8 @@ class LlamaModel:
         self._batch = api.llama_batch_init(settings.n_batch, 0, 1)
         self._piece = ctypes.create_string_buffer(256)
         self._n_vocab = int(api.llama_vocab_n_tokens(self.vocab))
+        self._adapters: list[Any] = []  # LoRA adapters on this model, by the index `load_adapter` gave
+        self._adapter: int | None = None  # the one the context applies now (None: the base model)
 
     # --- text ---
 
@@ -256,9 +258,34 @@ class LlamaModel:
 
     # --- decoding ---
 
-    def decode(self, entries: Sequence[Entry]) -> None:
-        """Run one batch (at most `settings.n_batch` entries); the logits of the entries that asked
-        for them are then what `sample` reads, by the entry's index in `entries`."""
+    def load_adapter(self, path: Path) -> int:
+        """Load a LoRA adapter (GGUF) for this model; its index names it to `decode`. The base
+        weights are not copied: llama.cpp adds the adapter's low-rank product while decoding."""
+        adapter = self.api.llama_adapter_lora_init(self.model, str(path).encode())
+        if not adapter:
+            raise LlamaError(f"llama.cpp cannot load the LoRA adapter {path}: {self.library.recent() or 'no reason'}")
+        self._adapters.append(adapter)
+        return len(self._adapters) - 1
+
+    def _use_adapter(self, adapter: int | None) -> None:
+        """Make the context apply `adapter` (None: none) to every token of the next decodes."""
+        if adapter == self._adapter:
+            return
+        api = self.api
+        if adapter is None:  # no adapters: the base model (llama.h has no separate clear call)
+            status = api.llama_set_adapters_lora(self.context, None, 0, None)
+        else:
+            adapters = (api.llama_adapter_lora_p_ctypes * 1)(self._adapters[adapter])
+            status = api.llama_set_adapters_lora(self.context, adapters, 1, (ctypes.c_float * 1)(1.0))
+        if status != 0:
+            raise LlamaError(f"llama.cpp cannot switch to LoRA adapter {adapter}: {self.library.recent()}")
+        self._adapter = adapter
+
+    def decode(self, entries: Sequence[Entry], adapter: int | None = None) -> None:
+        """Run one batch (at most `settings.n_batch` entries) through the base model with LoRA
+        adapter `adapter` (an index from `load_adapter`; None: none); the logits of the entries
+        that asked for them are then what `sample` reads, by the entry's index in `entries`."""
+        self._use_adapter(adapter)
         batch = self._batch
         token, pos, n_seq_id, seq_id, logits = batch.token, batch.pos, batch.n_seq_id, batch.seq_id, batch.logits
         for i, entry in enumerate(entries):
@@ -304,5 +331,5 @@ class LlamaModel:
         if self.context:
             self.api.llama_batch_free(self._batch)
             self.api.llama_free(self.context)
-            self.api.llama_model_free(self.model)
+            self.api.llama_model_free(self.model)  # and its adapters with it (llama.h)
             self.context = None

@@ -17,6 +17,7 @@ with `finish_reason` and the usage counts. Its config says, as string parameters
 | `n_threads` | 1 | llama.cpp's threads for one sequence's token |
 | `n_threads_batch` | `n_threads` | its threads for a batch of several tokens (sequences together, prompts) |
 | `llama_cpu_backends` | llama-cpp-python's `lib/` | folders searched for a portable build's CPU backends (`libggml-cpu-*.so`), `:`-separated |
+| `lora_adapters` | none | LoRA adapters on this model, as JSON: `{"name": "file.gguf"}` (each file as `gguf`'s), loaded once beside the one copy of the base weights |
 | `REPORT_CUSTOM_METRICS` | `true` | its token, time-per-token and KV-cache metrics (llm_metrics.py; the vLLM backend's parameter, on here by default) |
 
 Inputs: `text_input` or `messages` (a JSON conversation, rendered with the GGUF's own chat
@@ -25,7 +26,8 @@ template), `stream`, and optionally `max_tokens`, `temperature`, `top_p`, `seed`
 token's log probability and this many most likely alternatives, 0 to 20), `tools` (OpenAI's tools
 as JSON: rendered into the prompt), `tool_choice` (JSON, "required" or a named function: the
 output is forced to calls by a grammar, `tool_grammar.py`) and `parallel_tool_calls` (false:
-one call). Outputs:
+one call), `lora_name` (one of `lora_adapters`: that adapter computes the answer; absent or
+empty: the base model). Outputs:
 `text_output`, `finish_reason`, `prompt_tokens`, `completion_tokens`, and `logprobs` when asked
 (JSON, OpenAI's chat shape: one object per token of the response; docs/openai.md).
 """
@@ -42,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from shared.config.lora_adapters import lora_adapters
 from shoal.llm import probe
 from shoal.llm.engine import Engine, Job, Limits
 from shoal.llm.llama_c_api import ContextSettings, Library, LlamaModel, library_folder
@@ -62,6 +65,12 @@ def gguf_path(setting: str, version_folder: Path) -> Path:
         return Path(spec.submodule_search_locations[0]) / rest
     path = Path(setting)
     return path if path.is_absolute() else version_folder / path
+
+
+def _existing(path: Path) -> Path:
+    if not path.is_file():
+        raise FileNotFoundError(f"no GGUF file at {path}")
+    return path
 
 
 def _scalar(request: Any, name: str, default: Any) -> Any:
@@ -130,9 +139,7 @@ class LlamaPythonModel:
         if "gguf" not in settings:
             raise ValueError("the config has no 'gguf' parameter (the model file)")
         version_folder = Path(args["model_repository"]) / args["model_version"]
-        gguf = gguf_path(settings["gguf"], version_folder)
-        if not gguf.is_file():
-            raise FileNotFoundError(f"no GGUF file at {gguf}")
+        gguf = _existing(gguf_path(settings["gguf"], version_folder))
 
         def number(key: str, default: int) -> int:
             return int(settings.get(key) or default)
@@ -153,6 +160,11 @@ class LlamaPythonModel:
             n_threads_batch=number("n_threads_batch", number("n_threads", 1)),
         )
         self.model = LlamaModel(gguf, context, library)
+        # before the engine's thread starts: a file llama.cpp refuses fails the load, saying why
+        self.adapters = {
+            name: self.model.load_adapter(_existing(gguf_path(path, version_folder)))
+            for name, path in lora_adapters(settings).items()
+        }
         self.engine = Engine(
             self.model,
             Limits(
@@ -168,12 +180,13 @@ class LlamaPythonModel:
         self._lock = threading.Lock()
         backend = choice.variant.name if choice.variant else "built in"
         log.info(
-            "%s: llama.cpp (CPU backend %s: %s), %d sequences, %d KV cells",
+            "%s: llama.cpp (CPU backend %s: %s), %d sequences, %d KV cells, LoRA adapters %s",
             args.get("model_name", gguf.name),
             backend,
             choice.system_info,
             context.max_sequences,
             self.model.n_ctx,
+            sorted(self.adapters) or "none",
         )
 
     def execute(self, requests: list[Any]) -> None:
@@ -223,7 +236,18 @@ class LlamaPythonModel:
             logit_bias=self._logit_bias(_scalar(request, "logit_bias", None)),
             grammar=_tool_grammar(request) or grammar_for(_scalar(request, "response_format", None)),
             logprobs=None if top is None else int(top),
+            adapter=self._adapter(_scalar(request, "lora_name", b"")),
         )
+
+    def _adapter(self, name: Any) -> int | None:
+        """The engine's index of the adapter `name` (empty: None, the base model); unknown: 400."""
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        if not name:
+            return None
+        if name not in self.adapters:
+            known = ", ".join(sorted(self.adapters)) or "none"
+            raise ValueError(f"Unknown LoRA: {name}; the model's adapters: {known}")
+        return self.adapters[name]
 
     def _logit_bias(self, given: Any) -> dict[int, float]:
         """{"<token id>": bias} as JSON; a token id this model's vocabulary lacks is refused (400)."""

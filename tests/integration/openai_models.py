@@ -9,6 +9,8 @@ the `llm` extra: they answer in milliseconds, so the protocol is tested in every
   likeliest are itself and `alt1`, `alt2`, ... each 1 less; a prompt starting with "forget"
   leaves the `logprobs` output out. It takes `tools` and `tool_choice` and ignores them: a
   message holding `<tool_call>...</tool_call>` comes back word by word as the model's calls.
+  It declares LoRA adapters `shout` and `whisper` (files it never reads): a request's `lora_name`
+  comes back first, as the word `<name>`, so a test sees which adapter the front end asked for.
 - `plain`: the same without a `messages` input (no chat template) and without sampling inputs.
 - `templated`: `plain` with a chat template in its config, which the front end applies.
 - `hashing`: an embedding model: each word hashed into one of 64 dimensions, normalised.
@@ -67,6 +69,9 @@ class TritonPythonModel:
         else:
             prompt = _get(request, "text_input", b"").decode()
         words = prompt.split()
+        adapter = _get(request, "lora_name", b"").decode()
+        if adapter:
+            words = [f"<{adapter}>", *words]
         if _get(request, "seed") is not None:  # a seed picks the order, as sampling would
             np.random.default_rng(int(_get(request, "seed"))).shuffle(words)
         limit = int(_get(request, "max_tokens", len(words)))
@@ -119,7 +124,12 @@ ECHO_INPUTS = """,
   { name: "seed" data_type: TYPE_INT64 dims: [ 1 ] optional: true },
   { name: "top_logprobs" data_type: TYPE_INT32 dims: [ 1 ] optional: true },
   { name: "tools" data_type: TYPE_STRING dims: [ 1 ] optional: true },
-  { name: "tool_choice" data_type: TYPE_STRING dims: [ 1 ] optional: true }"""
+  { name: "tool_choice" data_type: TYPE_STRING dims: [ 1 ] optional: true },
+  { name: "lora_name" data_type: TYPE_STRING dims: [ 1 ] optional: true }"""
+
+ADAPTERS = """
+parameters { key: "lora_adapters" value { string_value: '{"shout": "shout.gguf", "whisper": "whisper.gguf"}' } }
+"""
 
 HASHING = """
 import zlib
@@ -171,7 +181,7 @@ def _model(root: Path, name: str, config: str, source: str) -> None:
 
 
 def write_openai_models(root: Path) -> Path:
-    _model(root, "echo", GENERATION_IO % ECHO_INPUTS, ECHO)
+    _model(root, "echo", GENERATION_IO % ECHO_INPUTS + ADAPTERS, ECHO)
     _model(root, "plain", GENERATION_IO % "", ECHO)
     _model(root, "templated", GENERATION_IO % "" + TEMPLATE, ECHO)
     _model(root, "hashing", HASHING_CONFIG, HASHING)

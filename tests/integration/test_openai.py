@@ -35,10 +35,40 @@ def client(served: Running) -> Iterator[openai.OpenAI]:
 
 
 def test_models_lists_what_the_api_can_serve(client: openai.OpenAI):
-    assert sorted(m.id for m in client.models.list()) == ["echo", "hashing", "plain", "templated"]
+    assert sorted(m.id for m in client.models.list()) == [
+        "echo",
+        "echo_lora_shout",
+        "echo_lora_whisper",
+        "hashing",
+        "plain",
+        "templated",
+    ]
     assert client.models.retrieve("echo").owned_by == "shoal"
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("nope")
+
+
+def test_a_lora_adapter_is_a_model_whose_requests_name_it(client: openai.OpenAI):
+    assert client.models.retrieve("echo_lora_shout").id == "echo_lora_shout"
+    answer = client.completions.create(model="echo_lora_shout", prompt="one two")
+    assert answer.model == "echo_lora_shout" and answer.choices[0].text == "<shout> one two"
+    chunks = client.chat.completions.create(
+        model="echo_lora_whisper", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    pieces = [(c.model, c.choices[0].delta.content) for c in chunks if c.choices and c.choices[0].delta.content]
+    assert pieces == [("echo_lora_whisper", "<whisper>"), ("echo_lora_whisper", " hi")]
+    assert client.completions.create(model="echo", prompt="one two").choices[0].text == "one two"
+
+
+@pytest.mark.parametrize("name", ["echo_lora_nobody", "echo_lora_", "plain_lora_shout"])
+def test_an_unknown_lora_adapter_is_an_unknown_model(client: openai.OpenAI, name: str):
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.completions.create(model=name, prompt="one")
+    assert missing.value.body["code"] == "model_not_found" and f"'{name}'" in missing.value.body["message"]
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model=name, messages=[{"role": "user", "content": "one"}])
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve(name)
 
 
 def test_chat_answers_with_usage(client: openai.OpenAI):

@@ -13,13 +13,18 @@ As Triton's OpenAI front end does (docs/openai.md, "Which models are offered"):
 - an *embedding* model is not decoupled, has one BYTES input and an FP32 output (the embedding),
   and optionally a `prompt_tokens` output.
 A config parameter `openai_api` (`generation`, `embedding` or `none`) overrides the guess.
+
+A generation model with a BYTES `lora_name` input and LoRA adapters in its config
+(shared/config/lora_adapters.py) is offered once more per adapter, under the adapter's model name:
+the same model, which is sent the adapter's name in `lora_name`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from shared.config.lora_adapters import served_names
 from shared.config.model_config import ModelSpec, TensorSpec
 
 INTEGER_TYPES = frozenset({"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
@@ -61,6 +66,18 @@ class Offer:
     batching: bool = False  # max_batch_size > 0: tensors carry a leading batch dimension
     chat: bool = False  # chat is served: by the model's `messages` input or a template in its config
     logprobs: TensorSpec | None = None  # the `top_logprobs` input, when the model also has a `logprobs` output
+    adapter: str | None = None  # the LoRA adapter this name serves (its model's `lora_name` input), None: the model
+
+
+def offers(spec: ModelSpec) -> list[Offer]:
+    """Every name `spec` is offered under: its own, then its LoRA adapters' ([] when none)."""
+    served = offer(spec)
+    if served is None:
+        return []
+    if served.kind != Kind.GENERATION or not _has(spec.input("lora_name"), "BYTES"):
+        return [served]
+    adapters = served_names(spec.name, spec.parameters)
+    return [served, *(replace(served, model=name, adapter=adapter) for name, adapter in adapters.items())]
 
 
 def offer(spec: ModelSpec) -> Offer | None:

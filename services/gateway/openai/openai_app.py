@@ -23,7 +23,7 @@ from starlette.routing import Route
 from inference.core import InferenceCore
 from services.gateway.openai import documents, requests
 from services.gateway.openai.api_keys import ApiKeys
-from services.gateway.openai.catalog import Kind, Offer, offer
+from services.gateway.openai.catalog import Kind, Offer, offers
 from services.gateway.openai.choices import Choices
 from services.gateway.openai.generation import Generation, Piece
 from services.gateway.openai.openai_errors import OpenAIError, from_shoal, model_not_found
@@ -101,17 +101,27 @@ class OpenAIHandlers:
                 spec, _ = self.core.resolve(name)
             except ShoalError:  # not ready
                 continue
-            served = offer(spec)
-            if served is not None:
-                found.append(served)
+            found.extend(offers(spec))
         return found
 
-    def _offer(self, name: str, kind: Kind, endpoint: str) -> tuple[ModelSpec, int, Offer]:
+    def _resolve(self, name: str) -> tuple[ModelSpec, int]:
+        """The model `name` is, or whose LoRA adapter it names (the model `a` for `a_lora_b`)."""
         try:
-            spec, version = self.core.resolve(name)
+            return self.core.resolve(name)
         except ShoalError as exc:
-            raise model_not_found(name) if exc.http_status == 404 else from_shoal(exc) from None
-        served = offer(spec)
+            if exc.http_status != 404:
+                raise from_shoal(exc) from None
+        for model, spec in list(self.core.registry.specs.items()):
+            if name.startswith(model) and any(served.model == name for served in offers(spec)):
+                try:
+                    return self.core.resolve(model)
+                except ShoalError as exc:  # its model's status: 503 while it is not ready, say
+                    raise model_not_found(name) if exc.http_status == 404 else from_shoal(exc) from None
+        raise model_not_found(name)
+
+    def _offer(self, name: str, kind: Kind, endpoint: str) -> tuple[ModelSpec, int, Offer]:
+        spec, version = self._resolve(name)
+        served = next((served for served in offers(spec) if served.model == name), None)
         if served is None:
             raise model_not_found(name)
         if served.kind != kind:
@@ -150,7 +160,7 @@ class OpenAIHandlers:
     async def _generate(self, request: Request, asked: requests.GenerationRequest, chat: bool) -> Response:
         endpoint = "/v1/chat/completions" if chat else "/v1/completions"
         spec, version, served = self._offer(asked.model, Kind.GENERATION, endpoint)
-        reply = documents.Reply(spec.name, chat, asked.logprobs is not None)
+        reply = documents.Reply(served.model, chat, asked.logprobs is not None)
         generations = []
         for i in range(asked.n):  # a seed given makes each choice its own: seed, seed + 1, ...
             one = asked if "seed" not in asked.sampling else choice_with_seed(asked, i)

@@ -46,6 +46,8 @@ def generation_request(spec: ModelSpec, offer: Offer, request: GenerationRequest
             inputs.append(_input(spec, offer.text_input, "BYTES", b""))
     else:
         inputs.append(_input(spec, offer.text_input, "BYTES", (request.prompt or "").encode()))
+    if offer.adapter is not None:  # the model computes it with this LoRA adapter
+        inputs.append(_input(spec, "lora_name", "BYTES", offer.adapter.encode()))
     sampling: dict[str, object] = dict(request.sampling)
     if request.logit_bias:  # {} asks nothing: any model serves it
         sampling["logit_bias"] = orjson.dumps({str(token): bias for token, bias in request.logit_bias.items()})

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from services.gateway.openai.catalog import Kind, offer
+from services.gateway.openai.catalog import Kind, offer, offers
 from shared.config.model_config import ModelSpec, TensorSpec
 
 
@@ -56,3 +56,33 @@ def test_one_text_input_and_a_float_output_is_an_embedder():
 def test_the_config_parameter_overrides_the_guess():
     assert offer(_spec([("TEXT", "BYTES", False)], [("VEC", "FP32")], openai_api="none")) is None
     assert offer(_spec([("TEXT", "BYTES", False)], [("VEC", "FP32")], openai_api="generation")) is None
+
+
+ADAPTERS = '{"pirate": "pirate.gguf", "poet": "/models/poet.gguf"}'
+
+
+def test_each_lora_adapter_is_offered_as_a_model_of_its_own():
+    spec = _spec(
+        [*GENERATION_IN, ("lora_name", "BYTES", True)], [("text_output", "BYTES")], True, lora_adapters=ADAPTERS
+    )
+    found = offers(spec)
+    assert [(o.model, o.adapter) for o in found] == [("m", None), ("m_lora_pirate", "pirate"), ("m_lora_poet", "poet")]
+    assert all(o.kind == Kind.GENERATION for o in found)
+    spec = _spec(
+        [*GENERATION_IN, ("lora_name", "BYTES", True)],
+        [("text_output", "BYTES")],
+        True,
+        lora_adapters=ADAPTERS,
+        lora_separator="/",
+    )
+    assert [o.model for o in offers(spec)] == ["m", "m/pirate", "m/poet"]
+
+
+def test_adapters_need_the_lora_name_input_and_a_valid_declaration():
+    without_input = _spec(GENERATION_IN, [("text_output", "BYTES")], True, lora_adapters=ADAPTERS)
+    assert [o.model for o in offers(without_input)] == ["m"]
+    invalid = _spec(
+        [*GENERATION_IN, ("lora_name", "BYTES", True)], [("text_output", "BYTES")], True, lora_adapters="[1]"
+    )
+    assert [o.model for o in offers(invalid)] == ["m"]
+    assert offers(_spec([("A", "FP32", False)], [("B", "FP32")])) == []

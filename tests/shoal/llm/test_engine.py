@@ -24,8 +24,10 @@ END = 1000  # the end-of-generation token
 
 
 class CountingModel:
-    """A `Decoder`: after token t comes t + 1, and END after END - 1. It checks what llama.cpp
-    would refuse: positions that skip, a sequence id out of range, more cells than it has."""
+    """A `Decoder`: after token t comes t + 1, and END after END - 1 (with LoRA adapter k, t + 1 + k:
+    test_engine_adapters.py). It checks what llama.cpp would refuse: positions that skip, a
+    sequence id out of range, more cells than it has; and that every token a decode predicts from
+    was computed with the decode's adapter (a cell keeps the adapter that made it)."""
 
     def __init__(self, n_ctx: int = 256, max_sequences: int = 9, step_delay: float = 0.0) -> None:
         self.n_ctx, self.max_sequences, self.step_delay = n_ctx, max_sequences, step_delay
@@ -36,22 +38,27 @@ class CountingModel:
         self.logits_read: list[int] = []  # batch indices whose logits the engine read
         self.fail_next = False
         self.shaping: list[Shaping | None] = []  # each sampler's, in order
+        self.adapters: list[int | None] = []  # each decode's adapter, in order
+        self.made_by: dict[int, set[int | None]] = {}  # seq -> the adapters that computed its cells
         self.gate = threading.Event()
         self.gate.set()
 
-    def decode(self, entries: list[Entry]) -> None:
+    def decode(self, entries: list[Entry], adapter: int | None = None) -> None:
         self.gate.wait(10)
         if self.fail_next:
             self.fail_next = False
             raise LlamaError("llama_decode returned 1 (no room in the KV cache)")
         self.batches.append(list(entries))
+        self.adapters.append(adapter)
         self.predicted = {}
         for index, entry in enumerate(entries):
             assert 0 <= entry.seq < self.max_sequences
             assert entry.pos == self.cells.get(entry.seq, 0), (entry, self.cells)
             self.cells[entry.seq] = entry.pos + 1
+            self.made_by.setdefault(entry.seq, set()).add(adapter)
             if entry.logits:
-                self.predicted[index] = END if entry.token == END - 1 else entry.token + 1
+                assert self.made_by[entry.seq] == {adapter}, (entry, adapter, self.made_by[entry.seq])
+                self.predicted[index] = min(entry.token + 1 + (adapter or 0), END)
         assert sum(self.cells.values()) <= self.n_ctx
         time.sleep(self.step_delay)
 
@@ -72,10 +79,12 @@ class CountingModel:
 
     def forget(self, seq: int) -> None:
         self.cells.pop(seq, None)
+        self.made_by.pop(seq, None)
 
     def share(self, source: int, target: int, length: int) -> None:
         assert self.cells.get(source, 0) >= length and target not in self.cells
         self.cells[target] = length
+        self.made_by[target] = set(self.made_by[source])
         self.shared.append((source, target, length))
 
     def piece(self, token: int, special: bool = False) -> bytes:
@@ -126,19 +135,6 @@ def run(engine: Engine, prompt: list[int], max_tokens: int | None = None) -> Col
     sink = Collect()
     engine.submit(Job(prompt, sink, max_tokens=max_tokens, temperature=0))
     return sink
-
-
-@pytest.fixture
-def engine_for():
-    engines = []
-
-    def make(model: CountingModel, limits: Limits) -> Engine:
-        engines.append(Engine(model, limits))
-        return engines[-1]
-
-    yield make
-    for engine in engines:
-        engine.close()
 
 
 def test_one_sequence_generates_until_its_end_token(engine_for):
