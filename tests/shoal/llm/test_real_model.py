@@ -23,8 +23,8 @@ pytestmark = [
 PROMPTS = ["What is the capital of France?", "List three colours.", "Why is the sky blue?", "Name a fruit."]
 
 
-@pytest.fixture(scope="module")
-def setup():
+def open_model(prefix_cache_tokens: int):
+    """SmolLM2 on the engine with the given prompt cache, and llama-cpp-python's own Llama beside it."""
     from llama_cpp import Llama
 
     from shoal.llm.engine import Engine, Limits
@@ -36,8 +36,15 @@ def setup():
     )
     library = Library.start(choose(gguf, [library_folder()]).variant)
     model = LlamaModel(gguf, ContextSettings(n_ctx=4096, max_sequences=4), library)
-    engine = Engine(model, Limits(max_sequences=4, n_batch=512, max_sequence_tokens=1024, prefix_cache_tokens=512))
+    limits = Limits(max_sequences=4, n_batch=512, max_sequence_tokens=1024, prefix_cache_tokens=prefix_cache_tokens)
+    engine = Engine(model, limits)
     reference = Llama(model_path=str(gguf), n_ctx=1024, n_threads=1, verbose=False)
+    return model, engine, reference
+
+
+@pytest.fixture(scope="module")
+def setup():
+    model, engine, reference = open_model(prefix_cache_tokens=512)
     yield model, engine, reference
     engine.close()
     model.close()
@@ -100,12 +107,34 @@ def reference_text(model, reference, prompt: list[int], max_tokens: int) -> str:
     return out.decode("utf-8", "replace")
 
 
-def test_alone_it_generates_what_llama_cpp_python_does(setup):
+def test_alone_it_generates_what_llama_cpp_python_does():
+    """Without the prompt cache every prompt's greedy answer is llama-cpp-python's, token for token."""
+    model, engine, reference = open_model(prefix_cache_tokens=0)
+    try:
+        for question in PROMPTS:
+            prompt = chat(model, question)
+            [text] = generate(engine, [prompt], 12)
+            assert text == reference_text(model, reference, prompt, 12)
+    finally:
+        engine.close()
+        model.close()
+
+
+def test_from_the_prompt_cache_it_starts_as_llama_cpp_python_does(setup):
+    """Each prompt after the last: the cache gives it the chat template's start, computed in another
+    batch, whose rounding differs in the last bits (llama.cpp's quantised kernels take other paths by
+    batch size). Where two tokens are nearly tied that can tip the choice some tokens on, as
+    llama_cpp.server's prompt cache does (docs/openai.md); seen here: the second prompt's eighth
+    token on one CPU and not on another. The start must be the same, and the cold prompt whole."""
     model, engine, reference = setup
-    for question in PROMPTS:  # each after the last: the prompt cache gives it the chat template's start
+    for number, question in enumerate(PROMPTS):
         prompt = chat(model, question)
         [text] = generate(engine, [prompt], 12)
-        assert text == reference_text(model, reference, prompt, 12)
+        expected = reference_text(model, reference, prompt, 12)
+        if number == 0:
+            assert text == expected
+        else:
+            assert model.tokenize(text)[:4] == model.tokenize(expected)[:4], (text, expected)
 
 
 def test_after_the_same_prompt_and_beside_other_sequences_it_starts_the_same(setup):
