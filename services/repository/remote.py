@@ -98,6 +98,8 @@ def _azure(fsspec: Any, url: str) -> Any:
     """adlfs with Triton's choice: managed identity, azure-identity's default chain, a shared key,
     or anonymous; a connection string (an endpoint of one's own) as given."""
     auth = cloud_credentials.azure_auth(url)
+    # azure-core logs every request and response at INFO: the repository's log is for its own news
+    logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
     if auth.kind == "connection_string":
         return fsspec.filesystem("abfs", connection_string=auth.connection_string)
     if auth.kind == "key":

@@ -73,10 +73,11 @@ def test_explicit_loads_read_the_bucket_as_it_is_then(bucket, tmp_path):
 
 
 def start_failure(tmp_path, url: str) -> str:
-    """`shoal serve --model-repository=<url>` that must end at start: its output."""
-    serve = Serve(tmp_path / "serve", [f"--model-repository={url}"]).start(wait=False)
+    """`shoal serve --model-repository=<url>` that must end at start: its output. The other
+    services may still be starting when it ends: they get a short exit timeout."""
+    serve = Serve(tmp_path / "serve", [f"--model-repository={url}", "--exit-timeout-secs=5"]).start(wait=False)
     try:
-        code = serve.process.wait(120)
+        code = serve.process.wait(240)
     finally:
         if serve.process.poll() is None:
             serve.kill_tree()
@@ -84,6 +85,7 @@ def start_failure(tmp_path, url: str) -> str:
     return serve.log()
 
 
+@pytest.mark.timeout(300)  # a whole `shoal serve` starting and stopping, on a loaded machine
 def test_a_missing_bucket_stops_the_serve_with_tritons_text(bucket, tmp_path):
     url = bucket.url("repo").replace("/models/", "/no-such-bucket/")
     out = start_failure(tmp_path, url)
@@ -91,6 +93,7 @@ def test_a_missing_bucket_stops_the_serve_with_tritons_text(bucket, tmp_path):
     assert f"failed to poll model repository '{url}'" in out, out
 
 
+@pytest.mark.timeout(300)
 def test_a_wrong_azure_key_stops_the_serve_with_the_servers_refusal(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     with running_azurite(tmp_path / "azurite") as azurite:
