@@ -49,3 +49,24 @@ def test_what_cannot_be_read_says_why(bucket, tmp_path):
     url = bucket.url("repo").replace("/models/", "/no-such-bucket/")
     with pytest.raises(RemoteError, match=f"cannot list {bucket.kind}://"):
         RemoteRepository(url, tmp_path / "mirrors").sync()
+
+
+def test_the_chosen_credentials_reach_the_filesystems(tmp_path, monkeypatch):
+    """No server needed: what each library is handed (the choice itself: test_cloud_credentials.py)."""
+    for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_AUTH_TYPE", "STORAGE_EMULATOR_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "cloud_credential.json"
+    path.write_text(
+        '{"s3": {"s3://127.0.0.1:9/b": {"key_id": "i", "secret_key": "s", "region": "eu-west-1"}},'
+        ' "as": {"": {"account_str": "other", "account_key": "a2V5"}}}'
+    )
+    monkeypatch.setenv("TRITON_CLOUD_CREDENTIAL_PATH", str(path))
+    fs, _ = filesystem("s3://127.0.0.1:9/b/p")
+    assert (fs.key, fs.secret, fs.client_kwargs["region_name"]) == ("i", "s", "eu-west-1")
+    fs, prefix = filesystem("as://acct/container/p")
+    assert (fs.account_name, fs.account_key, prefix) == ("other", "a2V5", "container/p")
+    with pytest.raises(RemoteError, match="Cannot match credential for path  s3://elsewhere/p"):
+        filesystem("s3://elsewhere/p")
+    monkeypatch.delenv("TRITON_CLOUD_CREDENTIAL_PATH")
+    fs, _ = filesystem("as://acct/container/p")  # no key, no auth type: anonymous, as Triton
+    assert fs.account_name == "acct" and fs.anon is True and fs.credential is None
