@@ -3,11 +3,11 @@
 `gs://bucket/path`, `as://account/container/path`.
 
 Only the repository service reads it, through fsspec (s3fs, gcsfs, adlfs: the `s3`, `gcs` and
-`azure` extras, `cloud` for all three), with the providers' usual credentials from the environment
-(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL;
-GOOGLE_APPLICATION_CREDENTIALS; AZURE_STORAGE_KEY or AZURE_STORAGE_CONNECTION_STRING). It keeps a
-mirror of the bucket's prefix on its own disk and works on that like on a local directory: scans,
-configs, labels, polling, and the files it publishes into NATS for the workers (publishing.py).
+`azure` extras, `cloud` for all three), with the credentials Triton's core would use for it: from
+the environment or the TRITON_CLOUD_CREDENTIAL_PATH file, Azure managed identity included
+(cloud_credentials.py). It keeps a mirror of the bucket's prefix on its own disk and works on
+that like on a local directory: scans, configs, labels, polling, and the files it publishes into
+NATS for the workers (publishing.py).
 
 `sync()` brings the mirror up to date: a file whose size and ETag (or modification time) changed
 is downloaded again, whole, under a temporary name then renamed; one gone from the bucket goes
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from services.repository import cloud_credentials
 from shared.process import cache_dirs
 
 log = logging.getLogger("shoal.repository")
@@ -45,38 +46,77 @@ def is_remote(repository: str) -> bool:
 
 
 def filesystem(url: str) -> tuple[Any, str]:
-    """(fsspec filesystem, the repository's prefix in it: `bucket/path`) for a repository URL."""
+    """(fsspec filesystem, the repository's prefix in it: `bucket/path`) for a repository URL, with
+    the credentials Triton would use for it (cloud_credentials.py)."""
     scheme, rest = url.split("://", 1)
     protocol, extra = SCHEMES[scheme]
     try:
         import fsspec
 
         if protocol == "s3":
-            options: dict[str, Any] = {}
-            endpoint = ""
-            if rest.startswith(("http://", "https://")):  # s3://https://host:port/bucket/path
-                web, _, rest = rest.partition("://")
-                host, _, rest = rest.partition("/")
-                endpoint = f"{web}://{host}"
-            elif ":" in rest.split("/", 1)[0]:  # s3://host:port/bucket/path (Triton's form)
-                host, _, rest = rest.partition("/")
-                endpoint = f"http://{host}"
-            if endpoint:
-                options["client_kwargs"] = {"endpoint_url": endpoint}
-            return fsspec.filesystem("s3", **options), rest.strip("/")
+            return _s3(fsspec, url, rest)
         if protocol == "abfs":  # as://account/container/path
-            account, _, rest = rest.partition("/")
-            key = os.environ.get("AZURE_STORAGE_KEY")
-            connection = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
-            fs = fsspec.filesystem(
-                "abfs", account_name=account, account_key=key, connection_string=connection, anon=False
-            )
-            return fs, rest.strip("/")
-        return fsspec.filesystem(protocol), rest.strip("/")
+            return _azure(fsspec, url), rest.partition("/")[2].strip("/")
+        return _gcs(url), rest.strip("/")
     except ImportError as exc:
         raise RemoteError(
             f"a {scheme}:// model repository needs the '{extra}' extra: pip install 'shoal[{extra}]' ({exc})"
         ) from None
+    except cloud_credentials.CredentialError as exc:
+        raise RemoteError(str(exc)) from None
+
+
+def _s3(fsspec: Any, url: str, rest: str) -> tuple[Any, str]:
+    endpoint = ""
+    if rest.startswith(("http://", "https://")):  # s3://https://host:port/bucket/path
+        web, _, rest = rest.partition("://")
+        host, _, rest = rest.partition("/")
+        endpoint = f"{web}://{host}"
+    elif ":" in rest.split("/", 1)[0]:  # s3://host:port/bucket/path (Triton's form)
+        host, _, rest = rest.partition("/")
+        endpoint = f"http://{host}"
+    auth = cloud_credentials.s3_auth(url)
+    client = {"endpoint_url": endpoint, "region_name": auth.region}
+    given = {"key": auth.key_id, "secret": auth.secret_key, "token": auth.session_token, "profile": auth.profile}
+    options: dict[str, Any] = {name: value for name, value in given.items() if value}  # else s3fs's own chain
+    if any(client.values()):
+        options["client_kwargs"] = {name: value for name, value in client.items() if value}
+    return fsspec.filesystem("s3", **options), rest.strip("/")
+
+
+def _gcs(url: str) -> Any:
+    """gcsfs's JSON-API filesystem, as Triton reads GCS (over REST), not the experimental one that
+    fsspec's "gcs" now names (it asks the gRPC control plane for each bucket's layout first)."""
+    from gcsfs.core import GCSFileSystem
+
+    auth = cloud_credentials.gcs_auth(url)
+    token = auth.credentials_path or ("anon" if auth.endpoint else None)
+    return GCSFileSystem(token=token, endpoint_url=auth.endpoint or None)
+
+
+def _azure(fsspec: Any, url: str) -> Any:
+    """adlfs with Triton's choice: managed identity, azure-identity's default chain, a shared key,
+    or anonymous; a connection string (an endpoint of one's own) as given."""
+    auth = cloud_credentials.azure_auth(url)
+    # azure-core logs every request and response at INFO: the repository's log is for its own news
+    logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
+    if auth.kind == "connection_string":
+        return fsspec.filesystem("abfs", connection_string=auth.connection_string)
+    if auth.kind == "key":
+        return fsspec.filesystem("abfs", account_name=auth.account, account_key=auth.key)
+    if auth.kind == "anonymous":
+        return fsspec.filesystem("abfs", account_name=auth.account, anon=True)
+    return fsspec.filesystem("abfs", account_name=auth.account, credential=azure_credential(auth), anon=False)
+
+
+def azure_credential(auth: cloud_credentials.AzureAuth) -> Any:
+    """The token credential of a managed identity (user-assigned with its client id) or of the
+    DefaultAzureCredential chain: azure-identity's, in its asyncio form (adlfs's)."""
+    from azure.identity.aio import DefaultAzureCredential, ManagedIdentityCredential
+
+    if auth.kind == "managed_identity":
+        return ManagedIdentityCredential(client_id=auth.client_id or None)
+    return DefaultAzureCredential()
 
 
 def _stamp(info: dict[str, Any]) -> str:

@@ -371,7 +371,7 @@ async def run(settings: RepositorySettings, stop: asyncio.Event) -> None:
             try:  # the whole bucket, before anything is published
                 await asyncio.to_thread(RemoteRepository(repository, cache_dirs.repository_mirrors()).sync)
             except RemoteError as exc:
-                raise SystemExit(f"model repository '{repository}': {exc}") from None
+                raise SystemExit(f"failed to poll model repository '{repository}': {exc}") from None
         elif not Path(repository).is_dir():
             raise SystemExit(f"model repository '{repository}' is not a directory")
     nc = await connection.connect(settings.nats_url, "shoal-repository", settings.nats_credentials)

@@ -1,6 +1,8 @@
-"""`--model-repository=s3://...`: a Triton repository in an S3 bucket (a real S3-compatible server,
-moto's, on a free port: tests/s3.py), read by the repository service alone (the worker gets the
-files through NATS), polled and loaded like a local directory."""
+"""`--model-repository=s3://...`, `gs://...`, `as://...`: a Triton repository in a bucket (a real
+server of each cloud on a free port: moto for S3, gcp-storage-emulator for GCS, Azurite for Azure;
+tests/buckets.py), read by the repository service alone (the worker gets the files through NATS),
+polled and loaded like a local directory; what cannot be read stops `shoal serve` with Triton's
+text."""
 
 from __future__ import annotations
 
@@ -8,28 +10,28 @@ import pytest
 import tritonclient.http as httpclient
 
 from services.repository import examples
+from tests.azurite import ACCOUNT, running_azurite
+from tests.buckets import KINDS, running_bucket
 from tests.cluster import identity_config, running_cluster
 from tests.integration.test_model_files import answer, model_bytes, scale_graph
-from tests.s3 import CREDENTIALS, running_s3
-from tests.serving import wait_until
+from tests.serving import Serve, wait_until
+
+WRONG_KEY = "d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXktd3Jvbmcta2V5LXdyb25nLWtleQ=="
 
 
-@pytest.fixture
-def s3(tmp_path, monkeypatch):
-    for name, value in CREDENTIALS.items():  # the services inherit them: the usual AWS variables
-        monkeypatch.setenv(name, value)
+@pytest.fixture(params=KINDS)
+def bucket(request, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the repository's mirror
-    with running_s3(tmp_path / "moto.log") as server:
-        server.client().create_bucket(Bucket="models")
-        yield server
+    with running_bucket(request.param, tmp_path, monkeypatch) as bucket:
+        yield bucket
 
 
-def test_a_bucket_is_polled_and_loaded_like_a_directory(s3, tmp_path):
+def test_a_bucket_is_polled_and_loaded_like_a_directory(bucket, tmp_path):
     local = tmp_path / "upload"
     examples.write_model(local, "scaled", scale_graph(2), identity_config("scaled", "FP32"))
-    s3.upload_tree("models", "repo", local)
+    bucket.upload_tree("repo", local)
     with running_cluster(
-        s3.url("models", "repo"),
+        bucket.url("repo"),
         repository={"model_control_mode": "poll", "repository_poll_secs": 1, "model_files": "store"},
         worker={"model_cache_dir": str(tmp_path / "worker-cache")},
     ) as running:
@@ -38,27 +40,69 @@ def test_a_bucket_is_polled_and_loaded_like_a_directory(s3, tmp_path):
         index = {m["name"]: m.get("state") for m in client.get_model_repository_index()}
         assert index == {"scaled": "READY"}
         # the bucket changes: a new file for the model, and a new model
-        s3.client().put_object(Bucket="models", Key="repo/scaled/1/model.onnx", Body=model_bytes(3))
+        bucket.put("repo/scaled/1/model.onnx", model_bytes(3))
         examples.write_model(local, "other", scale_graph(7), identity_config("other", "FP32"))
-        s3.upload_tree("models", "repo/other", local / "other")
+        bucket.upload_tree("repo/other", local / "other")
         wait_until(lambda: answer(client) == 3.0, 60, "the changed file served", errors=(Exception,))
         wait_until(lambda: answer(client, "other") == 7.0, 60, "the new model served", errors=(Exception,))
+        # and a model gone from the bucket is unloaded, as a folder removed from a local repository
+        bucket.delete("repo/other/config.pbtxt")
+        bucket.delete("repo/other/1/model.onnx")
+        wait_until(lambda: not client.is_model_ready("other"), 60, "the removed model unloaded")
         client.close()
 
 
-def test_explicit_loads_read_the_bucket_as_it_is_then(s3, tmp_path):
+def test_explicit_loads_read_the_bucket_as_it_is_then(bucket, tmp_path):
     local = tmp_path / "upload"
     examples.write_model(local, "scaled", scale_graph(4), identity_config("scaled", "FP32"))
-    s3.upload_tree("models", "repo", local)
+    bucket.upload_tree("repo", local)
     with running_cluster(
-        s3.url("models", "repo"),
+        bucket.url("repo"),
         repository={"model_control_mode": "explicit", "model_files": "store"},
         worker={"model_cache_dir": str(tmp_path / "worker-cache")},
     ) as running:
         client = httpclient.InferenceServerClient(running.url, network_timeout=60)
         client.load_model("scaled")
         assert answer(client) == 4.0
-        s3.client().put_object(Bucket="models", Key="repo/scaled/1/model.onnx", Body=model_bytes(5))
+        bucket.put("repo/scaled/1/model.onnx", model_bytes(5))
         client.load_model("scaled")
         assert answer(client) == 5.0
+        client.unload_model("scaled")
+        wait_until(lambda: not client.is_model_ready("scaled"), 60, "the model unloaded")
         client.close()
+
+
+def start_failure(tmp_path, url: str) -> str:
+    """`shoal serve --model-repository=<url>` that must end at start: its output. The other
+    services may still be starting when it ends: they get a short exit timeout."""
+    serve = Serve(tmp_path / "serve", [f"--model-repository={url}", "--exit-timeout-secs=5"]).start(wait=False)
+    try:
+        code = serve.process.wait(240)
+    finally:
+        if serve.process.poll() is None:
+            serve.kill_tree()
+    assert code != 0, serve.log()
+    return serve.log()
+
+
+@pytest.mark.timeout(300)  # a whole `shoal serve` starting and stopping, on a loaded machine
+def test_a_missing_bucket_stops_the_serve_with_tritons_text(bucket, tmp_path):
+    url = bucket.url("repo").replace("/models/", "/no-such-bucket/")
+    out = start_failure(tmp_path, url)
+    # core's ModelRepositoryManager::Poll logs `failed to poll model repository '<path>': <reason>`
+    assert f"failed to poll model repository '{url}'" in out, out
+
+
+@pytest.mark.timeout(300)
+def test_a_wrong_azure_key_stops_the_serve_with_the_servers_refusal(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with running_azurite(tmp_path / "azurite") as azurite:
+        with azurite.client() as client:
+            client.create_container("models")
+        azurite.put("models", "repo/m/config.pbtxt", b'name: "m"')
+        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string(WRONG_KEY))
+        url = azurite.url("models", "repo")
+        out = start_failure(tmp_path, url)
+    assert f"failed to poll model repository '{url}'" in out, out
+    assert "AuthorizationFailure" in out or "Server failed to authenticate the request" in out, out
+    assert url.startswith(f"as://{ACCOUNT}/")
