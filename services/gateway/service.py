@@ -329,6 +329,9 @@ class GatewayService:
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=settings.exit_timeout_s,  # type: ignore[arg-type]  # annotated int, any seconds work
+            # uvicorn's 5 s raced clients that pool connections: one that sent just as the idle
+            # connection closed got a reset (tritonclient does not resend a POST; seen in the soak)
+            timeout_keep_alive=settings.http_keepalive_timeout_s,  # type: ignore[arg-type]  # as above
             **options,
         )
 

@@ -131,6 +131,11 @@ class GatewaySettings(BusSettings):
     http_header_timeout_s: float = Field(
         10.0, description="seconds a client has to send a request's headers (408 beyond; docs/security.md)"
     )
+    http_keepalive_timeout_s: float = Field(
+        75.0,
+        description="seconds a keep-alive connection may wait idle for its next request before it is closed "
+        "(docs/security.md): long enough for a pooled client's pauses, unlike uvicorn's 5 s",
+    )
     grpc_stream_unread_bytes: int = Field(
         64 * 1024 * 1024,
         description="a gRPC stream's responses held for a client that does not read them, in bytes: "

@@ -24,7 +24,12 @@ from tests.gateway.fuzz.doors import (
 from tests.serving import wait_until
 
 HEADER_TIMEOUT_S = 2.0
-GATEWAY = {"http_header_timeout_s": HEADER_TIMEOUT_S, "http_max_header_size": 16 * 1024}
+KEEPALIVE_S = 7.0  # past uvicorn's own 5 s, so that the test tells them apart
+GATEWAY = {
+    "http_header_timeout_s": HEADER_TIMEOUT_S,
+    "http_max_header_size": 16 * 1024,
+    "http_keepalive_timeout_s": KEEPALIVE_S,
+}
 CI = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -84,6 +89,21 @@ def test_a_connection_that_sends_nothing_is_closed_at_the_timeout(doors: Doors) 
         answered = responses(read_until_closed(sock, started + HEADER_TIMEOUT_S + CASE_S))
         assert time.monotonic() - started > HEADER_TIMEOUT_S - 0.5
     assert [status for status, _ in answered] == [408]
+
+
+def test_an_idle_keep_alive_connection_waits_its_timeout_for_the_next_request(doors: Doors) -> None:
+    """Idle for less than `--http-keepalive-timeout-s` (here 7 s; 75 by default), the connection
+    still serves; idle past it, the server closes it (uvicorn's own 5 s raced pooled clients).
+    The second request comes after 5.5 s idle: past uvicorn's default, within ours."""
+    ask = b"GET /v2/health/ready HTTP/1.1\r\nhost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", doors.http_port), timeout=CASE_S) as sock:
+        for idle_s in (0.0, KEEPALIVE_S - 1.5):
+            time.sleep(idle_s)  # the idleness under test, not a wait for something to happen
+            sock.sendall(ask)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        idle_from = time.monotonic()
+        assert read_until_closed(sock, idle_from + KEEPALIVE_S + CASE_S) == b""
+        assert time.monotonic() - idle_from > KEEPALIVE_S - 0.5
 
 
 def test_a_control_api_body_past_the_limit_is_refused_with_tritons_text(doors: Doors) -> None:
