@@ -18,6 +18,7 @@ The rules, in order:
    worker fewer at `target_utilization`) held for `scale_down_cooldown_s`, and as long since the
    last change: one worker fewer.
 5. `min_replicas` 0 and no request seen for `idle_window_s`: to zero (after the down cool-down too).
+   The window counts from the first call at the earliest: what came before it is not known.
 """
 
 from __future__ import annotations
@@ -94,7 +95,10 @@ def slack(policy: Policy, signals: Signals, replicas: int) -> bool:
 
 def decide(policy: Policy, signals: Signals, replicas: int, now: float, state: State) -> Decision:
     """The desired worker count now, given `replicas` running; see the module's rules."""
-    active = signals.pending > 0 or signals.loads > 0 or (state.requests >= 0 and signals.requests != state.requests)
+    # the first look knows nothing of the past: the idle window starts there, not at -inf (a
+    # controller started beside a busy deployment whose queue is empty for a moment keeps it)
+    first = state.requests < 0
+    active = first or signals.pending > 0 or signals.loads > 0 or signals.requests != state.requests
     state = replace(state, requests=signals.requests, last_active=now if active else state.last_active)
 
     def to(count: int, reason: str, slack_since: float | None = None) -> Decision:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -126,12 +124,3 @@ class Stack:
             listed = run(["docker", *kind.split(), "-q", "--filter", label]).stdout
             found += [f"{kind.split()[0]} {item}" for item in listed.split()]
         return found
-
-
-def autoscaler(stack: Stack, *flags: str) -> subprocess.Popen[str]:
-    """`shoal autoscale` on the stack's worker service, reading its NATS as the operator; its JSON lines
-    on stdout (one per look), its log on stderr."""
-    argv = [sys.executable, "-m", "shoal.cli", "autoscale", "--swarm-service", stack.service("worker")]
-    argv += ["--nats-url", stack.nats_url, "--nats-credentials", stack.operator_credentials(), *flags]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)

@@ -8,36 +8,32 @@ What it checks: the stack serves through tritonclient with the replicas asked fo
 update of the worker service under load fails no request (start-first, and the old task drains on
 SIGTERM); a worker task SIGKILLed under load costs at most one request and Swarm replaces it; and
 `shoal autoscale` scales the worker service up under a load step (1 -> 8 clients) and back down
-after it, with no failed request. It prints the time from the queue passing its target to the
+after it, with no failed request, and (`--min 0`, on demand) to zero when idle and back to one
+for the next request. It prints the time from the queue passing its target to the
 added worker serving (docs/scaling.md quotes it).
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import signal
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
 from services.repository import examples
-from shoal import topology
-from shoal.autoscale.policy import Policy, Signals, pressure
+from shoal.autoscale.policy import Policy
+from tests.deploy.autoscaling import Controller, Load, http, one_input, under_pressure, workers_serving
 from tests.deploy.compose import Project, compose_command, engine_refused, run
-from tests.deploy.swarm import Stack, autoscaler, swarm_state
+from tests.deploy.swarm import Stack, swarm_state
 from tests.deploy.test_compose import FAIL_WITHIN_S, READY_S, STARTING, check_fault, served
 from tests.integration.slow_model import slow_graph
 from tests.integration.test_scheduling_policies import config
-from tests.serving import record_until, wait_until
+from tests.serving import wait_until
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(2400)]
 
@@ -49,12 +45,6 @@ TARGET_PENDING = 3.0
 
 
 POLICY = Policy(target_queue_s=TARGET_QUEUE_MS / 1000, target_pending=TARGET_PENDING)
-
-
-def under_pressure(look: dict) -> bool:
-    """The controller's look shows a signal over its target (shoal/autoscale/policy.py's rule 3)."""
-    signals = Signals(pending=look["pending"], oldest_wait_s=look["oldest_wait_s"])
-    return pressure(POLICY, signals, look["replicas"]) > 1
 
 
 @pytest.fixture(scope="module")
@@ -101,14 +91,8 @@ def stack(swarm: str, tmp_path: Path) -> Iterator[Stack]:
         assert not left, f"`docker stack rm` left {left}"
 
 
-def http(stack: Stack) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(stack.url, network_timeout=60)
-
-
 def slow(client: httpclient.InferenceServerClient) -> bool:
-    tensor = httpclient.InferInput("INPUT0", [1, 1], "FP32")
-    tensor.set_data_from_numpy(np.full((1, 1), 5, np.float32))
-    return float(client.infer("slow", [tensor]).as_numpy("OUTPUT0")[0, 0]) == 5.0
+    return one_input("slow")(client)
 
 
 def wait_ready(stack: Stack) -> float:
@@ -124,49 +108,6 @@ def wait_ready(stack: Stack) -> float:
         )
     finally:
         client.close()
-
-
-def workers_serving(stack: Stack, model: str) -> dict[str, int]:
-    """Worker instance id -> executions of `model`, from `shoal status`'s source (NATS)."""
-    services = asyncio.run(topology.collect(stack.nats_url, wait=0.5, credentials=stack.operator_credentials()))
-    found = {}
-    for service in services:
-        if service["name"] == "shoal-worker":
-            hosted = (service.get("status") or {}).get("models", {}).get(f"{model}/1")
-            if hosted is not None:
-                found[service["metadata"]["instance"]] = sum(i["executions"] for i in hosted["instance_list"])
-    return found
-
-
-class Load:
-    """Client threads inferring `model` until stopped; each request's (started, ended, ok, error)."""
-
-    def __init__(self, stack: Stack, attempt) -> None:
-        self.stack, self.attempt = stack, attempt
-        self.results: list = []
-        self.threads: list[tuple[threading.Thread, threading.Event]] = []
-
-    def clients(self, count: int) -> None:
-        while len(self.threads) < count:
-            stop = threading.Event()
-            thread = threading.Thread(target=self._run, args=(stop,))
-            thread.start()
-            self.threads.append((thread, stop))
-        while len(self.threads) > count:
-            thread, stop = self.threads.pop()
-            stop.set()
-            thread.join(90)
-
-    def _run(self, stop: threading.Event) -> None:
-        client = http(self.stack)
-        record_until(stop, self.results, lambda: self.attempt(client))
-        client.close()
-
-    def ok_since(self, moment: float) -> int:
-        return sum(1 for started, _, ok, _ in self.results if ok and started > moment)
-
-    def failures(self) -> list:
-        return [(end - started, error) for started, end, ok, error in self.results if not ok]
 
 
 def test_swarm_replicas_rolling_update_and_a_killed_worker(stack: Stack):
@@ -220,16 +161,8 @@ def test_shoal_autoscale_scales_the_swarm_service_up_under_a_load_step_and_down_
     flags = ["--min", "1", "--max", "3", "--target-queue-ms", str(TARGET_QUEUE_MS), "--interval-s", "1"]
     flags += ["--target-pending", str(TARGET_PENDING)]
     flags += ["--up-cooldown-s", "5", "--down-cooldown-s", "10", "--target-utilization", "1.0"]
-    controller = autoscaler(stack, *flags)
-    looks: list[dict] = []
-
-    def read_looks() -> None:
-        assert controller.stdout is not None
-        for line in controller.stdout:
-            looks.append(json.loads(line))
-
-    reader = threading.Thread(target=read_looks, daemon=True)
-    reader.start()
+    controller = Controller(stack, ["--swarm-service", stack.service("worker")], flags)
+    looks = controller.looks
     load = Load(stack, slow)
     try:
         load.clients(1)
@@ -245,7 +178,7 @@ def test_shoal_autoscale_scales_the_swarm_service_up_under_a_load_step_and_down_
 
         wait_until(added_serving, 180, "an added worker serving", 0.25, detail=lambda: looks[-3:])
         serving_at = time.time()
-        passed = next(look["time"] for look in looks if look["time"] > step and under_pressure(look))
+        passed = next(look["time"] for look in looks if look["time"] > step and under_pressure(POLICY, look))
         scaled = max(look["desired"] for look in looks)
         print(
             f"load step 1 -> 8 clients: queue past a target {passed - step:.1f}s after the step; an added worker "
@@ -268,22 +201,48 @@ def test_shoal_autoscale_scales_the_swarm_service_up_under_a_load_step_and_down_
         wait_until(lambda: load.ok_since(ended) > 20, 60, "serving on after the scale-down")
     finally:
         load.clients(0)
-        controller.send_signal(signal.SIGINT)
-        try:
-            controller.wait(30)
-        except Exception:
-            controller.kill()
-            controller.wait()
-        reader.join(30)
-        assert controller.stdout is not None and controller.stderr is not None
-        print(controller.stderr.read()[-3000:], file=sys.stderr)
-        controller.stdout.close()
-        controller.stderr.close()
+        controller.stop()
     failures = load.failures()
     slowest = max(end - started for started, end, *_ in load.results)
     print(f"autoscaling: {len(load.results)} requests, {len(failures)} failed {failures[:3]}, slowest {slowest:.2f}s")
     assert not failures
     assert slowest < 10 * FAIL_WITHIN_S
+
+
+def test_shoal_autoscale_takes_the_swarm_service_to_zero_and_the_next_request_back(stack: Stack):
+    """`--min 0` (docs/scaling.md, rule 5): idle for the window, the worker service goes to zero
+    replicas (the worker drains and stops); the next request waits in the repository for an
+    on-demand load (its `demand_loads`), the controller starts a worker, and the request is served."""
+    stack.env.update(SHOAL_WORKERS="1", SHOAL_MODEL_CONTROL_MODE="on-demand")
+    stack.deploy()
+    print(f"stack ready in {wait_ready(stack):.0f}s")
+    flags = ["--min", "0", "--max", "2", "--idle-window-s", "10", "--down-cooldown-s", "5", "--interval-s", "1"]
+    controller = Controller(stack, ["--swarm-service", stack.service("worker")], flags)
+    looks = controller.looks
+    client = httpclient.InferenceServerClient(stack.url, network_timeout=120)
+    try:
+        idle = time.monotonic()
+        wait_until(
+            lambda: stack.replicas("worker") == 0 and not stack.containers("worker"),
+            180,
+            "the worker service at zero, its task gone",
+            0.5,
+            detail=lambda: looks[-3:],
+        )
+        print(f"to zero {time.monotonic() - idle:.0f}s after the last request (idle window 10 s)")
+        asked = time.time()
+        assert slow(client)  # waits for the worker the controller starts, and its on-demand load
+        answered = time.time()
+        woke = next(look for look in looks if look["time"] > asked and look["desired"] > 0)
+        print(
+            f"from zero: the controller saw the request {woke['time'] - asked:.1f}s after it was sent "
+            f"(demand_loads {woke['loads']}); answered {answered - asked:.1f}s after it was sent"
+        )
+        assert woke["replicas"] == 0 and woke["reason"] == "a request came", woke
+        assert stack.replicas("worker") == 1
+    finally:
+        client.close()
+        controller.stop()
 
 
 def test_shoal_autoscale_scales_a_compose_project_through_the_engine_api(image: str):
@@ -304,17 +263,14 @@ def test_shoal_autoscale_scales_a_compose_project_through_the_engine_api(image: 
         compose_ready(project)
         backend = ComposeService(engine, project.name, "worker")
         assert backend.replicas() == 1
-        # the project's ports and identity, for `workers_serving` and `Load`
-        stack = Stack(image, name=project.name, http_port=project.http_port, nats_port=project.nats_port)
-        stack._operator = project.operator_credentials()
-        load = Load(stack, served)
+        load = Load(project, served)
         load.clients(4)
         try:
             wait_until(lambda: load.ok_since(0) > 50, 60, "load before scaling", 0.1, STARTING)
             started = time.monotonic()
             backend.scale(3)
             wait_until(
-                lambda: sum(n > 0 for n in workers_serving(stack, "simple").values()) == 3, 180, "three serving", 0.5
+                lambda: sum(n > 0 for n in workers_serving(project, "simple").values()) == 3, 180, "three serving", 0.5
             )
             print(f"compose: 1 -> 3 workers serving in {time.monotonic() - started:.1f}s")
             assert backend.replicas() == 3 and len(project.containers("worker")) == 3

@@ -129,6 +129,17 @@ def test_no_request_for_the_idle_window_scales_to_zero_and_a_request_brings_one_
     assert decide(policy, Signals(loads=1, requests=8), 0, 501.0, zero.state).replicas == 1
 
 
+def test_a_controller_just_started_keeps_a_deployment_whose_queue_is_empty_for_now():
+    """No look yet says when the last request came: the idle window counts from the first look
+    (a first look at -inf took a busy deployment to zero at once, tests/deploy/test_swarm.py saw it)."""
+    policy = Policy(min_replicas=0, max_replicas=4, idle_window_s=10, scale_down_cooldown_s=5)
+    serving = Signals(busy_instances=1, instances=1, requests=500)
+    first = decide(policy, serving, 1, 1000.0, State())
+    assert first.replicas == 1
+    assert decide(policy, serving, 1, 1009.0, first.state).replicas == 1
+    assert decide(policy, serving, 1, 1010.0, first.state).replicas == 0  # no request since: idle
+
+
 def test_outside_the_bounds_comes_back_at_once():
     assert decide(POLICY, Signals(), 0, 0.0, State(last_change=0.0)).replicas == 1
     assert decide(POLICY, Signals(), 12, 0.0, State(last_change=0.0)).replicas == 8
