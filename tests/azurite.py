@@ -21,8 +21,7 @@ from typing import Any
 
 import pytest
 
-from shared.process import lifeline
-from shared.process.natsserver import free_port, wait_for_port
+from tests.emulators import emulator
 
 AZURITE_DIR = Path(os.environ.get("SHOAL_AZURITE_DIR", Path.home() / ".cache" / "shoal-tests" / "azurite"))
 AZURITE_VERSION = "3"  # npm's major version: 3.x serves the API versions azure-storage-blob 12 speaks
@@ -98,27 +97,17 @@ def running_azurite(location: Path) -> Iterator[AzuriteServer]:
     except ImportError as exc:
         pytest.skip(f"the Azure tests need adlfs (pip install -e '.[test]'): {exc}")
     command = azurite_blob()
-    port = free_port()
     location.mkdir(parents=True, exist_ok=True)
-    with open(location / "azurite.log", "ab") as out:
-        process = lifeline.popen(
-            [
-                str(command),
-                "--blobHost=127.0.0.1",
-                f"--blobPort={port}",
-                f"--location={location}",
-                "--skipApiVersionCheck",  # the Python SDK may be newer than this Azurite
-                "--silent",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_for_port(port, 60, process)
+
+    def argv(port: int) -> list[str]:
+        return [
+            str(command),
+            "--blobHost=127.0.0.1",
+            f"--blobPort={port}",
+            f"--location={location}",
+            "--skipApiVersionCheck",  # the Python SDK may be newer than this Azurite
+            "--silent",
+        ]
+
+    with emulator(argv, location / "azurite.log") as (port, process):
         yield AzuriteServer(port, process)
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from shared.process import lifeline
-from shared.process.natsserver import free_port, wait_for_port
+from tests.emulators import emulator
 
 
 @dataclass
@@ -63,19 +62,9 @@ def running_gcs(log: Path) -> Iterator[GcsServer]:
     command = shutil.which("gcp-storage-emulator", path=os.path.dirname(sys.executable))
     if command is None:
         pytest.skip("the GCS tests need gcp-storage-emulator (pip install -e '.[test]')")
-    port = free_port()
-    with open(log, "ab") as out:
-        process = lifeline.popen(
-            [command, "start", "--host=127.0.0.1", f"--port={port}", "--in-memory"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_for_port(port, 60, process)
+
+    def argv(port: int) -> list[str]:
+        return [command, "start", "--host=127.0.0.1", f"--port={port}", "--in-memory"]
+
+    with emulator(argv, log) as (port, process):
         yield GcsServer(port, process)
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()

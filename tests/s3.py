@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from shared.process import lifeline
-from shared.process.natsserver import free_port, wait_for_port
+from tests.emulators import emulator
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "shoal-test",
@@ -62,20 +61,9 @@ def running_s3(log: Path) -> Iterator[S3Server]:
         import s3fs  # noqa: F401
     except ImportError as exc:
         pytest.skip(f"the S3 tests need s3fs and moto[server] (pip install -e '.[test]'): {exc}")
-    port = free_port()
-    with open(log, "ab") as out:
-        process = lifeline.popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **CREDENTIALS},
-        )
-    try:
-        wait_for_port(port, 60, process)
+
+    def argv(port: int) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+
+    with emulator(argv, log, {**os.environ, **CREDENTIALS}) as (port, process):
         yield S3Server(port, process)
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
