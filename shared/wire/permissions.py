@@ -100,7 +100,7 @@ WORKING = [
     s.WORKER_HOLDINGS,
     s.CREDITS_REVOKED,
     s.SCHEDULER_CANCEL,
-    s.scheduler_alive("*", "*"),
+    s.ANY_SCHEDULER_ALIVE,
     s.WORKER_HEARTBEAT,
     s.WORKER_EXITED,
     s.WORKER_METRICS,

@@ -89,6 +89,11 @@ def scheduler_alive(scheduler_id: str, incarnation: str) -> str:
     return f"{PREFIX}.sched.alive.{token(scheduler_id)}.{incarnation}"
 
 
+# every scheduler's `scheduler_alive`: a wildcard for permissions, written out because `token`
+# would encode a `*` given as the id (a pattern that matched no subject: workers' pings refused)
+ANY_SCHEDULER_ALIVE = f"{PREFIX}.sched.alive.*.*"
+
+
 def scheduler_sequences(scheduler_id: str) -> str:
     """One scheduler replica: requests of sequences it holds, forwarded by another replica."""
     return f"{PREFIX}.sched.{token(scheduler_id)}.seq"

@@ -74,8 +74,18 @@ def test_each_kind_may_do_its_job(model, worker):
             subjects.worker_sequence(worker_id),
             f"$KV.{subjects.LEASES_BUCKET}.m",
         ],
-        p.WORKER: [subjects.response_batch(inbox), subjects.batch_done(inbox), subjects.INSTANCE_FREE],
-        p.INSTANCE: [subjects.infer(model), subjects.WORKER_HEARTBEAT, f"$KV.{subjects.INSTANCES_BUCKET}.{worker_id}"],
+        p.WORKER: [
+            subjects.response_batch(inbox),
+            subjects.batch_done(inbox),
+            subjects.INSTANCE_FREE,
+            subjects.scheduler_alive(worker, "1a2b3c4d"),  # asking whether the holder of its BLS requests lives
+        ],
+        p.INSTANCE: [
+            subjects.infer(model),
+            subjects.WORKER_HEARTBEAT,
+            f"$KV.{subjects.INSTANCES_BUCKET}.{worker_id}",
+            subjects.scheduler_alive(worker, "1a2b3c4d"),
+        ],
         p.OPERATOR: ["$SRV.INFO", subjects.SCHEDULER_STATS, f"$JS.API.DIRECT.GET.KV_{subjects.MODELS_BUCKET}"],
     }
     for kind, needed in jobs.items():
