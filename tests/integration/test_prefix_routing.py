@@ -1,6 +1,7 @@
 """Prefix-aware routing across two workers, each with one instance of the example LLM, driven by
 the official `openai` client: a conversation's later turns go to the worker that served its
-first, a new conversation to the less loaded one (docs/openai.md, "Prefix reuse and routing").
+first, a new conversation to the less loaded one (with `--prefix-routing=false` the first
+conversation's second turn would go to the other worker) (docs/openai.md, "Prefix reuse and routing").
 Where each turn ran is read from the gateway's `shoal_worker_executions` metric."""
 
 from __future__ import annotations
@@ -88,8 +89,10 @@ def test_a_conversation_stays_on_the_worker_that_served_its_start(tmp_path: Path
         with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-", timeout=120) as client:
             first, second = Chat(client, running.metrics_url, "Ann"), Chat(client, running.metrics_url, "Bob")
             home = first.turn("Do you sell hammers?")
+            # its next turn follows it, though the other instance has run nothing yet (without
+            # routing, the fewest batches started would send it there)
+            assert first.turn("How much is the cheapest one?") == home
             other = second.turn("When do you open on Saturday?")
             assert other != home  # the system prompt matches both: the less loaded one
-            assert first.turn("How much is the cheapest one?") == home
-            assert second.turn("And on Sunday?") == other
             assert first.turn("Thanks, and do you sell nails too?") == home
+            assert second.turn("And on Sunday?") == other
