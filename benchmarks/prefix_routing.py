@@ -1,16 +1,19 @@
 """Prefix-aware routing: time to first token on a multi-turn chat workload, routing on and off.
 
     pip install '.[llm]'
-    python benchmarks/prefix_routing.py --workers 2,4 --conversations 4 --turns 4
+    python benchmarks/prefix_routing.py --workers 2,4 --conversations 8 --turns 3
 
 `shoal serve --workers N --prefix-routing=<on|off>` on a repository holding only the example LLM
 (SmolLM2-135M-Instruct, one instance per worker, one llama.cpp thread), whose engine keeps several
-prompts' starts (`prefix_cache_entries`, `prefix_cache_tokens`: docs/openai.md). `--conversations`
-chats run at once, each its own task: every one starts with the same long system prompt, and each
-turn sends the whole conversation so far (the previous answers included) plus a new user message,
-streamed through the official `openai` client (AsyncOpenAI), `temperature` 0. A turn's time to
-first token runs from its request to the first text. Conversations go at their own pace, so turns
-interleave as a chat service's do.
+prompts' starts (`prefix_cache_entries` 8 in `prefix_cache_tokens` 4096: docs/openai.md).
+`--conversations` chats run at once, each its own task: every one starts with the same system
+prompt (about 190 tokens, which every instance soon caches), its first user message pastes the
+customer's own order history (about 400 tokens), and each later turn sends the whole
+conversation so far (the previous answers included) plus a short new question, streamed through
+the official `openai` client (AsyncOpenAI), `temperature` 0. A turn's time to first token runs
+from its request to the first text. Conversations go at their own pace, so turns interleave as a
+chat service's do; with routing off, an instance sees every conversation and its cache holds
+about six of the eight, with routing on it sees its own four.
 
 Printed per worker count: TTFT p50 and p90 with routing on and off, for the turns after the first
 (where a conversation's own history can be cached) and for all turns, the on/off ratios, and the
@@ -112,14 +115,28 @@ def loaded(log: Path, workers: int) -> bool:
     return log.read_text(errors="replace").count("KV cells") >= workers
 
 
+def history(index: int, rng: random.Random) -> str:
+    """The customer's order history, pasted into the first message: each conversation's own long
+    start (about 400 tokens), as a chat over a document or an account is."""
+    items = [t.split()[-1] for t in TOPICS] + ["rake", "trowel", "hammock", "watering can"]
+    orders = [
+        f"order {index}-{k}: {rng.randint(1, 9)} x {rng.choice(items)} at {rng.randint(3, 400)} euros, "
+        f"shipped on day {rng.randint(1, 28)} of month {rng.randint(1, 12)}"
+        for k in range(18)
+    ]
+    return "My order history: " + "; ".join(orders) + "."
+
+
 async def conversation(client, index: int, turns: int, max_tokens: int, ttft: list[tuple[int, float]]) -> None:
     rng = random.Random(index)
     topic = TOPICS[index % len(TOPICS)]
     messages = [{"role": "system", "content": SYSTEM}]
     for turn in range(turns):
-        detail = " ".join(rng.choice(TOPICS) for _ in range(6))
-        ask = f"Customer {index}, about {topic}: " if turn == 0 else FOLLOW_UPS[turn % len(FOLLOW_UPS)] + " "
-        messages.append({"role": "user", "content": ask + f"(ticket {index}-{turn}; related: {detail})"})
+        if turn == 0:
+            ask = f"Customer {index}, about {topic}. {history(index, rng)} What should I do?"
+        else:
+            ask = f"{FOLLOW_UPS[turn % len(FOLLOW_UPS)]} (ticket {index}-{turn})"
+        messages.append({"role": "user", "content": ask})
         start, first, answer = time.perf_counter(), 0.0, []
         stream = await client.chat.completions.create(
             model=LLM, messages=messages, max_tokens=max_tokens, temperature=0, stream=True
@@ -164,9 +181,9 @@ def run(workers: int, routing: bool, args: argparse.Namespace) -> list[tuple[int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workers", default="2", help="worker counts, comma-separated (default: 2)")
-    parser.add_argument("--conversations", type=int, default=4)
-    parser.add_argument("--turns", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--conversations", type=int, default=8)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=16)
     args = parser.parse_args()
     if not installed(LLM):
         raise SystemExit("the llm extra is not installed: pip install '.[llm]' (docs/openai.md)")
