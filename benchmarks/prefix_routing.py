@@ -189,7 +189,7 @@ def main() -> None:
         raise SystemExit("the llm extra is not installed: pip install '.[llm]' (docs/openai.md)")
     for workers in [int(w) for w in args.workers.split(",")]:
         results = {routing: run(workers, routing, args) for routing in (False, True)}
-        for label, keep in (("turns 2+", lambda t: t > 0), ("all turns", lambda t: True)):
+        for label, keep in (("turns 2+", lambda t: t > 0), ("turn 1", lambda t: t == 0), ("all turns", lambda t: True)):
             on = quantiles([s for t, s in results[True] if keep(t)])
             off = quantiles([s for t, s in results[False] if keep(t)])
             print(
