@@ -162,6 +162,7 @@ class Forwarder:
                 sequence_id=sequence.sequence_id,
                 sequence_start=sequence.start,
                 sequence_end=sequence.end,
+                route=parsed.route,
             )
         except BaseException:
             self.store.free(inputs)

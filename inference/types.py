@@ -49,6 +49,8 @@ class ParsedRequest:
     inputs: list[InputTensor]
     outputs: list[RequestedOutput] | None  # None = all outputs
     parameters: dict[str, Any]
+    # the prompt's prefix blocks for the scheduler's prefix-aware routing (OpenAI front end); off the tensors
+    route: list[int] = field(default_factory=list)
 
     @property
     def binary_data_output(self) -> bool:

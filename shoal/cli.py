@@ -70,6 +70,7 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--rate-limit", S, "rate_limit"),
     ("--rate-limit-resource", S, "rate_limit_resource"),
     # Shoal's own
+    ("--prefix-routing", S, "prefix_routing"),
     ("--tensor-transport", G, "tensor_transport"),
     ("--request-timeout-secs", G, "request_timeout_s"),
     ("--python-isolation", W, "python_isolation"),

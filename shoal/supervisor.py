@@ -256,6 +256,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         cohost_scheduler=args.cohost_scheduler,
         rate_limit=args.rate_limit,
         rate_limit_resource=args.rate_limit_resource,
+        prefix_routing=args.prefix_routing,
     )
     gateway = layout_flags.with_local_channel(gateway, args)
     repo = RepositorySettings(
@@ -303,6 +304,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
             scheduler_id=uuid.uuid4().hex[:12],
             rate_limit=args.rate_limit,
             rate_limit_resource=args.rate_limit_resource,
+            prefix_routing=args.prefix_routing,
         )
         for _ in range(args.schedulers)
     ]

@@ -83,7 +83,15 @@ class SchedulerService:
         limiter = RateLimiter(settings.rate_limit == "execution_count", parse_resources(settings.rate_limit_resource))
         self.flights, answers = Flights(), Answers(nc.publish)
         self.pump = Pump(
-            nc, limiter, self.tasks, self.flights, answers, DisciplineFactory(nc.publish), local_inbox, channels
+            nc,
+            limiter,
+            self.tasks,
+            self.flights,
+            answers,
+            DisciplineFactory(nc.publish),
+            local_inbox,
+            channels,
+            settings.prefix_routing,
         )
         self.credits = Credits(self.pump, self.flights, answers)
         self.holdings = Holdings(nc, self.flights, self.credits, self.tasks)  # batches lost with a connection

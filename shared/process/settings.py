@@ -218,6 +218,9 @@ class GatewaySettings(BusSettings):
     rate_limit_resource: list[str] = Field(
         default_factory=list, description="co-hosted scheduler: <name>:<count>[:<device>], a resource it shares out"
     )
+    prefix_routing: bool = Field(
+        True, description="co-hosted scheduler: a prompt goes to the instance that served its start (docs/openai.md)"
+    )
 
 
 def cohosted_scheduler(gateway: GatewaySettings) -> SchedulerSettings:
@@ -231,6 +234,7 @@ def cohosted_scheduler(gateway: GatewaySettings) -> SchedulerSettings:
         worker_timeout_s=gateway.worker_timeout_s,
         rate_limit=gateway.rate_limit,
         rate_limit_resource=gateway.rate_limit_resource,
+        prefix_routing=gateway.prefix_routing,
     )
 
 
@@ -245,6 +249,9 @@ class SchedulerSettings(BusSettings):
     )
     rate_limit_resource: list[str] = Field(
         default_factory=list, description="<name>:<count>[:<device>]: a resource the rate limiter shares out"
+    )
+    prefix_routing: bool = Field(
+        True, description="a prompt goes to the instance that served its start, load permitting (docs/openai.md)"
     )
     health_port: int = _health_port()
 

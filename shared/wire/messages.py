@@ -59,6 +59,8 @@ class InferRequest(msgspec.Struct, omit_defaults=True):
     sequence_id: int | str = 0  # correlation id (uint64 or string); 0 / "" = not in a sequence
     sequence_start: bool = False
     sequence_end: bool = False
+    # the prompt's prefix blocks, chained hashes (docs/design.md, "Prefix-aware routing"); [] = none
+    route: list[int] = []
 
 
 class RequestHeader(msgspec.Struct):
@@ -80,6 +82,7 @@ class RequestHeader(msgspec.Struct):
     sequence_id: int | str = 0
     sequence_start: bool = False
     sequence_end: bool = False
+    route: list[int] = []
 
 
 class RequestDeadline(msgspec.Struct):

@@ -8,10 +8,11 @@ own sampler. Between steps:
 - **joining**: the oldest waiting request is admitted while there is a free sequence and its
   reservation fits the context: prompt + the most it may generate, in KV cells, so that a
   sequence admitted always has room to finish (no eviction, no recomputation);
-- **a shared prompt start is decoded once**: the cells of the latest prompt stay in a sequence
-  of their own (up to `prefix_cache_tokens` of them), and a newcomer whose prompt starts the
-  same way (a chat template's system prompt, say) shares those cells instead of decoding them,
-  when both run on the same LoRA adapter (an adapter changes the cells' keys and values);
+- **a shared prompt start is decoded once**: the cells of the latest prompts stay in sequences
+  of their own (`prompt_cache.py`: up to `prefix_cache_entries` prompts, `prefix_cache_tokens`
+  cells in all), and a newcomer whose prompt starts the same way (a chat template's system prompt,
+  a conversation's previous turn) shares those cells instead of decoding them, when both run on
+  the same LoRA adapter (an adapter changes the cells' keys and values);
 - **LoRA adapters**: a job may name one of the model's adapters. llama.cpp applies adapters to
   a whole context, so a step is one decode per adapter in use, each after switching to it: every
   sequence still advances every step, and sequences on the same adapter still batch together;
@@ -44,6 +45,7 @@ from typing import Protocol
 import numpy as np
 
 from shoal.llm.llama_c_api import Entry, LlamaError, Penalties, Sampler, Shaping
+from shoal.llm.prompt_cache import PromptCache
 from shoal.llm.text import Detokenizer
 from shoal.llm.token_logprobs import Distribution, Logprob
 
@@ -121,7 +123,8 @@ class Limits:
     max_sequences: int = 8
     n_batch: int = 512
     max_sequence_tokens: int = 2048
-    prefix_cache_tokens: int = 512  # cells kept for the latest prompt's start (0: no prompt cache)
+    prefix_cache_tokens: int = 512  # cells kept for the latest prompts' starts (0: no prompt cache)
+    prefix_cache_entries: int = 1  # prompts kept (the least recently used gives way)
 
 
 @dataclass
@@ -181,9 +184,8 @@ class Engine:
         self.model, self.limits = model, limits
         self.meter: Meter = meter or _NoMeter()
         self.capacity = model.n_ctx - limits.prefix_cache_tokens  # what sequences may reserve
-        self._cache_seq = limits.max_sequences  # the sequence id that keeps the latest prompt's cells
-        self._cached: list[int] = []  # the tokens whose cells it keeps (the engine's thread's alone)
-        self._cached_adapter: int | None = None  # the adapter those cells were computed with
+        # the sequence ids after the running sequences' keep the latest prompts' cells (the engine's thread's alone)
+        self._cache = PromptCache(model, limits.max_sequences, limits.prefix_cache_entries, limits.prefix_cache_tokens)
         self._waiting: deque[Job] = deque()
         self._joining: list[_Sequence] = []  # admitted, not yet in a step (the engine's thread moves them)
         self._running: list[_Sequence] = []  # the engine's thread's alone
@@ -252,7 +254,7 @@ class Engine:
                     else:
                         self._reuse_prefix(sequence)
                 self._step()
-                self.meter.cells(self._reserved + len(self._cached), self.model.n_ctx)
+                self.meter.cells(self._reserved + self._cache.used, self.model.n_ctx)
         except Exception:  # a bug: answer everyone rather than leave them hanging
             log.exception("the LLM engine stopped")
         finally:
@@ -282,30 +284,13 @@ class Engine:
             job.joined.set()
 
     def _reuse_prefix(self, sequence: _Sequence) -> None:
-        """Start a newcomer with the cells of the cached prompt's start that its prompt shares
-        (all but its last token: that one is decoded for its logits)."""
-        prompt, cached = sequence.job.prompt, self._cached
-        if sequence.job.adapter != self._cached_adapter:  # an adapter changes the keys and values too
-            return
-        shared = 0
-        for a, b in zip(prompt[: len(prompt) - 1], cached):
-            if a != b:
-                break
-            shared += 1
-        if shared >= 4:  # fewer is not worth a call
-            self.model.share(self._cache_seq, sequence.seq, shared)
-            sequence.fed = shared
+        """Start a newcomer with the cells of the longest cached start its prompt shares (computed
+        on its own adapter)."""
+        sequence.fed = self._cache.lend(sequence.job.prompt, sequence.seq, sequence.job.adapter)
 
     def _cache_prompt(self, sequence: _Sequence) -> None:
         """Keep this prompt's cells (its sequence has just decoded them all) for the next ones."""
-        prompt = sequence.job.prompt
-        length = min(len(prompt), self.limits.prefix_cache_tokens)
-        adapter = sequence.job.adapter
-        if length == 0 or (prompt[:length] == self._cached and adapter == self._cached_adapter):
-            return
-        self.model.forget(self._cache_seq)
-        self.model.share(sequence.seq, self._cache_seq, length)
-        self._cached, self._cached_adapter = prompt[:length], adapter
+        self._cache.keep(sequence.job.prompt, sequence.seq, sequence.job.adapter)
 
     def _drop_cancelled_waiting(self) -> None:
         for job in [job for job in self._waiting if job.sink.cancelled()]:

@@ -36,7 +36,7 @@ class LlamaError(Exception):
 @dataclass(frozen=True)
 class ContextSettings:
     """One context's bounds. `n_ctx` KV cells are shared by all sequences (a unified cache); the
-    context has one sequence id more than `max_sequences`, for the engine's prompt cache."""
+    context has `cache_entries` sequence ids more than `max_sequences`, for the engine's prompt cache."""
 
     n_ctx: int = 8192
     max_sequences: int = 8
@@ -44,6 +44,7 @@ class ContextSettings:
     n_threads: int = 1  # for a batch of one token (one sequence generating)
     n_threads_batch: int = 1  # for a batch of several (sequences together, prompts)
     flash_attention: bool = False
+    cache_entries: int = 1  # prompts the engine's prompt cache keeps (`prompt_cache.py`)
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ class LlamaModel:
         context = api.llama_context_default_params()
         context.n_ctx = settings.n_ctx
         context.n_batch = context.n_ubatch = settings.n_batch
-        context.n_seq_max = settings.max_sequences + 1  # and one that keeps the latest prompt's cells
+        context.n_seq_max = settings.max_sequences + settings.cache_entries  # and those that keep prompts' cells
         context.n_threads, context.n_threads_batch = settings.n_threads, settings.n_threads_batch
         context.kv_unified = True  # any sequence may use any cell: the engine bounds the total
         context.no_perf = True

@@ -13,7 +13,8 @@ with `finish_reason` and the usage counts. Its config says, as string parameters
 | `n_ctx` | 8192 | KV cells shared by those sequences (the context memory bound) |
 | `max_sequence_tokens` | 2048 | the most one sequence may hold, prompt and completion |
 | `n_batch` | 512 | the most tokens one decode step takes |
-| `prefix_cache_tokens` | 512 | KV cells kept for the latest prompt's start, which a newcomer's prompt that starts the same way shares |
+| `prefix_cache_tokens` | 512 | KV cells kept for the latest prompts' starts, which a newcomer's prompt that starts the same way shares |
+| `prefix_cache_entries` | 1 | prompts kept (a conversation's next turn starts with its previous prompt: with several conversations on an instance, one each) |
 | `n_threads` | 1 | llama.cpp's threads for one sequence's token |
 | `n_threads_batch` | `n_threads` | its threads for a batch of several tokens (sequences together, prompts) |
 | `llama_cpu_backends` | llama-cpp-python's `lib/` | folders searched for a portable build's CPU backends (`libggml-cpu-*.so`), `:`-separated |
@@ -158,6 +159,7 @@ class LlamaPythonModel:
             n_batch=number("n_batch", 512),
             n_threads=number("n_threads", 1),
             n_threads_batch=number("n_threads_batch", number("n_threads", 1)),
+            cache_entries=max(1, number("prefix_cache_entries", 1)),
         )
         self.model = LlamaModel(gguf, context, library)
         # before the engine's thread starts: a file llama.cpp refuses fails the load, saying why
@@ -172,6 +174,7 @@ class LlamaPythonModel:
                 context.n_batch,
                 number("max_sequence_tokens", 2048),
                 number("prefix_cache_tokens", 512),
+                context.cache_entries,
             ),
             _meter(args, settings),
         )

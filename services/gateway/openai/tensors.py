@@ -7,6 +7,7 @@ The model's tensors are named by its `Offer` (`catalog.py`); shapes follow its c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import orjson
@@ -16,6 +17,7 @@ from services.gateway.openai.catalog import Offer
 from services.gateway.openai.logprobs import Entry, parse_entries
 from services.gateway.openai.openai_errors import refused
 from services.gateway.openai.requests import GenerationRequest
+from services.gateway.openai.routing_key import chat_blocks, text_blocks
 from services.gateway.openai.templates import has_template, render_chat
 from services.gateway.openai.tool_requests import Tools
 from shared.config.datatypes import from_bytes, numpy_dtype, to_bytes
@@ -34,10 +36,10 @@ def generation_request(spec: ModelSpec, offer: Offer, request: GenerationRequest
     """The model's inputs for a chat or completion request; a sampling parameter the model has no
     input for is refused (400), never dropped."""
     inputs = [_input(spec, "stream", "BOOL", request.stream)]
+    tools = request.tools.tools if request.tools is not None else None
     if request.messages is not None and offer.messages is None:  # the front end applies the template
         if not has_template(spec):
             raise refused("messages", f"model '{offer.model}' has no chat template; use /v1/completions")
-        tools = request.tools.tools if request.tools is not None else None
         inputs.append(_input(spec, offer.text_input, "BYTES", render_chat(spec, request.messages, tools).encode()))
     elif request.messages is not None and offer.messages is not None:
         inputs.append(_input(spec, offer.messages.name, "BYTES", orjson.dumps(request.messages)))
@@ -65,7 +67,14 @@ def generation_request(spec: ModelSpec, offer: Offer, request: GenerationRequest
         if tensor is None:
             raise refused(name, f"model '{offer.model}' has no '{name}' input")
         inputs.append(_input(spec, tensor.name, tensor.datatype, value))
-    return ParsedRequest(request_id, inputs, None, {})
+    return ParsedRequest(request_id, inputs, None, {}, _route(request, tools))
+
+
+def _route(request: GenerationRequest, tools: list[dict[str, Any]] | None) -> list[int]:
+    """The prompt's prefix blocks, for the scheduler's prefix-aware routing (`routing_key.py`)."""
+    if request.messages is not None:
+        return chat_blocks(request.messages, tools)
+    return text_blocks((request.prompt or "").encode())
 
 
 def _tool_inputs(offer: Offer, tools: Tools) -> dict[str, object]:

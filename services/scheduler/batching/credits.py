@@ -122,6 +122,7 @@ class Credits:
         queue.free = deque(
             s for s in queue.free if not (s.worker == revoked.worker and s.generation == revoked.generation)
         )
+        queue.router.forget(lambda target: target[0] == revoked.worker)  # the new instances start empty
         # the instances holding state for it (a sequence's) are gone
         reason = f"its instances on worker {revoked.worker} were reloaded or unloaded"
         await queue.discipline.worker_lost(queue, revoked.worker, reason)
@@ -132,6 +133,7 @@ class Credits:
         queues = self.pump.all()
         for queue in queues:
             queue.free = deque(s for s in queue.free if s.worker != worker)
+            queue.router.forget(lambda target: target[0] == worker)
         for queue in queues:  # before its flights end: freed slots must not go to backlogged sequences
             await queue.discipline.worker_lost(queue, worker)
         await self._recover_flights(worker)

@@ -16,7 +16,7 @@ attributes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from services.scheduler.batching.formation import Decision
@@ -32,8 +32,9 @@ class Host(Protocol):
 
     def can_run(self, queue: ModelQueue, slot: Slot) -> bool: ...  # the rate limiter lets the instance run
 
-    def take_slot(self, queue: ModelQueue, decision: Decision) -> Slot | None:
-        """A free credit for the batch `decision` describes, taken; None if none may run it now."""
+    def take_slot(self, queue: ModelQueue, decision: Decision, route: Sequence[int] = ()) -> Slot | None:
+        """A free credit for the batch `decision` describes (whose first request has these prefix
+        blocks), taken; None if none may run it now."""
         ...
 
     async def send(

@@ -108,7 +108,7 @@ class DynamicBatcher:
                 if wake_at is not None:
                     queue.timer = self.host.after(wake_at - now, lambda: self.host.pump(queue))
                 return
-            slot = self.host.take_slot(queue, decision)
+            slot = self.host.take_slot(queue, decision, self.requests[0].header.route)
             if slot is None:  # every free instance is running a batch, or held back by the rate limiter:
                 return  # a completion (or a release) pumps again
             batch = self._take_requests(decision.take)  # both taken before any await

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from services.scheduler.batching.ordering import OrderedRelease
+from services.scheduler.batching.prefix_router import PrefixRouter
 from services.scheduler.batching.queues import Priorities
 from services.scheduler.batching.ratelimit import Need
 from services.scheduler.scheduling_records import InFlight, Key, Pending, Slot
@@ -72,6 +73,8 @@ class ModelQueue:
     timer: asyncio.TimerHandle | None = None
     stats: ModelStats = field(default_factory=ModelStats)
     ordering: OrderedRelease = field(default_factory=OrderedRelease)  # used with preserve_ordering
+    # where requests with prefix blocks went (worker, instance): prefix-aware routing, `pump.take_slot`
+    router: PrefixRouter[tuple[str, int]] = field(default_factory=PrefixRouter)
 
     def need(self, instance: int) -> Need:
         return self.needs[instance] if 0 <= instance < len(self.needs) else Need()

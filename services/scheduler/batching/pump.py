@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -60,8 +60,10 @@ class Pump:
         chooser: DisciplineChooser,
         local_inbox: str = "",
         channels: WorkerChannels | None = None,
+        prefix_routing: bool = True,
     ) -> None:
         self.nc = nc
+        self.prefix_routing = prefix_routing  # requests with prefix blocks go where those were sent
         self.channels = channels  # co-hosted in a gateway: the local channels to this host's workers
         # co-hosted in a gateway: a batch whose requests all came from that gateway's inbox is
         # answered and completed there in one message (`ExecBatch.complete_to`)
@@ -180,10 +182,12 @@ class Pump:
         """Whether the rate limiter lets the slot's instance run a batch now."""
         return self.limiter.can_run(queue.need(slot.instance), slot.worker)
 
-    def take_slot(self, queue: ModelQueue, decision: Decision) -> Slot | None:
+    def take_slot(self, queue: ModelQueue, decision: Decision, route: Sequence[int] = ()) -> Slot | None:
         """A credit of an instance the rate limiter lets run: preferably one with nothing running
         (only such one unless the batch may be sent ahead, `prefetch.py`), then the fewest batches
-        started for its priority, then the oldest credit."""
+        started for its priority, then the oldest credit. A batch whose first request has prefix
+        blocks goes, among the instances as free as the freest, where `prefix_router` says (its
+        load replaces the batches started)."""
         prefetch = may_prefetch(queue.priorities, self.limiter.enabled, decision)
         candidates = [
             (
@@ -196,10 +200,25 @@ class Pump:
         ]
         if not candidates:
             return None
-        index = min(candidates)[2]
+        index = self._by_prefix(queue, route, candidates) if route and self.prefix_routing else min(candidates)[2]
         slot = queue.free[index]
         del queue.free[index]
         return slot
+
+    def _by_prefix(self, queue: ModelQueue, route: Sequence[int], candidates: list[tuple[bool, int, int]]) -> int:
+        """The credit of the instance the prefix router picks for these blocks, among those with
+        nothing running if any; the router learns where they went."""
+        busy = min(candidates)[0]
+        first: dict[tuple[str, int], int] = {}  # instance -> its first credit in line
+        for rank in sorted(candidates):
+            slot = queue.free[rank[2]]
+            if rank[0] == busy and (slot.worker, slot.instance) not in first:
+                first[(slot.worker, slot.instance)] = rank[2]
+        running = self.flights.running
+        in_flight = {target: running[(target[0], queue.key, target[1])] for target in first}
+        target = queue.router.choose(route, in_flight)
+        queue.router.routed(route, target)
+        return first[target]
 
     async def send(
         self,

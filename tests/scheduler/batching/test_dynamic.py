@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import msgspec
@@ -34,7 +34,7 @@ class Host:
     def can_run(self, queue: ModelQueue, slot: Slot) -> bool:
         return True
 
-    def take_slot(self, queue: ModelQueue, decision: Decision) -> Slot | None:
+    def take_slot(self, queue: ModelQueue, decision: Decision, route: Sequence[int] = ()) -> Slot | None:
         return queue.free.popleft() if queue.free else None
 
     async def send(

@@ -65,8 +65,9 @@ class Bench:
         await connection.settled(self.nc)
         return self
 
-    async def admit(self, rid: str, deadline_s: float = 30.0) -> None:
-        header = RequestHeader(rid, "m", 1, INBOX, time.time_ns() + int(deadline_s * 1e9), received_ns=time.time_ns())
+    async def admit(self, rid: str, deadline_s: float = 30.0, route: tuple[int, ...] = ()) -> None:
+        deadline_ns = time.time_ns() + int(deadline_s * 1e9)
+        header = RequestHeader(rid, "m", 1, INBOX, deadline_ns, received_ns=time.time_ns(), route=list(route))
         assert await self.pump.admit(self.queue, header, msgspec.Raw(encode(header)), time.monotonic())
 
     def taken(self) -> list[Pending]:
@@ -247,3 +248,45 @@ async def test_the_autoscaling_signals_follow_the_queue_and_the_instances(bench)
     assert bench.pump.oldest_wait_s(bench.queue) == 0.0 and bench.pump.instances_in_use(bench.queue) == (2, 2)
     await bench.free(one, bench.batches[0].batch_id, done=["r1"])
     assert bench.pump.instances_in_use(bench.queue) == (1, 2)
+
+
+async def test_a_request_goes_to_the_instance_that_was_sent_its_prefix(bench):
+    """Prefix-aware routing (prefix_router.py): two instances with a credit each; a conversation's
+    later turns follow its first, another conversation goes to the less loaded instance."""
+    slots = [bench.credit(instance=0), bench.credit(instance=1)]
+    for slot in slots:
+        await bench.free(slot)
+
+    async def turn(rid: str, route: tuple[int, ...]) -> int:
+        sent = len(bench.batches)
+        await bench.admit(rid, route=route)
+        await bench.pump.pump(bench.queue)  # as the scheduler does on an arrival
+        await until(lambda: len(bench.batches) == sent + 1)
+        batch = bench.batches[sent]
+        await bench.free(slots[batch.instance], batch.batch_id, done=[rid])  # joined: the credit is back
+        return batch.instance
+
+    system = (7, 8)
+    home = await turn("a1", (*system, 100))
+    other = await turn("b1", (*system, 200))
+    assert other != home
+    assert await turn("a2", (*system, 100, 101, 102)) == home
+    assert await turn("b2", (*system, 200, 201, 202)) == other
+    assert await turn("a3", (*system, 100, 101, 102, 103, 104)) == home
+    assert bench.queue.stats.success.count == 5
+
+
+async def test_without_prefix_routing_the_prefix_changes_nothing(bench):
+    bench.pump.prefix_routing = False
+    slots = [bench.credit(instance=0), bench.credit(instance=1)]
+    for slot in slots:
+        await bench.free(slot)
+    await bench.admit("a1", route=(1, 2))
+    await bench.pump.pump(bench.queue)
+    await until(lambda: len(bench.batches) == 1)
+    await bench.free(slots[bench.batches[0].instance], bench.batches[0].batch_id, done=["a1"])
+    await bench.admit("a2", route=(1, 2, 3))
+    await bench.pump.pump(bench.queue)
+    await until(lambda: len(bench.batches) == 2)
+    # the fewest batches started, as before: the other instance
+    assert bench.batches[1].instance != bench.batches[0].instance and len(bench.queue.router) == 0

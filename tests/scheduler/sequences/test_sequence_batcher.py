@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import msgspec
@@ -40,7 +40,7 @@ class Host:
     def can_run(self, queue: ModelQueue, slot: Slot) -> bool:
         return True
 
-    def take_slot(self, queue: ModelQueue, decision: Decision) -> Slot | None:
+    def take_slot(self, queue: ModelQueue, decision: Decision, route: Sequence[int] = ()) -> Slot | None:
         raise AssertionError("the sequence batcher picks its credits itself")
 
     async def send(

@@ -235,6 +235,23 @@ def test_a_prompt_that_starts_like_the_last_one_shares_its_cells(engine_for):
     assert decoded.count(200) == 1 and decoded.count(219) == 1 and decoded.count(7) == 1
 
 
+def test_with_several_entries_each_conversation_finds_its_previous_turn(engine_for):
+    model = CountingModel(n_ctx=256 + 128, max_sequences=4 + 2)
+    limits = Limits(
+        max_sequences=4, n_batch=64, max_sequence_tokens=128, prefix_cache_tokens=128, prefix_cache_entries=2
+    )
+    engine = engine_for(model, limits)
+    system = list(range(200, 220))
+    a, b = system + list(range(300, 310)), system + list(range(400, 410))
+    for prompt in (a, b, a + [50, 51], b + [60, 61]):  # the conversations take turns
+        assert run(engine, prompt, max_tokens=2).done.wait(10)
+    # each later turn shared its own conversation's whole previous prompt, from one of the two
+    # cache sequences (ids 4 and 5), though the other conversation's came in between
+    assert sorted(length for source, _, length in model.shared if source in (4, 5))[-2:] == [30, 30], model.shared
+    decoded = [e.token for batch in model.batches for e in batch]
+    assert decoded.count(300) == 1 and decoded.count(400) == 1
+
+
 def first_seq(model: CountingModel) -> int:
     return model.batches[0][0].seq
 
