@@ -12,7 +12,7 @@ from typing import Any
 from services.gateway.http.sagemaker import INFERENCE_TYPES
 from shared.process import settings as s
 
-FLAGS = ["allow_sagemaker", "sagemaker_port"]
+FLAGS = ["allow_sagemaker", "sagemaker_port", "sagemaker_models_root"]
 FROM_ENVIRONMENT = {
     "sagemaker_model": ("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", "unspecified_SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"),
     "sagemaker_inference_type": ("SAGEMAKER_TRITON_INFERENCE_TYPE", "infer"),

@@ -28,6 +28,7 @@ from services.gateway.http.listener import http_sockets, supervisor_socket
 from services.gateway.http.protocol import CorkedHttpToolsProtocol
 from services.gateway.http.restricted import HttpApp
 from services.gateway.http.sagemaker import SageMaker
+from services.gateway.http.sagemaker_models import MultiModel
 from services.gateway.http.vertex_ai import NoDefaultModel, VertexAi
 from services.gateway.listeners import Listeners, raise_descriptor_limit
 from services.gateway.metrics import model_management as model_metrics
@@ -239,6 +240,7 @@ class GatewayService:
                 settings.sagemaker_model,
                 settings.sagemaker_inference_type,
                 settings.sagemaker_ping_mode,
+                MultiModel(self._http_app(), settings.sagemaker_models_root, settings.http_max_input_size),
             )
             await self.listeners.serve(self._uvicorn(sagemaker, settings.http_address, settings.sagemaker_port))
             self._started("Started Sagemaker HTTPService at %s:%d", settings.http_address, settings.sagemaker_port)

@@ -117,6 +117,11 @@ class GatewaySettings(BusSettings):
         "infer", description="the route /invocations answers as: infer, generate or generate_stream"
     )
     sagemaker_ping_mode: str = Field("ready", description="the health /ping answers as: ready or live")
+    sagemaker_models_root: str = Field(
+        "/opt/ml/models",
+        description="SageMaker's multi-model loads read only <root>/<hash>/model[/<subdir>] (tritonserver's "
+        "fixed /opt/ml/models: docs/security.md)",
+    )
     allow_vertex_ai: bool = Field(False, description="serve the Vertex AI endpoint (its routes: AIP_* settings)")
     vertex_ai_port: int = Field(8080, description="Vertex AI endpoint port (tritonserver: AIP_HTTP_PORT, else 8080)")
     vertex_ai_default_model: str = Field(

@@ -25,10 +25,15 @@ def sagemaker(tmp_path_factory: pytest.TempPathFactory):
     port = free_port()
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", "addsub")
-        flags = ("--allow-sagemaker=true", f"--sagemaker-port={port}", "--sagemaker-thread-count=4")
+        flags = (
+            "--allow-sagemaker=true",
+            f"--sagemaker-port={port}",
+            "--sagemaker-thread-count=4",
+            f"--sagemaker-models-root={root / 'opt'}",  # SageMaker's /opt/ml/models, here a temporary one
+        )
         with serve(addsub_repository(root / "models"), root / "cache", *flags) as running:
             running.wait_for("Started Sagemaker HTTPService")
-            yield running, f"http://127.0.0.1:{port}"
+            yield running, f"http://127.0.0.1:{port}", root / "opt"
 
 
 def test_ping_answers_once_ready(sagemaker):
@@ -76,10 +81,12 @@ def test_a_malformed_binary_content_type_is_a_400_and_the_server_lives_on(sagema
     assert urllib.request.urlopen(f"{sagemaker[1]}/ping", timeout=30).status == 200
 
 
-def test_the_multi_model_api_outside_explicit_mode(sagemaker, tmp_path):
+def test_the_multi_model_api_outside_explicit_mode(sagemaker):
     """tritonserver registers no repository unless in explicit mode; Shoal's load answers with the
     load API's refusal. Nothing is listed, and the repository's own model is not a multi-model one."""
-    body = json.dumps({"model_name": "m", "url": str(addsub_repository(tmp_path) / "addsub")}).encode()
+    url = addsub_repository(sagemaker[2] / "a1b2c3") / "addsub"
+    url.rename(url.parent / "model")
+    body = json.dumps({"model_name": "m", "url": str(url.parent / "model")}).encode()
     status, _, content = post(f"{sagemaker[1]}/models", body, {"Content-Type": "application/json"})
     assert status == 400 and json.loads(content) == {"error": NOT_EXPLICIT}
     status, _, content = post(f"{sagemaker[1]}/models", b"", {}, method="GET")

@@ -55,7 +55,12 @@ def mme(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("sagemaker_mme")
     (root / "models").mkdir()  # the serve script's empty repository
     port = free_port()
-    flags = ("--allow-sagemaker=true", f"--sagemaker-port={port}", "--model-control-mode=explicit")
+    flags = (
+        "--allow-sagemaker=true",
+        f"--sagemaker-port={port}",
+        "--model-control-mode=explicit",
+        f"--sagemaker-models-root={root / 'opt'}",  # SageMaker's /opt/ml/models, here a temporary one
+    )
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SAGEMAKER_TRITON_PING_MODE", "live")  # as the serve script sets it for multi-model
         with serve(root / "models", root / "cache", *flags) as running:
@@ -152,8 +157,8 @@ def test_a_url_that_is_no_repository_is_refused(mme):
     assert json.loads(get(url)[1]) == {"models": []}
 
 
-def test_a_model_that_fails_to_load_is_a_400_and_not_listed(mme, tmp_path):
-    broken = tmp_path / "hash" / "model"
+def test_a_model_that_fails_to_load_is_a_400_and_not_listed(mme):
+    broken = mme[2]["model_1"].parent.parent / "brokenhash" / "model"  # beside the others, under the root
     shutil.copytree(mme[2]["model_1"], broken)
     (broken / "1" / "model.py").write_text("raise RuntimeError('this model cannot load')\n")
     status, content = load(mme[1], "sm_broken", broken)
@@ -165,3 +170,11 @@ def test_a_model_that_fails_to_load_is_a_400_and_not_listed(mme, tmp_path):
 def test_ping_and_plain_http_are_unchanged(mme):
     assert urllib.request.urlopen(mme[1].replace("/models", "/ping"), timeout=30).status == 200
     assert post(mme[1].replace("/models", "/unknown"), b"", {}, method="GET")[0] == 400
+
+
+def test_a_url_outside_sagemakers_model_directories_is_refused_with_tritons_text(mme):
+    _, url, _ = mme
+    for outside in ("/", "/etc", "/opt/ml/models/h/model"):  # the last: not under this serve's root
+        status, content = load(url, "sm_outside", outside)
+        assert status == 400, (outside, status, content)
+        assert json.loads(content)["error"].startswith(f"Invalid \"url\" '{outside}': expected a path of the form ")

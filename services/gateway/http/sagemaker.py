@@ -37,10 +37,17 @@ def binary_answer(answer: Answer) -> Answer:
 class SageMaker:
     """The ASGI app of the SageMaker port, over the gateway's HTTP app."""
 
-    def __init__(self, http: HttpApp, model: str, inference_type: str = "infer", ping_mode: str = "ready") -> None:
+    def __init__(
+        self,
+        http: HttpApp,
+        model: str,
+        inference_type: str = "infer",
+        ping_mode: str = "ready",
+        multi: MultiModel | None = None,
+    ) -> None:
         self.http = http
         self.model, self.inference_type, self.ping_mode = model, inference_type, ping_mode
-        self.multi = MultiModel(http)
+        self.multi = multi or MultiModel(http)
 
     async def __call__(self, scope: Scope, receive: Channel, send: Channel) -> None:
         if scope["type"] != "http":

@@ -22,11 +22,18 @@ from pathlib import Path
 from shared.config import model_config
 
 FORBIDDEN = ("/dev/", "/proc/", "/sys/")  # tritonserver refuses a url under these (400, no body)
+MODELS_ROOT = "/opt/ml/models"  # where SageMaker puts the models it loads: all tritonserver reads
+_NAME = "[0-9A-Za-z._]+"  # a path component tritonserver's model_path_regex_ takes
 _ENSEMBLE = re.compile(r"platform:(\s)*\"ensemble\"")
 
 
 class RepositoryNotFound(Exception):
     """No directory at `url`: tritonserver's register answer (400)."""
+
+
+class Refused(Exception):
+    """A model directory the gateway will not send: a file that leads out of it, or more bytes than
+    a request may carry (400)."""
 
 
 @dataclass
@@ -44,19 +51,32 @@ def forbidden(url: str) -> bool:
     return absolute(url).startswith(FORBIDDEN)
 
 
-def plan(url: str, target: str) -> Plan:
-    """What to load for `url` under the name `target`; raises RepositoryNotFound."""
+def invalid(url: str, root: str = MODELS_ROOT) -> str | None:
+    """tritonserver's refusal of a url outside `<root>/<hash>/model[/<subdir>]` (its fixed root is
+    SageMaker's /opt/ml/models), else None: a client names a directory of the gateway's host, and
+    only SageMaker's own may be read (before, any directory: `/` read the whole disk)."""
+    pattern = re.escape(root.rstrip("/")) + f"/{_NAME}/model(?:/{_NAME})?"
+    if re.fullmatch(pattern, absolute(url)) is not None:
+        return None
+    return f"Invalid \"url\" '{url}': expected a path of the form {root.rstrip('/')}/<hash>/model[/<subdir>]"
+
+
+def plan(url: str, target: str, limit: int = 1 << 62) -> Plan:
+    """What to load for `url` under the name `target` (at most `limit` bytes of files); raises
+    RepositoryNotFound or Refused."""
     path = Path(absolute(url))
     if (path / "config.pbtxt").is_file():
-        return Plan(str(path.parent), [(target, parameters(path, target))])
+        return Plan(str(path.parent), [(target, parameters(path, target, limit))])
     if not path.is_dir():
         raise RepositoryNotFound(f"failed to register '{path}', repository not found")
     subdirs = sorted(p for p in path.iterdir() if p.is_dir())
     if not subdirs:
         raise RepositoryNotFound(f"failed to register '{path}', repository not found")
     main = next((p for p in subdirs if _is_ensemble(p)), subdirs[-1])
-    loads = [(p.name, parameters(p, p.name)) for p in subdirs if p != main]
-    loads.append((target, parameters(main, target)))
+    loads = [(p.name, parameters(p, p.name, limit)) for p in subdirs if p != main]
+    loads.append((target, parameters(main, target, limit)))
+    if sum(len(value) for _, params in loads for value in params.values()) > limit:
+        raise Refused(f"the model files at '{path}' are larger than the {limit} bytes a request may carry")
     return Plan(str(path), loads)
 
 
@@ -65,9 +85,9 @@ def _is_ensemble(model_dir: Path) -> bool:
     return config.is_file() and _ENSEMBLE.search(config.read_text(errors="replace")) is not None
 
 
-def parameters(model_dir: Path, name: str) -> dict[str, str]:
+def parameters(model_dir: Path, name: str, limit: int = 1 << 62) -> dict[str, str]:
     """The load request's parameters for a model directory: its config (named `name`) and its files."""
-    return {"config": json.dumps(config_json(model_dir, name)), **files(model_dir)}
+    return {"config": json.dumps(config_json(model_dir, name)), **files(model_dir, limit)}
 
 
 def config_json(model_dir: Path, name: str) -> dict[str, object]:
@@ -80,13 +100,19 @@ def config_json(model_dir: Path, name: str) -> dict[str, object]:
     return {**data, "name": name}
 
 
-def files(model_dir: Path) -> dict[str, str]:
+def files(model_dir: Path, limit: int = 1 << 62) -> dict[str, str]:
     """Every file but the config, as `file:<relative path>` with its content in base64. The load
-    API carries files only: an empty directory (an ensemble's version) goes as an empty `.keep`."""
-    found = {}
+    API carries files only: an empty directory (an ensemble's version) goes as an empty `.keep`.
+    A link that leads out of the directory is refused, and so are more than `limit` bytes."""
+    found, size, inside = {}, 0, model_dir.resolve()
     for path in sorted(model_dir.rglob("*")):
         relative = path.relative_to(model_dir).as_posix()
+        if not path.resolve().is_relative_to(inside):
+            raise Refused(f"'{relative}' in '{model_dir}' leads out of the model's directory")
         if path.is_file() and relative != "config.pbtxt":
+            size += path.stat().st_size
+            if size > limit:
+                raise Refused(f"the model files at '{model_dir}' are larger than the {limit} bytes a request may carry")
             found[f"file:{relative}"] = base64.b64encode(path.read_bytes()).decode()
         elif path.is_dir() and not any(path.iterdir()):
             found[f"file:{relative}/.keep"] = ""

@@ -59,8 +59,9 @@ def failed(reply: Answer) -> Answer:
 class MultiModel:
     """The models loaded through `/models`: name -> modelUrl (tritonserver's list of them)."""
 
-    def __init__(self, http: HttpApp) -> None:
+    def __init__(self, http: HttpApp, root: str = archive.MODELS_ROOT, limit: int = 64 << 20) -> None:
         self.http = http
+        self.root, self.limit = root, limit  # the directories a url may name; the bytes a load may carry
         self.models: dict[str, str] = {}
         self.targets: dict[str, str] = {}  # name -> the model loaded for it (the target header's)
         self.lock = asyncio.Lock()  # one load or unload at a time, as tritonserver's list lock
@@ -69,8 +70,9 @@ class MultiModel:
         if await self._refused(scope, send):
             return
         listed = []
-        for name, url in list(self.models.items()):
-            ready = await cloud.ask(self.http, scope, "GET", f"/v2/models/{self.targets[name]}/ready")
+        # a snapshot: a DELETE may end between the awaits below
+        for name, url, target in [(n, u, self.targets[n]) for n, u in self.models.items()]:
+            ready = await cloud.ask(self.http, scope, "GET", f"/v2/models/{target}/ready")
             listed.append({"modelName": name, "modelUrl": url} if ready[0] == 200 else {})
         await cloud.answer(send, (200, json.dumps({"models": listed}).encode(), {"content-type": "application/json"}))
 
@@ -99,16 +101,20 @@ class MultiModel:
             await cloud.answer(send, await self._load(scope, name, target, url))
 
     async def _load(self, scope: Scope, name: str, target: str, url: str) -> Answer:
+        if (refusal := archive.invalid(url, self.root)) is not None:
+            return _error(400, refusal)
         try:
-            plan = await asyncio.to_thread(archive.plan, url, target)
-        except archive.RepositoryNotFound as exc:
+            plan = await asyncio.to_thread(archive.plan, url, target, self.limit)
+        except (archive.RepositoryNotFound, archive.Refused) as exc:
             return _error(400, str(exc))
+        except OSError as exc:  # a file it may not read
+            return _error(400, f"failed to read the model at '{url}': {exc.strerror or exc}")
         if plan.repository in self.models.values():
             return _error(409, f"model repository '{plan.repository}' has already been registered")
         if name in self.models:
             return _error(409, f"failed to register '{target}', there is a conflicting mapping for '{target}'")
         for model, parameters in plan.loads:
-            body = json.dumps({"parameters": parameters}).encode()
+            body = await asyncio.to_thread(_load_body, parameters)  # megabytes of base64: off the loop
             reply = await cloud.ask(self.http, scope, "POST", f"/v2/repository/models/{model}/load", body)
             if reply[0] != 200:
                 return failed(reply)
@@ -157,6 +163,10 @@ class MultiModel:
             return False
         await cloud.answer(send, reply)
         return True
+
+
+def _load_body(parameters: dict[str, str]) -> bytes:
+    return json.dumps({"parameters": parameters}).encode()
 
 
 def _error(code: int, message: str) -> Answer:

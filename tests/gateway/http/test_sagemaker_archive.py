@@ -65,3 +65,46 @@ def test_no_repository_there_is_tritons_register_error(tmp_path, where):
 )
 def test_dev_proc_and_sys_are_refused_after_normalising(url, refused):
     assert archive.forbidden(url) is refused
+
+
+@pytest.mark.parametrize(
+    "url, valid",
+    [
+        ("/opt/ml/models/abc123/model", True),
+        ("/opt/ml/models/abc123/model/", True),
+        ("/opt/ml/models/abc123/model/sub_dir.1", True),
+        ("/opt/ml/models/x/../abc/model", True),  # normalised first, as tritonserver's absolute()
+        ("/", False),
+        ("/etc", False),
+        ("/opt/ml/models/abc123", False),
+        ("/opt/ml/models/abc123/other", False),
+        ("/opt/ml/models/abc123/model/a/b", False),
+        ("/opt/ml/models/abc123/model/../../../../etc", False),
+        ("relative/model", False),
+    ],
+)
+def test_only_sagemakers_model_directories_may_be_named(url, valid):
+    refusal = archive.invalid(url)
+    assert (refusal is None) is valid
+    if not valid:
+        assert refusal == f"Invalid \"url\" '{url}': expected a path of the form /opt/ml/models/<hash>/model[/<subdir>]"
+
+
+def test_another_root_is_the_one_allowed(tmp_path):
+    assert archive.invalid(str(tmp_path / "h" / "model"), str(tmp_path)) is None
+    assert archive.invalid("/opt/ml/models/h/model", str(tmp_path)) is not None
+
+
+def test_a_link_out_of_the_model_directory_is_refused(tmp_path):
+    url = model(tmp_path / "hash" / "model")
+    (url / "1" / "secret").symlink_to("/etc/hostname")
+    with pytest.raises(archive.Refused, match="leads out of the model's directory"):
+        archive.plan(str(url), "t")
+
+
+def test_more_bytes_than_a_request_may_carry_are_refused(tmp_path):
+    url = model(tmp_path / "hash" / "model")
+    (url / "1" / "weights.bin").write_bytes(bytes(4096))
+    with pytest.raises(archive.Refused, match="larger than the 1000 bytes"):
+        archive.plan(str(url), "t", limit=1000)
+    assert archive.plan(str(url), "t", limit=1 << 20).loads  # within the limit: loaded
