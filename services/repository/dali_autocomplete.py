@@ -16,6 +16,7 @@ and an `@autoserialize` file runs the user's code).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -113,6 +114,16 @@ def autofill(config: pb.ModelConfig, pipeline: Pipeline, batched: bool, split: s
         config.dynamic_batching.SetInParent()
 
 
+# what the introspecting child keeps of the repository's environment: a `.py` pipeline is the
+# model's own code, run here, and the repository holds the keys to everything (docs/security.md):
+# its bus credentials and the cloud's keys stay out of the child (it still runs as the same user)
+_KEPT = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "PYTHONPATH", "LD_LIBRARY_PATH", "TMPDIR", "VIRTUAL_ENV")
+
+
+def _introspection_env() -> dict[str, str]:
+    return {name: os.environ[name] for name in _KEPT if name in os.environ}
+
+
 def read_pipeline(model_dir: Path, version: int, filename: str) -> Pipeline | None:
     """What the version's pipeline declares (`dali_introspect`, in its own process); None without DALI."""
     try:
@@ -121,6 +132,7 @@ def read_pipeline(model_dir: Path, version: int, filename: str) -> Pipeline | No
             capture_output=True,
             text=True,
             timeout=INTROSPECT_TIMEOUT_S,
+            env=_introspection_env(),
         )
     except subprocess.TimeoutExpired:
         raise invalid(

@@ -82,3 +82,21 @@ def test_the_backends_texts_where_the_config_disagrees(text, message):
     with pytest.raises(ShoalError) as raised:
         autofill(parsed(text), PIPELINE, batched=True)
     assert raised.value.message == message
+
+
+def test_the_pipeline_is_read_without_the_repositorys_secrets(monkeypatch):
+    """A `.py` pipeline is the model's own code, run by the repository to read it: the repository's
+    bus credentials and cloud keys stay out of that child's environment."""
+    from services.repository import dali_autocomplete
+
+    for name in (
+        "AWS_SECRET_ACCESS_KEY",
+        "AZURE_STORAGE_KEY",
+        "SHOAL_REPOSITORY_NATS_CREDENTIALS",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+    ):
+        monkeypatch.setenv(name, "secret")
+    monkeypatch.setenv("PATH", "/usr/bin")
+    env = dali_autocomplete._introspection_env()
+    assert env["PATH"] == "/usr/bin"
+    assert "secret" not in env.values()

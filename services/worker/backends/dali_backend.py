@@ -48,7 +48,7 @@ def _dali() -> Any:
     return dali
 
 
-def _autoserialize(dali: Any, definition: Path) -> bytes:
+def autoserialize(dali: Any, definition: Path) -> bytes:
     """Serialize the `@autoserialize` pipeline a Python file defines (DALI's own helper)."""
     from nvidia.dali._utils.autoserialize import invoke_autoserialize
 
@@ -79,10 +79,10 @@ def pipeline_bytes(dali: Any, spec: ModelSpec, version_dir: Path) -> bytes:
         data = path.read_bytes()
         if path.suffix != ".py":
             return data
-        return _autoserialize(dali, path)
+        return autoserialize(dali, path)
     definition = version_dir / "dali.py"
     if definition.is_file():
-        return _autoserialize(dali, definition)
+        return autoserialize(dali, definition)
     raise unavailable(
         f"unable to find '{version_dir / (spec.default_model_filename or 'model.dali')}' or '{definition}' "
         f"for model '{spec.model_name}'"

@@ -93,13 +93,13 @@ def describe(dali: Any, pipeline: bytes) -> dict[str, Any]:
 def serialized(dali: Any, version_dir: Path, filename: str) -> bytes:
     """The version's pipeline as the backend finds it: the model file (serialized, or a `.py`
     definition), else `dali.py`, each `@autoserialize` definition serialized."""
-    from services.worker.backends.dali_backend import _autoserialize
+    from services.worker.backends.dali_backend import autoserialize
 
     path = version_dir / filename
     if path.is_file():
-        return _autoserialize(dali, path) if path.suffix == ".py" else path.read_bytes()
+        return autoserialize(dali, path) if path.suffix == ".py" else path.read_bytes()
     if (version_dir / "dali.py").is_file():
-        return _autoserialize(dali, version_dir / "dali.py")
+        return autoserialize(dali, version_dir / "dali.py")
     raise FileNotFoundError(f"unable to find '{path}' or '{version_dir / 'dali.py'}'")
 
 
