@@ -7,6 +7,8 @@ renders them ahead), each cut into `BLOCK_CHARS` pieces, the last one shorter: a
 next turn repeats every message of the previous one, so it shares all of that turn's blocks, and
 every conversation shares its system prompt's. A completion's prompt is plain text, cut into
 whole blocks only (a prompt shorter than one block has no key and is routed by load alone).
+A prompt for a LoRA adapter hashes the adapter's name first: an instance's cached cells serve
+only prompts on the adapter that computed them (shoal/llm/prompt_cache.py).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ BLOCK_CHARS = 256  # about 64 tokens of English text
 MAX_BLOCKS = 64  # beyond them, prompts are told apart by their start
 
 
-def _chain(pieces: Iterable[bytes]) -> list[int]:
+def _chain(pieces: Iterable[bytes], adapter: str | None = None) -> list[int]:
     running = hashlib.blake2b(digest_size=8)
+    if adapter is not None:
+        running.update(b"lora:" + adapter.encode())
     blocks: list[int] = []
     for piece in pieces:
         running.update(len(piece).to_bytes(4, "big"))  # where a piece ends is part of what it says
@@ -37,13 +41,22 @@ def _cut(data: bytes) -> list[bytes]:
     return [data[start : start + BLOCK_CHARS] for start in range(0, len(data), BLOCK_CHARS)]
 
 
-def text_blocks(text: bytes) -> list[int]:
+def text_blocks(text: bytes, adapter: str | None = None) -> list[int]:
     """A plain prompt's blocks: its whole `BLOCK_CHARS` pieces."""
-    return _chain(text[start : start + BLOCK_CHARS] for start in range(0, len(text) - BLOCK_CHARS + 1, BLOCK_CHARS))
+    whole = range(0, len(text) - BLOCK_CHARS + 1, BLOCK_CHARS)
+    return _chain((text[start : start + BLOCK_CHARS] for start in whole), adapter)
 
 
-def chat_blocks(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> list[int]:
-    """A conversation's blocks: each message's pieces (and the tools' first, if any)."""
-    parts = [orjson.dumps(tools)] if tools else []
-    parts.extend(orjson.dumps(message, option=orjson.OPT_SORT_KEYS) for message in messages)
-    return _chain(piece for part in parts for piece in _cut(part))
+def chat_blocks(
+    messages: list[dict[str, Any]], tools: list[Any] | None = None, adapter: str | None = None
+) -> list[int]:
+    """A conversation's blocks: each message's pieces (and the tools' first, if any). Lazily: the
+    messages past the first `MAX_BLOCKS` blocks are never serialised."""
+
+    def parts() -> Iterable[bytes]:
+        if tools:
+            yield orjson.dumps(tools)
+        for message in messages:
+            yield orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+
+    return _chain((piece for part in parts() for piece in _cut(part)), adapter)

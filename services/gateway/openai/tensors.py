@@ -67,14 +67,14 @@ def generation_request(spec: ModelSpec, offer: Offer, request: GenerationRequest
         if tensor is None:
             raise refused(name, f"model '{offer.model}' has no '{name}' input")
         inputs.append(_input(spec, tensor.name, tensor.datatype, value))
-    return ParsedRequest(request_id, inputs, None, {}, _route(request, tools))
+    return ParsedRequest(request_id, inputs, None, {}, _route(request, tools, offer.adapter))
 
 
-def _route(request: GenerationRequest, tools: list[dict[str, Any]] | None) -> list[int]:
+def _route(request: GenerationRequest, tools: list[dict[str, Any]] | None, adapter: str | None) -> list[int]:
     """The prompt's prefix blocks, for the scheduler's prefix-aware routing (`routing_key.py`)."""
     if request.messages is not None:
-        return chat_blocks(request.messages, tools)
-    return text_blocks((request.prompt or "").encode())
+        return chat_blocks(request.messages, tools, adapter)
+    return text_blocks((request.prompt or "").encode(), adapter)
 
 
 def _tool_inputs(offer: Offer, tools: Tools) -> dict[str, object]:

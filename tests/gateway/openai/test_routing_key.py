@@ -39,3 +39,13 @@ def test_short_plain_prompts_have_no_key_and_long_ones_a_bounded_one():
 @given(st.binary(max_size=3000), st.binary(max_size=600))
 def test_a_text_shares_every_whole_block_of_its_start(start, more):
     assert text_blocks(start + more)[: len(start) // BLOCK_CHARS] == text_blocks(start)
+
+
+def test_a_lora_adapters_prompt_shares_no_block_with_the_base_models():
+    """An instance's cached cells serve only its own adapter's prompts: the keys must tell them apart."""
+    messages = [{"role": "system", "content": "s" * 600}, {"role": "user", "content": "hello"}]
+    base, adapted, other = chat_blocks(messages), chat_blocks(messages, adapter="a"), chat_blocks(messages, adapter="b")
+    assert len(base) == len(adapted) == len(other)
+    assert not set(base) & set(adapted) and not set(adapted) & set(other)
+    assert chat_blocks(messages, adapter="a") == adapted
+    assert not set(text_blocks(b"t" * 600)) & set(text_blocks(b"t" * 600, adapter="a"))
