@@ -162,11 +162,16 @@ class LlamaPythonModel:
             cache_entries=max(1, number("prefix_cache_entries", 1)),
         )
         self.model = LlamaModel(gguf, context, library)
-        # before the engine's thread starts: a file llama.cpp refuses fails the load, saying why
-        self.adapters = {
-            name: self.model.load_adapter(_existing(gguf_path(path, version_folder)))
-            for name, path in lora_adapters(settings).items()
-        }
+        # before the engine's thread starts: a file llama.cpp refuses fails the load, saying why,
+        # and frees the base model (a failed initialize gets no finalize)
+        try:
+            self.adapters = {
+                name: self.model.load_adapter(_existing(gguf_path(path, version_folder)))
+                for name, path in lora_adapters(settings).items()
+            }
+        except BaseException:
+            self.model.close()
+            raise
         self.engine = Engine(
             self.model,
             Limits(
