@@ -70,10 +70,17 @@ def from_file(scheme: str, url: str, env: Mapping[str, str]) -> Any | None:
             entries = json.load(f).get(scheme) or {}
     except (OSError, ValueError, AttributeError) as exc:
         raise CredentialError(f"cannot read {CREDENTIAL_FILE} {path}: {exc}") from None
+    if not isinstance(entries, dict):
+        raise CredentialError(f"{CREDENTIAL_FILE} {path}: '{scheme}' must map path prefixes to credentials")
     names = sorted((name for name in entries if url.startswith(name)), key=len, reverse=True)
     if not names:
         raise CredentialError(f"Cannot match credential for path  {url}")
-    return entries[names[0]]
+    entry = entries[names[0]]
+    shape = str if scheme == "gs" else dict  # gs: a key file's path; s3 and as: their fields
+    if not isinstance(entry, shape):
+        kind = "a key file's path" if shape is str else "an object of fields"
+        raise CredentialError(f"{CREDENTIAL_FILE} {path}: the '{scheme}' entry '{names[0]}' must be {kind}")
+    return entry
 
 
 def s3_auth(url: str, env: Mapping[str, str] = os.environ) -> S3Auth:

@@ -95,6 +95,20 @@ def test_an_unreadable_credential_file_says_so(tmp_path):
             gcs_auth("gs://b/p", {"TRITON_CLOUD_CREDENTIAL_PATH": str(path)})
 
 
+def test_a_malformed_credential_file_says_what_is_wrong(tmp_path):
+    """Not a traceback: the start stops with the file's name and what its entry should be."""
+    cases = [
+        ({"as": {"": "k"}}, azure_auth, "as://acct/c/p", "the 'as' entry '' must be an object of fields"),
+        ({"s3": {"s3://b": ["x"]}}, s3_auth, "s3://b/p", "the 's3' entry 's3://b' must be an object of fields"),
+        ({"gs": {"": {"path": "x"}}}, gcs_auth, "gs://b/p", "the 'gs' entry '' must be a key file's path"),
+        ({"gs": ["x"]}, gcs_auth, "gs://b/p", "'gs' must map path prefixes to credentials"),
+    ]
+    for number, (content, auth, url, message) in enumerate(cases):
+        (tmp_path / f"{number}.json").write_text(json.dumps(content))
+        with pytest.raises(CredentialError, match=message):
+            auth(url, {"TRITON_CLOUD_CREDENTIAL_PATH": str(tmp_path / f"{number}.json")})
+
+
 names = st.text(alphabet="abc/:", max_size=8).map(lambda s: "gs://" + s)
 
 
