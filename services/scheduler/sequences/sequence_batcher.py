@@ -205,7 +205,9 @@ class SequenceBatcher:
                 continue
             slot = seq.slot
             book.remove(seq, pending, time.monotonic())
-            queue.stats.record_request(False, time.time_ns() - pending.header.received_ns, FailReason.CANCELED)
+            # counted, and answered CANCELLED as Triton's sequence batcher finishes it: a python model
+            # that cancelled its BLS stream reads on until that answer (its client's gateway drops it)
+            await self.host.dropped(queue, pending.header, FailReason.CANCELED)
             if slot is not None and seq.slot is None:  # its END will never reach the worker
                 await self._tell_worker(queue, seq, slot, "cancelled")
         await self.host.pump(queue)
