@@ -161,8 +161,14 @@ class ModelManager:
         available = set(self.available())
         self.pulled[record.name] = []
         for member in [key for name in ensembles.member_names(record) for key in self.to_load(name)]:
-            current = self.records.get(member)
-            if (current is None or not current.hosted) and member in available:
+            if member not in available:
+                continue
+            # under the member's lock, looked at again: two ensembles loading at once (every
+            # repository's, with namespacing) would otherwise both load it, as one generation
+            async with self.lock(member):
+                current = self.records.get(member)
+                if current is not None and current.hosted:
+                    continue
                 self.pulled[record.name].append(member)
                 try:
                     await self.load(member)
