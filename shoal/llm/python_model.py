@@ -24,13 +24,16 @@ with `finish_reason` and the usage counts. Its config says, as string parameters
 Inputs: `text_input` or `messages` (a JSON conversation, rendered with the GGUF's own chat
 template), `stream`, and optionally `max_tokens`, `temperature`, `top_p`, `seed`, `frequency_penalty`,
 `presence_penalty`, `logit_bias` and `response_format` (both JSON), `top_logprobs` (asks for each
-token's log probability and this many most likely alternatives, 0 to 20), `tools` (OpenAI's tools
+token's log probability and this many most likely alternatives, 0 to 20), `prompt_logprobs`
+(true, with `top_logprobs`: the prompt's tokens' too, for OpenAI's `echo`), `tools` (OpenAI's tools
 as JSON: rendered into the prompt), `tool_choice` (JSON, "required" or a named function: the
 output is forced to calls by a grammar, `tool_grammar.py`) and `parallel_tool_calls` (false:
 one call), `lora_name` (one of `lora_adapters`: that adapter computes the answer; absent or
 empty: the base model). Outputs:
 `text_output`, `finish_reason`, `prompt_tokens`, `completion_tokens`, and `logprobs` when asked
-(JSON, OpenAI's chat shape: one object per token of the response; docs/openai.md).
+(JSON, OpenAI's chat shape: one object per token of the response; docs/openai.md), and
+`prompt_logprobs` when asked (the same shape for the prompt's tokens, the first one's `logprob`
+null; on the first response only).
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ class _Responses:
         self.logprobs = logprobs  # asked: every response carries its tokens' (none asked: no output)
         self.held: list[str] = []
         self.held_logprobs: list[Logprob] = []
+        self.prompt_logprobs: list[Logprob] | None = None  # the prompt's, until a response carries them
 
     def text(self, text: str, completion_tokens: int, logprobs: Sequence[Logprob] = ()) -> None:
         if self.stream:
@@ -108,6 +112,9 @@ class _Responses:
         entries = [*self.held_logprobs, *logprobs]
         response = self._response("".join(self.held) + text, reason, completion_tokens, entries)
         self.sender.send(response, flags=final)
+
+    def prompt(self, logprobs: Sequence[Logprob]) -> None:
+        self.prompt_logprobs = list(logprobs)
 
     def fail(self, message: str) -> None:
         import triton_python_backend_utils as pb_utils
@@ -130,6 +137,10 @@ class _Responses:
         if self.logprobs:
             entries = json.dumps(to_json(list(logprobs))).encode()
             outputs.append(pb_utils.Tensor("logprobs", np.array([entries], dtype=np.object_)))
+        if self.prompt_logprobs is not None:  # the first response after the prompt went in
+            entries = json.dumps(to_json(self.prompt_logprobs)).encode()
+            outputs.append(pb_utils.Tensor("prompt_logprobs", np.array([entries], dtype=np.object_)))
+            self.prompt_logprobs = None
         return pb_utils.InferenceResponse(output_tensors=outputs)
 
 
@@ -244,6 +255,7 @@ class LlamaPythonModel:
             logit_bias=self._logit_bias(_scalar(request, "logit_bias", None)),
             grammar=_tool_grammar(request) or grammar_for(_scalar(request, "response_format", None)),
             logprobs=None if top is None else int(top),
+            prompt_logprobs=bool(_scalar(request, "prompt_logprobs", False)),
             adapter=self._adapter(_scalar(request, "lora_name", b"")),
         )
 

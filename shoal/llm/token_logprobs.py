@@ -10,6 +10,7 @@ sort.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ class Logprob:
     position (bytes, log probability), most likely first."""
 
     token: bytes
-    logprob: float
+    logprob: float | None  # None: a prompt's first token (nothing precedes it)
     top: list[tuple[bytes, float]] = field(default_factory=list)
 
 
@@ -50,6 +51,14 @@ class Distribution:
         best = np.argpartition(self.logits, -count)[-count:]  # unordered: sort only these
         best = best[np.argsort(-self.logits[best], kind="stable")]
         return [(int(token), self.logprob(int(token))) for token in best]
+
+
+def token_entry(piece: Callable[[int, bool], bytes], token: int, scores: Distribution, top: int) -> Logprob:
+    """`token`'s entry at the position `scores` are of, with the `top` likeliest there; `piece`
+    writes a token's bytes (special=True: an end-of-generation token among the likeliest shows as
+    itself, not "")."""
+    likeliest = [(piece(t, True), logprob) for t, logprob in scores.top(top)]
+    return Logprob(piece(token, False), scores.logprob(token), likeliest)
 
 
 def token_text(piece: bytes) -> str:

@@ -265,6 +265,19 @@ def test_logprobs_from_a_model_without_them_is_a_400_not_silence(client: openai.
             list(client.completions.create(model="echo", prompt="forget me", logprobs=1, stream=stream))
 
 
+def test_echo_comes_first_and_with_logprobs_needs_a_model_that_scores_its_prompt(client: openai.OpenAI):
+    for stream in (False, True):
+        asked = {"model": "echo", "prompt": "one two", "echo": True, "stream": stream}
+        if stream:
+            texts = [c.choices[0].text for c in client.completions.create(**asked)]
+            assert texts[0] == "one two" and "".join(texts) == "one twoone two"  # the echo: its own first chunk
+        else:
+            assert client.completions.create(**asked).choices[0].text == "one twoone two"
+        with pytest.raises(openai.BadRequestError, match="no 'prompt_logprobs' input") as refused:
+            list(client.completions.create(**asked, logprobs=1))
+        assert refused.value.body["param"] == "echo"
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_chat_logprobs_come_with_their_tokens(client: openai.OpenAI, stream: bool):
     asked = {"model": "echo", "messages": [{"role": "user", "content": "one two three"}], "logprobs": True}

@@ -9,7 +9,8 @@ As Triton's OpenAI front end does (docs/openai.md, "Which models are offered"):
   the front end apply it, `templates.py`). Optional outputs `prompt_tokens` /
   `completion_tokens` (integers) give the usage counts, and `finish_reason`
   (BYTES) says why generation ended. An integer `top_logprobs` input with a BYTES `logprobs`
-  output serves OpenAI's `logprobs` (`logprobs.py`);
+  output serves OpenAI's `logprobs` (`logprobs.py`), and with them a BOOL `prompt_logprobs` input
+  with a BYTES `prompt_logprobs` output the prompt's (completions' `echo` with `logprobs`);
 - an *embedding* model is not decoupled, has one BYTES input and an FP32 output (the embedding),
   and optionally a `prompt_tokens` output.
 A config parameter `openai_api` (`generation`, `embedding` or `none`) overrides the guess.
@@ -66,6 +67,7 @@ class Offer:
     batching: bool = False  # max_batch_size > 0: tensors carry a leading batch dimension
     chat: bool = False  # chat is served: by the model's `messages` input or a template in its config
     logprobs: TensorSpec | None = None  # the `top_logprobs` input, when the model also has a `logprobs` output
+    prompt_logprobs: bool = False  # it scores the prompt's tokens (`prompt_logprobs` input and output)
     adapter: str | None = None  # the LoRA adapter this name serves (its model's `lora_name` input), None: the model
 
 
@@ -126,6 +128,9 @@ def _generation(spec: ModelSpec) -> Offer:
         spec.max_batch_size > 0,
         _has(messages, "BYTES") or bool(spec.parameters.get("chat_template")),
         _logprobs(spec),
+        _logprobs(spec) is not None
+        and _has(spec.input("prompt_logprobs"), "BOOL")
+        and _has(spec.output("prompt_logprobs"), "BYTES"),
     )
 
 

@@ -1,5 +1,6 @@
 """One chat or completion request through the inference core: text pieces as the model makes
-them, stop sequences applied, usage counted.
+them, stop sequences applied, usage counted. A completion's echoed prompt is its first piece:
+with `logprobs`, once the model's first response brings the prompt's tokens' entries.
 
 Leaving the iteration early (a stop sequence, a client gone) closes the core's stream, which
 cancels the request: it leaves its queue, or the running model sees `is_cancelled()`.
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from inference.core import InferenceCore
 from inference.types import ParsedRequest
 from services.gateway.openai.catalog import Offer
-from services.gateway.openai.logprobs import Aligner, Placed, missing
+from services.gateway.openai.logprobs import Aligner, Entry, Placed, missing, place_all
 from services.gateway.openai.stops import StopScanner
 from services.gateway.openai.tensors import generated
 from services.gateway.openai.tool_calls import CallDelta, CallParser
@@ -52,23 +53,30 @@ class Generation:
         stops: list[str],
         logprobs: bool = False,
         calls: CallParser | None = None,
+        echo: str | None = None,
     ) -> None:
         self.core, self.spec, self.version, self.offer, self.parsed = core, spec, version, offer, parsed
         self.scanner = StopScanner(stops)
-        self.aligner = Aligner() if logprobs else None  # asked: every response must carry them
+        self.echo = echo  # the prompt, to come back before the completion (None: not asked)
+        start = len(echo or "")  # the generated text's offsets start after the echo
+        self.aligner = Aligner(start) if logprobs else None  # asked: every response must carry them
         self.calls = calls  # tools were given: calls are read out of the text
-        self._shown = 0  # characters of text handed out
+        self._shown = start  # characters of text handed out
         self.usage = Usage()
         self._responses = 0  # responses with text: the completion's length when the model counts none
 
     async def pieces(self) -> AsyncGenerator[Piece, None]:
         stream = self.core.stream(self.spec, self.version, self.parsed)
         reason = None
+        echo = self.echo  # shown once the model answers: an error before it stays a plain error
         try:
             async for item in stream:
                 if isinstance(item, ShoalError):  # the model failed: the rest of the answer is lost
                     raise item
                 piece = generated(self.offer, item.outputs)
+                if echo is not None:
+                    yield self._echoed(echo, piece.prompt_logprobs)
+                    echo = None
                 self._count(piece.text, piece.prompt_tokens, piece.completion_tokens)
                 if self.aligner is not None and item.outputs:
                     if piece.logprobs is None:
@@ -84,8 +92,18 @@ class Generation:
                     yield out
         finally:
             await stream.aclose()
+        if echo is not None:  # the model sent nothing
+            yield Piece(echo)
         rest = self.scanner.flush()
         yield self._piece(rest, reason or "stop", self.aligner.rest() if self.aligner is not None else [])
+
+    def _echoed(self, echo: str, entries: list[Entry] | None) -> Piece:
+        """The echoed prompt, with its tokens' entries (from the model's first response) when asked."""
+        if self.aligner is None:
+            return Piece(echo)
+        if entries is None:
+            raise missing(self.offer.model, "prompt_logprobs")
+        return Piece(echo, None, place_all(entries))
 
     def _piece(self, shown: str, reason: str | None, released: list[Placed]) -> Piece:
         """The piece with its calls read out (the last one, with a reason, flushes the parser)."""

@@ -166,23 +166,21 @@ class OpenAIHandlers:
             one = asked if "seed" not in asked.sampling else choice_with_seed(asked, i)
             parsed = generation_request(spec, served, one, reply.id if asked.n == 1 else f"{reply.id}-{i}")
             calls = CallParser(asked.tools.parallel) if asked.tools is not None else None
-            generation = Generation(
-                self.core, spec, version, served, parsed, asked.stop, asked.logprobs is not None, calls
-            )
+            echo = (asked.prompt or "") if asked.echo else None
+            logprobs = asked.logprobs is not None
+            generation = Generation(self.core, spec, version, served, parsed, asked.stop, logprobs, calls, echo)
             generations.append(generation)
         choices = Choices(generations)
-        echoed = (asked.prompt or "") if asked.echo else ""
         if asked.stream:
-            return await self._stream(choices, reply, asked.include_usage, echoed)
-        return await until_disconnected(request, self._whole(choices, reply, echoed))
+            return await self._stream(choices, reply, asked.include_usage)
+        return await until_disconnected(request, self._whole(choices, reply))
 
     @staticmethod
-    async def _whole(choices: Choices, reply: documents.Reply, echoed: str = "") -> Response:
-        texts = [(echoed + text, reason, placed, calls) for text, reason, placed, calls in await choices.whole()]
-        return _json(reply.whole(texts, choices.usage().document()))
+    async def _whole(choices: Choices, reply: documents.Reply) -> Response:
+        return _json(reply.whole(await choices.whole(), choices.usage().document()))
 
     @staticmethod
-    async def _stream(choices: Choices, reply: documents.Reply, include_usage: bool, echoed: str = "") -> Response:
+    async def _stream(choices: Choices, reply: documents.Reply, include_usage: bool) -> Response:
         """Server-sent events. An error before the first piece is a plain error with its status;
         after it, an error event ends the stream (the status is already sent)."""
         pieces = choices.pieces()
@@ -197,8 +195,6 @@ class OpenAIHandlers:
                 for index in range(len(choices.generations)):
                     if reply.chat:  # the role comes first, before any text
                         yield _event(reply.chunk("", None, include_usage, first=True, index=index))
-                    if echoed:  # a completion's echoed prompt: its own chunk, before the generated text
-                        yield _event(reply.chunk(echoed, None, include_usage, index=index))
                 async for index, piece in _from(first, pieces):
                     if piece.text or piece.finish_reason or piece.logprobs or piece.tool_calls:
                         text, reason = piece.text or None, piece.finish_reason

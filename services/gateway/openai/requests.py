@@ -79,15 +79,17 @@ def parse_chat(body: Any) -> GenerationRequest:
 def parse_completion(body: Any) -> GenerationRequest:
     doc = _object(body)
     _refuse(doc, _REFUSED_COMPLETION, _COMMON | {"prompt", "echo", "logprobs"})
-    request = _generation(doc)
+    # with echo, max_tokens 0 asks for the prompt alone (with logprobs: scored), as OpenAI's
+    scoring = doc.get("echo") is True and _is_int(doc.get("max_tokens")) and doc.get("max_tokens") == 0
+    request = _generation({**doc, "max_tokens": None} if scoring else doc)
+    if scoring:
+        request.sampling["max_tokens"] = 0
     request.prompt = _prompt(doc.get("prompt"))
     echo = doc.get("echo", False)
     if not isinstance(echo, bool) and echo is not None:
         raise invalid_value("echo", "expected a boolean")
     request.echo = bool(echo)
     request.logprobs = _count(doc.get("logprobs"), "logprobs", MAX_TOP_LOGPROBS[False])
-    if request.echo and request.logprobs is not None:  # OpenAI's answer would hold the prompt's too
-        raise refused("logprobs", "with 'echo': the prompt's tokens' log probabilities are not computed")
     return request
 
 

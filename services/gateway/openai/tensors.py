@@ -62,6 +62,11 @@ def generation_request(spec: ModelSpec, offer: Offer, request: GenerationRequest
             why = f"model '{offer.model}' has no 'top_logprobs' input with a 'logprobs' output"
             raise refused("logprobs", why)
         inputs.append(_input(spec, offer.logprobs.name, offer.logprobs.datatype, request.logprobs))
+        if request.echo:  # OpenAI's answer starts with the prompt's tokens, scored
+            if not offer.prompt_logprobs:
+                why = f"model '{offer.model}' has no 'prompt_logprobs' input and output to score the prompt with"
+                raise refused("echo", why + " ('echo' with 'logprobs')")
+            inputs.append(_input(spec, "prompt_logprobs", "BOOL", True))
     for name, value in sampling.items():
         tensor = offer.sampling.get(name)
         if tensor is None:
@@ -102,6 +107,7 @@ class Generated:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     logprobs: list[Entry] | None = None  # None: the response has no `logprobs` output
+    prompt_logprobs: list[Entry] | None = None  # the prompt's (the first response's, when asked)
 
 
 def _output(outputs: list[OutputTensor], name: str) -> np.ndarray | None:
@@ -126,6 +132,10 @@ def generated(offer: Offer, outputs: list[OutputTensor]) -> Generated:
     if offer.logprobs is not None:
         raw = _output(outputs, "logprobs")
         piece.logprobs = None if raw is None else parse_entries(b"".join(bytes(v) for v in raw), offer.model)
+    if offer.prompt_logprobs:
+        raw = _output(outputs, "prompt_logprobs")
+        if raw is not None:
+            piece.prompt_logprobs = parse_entries(b"".join(bytes(v) for v in raw), offer.model, prompt=True)
     return piece
 
 

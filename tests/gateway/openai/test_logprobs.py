@@ -56,3 +56,25 @@ def test_model_entries_are_checked_and_completed():
     for bad in (b"{", b'{"token": "x"}', b'[{"token": 1, "logprob": 0}]'):
         with pytest.raises(ShoalError, match="'logprobs' output"):
             logprobs.parse_entries(bad, "m")
+
+
+def test_a_prompts_entries_start_with_a_null_and_its_generated_offsets_follow_the_echo():
+    raw = orjson.dumps([{"token": "One", "logprob": None}, entry(",", -2.0, [(",", -2.0)])])
+    first, second = logprobs.parse_entries(raw, "m", prompt=True)
+    assert first["logprob"] is None and second["logprob"] == -2.0
+    for bad in (raw, orjson.dumps([entry("One", -1.0), {"token": ",", "logprob": None}])):
+        with pytest.raises(ShoalError, match="'logprobs' output"):  # null: only a prompt's first
+            logprobs.parse_entries(bad, "m")
+    with pytest.raises(ShoalError, match="'prompt_logprobs' output"):
+        logprobs.parse_entries(orjson.dumps([entry("One", -1.0), {"token": ",", "logprob": None}]), "m", prompt=True)
+    echoed = logprobs.place_all([first, second])
+    assert [offset for offset, _ in echoed] == [0, 3]
+    aligner = Aligner(start=4)  # the generated text comes after the echoed "One,"
+    aligner.feed([entry(" two", -0.5)])
+    generated = aligner.shown(4 + 4)
+    assert logprobs.completion(echoed + generated) == {
+        "tokens": ["One", ",", " two"],
+        "token_logprobs": [None, -2.0, -0.5],
+        "top_logprobs": [None, {",": -2.0}, {" two": -0.5}],
+        "text_offset": [0, 3, 4],
+    }

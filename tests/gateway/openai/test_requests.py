@@ -84,11 +84,20 @@ def test_completion_logprobs_is_a_count_up_to_5(value, asked):
     assert requests.parse_completion({"model": "m", "prompt": "p", "logprobs": value}).logprobs == asked
 
 
-@pytest.mark.parametrize("extra", [{"logprobs": 6}, {"logprobs": True}, {"logprobs": 1, "echo": True}])
-def test_completion_logprobs_out_of_bounds_or_with_echo_is_a_400(extra):
+@pytest.mark.parametrize("extra", [{"logprobs": 6}, {"logprobs": True}])
+def test_completion_logprobs_out_of_bounds_is_a_400(extra):
     with pytest.raises(OpenAIError) as refused:
         requests.parse_completion({"model": "m", "prompt": "p", **extra})
     assert (refused.value.status, refused.value.param) == (400, "logprobs")
+
+
+def test_echo_with_logprobs_asks_for_the_prompts_and_max_tokens_0_scores_it_alone():
+    asked = requests.parse_completion({"model": "m", "prompt": "p", "echo": True, "logprobs": 1, "max_tokens": 0})
+    assert asked.echo and asked.logprobs == 1 and asked.sampling["max_tokens"] == 0
+    for body in ({"max_tokens": 0}, {"max_tokens": 0, "echo": False}, {"max_tokens": False, "echo": True}):
+        with pytest.raises(OpenAIError) as refused:  # without echo, nothing would come back
+            requests.parse_completion({"model": "m", "prompt": "p", **body})
+        assert refused.value.param == "max_tokens"
 
 
 def test_logit_bias_maps_token_ids_to_biases():

@@ -109,6 +109,7 @@ class Collect:
     error: str | None = None
     done: threading.Event = field(default_factory=threading.Event)
     logprobs: list[list[Logprob]] = field(default_factory=list)  # what came with each piece
+    prompt_logprobs: list[Logprob] | None = None  # the prompt's, when asked (before any piece)
 
     def text(self, text: str, completion_tokens: int, logprobs: Sequence[Logprob] = ()) -> None:
         self.pieces.append(text)
@@ -119,6 +120,10 @@ class Collect:
         self.logprobs.append(list(logprobs))
         self.ending = (reason, completion_tokens)
         self.done.set()
+
+    def prompt(self, logprobs: Sequence[Logprob]) -> None:
+        assert not self.pieces and self.prompt_logprobs is None
+        self.prompt_logprobs = list(logprobs)
 
     def fail(self, message: str) -> None:
         self.error = message

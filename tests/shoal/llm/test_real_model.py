@@ -71,6 +71,9 @@ class Sink:
         self.reason = reason
         self.done.set()
 
+    def prompt(self, logprobs: object) -> None:
+        pass
+
     def fail(self, message: str) -> None:
         self.reason = f"failed: {message}"
         self.done.set()
