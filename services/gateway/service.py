@@ -235,12 +235,13 @@ class GatewayService:
         elif settings.runtime_dir:  # --allow-http=false: no port, only `shoal serve`'s way in (private dir)
             await self.listeners.serve(self._http(uds=supervisor_socket(settings.runtime_dir, settings.gateway_id)))
         if settings.allow_sagemaker:
+            http = self._http_app()  # the same API, restrictions and header forwarding as the HTTP port
             sagemaker = SageMaker(
-                self._http_app(),
+                http,
                 settings.sagemaker_model,
                 settings.sagemaker_inference_type,
                 settings.sagemaker_ping_mode,
-                MultiModel(self._http_app(), settings.sagemaker_models_root, settings.http_max_input_size),
+                MultiModel(http, settings.sagemaker_models_root, settings.http_max_input_size),
             )
             await self.listeners.serve(self._uvicorn(sagemaker, settings.http_address, settings.sagemaker_port))
             self._started("Started Sagemaker HTTPService at %s:%d", settings.http_address, settings.sagemaker_port)
