@@ -50,8 +50,7 @@ def requantized(source: Path, kind: str, library: Library, threads: int = 1, fol
     kind = kind.strip().upper()
     if kind not in TYPES:
         raise ValueError(f"unknown quantization '{kind}': expected one of {', '.join(TYPES)}")
-    folder = folder or cache_folder()
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder = own_folder(folder or cache_folder())
     target = folder / copy_name(source, kind, metadata.version("llama_cpp_python"))
     if target.is_file():
         return target
@@ -63,6 +62,19 @@ def requantized(source: Path, kind: str, library: Library, threads: int = 1, fol
     finally:
         Path(temporary).unlink(missing_ok=True)
     return target
+
+
+def own_folder(folder: Path) -> Path:
+    """The cache folder, made 0700 if missing; refused if another user owns it or may write to it
+    (they could put a file under a copy's name, which this would then load)."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        status = folder.stat()
+    except OSError as exc:
+        raise LlamaError(f"cannot use {folder} for requantized GGUF files ({exc}): set SHOAL_GGUF_CACHE") from exc
+    if status.st_uid != os.getuid() or status.st_mode & 0o022:
+        raise LlamaError(f"{folder} is not this user's alone: requantized GGUF files are not kept there")
+    return folder
 
 
 def _quantize(library: Library, source: Path, target: Path, kind: str, threads: int) -> None:

@@ -35,6 +35,19 @@ def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     assert cache_folder() == tmp_path / "xdg" / "shoal" / "gguf"
 
 
+def test_a_folder_others_may_write_is_refused(tmp_path):
+    from shoal.llm.llama_c_api import LlamaError
+    from shoal.llm.requantize import own_folder
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(LlamaError, match="not this user's alone"):
+        own_folder(shared)
+    assert own_folder(tmp_path / "new") == tmp_path / "new"
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
+
+
 needs_llm = pytest.mark.skipif(not installed(LLM), reason="needs the llm extra: pip install '.[llm]'")
 
 
