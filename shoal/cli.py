@@ -65,6 +65,7 @@ SETTING_FLAGS: list[tuple[str, type[BaseSettings], str]] = [
     ("--openai-port", G, "openai_port"),
     ("--openai-api-key", G, "openai_api_key"),
     ("--openai-api-key-file", G, "openai_api_key_file"),
+    ("--tool-call-parser", G, "tool_call_parser"),
     ("--allow-client-shm", G, "allow_client_shm"),
     ("--log-verbose", G, "log_verbose"),
     ("--rate-limit", S, "rate_limit"),

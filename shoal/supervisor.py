@@ -231,6 +231,7 @@ def build_cluster(args: argparse.Namespace, nats_url: str, repository: Path | st
         openai_address=args.openai_address,
         openai_port=args.openai_port,
         openai_api_key_file=args.openai_api_key_file,
+        tool_call_parser=args.tool_call_parser,
         allow_metrics=args.allow_metrics,
         http_max_input_size=args.http_max_input_size,
         http_restricted_api=args.http_restricted_api,

@@ -311,7 +311,7 @@ class GatewayService:
 
         settings = self.settings
         keys = ApiKeys.load(settings.openai_api_key.get_secret_value(), settings.openai_api_key_file)
-        app = build_openai_app(self.core, settings.http_max_input_size, keys)
+        app = build_openai_app(self.core, settings.http_max_input_size, keys, settings.tool_call_parser)
         return self._uvicorn(app, settings.openai_address or settings.http_address, settings.openai_port)
 
     def _uvicorn(

@@ -94,6 +94,11 @@ class GatewaySettings(BusSettings):
     openai_api_key_file: str = Field(
         "", description="a file of OpenAI API keys, one per line: any of them is accepted (docs/openai.md)"
     )
+    tool_call_parser: Literal["hermes", "llama3", "mistral"] = Field(
+        "hermes",
+        description="how the OpenAI API reads tool calls from a model's text: hermes (<tool_call> blocks), "
+        "llama3, mistral; a model's tool_call_parser parameter wins (docs/openai.md)",
+    )
     allow_metrics: bool = Field(True, description="serve the metrics endpoint")
     allow_cpu_metrics: bool = Field(True, description="CPU utilization and memory gauges")
     allow_gpu_metrics: bool = Field(True, description="GPU gauges through NVML, when a GPU exists")

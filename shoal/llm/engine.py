@@ -44,7 +44,7 @@ from typing import Protocol
 
 import numpy as np
 
-from shoal.llm.llama_c_api import Entry, LlamaError, Penalties, Sampler, Shaping
+from shoal.llm.llama_c_api import Entry, LazyGrammar, LlamaError, Penalties, Sampler, Shaping
 from shoal.llm.prompt_cache import PromptCache
 from shoal.llm.text import Detokenizer
 from shoal.llm.token_logprobs import Distribution, Logprob, token_entry
@@ -144,7 +144,7 @@ class Job:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
-    grammar: str = ""  # GBNF the output must follow (response_format), "" for none
+    grammar: str | LazyGrammar = ""  # GBNF the output must follow (response_format, tools), "" for none
     logprobs: int | None = None  # each token's log probability and this many most likely (None: not asked)
     adapter: int | None = None  # the model's LoRA adapter that computes it (None: the base model alone)
     prompt_logprobs: bool = False  # the prompt's tokens' log probabilities too (OpenAI's echo), `logprobs` top ones

@@ -133,12 +133,26 @@ class Penalties(NamedTuple):
     last_n: int
 
 
+@dataclass(frozen=True)
+class LazyGrammar:
+    """A grammar that joins the sampler once the output ends with one of its openings (at a token's
+    end), first in the chain: (opening, GBNF of all that follows it), longest opening first.
+
+    llama.cpp's own lazy grammar (`llama_sampler_init_grammar_lazy_patterns`) is not used: it
+    matches its trigger pattern against all the text so far after every token (in this build, 2.8
+    ms a token after 100 tokens of free text, 300 ms after 500), and a token that completes the
+    trigger and carries text the grammar refuses (SmolLM2's `>.` after `<tool_call`) throws
+    through its C API, which aborts the process (docs/openai.md, "Tool calling")."""
+
+    openings: tuple[tuple[str, str], ...]
+
+
 class Shaping(NamedTuple):
     """What a sequence's sampler does to the logits before its draw."""
 
     penalties: Penalties | None
     logit_bias: dict[int, float]  # token id (in the vocabulary) -> added to its logit
-    grammar: str = ""  # GBNF (root rule `root`) every token must keep the output within
+    grammar: str | LazyGrammar = ""  # GBNF (root rule `root`) every token must keep the output within
 
 
 class Sampler:
@@ -150,6 +164,8 @@ class Sampler:
     ) -> None:
         self._api = api
         self.chain = api.llama_sampler_chain_init(api.llama_sampler_chain_default_params())
+        self._lazy: list[tuple[bytes, Any]] = []  # a lazy grammar's openings and their grammars' samplers
+        self._tail = b""  # the output's last bytes, while a lazy grammar waits
         if shaping is not None:  # first: they change the logits the rest choose from
             try:
                 self._shape(shaping, vocab)
@@ -167,11 +183,11 @@ class Sampler:
     def _shape(self, shaping: Shaping, vocab: Any) -> None:
         api = self._api
         n_vocab = int(api.llama_vocab_n_tokens(vocab))
-        if shaping.grammar:  # first: no other sampler may bring back a token the grammar rules out
-            grammar = api.llama_sampler_init_grammar(vocab, shaping.grammar.encode(), b"root")
-            if not grammar:
-                raise LlamaError("llama.cpp refused the response format's grammar")
-            api.llama_sampler_chain_add(self.chain, grammar)
+        if isinstance(shaping.grammar, LazyGrammar):  # made now, so that a grammar refused fails the request
+            for opening, text in shaping.grammar.openings:
+                self._lazy.append((opening.encode(), self._grammar(vocab, text)))
+        elif shaping.grammar:  # first: no other sampler may bring back a token the grammar rules out
+            api.llama_sampler_chain_add(self.chain, self._grammar(vocab, shaping.grammar))
         if shaping.logit_bias:  # token ids checked against the vocabulary by the caller
             biases = (api.llama_logit_bias * len(shaping.logit_bias))(*shaping.logit_bias.items())
             api.llama_sampler_chain_add(self.chain, api.llama_sampler_init_logit_bias(n_vocab, len(biases), biases))
@@ -182,7 +198,38 @@ class Sampler:
             )
             api.llama_sampler_chain_add(self.chain, penalty)
 
+    def _grammar(self, vocab: Any, text: str) -> Any:
+        grammar = self._api.llama_sampler_init_grammar(vocab, text.encode(), b"root")
+        if not grammar:
+            raise LlamaError("llama.cpp refused the grammar")
+        return grammar
+
+    @property
+    def waiting(self) -> bool:
+        """A lazy grammar waits for its opening: the sampler wants each token's text (`seen`)."""
+        return bool(self._lazy)
+
+    def seen(self, piece: bytes) -> None:
+        """The latest token's text: at an opening, its grammar goes first in the chain, the other
+        samplers after it as they are (the penalties' counts and the draw's state kept)."""
+        self._tail = (self._tail + piece)[-32:]
+        grammar = next((grammar for opening, grammar in self._lazy if self._tail.endswith(opening)), None)
+        if grammar is None:
+            return
+        api = self._api
+        others = [api.llama_sampler_chain_remove(self.chain, 0) for _ in range(api.llama_sampler_chain_n(self.chain))]
+        for sampler in [grammar, *others]:
+            api.llama_sampler_chain_add(self.chain, sampler)
+        self._free_lazy(keep=grammar)
+
+    def _free_lazy(self, keep: Any = None) -> None:
+        for _, grammar in self._lazy:
+            if grammar is not keep:
+                self._api.llama_sampler_free(grammar)
+        self._lazy = []
+
     def close(self) -> None:
+        self._free_lazy()
         if self.chain is not None:
             self._api.llama_sampler_free(self.chain)
             self.chain = None
@@ -309,7 +356,10 @@ class LlamaModel:
         return Sampler(self.api, temperature, top_p, seed, shaping, self.vocab)
 
     def sample(self, sampler: Sampler, index: int) -> int:
-        return int(self.api.llama_sampler_sample(sampler.chain, self.context, index))
+        token = int(self.api.llama_sampler_sample(sampler.chain, self.context, index))
+        if sampler.waiting:
+            sampler.seen(self.piece(token))
+        return token
 
     def logits(self, index: int) -> np.ndarray:
         """The logits of the entry at `index` of the last `decode` (a view of llama.cpp's own

@@ -28,7 +28,8 @@ template), `stream`, and optionally `max_tokens`, `temperature`, `top_p`, `seed`
 token's log probability and this many most likely alternatives, 0 to 20), `prompt_logprobs`
 (true, with `top_logprobs`: the prompt's tokens' too, for OpenAI's `echo`), `tools` (OpenAI's tools
 as JSON: rendered into the prompt), `tool_choice` (JSON, "required" or a named function: the
-output is forced to calls by a grammar, `tool_grammar.py`) and `parallel_tool_calls` (false:
+output is forced to calls by a grammar, `tool_grammar.py`; absent or "auto": a call the model
+starts is held to the same grammar from its opening on) and `parallel_tool_calls` (false:
 one call), `lora_name` (one of `lora_adapters`: that adapter computes the answer; absent or
 empty: the base model). Outputs:
 `text_output`, `finish_reason`, `prompt_tokens`, `completion_tokens`, and `logprobs` when asked
@@ -52,13 +53,13 @@ import numpy as np
 from shared.config.lora_adapters import lora_adapters
 from shoal.llm import probe
 from shoal.llm.engine import Engine, Job, Limits
-from shoal.llm.llama_c_api import ContextSettings, Library, LlamaModel, library_folder
+from shoal.llm.llama_c_api import ContextSettings, LazyGrammar, Library, LlamaModel, library_folder
 from shoal.llm.llm_metrics import LlmMetrics
 from shoal.llm.requantize import requantized
 from shoal.llm.response_grammar import grammar_for
 from shoal.llm.text import render_chat
 from shoal.llm.token_logprobs import MAX_TOP, Logprob, to_json
-from shoal.llm.tool_grammar import tool_grammar
+from shoal.llm.tool_grammar import lazy_tool_grammar, tool_grammar
 
 log = logging.getLogger("shoal.llm")
 
@@ -302,12 +303,15 @@ def _json_input(request: Any, name: str) -> Any:
     return None if given is None else json.loads(given)
 
 
-def _tool_grammar(request: Any) -> str:
-    """The grammar that forces a call when `tool_choice` asks for one ("" when it does not)."""
-    choice = _json_input(request, "tool_choice")
-    if choice in (None, "auto", "none"):
+def _tool_grammar(request: Any) -> str | LazyGrammar:
+    """The grammar that forces a call when `tool_choice` asks for one; with tools and `auto` (or
+    none given), the lazy one that makes a call the model starts a valid one; "" without tools."""
+    choice, tools = _json_input(request, "tool_choice"), _json_input(request, "tools")
+    parallel = bool(_scalar(request, "parallel_tool_calls", True))
+    if choice == "none" or (choice in (None, "auto") and not tools):
         return ""
-    tools = _json_input(request, "tools")
+    if choice in (None, "auto"):
+        return lazy_tool_grammar(tools, parallel)
     if not tools:
         raise ValueError("tool_choice asks for a call, and no tools were given")
-    return tool_grammar(tools, choice, bool(_scalar(request, "parallel_tool_calls", True)))
+    return tool_grammar(tools, choice, parallel)

@@ -14,6 +14,9 @@ the `llm` extra: they answer in milliseconds, so the protocol is tested in every
 - `plain`: the same without a `messages` input (no chat template) and without sampling inputs.
 - `templated`: `plain` with a chat template in its config, which the front end applies.
 - `hashing`: an embedding model: each word hashed into one of 64 dimensions, normalised.
+
+`write_tool_parser_models`: `echo` again, and `echo-llama3`, the same with the config parameter
+`tool_call_parser: llama3`: whatever call the message holds comes back in the model's text.
 """
 
 from __future__ import annotations
@@ -185,4 +188,15 @@ def write_openai_models(root: Path) -> Path:
     _model(root, "plain", GENERATION_IO % "", ECHO)
     _model(root, "templated", GENERATION_IO % "" + TEMPLATE, ECHO)
     _model(root, "hashing", HASHING_CONFIG, HASHING)
+    return root
+
+
+LLAMA3_PARSER = """
+parameters { key: "tool_call_parser" value { string_value: "llama3" } }
+"""
+
+
+def write_tool_parser_models(root: Path) -> Path:
+    _model(root, "echo", GENERATION_IO % ECHO_INPUTS, ECHO)
+    _model(root, "echo-llama3", GENERATION_IO % ECHO_INPUTS + LLAMA3_PARSER, ECHO)
     return root

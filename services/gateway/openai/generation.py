@@ -17,7 +17,7 @@ from services.gateway.openai.catalog import Offer
 from services.gateway.openai.logprobs import Aligner, Entry, Placed, missing, place_all
 from services.gateway.openai.stops import StopScanner
 from services.gateway.openai.tensors import generated
-from services.gateway.openai.tool_calls import CallDelta, CallParser
+from services.gateway.openai.tool_calls import CallDelta, ToolParser
 from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError
 
@@ -52,7 +52,7 @@ class Generation:
         parsed: ParsedRequest,
         stops: list[str],
         logprobs: bool = False,
-        calls: CallParser | None = None,
+        calls: ToolParser | None = None,
         echo: str | None = None,
     ) -> None:
         self.core, self.spec, self.version, self.offer, self.parsed = core, spec, version, offer, parsed

@@ -29,7 +29,8 @@ from services.gateway.openai.generation import Generation, Piece
 from services.gateway.openai.openai_errors import OpenAIError, from_shoal, model_not_found
 from services.gateway.openai.requests import choice_with_seed
 from services.gateway.openai.tensors import embedding, embedding_request, generation_request
-from services.gateway.openai.tool_calls import CallParser
+from services.gateway.openai.tool_parsers import DEFAULT as DEFAULT_PARSER
+from services.gateway.openai.tool_parsers import tool_parser
 from shared.config.model_config import ModelSpec
 from shared.errors import ShoalError
 
@@ -88,8 +89,9 @@ async def until_disconnected(request: Request, work: Awaitable[Response]) -> Res
 
 
 class OpenAIHandlers:
-    def __init__(self, core: InferenceCore, max_input_size: int) -> None:
+    def __init__(self, core: InferenceCore, max_input_size: int, tool_call_parser: str = DEFAULT_PARSER) -> None:
         self.core = core
+        self.tool_call_parser = tool_call_parser  # a model's config parameter wins
         self.limit = max_input_size
         self.created = int(time.time())
 
@@ -165,7 +167,8 @@ class OpenAIHandlers:
         for i in range(asked.n):  # a seed given makes each choice its own: seed, seed + 1, ...
             one = asked if "seed" not in asked.sampling else choice_with_seed(asked, i)
             parsed = generation_request(spec, served, one, reply.id if asked.n == 1 else f"{reply.id}-{i}")
-            calls = CallParser(asked.tools.parallel) if asked.tools is not None else None
+            tools = asked.tools
+            calls = tool_parser(spec, tools.parallel, self.tool_call_parser) if tools is not None else None
             echo = (asked.prompt or "") if asked.echo else None
             logprobs = asked.logprobs is not None
             generation = Generation(self.core, spec, version, served, parsed, asked.stop, logprobs, calls, echo)
@@ -255,8 +258,10 @@ def with_key(keys: ApiKeys, handler: Handler) -> Handler:
     return checked
 
 
-def build_openai_app(core: InferenceCore, max_input_size: int, keys: ApiKeys | None = None) -> Starlette:
-    h = OpenAIHandlers(core, max_input_size)
+def build_openai_app(
+    core: InferenceCore, max_input_size: int, keys: ApiKeys | None = None, tool_call_parser: str = DEFAULT_PARSER
+) -> Starlette:
+    h = OpenAIHandlers(core, max_input_size, tool_call_parser)
     keys = keys or ApiKeys([])
 
     def api(handler: Handler) -> Handler:

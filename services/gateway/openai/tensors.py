@@ -84,13 +84,13 @@ def _route(request: GenerationRequest, tools: list[dict[str, Any]] | None, adapt
 
 def _tool_inputs(offer: Offer, tools: Tools) -> dict[str, object]:
     """The model's inputs for tool calling: the tools always (a model that renders its own
-    prompt must see them, and any model may call them); `tool_choice` only when the model must
-    call, which it enforces while decoding."""
+    prompt must see them, and any model may call them; the example LLM guides a call it starts);
+    `tool_choice` only when the model must call, which it enforces while decoding."""
     asked: dict[str, object] = {"tools": orjson.dumps(tools.tools)}
     if tools.choice != "auto":
         asked["tool_choice"] = orjson.dumps(tools.choice_document())
-        if not tools.parallel and "parallel_tool_calls" in offer.sampling:  # else the front end keeps the first
-            asked["parallel_tool_calls"] = False
+    if not tools.parallel and "parallel_tool_calls" in offer.sampling:  # else the front end keeps the first
+        asked["parallel_tool_calls"] = False
     return asked
 
 

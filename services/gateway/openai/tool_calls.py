@@ -14,7 +14,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from shared.config.tool_prompt import CALL_CLOSE, CALL_OPEN
 
@@ -42,6 +42,16 @@ class CallDelta:
             return {"index": self.index, "function": {"arguments": self.arguments}}
         function = {"name": self.name, "arguments": self.arguments}
         return {"index": self.index, "id": self.id, "type": "function", "function": function}
+
+
+class ToolParser(Protocol):
+    """What every format's parser does (tool_parsers.py): text in, content and call deltas out."""
+
+    count: int  # calls started
+
+    def feed(self, text: str) -> tuple[str, list[CallDelta]]: ...
+
+    def flush(self) -> tuple[str, list[CallDelta]]: ...
 
 
 def whole_calls(deltas: list[CallDelta]) -> list[dict[str, Any]]:
@@ -143,7 +153,7 @@ class CallParser:
         if end < 0:
             return False
         block, self._buffer = self._buffer[:end], self._buffer[end + len(CALL_CLOSE) :]
-        call = _whole_call(block)
+        call = whole_call(block)
         if call is None:  # not a call after all: the model's text, as it wrote it
             content.append(CALL_OPEN + block + CALL_CLOSE)
             self._state = _OUTSIDE
@@ -168,12 +178,14 @@ class CallParser:
         return end >= 0
 
 
-def _whole_call(block: str) -> tuple[str, str] | None:
-    """A call written in another order (arguments first): its name and arguments' JSON."""
+def whole_call(block: str, keys: tuple[str, ...] = ("arguments",)) -> tuple[str, str] | None:
+    """A call read whole (written in another order, arguments first, say): its name and its
+    arguments' JSON, the first of `keys` it has; None when `block` is not a call."""
     try:
         call = json.loads(block)
     except ValueError:
         return None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or "arguments" not in call:
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return None
-    return call["name"], json.dumps(call["arguments"], ensure_ascii=False)
+    key = next((key for key in keys if key in call), None)
+    return None if key is None else (call["name"], json.dumps(call[key], ensure_ascii=False))

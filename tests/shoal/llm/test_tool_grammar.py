@@ -43,3 +43,19 @@ def test_strings_hold_no_raw_control_characters_and_an_unknown_name_fails():
     assert rules(tool_grammar([WEATHER], "required"))["char"].startswith(r'[^"\\\x7F\x00-\x1F]')
     with pytest.raises(ValueError, match="'other'"):
         call_schema([WEATHER], {"type": "function", "function": {"name": "other"}})
+
+
+def test_auto_has_the_grammar_of_what_follows_each_way_a_call_may_have_started():
+    from shoal.llm.tool_grammar import lazy_tool_grammar
+
+    lazy = lazy_tool_grammar([WEATHER, NOW])
+    assert [opening for opening, _ in lazy.openings] == ["<tool_call>\n", "<tool_call>", "<tool_call"]
+    roots = [rules(grammar)["root"] for _, grammar in lazy.openings]
+    assert roots == [
+        'tool-call-json "\\n</tool_call>" ("\\n" tool-call)*',
+        '"\\n" tool-call-json "\\n</tool_call>" ("\\n" tool-call)*',
+        '">\\n" tool-call-json "\\n</tool_call>" ("\\n" tool-call)*',  # a token carrying more than `>` is ruled out
+    ]
+    assert all(rules(grammar)["tool-call-json"] == "alternative-0 | alternative-1" for _, grammar in lazy.openings)
+    single = lazy_tool_grammar([WEATHER], parallel=False)
+    assert rules(single.openings[1][1])["root"] == '"\\n" tool-call-json "\\n</tool_call>"'
