@@ -50,6 +50,7 @@ class Leases:
         self.kv = kv
         self.owner = owner
         self._lease = encode(Lease(owner, alive))  # the value of every lease it holds
+        self._presence = alive.encode()  # the value of its presence key: gone with it when proven dead
         self.probe = probe  # None: a lease held by another waits for its TTL
         self._gone: dict[str, bool] = {}  # liveness subject -> found dead, this round (one ping per holder)
         self.on_gain = on_gain
@@ -85,6 +86,7 @@ class Leases:
         return model not in self.held and model in self.wanted and not self.closing
 
     async def claim(self, model: str) -> None:
+        """Claim `model` if nobody holds it, or if its holder is certainly dead."""
         async with self._lock:
             if not self._claimable(model):
                 return
@@ -107,8 +109,8 @@ class Leases:
             entry = await self.kv.get(key)
         except Exception:  # expired meanwhile (created next round) or the bus is away
             return False
-        subject = takeover.suspect(entry.value, self._lease)
-        if subject is None or not await self._dead(subject):
+        lease = takeover.suspect(entry.value, self._lease)
+        if lease is None or not await self._dead(lease.alive):
             return False
         async with self._lock:
             if not self._claimable(model):
@@ -119,8 +121,28 @@ class Leases:
                 log.debug("take-over of '%s' lost: %s", model, exc)
                 return False
             self.renewed[model] = time.monotonic()
-        log.warning("scheduler %s took model '%s' over at once: its holder is gone (%s)", self.owner, model, subject)
+        log.warning(
+            "scheduler %s took model '%s' over at once: its holder is gone (%s)", self.owner, model, lease.alive
+        )
         return True
+
+    async def _dead_replicas(self, keys: list[str]) -> int:
+        """How many other replicas' presence keys name a liveness subject without responders;
+        those keys are deleted. Counted for the TTL, a dead replica kept the fair share low: the
+        survivors, at their share, left its models to it (or handed theirs to it) until then. Only
+        the key it wrote goes: a successor with its id writes another value."""
+        dead = 0
+        for key in keys:
+            if not key.startswith(PRESENCE) or key == f"{PRESENCE}{self.owner}" or self.probe is None:
+                continue
+            try:
+                entry = await self.kv.get(key)
+                if entry.value and await self._dead(entry.value.decode()):
+                    await self.kv.delete(key, last=entry.revision)
+                    dead += 1
+            except Exception as exc:  # expired or rewritten meanwhile, or the bus is away: the TTL rule
+                log.debug("presence %s: %s", key, exc)
+        return dead
 
     async def _dead(self, subject: str) -> bool:
         if self.probe is None:
@@ -147,13 +169,14 @@ class Leases:
         if self.closing:  # no longer counted as a replica, so nothing is handed to it
             return
         try:
-            self._presence_revision = await self.kv.put(f"{PRESENCE}{self.owner}", b"")
+            self._presence_revision = await self.kv.put(f"{PRESENCE}{self.owner}", self._presence)
             keys = await buckets.keys(self.kv)
         except Exception:  # the bus may be away
             return
         if not keys:  # the bus went away after the put
             return
-        self.replicas = replicas = max(1, sum(1 for k in keys if k.startswith(PRESENCE)))
+        present = sum(1 for k in keys if k.startswith(PRESENCE))
+        self.replicas = replicas = max(1, present - await self._dead_replicas(keys))
         self.fair = fair = -(-len(self.wanted) // replicas)
         for model in sorted(self.held)[: max(0, len(self.held) - fair)]:
             if self.idle(model):

@@ -25,15 +25,16 @@ PING_S = 0.5  # a holder that does not answer within this is not judged: its lea
 _decoder = msgspec.msgpack.Decoder(Lease)
 
 
-def suspect(value: bytes | None, mine: bytes) -> str | None:
-    """The liveness subject to ask before taking a lease whose stored value is `value` (this
-    replica's own is `mine`); None: leave it to its TTL (ours, unreadable, or naming no subject)."""
+def suspect(value: bytes | None, mine: bytes) -> Lease | None:
+    """The lease to judge, whose stored value is `value` (this replica's own is `mine`), by asking
+    its `alive` subject; None: leave it to its TTL (ours, unreadable, or naming no subject)."""
     if not value or value == mine:
         return None
     try:
-        return _decoder.decode(value).alive or None
+        lease = _decoder.decode(value)
     except msgspec.DecodeError:
         return None
+    return lease if lease.alive else None
 
 
 def dead(outcome: BaseException | None) -> bool:

@@ -35,14 +35,14 @@ def test_only_no_responders_proves_a_holder_dead():
 @given(st.text(min_size=1), st.text(), st.text())
 def test_a_lease_is_judged_by_the_subject_it_names(holder, alive, mine):
     value, own = encode(Lease(holder, alive)), encode(Lease("me", mine))
-    expected = None if value == own or not alive else alive
+    expected = None if value == own or not alive else Lease(holder, alive)
     assert takeover.suspect(value, own) == expected
 
 
 @given(st.binary())
 def test_any_stored_value_is_judged_without_error(value):
     named = takeover.suspect(value, b"mine")
-    assert named is None or (isinstance(named, str) and named)
+    assert named is None or (isinstance(named, Lease) and named.alive)
     assert takeover.suspect(value, value) is None  # our own
 
 
@@ -152,4 +152,21 @@ async def test_a_lease_naming_no_subject_waits_for_its_ttl(nats_server):
     await b.kv.create(subjects.model_key("older"), encode(Lease("a")))  # an older version's replica
     await b.want("older")
     assert not b.owns("older")
+    await nc_b.close()
+
+
+async def test_a_dead_replica_stops_counting_at_once(nats_server):
+    """Counted until its presence key expired, a dead replica kept the fair share low: the
+    survivor, at its share, left the dead one's models unclaimed for the TTL."""
+    nc_a, a, _ = await _replica(nats_server.url, "a")
+    nc_b, b, _ = await _replica(nats_server.url, "b")
+    await a.rebalance()
+    await b.rebalance()
+    assert b.replicas == 2  # both alive: both counted, nothing removed
+    await b.rebalance()
+    assert b.replicas == 2 and "replica.a" in await buckets.keys(b.kv)
+    await nc_a.close()
+    b._gone.clear()  # a new round: the holders are asked again
+    await b.rebalance()
+    assert b.replicas == 1 and "replica.a" not in await buckets.keys(b.kv)
     await nc_b.close()
