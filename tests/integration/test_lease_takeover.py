@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 import msgspec
 import nats
@@ -80,10 +81,36 @@ def steady_load(url: str, clients: int = 2) -> Iterator[Load]:
             thread.join(60)
 
 
-def first_success(url: str) -> float:
-    """When (time.monotonic()) a request sent from now on is first served."""
-    wait_until(lambda: infer(url), 60, "a request served")
-    return time.monotonic()
+def first_success(url: str, every_s: float = 0.25) -> float:
+    """When (time.monotonic()) a request sent from now on is first served. A request waits up to
+    `SCHEDULER_WAIT_S` for a scheduler, then fails: one is sent every `every_s`, so that the first
+    success marks when a scheduler serves the model, not when a failed request was sent again."""
+    ended: list[float] = []
+    done = threading.Event()
+
+    def one() -> None:
+        if infer(url):
+            ended.append(time.monotonic())
+            done.set()
+
+    threads: list[threading.Thread] = []
+    deadline = time.monotonic() + 60
+    while not done.wait(every_s if threads else 0):
+        assert time.monotonic() < deadline, "no request served"
+        threads.append(threading.Thread(target=one, daemon=True))
+        threads[-1].start()
+    for thread in threads:
+        thread.join(60)
+    return min(ended)
+
+
+def connected_at(running: Running, scheduler_id: str) -> float:
+    """When (time.time()) the scheduler process now running connected to nats-server."""
+    name = f"shoal-scheduler-{scheduler_id}"
+    (connection,) = [c for c in running.nats.monitor("connz")["connections"] if c.get("name") == name]
+    start = connection["start"]  # RFC 3339 with nanoseconds, UTC
+    whole, _, fraction = start.rstrip("Z").partition(".")
+    return datetime.fromisoformat(whole).replace(tzinfo=timezone.utc).timestamp() + float(f"0.{fraction or 0}")
 
 
 def write_model(root) -> None:
@@ -197,6 +224,12 @@ def test_a_restarted_scheduler_takes_the_killed_ones_lease(tmp_path):
             finally:
                 done.set()
                 keeper.join(30)
-        print(f"served {served - started:.2f} s after the new scheduler's start; load {os.getloadavg()[0]:.1f}")
+            connected = connected_at(running, dead.holder)
+        after = time.time() - (time.monotonic() - served) - connected
+        print(
+            f"served {served - started:.2f} s after the new scheduler's start, {after:.2f} s after it connected "
+            f"to NATS; load {os.getloadavg()[0]:.1f}"
+        )
+        assert after < TTL_S, after  # its first claim takes the lease over: no TTL to wait out
         new = holder(taken[0])
         assert new.holder == dead.holder and new.alive not in ("", dead.alive), (dead, new)

@@ -4,9 +4,11 @@ A lease is a key (the model) holding the owner's id (a `Lease`), created atomica
 it exists) and kept alive by compare-and-set updates every `refresh_s`. The bucket's TTL
 expires the leases of a replica that died, and another replica claims them on its next
 round; or at once, when the lease names a liveness subject that NATS finds no one behind
-(`takeover.py`: a process that died, not one that is slow or cut off). Replicas holding fewer models try first, so models spread across replicas. A replica
-that cannot write its leases keeps them while its last write lives, and for good when it is the
-only replica (`_alone`): nobody else could serve its models (docs/reliability.md, a full store).
+(`takeover.py`: a process that died, not one that is slow or cut off). Replicas holding fewer
+models try first, so models spread across replicas; a replica proven dead stops counting among
+them at once. A replica that cannot write its leases keeps them while its last write lives, and
+for good when it is the only replica (`_alone`): nobody else could serve its models
+(docs/reliability.md, a full store).
 """
 
 from __future__ import annotations
