@@ -204,9 +204,7 @@ def main() -> None:
                 row = (name, threads, gguf.stat().st_size >> 20, one, eight, one_cpu, eight_cpu, agree)
                 rows.append(row + (perplexity(gguf),))
                 print(f"  {name} x{threads} done, load average {os.getloadavg()[0]:.1f}", flush=True)
-    print(
-        f"{'':6} {'thr':>3} {'MiB':>4} {'1 tok/s':>8} {'8 tok/s':>8} {'8/1':>5} {'cpu/tok 1':>9} {'8':>6} {'agree':>6} {'ppl':>6}"
-    )
+    print(f"{'':6} {'thr':>3} {'MiB':>4} {'1 tok/s':>8} {'8 tok/s':>8} {'8/1':>5} {'cpu/tok 1':>9} {'8':>6} {'agree':>6} {'ppl':>6}")
     for name, threads, mib, one, eight, one_cpu, eight_cpu, agree, ppl in rows:
         print(
             f"{name:6} {threads:3d} {mib:4d} {one:8.1f} {eight:8.1f} {eight / one:5.2f}"
