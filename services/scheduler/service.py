@@ -100,12 +100,13 @@ class SchedulerService:
         )
         # ensembles run here, not on workers; their steps reach this replica's own models by a call
         self.ensembles = EnsembleRunner(nc, settings.scheduler_id, local=self)
-        self.ownership = Ownership(nc, settings.scheduler_id, self, self.pump, self.take)
+        # dispatchers ping this while we hold their requests (shared/bus/holders.py), and other
+        # replicas before taking our leases (replicas/takeover.py): answered only by this process,
+        # so a restarted scheduler with the same id is not mistaken for it
+        self.alive_subject = subjects.scheduler_alive(settings.scheduler_id, secrets.token_hex(4))
+        self.ownership = Ownership(nc, settings.scheduler_id, self, self.pump, self.take, self.alive_subject)
         self._subs: dict[str, Subscription] = {}  # model -> its infer subscription, while we hold its lease
         self._stats_sub: Subscription | None = None
-        # dispatchers ping this while we hold their requests (shared/bus/holders.py): answered only
-        # by this process, so a restarted scheduler with the same id is not mistaken for it
-        self.alive_subject = subjects.scheduler_alive(settings.scheduler_id, secrets.token_hex(4))
         self.acknowledgements = Acknowledgements(nc.publish, self.alive_subject)
 
     async def start(self) -> None:
@@ -218,6 +219,8 @@ class SchedulerService:
             await self.take(batch.requests)
 
     async def _reconnected(self) -> None:
+        # beside the rest (a leaderless leases stream makes renewals wait): models taken meanwhile
+        self.tasks.spawn(self.ownership.reconnected())
         await self.holdings.ask()
         # first what we took and owe acknowledgements for: those are held, not lost
         await self.acknowledgements.flush()

@@ -15,6 +15,9 @@ class Lease(msgspec.Struct):
     (services/scheduler/replicas/leases.py)."""
 
     holder: str  # the replica's scheduler_id
+    # the holding process's liveness subject (`subjects.scheduler_alive`): "" from an older version;
+    # a replica that finds it without responders takes the lease at once (replicas/takeover.py)
+    alive: str = ""
 
 
 class ShmRegion(msgspec.Struct, omit_defaults=True):

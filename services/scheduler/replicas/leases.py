@@ -3,9 +3,12 @@
 A lease is a key (the model) holding the owner's id (a `Lease`), created atomically (`create` fails if
 it exists) and kept alive by compare-and-set updates every `refresh_s`. The bucket's TTL
 expires the leases of a replica that died, and another replica claims them on its next
-round. Replicas holding fewer models try first, so models spread across replicas. A replica
-that cannot write its leases keeps them while its last write lives, and for good when it is the
-only replica (`_alone`): nobody else could serve its models (docs/reliability.md, a full store).
+round; or at once, when the lease names a liveness subject that NATS finds no one behind
+(`takeover.py`: a process that died, not one that is slow or cut off). Replicas holding fewer
+models try first, so models spread across replicas; a replica proven dead stops counting among
+them at once. A replica that cannot write its leases keeps them while its last write lives, and
+for good when it is the only replica (`_alone`): nobody else could serve its models
+(docs/reliability.md, a full store).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
+from services.scheduler.replicas import takeover
 from shared.bus import buckets
 from shared.wire import subjects
 from shared.wire.messages import encode
@@ -29,6 +33,7 @@ REFRESH_S = 1.0
 TTL_S = 4.0  # a dead owner's models move after this long
 
 Hook = Callable[[str], Awaitable[None]]
+Probe = Callable[[str], Awaitable[BaseException | None]]  # ask a liveness subject (`takeover.ping`)
 PRESENCE = "replica."  # keys of the live replicas (model keys never contain '.')
 
 
@@ -41,10 +46,15 @@ class Leases:
         on_loss: Hook,
         idle: Callable[[str], bool] = lambda model: True,
         on_release: Hook | None = None,
+        alive: str = "",
+        probe: Probe | None = None,
     ) -> None:
         self.kv = kv
         self.owner = owner
-        self._lease = encode(Lease(owner))  # the value of every lease it holds
+        self._lease = encode(Lease(owner, alive))  # the value of every lease it holds
+        self._presence = alive.encode()  # the value of its presence key: gone with it when proven dead
+        self.probe = probe  # None: a lease held by another waits for its TTL
+        self._gone: dict[str, bool] = {}  # liveness subject -> found dead, this round (one ping per holder)
         self.on_gain = on_gain
         self.on_loss = on_loss
         self.idle = idle  # a model with nothing queued or running can move without failing anything
@@ -74,21 +84,79 @@ class Leases:
                 await self._delete(model)
                 await self.on_loss(model)
 
+    def _claimable(self, model: str) -> bool:
+        return model not in self.held and model in self.wanted and not self.closing
+
     async def claim(self, model: str) -> None:
+        """Claim `model` if nobody holds it, or if its holder is certainly dead."""
         async with self._lock:
-            if model in self.held or model not in self.wanted or self.closing:
+            if not self._claimable(model):
                 return
             try:
                 self.held[model] = await self.kv.create(subjects.model_key(model), self._lease)
                 self.renewed[model] = time.monotonic()
+                elsewhere = False
             except Exception:  # held by another replica (or the bus is away): try next round
-                return
+                elsewhere = True
+        if elsewhere and not await self._take_over(model):
+            return
         log.info("scheduler %s serves model '%s'", self.owner, model)
         await self.on_gain(model)
+
+    async def _take_over(self, model: str) -> bool:
+        """The lease is held: take it at once if its holder is certainly dead (`takeover.py`).
+        The holder is asked outside the lock: a slow answer must not hold up the renewals."""
+        key = subjects.model_key(model)
+        try:
+            entry = await self.kv.get(key)
+        except Exception:  # expired meanwhile (created next round) or the bus is away
+            return False
+        lease = takeover.suspect(entry.value, self._lease)
+        if lease is None or not await self._dead(lease.alive):
+            return False
+        async with self._lock:
+            if not self._claimable(model):
+                return False
+            try:  # on the revision read: fails if the holder renewed after all or another claimant won
+                self.held[model] = await self.kv.update(key, self._lease, last=entry.revision)
+            except Exception as exc:
+                log.debug("take-over of '%s' lost: %s", model, exc)
+                return False
+            self.renewed[model] = time.monotonic()
+        log.warning(
+            "scheduler %s took model '%s' over at once: its holder is gone (%s)", self.owner, model, lease.alive
+        )
+        return True
+
+    async def _dead_replicas(self, keys: list[str]) -> int:
+        """How many other replicas' presence keys name a liveness subject without responders;
+        those keys are deleted. Counted for the TTL, a dead replica kept the fair share low: the
+        survivors, at their share, left its models to it (or handed theirs to it) until then. Only
+        the key it wrote goes: a successor with its id writes another value."""
+        dead = 0
+        for key in keys:
+            if not key.startswith(PRESENCE) or key == f"{PRESENCE}{self.owner}" or self.probe is None:
+                continue
+            try:
+                entry = await self.kv.get(key)
+                if entry.value and await self._dead(entry.value.decode()):
+                    await self.kv.delete(key, last=entry.revision)
+                    dead += 1
+            except Exception as exc:  # expired or rewritten meanwhile, or the bus is away: the TTL rule
+                log.debug("presence %s: %s", key, exc)
+        return dead
+
+    async def _dead(self, subject: str) -> bool:
+        if self.probe is None:
+            return False
+        if subject not in self._gone:
+            self._gone[subject] = takeover.dead(await self.probe(subject))
+        return self._gone[subject]
 
     async def run(self) -> None:
         while True:
             await asyncio.sleep(REFRESH_S)
+            self._gone.clear()  # holders are asked again each round
             await self.refresh()
             await self.rebalance()
             # replicas with fewer models claim first: the models spread across replicas
@@ -103,13 +171,14 @@ class Leases:
         if self.closing:  # no longer counted as a replica, so nothing is handed to it
             return
         try:
-            self._presence_revision = await self.kv.put(f"{PRESENCE}{self.owner}", b"")
+            self._presence_revision = await self.kv.put(f"{PRESENCE}{self.owner}", self._presence)
             keys = await buckets.keys(self.kv)
         except Exception:  # the bus may be away
             return
         if not keys:  # the bus went away after the put
             return
-        self.replicas = replicas = max(1, sum(1 for k in keys if k.startswith(PRESENCE)))
+        present = sum(1 for k in keys if k.startswith(PRESENCE))
+        self.replicas = replicas = max(1, present - await self._dead_replicas(keys))
         self.fair = fair = -(-len(self.wanted) // replicas)
         for model in sorted(self.held)[: max(0, len(self.held) - fair)]:
             if self.idle(model):

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from nats.aio.client import Client as NATS
 
+from services.scheduler.replicas import takeover
 from services.scheduler.replicas.handover import RESIDUE_MAX_S, SHUTDOWN_RESIDUE_S, HandOver, Queues, Take
 from services.scheduler.replicas.leases import TTL_S as LEASE_TTL_S
 from services.scheduler.replicas.leases import Leases
@@ -34,9 +35,10 @@ class Served(Protocol):
 
 
 class Ownership:
-    def __init__(self, nc: NATS, me: str, served: Served, queues: Queues, take: Take) -> None:
+    def __init__(self, nc: NATS, me: str, served: Served, queues: Queues, take: Take, alive: str = "") -> None:
         self.nc = nc
         self.me = me
+        self.alive = alive  # this process's liveness subject, named in its leases (replicas/takeover.py)
         self.served = served
         self.queues = queues
         self.handover = HandOver(nc, me, queues, self, take)  # live sequences across a hand-over
@@ -44,11 +46,25 @@ class Ownership:
 
     async def start(self) -> None:
         kv = await buckets.bucket(self.nc, subjects.LEASES_BUCKET, ttl=LEASE_TTL_S)
-        self._leases = Leases(kv, self.me, self._gain, self._lose, self.served.idle, self.handover.begin)
+        self._leases = Leases(
+            kv, self.me, self._gain, self._lose, self.served.idle, self.handover.begin, self.alive, self._ping
+        )
         await self._leases.rebalance()  # announced and counted before it answers statistics (`replicas`)
         await self.handover.start()
         self.queues.spawn(self.handover.run())
         self.queues.spawn(self._leases.run())
+
+    async def _ping(self, subject: str) -> BaseException | None:
+        return await takeover.ping(self.nc, subject)
+
+    async def reconnected(self) -> None:
+        """Our connection to NATS is back. While it was away nobody could see our liveness
+        subject, so another replica may have taken our models (takeover.py); nats-py has
+        subscribed us to their requests again. Renew now: a lease taken fails its
+        compare-and-set, and the model is handed over (served here for the overlap, what was
+        queued drained) instead of taking requests until the next round."""
+        if self._leases is not None:
+            await self._leases.refresh()
 
     @property
     def leases(self) -> Leases:
