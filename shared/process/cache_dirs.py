@@ -37,6 +37,11 @@ def python_environments() -> Path:
     return root() / "envs"
 
 
+def gguf_copies() -> Path:
+    """GGUF files requantized at load (shoal/llm/requantize.py); `$SHOAL_GGUF_CACHE` moves it."""
+    return Path(os.environ.get("SHOAL_GGUF_CACHE") or root() / "gguf")
+
+
 def serve_records() -> Path:
     """One record per running `shoal serve`, named by its HTTP port (shoal/topology.py)."""
     return root() / "serve"

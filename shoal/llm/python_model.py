@@ -9,7 +9,7 @@ with `finish_reason` and the usage counts. Its config says, as string parameters
 | parameter | default | |
 |---|---|---|
 | `gguf` | (required) | the model file: `package/file.gguf` inside an installed package, or a path (relative: to the version folder) |
-| `quantization` | the file's | a llama.cpp type to requantize the file to at load (`Q8_0`, `IQ4_NL`, ...; `requantize.py`), made once into a cache |
+| `quantization` | the file's | a llama.cpp type to requantize the file to at load (`Q8_0`, `IQ4_NL`, ...; `requantize.py`), made once into a cache (none can be kept: the file as it is, with a warning) |
 | `max_sequences` | 8 | sequences decoding together |
 | `n_ctx` | 8192 | KV cells shared by those sequences (the context memory bound) |
 | `max_sequence_tokens` | 2048 | the most one sequence may hold, prompt and completion |
@@ -55,7 +55,7 @@ from shoal.llm import probe
 from shoal.llm.engine import Engine, Job, Limits
 from shoal.llm.llama_c_api import ContextSettings, LazyGrammar, Library, LlamaModel, library_folder
 from shoal.llm.llm_metrics import LlmMetrics
-from shoal.llm.requantize import requantized
+from shoal.llm.requantize import CacheUnavailable, requantized
 from shoal.llm.response_grammar import grammar_for
 from shoal.llm.text import render_chat
 from shoal.llm.token_logprobs import MAX_TOP, Logprob, to_json
@@ -78,6 +78,16 @@ def _existing(path: Path) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")
     return path
+
+
+def _requantized(gguf: Path, kind: str, library: Library, threads: int) -> Path:
+    """The cached copy in `kind`; the file as it is, with a warning, where no copy can be kept (a
+    read-only home): the model still serves, only slower. A type llama.cpp cannot make fails."""
+    try:
+        return requantized(gguf, kind, library, threads)
+    except CacheUnavailable as exc:
+        log.warning("%s: serving it unrequantized: %s", gguf.name, exc)
+        return gguf
 
 
 def _scalar(request: Any, name: str, default: Any) -> Any:
@@ -168,7 +178,7 @@ class LlamaPythonModel:
         choice = probe.choose(gguf, folders)
         library = Library.start(choice.variant)
         if settings.get("quantization"):  # a type the file does not ship: a cached copy (requantize.py)
-            gguf = requantized(gguf, settings["quantization"], library, number("n_threads", 1))
+            gguf = _requantized(gguf, settings["quantization"], library, number("n_threads", 1))
         context = ContextSettings(
             n_ctx=number("n_ctx", 8192),
             max_sequences=number("max_sequences", 8),

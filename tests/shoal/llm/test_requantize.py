@@ -7,12 +7,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import stat
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from services.repository.llm_examples import LLM, installed
-from shoal.llm.requantize import TYPES, cache_folder, copy_name
+from shoal.llm.requantize import TYPES, copy_name
 
 
 def test_the_copys_name_changes_with_its_source_type_and_library(tmp_path):
@@ -28,24 +29,24 @@ def test_the_copys_name_changes_with_its_source_type_and_library(tmp_path):
 
 
 def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
+    from shared.process.cache_dirs import gguf_copies
+
     monkeypatch.setenv("SHOAL_GGUF_CACHE", str(tmp_path / "mine"))
-    assert cache_folder() == tmp_path / "mine"
+    assert gguf_copies() == tmp_path / "mine"
     monkeypatch.delenv("SHOAL_GGUF_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache_folder() == tmp_path / "xdg" / "shoal" / "gguf"
+    assert gguf_copies() == tmp_path / "xdg" / "shoal" / "gguf"
 
 
-def test_a_folder_others_may_write_is_refused(tmp_path):
-    from shoal.llm.llama_c_api import LlamaError
-    from shoal.llm.requantize import own_folder
+def test_a_cache_that_cannot_be_written_is_unavailable_naming_the_setting(tmp_path):
+    from shoal.llm.requantize import CacheUnavailable, requantized
 
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
-    with pytest.raises(LlamaError, match="not this user's alone"):
-        own_folder(shared)
-    assert own_folder(tmp_path / "new") == tmp_path / "new"
-    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"GGUF")
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    with pytest.raises(CacheUnavailable, match="set SHOAL_GGUF_CACHE"):
+        requantized(source, "Q8_0", library=None, folder=blocked / "gguf")  # type: ignore[arg-type]
 
 
 needs_llm = pytest.mark.skipif(not installed(LLM), reason="needs the llm extra: pip install '.[llm]'")
@@ -87,12 +88,17 @@ def test_a_requantized_copy_is_made_once_and_generates_what_llama_cpp_python_doe
     from tests.shoal.llm.test_real_model import chat, generate, reference_text
 
     folder = tmp_path / "cache"
+    name = copy_name(packaged(), "Q8_0", metadata.version("llama_cpp_python"))
+    folder.mkdir(mode=0o755)  # tightened
+    (folder / f".{name}.x1y2.part").write_bytes(b"half")  # a maker killed half-way
     copy = requantized(packaged(), "q8_0", library, folder=folder)
+    assert copy.name == name
     assert copy.parent == folder and ".Q8_0." in copy.name and copy.stat().st_size > packaged().stat().st_size
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     made = copy.stat().st_mtime_ns
     assert requantized(packaged(), "Q8_0", library, folder=folder) == copy
-    assert copy.stat().st_mtime_ns == made and [p.name for p in folder.iterdir()] == [copy.name]  # no leftovers
+    assert copy.stat().st_mtime_ns == made
+    assert sorted(p.name for p in folder.iterdir()) == sorted([copy.name, f".{copy.name}.lock"])  # no leftovers
 
     model = LlamaModel(copy, ContextSettings(n_ctx=2048, max_sequences=2), library)
     engine = Engine(model, Limits(max_sequences=2, n_batch=512, max_sequence_tokens=1024, prefix_cache_tokens=0))
