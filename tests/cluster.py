@@ -198,8 +198,18 @@ def running_cluster(
             **{"worker_timeout_s": 3, "model_files": DEFAULT_MODEL_FILES, **(repository or {})},
         ),
         [
+            # no drain at the stop, as `shoal serve`'s workers (its schedulers stop first: nothing sends
+            # them batches then); a drain waited a quiet second at every cluster's end. The drain's own
+            # tests ask for one (tests/integration/test_worker_drain.py)
             WorkerSettings(
-                **{**on("worker"), "tensor_transport": transport, "heartbeat_s": 0.5, **(worker or {}), **extra}
+                **{
+                    **on("worker"),
+                    "tensor_transport": transport,
+                    "heartbeat_s": 0.5,
+                    "drain_timeout_s": 0.0,
+                    **(worker or {}),
+                    **extra,
+                }
             )
             for extra in (workers_settings or [{}] * workers)
         ],

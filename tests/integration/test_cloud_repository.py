@@ -19,11 +19,19 @@ from tests.serving import Serve, wait_until
 WRONG_KEY = "d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXktd3Jvbmcta2V5LXdyb25nLWtleQ=="
 
 
-@pytest.fixture(params=KINDS)
-def bucket(request, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the repository's mirror
-    with running_bucket(request.param, tmp_path, monkeypatch) as bucket:
-        yield bucket
+@pytest.fixture(scope="module", params=KINDS)
+def server(request, tmp_path_factory):
+    """One server of each cloud for the module's tests (each test its own prefix): a server per
+    test started nine in all, about 6 s each on a loaded machine."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        with running_bucket(request.param, tmp_path_factory.mktemp(request.param), monkeypatch) as bucket:
+            yield bucket
+
+
+@pytest.fixture
+def bucket(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the repository's mirror, each test its own
+    return server
 
 
 def test_a_bucket_is_polled_and_loaded_like_a_directory(bucket, tmp_path):
@@ -55,16 +63,16 @@ def test_a_bucket_is_polled_and_loaded_like_a_directory(bucket, tmp_path):
 def test_explicit_loads_read_the_bucket_as_it_is_then(bucket, tmp_path):
     local = tmp_path / "upload"
     examples.write_model(local, "scaled", scale_graph(4), identity_config("scaled", "FP32"))
-    bucket.upload_tree("repo", local)
+    bucket.upload_tree("explicit", local)  # not the polling test's prefix: the server is the module's
     with running_cluster(
-        bucket.url("repo"),
+        bucket.url("explicit"),
         repository={"model_control_mode": "explicit", "model_files": "store"},
         worker={"model_cache_dir": str(tmp_path / "worker-cache")},
     ) as running:
         client = httpclient.InferenceServerClient(running.url, network_timeout=60)
         client.load_model("scaled")
         assert answer(client) == 4.0
-        bucket.put("repo/scaled/1/model.onnx", model_bytes(5))
+        bucket.put("explicit/scaled/1/model.onnx", model_bytes(5))
         client.load_model("scaled")
         assert answer(client) == 5.0
         client.unload_model("scaled")

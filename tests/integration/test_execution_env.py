@@ -57,9 +57,11 @@ def write_model(root: Path, name: str, body: str, env: str | None) -> Path:
 def numpy1_env(tmp_path_factory) -> Path:
     """A venv of this Python with numpy 1.26 (what Triton's python backend environments ship)."""
     env = tmp_path_factory.mktemp("envs") / "numpy1"
-    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
+    # without pip of its own, installed into by this Python's pip (--python): the model needs numpy
+    # only, and a venv's own pip took 40 s to install on a loaded machine and bloated the packed copy
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=300)
     out = subprocess.run(
-        [str(env / "bin" / "python"), "-m", "pip", "install", "-q", f"numpy=={NUMPY_1}"],
+        [sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"), "install", "-q", f"numpy=={NUMPY_1}"],
         capture_output=True,
         text=True,
         timeout=600,

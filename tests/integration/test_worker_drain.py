@@ -21,7 +21,9 @@ def test_a_worker_stopped_under_load_finishes_its_batches_and_nothing_fails(tmp_
     examples.write_model(tmp_path, "slow", slow_graph(512), config("slow", ""))
     results: list[object] = []
     stop = threading.Event()
-    with running_cluster(tmp_path, workers=2, supervise=False, worker={"intra_op_threads": 1}) as running:
+    with running_cluster(
+        tmp_path, workers=2, supervise=False, worker={"intra_op_threads": 1, "drain_timeout_s": 30.0}
+    ) as running:
 
         def load() -> None:
             client = httpclient.InferenceServerClient(running.url, network_timeout=60)
