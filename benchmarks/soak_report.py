@@ -179,8 +179,10 @@ def text(summary: dict[str, Any]) -> str:
             f"{kind:<22}{rss:>24}{m['rss_kib']['growth']:>8}{m['pss_kib']['growth']:>8}"
             f"{m['fds']['growth']:>7}{m['threads']['growth']:>10}"
         )
-    for kind in ("dev_shm", "nats"):
+    for kind in ("dev_shm", "nats", "nats_go"):
         figures = summary["resources"].get(kind, {})
+        if not figures:
+            continue
         lines.append(f"{kind}: " + ", ".join(f"{k} {v['base']:g}→{v['end']:g}" for k, v in figures.items()))
     lines.append(f"{'requests':<32}{'ok':>9}{'failed in reloads':>19}{'unexplained':>13}")
     for kind, t in summary["requests"].items():
