@@ -104,3 +104,19 @@ def top(text: str, count: int = 15) -> list[dict[str, object]]:
         rows.append({"where": where, "inuse_kib": round(kib, 1), "objects": round(sum(s.inuse_objects for s in group))})
         rows[-1]["callers"] = above
     return rows
+
+
+def in_use_by_where(text: str) -> dict[str, float]:
+    """In-use KiB by the code that allocated it (Site.where)."""
+    found: dict[str, float] = defaultdict(float)
+    for site in sites(text):
+        found[site.where] += site.inuse_bytes / 1024
+    return dict(found)
+
+
+def grown(early: str, end: str, count: int = 10) -> list[tuple[str, float, float]]:
+    """The allocation sites whose bytes in use grew most from one profile to the other:
+    (where, KiB early, KiB at the end), the largest growth first."""
+    before, after = in_use_by_where(early), in_use_by_where(end)
+    ranked = sorted(after, key=lambda where: before.get(where, 0.0) - after[where])
+    return [(where, round(before.get(where, 0.0), 1), round(after[where], 1)) for where in ranked[:count]]

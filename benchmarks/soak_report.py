@@ -158,10 +158,15 @@ def plot(rows: list[Row], path: Path) -> Path | None:
 def _plot_bus(axis: Any, found: dict[tuple[str, str], list[tuple[float, float]]]) -> None:
     for key, label, scale in (
         (("nats", "varz_mem_kib"), "nats-server /varz mem (MiB)", 1024),
+        (("nats_go", "heap_alloc_kib"), "nats-server Go HeapAlloc (MiB)", 1024),
+        (("nats_go", "next_gc_kib"), "nats-server Go NextGC (MiB)", 1024),
+        (("nats_go", "heap_idle_kib"), "nats-server Go HeapIdle (MiB)", 1024),
         (("nats", "js_storage"), "JetStream storage (KiB)", 1024),
         (("dev_shm", "server_entries"), "/dev/shm server entries", 1),
     ):
         points = found.get(key, [])
+        if not points:
+            continue
         axis.plot([t / 60 for t, _ in points], [v / scale for _, v in points], label=label)
     axis.set_title("bus and shared memory")
     axis.legend(fontsize="small")
@@ -191,5 +196,7 @@ def text(summary: dict[str, Any]) -> str:
         if t["unexplained_at_s"]:
             lines.append(f"    at {t['unexplained_at_s']} s")
     lines.append(f"reloads: {summary['reloads']} ({len(summary['reload_errors'])} failed)")
+    for where, early, end in summary.get("nats_heap", {}).get("grown", []):
+        lines.append(f"nats-server heap in use, grown: {early:,.0f} → {end:,.0f} KiB  {where}")
     lines.append("verdict: " + ("; ".join(summary["violations"]) or "flat"))
     return "\n".join(lines)

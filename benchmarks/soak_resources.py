@@ -57,6 +57,7 @@ class Settings:
     nats_profile: bool = True  # the embedded nats-server's profiling port (loopback): its Go heap sampled
     profile_at_s: float = 600.0  # when the first heap profile is kept (the second: at the end)
     gomemlimit: str = ""  # GOMEMLIMIT for the serve's processes (only nats-server, a Go program, reads it)
+    memprofilerate: int = 0  # GODEBUG=memprofilerate: bytes per heap profile sample (Go's default 512 KiB)
 
 
 @dataclass
@@ -148,9 +149,12 @@ def run(settings: Settings, workdir: Path | None = None) -> dict[str, Any]:
 
 
 def _environment(settings: Settings) -> int:
-    """The serve inherits this process's environment: the profiling port (its number) and GOMEMLIMIT."""
+    """The serve inherits this process's environment: the profiling port (its number), GOMEMLIMIT
+    and GODEBUG's memprofilerate (a finer heap profile: Go's default samples one allocation per
+    512 KiB, too coarse to attribute a few MiB of growth)."""
     port = free_port() if settings.nats_profile else 0
-    for name, value in ((PROFILE_PORT_ENV, str(port or "")), ("GOMEMLIMIT", settings.gomemlimit)):
+    rate = f"memprofilerate={settings.memprofilerate}" if settings.memprofilerate else ""
+    for name, value in ((PROFILE_PORT_ENV, str(port or "")), ("GOMEMLIMIT", settings.gomemlimit), ("GODEBUG", rate)):
         if value:
             os.environ[name] = value
         else:
@@ -212,6 +216,8 @@ def _heap(soak: Run, out: Path) -> dict[str, Any]:
     for when, text in soak.heap.items():
         (out / f"nats-heap-{when}.txt").write_text(text)
         found[when] = {"memstats": nats_heap.memstats(text), "top": nats_heap.top(text)}
+    if len(soak.heap) == 2:  # what grew between them: [where, KiB early, KiB at the end]
+        found["grown"] = nats_heap.grown(soak.heap["early"], soak.heap["end"])
     return found
 
 
@@ -227,6 +233,7 @@ def parse(argv: list[str] | None = None) -> Settings:
     parser.add_argument("--no-nats-profile", action="store_true", help="leave nats-server's profiling port off")
     parser.add_argument("--profile-at-s", type=float, default=600.0, help="the first nats-server heap profile")
     parser.add_argument("--gomemlimit", default="", help="GOMEMLIMIT for the embedded nats-server (64MiB)")
+    parser.add_argument("--memprofilerate", type=int, default=0, help="bytes per Go heap profile sample")
     args = parser.parse_args(argv)
     limits = Thresholds(rss_growth_pct=args.rss_growth_pct)
     return Settings(
@@ -240,6 +247,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         not args.no_nats_profile,
         args.profile_at_s,
         args.gomemlimit,
+        args.memprofilerate,
     )
 
 

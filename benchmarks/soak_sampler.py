@@ -1,7 +1,8 @@
 """The resource soak's samples (benchmarks/soak_resources.py): every process of a `shoal serve`
-tree by kind (RSS and PSS from psutil's memory_full_info, open file descriptors, threads), its
-/dev/shm segments and the client's, and the embedded nats-server's own view (/varz, /jsz on its
-monitor port; its Go heap's MemStats when its profiling port is on). A sample is a list of rows (seconds since the start, kind, metric, value)."""
+tree by kind (RSS, PSS and the RSS's shared part from psutil's memory_full_info, open file
+descriptors, threads), its /dev/shm segments and the client's, and the embedded nats-server's own
+view (/varz, /jsz on its monitor port; its Go heap's MemStats when its profiling port is on). A
+sample is a list of rows (seconds since the start, kind, metric, value)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from benchmarks.soak_load import SHM_PREFIX
 
 Row = tuple[float, str, str, float]
 ROLES = ("gateway", "scheduler", "worker", "repository")
-PROCESS_METRICS = ("rss_kib", "pss_kib", "fds", "threads", "processes")
+PROCESS_METRICS = ("rss_kib", "pss_kib", "shared_kib", "fds", "threads", "processes")
 
 
 def kind_of(process: psutil.Process, root: int) -> str:
@@ -41,6 +42,7 @@ def measure(process: psutil.Process) -> dict[str, float]:
     return {
         "rss_kib": memory.rss / 1024,
         "pss_kib": memory.pss / 1024,
+        "shared_kib": memory.shared / 1024,  # of the RSS, file pages (the binary, libraries) and shared memory
         "fds": process.num_fds(),
         "threads": process.num_threads(),
         "processes": 1,

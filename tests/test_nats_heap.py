@@ -103,3 +103,11 @@ def test_top_ranks_by_bytes_in_use_with_the_callers():
         "strings.splitSeq.func1",
     ]
     assert rows[0]["inuse_kib"] > rows[1]["inuse_kib"] > 500  # one sampled object stands for ~512 KiB
+
+
+def test_grown_ranks_the_sites_by_growth_between_two_profiles():
+    later = SAMPLE.replace("1: 48 [1: 48] @", "3: 144 [3: 144] @")  # three sampled nodes in use, not one
+    (where, before, after), *_ = nats_heap.grown(SAMPLE, later)
+    assert where == "github.com/nats-io/nats-server/v2/server.newNode"
+    assert math.isclose(after, 3 * before, rel_tol=1e-3)
+    assert all(before == after for _, before, after in nats_heap.grown(SAMPLE, SAMPLE))
