@@ -120,3 +120,17 @@ def grown(early: str, end: str, count: int = 10) -> list[tuple[str, float, float
     before, after = in_use_by_where(early), in_use_by_where(end)
     ranked = sorted(after, key=lambda where: before.get(where, 0.0) - after[where])
     return [(where, round(before.get(where, 0.0), 1), round(after[where], 1)) for where in ranked[:count]]
+
+
+def in_use_only(text: str) -> str:
+    """The profile without its records of nothing in use (freed since: most of them), to keep."""
+    head, found, stats = text.partition("# runtime.MemStats")
+    kept: list[str] = []
+    keep = True
+    for line in head.splitlines():
+        record = _RECORD.match(line)
+        if record:
+            keep = record.group(2) != "0"
+        if keep:
+            kept.append(line)
+    return "\n".join(kept).rstrip("\n") + "\n\n\n" + found + stats

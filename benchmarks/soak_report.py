@@ -139,15 +139,19 @@ def plot(rows: list[Row], path: Path) -> Path | None:
         return None
     found = series(rows)
     panels = [("rss_kib", "RSS (MiB)", 1024), ("fds", "open fds", 1), ("threads", "threads", 1)]
-    figure, axes = plt.subplots(2, 2, figsize=(13, 9), sharex=True)
+    go = ("nats_go", "heap_alloc_kib") in found  # nats-server's Go heap, sampled: a panel of its own
+    figure, axes = plt.subplots(3 if go else 2, 2, figsize=(13, 13 if go else 9), sharex=True)
     for axis, (metric, title, scale) in zip(axes.flat, panels):
         for (kind, name), points in sorted(found.items()):
             if name == metric:
                 axis.plot([t / 60 for t, _ in points], [v / scale for _, v in points], label=kind)
         axis.set_title(title)
     _plot_bus(axes.flat[3], found)
+    if go:
+        _plot_go(axes.flat[4], found)
+        axes.flat[5].set_visible(False)
     axes.flat[0].legend(fontsize="small")
-    for axis in axes[1]:
+    for axis in axes[-1]:
         axis.set_xlabel("minutes")
     figure.tight_layout()
     figure.savefig(path, dpi=90)
@@ -158,9 +162,6 @@ def plot(rows: list[Row], path: Path) -> Path | None:
 def _plot_bus(axis: Any, found: dict[tuple[str, str], list[tuple[float, float]]]) -> None:
     for key, label, scale in (
         (("nats", "varz_mem_kib"), "nats-server /varz mem (MiB)", 1024),
-        (("nats_go", "heap_alloc_kib"), "nats-server Go HeapAlloc (MiB)", 1024),
-        (("nats_go", "next_gc_kib"), "nats-server Go NextGC (MiB)", 1024),
-        (("nats_go", "heap_idle_kib"), "nats-server Go HeapIdle (MiB)", 1024),
         (("nats", "js_storage"), "JetStream storage (KiB)", 1024),
         (("dev_shm", "server_entries"), "/dev/shm server entries", 1),
     ):
@@ -169,6 +170,23 @@ def _plot_bus(axis: Any, found: dict[tuple[str, str], list[tuple[float, float]]]
             continue
         axis.plot([t / 60 for t, _ in points], [v / scale for _, v in points], label=label)
     axis.set_title("bus and shared memory")
+    axis.legend(fontsize="small")
+
+
+def _plot_go(axis: Any, found: dict[tuple[str, str], list[tuple[float, float]]]) -> None:
+    for (kind, metric), label in (
+        (("nats-server", "rss_kib"), "RSS"),
+        (("nats-server", "shared_kib"), "RSS, file pages (the binary)"),
+        (("nats_go", "sys_kib"), "Sys (mapped by Go)"),
+        (("nats_go", "heap_alloc_kib"), "HeapAlloc (live + garbage)"),
+        (("nats_go", "next_gc_kib"), "NextGC (≈ 2 × live after a GC)"),
+        (("nats_go", "heap_idle_kib"), "HeapIdle"),
+        (("nats_go", "heap_released_kib"), "HeapReleased"),
+    ):
+        points = found.get((kind, metric), [])
+        if points:
+            axis.plot([t / 60 for t, _ in points], [v / 1024 for _, v in points], label=label)
+    axis.set_title("nats-server: Go heap (MiB)")
     axis.legend(fontsize="small")
 
 

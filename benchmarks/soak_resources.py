@@ -214,7 +214,7 @@ def _heap(soak: Run, out: Path) -> dict[str, Any]:
     """Each heap profile kept (raw, beside the CSV) and its top allocation sites in use."""
     found: dict[str, Any] = {}
     for when, text in soak.heap.items():
-        (out / f"nats-heap-{when}.txt").write_text(text)
+        (out / f"nats-heap-{when}.txt").write_text(nats_heap.in_use_only(text))
         found[when] = {"memstats": nats_heap.memstats(text), "top": nats_heap.top(text)}
     if len(soak.heap) == 2:  # what grew between them: [where, KiB early, KiB at the end]
         found["grown"] = nats_heap.grown(soak.heap["early"], soak.heap["end"])

@@ -111,3 +111,11 @@ def test_grown_ranks_the_sites_by_growth_between_two_profiles():
     assert where == "github.com/nats-io/nats-server/v2/server.newNode"
     assert math.isclose(after, 3 * before, rel_tol=1e-3)
     assert all(before == after for _, before, after in nats_heap.grown(SAMPLE, SAMPLE))
+
+
+def test_in_use_only_drops_the_freed_records_and_keeps_the_rest_readable():
+    kept = nats_heap.in_use_only(SAMPLE)
+    assert "processMsgResults" not in kept and "server.newNode" in kept and "runtime.malg" in kept
+    assert kept.startswith("heap profile: 7: 276960")
+    assert nats_heap.memstats(kept) == nats_heap.memstats(SAMPLE)
+    assert nats_heap.top(kept) == nats_heap.top(SAMPLE)
