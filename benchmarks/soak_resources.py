@@ -10,8 +10,10 @@ repository written here (benchmarks/soak_repository.py), then for `--minutes` dr
 batching, a sequence, an ensemble, a decoupled gRPC stream, client system shared memory
 registered and unregistered), unloads and loads a model again every `--reload-s` (mlp and
 py_double in turn), and every `--sample-s` samples every process of the serve (benchmarks/
-soak_sampler.py), /dev/shm and nats-server. Writes soak.csv, soak.png (with matplotlib) and
-soak.json into `--out`, prints the summary and exits 1 when a threshold is crossed: a process
+soak_sampler.py), /dev/shm and nats-server (its Go heap through its profiling port, turned on
+here: SHOAL_NATS_PROFILE_PORT; `--gomemlimit` and `--memprofilerate` set GOMEMLIMIT and GODEBUG
+for it). Writes soak.csv, soak.png (with matplotlib), soak.json and nats-server's two heap
+profiles into `--out`, prints the summary and exits 1 when a threshold is crossed: a process
 kind's RSS grown by more than `--rss-growth-pct` after the warm-up (`--warmup`, a fraction of the
 run), fds, threads or /dev/shm entries growing, a failure no reload explains.
 """
@@ -132,8 +134,9 @@ def run(settings: Settings, workdir: Path | None = None) -> dict[str, Any]:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="shoal-resource-soak-"))
     out = settings.out or workdir
     out.mkdir(parents=True, exist_ok=True)
-    serve = Serve(workdir / "serve", serve_args(write_repository(workdir / "models")))
-    profile_port = _environment(settings)
+    environment = _environment(settings)
+    serve = Serve(workdir / "serve", serve_args(write_repository(workdir / "models")), environment=environment)
+    profile_port = int(environment.get(PROFILE_PORT_ENV, 0))
     load_before = os.getloadavg()
     try:
         soak, tallies = _drive(Run(serve.start(), settings, profile_port=profile_port))
@@ -148,18 +151,14 @@ def run(settings: Settings, workdir: Path | None = None) -> dict[str, Any]:
     return summary
 
 
-def _environment(settings: Settings) -> int:
-    """The serve inherits this process's environment: the profiling port (its number), GOMEMLIMIT
-    and GODEBUG's memprofilerate (a finer heap profile: Go's default samples one allocation per
-    512 KiB, too coarse to attribute a few MiB of growth)."""
-    port = free_port() if settings.nats_profile else 0
+def _environment(settings: Settings) -> dict[str, str]:
+    """What the serve is given besides this process's environment: nats-server's profiling port,
+    GOMEMLIMIT and GODEBUG's memprofilerate (a finer heap profile: Go's default samples one
+    allocation per 512 KiB, too coarse to attribute a few MiB of growth)."""
     rate = f"memprofilerate={settings.memprofilerate}" if settings.memprofilerate else ""
-    for name, value in ((PROFILE_PORT_ENV, str(port or "")), ("GOMEMLIMIT", settings.gomemlimit), ("GODEBUG", rate)):
-        if value:
-            os.environ[name] = value
-        else:
-            os.environ.pop(name, None)
-    return port
+    port = str(free_port()) if settings.nats_profile else ""
+    chosen = {PROFILE_PORT_ENV: port, "GOMEMLIMIT": settings.gomemlimit, "GODEBUG": rate}
+    return {name: value for name, value in chosen.items() if value}
 
 
 def _drive(soak: Run) -> tuple[Run, list[soak_load.Tally]]:
