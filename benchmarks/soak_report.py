@@ -139,15 +139,19 @@ def plot(rows: list[Row], path: Path) -> Path | None:
         return None
     found = series(rows)
     panels = [("rss_kib", "RSS (MiB)", 1024), ("fds", "open fds", 1), ("threads", "threads", 1)]
-    figure, axes = plt.subplots(2, 2, figsize=(13, 9), sharex=True)
+    go = ("nats_go", "heap_alloc_kib") in found  # nats-server's Go heap, sampled: a panel of its own
+    figure, axes = plt.subplots(3 if go else 2, 2, figsize=(13, 13 if go else 9), sharex=True)
     for axis, (metric, title, scale) in zip(axes.flat, panels):
         for (kind, name), points in sorted(found.items()):
             if name == metric:
                 axis.plot([t / 60 for t, _ in points], [v / scale for _, v in points], label=kind)
         axis.set_title(title)
     _plot_bus(axes.flat[3], found)
+    if go:
+        _plot_go(axes.flat[4], found)
+        axes.flat[5].set_visible(False)
     axes.flat[0].legend(fontsize="small")
-    for axis in axes[1]:
+    for axis in axes[-1]:
         axis.set_xlabel("minutes")
     figure.tight_layout()
     figure.savefig(path, dpi=90)
@@ -162,8 +166,27 @@ def _plot_bus(axis: Any, found: dict[tuple[str, str], list[tuple[float, float]]]
         (("dev_shm", "server_entries"), "/dev/shm server entries", 1),
     ):
         points = found.get(key, [])
+        if not points:
+            continue
         axis.plot([t / 60 for t, _ in points], [v / scale for _, v in points], label=label)
     axis.set_title("bus and shared memory")
+    axis.legend(fontsize="small")
+
+
+def _plot_go(axis: Any, found: dict[tuple[str, str], list[tuple[float, float]]]) -> None:
+    for (kind, metric), label in (
+        (("nats-server", "rss_kib"), "RSS"),
+        (("nats-server", "shared_kib"), "RSS, file pages (the binary)"),
+        (("nats_go", "sys_kib"), "Sys (mapped by Go)"),
+        (("nats_go", "heap_alloc_kib"), "HeapAlloc (live + garbage)"),
+        (("nats_go", "next_gc_kib"), "NextGC (≈ 2 × live after a GC)"),
+        (("nats_go", "heap_idle_kib"), "HeapIdle"),
+        (("nats_go", "heap_released_kib"), "HeapReleased"),
+    ):
+        points = found.get((kind, metric), [])
+        if points:
+            axis.plot([t / 60 for t, _ in points], [v / 1024 for _, v in points], label=label)
+    axis.set_title("nats-server: Go heap (MiB)")
     axis.legend(fontsize="small")
 
 
@@ -179,8 +202,10 @@ def text(summary: dict[str, Any]) -> str:
             f"{kind:<22}{rss:>24}{m['rss_kib']['growth']:>8}{m['pss_kib']['growth']:>8}"
             f"{m['fds']['growth']:>7}{m['threads']['growth']:>10}"
         )
-    for kind in ("dev_shm", "nats"):
+    for kind in ("dev_shm", "nats", "nats_go"):
         figures = summary["resources"].get(kind, {})
+        if not figures:
+            continue
         lines.append(f"{kind}: " + ", ".join(f"{k} {v['base']:g}→{v['end']:g}" for k, v in figures.items()))
     lines.append(f"{'requests':<32}{'ok':>9}{'failed in reloads':>19}{'unexplained':>13}")
     for kind, t in summary["requests"].items():
@@ -189,5 +214,7 @@ def text(summary: dict[str, Any]) -> str:
         if t["unexplained_at_s"]:
             lines.append(f"    at {t['unexplained_at_s']} s")
     lines.append(f"reloads: {summary['reloads']} ({len(summary['reload_errors'])} failed)")
+    for where, early, end in summary.get("nats_heap", {}).get("grown", []):
+        lines.append(f"nats-server heap in use, grown: {early:,.0f} → {end:,.0f} KiB  {where}")
     lines.append("verdict: " + ("; ".join(summary["violations"]) or "flat"))
     return "\n".join(lines)

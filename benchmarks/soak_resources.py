@@ -10,8 +10,10 @@ repository written here (benchmarks/soak_repository.py), then for `--minutes` dr
 batching, a sequence, an ensemble, a decoupled gRPC stream, client system shared memory
 registered and unregistered), unloads and loads a model again every `--reload-s` (mlp and
 py_double in turn), and every `--sample-s` samples every process of the serve (benchmarks/
-soak_sampler.py), /dev/shm and nats-server. Writes soak.csv, soak.png (with matplotlib) and
-soak.json into `--out`, prints the summary and exits 1 when a threshold is crossed: a process
+soak_sampler.py), /dev/shm and nats-server (its Go heap through its profiling port, turned on
+here: SHOAL_NATS_PROFILE_PORT; `--gomemlimit` and `--memprofilerate` set GOMEMLIMIT and GODEBUG
+for it). Writes soak.csv, soak.png (with matplotlib), soak.json and nats-server's two heap
+profiles into `--out`, prints the summary and exits 1 when a threshold is crossed: a process
 kind's RSS grown by more than `--rss-growth-pct` after the warm-up (`--warmup`, a fraction of the
 run), fds, threads or /dev/shm entries growing, a failure no reload explains.
 """
@@ -35,10 +37,11 @@ sys.path.insert(0, str(ROOT))
 
 import tritonclient.http as httpclient  # noqa: E402
 
-from benchmarks import soak_load, soak_report, soak_sampler  # noqa: E402
+from benchmarks import nats_heap, soak_load, soak_report, soak_sampler  # noqa: E402
 from benchmarks.soak_load import describe  # noqa: E402
 from benchmarks.soak_report import Reload, Thresholds  # noqa: E402
 from benchmarks.soak_repository import write_repository  # noqa: E402
+from shared.process.natsserver import PROFILE_PORT_ENV, free_port  # noqa: E402
 from tests.serving import Serve  # noqa: E402
 
 RELOADED = ("mlp", "py_double")  # in turn: an onnxruntime session, then a python model's process
@@ -53,6 +56,10 @@ class Settings:
     reload_s: float = 30.0
     out: Path | None = None  # the CSV, plot and JSON (default: the work directory)
     limits: Thresholds = field(default_factory=Thresholds)
+    nats_profile: bool = True  # the embedded nats-server's profiling port (loopback): its Go heap sampled
+    profile_at_s: float = 600.0  # when the first heap profile is kept (the second: at the end)
+    gomemlimit: str = ""  # GOMEMLIMIT for the serve's processes (only nats-server, a Go program, reads it)
+    memprofilerate: int = 0  # GODEBUG=memprofilerate: bytes per heap profile sample (Go's default 512 KiB)
 
 
 @dataclass
@@ -65,6 +72,8 @@ class Run:
     rows: list[soak_sampler.Row] = field(default_factory=list)
     began: float = field(default_factory=time.monotonic)
     run_id: str = ""  # the serve's SHOAL_RUN_ID: its /dev/shm segments carry it
+    profile_port: int = 0  # nats-server's, when Settings.nats_profile
+    heap: dict[str, str] = field(default_factory=dict)  # its heap profiles' text by when they were taken
 
     @property
     def root(self) -> int:
@@ -89,11 +98,21 @@ class Run:
         while True:
             with self.lock:
                 at = time.monotonic() - self.began
-                self.rows += soak_sampler.sample(at, self.root, self.run_id, self.serve.monitor_port)
+                self.rows += soak_sampler.sample(at, self.root, self.run_id, self.serve.monitor_port, self.profile_port)
+            self.keep_heap(at, seconds)
             if at >= seconds:
                 return
             due = min(due + self.settings.sample_s, seconds)
             self.stop.wait(max(0.0, due - (time.monotonic() - self.began)))
+
+    def keep_heap(self, at: float, seconds: float) -> None:
+        """nats-server's heap profile (after a GC: the live heap) at `profile_at_s` and at the end."""
+        if not self.profile_port:
+            return
+        if at >= min(self.settings.profile_at_s, seconds / 2) and "early" not in self.heap:
+            self.heap["early"] = f"# at {at:.0f} s\n" + nats_heap.fetch(self.profile_port, collect=True)
+        if at >= seconds:
+            self.heap["end"] = f"# at {at:.0f} s\n" + nats_heap.fetch(self.profile_port, collect=True)
 
 
 def _reload(client: httpclient.InferenceServerClient, model: str) -> Reload:
@@ -115,10 +134,12 @@ def run(settings: Settings, workdir: Path | None = None) -> dict[str, Any]:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="shoal-resource-soak-"))
     out = settings.out or workdir
     out.mkdir(parents=True, exist_ok=True)
-    serve = Serve(workdir / "serve", serve_args(write_repository(workdir / "models")))
+    environment = _environment(settings)
+    serve = Serve(workdir / "serve", serve_args(write_repository(workdir / "models")), environment=environment)
+    profile_port = int(environment.get(PROFILE_PORT_ENV, 0))
     load_before = os.getloadavg()
     try:
-        soak, tallies = _drive(Run(serve.start(), settings))
+        soak, tallies = _drive(Run(serve.start(), settings, profile_port=profile_port))
     finally:
         stop_s = _stop(serve)
     shm_left = soak_sampler.shm_rows(soak.run_id)
@@ -128,6 +149,16 @@ def run(settings: Settings, workdir: Path | None = None) -> dict[str, Any]:
         summary["violations"].append(f"/dev/shm: {summary['shm_left_after_stop']} entries left after the stop")
     (out / "soak.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def _environment(settings: Settings) -> dict[str, str]:
+    """What the serve is given besides this process's environment: nats-server's profiling port,
+    GOMEMLIMIT and GODEBUG's memprofilerate (a finer heap profile: Go's default samples one
+    allocation per 512 KiB, too coarse to attribute a few MiB of growth)."""
+    rate = f"memprofilerate={settings.memprofilerate}" if settings.memprofilerate else ""
+    port = str(free_port()) if settings.nats_profile else ""
+    chosen = {PROFILE_PORT_ENV: port, "GOMEMLIMIT": settings.gomemlimit, "GODEBUG": rate}
+    return {name: value for name, value in chosen.items() if value}
 
 
 def _drive(soak: Run) -> tuple[Run, list[soak_load.Tally]]:
@@ -173,8 +204,20 @@ def _summary(soak: Run, tallies: list[soak_load.Tally], load_before: tuple[float
         "violations": soak_report.violations(table, asked, settings.limits)
         + [f"reload of {r.model} failed: {r.error}" for r in soak.reloads if r.error],
         "csv": str(out / "soak.csv"),
+        "nats_heap": _heap(soak, out),
         "plot": str(soak_report.plot(soak.rows, out / "soak.png") or ""),
     }
+
+
+def _heap(soak: Run, out: Path) -> dict[str, Any]:
+    """Each heap profile kept (raw, beside the CSV) and its top allocation sites in use."""
+    found: dict[str, Any] = {}
+    for when, text in soak.heap.items():
+        (out / f"nats-heap-{when}.txt").write_text(nats_heap.in_use_only(text))
+        found[when] = {"memstats": nats_heap.memstats(text), "top": nats_heap.top(text)}
+    if len(soak.heap) == 2:  # what grew between them: [where, KiB early, KiB at the end]
+        found["grown"] = nats_heap.grown(soak.heap["early"], soak.heap["end"])
+    return found
 
 
 def parse(argv: list[str] | None = None) -> Settings:
@@ -186,9 +229,25 @@ def parse(argv: list[str] | None = None) -> Settings:
     parser.add_argument("--reload-s", type=float, default=30.0)
     parser.add_argument("--rss-growth-pct", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--no-nats-profile", action="store_true", help="leave nats-server's profiling port off")
+    parser.add_argument("--profile-at-s", type=float, default=600.0, help="the first nats-server heap profile")
+    parser.add_argument("--gomemlimit", default="", help="GOMEMLIMIT for the embedded nats-server (64MiB)")
+    parser.add_argument("--memprofilerate", type=int, default=0, help="bytes per Go heap profile sample")
     args = parser.parse_args(argv)
     limits = Thresholds(rss_growth_pct=args.rss_growth_pct)
-    return Settings(args.minutes, args.sample_s, args.warmup, args.rate, args.reload_s, args.out, limits)
+    return Settings(
+        args.minutes,
+        args.sample_s,
+        args.warmup,
+        args.rate,
+        args.reload_s,
+        args.out,
+        limits,
+        not args.no_nats_profile,
+        args.profile_at_s,
+        args.gomemlimit,
+        args.memprofilerate,
+    )
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """The resource soak's samples (benchmarks/soak_resources.py): every process of a `shoal serve`
-tree by kind (RSS and PSS from psutil's memory_full_info, open file descriptors, threads), its
-/dev/shm segments and the client's, and the embedded nats-server's own view (/varz, /jsz on its
-monitor port). A sample is a list of rows (seconds since the start, kind, metric, value)."""
+tree by kind (RSS, PSS and the RSS's shared part from psutil's memory_full_info, open file
+descriptors, threads), its /dev/shm segments and the client's, and the embedded nats-server's own
+view (/varz, /jsz on its monitor port; its Go heap's MemStats when its profiling port is on). A
+sample is a list of rows (seconds since the start, kind, metric, value)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from collections.abc import Iterable
 
 import psutil
 
+from benchmarks import nats_heap
 from benchmarks.soak_load import SHM_PREFIX
 
 Row = tuple[float, str, str, float]
 ROLES = ("gateway", "scheduler", "worker", "repository")
-PROCESS_METRICS = ("rss_kib", "pss_kib", "fds", "threads", "processes")
+PROCESS_METRICS = ("rss_kib", "pss_kib", "shared_kib", "fds", "threads", "processes")
 
 
 def kind_of(process: psutil.Process, root: int) -> str:
@@ -40,6 +42,7 @@ def measure(process: psutil.Process) -> dict[str, float]:
     return {
         "rss_kib": memory.rss / 1024,
         "pss_kib": memory.pss / 1024,
+        "shared_kib": memory.shared / 1024,  # of the RSS, file pages (the binary, libraries) and shared memory
         "fds": process.num_fds(),
         "threads": process.num_threads(),
         "processes": 1,
@@ -109,13 +112,23 @@ def _monitor(port: int, endpoint: str) -> dict:
         return json.load(response)
 
 
-def sample(at: float, root: int, serve_run_id: str, monitor_port: int) -> list[Row]:
-    """One sample of everything, `at` seconds into the run."""
+def go_heap_rows(profile_port: int) -> dict[str, float]:
+    """nats-server's Go heap (runtime.MemStats from its profiling port): HeapAlloc is the heap in
+    use plus garbage not collected yet, HeapIdle what the runtime holds unused, HeapReleased the
+    part of that handed back to the OS, NextGC the heap size that starts the next GC (about twice
+    the live heap of the last one)."""
+    return nats_heap.sample_rows(nats_heap.memstats(nats_heap.fetch(profile_port)))
+
+
+def sample(at: float, root: int, serve_run_id: str, monitor_port: int, profile_port: int = 0) -> list[Row]:
+    """One sample of everything, `at` seconds into the run (nats-server's Go heap with a `profile_port`)."""
     rows: list[Row] = []
     for kind, figures in sorted(processes_by_kind(root).items()):
         rows += _rows(at, kind, figures.items())
     rows += _rows(at, "dev_shm", shm_rows(serve_run_id).items())
     rows += _rows(at, "nats", nats_rows(monitor_port).items())
+    if profile_port:
+        rows += _rows(at, "nats_go", go_heap_rows(profile_port).items())
     return rows
 
 

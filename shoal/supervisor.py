@@ -28,7 +28,7 @@ from services.gateway.http.listener import supervisor_socket
 from services.repository.remote import is_remote
 from shared.process import cache_dirs, lifeline
 from shared.process import settings as s
-from shared.process.natsserver import NatsServer
+from shared.process.natsserver import NatsServer, profile_port_from_env
 from shared.process.settings import GatewaySettings, RepositorySettings, SchedulerSettings, WorkerSettings, to_argv
 from shared.wire.records import ModelState
 from shoal import announce, grpc_flags, layout_flags, openai_key, private_runtime, sagemaker_flags, vertex_flags
@@ -401,7 +401,11 @@ def serve(args: argparse.Namespace) -> int:
             nats_url = args.nats_url
         else:
             reserve_serving_ports(args)  # not for nats-server, even if free now
-            nats = NatsServer(monitor_port=args.nats_monitor_port, authorization=runtime.authorization()).start()
+            nats = NatsServer(
+                monitor_port=args.nats_monitor_port,
+                authorization=runtime.authorization(),
+                profile_port=profile_port_from_env(),
+            ).start()
             nats_url = nats.url
             log.info("embedded nats-server at %s (monitoring http://127.0.0.1:%d)", nats.url, nats.monitor_port)
         cluster = build_cluster(args, nats_url, repositories)

@@ -129,6 +129,7 @@ class Serve:
     monitor_port: int = field(default_factory=free_port)
     grpc_port: int = field(default_factory=free_port)  # never Triton's 8001: another serve may hold it
     process: subprocess.Popen | None = None
+    environment: dict[str, str] = field(default_factory=dict)  # set for the serve, beside this process's
 
     @property
     def log_path(self) -> Path:
@@ -140,7 +141,7 @@ class Serve:
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "XDG_CACHE_HOME": str(self.workdir / "cache")}
+        return {**os.environ, **self.environment, "XDG_CACHE_HOME": str(self.workdir / "cache")}
 
     def start(self, ready_timeout: float = 180, wait: bool = True) -> Serve:
         """Start it; with `wait`, return once it printed its model table (its start-up models

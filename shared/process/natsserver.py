@@ -8,6 +8,7 @@ control plane), and has a monitoring port (`/healthz`, `/varz`).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -66,6 +67,23 @@ def wait_for_port(
     raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
 
 
+PROFILE_PORT_ENV = "SHOAL_NATS_PROFILE_PORT"
+
+
+def profile_port_from_env() -> int:
+    """The embedded nats-server's profiling port, a developer's tool (the resource soak sets it):
+    0 unless SHOAL_NATS_PROFILE_PORT names one. Never on by default: pprof has no authentication,
+    hands out the server's heap (subjects, payload fragments) and can be made to burn CPU
+    (/debug/pprof/profile), so it is opt-in and bound to loopback like the monitoring port."""
+    value = os.environ.get(PROFILE_PORT_ENV, "").strip()
+    if not value:
+        return 0
+    port = int(value)
+    if not 0 < port < 65536:
+        raise ValueError(f"{PROFILE_PORT_ENV}={value}: not a TCP port")
+    return port
+
+
 class NatsServer:
     """A JetStream-enabled nats-server on loopback, on free ports unless given; with `routes`,
     one node of a cluster (see NatsCluster).
@@ -89,6 +107,7 @@ class NatsServer:
         prefix: list[str] | None = None,
         ping_interval_s: float | None = None,
         authorization: str = "",
+        profile_port: int = 0,
     ) -> None:
         self.port = port or free_port()
         self.monitor_port = monitor_port or free_port()
@@ -104,6 +123,8 @@ class NatsServer:
         self.ping_interval_s = ping_interval_s
         # nats-server's `authorization` block (shared/process/credentials.py): empty, anyone may connect
         self.authorization = authorization
+        # Go's pprof endpoints (/debug/pprof/heap) on `host`: 0, none (see profile_port_from_env)
+        self.profile_port = profile_port
         self.log_path = Path(self.store_dir) / "nats-server.log"
         self.process: subprocess.Popen[bytes] | None = None
         self._log: BinaryIO | None = None
@@ -129,6 +150,8 @@ class NatsServer:
             lines.append(f"cluster {{ name: shoal, listen: {own}, routes: [{routes}] }}")
         if self.authorization:
             lines.append(self.authorization)
+        if self.profile_port:  # nats-server binds it on `listen`'s host: loopback here
+            lines.append(f"prof_port: {self.profile_port}")
         return "\n".join(lines) + "\n"
 
     def start(self, timeout: float = 15.0) -> NatsServer:
