@@ -335,14 +335,13 @@ def _service(name: str, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog=f"shoal {name}")
     s.add_arguments(parser, SERVICES[name])
     settings = s.from_namespace(SERVICES[name], parser.parse_args(argv))
-    if isinstance(settings, s.WorkerSettings) and settings.parent_pid:  # a python model's own process
-        from services.worker.python.processes.child_startup import (
-            import_nats_without_websockets,
-            name_process,
-            process_name,
-        )
+    from shared.bus.nats_import import import_nats_without_websockets, wants_websockets
 
-        import_nats_without_websockets()  # before anything imports nats-py
+    if not wants_websockets(settings.nats_url.split(",")):
+        import_nats_without_websockets()  # before anything imports nats-py: a faster start
+    if isinstance(settings, s.WorkerSettings) and settings.parent_pid:  # a python model's own process
+        from services.worker.python.processes.child_startup import name_process, process_name
+
         name_process(process_name(settings.models[0] if settings.models else "", settings.instance_index))
     from shared.process.runtime import configure_logging, run_service
 

@@ -56,7 +56,7 @@ ENTRY_POINT = "shoal.cli"  # what each forked process runs: `shoal <argv>`
 
 
 def _preload() -> None:
-    from services.worker.python.processes.child_startup import import_nats_without_websockets
+    from shared.bus.nats_import import import_nats_without_websockets
 
     import_nats_without_websockets()
     for module in PRELOAD:
