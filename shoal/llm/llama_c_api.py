@@ -145,6 +145,7 @@ class LazyGrammar:
     through its C API, which aborts the process (docs/openai.md, "Tool calling")."""
 
     openings: tuple[tuple[str, str], ...]
+    tools: str = ""  # the functions' names, for the log
 
 
 class Shaping(NamedTuple):
@@ -183,9 +184,16 @@ class Sampler:
     def _shape(self, shaping: Shaping, vocab: Any) -> None:
         api = self._api
         n_vocab = int(api.llama_vocab_n_tokens(vocab))
-        if isinstance(shaping.grammar, LazyGrammar):  # made now, so that a grammar refused fails the request
-            for opening, text in shaping.grammar.openings:
-                self._lazy.append((opening.encode(), self._grammar(vocab, text)))
+        if isinstance(shaping.grammar, LazyGrammar):  # made now: one llama.cpp refuses leaves the calls unguided
+            try:
+                for opening, text in shaping.grammar.openings:
+                    self._lazy.append((opening.encode(), self._grammar(vocab, text)))
+            except LlamaError:
+                self._free_lazy()
+                log.warning(
+                    "tool_choice auto: llama.cpp refused the grammar of the tools %s, calls run unguided",
+                    shaping.grammar.tools,
+                )
         elif shaping.grammar:  # first: no other sampler may bring back a token the grammar rules out
             api.llama_sampler_chain_add(self.chain, self._grammar(vocab, shaping.grammar))
         if shaping.logit_bias:  # token ids checked against the vocabulary by the caller

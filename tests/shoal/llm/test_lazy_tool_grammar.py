@@ -128,3 +128,17 @@ def test_before_a_call_the_text_is_what_the_model_writes_unguided(setup):
         cut = guided.find("<tool_call")
         end = len(guided) if cut < 0 else cut + len("<tool_call")
         assert guided[:end] == unguided[:end]
+
+
+def test_a_lazy_grammar_llama_cpp_refuses_leaves_the_calls_unguided_with_a_warning(setup, caplog):
+    from shoal.llm.llama_c_api import LazyGrammar, Shaping
+
+    engine, _ = setup
+    refused = LazyGrammar((("<tool_call>", "root ::= undefined-rule"),), "lookup")
+    with caplog.at_level("WARNING", logger="shoal.llm"):
+        sampler = engine.model.sampler(1.0, 0.95, 1, Shaping(None, {}, refused))
+    try:
+        assert not sampler.waiting
+        assert [record.getMessage() for record in caplog.records if "lookup" in record.getMessage()]
+    finally:
+        sampler.close()
