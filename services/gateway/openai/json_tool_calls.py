@@ -16,12 +16,11 @@ written; text after the calls is content too.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import string
 
-from services.gateway.openai.tool_calls import CallDelta, call_id, whole_call
+from services.gateway.openai.tool_calls import CallDelta, call_id, head_name, whole_call
 
 _START, _ARRAY, _OPEN, _HEADING, _ARGUMENTS, _TAIL, _AFTER, _CONTENT, _DONE = range(9)
 _ALPHANUMERIC = string.ascii_letters + string.digits
@@ -154,8 +153,9 @@ class JsonCallParser:
 
     def _heading(self, content: list[str], deltas: list[CallDelta]) -> bool:
         head = self._head.match(self._buffer)
-        if head is not None:
-            deltas.append(CallDelta(self.count, "", self.new_id(), json.loads(f'"{head.group(1)}"')))
+        name = head_name(head)
+        if head is not None and name is not None:  # else read whole: not a call, as its name is not JSON
+            deltas.append(CallDelta(self.count, "", self.new_id(), name))
             self.count += 1
             self._held, self._buffer = "", self._buffer[head.end() :]
             self._state, self._brackets = _ARGUMENTS, _Brackets()

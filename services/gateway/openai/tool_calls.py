@@ -64,6 +64,17 @@ def whole_calls(deltas: list[CallDelta]) -> list[dict[str, Any]]:
     return calls
 
 
+def head_name(head: re.Match[str] | None) -> str | None:
+    """The name a call's start holds, or None: no start, or a name that is not a JSON string (a
+    bad escape, a raw control character), which makes the block not a call."""
+    if head is None:
+        return None
+    try:
+        return str(json.loads(f'"{head.group(1)}"'))
+    except ValueError:
+        return None
+
+
 def _partial_suffix(text: str, tag: str) -> int:
     """How many of `text`'s last characters could start `tag` (held back until the next piece)."""
     for size in range(min(len(tag) - 1, len(text)), 0, -1):
@@ -144,8 +155,9 @@ class CallParser:
 
     def _heading(self, content: list[str], deltas: list[CallDelta]) -> bool:
         head = _HEAD.match(self._buffer)
-        if head is not None and head.end() < len(self._buffer):  # the white space before the value is whole
-            deltas.append(CallDelta(self.count, "", call_id(), json.loads(f'"{head.group(1)}"')))
+        name = head_name(head)
+        if head is not None and name is not None and head.end() < len(self._buffer):  # the white space is whole
+            deltas.append(CallDelta(self.count, "", call_id(), name))
             self.count += 1
             self._buffer, self._state = self._buffer[head.end() :], _ARGUMENTS
             return True

@@ -151,3 +151,25 @@ def test_mistral_ids_are_nine_letters_or_digits_as_its_template_wants():
     _, deltas = parse(MistralParser, [MISTRAL])
     ids = [d.id for d in deltas if d.id is not None]
     assert len(ids) == 2 and all(len(i) == 9 and i.isalnum() for i in ids) and ids[0] != ids[1]
+
+
+# a name that is no JSON string: a bad escape or a raw control character
+BAD_NAMES = st.tuples(
+    st.text("abc_", max_size=4), st.sampled_from(["\\x", "\\q", "\\u00zz", "\\ "]) | st.characters(max_codepoint=0x1F)
+).map("".join)
+
+
+@given(
+    BAD_NAMES,
+    st.sampled_from(
+        [
+            (Llama3Parser, '{"name": "%s", "parameters": {}}'),
+            (MistralParser, '[TOOL_CALLS][{"name": "%s", "arguments": {}}]'),
+        ]
+    ),
+    st.lists(st.integers(0, 80), max_size=6),
+)
+def test_a_call_whose_name_is_not_a_json_string_is_content(name, case, cuts):
+    kind, form = case
+    text = form % name
+    assert parse(kind, pieces(text, cuts)) == (text, [])
