@@ -60,7 +60,7 @@ def test_llama3_calls_after_the_python_tag_separated_by_semicolons():
         ("get_weather", {"city": "Paris", "note": 'a } and a " {'}),
         ("get_time", {"zone": ["CET", {"dst": True}]}),
     ]
-    assert read(Llama3Parser, ' {"name": "f", "parameters": {}}\n\nDone.') == ("Done.", [("f", {})])
+    assert read(Llama3Parser, ' {"name": "f", "parameters": {}}\n\nDone.') == ("\n\nDone.", [("f", {})])  # its own spacing
 
 
 def test_mistral_calls_in_an_array_after_their_token_with_content_before():
@@ -173,3 +173,12 @@ def test_a_call_whose_name_is_not_a_json_string_is_content(name, case, cuts):
     kind, form = case
     text = form % name
     assert parse(kind, pieces(text, cuts)) == (text, [])
+
+
+@given(st.lists(st.integers(0, 120), max_size=6))
+def test_text_after_the_calls_keeps_its_spacing_and_a_lone_trailing_separator_is_dropped(cuts):
+    mistral = 'Sure.[TOOL_CALLS][{"name": "a", "arguments": {}}] after'
+    assert parse(MistralParser, pieces(mistral, cuts))[0] == "Sure. after"
+    for tail in ("", " ", ";", "; \n", " ;"):
+        assert parse(Llama3Parser, pieces('{"name": "a", "parameters": {}}' + tail, cuts))[0] == ""
+    assert parse(Llama3Parser, pieces('{"name": "a", "parameters": {}}\n\nDone.', cuts))[0] == "\n\nDone."

@@ -153,3 +153,15 @@ def test_a_call_whose_name_is_not_a_json_string_is_content(name, cuts):
     text = 'Hm.<tool_call>\n{"name": "%s", "arguments": {}}\n</tool_call>' % name
     bounds = [0, *sorted({c % (len(text) + 1) for c in cuts}), len(text)]
     assert parse([text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]) == (text, [])
+
+
+@given(st.lists(st.integers(0, 120), max_size=6))
+def test_text_after_a_call_keeps_its_spacing_and_white_space_alone_is_dropped(cuts):
+    call = '<tool_call>{"name": "a", "arguments": {}}</tool_call>'
+    for text, content in [
+        (f"x{call}\n{call}\n", "x"),
+        (f"x{call} and more", "x and more"),
+        (f"{call}\n\nDone.", "\n\nDone."),
+    ]:
+        bounds = [0, *sorted({c % (len(text) + 1) for c in cuts}), len(text)]
+        assert parse([text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)])[0] == content
