@@ -16,6 +16,7 @@ schema), name first so that a stream can show the name before the arguments. The
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -107,7 +108,15 @@ def tool_grammar(tools: list[dict[str, Any]], choice: Any, parallel: bool = True
 def lazy_tool_grammar(tools: list[dict[str, Any]], parallel: bool = True) -> LazyGrammar:
     """`tool_choice` "auto": the grammar of what follows a started call, for each way the text may
     end when the call has started: `<tool_call` (the `>` is then forced too, so no token that
-    carries more than `>` can slip by it), `<tool_call>`, `<tool_call>\\n`. The longest first."""
+    carries more than `>` can slip by it), `<tool_call>`, `<tool_call>\\n`. The longest first.
+    Kept for the latest tools (a client sends the same ones with each turn): converting ten
+    schemas takes milliseconds, on every request."""
+    return _lazy(json.dumps(tools, sort_keys=True), parallel)
+
+
+@functools.lru_cache(maxsize=32)
+def _lazy(tools_json: str, parallel: bool) -> LazyGrammar:
+    tools = json.loads(tools_json)
     rules, more = _rules(tools, "required"), ' ("\\n" tool-call)*' if parallel else ""
     close = json.dumps(chr(10) + CALL_CLOSE)
     openings = []

@@ -129,3 +129,11 @@ def test_tools_with_a_response_format_are_refused_as_the_gateway_refuses_them():
     assert request_grammar([WEATHER], "auto", True, '{"type": "text"}') != ""
     with pytest.raises(ValueError, match="no tools were given"):
         request_grammar(None, "required", True, None)
+
+
+def test_the_lazy_grammar_of_the_same_tools_is_made_once():
+    from shoal.llm.tool_grammar import lazy_tool_grammar
+
+    again = [{"function": {"parameters": WEATHER["function"]["parameters"], "name": "get_weather"}, "type": "function"}]
+    assert lazy_tool_grammar([WEATHER]) is lazy_tool_grammar(again)  # the same JSON, keys in any order
+    assert lazy_tool_grammar([WEATHER]) is not lazy_tool_grammar([WEATHER], parallel=False)
