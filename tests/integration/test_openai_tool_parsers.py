@@ -110,7 +110,10 @@ def test_forcing_a_call_without_the_hermes_format_is_a_400_naming_the_parser(cli
 
 @pytest.mark.parametrize(
     "model, text",
-    [("echo", '[TOOL_CALLS][{"name": "a\\x", "arguments": {}}]'), ("echo-llama3", '{"name": "a\\x", "parameters": {}}')],
+    [
+        ("echo", '[TOOL_CALLS][{"name": "a\\x", "arguments": {}}]'),
+        ("echo-llama3", '{"name": "a\\x", "parameters": {}}'),
+    ],
 )
 def test_a_call_whose_name_is_not_a_json_string_is_content(client: openai.OpenAI, model: str, text: str):
     answer = client.chat.completions.create(**ask(model, text)).choices[0]

@@ -60,7 +60,10 @@ def test_llama3_calls_after_the_python_tag_separated_by_semicolons():
         ("get_weather", {"city": "Paris", "note": 'a } and a " {'}),
         ("get_time", {"zone": ["CET", {"dst": True}]}),
     ]
-    assert read(Llama3Parser, ' {"name": "f", "parameters": {}}\n\nDone.') == ("\n\nDone.", [("f", {})])  # its own spacing
+    assert read(Llama3Parser, ' {"name": "f", "parameters": {}}\n\nDone.') == (
+        "\n\nDone.",
+        [("f", {})],
+    )  # its own spacing
 
 
 def test_mistral_calls_in_an_array_after_their_token_with_content_before():
