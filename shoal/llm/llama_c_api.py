@@ -145,6 +145,7 @@ class LazyGrammar:
     through its C API, which aborts the process (docs/openai.md, "Tool calling")."""
 
     openings: tuple[tuple[str, str], ...]
+    tools: str = ""  # the functions' names, for the log
 
 
 class Shaping(NamedTuple):
@@ -164,7 +165,8 @@ class Sampler:
     ) -> None:
         self._api = api
         self.chain = api.llama_sampler_chain_init(api.llama_sampler_chain_default_params())
-        self._lazy: list[tuple[bytes, Any]] = []  # a lazy grammar's openings and their grammars' samplers
+        self._lazy: LazyGrammar | None = None  # a lazy grammar, until its opening comes
+        self._vocab: Any = None
         self._tail = b""  # the output's last bytes, while a lazy grammar waits
         if shaping is not None:  # first: they change the logits the rest choose from
             try:
@@ -183,9 +185,8 @@ class Sampler:
     def _shape(self, shaping: Shaping, vocab: Any) -> None:
         api = self._api
         n_vocab = int(api.llama_vocab_n_tokens(vocab))
-        if isinstance(shaping.grammar, LazyGrammar):  # made now, so that a grammar refused fails the request
-            for opening, text in shaping.grammar.openings:
-                self._lazy.append((opening.encode(), self._grammar(vocab, text)))
+        if isinstance(shaping.grammar, LazyGrammar):  # compiled when its opening comes (`seen`), if ever
+            self._lazy, self._vocab = shaping.grammar, vocab
         elif shaping.grammar:  # first: no other sampler may bring back a token the grammar rules out
             api.llama_sampler_chain_add(self.chain, self._grammar(vocab, shaping.grammar))
         if shaping.logit_bias:  # token ids checked against the vocabulary by the caller
@@ -207,29 +208,33 @@ class Sampler:
     @property
     def waiting(self) -> bool:
         """A lazy grammar waits for its opening: the sampler wants each token's text (`seen`)."""
-        return bool(self._lazy)
+        return self._lazy is not None
 
     def seen(self, piece: bytes) -> None:
-        """The latest token's text: at an opening, its grammar goes first in the chain, the other
-        samplers after it as they are (the penalties' counts and the draw's state kept)."""
+        """The latest token's text: at an opening, its grammar (compiled now: one grammar, only
+        for an answer that calls) goes first in the chain, the other samplers after it as they
+        are (the penalties' counts and the draw's state kept). A grammar llama.cpp refuses leaves
+        the call unguided, with a warning, as a schema the converter cannot take does."""
+        assert self._lazy is not None
         self._tail = (self._tail + piece)[-32:]
-        grammar = next((grammar for opening, grammar in self._lazy if self._tail.endswith(opening)), None)
-        if grammar is None:
+        text = next((text for opening, text in self._lazy.openings if self._tail.endswith(opening.encode())), None)
+        if text is None:
+            return
+        lazy, self._lazy = self._lazy, None
+        try:
+            grammar = self._grammar(self._vocab, text)
+        except LlamaError:
+            log.warning(
+                "tool_choice auto: llama.cpp refused the grammar of the tools %s, calls run unguided", lazy.tools
+            )
             return
         api = self._api
         others = [api.llama_sampler_chain_remove(self.chain, 0) for _ in range(api.llama_sampler_chain_n(self.chain))]
         for sampler in [grammar, *others]:
             api.llama_sampler_chain_add(self.chain, sampler)
-        self._free_lazy(keep=grammar)
-
-    def _free_lazy(self, keep: Any = None) -> None:
-        for _, grammar in self._lazy:
-            if grammar is not keep:
-                self._api.llama_sampler_free(grammar)
-        self._lazy = []
 
     def close(self) -> None:
-        self._free_lazy()
+        self._lazy = None
         if self.chain is not None:
             self._api.llama_sampler_free(self.chain)
             self.chain = None

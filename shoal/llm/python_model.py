@@ -56,10 +56,9 @@ from shoal.llm.engine import Engine, Job, Limits
 from shoal.llm.llama_c_api import ContextSettings, LazyGrammar, Library, LlamaModel, library_folder
 from shoal.llm.llm_metrics import LlmMetrics
 from shoal.llm.requantize import CacheUnavailable, requantized
-from shoal.llm.response_grammar import grammar_for
 from shoal.llm.text import render_chat
 from shoal.llm.token_logprobs import MAX_TOP, Logprob, to_json
-from shoal.llm.tool_grammar import lazy_tool_grammar, tool_grammar
+from shoal.llm.tool_grammar import request_grammar
 
 log = logging.getLogger("shoal.llm")
 
@@ -268,7 +267,7 @@ class LlamaPythonModel:
             frequency_penalty=float(_scalar(request, "frequency_penalty", 0.0)),
             presence_penalty=float(_scalar(request, "presence_penalty", 0.0)),
             logit_bias=self._logit_bias(_scalar(request, "logit_bias", None)),
-            grammar=_tool_grammar(request) or grammar_for(_scalar(request, "response_format", None)),
+            grammar=_grammar(request),
             logprobs=None if top is None else int(top),
             prompt_logprobs=bool(_scalar(request, "prompt_logprobs", False)),
             adapter=self._adapter(_scalar(request, "lora_name", b"")),
@@ -313,15 +312,8 @@ def _json_input(request: Any, name: str) -> Any:
     return None if given is None else json.loads(given)
 
 
-def _tool_grammar(request: Any) -> str | LazyGrammar:
-    """The grammar that forces a call when `tool_choice` asks for one; with tools and `auto` (or
-    none given), the lazy one that makes a call the model starts a valid one; "" without tools."""
+def _grammar(request: Any) -> str | LazyGrammar:
+    """The grammar of the tool calls `tool_choice` asks for, or of `response_format` (tool_grammar.py)."""
     choice, tools = _json_input(request, "tool_choice"), _json_input(request, "tools")
     parallel = bool(_scalar(request, "parallel_tool_calls", True))
-    if choice == "none" or (choice in (None, "auto") and not tools):
-        return ""
-    if choice in (None, "auto"):
-        return lazy_tool_grammar(tools, parallel)
-    if not tools:
-        raise ValueError("tool_choice asks for a call, and no tools were given")
-    return tool_grammar(tools, choice, parallel)
+    return request_grammar(tools, choice, parallel, _scalar(request, "response_format", None))

@@ -9,32 +9,41 @@ opening, so free text stays free and a started call always parses and validates.
 
 The call's JSON comes from llama-cpp-python's schema converter, as `response_format` does, over a
 schema with one alternative per function (its name a constant, its parameters the arguments'
-schema), name first so that a stream can show the name before the arguments.
+schema), name first so that a stream can show the name before the arguments. The parameters'
+`$defs` (and `definitions`, pydantic's forms) move to that schema's root, where their
+`#/$defs/...` references point.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import re
 from typing import Any
 
 from shared.config.tool_prompt import CALL_CLOSE, CALL_OPEN
 from shoal.llm.llama_c_api import LazyGrammar
-from shoal.llm.response_grammar import json_schema_grammar
+from shoal.llm.response_grammar import grammar_for, json_schema_grammar
 
+log = logging.getLogger("shoal.llm")
 _ROOT = re.compile(r"^root ::=", re.MULTILINE)
 OPENING = CALL_OPEN + "\n"  # a call's start, as the prompt shows it
+
+
+_DEFINITIONS = ("$defs", "definitions")
 
 
 def call_schema(tools: list[dict[str, Any]], choice: Any) -> dict[str, Any]:
     """The JSON schema of one call: to any of `tools` ("required"), or to the one named."""
     named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    hoisted: dict[str, dict[str, Any]] = {}
     alternatives = [
         {
             "type": "object",
             "properties": {
                 "name": {"const": tool["function"]["name"]},
-                "arguments": tool["function"].get("parameters") or {"type": "object"},
+                "arguments": _hoist(tool["function"].get("parameters") or {"type": "object"}, hoisted),
             },
             "required": ["name", "arguments"],
         }
@@ -43,7 +52,45 @@ def call_schema(tools: list[dict[str, Any]], choice: Any) -> dict[str, Any]:
     ]
     if not alternatives:
         raise ValueError(f"tool_choice names '{named}', which is not among the tools")
-    return alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
+    schema = alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
+    return schema | hoisted
+
+
+def _hoist(parameters: dict[str, Any], hoisted: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`parameters` without its definitions, which join `hoisted` (the root's): a reference
+    `#/$defs/X` is read from the root of the whole schema. A name two functions define
+    differently is renamed in the later one, its references with it."""
+    renamed: dict[str, str] = {}
+    for key in _DEFINITIONS:
+        theirs = hoisted.get(key, {})
+        for name, definition in (parameters.get(key) or {}).items():
+            new = name
+            while new in theirs and theirs[new] != definition:
+                new += "_"
+            if new != name:
+                renamed[f"#/{key}/{name}"] = f"#/{key}/{new}"
+    if renamed:
+        parameters = _rename(parameters, renamed)
+    for key in _DEFINITIONS:
+        mine = parameters.get(key) or {}
+        for name, definition in mine.items():
+            hoisted.setdefault(key, {})[renamed.get(f"#/{key}/{name}", f"#/{key}/{name}").split("/")[-1]] = definition
+    return {key: value for key, value in parameters.items() if key not in _DEFINITIONS}
+
+
+def _rename(node: Any, renamed: dict[str, str]) -> Any:
+    """`node` with its references to renamed definitions (or into them) pointing at the new names."""
+    if isinstance(node, list):
+        return [_rename(item, renamed) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _rename(value, renamed) for key, value in node.items()}
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        old = next((old for old in renamed if ref == old or ref.startswith(old + "/")), None)
+        if old is not None:
+            out["$ref"] = renamed[old] + ref[len(old) :]
+    return out
 
 
 def _rules(tools: list[dict[str, Any]], choice: Any) -> str:
@@ -61,11 +108,45 @@ def tool_grammar(tools: list[dict[str, Any]], choice: Any, parallel: bool = True
 def lazy_tool_grammar(tools: list[dict[str, Any]], parallel: bool = True) -> LazyGrammar:
     """`tool_choice` "auto": the grammar of what follows a started call, for each way the text may
     end when the call has started: `<tool_call` (the `>` is then forced too, so no token that
-    carries more than `>` can slip by it), `<tool_call>`, `<tool_call>\\n`. The longest first."""
+    carries more than `>` can slip by it), `<tool_call>`, `<tool_call>\\n`. The longest first.
+    Kept for the latest tools (a client sends the same ones with each turn): converting ten
+    schemas takes milliseconds, on every request."""
+    return _lazy(json.dumps(tools, sort_keys=True), parallel)
+
+
+@functools.lru_cache(maxsize=32)
+def _lazy(tools_json: str, parallel: bool) -> LazyGrammar:
+    tools = json.loads(tools_json)
     rules, more = _rules(tools, "required"), ' ("\\n" tool-call)*' if parallel else ""
     close = json.dumps(chr(10) + CALL_CLOSE)
     openings = []
     for cut in range(len(OPENING), len(CALL_OPEN) - 2, -1):
         rest = f"{json.dumps(OPENING[cut:])} " if cut < len(OPENING) else ""
         openings.append((OPENING[:cut], f"root ::= {rest}tool-call-json {close}{more}\n{rules}"))
-    return LazyGrammar(tuple(openings))
+    return LazyGrammar(tuple(openings), names(tools))
+
+
+def request_grammar(
+    tools: list[dict[str, Any]] | None, choice: Any, parallel: bool, response_format: Any
+) -> str | LazyGrammar:
+    """A request's grammar: the one that forces a call when `tool_choice` asks for one; with tools
+    and `auto` (or none given) the lazy one, or none when the tools' schemas cannot be converted
+    (the call then runs unguided, as before tools had a grammar); else `response_format`'s."""
+    asks_tools = choice != "none" and (bool(tools) or choice not in (None, "auto"))
+    if asks_tools and grammar_for(response_format):  # as the gateway refuses it
+        raise ValueError("response_format with tools: a reply is either a call or the formatted content")
+    if not asks_tools:
+        return grammar_for(response_format)
+    if not tools:
+        raise ValueError("tool_choice asks for a call, and no tools were given")
+    if choice not in (None, "auto"):
+        return tool_grammar(tools, choice, parallel)
+    try:
+        return lazy_tool_grammar(tools, parallel)
+    except Exception as exc:  # noqa: BLE001 - the converter's AssertionError, ValueError, ...
+        log.warning("tool_choice auto: no grammar for the tools %s, calls run unguided: %s", names(tools), exc)
+        return ""
+
+
+def names(tools: list[dict[str, Any]]) -> str:
+    return ", ".join(str(tool.get("function", {}).get("name")) for tool in tools)

@@ -96,3 +96,27 @@ def test_text_that_is_not_a_call_in_the_models_form_is_content(client: openai.Op
     assert (answer.message.content, answer.message.tool_calls, answer.finish_reason) == (text, None, "stop")
     content, deltas, reason = streamed(client, ask(model, text))
     assert (content, deltas, reason) == (text, [], "stop")
+
+
+@pytest.mark.parametrize("model", ["echo", "echo-llama3"])  # the gateway's mistral, the config's llama3
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_time"}}])
+def test_forcing_a_call_without_the_hermes_format_is_a_400_naming_the_parser(client: openai.OpenAI, model, choice):
+    """The model forces a call by the grammar of `<tool_call>` blocks, which these parsers do not read."""
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError, match="hermes format only") as raised:
+            client.chat.completions.create(**ask(model, "hi"), tool_choice=choice, stream=stream)
+        assert raised.value.status_code == 400 and raised.value.body["param"] == "tool_choice"
+
+
+@pytest.mark.parametrize(
+    "model, text",
+    [
+        ("echo", '[TOOL_CALLS][{"name": "a\\x", "arguments": {}}]'),
+        ("echo-llama3", '{"name": "a\\x", "parameters": {}}'),
+    ],
+)
+def test_a_call_whose_name_is_not_a_json_string_is_content(client: openai.OpenAI, model: str, text: str):
+    answer = client.chat.completions.create(**ask(model, text)).choices[0]
+    assert (answer.message.content, answer.message.tool_calls, answer.finish_reason) == (text, None, "stop")
+    content, deltas, reason = streamed(client, ask(model, text))  # the stream ends as ever
+    assert (content, deltas, reason) == (text, [], "stop")

@@ -11,17 +11,17 @@ committed once its name and the start of its arguments are seen (the first delta
 name), then its arguments' JSON text goes out as it arrives; where its value ends is found by
 counting brackets outside strings, as there is no closing tag. A call written in another order
 is read whole once its object closes. Text that turns out not to be a call is content, as
-written; text after the calls is content too.
+written; text after the calls is content too, with its own spacing (white space or a lone `;`
+that nothing follows is dropped).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import string
 
-from services.gateway.openai.tool_calls import CallDelta, call_id, whole_call
+from services.gateway.openai.tool_calls import CallDelta, Trailing, call_id, head_name, whole_call
 
 _START, _ARRAY, _OPEN, _HEADING, _ARGUMENTS, _TAIL, _AFTER, _CONTENT, _DONE = range(9)
 _ALPHANUMERIC = string.ascii_letters + string.digits
@@ -75,7 +75,7 @@ class JsonCallParser:
         self._held = ""  # consumed since the last call: content after all if no call follows
         self._brackets = _Brackets()
         self._scanned = 0  # how much of the buffer `_brackets` has seen (while heading)
-        self._after_call = False  # the white space after a call is not content
+        self._trailing = Trailing(self.separator)
         self._head = _head(self.keys)
 
     def new_id(self) -> str:
@@ -95,7 +95,7 @@ class JsonCallParser:
         rest, state = self._held + self._buffer, self._state
         self._held, self._buffer, self._state = "", "", _DONE
         if state in (_START, _ARRAY, _OPEN, _HEADING, _CONTENT):
-            return self._content(rest), []
+            return self._trailing.content(rest, final=True), []
         return "", []
 
     def _step(self, content: list[str], deltas: list[CallDelta]) -> bool:
@@ -113,18 +113,12 @@ class JsonCallParser:
         if self._state == _AFTER:
             return self._after()
         if self._state == _CONTENT:
-            content.append(self._content(self._buffer))
+            content.append(self._trailing.content(self._buffer))
         self._buffer = ""  # _CONTENT, _DONE
         return False
 
     def _start(self, content: list[str]) -> bool:
         raise NotImplementedError
-
-    def _content(self, text: str) -> str:
-        if self._after_call:  # cut the same wherever the pieces split
-            text = text.lstrip()
-            self._after_call = not text
-        return text
 
     def _take(self, size: int) -> None:
         """The buffer's first `size` characters, consumed but held (content if no call follows)."""
@@ -132,7 +126,7 @@ class JsonCallParser:
 
     def _not_a_call(self, content: list[str]) -> bool:
         """What was held, and all after it, is content."""
-        content.append(self._content(self._held + self._buffer))
+        content.append(self._trailing.content(self._held + self._buffer))
         self._held, self._buffer, self._state = "", "", _CONTENT
         return False
 
@@ -154,8 +148,9 @@ class JsonCallParser:
 
     def _heading(self, content: list[str], deltas: list[CallDelta]) -> bool:
         head = self._head.match(self._buffer)
-        if head is not None:
-            deltas.append(CallDelta(self.count, "", self.new_id(), json.loads(f'"{head.group(1)}"')))
+        name = head_name(head)
+        if head is not None and name is not None:  # else read whole: not a call, as its name is not JSON
+            deltas.append(CallDelta(self.count, "", self.new_id(), name))
             self.count += 1
             self._held, self._buffer = "", self._buffer[head.end() :]
             self._state, self._brackets = _ARGUMENTS, _Brackets()
@@ -193,7 +188,8 @@ class JsonCallParser:
         return end is not None
 
     def _called(self) -> None:
-        self._state, self._after_call = (_AFTER if self.parallel else _DONE), True
+        self._state = _AFTER if self.parallel else _DONE
+        self._trailing.called()
 
     def _after(self) -> bool:
         """After a call: a separator and the next one, the end of the calls, or content."""
@@ -206,8 +202,8 @@ class JsonCallParser:
             self._state = _OPEN
         elif self.closing and text.startswith(self.closing):
             self._buffer, self._state = text[len(self.closing) :], _CONTENT
-        else:
-            self._buffer, self._state = text, _CONTENT
+        else:  # content, with its own spacing
+            self._state = _CONTENT
         return True
 
 

@@ -168,7 +168,8 @@ class OpenAIHandlers:
             one = asked if "seed" not in asked.sampling else choice_with_seed(asked, i)
             parsed = generation_request(spec, served, one, reply.id if asked.n == 1 else f"{reply.id}-{i}")
             tools = asked.tools
-            calls = tool_parser(spec, tools.parallel, self.tool_call_parser) if tools is not None else None
+            forced = tools is not None and tools.choice != "auto"
+            calls = tool_parser(spec, tools.parallel, self.tool_call_parser, forced) if tools is not None else None
             echo = (asked.prompt or "") if asked.echo else None
             logprobs = asked.logprobs is not None
             generation = Generation(self.core, spec, version, served, parsed, asked.stop, logprobs, calls, echo)

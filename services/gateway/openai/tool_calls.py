@@ -64,6 +64,41 @@ def whole_calls(deltas: list[CallDelta]) -> list[dict[str, Any]]:
     return calls
 
 
+def head_name(head: re.Match[str] | None) -> str | None:
+    """The name a call's start holds, or None: no start, or a name that is not a JSON string (a
+    bad escape, a raw control character), which makes the block not a call."""
+    if head is None:
+        return None
+    try:
+        return str(json.loads(f'"{head.group(1)}"'))
+    except ValueError:
+        return None
+
+
+class Trailing:
+    """The content after a call, as written; but white space (or a lone `separator`) that no text
+    follows is not content: it waits for the text after it, and is dropped at the answer's end or
+    when the next call starts. The same wherever the pieces split."""
+
+    def __init__(self, separator: str = "") -> None:
+        self.separator = separator
+        self._after_call = False
+        self._waiting = ""
+
+    def called(self) -> None:
+        self._after_call, self._waiting = True, ""
+
+    def content(self, text: str, final: bool = False) -> str:
+        if not self._after_call:
+            return text
+        text = self._waiting + text
+        if not text.strip() or (final and text.strip() == self.separator):
+            self._waiting = "" if final else text
+            return ""
+        self._after_call, self._waiting = False, ""
+        return text
+
+
 def _partial_suffix(text: str, tag: str) -> int:
     """How many of `text`'s last characters could start `tag` (held back until the next piece)."""
     for size in range(min(len(tag) - 1, len(text)), 0, -1):
@@ -91,7 +126,7 @@ class CallParser:
         self.count = 0  # calls started
         self._state = _OUTSIDE
         self._buffer = ""
-        self._after_call = False  # the white space after a call is not content
+        self._trailing = Trailing()
 
     def feed(self, text: str) -> tuple[str, list[CallDelta]]:
         self._buffer += text
@@ -107,18 +142,12 @@ class CallParser:
         rest, state = self._buffer, self._state
         self._buffer, self._state = "", _DONE
         if state == _OUTSIDE:
-            return self._content(rest), []
+            return self._trailing.content(rest, final=True), []
         if state == _HEADING:
             return CALL_OPEN + rest, []
         if state == _ARGUMENTS and rest:
             return "", [CallDelta(self.count - 1, rest)]
         return "", []
-
-    def _content(self, text: str) -> str:
-        if self._after_call:  # cut the same wherever the pieces split
-            text = text.lstrip()
-            self._after_call = not text
-        return text
 
     def _step(self, content: list[str], deltas: list[CallDelta]) -> bool:
         """One move of the state machine; False when it needs more text."""
@@ -135,17 +164,18 @@ class CallParser:
         at = self._buffer.find(CALL_OPEN)
         if at < 0:
             keep = _partial_suffix(self._buffer, CALL_OPEN)
-            content.append(self._content(self._buffer[: len(self._buffer) - keep]))
+            content.append(self._trailing.content(self._buffer[: len(self._buffer) - keep]))
             self._buffer = self._buffer[len(self._buffer) - keep :]
             return False
-        content.append(self._content(self._buffer[:at]))
+        content.append(self._trailing.content(self._buffer[:at]))
         self._buffer, self._state = self._buffer[at + len(CALL_OPEN) :], _HEADING
         return True
 
     def _heading(self, content: list[str], deltas: list[CallDelta]) -> bool:
         head = _HEAD.match(self._buffer)
-        if head is not None and head.end() < len(self._buffer):  # the white space before the value is whole
-            deltas.append(CallDelta(self.count, "", call_id(), json.loads(f'"{head.group(1)}"')))
+        name = head_name(head)
+        if head is not None and name is not None and head.end() < len(self._buffer):  # the white space is whole
+            deltas.append(CallDelta(self.count, "", call_id(), name))
             self.count += 1
             self._buffer, self._state = self._buffer[head.end() :], _ARGUMENTS
             return True
@@ -155,12 +185,13 @@ class CallParser:
         block, self._buffer = self._buffer[:end], self._buffer[end + len(CALL_CLOSE) :]
         call = whole_call(block)
         if call is None:  # not a call after all: the model's text, as it wrote it
-            content.append(CALL_OPEN + block + CALL_CLOSE)
+            content.append(self._trailing.content(CALL_OPEN + block + CALL_CLOSE))
             self._state = _OUTSIDE
             return True
         deltas.append(CallDelta(self.count, call[1], call_id(), call[0]))
         self.count += 1
-        self._state, self._after_call = (_OUTSIDE if self.parallel else _DONE), True
+        self._state = _OUTSIDE if self.parallel else _DONE
+        self._trailing.called()
         return True
 
     def _arguments(self, deltas: list[CallDelta]) -> bool:
@@ -172,7 +203,8 @@ class CallParser:
             fragment = self._buffer[:end]
             fragment = fragment[: len(fragment) - _held_in_arguments(fragment)]
             self._buffer = self._buffer[end + len(CALL_CLOSE) :]
-            self._state, self._after_call = (_OUTSIDE if self.parallel else _DONE), True
+            self._state = _OUTSIDE if self.parallel else _DONE
+            self._trailing.called()
         if fragment:
             deltas.append(CallDelta(self.count - 1, fragment))
         return end >= 0

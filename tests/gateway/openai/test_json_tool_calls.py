@@ -60,7 +60,10 @@ def test_llama3_calls_after_the_python_tag_separated_by_semicolons():
         ("get_weather", {"city": "Paris", "note": 'a } and a " {'}),
         ("get_time", {"zone": ["CET", {"dst": True}]}),
     ]
-    assert read(Llama3Parser, ' {"name": "f", "parameters": {}}\n\nDone.') == ("Done.", [("f", {})])
+    assert read(Llama3Parser, ' {"name": "f", "parameters": {}}\n\nDone.') == (
+        "\n\nDone.",
+        [("f", {})],
+    )  # its own spacing
 
 
 def test_mistral_calls_in_an_array_after_their_token_with_content_before():
@@ -151,3 +154,34 @@ def test_mistral_ids_are_nine_letters_or_digits_as_its_template_wants():
     _, deltas = parse(MistralParser, [MISTRAL])
     ids = [d.id for d in deltas if d.id is not None]
     assert len(ids) == 2 and all(len(i) == 9 and i.isalnum() for i in ids) and ids[0] != ids[1]
+
+
+# a name that is no JSON string: a bad escape or a raw control character
+BAD_NAMES = st.tuples(
+    st.text("abc_", max_size=4), st.sampled_from(["\\x", "\\q", "\\u00zz", "\\ "]) | st.characters(max_codepoint=0x1F)
+).map("".join)
+
+
+@given(
+    BAD_NAMES,
+    st.sampled_from(
+        [
+            (Llama3Parser, '{"name": "%s", "parameters": {}}'),
+            (MistralParser, '[TOOL_CALLS][{"name": "%s", "arguments": {}}]'),
+        ]
+    ),
+    st.lists(st.integers(0, 80), max_size=6),
+)
+def test_a_call_whose_name_is_not_a_json_string_is_content(name, case, cuts):
+    kind, form = case
+    text = form % name
+    assert parse(kind, pieces(text, cuts)) == (text, [])
+
+
+@given(st.lists(st.integers(0, 120), max_size=6))
+def test_text_after_the_calls_keeps_its_spacing_and_a_lone_trailing_separator_is_dropped(cuts):
+    mistral = 'Sure.[TOOL_CALLS][{"name": "a", "arguments": {}}] after'
+    assert parse(MistralParser, pieces(mistral, cuts))[0] == "Sure. after"
+    for tail in ("", " ", ";", "; \n", " ;"):
+        assert parse(Llama3Parser, pieces('{"name": "a", "parameters": {}}' + tail, cuts))[0] == ""
+    assert parse(Llama3Parser, pieces('{"name": "a", "parameters": {}}\n\nDone.', cuts))[0] == "\n\nDone."

@@ -139,3 +139,29 @@ def test_a_call_cut_short_keeps_what_was_written():
     content, deltas = parse(['<tool_call>\n{"name": "f", "arguments": {"x": 1'])
     assert content == "" and whole_calls(deltas)[0]["function"] == {"name": "f", "arguments": '{"x": 1'}
     assert parse(['<tool_call>\n{"na']) == ('<tool_call>\n{"na', [])
+
+
+@given(
+    st.tuples(
+        st.text("abc_", max_size=4),
+        st.sampled_from(["\\x", "\\q", "\\u00zz", "\\ "]) | st.characters(max_codepoint=0x1F),
+    ).map("".join),
+    st.lists(st.integers(0, 80), max_size=6),
+)
+def test_a_call_whose_name_is_not_a_json_string_is_content(name, cuts):
+    """A bad escape or a raw control character in the name: the block is the model's text."""
+    text = 'Hm.<tool_call>\n{"name": "%s", "arguments": {}}\n</tool_call>' % name
+    bounds = [0, *sorted({c % (len(text) + 1) for c in cuts}), len(text)]
+    assert parse([text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]) == (text, [])
+
+
+@given(st.lists(st.integers(0, 120), max_size=6))
+def test_text_after_a_call_keeps_its_spacing_and_white_space_alone_is_dropped(cuts):
+    call = '<tool_call>{"name": "a", "arguments": {}}</tool_call>'
+    for text, content in [
+        (f"x{call}\n{call}\n", "x"),
+        (f"x{call} and more", "x and more"),
+        (f"{call}\n\nDone.", "\n\nDone."),
+    ]:
+        bounds = [0, *sorted({c % (len(text) + 1) for c in cuts}), len(text)]
+        assert parse([text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)])[0] == content

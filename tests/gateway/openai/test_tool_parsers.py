@@ -34,3 +34,12 @@ def test_the_flag_takes_tritons_names_only():
     assert GatewaySettings(tool_call_parser="llama3").tool_call_parser == "llama3"
     with pytest.raises(ValueError):
         GatewaySettings(tool_call_parser="qwen")
+
+
+def test_forcing_a_call_with_a_parser_other_than_hermes_is_the_clients_error_naming_both():
+    assert type(tool_parser(spec(), True, forced=True)) is CallParser
+    for name in ("llama3", "mistral"):
+        assert tool_parser(spec(tool_call_parser=name), True)  # auto: the model calls as it likes
+        with pytest.raises(OpenAIError, match=f"hermes format only; model 'm' has tool_call_parser '{name}'") as raised:
+            tool_parser(spec(tool_call_parser=name), True, forced=True)
+        assert raised.value.status == 400 and raised.value.param == "tool_choice"

@@ -128,3 +128,23 @@ def test_before_a_call_the_text_is_what_the_model_writes_unguided(setup):
         cut = guided.find("<tool_call")
         end = len(guided) if cut < 0 else cut + len("<tool_call")
         assert guided[:end] == unguided[:end]
+
+
+def test_a_lazy_grammar_llama_cpp_refuses_leaves_the_call_unguided_with_a_warning(setup, caplog):
+    """The grammar is compiled when its opening comes, not when the request joins (under the
+    engine's lock): refused then, the call goes on unguided."""
+    from shoal.llm.llama_c_api import LazyGrammar, Shaping
+
+    engine, _ = setup
+    refused = LazyGrammar((("<tool_call>", "root ::= undefined-rule"),), "lookup")
+    sampler = engine.model.sampler(1.0, 0.95, 1, Shaping(None, {}, refused))
+    try:
+        assert sampler.waiting
+        with caplog.at_level("WARNING", logger="shoal.llm"):
+            sampler.seen(b"Sure. ")
+            assert sampler.waiting and not caplog.records
+            sampler.seen(b"<tool_call>")
+        assert not sampler.waiting
+        assert [record.getMessage() for record in caplog.records if "lookup" in record.getMessage()]
+    finally:
+        sampler.close()

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.llm
 
 from llama_cpp.llama_grammar import JSON_GBNF  # noqa: E402
 
-from shoal.llm.python_model import grammar_for  # noqa: E402
+from shoal.llm.response_grammar import grammar_for  # noqa: E402
 
 
 def schema_format(schema: dict) -> str:

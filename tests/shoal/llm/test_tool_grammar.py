@@ -59,3 +59,81 @@ def test_auto_has_the_grammar_of_what_follows_each_way_a_call_may_have_started()
     assert all(rules(grammar)["tool-call-json"] == "alternative-0 | alternative-1" for _, grammar in lazy.openings)
     single = lazy_tool_grammar([WEATHER], parallel=False)
     assert rules(single.openings[1][1])["root"] == '"\\n" tool-call-json "\\n</tool_call>"'
+
+
+def _tool(name: str, parameters: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+def _defs(unit: list[str], key: str = "$defs") -> dict:
+    """Pydantic's form: a model's nested types under `$defs`, referred to from the root."""
+    return {
+        key: {"Unit": {"type": "string", "enum": unit}},
+        "type": "object",
+        "properties": {"unit": {"$ref": f"#/{key}/Unit"}},
+        "required": ["unit"],
+    }
+
+
+def test_the_parameters_definitions_move_to_the_root_where_their_references_point():
+    for key in ("$defs", "definitions"):
+        grammar = rules(tool_grammar([_tool("w", _defs(["c", "f"], key))], "required"))
+        assert grammar["Unit"] == '"\\"c\\"" | "\\"f\\""' and grammar["arguments-unit"] == "Unit"
+
+
+def test_a_definition_two_functions_name_alike_but_differ_in_is_renamed_in_the_second():
+    schema = call_schema([_tool("w", _defs(["c"])), _tool("v", _defs(["k"])), _tool("u", _defs(["c"]))], "required")
+    assert schema["$defs"] == {"Unit": {"type": "string", "enum": ["c"]}, "Unit_": {"type": "string", "enum": ["k"]}}
+    refs = [alt["properties"]["arguments"]["properties"]["unit"]["$ref"] for alt in schema["oneOf"]]
+    assert refs == ["#/$defs/Unit", "#/$defs/Unit_", "#/$defs/Unit"]
+    assert "Unit-" in rules(tool_grammar([_tool("w", _defs(["c"])), _tool("v", _defs(["k"]))], "required"))
+
+
+BAD_SCHEMAS = [
+    {"type": "object", "properties": {"code": {"type": "string", "pattern": "[a-z]+"}}},  # no ^...$
+    {"type": "object", "properties": {"code": {"type": "strin"}}},  # a type the converter lacks
+]
+
+
+@pytest.mark.parametrize("schema", BAD_SCHEMAS)
+def test_auto_with_a_schema_the_converter_refuses_runs_unguided_with_one_warning(schema, caplog):
+    from shoal.llm.tool_grammar import request_grammar
+
+    with caplog.at_level("WARNING", logger="shoal.llm"):
+        assert request_grammar([WEATHER, _tool("lookup", schema)], "auto", True, None) == ""
+        assert request_grammar([_tool("lookup", schema)], None, True, None) == ""
+    assert len(caplog.records) == 2 and "lookup" in caplog.records[0].getMessage()
+    with pytest.raises(AssertionError):  # forcing a call still needs its grammar: the caller's error
+        request_grammar([_tool("lookup", schema)], "required", True, None)
+
+
+def test_auto_with_a_pydantic_schema_is_guided(caplog):
+    from shoal.llm.llama_c_api import LazyGrammar
+    from shoal.llm.tool_grammar import request_grammar
+
+    with caplog.at_level("WARNING", logger="shoal.llm"):
+        lazy = request_grammar([_tool("w", _defs(["c", "f"]))], "auto", True, None)
+    assert isinstance(lazy, LazyGrammar) and not caplog.records
+    assert all(rules(grammar)["Unit"] == '"\\"c\\"" | "\\"f\\""' for _, grammar in lazy.openings)
+
+
+def test_tools_with_a_response_format_are_refused_as_the_gateway_refuses_them():
+    from shoal.llm.tool_grammar import request_grammar
+
+    json_object = '{"type": "json_object"}'
+    for choice in (None, "auto", "required"):
+        with pytest.raises(ValueError, match="response_format with tools"):
+            request_grammar([WEATHER], choice, True, json_object)
+    assert request_grammar([WEATHER], "none", True, json_object) == request_grammar(None, None, True, json_object)
+    assert "root   ::= object" in request_grammar(None, None, True, json_object)
+    assert request_grammar([WEATHER], "auto", True, '{"type": "text"}') != ""
+    with pytest.raises(ValueError, match="no tools were given"):
+        request_grammar(None, "required", True, None)
+
+
+def test_the_lazy_grammar_of_the_same_tools_is_made_once():
+    from shoal.llm.tool_grammar import lazy_tool_grammar
+
+    again = [{"function": {"parameters": WEATHER["function"]["parameters"], "name": "get_weather"}, "type": "function"}]
+    assert lazy_tool_grammar([WEATHER]) is lazy_tool_grammar(again)  # the same JSON, keys in any order
+    assert lazy_tool_grammar([WEATHER]) is not lazy_tool_grammar([WEATHER], parallel=False)
