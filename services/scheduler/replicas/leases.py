@@ -186,9 +186,11 @@ class Leases:
                 if self.on_release is not None:
                     await self.on_release(model)
                 async with self._lock:
-                    self.held.pop(model, None)
-                    await self._delete(model)
-                await self.on_loss(model)
+                    gone = self.held.pop(model, None) is not None
+                    if gone:
+                        await self._delete(model)
+                if gone:  # not lost to a refresh meanwhile, which hands it over itself
+                    await self.on_loss(model)
 
     async def refresh(self) -> None:
         for model, revision in list(self.held.items()):
@@ -201,10 +203,13 @@ class Leases:
             except Exception as exc:  # expired and taken, or the bus is away too long
                 if await self._keep(model):
                     continue
-                log.warning("scheduler %s lost model '%s': %s", self.owner, model, exc)
+                # a reconnect's refresh runs beside the round's: only the one that gives the model
+                # up hands it over (both did: two hand-overs, the lost sequences' residue twice)
                 async with self._lock:
-                    self.held.pop(model, None)
-                await self.on_loss(model)
+                    gone = self.held.pop(model, None) is not None
+                if gone:
+                    log.warning("scheduler %s lost model '%s': %s", self.owner, model, exc)
+                    await self.on_loss(model)
 
     async def _keep(self, model: str) -> bool:
         """A refresh failed: whether the lease is still ours. After the loss of the NATS node that
