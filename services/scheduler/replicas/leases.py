@@ -3,8 +3,8 @@
 A lease is a key (the model) holding the owner's id (a `Lease`), created atomically (`create` fails if
 it exists) and kept alive by compare-and-set updates every `refresh_s`. The bucket's TTL
 expires the leases of a replica that died, and another replica claims them on its next
-round; or at once, when the lease names a liveness subject that NATS finds no one behind
-(`takeover.py`: a process that died, not one that is slow or cut off). Replicas holding fewer
+round; or sooner, when the lease names a liveness subject that NATS finds no one behind in two
+rounds (`takeover.py`: a process that died, not one that is slow or reconnecting). Replicas holding fewer
 models try first, so models spread across replicas; a replica proven dead stops counting among
 them at once. A replica that cannot write its leases keeps them while its last write lives, and
 for good when it is the only replica (`_alone`): nobody else could serve its models
@@ -158,11 +158,11 @@ class Leases:
         except Exception:  # expired meanwhile, or the bus is away
             return None
 
-    async def _judge(self, subjects: set[str]) -> None:
+    async def _judge(self, alive: set[str]) -> None:
         """Ask the holders not asked yet this round, all at once: one after another, k silent
         holders made the round 0.5·k s longer, and from k = 6 longer than the TTL of our own
         leases. Together they take one ping timeout (`takeover.PING_S`) at most."""
-        await asyncio.gather(*(self._dead(subject) for subject in subjects - set(self._gone)))
+        await asyncio.gather(*(self._dead(subject) for subject in alive - set(self._gone)))
 
     async def _judge_holders(self, models: list[str]) -> None:
         """Ask the holders of the models about to be claimed together (`_judge`)."""
