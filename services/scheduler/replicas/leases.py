@@ -3,8 +3,8 @@
 A lease is a key (the model) holding the owner's id (a `Lease`), created atomically (`create` fails if
 it exists) and kept alive by compare-and-set updates every `refresh_s`. The bucket's TTL
 expires the leases of a replica that died, and another replica claims them on its next
-round; or at once, when the lease names a liveness subject that NATS finds no one behind
-(`takeover.py`: a process that died, not one that is slow or cut off). Replicas holding fewer
+round; or sooner, when the lease names a liveness subject that NATS finds no one behind in two
+rounds (`takeover.py`: a process that died, not one that is slow or reconnecting). Replicas holding fewer
 models try first, so models spread across replicas; a replica proven dead stops counting among
 them at once. A replica that cannot write its leases keeps them while its last write lives, and
 for good when it is the only replica (`_alone`): nobody else could serve its models
@@ -48,6 +48,7 @@ class Leases:
         on_release: Hook | None = None,
         alive: str = "",
         probe: Probe | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kv = kv
         self.owner = owner
@@ -55,6 +56,8 @@ class Leases:
         self._presence = alive.encode()  # the value of its presence key: gone with it when proven dead
         self.probe = probe  # None: a lease held by another waits for its TTL
         self._gone: dict[str, bool] = {}  # liveness subject -> found dead, this round (one ping per holder)
+        self.clock = clock  # for the verdicts only: a test passes its own
+        self._verdicts = takeover.Verdicts(clock())  # connected just before we were made
         self.on_gain = on_gain
         self.on_loss = on_loss
         self.idle = idle  # a model with nothing queued or running can move without failing anything
@@ -129,42 +132,78 @@ class Leases:
         return True
 
     async def _dead_replicas(self, keys: list[str]) -> int:
-        """How many other replicas' presence keys name a liveness subject without responders;
-        those keys are deleted. Counted for the TTL, a dead replica kept the fair share low: the
-        survivors, at their share, left its models to it (or handed theirs to it) until then. Only
-        the key it wrote goes: a successor with its id writes another value."""
+        """How many other replicas' presence keys name a liveness subject proven dead; those keys
+        are deleted. Counted for the TTL, a dead replica kept the fair share low: the survivors,
+        at their share, left its models to it (or handed theirs to it) until then. Only the key it
+        wrote goes: a successor with its id writes another value."""
+        if self.probe is None:
+            return 0
+        mine = f"{PRESENCE}{self.owner}"
+        entries = await asyncio.gather(*(self._get(k) for k in keys if k.startswith(PRESENCE) and k != mine))
+        present = [(entry, entry.value.decode()) for entry in entries if entry is not None and entry.value]
+        await self._judge({subject for _, subject in present})
         dead = 0
-        for key in keys:
-            if not key.startswith(PRESENCE) or key == f"{PRESENCE}{self.owner}" or self.probe is None:
-                continue
-            try:
-                entry = await self.kv.get(key)
-                if entry.value and await self._dead(entry.value.decode()):
-                    await self.kv.delete(key, last=entry.revision)
+        for entry, subject in present:
+            if self._gone.get(subject):
+                try:
+                    await self.kv.delete(entry.key, last=entry.revision)
                     dead += 1
-            except Exception as exc:  # expired or rewritten meanwhile, or the bus is away: the TTL rule
-                log.debug("presence %s: %s", key, exc)
+                except Exception as exc:  # rewritten meanwhile, or the bus is away: the TTL rule
+                    log.debug("presence %s: %s", entry.key, exc)
         return dead
+
+    async def _get(self, key: str) -> KeyValue.Entry | None:
+        try:
+            return await self.kv.get(key)
+        except Exception:  # expired meanwhile, or the bus is away
+            return None
+
+    async def _judge(self, alive: set[str]) -> None:
+        """Ask the holders not asked yet this round, all at once: one after another, k silent
+        holders made the round 0.5·k s longer, and from k = 6 longer than the TTL of our own
+        leases. Together they take one ping timeout (`takeover.PING_S`) at most."""
+        await asyncio.gather(*(self._dead(subject) for subject in alive - set(self._gone)))
+
+    async def _judge_holders(self, models: list[str]) -> None:
+        """Ask the holders of the models about to be claimed together (`_judge`)."""
+        if self.probe is None or not models:
+            return
+        entries = await asyncio.gather(*(self._get(subjects.model_key(m)) for m in models))
+        leases = [takeover.suspect(e.value, self._lease) for e in entries if e is not None]
+        await self._judge({lease.alive for lease in leases if lease is not None})
 
     async def _dead(self, subject: str) -> bool:
         if self.probe is None:
             return False
         if subject not in self._gone:
-            self._gone[subject] = takeover.dead(await self.probe(subject))
+            outcome = await self.probe(subject)
+            self._gone[subject] = self._verdicts.judge(subject, outcome, self.clock())
         return self._gone[subject]
+
+    async def reconnected(self) -> None:
+        """Our connection to NATS is back: judge nobody dead for a while (`takeover.Verdicts`),
+        and renew at once (`Ownership.reconnected`)."""
+        self._verdicts.reconnected(self.clock())
+        self._gone.clear()
+        await self.refresh()
 
     async def run(self) -> None:
         while True:
             await asyncio.sleep(REFRESH_S)
-            self._gone.clear()  # holders are asked again each round
-            await self.refresh()
-            await self.rebalance()
-            # replicas with fewer models claim first: the models spread across replicas
-            await asyncio.sleep(0.05 * len(self.held))
-            for model in sorted(self.wanted - set(self.held)):
-                if len(self.held) >= self.fair:  # the others take the rest
-                    break
-                await self.claim(model)
+            await self.round()
+
+    async def round(self) -> None:
+        self._gone.clear()  # holders are asked again each round
+        await self.refresh()
+        await self.rebalance()
+        # replicas with fewer models claim first: the models spread across replicas
+        await asyncio.sleep(0.05 * len(self.held))
+        if len(self.held) < self.fair:
+            await self._judge_holders(sorted(self.wanted - set(self.held)))
+        for model in sorted(self.wanted - set(self.held)):
+            if len(self.held) >= self.fair:  # the others take the rest
+                break
+            await self.claim(model)
 
     async def rebalance(self) -> None:
         """Announce this replica; hand idle models above a fair share to the others."""
@@ -186,9 +225,11 @@ class Leases:
                 if self.on_release is not None:
                     await self.on_release(model)
                 async with self._lock:
-                    self.held.pop(model, None)
-                    await self._delete(model)
-                await self.on_loss(model)
+                    gone = self.held.pop(model, None) is not None
+                    if gone:
+                        await self._delete(model)
+                if gone:  # not lost to a refresh meanwhile, which hands it over itself
+                    await self.on_loss(model)
 
     async def refresh(self) -> None:
         for model, revision in list(self.held.items()):
@@ -201,10 +242,13 @@ class Leases:
             except Exception as exc:  # expired and taken, or the bus is away too long
                 if await self._keep(model):
                     continue
-                log.warning("scheduler %s lost model '%s': %s", self.owner, model, exc)
+                # a reconnect's refresh runs beside the round's: only the one that gives the model
+                # up hands it over (both did: two hand-overs, the lost sequences' residue twice)
                 async with self._lock:
-                    self.held.pop(model, None)
-                await self.on_loss(model)
+                    gone = self.held.pop(model, None) is not None
+                if gone:
+                    log.warning("scheduler %s lost model '%s': %s", self.owner, model, exc)
+                    await self.on_loss(model)
 
     async def _keep(self, model: str) -> bool:
         """A refresh failed: whether the lease is still ours. After the loss of the NATS node that

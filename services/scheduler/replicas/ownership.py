@@ -64,7 +64,7 @@ class Ownership:
         compare-and-set, and the model is handed over (served here for the overlap, what was
         queued drained) instead of taking requests until the next round."""
         if self._leases is not None:
-            await self._leases.refresh()
+            await self._leases.reconnected()
 
     @property
     def leases(self) -> Leases:

@@ -4,6 +4,8 @@ leader after a NATS node loss), and gives it up when another replica holds it.""
 
 from __future__ import annotations
 
+import asyncio
+
 import nats
 
 from services.scheduler.replicas.leases import TTL_S, Leases
@@ -87,4 +89,16 @@ async def test_one_of_several_replicas_gives_its_models_up_when_the_leases_take_
 async def _unseal(nc: nats.NATS) -> None:
     """A sealed stream stays sealed: the next test gets a new bucket."""
     await nc.jetstream().delete_stream(f"KV_{subjects.LEASES_BUCKET}")
+    await nc.close()
+
+
+async def test_a_lease_lost_under_two_concurrent_refreshes_is_handed_over_once(nats_server):
+    """A reconnect renews (`Ownership.reconnected`) beside the round's own refresh: both fail on
+    the old revision, and only the one that gives the model up may hand it over (twice: two
+    hand-overs, the lost sequences' residue published twice)."""
+    nc, leases, lost = await _leases(nats_server.url, "a")
+    await leases.want("twice")
+    await leases.kv.put(subjects.model_key("twice"), encode(Lease("b")))  # taken while we were away
+    await asyncio.gather(leases.refresh(), leases.refresh())
+    assert not leases.owns("twice") and lost == ["twice"]
     await nc.close()
