@@ -21,7 +21,7 @@ import re
 import secrets
 import string
 
-from services.gateway.openai.tool_calls import CallDelta, Trailing, call_id, head_name, whole_call
+from services.gateway.openai.tool_calls import CallDelta, SteppingParser, Trailing, call_id, head_name, whole_call
 
 _START, _ARRAY, _OPEN, _HEADING, _ARGUMENTS, _TAIL, _AFTER, _CONTENT, _DONE = range(9)
 _ALPHANUMERIC = string.ascii_letters + string.digits
@@ -59,7 +59,7 @@ class _Brackets:
         return None
 
 
-class JsonCallParser:
+class JsonCallParser(SteppingParser):
     """Feed text, get (content, call deltas); `flush` at the end (as `CallParser`). Subclasses say
     where the calls start (`_start`), what separates them and what ends them."""
 
@@ -80,14 +80,6 @@ class JsonCallParser:
 
     def new_id(self) -> str:
         return call_id()
-
-    def feed(self, text: str) -> tuple[str, list[CallDelta]]:
-        self._buffer += text
-        content: list[str] = []
-        deltas: list[CallDelta] = []
-        while self._step(content, deltas):
-            pass
-        return "".join(content), deltas
 
     def flush(self) -> tuple[str, list[CallDelta]]:
         """What is held back: text that did not become a call is content; an unfinished call's

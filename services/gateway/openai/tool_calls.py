@@ -117,7 +117,25 @@ def _held_in_arguments(buffer: str) -> int:
     return len(buffer) - end
 
 
-class CallParser:
+class SteppingParser:
+    """What every format's parser shares: text is buffered, and `_step` takes what it can of the
+    buffer into content and call deltas until it needs more text."""
+
+    _buffer: str
+
+    def feed(self, text: str) -> tuple[str, list[CallDelta]]:
+        self._buffer += text
+        content: list[str] = []
+        deltas: list[CallDelta] = []
+        while self._step(content, deltas):
+            pass
+        return "".join(content), deltas
+
+    def _step(self, content: list[str], deltas: list[CallDelta]) -> bool:
+        raise NotImplementedError
+
+
+class CallParser(SteppingParser):
     """Feed text, get (content, call deltas); `flush` at the end. With `parallel` false, text after
     the first call is dropped (OpenAI's `parallel_tool_calls: false`: one call at most)."""
 
@@ -127,14 +145,6 @@ class CallParser:
         self._state = _OUTSIDE
         self._buffer = ""
         self._trailing = Trailing()
-
-    def feed(self, text: str) -> tuple[str, list[CallDelta]]:
-        self._buffer += text
-        content: list[str] = []
-        deltas: list[CallDelta] = []
-        while self._step(content, deltas):
-            pass
-        return "".join(content), deltas
 
     def flush(self) -> tuple[str, list[CallDelta]]:
         """What is held back: an unfinished tag as content, an unfinished call's last arguments
