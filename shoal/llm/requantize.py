@@ -57,9 +57,9 @@ def requantized(source: Path, kind: str, library: Library, threads: int = 1, fol
     """The path of `source` in llama.cpp type `kind`, making the copy if the cache lacks it."""
     kind = check_type(kind)
     folder = folder or gguf_copies()
-    target = folder / copy_name(source, kind, metadata.version("llama_cpp_python"))
     try:
         private_dir(folder)
+        target = folder / copy_name(source, kind, metadata.version("llama_cpp_python"))
         with open(folder / f".{target.name}.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             if not target.is_file():
