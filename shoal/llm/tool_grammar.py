@@ -27,7 +27,11 @@ from shoal.llm.llama_c_api import LazyGrammar
 from shoal.llm.response_grammar import grammar_for, json_schema_grammar
 
 log = logging.getLogger("shoal.llm")
-_ROOT = re.compile(r"^root ::=", re.MULTILINE)
+# GBNF's tokens: a string literal, a character class, a comment, a name (rules' names are made of
+# these characters, so no escaping can keep a schema's names from being this module's), anything else
+_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|#[^\n]*|[A-Za-z0-9-]+|.', re.DOTALL)
+_DEFINED = re.compile(r"^([A-Za-z0-9-]+) ::=", re.MULTILINE)
+_JSON = "j-"  # the converter's rules' prefix; no rule of this module's starts with it
 OPENING = CALL_OPEN + "\n"  # a call's start, as the prompt shows it
 
 
@@ -94,9 +98,17 @@ def _rename(node: Any, renamed: dict[str, str]) -> Any:
 
 
 def _rules(tools: list[dict[str, Any]], choice: Any) -> str:
-    """The rules of one call (`tool-call`) and of its JSON (`tool-call-json`), without a root."""
-    call = _ROOT.sub("tool-call-json ::=", json_schema_grammar(call_schema(tools, choice), ["name", "arguments"]))
-    return f"tool-call ::= {json.dumps(OPENING)} tool-call-json {json.dumps(chr(10) + CALL_CLOSE)}\n{call}"
+    """The rules of one call (`tool-call`) and of its JSON (`j-root`), without a root."""
+    call = prefixed(json_schema_grammar(call_schema(tools, choice), ["name", "arguments"]), _JSON)
+    return f"tool-call ::= {json.dumps(OPENING)} {_JSON}root {json.dumps(chr(10) + CALL_CLOSE)}\n{call}"
+
+
+def prefixed(grammar: str, prefix: str) -> str:
+    """`grammar` with every rule it defines renamed `prefix` + name, references with them: the
+    converter names rules after the schema's `$defs` and properties (a definition `tool-call`, or
+    `tool` with a property `call`), which must not redefine this module's rules."""
+    defined = set(_DEFINED.findall(grammar))
+    return "".join(prefix + token if token in defined else token for token in _TOKEN.findall(grammar))
 
 
 def tool_grammar(tools: list[dict[str, Any]], choice: Any, parallel: bool = True) -> str:
@@ -122,7 +134,7 @@ def _lazy(tools_json: str, parallel: bool) -> LazyGrammar:
     openings = []
     for cut in range(len(OPENING), len(CALL_OPEN) - 2, -1):
         rest = f"{json.dumps(OPENING[cut:])} " if cut < len(OPENING) else ""
-        openings.append((OPENING[:cut], f"root ::= {rest}tool-call-json {close}{more}\n{rules}"))
+        openings.append((OPENING[:cut], f"root ::= {rest}{_JSON}root {close}{more}\n{rules}"))
     return LazyGrammar(tuple(openings), names(tools))
 
 

@@ -27,20 +27,20 @@ def rules(grammar: str) -> dict[str, str]:
 def test_required_is_any_of_the_functions_and_several_calls_in_parallel():
     grammar = rules(tool_grammar([WEATHER, NOW], "required"))
     assert grammar["root"] == 'tool-call ("\\n" tool-call)*'
-    assert grammar["tool-call"] == '"<tool_call>\\n" tool-call-json "\\n</tool_call>"'
-    assert grammar["tool-call-json"] == "alternative-0 | alternative-1"
-    assert grammar["alternative-0-name"] == '"\\"get_weather\\""' and grammar["alternative-1-name"] == '"\\"now\\""'
-    assert 'space ":" space string' in grammar["alternative-0-arguments-city-kv"]  # the schema's argument
+    assert grammar["tool-call"] == '"<tool_call>\\n" j-root "\\n</tool_call>"'
+    assert grammar["j-root"] == "j-alternative-0 | j-alternative-1"
+    assert grammar["j-alternative-0-name"] == '"\\"get_weather\\""' and grammar["j-alternative-1-name"] == '"\\"now\\""'
+    assert 'j-space ":" j-space j-string' in grammar["j-alternative-0-arguments-city-kv"]  # the schema's argument
 
 
 def test_a_named_function_is_the_only_one_and_without_parallel_calls_one_call():
     grammar = rules(tool_grammar([WEATHER, NOW], {"type": "function", "function": {"name": "now"}}, False))
-    assert grammar["root"] == "tool-call" and grammar["name"] == '"\\"now\\""'
-    assert grammar["tool-call-json"].startswith('"{" space name-kv "," space arguments-kv')  # the name first
+    assert grammar["root"] == "tool-call" and grammar["j-name"] == '"\\"now\\""'
+    assert grammar["j-root"].startswith('"{" j-space j-name-kv "," j-space j-arguments-kv')  # the name first
 
 
 def test_strings_hold_no_raw_control_characters_and_an_unknown_name_fails():
-    assert rules(tool_grammar([WEATHER], "required"))["char"].startswith(r'[^"\\\x7F\x00-\x1F]')
+    assert rules(tool_grammar([WEATHER], "required"))["j-char"].startswith(r'[^"\\\x7F\x00-\x1F]')
     with pytest.raises(ValueError, match="'other'"):
         call_schema([WEATHER], {"type": "function", "function": {"name": "other"}})
 
@@ -52,13 +52,13 @@ def test_auto_has_the_grammar_of_what_follows_each_way_a_call_may_have_started()
     assert [opening for opening, _ in lazy.openings] == ["<tool_call>\n", "<tool_call>", "<tool_call"]
     roots = [rules(grammar)["root"] for _, grammar in lazy.openings]
     assert roots == [
-        'tool-call-json "\\n</tool_call>" ("\\n" tool-call)*',
-        '"\\n" tool-call-json "\\n</tool_call>" ("\\n" tool-call)*',
-        '">\\n" tool-call-json "\\n</tool_call>" ("\\n" tool-call)*',  # a token carrying more than `>` is ruled out
+        'j-root "\\n</tool_call>" ("\\n" tool-call)*',
+        '"\\n" j-root "\\n</tool_call>" ("\\n" tool-call)*',
+        '">\\n" j-root "\\n</tool_call>" ("\\n" tool-call)*',  # a token carrying more than `>` is ruled out
     ]
-    assert all(rules(grammar)["tool-call-json"] == "alternative-0 | alternative-1" for _, grammar in lazy.openings)
+    assert all(rules(grammar)["j-root"] == "j-alternative-0 | j-alternative-1" for _, grammar in lazy.openings)
     single = lazy_tool_grammar([WEATHER], parallel=False)
-    assert rules(single.openings[1][1])["root"] == '"\\n" tool-call-json "\\n</tool_call>"'
+    assert rules(single.openings[1][1])["root"] == '"\\n" j-root "\\n</tool_call>"'
 
 
 def _tool(name: str, parameters: dict) -> dict:
@@ -78,7 +78,7 @@ def _defs(unit: list[str], key: str = "$defs") -> dict:
 def test_the_parameters_definitions_move_to_the_root_where_their_references_point():
     for key in ("$defs", "definitions"):
         grammar = rules(tool_grammar([_tool("w", _defs(["c", "f"], key))], "required"))
-        assert grammar["Unit"] == '"\\"c\\"" | "\\"f\\""' and grammar["arguments-unit"] == "Unit"
+        assert grammar["j-Unit"] == '"\\"c\\"" | "\\"f\\""' and grammar["j-arguments-unit"] == "j-Unit"
 
 
 def test_a_definition_two_functions_name_alike_but_differ_in_is_renamed_in_the_second():
@@ -86,7 +86,30 @@ def test_a_definition_two_functions_name_alike_but_differ_in_is_renamed_in_the_s
     assert schema["$defs"] == {"Unit": {"type": "string", "enum": ["c"]}, "Unit_": {"type": "string", "enum": ["k"]}}
     refs = [alt["properties"]["arguments"]["properties"]["unit"]["$ref"] for alt in schema["oneOf"]]
     assert refs == ["#/$defs/Unit", "#/$defs/Unit_", "#/$defs/Unit"]
-    assert "Unit-" in rules(tool_grammar([_tool("w", _defs(["c"])), _tool("v", _defs(["k"]))], "required"))
+    assert "j-Unit-" in rules(tool_grammar([_tool("w", _defs(["c"])), _tool("v", _defs(["k"]))], "required"))
+
+
+def test_definitions_named_as_this_modules_rules_do_not_redefine_them():
+    thing = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    call = {"type": "object", "properties": {"call": thing}, "required": ["call"]}  # rule `tool-call` too
+    defs = {"tool-call": thing, "root": thing, "tool": call, "j-root": thing}
+    parameters = {"$defs": defs, "properties": {k: {"$ref": f"#/$defs/{k}"} for k in defs}, "type": "object"}
+    for grammar in (tool_grammar([_tool("w", parameters)], "required"), tool_grammar([_tool("w", parameters)], "auto")):
+        defined = [line.split(" ::= ", 1)[0] for line in grammar.splitlines()]
+        assert len(defined) == len(set(defined)), sorted(defined)
+        assert rules(grammar)["tool-call"] == '"<tool_call>\\n" j-root "\\n</tool_call>"'
+        assert {"j-tool-call", "j-tool", "j-tool-call-kv"} <= set(defined)
+
+
+def test_prefixed_renames_names_and_leaves_literals_and_classes():
+    from shoal.llm.tool_grammar import prefixed
+
+    grammar = 'root ::= a ("a" [a-z\\]a] a)* # a comment: a\na ::= "\\"a" b{1,2}\nb ::= [^"\\\\]'
+    assert prefixed(grammar, "p-").splitlines() == [
+        'p-root ::= p-a ("a" [a-z\\]a] p-a)* # a comment: a',
+        'p-a ::= "\\"a" p-b{1,2}',
+        'p-b ::= [^"\\\\]',
+    ]
 
 
 BAD_SCHEMAS = [
@@ -114,7 +137,7 @@ def test_auto_with_a_pydantic_schema_is_guided(caplog):
     with caplog.at_level("WARNING", logger="shoal.llm"):
         lazy = request_grammar([_tool("w", _defs(["c", "f"]))], "auto", True, None)
     assert isinstance(lazy, LazyGrammar) and not caplog.records
-    assert all(rules(grammar)["Unit"] == '"\\"c\\"" | "\\"f\\""' for _, grammar in lazy.openings)
+    assert all(rules(grammar)["j-Unit"] == '"\\"c\\"" | "\\"f\\""' for _, grammar in lazy.openings)
 
 
 def test_tools_with_a_response_format_are_refused_as_the_gateway_refuses_them():
