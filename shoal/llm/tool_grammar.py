@@ -41,23 +41,69 @@ _DEFINITIONS = ("$defs", "definitions")
 def call_schema(tools: list[dict[str, Any]], choice: Any) -> dict[str, Any]:
     """The JSON schema of one call: to any of `tools` ("required"), or to the one named."""
     named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    chosen = [tool["function"] for tool in tools if named is None or tool["function"]["name"] == named]
+    if not chosen:
+        raise ValueError(f"tool_choice names '{named}', which is not among the tools")
     hoisted: dict[str, dict[str, Any]] = {}
     alternatives = [
         {
             "type": "object",
             "properties": {
-                "name": {"const": tool["function"]["name"]},
-                "arguments": _hoist(tool["function"].get("parameters") or {"type": "object"}, hoisted),
+                "name": {"const": function["name"]},
+                "arguments": _anchored(
+                    function, _hoist(function.get("parameters") or {"type": "object"}, hoisted), hoisted
+                ),
             },
             "required": ["name", "arguments"],
         }
-        for tool in tools
-        if named is None or tool["function"]["name"] == named
+        for function in chosen
     ]
-    if not alternatives:
-        raise ValueError(f"tool_choice names '{named}', which is not among the tools")
     schema = alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
     return schema | hoisted
+
+
+def _anchored(function: dict[str, Any], parameters: dict[str, Any], hoisted: dict[str, dict[str, Any]]) -> Any:
+    """`parameters`, or where they refer into themselves (`#`, `#/properties/...`), a reference to
+    them moved into the root's definitions, their references pointing there (the converter walks
+    a reference by keys: it cannot reach the parameters through `oneOf`'s list)."""
+    if not _self_references(parameters):
+        return parameters
+    definitions = hoisted.setdefault("$defs", {})
+    name = f"{function['name']}-parameters"
+    while name in definitions:
+        name += "_"
+    where = f"#/$defs/{name}"
+    definitions[name] = _moved(parameters, where)
+    return {"$ref": where}
+
+
+def _self_references(node: Any) -> bool:
+    if isinstance(node, list):
+        return any(_self_references(item) for item in node)
+    if not isinstance(node, dict):
+        return False
+    return _local(node.get("$ref")) or any(_self_references(value) for value in node.values())
+
+
+def _local(ref: Any) -> bool:
+    """A reference into the parameters themselves, not into their (hoisted) definitions."""
+    return (
+        isinstance(ref, str)
+        and (ref == "#" or ref.startswith("#/"))
+        and not any(ref.startswith(f"#/{key}/") for key in _DEFINITIONS)
+    )
+
+
+def _moved(node: Any, where: str) -> Any:
+    """`node` with its references into itself pointing at `where`, where it now is."""
+    if isinstance(node, list):
+        return [_moved(item, where) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _moved(value, where) for key, value in node.items()}
+    if _local(node.get("$ref")):
+        out["$ref"] = where + node["$ref"][1:]
+    return out
 
 
 def _hoist(parameters: dict[str, Any], hoisted: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -101,6 +101,23 @@ def test_definitions_named_as_this_modules_rules_do_not_redefine_them():
         assert {"j-tool-call", "j-tool", "j-tool-call-kv"} <= set(defined)
 
 
+def test_parameters_that_refer_into_themselves_are_reached_through_a_definition_of_their_own():
+    home = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    office = {"properties": {"home": home, "work": {"$ref": "#/properties/home"}}, "type": "object"}
+    tree = {
+        "type": "object",
+        "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#"}}},
+    }
+    schema = call_schema([_tool("o", office), _tool("t", tree), WEATHER], "required")
+    assert schema["oneOf"][0]["properties"]["arguments"] == {"$ref": "#/$defs/o-parameters"}
+    assert schema["$defs"]["o-parameters"]["properties"]["work"] == {"$ref": "#/$defs/o-parameters/properties/home"}
+    assert schema["$defs"]["t-parameters"]["properties"]["kids"]["items"] == {"$ref": "#/$defs/t-parameters"}
+    assert schema["oneOf"][2]["properties"]["arguments"] == WEATHER["function"]["parameters"]  # untouched
+    grammar = rules(tool_grammar([_tool("o", office), _tool("t", tree)], "required"))
+    assert grammar["j-t-parameters-kids-item"] == "j-t-parameters"  # the tree's recursion
+    assert grammar["j-o-parameters-work"] == "j-home" and "j-home-city-kv" in grammar["j-home"]  # the reference
+
+
 def test_prefixed_renames_names_and_leaves_literals_and_classes():
     from shoal.llm.tool_grammar import prefixed
 
