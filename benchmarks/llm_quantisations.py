@@ -72,6 +72,9 @@ class Collect:
         self.tokens = completion_tokens
         self.done.set()
 
+    def prompt(self, logprobs: object) -> None:
+        """No job here asks for the prompt's log probabilities (`Sink`'s whole interface)."""
+
     def fail(self, message: str) -> None:
         raise RuntimeError(message)
 

@@ -205,6 +205,9 @@ class Timing:
         self.tokens = completion_tokens
         self.done.set()
 
+    def prompt(self, logprobs: object) -> None:
+        """No job here asks for the prompt's log probabilities (`Sink`'s whole interface)."""
+
     def fail(self, message: str) -> None:
         raise RuntimeError(message)
 
