@@ -10,7 +10,7 @@ alone cost every service process 0.7-0.8 s of CPU before it served (docs/perform
   unless the field is `Annotated[..., NoDecode]`: then its text is validated as it is;
 - everything else is the variable's text, validated by the field's type (pydantic's errors).
 
-The constructor reads the environment (and so `model_validate`, which pydantic runs through an\noverridden `__init__`); `model_copy` does not: as before.
+The constructor reads the environment (and so `model_validate`, which pydantic runs through an overridden `__init__`); `model_copy` does not: as before.
 """
 
 from __future__ import annotations
