@@ -11,9 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from pydantic_settings import BaseSettings
-
 from shared.process import settings as s
+from shared.process.settings_env import BaseSettings
 from shoal import grpc_flags, layout_flags, sagemaker_flags, unimplemented_flags, vertex_flags
 
 SERVICES: dict[str, type[BaseSettings]] = {

@@ -37,8 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic_settings import BaseSettings
-
 from shared.process import credentials, lifeline
 from shared.process.natsserver import NatsServer
 from shared.process.settings import (
@@ -49,6 +47,7 @@ from shared.process.settings import (
     WorkerSettings,
     to_argv,
 )
+from shared.process.settings_env import BaseSettings
 from shared.wire.permissions import ADMIN
 from shoal import private_runtime
 

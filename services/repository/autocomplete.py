@@ -4,19 +4,25 @@ model.py), as each Triton backend completes its configs."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import onnx
-from tritonclient.grpc import model_config_pb2 as pb
+from typing import TYPE_CHECKING
 
 from services.repository.dali_autocomplete import autofill, read_pipeline, unbatched
+from shared.config import triton_protos
 from shared.config.backend_config import BackendConfig, default_max_batch_size, python_based_runtime
 from shared.config.paths import inside
 from shared.errors import invalid
+
+if TYPE_CHECKING:
+    import onnx
+    from tritonclient.grpc import model_config_pb2 as pb
+else:
+    pb = triton_protos.load("model_config_pb2")
 
 
 @dataclass(frozen=True)
@@ -81,22 +87,31 @@ def complete_dali(config: pb.ModelConfig, model_dir: Path, version: int, config_
         autofill(config, pipeline, batched=not unbatched(text), split=set(filter(None, split.split(":"))))
 
 
-_ONNX_TO_CONFIG: dict[int, int] = {
-    onnx.TensorProto.BOOL: pb.TYPE_BOOL,
-    onnx.TensorProto.UINT8: pb.TYPE_UINT8,
-    onnx.TensorProto.UINT16: pb.TYPE_UINT16,
-    onnx.TensorProto.UINT32: pb.TYPE_UINT32,
-    onnx.TensorProto.UINT64: pb.TYPE_UINT64,
-    onnx.TensorProto.INT8: pb.TYPE_INT8,
-    onnx.TensorProto.INT16: pb.TYPE_INT16,
-    onnx.TensorProto.INT32: pb.TYPE_INT32,
-    onnx.TensorProto.INT64: pb.TYPE_INT64,
-    onnx.TensorProto.FLOAT16: pb.TYPE_FP16,
-    onnx.TensorProto.FLOAT: pb.TYPE_FP32,
-    onnx.TensorProto.DOUBLE: pb.TYPE_FP64,
-    onnx.TensorProto.STRING: pb.TYPE_STRING,
-    onnx.TensorProto.BFLOAT16: pb.TYPE_BF16,
+# ONNX's element types (onnx.TensorProto's names) -> the config's: by name, so that onnx (0.3-0.5 s of
+# CPU to import) is imported only when an ONNX model is auto-completed, not at every repository start
+_ONNX_TO_CONFIG: dict[str, int] = {
+    "BOOL": pb.TYPE_BOOL,
+    "UINT8": pb.TYPE_UINT8,
+    "UINT16": pb.TYPE_UINT16,
+    "UINT32": pb.TYPE_UINT32,
+    "UINT64": pb.TYPE_UINT64,
+    "INT8": pb.TYPE_INT8,
+    "INT16": pb.TYPE_INT16,
+    "INT32": pb.TYPE_INT32,
+    "INT64": pb.TYPE_INT64,
+    "FLOAT16": pb.TYPE_FP16,
+    "FLOAT": pb.TYPE_FP32,
+    "DOUBLE": pb.TYPE_FP64,
+    "STRING": pb.TYPE_STRING,
+    "BFLOAT16": pb.TYPE_BF16,
 }
+
+
+@functools.cache
+def _onnx_element_types() -> dict[int, int]:
+    import onnx
+
+    return {getattr(onnx.TensorProto, name): data_type for name, data_type in _ONNX_TO_CONFIG.items()}
 
 
 def _shape(value: onnx.ValueInfoProto) -> list[int]:
@@ -108,6 +123,8 @@ def autocomplete_onnx(config: pb.ModelConfig, model_file: Path, default_max_batc
     """Fill missing inputs/outputs and max_batch_size from the ONNX graph, as Triton's backend does."""
     if config.input and config.output:
         return
+    import onnx
+
     model = onnx.load(str(model_file), load_external_data=False)
     initializers = {i.name for i in model.graph.initializer}
     inputs = [v for v in model.graph.input if v.name not in initializers]
@@ -129,10 +146,10 @@ def autocomplete_onnx(config: pb.ModelConfig, model_file: Path, default_max_batc
             continue
         for value in values:
             elem = value.type.tensor_type.elem_type
-            if elem not in _ONNX_TO_CONFIG:
+            if elem not in _onnx_element_types():
                 raise invalid(f"unsupported ONNX element type {elem} for '{value.name}'")
             dims = _shape(value)[1:] if batching else _shape(value)
-            io = target.add(name=value.name, data_type=_ONNX_TO_CONFIG[elem])
+            io = target.add(name=value.name, data_type=_onnx_element_types()[elem])
             if dims:
                 io.dims.extend(dims)
             else:

@@ -22,14 +22,14 @@ if TYPE_CHECKING:
 else:
 
     class _Proto:
-        """tritonclient's `model_config_pb2`, imported on first use: importing it imports
-        `tritonclient.grpc` and grpcio (about 12 MB resident), which a process that only reads
-        the published JSON configs (a python model's instance process) never needs."""
+        """tritonclient's `model_config_pb2`, imported on first use (without tritonclient's gRPC
+        client: shared/config/triton_protos.py): protobuf, which a process that only reads the
+        published JSON configs (a python model's instance process) never needs."""
 
         def __getattr__(self, name: str) -> Any:
-            from tritonclient.grpc import model_config_pb2
+            from shared.config import triton_protos
 
-            return getattr(model_config_pb2, name)
+            return getattr(triton_protos.load("model_config_pb2"), name)
 
     pb = _Proto()
 

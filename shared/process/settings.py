@@ -12,10 +12,10 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.config.backend_config import DEFAULT_DIRECTORY
 from shared.memory.footprint import parse_budget
+from shared.process.settings_env import BaseSettings, NoDecode, SettingsConfigDict
 from shared.process.settings_flags import (
     add_arguments,
     add_setting,

@@ -8,7 +8,8 @@ import argparse
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings
+
+from shared.process.settings_env import BaseSettings
 
 TRUE = {"true", "on", "1", "yes"}
 FALSE = {"false", "off", "0", "no"}

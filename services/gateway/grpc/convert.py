@@ -8,19 +8,25 @@ code becomes the gRPC status Triton uses for it (`STATUS`).
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import msgspec
 import numpy as np
 from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2, service_pb2
 
 from inference.types import Answer, InputTensor, ParsedRequest, RequestedOutput
 from services.gateway.tensor_limits import check_shape
+from shared.config import triton_protos
 from shared.config.datatypes import DATATYPES, numpy_dtype, serialize_bytes
 from shared.errors import Code, ShoalError, invalid
 from shared.wire.statistics import ModelStatistics
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2, service_pb2
+else:
+    model_config_pb2 = triton_protos.load("model_config_pb2")
+    service_pb2 = triton_protos.load("service_pb2")
 
 # TRITONSERVER_Error_Code -> grpc::StatusCode, as GrpcStatusUtil::CodeToStatus
 STATUS = {

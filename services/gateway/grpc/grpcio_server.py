@@ -9,13 +9,18 @@ is off unless `--reuse-grpc-port`, so a second server on a busy port fails inste
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
-from tritonclient.grpc import service_pb2_grpc
 
 from services.gateway.grpc.servicer import GrpcService
+from shared.config import triton_protos
 from shared.process.settings import GatewaySettings
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import service_pb2_grpc
+else:
+    service_pb2_grpc = triton_protos.load("service_pb2_grpc")
 
 
 def channel_options(settings: GatewaySettings) -> list[tuple[str, int]]:

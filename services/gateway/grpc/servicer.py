@@ -13,11 +13,9 @@ import functools
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
-from tritonclient.grpc import service_pb2 as pb
-from tritonclient.grpc import service_pb2_grpc
 
 from inference.core import trace_from
 from inference.header_forwarding import forwarder
@@ -25,8 +23,16 @@ from inference.on_demand import request_timeout_s
 from inference.server import InferenceServer
 from inference.types import TraceFrom
 from services.gateway.grpc import convert
+from shared.config import triton_protos
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError, invalid
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc
+else:
+    pb = triton_protos.load("service_pb2")
+    service_pb2_grpc = triton_protos.load("service_pb2_grpc")
 
 log = logging.getLogger("shoal.gateway")
 

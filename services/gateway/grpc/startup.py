@@ -6,17 +6,20 @@ servicer (services/gateway/grpc/servicer.py).
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from tritonclient.grpc import service_pb2
+from typing import TYPE_CHECKING, Protocol
 
 from inference.restrictions import CATEGORIES
 from inference.server import InferenceServer
-from services.gateway.grpc import grpcio_server
 from services.gateway.grpc.http2.http2_connection import KeepAlive
 from services.gateway.grpc.http2.http2_server import GrpcListener, tls_context
 from services.gateway.grpc.servicer import GrpcService, Restrictions
+from shared.config import triton_protos
 from shared.process.settings import GatewaySettings
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import service_pb2
+else:
+    service_pb2 = triton_protos.load("service_pb2")
 
 COMPRESSION_LEVELS = ("none", "low", "medium", "high")
 
@@ -63,6 +66,9 @@ async def start(settings: GatewaySettings, server: InferenceServer) -> Listener:
         stream_unread_bytes=settings.grpc_stream_unread_bytes,
     )
     if settings.grpc_server == "grpcio":
+        # the fallback server, imported only when chosen: grpcio's server and its stubs at every start cost CPU
+        from services.gateway.grpc import grpcio_server
+
         started: Listener = await grpcio_server.start(settings, service)
         return started
     listener = GrpcListener(
