@@ -109,13 +109,50 @@ async def serve_until(stop: asyncio.Event, nc: NATS, service: Service, name: str
         await health.start()  # live during a long start (a repository loading its models)
     try:
         await follow(nc, name)
-        await service.start()
-        started = True
+        started = await _start_unless_stopped(service, stop)
         try:
             await stop.wait()
         finally:
-            await service.stop()
+            await _stop(service, started)
             await nc.drain()
     finally:
         if health is not None:
             await health.stop()
+
+
+async def _start_unless_stopped(service: Service, stop: asyncio.Event) -> bool:
+    """`service.start()`, cancelled if `stop` is set first: True once started, else False.
+
+    A start can wait on the other services (a gateway or worker waits up to a minute for the
+    repository's models bucket): a SIGTERM must not wait for it to end. Else `shoal serve` whose
+    repository fails at start waits out its exit timeout (30 s by default) for its gateway and
+    worker, deaf to SIGTERM in that wait, and then kills them."""
+    starting = asyncio.ensure_future(service.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        starting.cancel()
+        raise
+    finally:
+        stopping.cancel()
+    if starting.done():
+        starting.result()  # its failure, if it failed
+        return True
+    starting.cancel()
+    await asyncio.wait((starting,))  # not `await starting`: its CancelledError is not this task's
+    if not starting.cancelled() and starting.exception() is not None:
+        logging.getLogger(__name__).debug("a start stopped by a signal ended in %r", starting.exception())
+    return False
+
+
+async def _stop(service: Service, started: bool) -> None:
+    """`service.stop()`; after a start cut short, as far as it goes: the parts never started
+    cannot stop (a gateway's ownership, a worker's heartbeat thread), the ones started must."""
+    if started:
+        await service.stop()
+        return
+    try:
+        await service.stop()
+    except Exception:
+        logging.getLogger(__name__).debug("stopped while starting: a part never started", exc_info=True)
