@@ -10,7 +10,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from services.repository.dali_autocomplete import autofill, read_pipeline, unbatched
 from shared.config import triton_protos
@@ -20,9 +20,8 @@ from shared.errors import invalid
 
 if TYPE_CHECKING:
     import onnx
-    from tritonclient.grpc import model_config_pb2 as pb
-else:
-    pb = triton_protos.load("model_config_pb2")
+
+pb: Any = triton_protos.load("model_config_pb2")
 
 
 @dataclass(frozen=True)

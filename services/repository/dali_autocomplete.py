@@ -22,15 +22,12 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from shared.config import triton_protos
 from shared.errors import invalid
 
-if TYPE_CHECKING:
-    from tritonclient.grpc import model_config_pb2 as pb
-else:
-    pb = triton_protos.load("model_config_pb2")
+pb: Any = triton_protos.load("model_config_pb2")
 
 INTROSPECT_TIMEOUT_S = 120.0
 

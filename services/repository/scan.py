@@ -6,7 +6,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from services.repository.agents import run_agents
 from services.repository.autocomplete import AutoComplete, complete, config_path
@@ -14,10 +14,7 @@ from shared.config import model_config, triton_protos
 from shared.config.paths import inside
 from shared.errors import invalid
 
-if TYPE_CHECKING:
-    from tritonclient.grpc import model_config_pb2 as pb
-else:
-    pb = triton_protos.load("model_config_pb2")
+pb: Any = triton_protos.load("model_config_pb2")
 
 
 @dataclass

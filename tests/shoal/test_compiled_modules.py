@@ -122,3 +122,15 @@ def test_no_compiled_attribute_is_named_like_a_c_keyword():
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
                 assert f"_{node.attr}" not in C_KEYWORDS, f"{path}:{node.lineno}: self.{node.attr}"
+
+
+def test_no_compiled_module_runs_code_that_mypy_calls_unreachable():
+    """mypy reads `if TYPE_CHECKING:` as always true, so mypyc compiles its `else:` into "Reached
+    allegedly unreachable code!" (RuntimeError at import): the gateway's gRPC conversions once bound
+    Triton's protobuf modules there. A typing-only `if TYPE_CHECKING:` without `else` is fine."""
+    for path in compiled_modules.COMPILED:
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                assert not node.orelse, f"{path}:{node.lineno}: code under `else` of `if TYPE_CHECKING`"
+            if isinstance(node, ast.If) and ast.unparse(node.test) in ("not TYPE_CHECKING", "not typing.TYPE_CHECKING"):
+                raise AssertionError(f"{path}:{node.lineno}: code under `if not TYPE_CHECKING`")

@@ -8,7 +8,7 @@ code becomes the gRPC status Triton uses for it (`STATUS`).
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 import msgspec
@@ -22,11 +22,8 @@ from shared.config.datatypes import DATATYPES, numpy_dtype, serialize_bytes
 from shared.errors import Code, ShoalError, invalid
 from shared.wire.statistics import ModelStatistics
 
-if TYPE_CHECKING:
-    from tritonclient.grpc import model_config_pb2, service_pb2
-else:
-    model_config_pb2 = triton_protos.load("model_config_pb2")
-    service_pb2 = triton_protos.load("service_pb2")
+model_config_pb2: Any = triton_protos.load("model_config_pb2")
+service_pb2: Any = triton_protos.load("service_pb2")
 
 # TRITONSERVER_Error_Code -> grpc::StatusCode, as GrpcStatusUtil::CodeToStatus
 STATUS = {

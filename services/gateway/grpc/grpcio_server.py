@@ -9,7 +9,7 @@ is off unless `--reuse-grpc-port`, so a second server on a busy port fails inste
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
@@ -17,10 +17,7 @@ from services.gateway.grpc.servicer import GrpcService
 from shared.config import triton_protos
 from shared.process.settings import GatewaySettings
 
-if TYPE_CHECKING:
-    from tritonclient.grpc import service_pb2_grpc
-else:
-    service_pb2_grpc = triton_protos.load("service_pb2_grpc")
+service_pb2_grpc: Any = triton_protos.load("service_pb2_grpc")
 
 
 def channel_options(settings: GatewaySettings) -> list[tuple[str, int]]:

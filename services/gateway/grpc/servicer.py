@@ -13,7 +13,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
@@ -27,12 +27,8 @@ from shared.config import triton_protos
 from shared.config.model_config import ModelSpec
 from shared.errors import Code, ShoalError, invalid
 
-if TYPE_CHECKING:
-    from tritonclient.grpc import service_pb2 as pb
-    from tritonclient.grpc import service_pb2_grpc
-else:
-    pb = triton_protos.load("service_pb2")
-    service_pb2_grpc = triton_protos.load("service_pb2_grpc")
+pb: Any = triton_protos.load("service_pb2")
+service_pb2_grpc: Any = triton_protos.load("service_pb2_grpc")
 
 log = logging.getLogger("shoal.gateway")
 

@@ -6,7 +6,7 @@ servicer (services/gateway/grpc/servicer.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from inference.restrictions import CATEGORIES
 from inference.server import InferenceServer
@@ -16,10 +16,7 @@ from services.gateway.grpc.servicer import GrpcService, Restrictions
 from shared.config import triton_protos
 from shared.process.settings import GatewaySettings
 
-if TYPE_CHECKING:
-    from tritonclient.grpc import service_pb2
-else:
-    service_pb2 = triton_protos.load("service_pb2")
+service_pb2: Any = triton_protos.load("service_pb2")
 
 COMPRESSION_LEVELS = ("none", "low", "medium", "high")
 
