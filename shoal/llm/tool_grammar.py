@@ -202,8 +202,15 @@ def request_grammar(
     try:
         return lazy_tool_grammar(tools, parallel)
     except Exception as exc:  # noqa: BLE001 - the converter's AssertionError, ValueError, ...
-        log.warning("tool_choice auto: no grammar for the tools %s, calls run unguided: %s", names(tools), exc)
+        _unguided(names(tools), str(exc))
         return ""
+
+
+@functools.lru_cache(maxsize=32)
+def _unguided(tool_names: str, reason: str) -> None:
+    """The warning once for these tools and reason, not on every request: a client sends the same
+    tools with each turn (the latest 32 are remembered)."""
+    log.warning("tool_choice auto: no grammar for the tools %s, calls run unguided: %s", tool_names, reason)
 
 
 def names(tools: list[dict[str, Any]]) -> str:

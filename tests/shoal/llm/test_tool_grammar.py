@@ -137,11 +137,14 @@ BAD_SCHEMAS = [
 
 @pytest.mark.parametrize("schema", BAD_SCHEMAS)
 def test_auto_with_a_schema_the_converter_refuses_runs_unguided_with_one_warning(schema, caplog):
-    from shoal.llm.tool_grammar import request_grammar
+    from shoal.llm.tool_grammar import _unguided, request_grammar
 
+    _unguided.cache_clear()  # warned once per process: this test's own first warnings
     with caplog.at_level("WARNING", logger="shoal.llm"):
         assert request_grammar([WEATHER, _tool("lookup", schema)], "auto", True, None) == ""
         assert request_grammar([_tool("lookup", schema)], None, True, None) == ""
+        for _ in range(3):  # the next turns with the same tools: no more warnings
+            assert request_grammar([_tool("lookup", schema)], "auto", True, None) == ""
     assert len(caplog.records) == 2 and "lookup" in caplog.records[0].getMessage()
     with pytest.raises(AssertionError):  # forcing a call still needs its grammar: the caller's error
         request_grammar([_tool("lookup", schema)], "required", True, None)
