@@ -368,7 +368,7 @@ class SchedulerService:
         stats = report(
             self.pump.queues.values(), self.ownership.owns, quantiles_asked(msg.data), self.pump.pending, self._signals
         )
-        stats.replicas = self.ownership.replicas()
+        stats.replicas = await self.ownership.replicas_now()
         self.ensembles.annotate(stats)
         await msg.respond(encode(stats))
 

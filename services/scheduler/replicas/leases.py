@@ -35,6 +35,9 @@ TTL_S = 4.0  # a dead owner's models move after this long
 Hook = Callable[[str], Awaitable[None]]
 Probe = Callable[[str], Awaitable[BaseException | None]]  # ask a liveness subject (`takeover.ping`)
 PRESENCE = "replica."  # keys of the live replicas (model keys never contain '.')
+# replicas_now() lists the presence keys at most this often: a replica that joins has not yet claimed
+# anything so soon after its presence appears, so a count this old still finds whoever holds a model
+LISTING_REUSE_S = 0.1
 
 
 class Leases:
@@ -63,6 +66,8 @@ class Leases:
         self.idle = idle  # a model with nothing queued or running can move without failing anything
         self.on_release = on_release  # before a lease is given up on purpose (the new owner cannot have it yet)
         self.replicas = 0  # live replicas, this one included, as of the last round (0: not counted yet)
+        self._present: frozenset[str] = frozenset()  # the presence keys the last round counted
+        self._listed: tuple[float, frozenset[str]] = (-LISTING_REUSE_S, frozenset())  # replicas_now's last look
         self.closing = False  # shutting down: claim nothing any more
         self._presence_revision = 0
         self.fair = 1 << 30  # models this replica may hold: set from the live replicas each round
@@ -216,8 +221,8 @@ class Leases:
             return
         if not keys:  # the bus went away after the put
             return
-        present = sum(1 for k in keys if k.startswith(PRESENCE))
-        self.replicas = replicas = max(1, present - await self._dead_replicas(keys))
+        self._present = frozenset(k for k in keys if k.startswith(PRESENCE))
+        self.replicas = replicas = max(1, len(self._present) - await self._dead_replicas(keys))
         self.fair = fair = -(-len(self.wanted) // replicas)
         for model in sorted(self.held)[: max(0, len(self.held) - fair)]:
             if self.idle(model):
@@ -230,6 +235,23 @@ class Leases:
                         await self._delete(model)
                 if gone:  # not lost to a refresh meanwhile, which hands it over itself
                     await self.on_loss(model)
+
+    async def replicas_now(self) -> int:
+        """The last round's count, plus the replicas whose presence appeared since. A statistics
+        reply says how many replicas answer, and the gateway stops waiting at that many: counted
+        only by rounds, a replica that started after this one's last round (a second ago at
+        most, longer on a busy host) went unheard, and its models' statistics read as zeros.
+        0 until the first round (the gateway then waits a moment for more replies)."""
+        if self.replicas == 0:
+            return 0
+        now = time.monotonic()
+        if now - self._listed[0] >= LISTING_REUSE_S:  # many callers at once (gateways' scrapes): one listing
+            try:
+                keys = await buckets.list_keys(self.kv)
+            except Exception:  # the bus may be away: the last round's count
+                return self.replicas
+            self._listed = (now, frozenset(k for k in keys if k.startswith(PRESENCE)))
+        return self.replicas + len(self._listed[1] - self._present)
 
     async def refresh(self) -> None:
         for model, revision in list(self.held.items()):

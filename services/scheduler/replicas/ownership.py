@@ -76,6 +76,10 @@ class Ownership:
         """The live scheduler replicas, this one included, as of the last lease round (0: none yet)."""
         return self._leases.replicas if self._leases is not None else 0
 
+    async def replicas_now(self) -> int:
+        """The live scheduler replicas as of now: the last round's, and those that joined since."""
+        return await self._leases.replicas_now() if self._leases is not None else 0
+
     def owns(self, model: str) -> bool:
         return self._leases is not None and self._leases.owns(model)
 

@@ -102,3 +102,19 @@ async def test_a_lease_lost_under_two_concurrent_refreshes_is_handed_over_once(n
     await asyncio.gather(leases.refresh(), leases.refresh())
     assert not leases.owns("twice") and lost == ["twice"]
     await nc.close()
+
+
+async def test_a_replica_that_joined_since_the_last_round_is_counted_at_once(nats_server):
+    """A statistics reply declares how many replicas answer (the gateway waits for that many):
+    a replica that started after this one's round must be counted before the next round."""
+    nc, a, _ = await _leases(nats_server.url, "a")
+    await a.rebalance()
+    assert a.replicas == 1
+    other, b, _ = await _leases(nats_server.url, "b")
+    await b.rebalance()  # b's presence key: b now claims and serves
+    assert a.replicas == 1  # a's next round is a second away
+    assert await a.replicas_now() == 2
+    await a.rebalance()
+    assert a.replicas == 2 and await a.replicas_now() == 2
+    await other.close()
+    await nc.close()
