@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ GRACE_S = 5.0  # after a load returns, the gateways may take a moment to see the
 @dataclass
 class Thresholds:
     rss_growth_pct: float = 5.0  # per process kind, after the warm-up
+    # a kind's own bound where it differs (a short run's worker: see tests/integration/test_resource_soak.py)
+    rss_growth_pct_of: dict[str, float] = field(default_factory=dict)
     fds: float = 2.0  # growth allowed per process kind (a connection open at one sample only)
     threads: float = 2.0
     shm_entries: float = 0.0
@@ -103,7 +105,8 @@ def violations(table: dict[str, dict[str, Any]], asked: dict[str, dict[str, Any]
     found = _processes_grown(table, limits)
     for kind, metric, limit in (
         ("dev_shm", "server_entries", limits.shm_entries),
-        ("dev_shm", "client_entries", limits.shm_entries),
+        # the load's own register/infer/unregister loop holds one region at a time, present at some samples only
+        ("dev_shm", "client_entries", limits.shm_entries + 1),
         ("nats", "js_consumers", limits.nats_consumers),
         ("nats", "subscriptions", limits.nats_subscriptions),
     ):
@@ -120,7 +123,9 @@ def violations(table: dict[str, dict[str, Any]], asked: dict[str, dict[str, Any]
 def _processes_grown(table: dict[str, dict[str, Any]], limits: Thresholds) -> list[str]:
     found = []
     for kind, metrics in table.items():
-        if "rss_kib" in metrics and metrics["rss_kib"]["growth"] > limits.rss_growth_pct:
+        if "rss_kib" in metrics and metrics["rss_kib"]["growth"] > limits.rss_growth_pct_of.get(
+            kind, limits.rss_growth_pct
+        ):
             found.append(f"{kind}: RSS +{metrics['rss_kib']['growth']} % after the warm-up")
         for metric, limit in (("fds", limits.fds), ("threads", limits.threads)):
             if metric in metrics and metrics[metric]["growth"] > limit:
