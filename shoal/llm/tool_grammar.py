@@ -51,7 +51,7 @@ def call_schema(tools: list[dict[str, Any]], choice: Any) -> dict[str, Any]:
             "properties": {
                 "name": {"const": function["name"]},
                 "arguments": _anchored(
-                    function, _hoist(function.get("parameters") or {"type": "object"}, hoisted), hoisted
+                    function, _hoist(_lifted(function.get("parameters") or {"type": "object"}), hoisted), hoisted
                 ),
             },
             "required": ["name", "arguments"],
@@ -60,6 +60,55 @@ def call_schema(tools: list[dict[str, Any]], choice: Any) -> dict[str, Any]:
     ]
     schema = alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
     return schema | hoisted
+
+
+def _lifted(parameters: dict[str, Any]) -> dict[str, Any]:
+    """`parameters` with each reference that runs through a list (`#/properties/x/anyOf/0`)
+    pointing at a copy of its target in their `$defs`: the converter walks a reference by keys
+    only. A target that refers elsewhere into the parameters is left as it was (the converter then
+    refuses the schema, and `auto` runs unguided)."""
+    lifted: dict[str, str] = {}  # reference -> the definition made for it
+    definitions = dict(parameters.get("$defs") or {})
+
+    def visit(node: Any) -> Any:
+        if isinstance(node, list):
+            return [visit(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {key: visit(value) for key, value in node.items()}
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref not in lifted and _local(ref):
+            target = _through_list(parameters, ref)
+            if target is not None:
+                name = "-".join(ref[2:].split("/"))
+                while name in definitions:
+                    name += "_"
+                lifted[ref], definitions[name] = name, {}  # named first: a target may refer to itself
+                copy = visit(target)
+                if _self_references(copy):
+                    del lifted[ref], definitions[name]
+                else:
+                    definitions[name] = copy
+        if ref in lifted:
+            out["$ref"] = f"#/$defs/{lifted[ref]}"
+        return out
+
+    visited = visit(parameters)
+    return visited | {"$defs": definitions} if lifted else parameters
+
+
+def _through_list(root: Any, ref: str) -> Any:
+    """The target of a local reference (a JSON pointer) that runs through a list, else None."""
+    node, crossed = root, False
+    for part in ref[2:].split("/") if ref != "#" else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node, crossed = node[int(part)], True
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            return None
+    return node if crossed else None
 
 
 def _anchored(function: dict[str, Any], parameters: dict[str, Any], hoisted: dict[str, dict[str, Any]]) -> Any:

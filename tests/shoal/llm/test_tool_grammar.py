@@ -180,3 +180,40 @@ def test_the_lazy_grammar_of_the_same_tools_is_made_once():
     again = [{"function": {"parameters": WEATHER["function"]["parameters"], "name": "get_weather"}, "type": "function"}]
     assert lazy_tool_grammar([WEATHER]) is lazy_tool_grammar(again)  # the same JSON, keys in any order
     assert lazy_tool_grammar([WEATHER]) is not lazy_tool_grammar([WEATHER], parallel=False)
+
+
+def test_a_reference_through_a_list_points_at_a_copy_of_its_target():
+    """The converter walks `#/properties/x/anyOf/0` by keys and cannot index `anyOf`'s list: the
+    target is copied into the parameters' definitions, recursion through it included."""
+    point = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    node = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/properties/tree/anyOf/0"}}}}
+    parameters = {
+        "type": "object",
+        "properties": {
+            "x": {"anyOf": [point, {"type": "null"}]},
+            "y": {"$ref": "#/properties/x/anyOf/0"},
+            "tree": {"anyOf": [node, {"type": "null"}]},
+        },
+    }
+    schema = call_schema([_tool("p", parameters)], "required")
+    arguments = schema["properties"]["arguments"]
+    assert arguments["properties"]["y"] == {"$ref": "#/$defs/properties-x-anyOf-0"}
+    assert schema["$defs"]["properties-x-anyOf-0"] == point
+    lifted_node = schema["$defs"]["properties-tree-anyOf-0"]
+    assert lifted_node["properties"]["kids"]["items"] == {"$ref": "#/$defs/properties-tree-anyOf-0"}
+    grammar = rules(tool_grammar([_tool("p", parameters)], "auto"))  # no longer refused: guided
+    assert grammar["j-arguments-y"] == "j-properties-x-anyOf-0"
+    assert "j-properties-x-anyOf-0-n-kv" in grammar["j-properties-x-anyOf-0"]
+
+
+def test_a_listed_target_that_refers_elsewhere_in_the_parameters_is_left_as_it_was():
+    parameters = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "string"},
+            "x": {"anyOf": [{"type": "object", "properties": {"b": {"$ref": "#/properties/a"}}}, {"type": "null"}]},
+            "y": {"$ref": "#/properties/x/anyOf/0"},
+        },
+    }
+    schema = call_schema([_tool("p", parameters)], "required")
+    assert "$defs" not in schema or not any(k.startswith("properties-") for k in schema["$defs"])
