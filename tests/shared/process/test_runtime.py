@@ -59,3 +59,19 @@ async def test_a_started_service_serves_until_the_stop(nats_server: NatsServer) 
     stop.set()
     await asyncio.wait_for(serving, 20)
     assert service.stopped
+
+
+async def test_a_stop_while_the_bus_is_away_closes_the_connection_without_an_error() -> None:
+    """`docker compose restart` stops a gateway's NATS node before the gateway: its drain then
+    raised ConnectionReconnectingError, a CRITICAL traceback and a failed exit."""
+    with NatsServer() as server:
+        nc = await connection.connect(server.url, "test-runtime")
+        stop = asyncio.Event()
+        service = StartsAtOnce(nc)
+        serving = asyncio.create_task(serve_until(stop, nc, service, "test"))
+        await until(lambda: service.started, 30, "the start")
+        server.kill()
+        await until(lambda: nc.is_reconnecting, 30, "the connection reconnecting")
+        stop.set()
+        await asyncio.wait_for(serving, 20)  # no ConnectionReconnectingError
+        assert service.stopped and nc.is_closed
