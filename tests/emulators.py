@@ -30,3 +30,4 @@ def emulator(
             process.wait(10)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait(10)  # reaped: a killed child never waited for fails a later test (ResourceWarning)
