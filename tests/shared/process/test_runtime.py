@@ -35,25 +35,27 @@ class StartsAtOnce(WaitsForABucket):
         self.started = True
 
 
-async def test_a_stop_while_starting_ends_the_start_at_once(nats_server: NatsServer) -> None:
-    nc = await connection.connect(nats_server.url, "test-runtime")
+async def _serving(url: str, kind: type[WaitsForABucket]) -> tuple[WaitsForABucket, asyncio.Event, asyncio.Task]:
+    """A service of `kind` on its own connection, served until the event returned is set."""
+    nc = await connection.connect(url, "test-runtime")
     stop = asyncio.Event()
-    service = WaitsForABucket(nc)
-    serving = asyncio.create_task(serve_until(stop, nc, service, "test"))
+    service = kind(nc)
+    return service, stop, asyncio.create_task(serve_until(stop, nc, service, "test"))
+
+
+async def test_a_stop_while_starting_ends_the_start_at_once(nats_server: NatsServer) -> None:
+    service, stop, serving = await _serving(nats_server.url, WaitsForABucket)
     await until(lambda: service.waiting, 30, "the start waiting")
     stop.set()
     # the bucket wait alone is a minute: 20 s is what a loaded machine may need, not the wait's end
     await asyncio.wait_for(serving, 20)
     assert not service.started
     assert service.stopped  # what the start began is stopped
-    assert nc.is_closed or nc.is_draining
+    assert service.nc.is_closed or service.nc.is_draining
 
 
 async def test_a_started_service_serves_until_the_stop(nats_server: NatsServer) -> None:
-    nc = await connection.connect(nats_server.url, "test-runtime")
-    stop = asyncio.Event()
-    service = StartsAtOnce(nc)
-    serving = asyncio.create_task(serve_until(stop, nc, service, "test"))
+    service, stop, serving = await _serving(nats_server.url, StartsAtOnce)
     await until(lambda: service.started, 30, "the start")
     assert not serving.done() and not service.stopped
     stop.set()
@@ -65,13 +67,10 @@ async def test_a_stop_while_the_bus_is_away_closes_the_connection_without_an_err
     """`docker compose restart` stops a gateway's NATS node before the gateway: its drain then
     raised ConnectionReconnectingError, a CRITICAL traceback and a failed exit."""
     with NatsServer() as server:
-        nc = await connection.connect(server.url, "test-runtime")
-        stop = asyncio.Event()
-        service = StartsAtOnce(nc)
-        serving = asyncio.create_task(serve_until(stop, nc, service, "test"))
+        service, stop, serving = await _serving(server.url, StartsAtOnce)
         await until(lambda: service.started, 30, "the start")
         server.kill()
-        await until(lambda: nc.is_reconnecting, 30, "the connection reconnecting")
+        await until(lambda: service.nc.is_reconnecting, 30, "the connection reconnecting")
         stop.set()
         await asyncio.wait_for(serving, 20)  # no ConnectionReconnectingError
-        assert service.stopped and nc.is_closed
+        assert service.stopped and service.nc.is_closed
