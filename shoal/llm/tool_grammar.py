@@ -20,6 +20,7 @@ import functools
 import json
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 from shared.config.tool_prompt import CALL_CLOSE, CALL_OPEN
@@ -145,13 +146,20 @@ def _local(ref: Any) -> bool:
 
 def _moved(node: Any, where: str) -> Any:
     """`node` with its references into itself pointing at `where`, where it now is."""
+    return _with_refs(node, lambda ref: where + ref[1:] if _local(ref) else None)
+
+
+def _with_refs(node: Any, rewrite: Callable[[str], str | None]) -> Any:
+    """`node` with each `$ref` that `rewrite` gives a new value (None: kept) replaced."""
     if isinstance(node, list):
-        return [_moved(item, where) for item in node]
+        return [_with_refs(item, rewrite) for item in node]
     if not isinstance(node, dict):
         return node
-    out = {key: _moved(value, where) for key, value in node.items()}
-    if _local(node.get("$ref")):
-        out["$ref"] = where + node["$ref"][1:]
+    out = {key: _with_refs(value, rewrite) for key, value in node.items()}
+    ref = node.get("$ref")
+    new = rewrite(ref) if isinstance(ref, str) else None
+    if new is not None:
+        out["$ref"] = new
     return out
 
 
@@ -179,17 +187,12 @@ def _hoist(parameters: dict[str, Any], hoisted: dict[str, dict[str, Any]]) -> di
 
 def _rename(node: Any, renamed: dict[str, str]) -> Any:
     """`node` with its references to renamed definitions (or into them) pointing at the new names."""
-    if isinstance(node, list):
-        return [_rename(item, renamed) for item in node]
-    if not isinstance(node, dict):
-        return node
-    out = {key: _rename(value, renamed) for key, value in node.items()}
-    ref = node.get("$ref")
-    if isinstance(ref, str):
+
+    def rewrite(ref: str) -> str | None:
         old = next((old for old in renamed if ref == old or ref.startswith(old + "/")), None)
-        if old is not None:
-            out["$ref"] = renamed[old] + ref[len(old) :]
-    return out
+        return None if old is None else renamed[old] + ref[len(old) :]
+
+    return _with_refs(node, rewrite)
 
 
 def _rules(tools: list[dict[str, Any]], choice: Any) -> str:
