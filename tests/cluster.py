@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import glob
 import os
@@ -128,6 +129,18 @@ class Running:
         """The shared-memory segments this run's services hold (their names carry its run id: other
         runs on the machine, other suites' too, make and free their own meanwhile)."""
         return len(glob.glob(f"/dev/shm/shoal_{self.cluster.run_id}_*"))
+
+
+def scheduler_statuses(nats_url: str, wait: float = 0.2) -> dict[str, dict[str, Any]]:
+    """Scheduler replica id -> its `status` (what `shoal status` reads: `owned`, `queues`, ...), for
+    the replicas that answer with one."""
+    from shoal.topology import collect
+
+    return {
+        s["metadata"]["instance"]: s["status"]
+        for s in asyncio.run(collect(nats_url, wait=wait))
+        if s["name"] == "shoal-scheduler" and "owned" in s["status"]
+    }
 
 
 @contextlib.contextmanager

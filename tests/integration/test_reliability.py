@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 from services.repository import examples
 from shared.bus.dispatch import SCHEDULER_WAIT_S
 from shoal.topology import collect
-from tests.cluster import identity_config, running_cluster
+from tests.cluster import identity_config, running_cluster, scheduler_statuses
 from tests.integration.ensemble_models import write_python
 from tests.serving import command_of, descendants, wait_until
 
@@ -95,10 +95,7 @@ def test_requests_held_by_a_killed_scheduler_end_within_seconds(tmp_path):
 
 def lease_holder(running, model: str = "held") -> str | None:
     """The id of the scheduler replica serving `model` (a co-hosted one has its gateway's id)."""
-    for service in asyncio.run(collect(running.nats.url, wait=0.2)):
-        if service["name"] == "shoal-scheduler" and model in service["status"].get("owned", []):
-            return service["metadata"]["instance"]
-    return None
+    return next((sid for sid, status in scheduler_statuses(running.nats.url).items() if model in status["owned"]), None)
 
 
 @pytest.mark.timeout(300)

@@ -4,7 +4,6 @@ the latter on a real redis-server the tests start on a free port."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import subprocess
 import urllib.request
@@ -18,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.repository import examples
 from shared.process.natsserver import free_port
-from tests.cluster import identity_config, running_cluster
+from tests.cluster import identity_config, running_cluster, scheduler_statuses
 from tests.serving import wait_until
 
 REDIS_SERVER = shutil.which("redis-server")
@@ -76,20 +75,17 @@ def cached(request, tmp_path_factory):
         cache = {"cache_redis": ["host=127.0.0.1", f"port={port}", f"db={_next_db()}"], "gateways": 2}
     with running_cluster(root, **cache) as running:
         if request.param == "redis":  # two gateways, each with its scheduler
-            wait_until(lambda: all(_owned(running).values()), 30, "the models spread over both schedulers", 0.2)
+            wait_until(lambda: _spread(running), 30, "the models spread over both schedulers", 0.2)
         yield running
 
 
-def _owned(running) -> dict[str, list[str]]:
-    """Each scheduler replica's models. The first replica up takes both models and hands one to
-    the second once it counts it: a hit or miss told while a model moves between replicas is
+def _spread(running) -> bool:
+    """Both scheduler replicas hold a model. The first replica up takes both models and hands one
+    to the second once it counts it: a hit or miss told while a model moves between replicas is
     counted by neither (docs/reliability.md, "Statistics across scheduler replicas"), so the tests
     count once the models have settled."""
-    from shoal.topology import collect
-
-    services = asyncio.run(collect(running.nats.url))
-    found = {s["metadata"]["instance"]: s["status"]["owned"] for s in services if s["name"] == "shoal-scheduler"}
-    return found if len(found) == 2 else {"": []}
+    statuses = scheduler_statuses(running.nats.url)
+    return len(statuses) == 2 and all(status["owned"] for status in statuses.values())
 
 
 _dbs = iter(range(1, 16))

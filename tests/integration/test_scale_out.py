@@ -8,7 +8,7 @@ import time
 import numpy as np
 import tritonclient.http.aio as aioclient
 
-from tests.cluster import running_cluster
+from tests.cluster import running_cluster, scheduler_statuses
 from tests.serving import wait_until
 
 
@@ -126,7 +126,6 @@ def test_scheduler_replicas_divide_the_models_and_take_over(tmp_path):
     from tritonclient.utils import InferenceServerException
 
     from services.repository.examples import write_examples
-    from shoal.topology import collect
 
     write_examples(tmp_path)
     # standalone replicas (co-hosted ones die with their gateway: test_reliability.py)
@@ -145,11 +144,7 @@ def test_scheduler_replicas_divide_the_models_and_take_over(tmp_path):
             client.infer(model, inputs)
 
         def owners() -> dict[str, list[str]]:
-            found = {}
-            for service in asyncio.run(collect(running.nats.url)):
-                if service["name"] == "shoal-scheduler":
-                    found[service["metadata"]["instance"]] = sorted(service["status"]["owned"])
-            return found
+            return {sid: sorted(status["owned"]) for sid, status in scheduler_statuses(running.nats.url, 0.5).items()}
 
         models = ("simple", "mlp", "identity_fp32")
         # the models spread over both

@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from shoal.topology import collect
-from tests.cluster import running_cluster
+from tests.cluster import running_cluster, scheduler_statuses
 from tests.integration.test_sequence_batcher import _int_input, _python_model
 from tests.serving import wait_until
 
@@ -48,11 +46,7 @@ class Sequences:
 
 def schedulers(running) -> dict[str, dict]:
     """scheduler id -> its status, for the replicas that answer."""
-    return {
-        s["metadata"]["instance"]: s["status"]
-        for s in asyncio.run(collect(running.nats.url, wait=0.2))
-        if s["name"] == "shoal-scheduler" and "owned" in s["status"]
-    }
+    return scheduler_statuses(running.nats.url)
 
 
 def owner(running) -> str | None:
